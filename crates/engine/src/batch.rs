@@ -1,0 +1,92 @@
+//! An atomic group of puts and deletes: after a crash either all of a
+//! batch is there or none of it.
+
+use crate::error::Error;
+use crate::log::record::{encode_entry, EntryKind};
+use crate::options::{MAX_KEY_BYTES, MAX_VALUE_BYTES};
+
+/// Entries are encoded (CRC included) as they are added, on the caller's
+/// thread, so the group-commit leader only copies bytes.
+///
+/// ```
+/// let dir = tempfile::tempdir().unwrap();
+/// let db = scaledkv::Db::open(dir.path(), scaledkv::Options::default()).unwrap();
+/// let mut batch = scaledkv::WriteBatch::new();
+/// batch.put(b"apple", b"red");
+/// batch.put(b"banana", b"yellow");
+/// batch.delete(b"cherry");
+/// db.write(batch).unwrap();
+/// assert_eq!(db.get(b"banana").unwrap().as_deref(), Some(&b"yellow"[..]));
+/// ```
+#[derive(Debug, Default)]
+pub struct WriteBatch {
+    pub(crate) body: Vec<u8>,
+    pub(crate) count: u32,
+    /// The first limit violation; `Db::write` returns it.
+    pub(crate) invalid: Option<Error>,
+}
+
+impl WriteBatch {
+    pub fn new() -> WriteBatch {
+        WriteBatch::default()
+    }
+
+    pub fn with_capacity(bytes: usize) -> WriteBatch {
+        WriteBatch {
+            body: Vec::with_capacity(bytes),
+            ..WriteBatch::default()
+        }
+    }
+
+    pub fn put(&mut self, key: &[u8], value: &[u8]) {
+        self.add(EntryKind::Put, key, value, None);
+    }
+
+    /// A put that becomes invisible at `expiry_ms` (ms since the Unix epoch).
+    pub fn put_with_expiry(&mut self, key: &[u8], value: &[u8], expiry_ms: u64) {
+        self.add(EntryKind::Put, key, value, Some(expiry_ms));
+    }
+
+    pub fn delete(&mut self, key: &[u8]) {
+        self.add(EntryKind::Delete, key, b"", None);
+    }
+
+    pub fn len(&self) -> usize {
+        self.count as usize
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// Encoded size in bytes.
+    pub fn size_bytes(&self) -> usize {
+        self.body.len()
+    }
+
+    pub fn clear(&mut self) {
+        self.body.clear();
+        self.count = 0;
+        self.invalid = None;
+    }
+
+    fn add(&mut self, kind: EntryKind, key: &[u8], value: &[u8], expiry_ms: Option<u64>) {
+        if self.invalid.is_some() {
+            return;
+        }
+        if key.len() > MAX_KEY_BYTES {
+            self.invalid = Some(Error::KeyTooLarge {
+                len: key.len(),
+                max: MAX_KEY_BYTES,
+            });
+        } else if value.len() > MAX_VALUE_BYTES {
+            self.invalid = Some(Error::ValueTooLarge {
+                len: value.len(),
+                max: MAX_VALUE_BYTES,
+            });
+        } else {
+            encode_entry(&mut self.body, kind, key, value, expiry_ms);
+            self.count += 1;
+        }
+    }
+}

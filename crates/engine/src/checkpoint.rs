@@ -1,0 +1,164 @@
+//! Index checkpoints: the index written out sorted, so that open loads it
+//! and replays only the log written after it.
+//!
+//! File `index-<generation>.ckpt`, little endian:
+//! ```text
+//! header  [u8; 8] magic "SKVCKPT\0" | u32 version | u32 reserved | u64 last seq
+//! entries u16 key length | key | u32 segment | u32 offset | u32 length | u64 seq
+//! trailer u64 entry count | u32 crc32c over every byte before it
+//! ```
+//! A checkpoint is *fuzzy*: it is taken while writers run. Replay starts at
+//! the log position read before the scan began, and replay's rule (newest
+//! sequence number wins) makes the result exact. Cost: 34 B + key per entry
+//! on disk; loading 10M keys reads ~400 MB and builds the B-tree in bulk.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use crate::error::{Error, Result};
+use crate::index::memtable::{Index, Key, Loc, Slot};
+
+const MAGIC: &[u8; 8] = b"SKVCKPT\0";
+const VERSION: u32 = 1;
+const HEADER_BYTES: usize = 24;
+const TRAILER_BYTES: usize = 12;
+
+pub fn file_name(generation: u64) -> String {
+    format!("index-{generation:08}.ckpt")
+}
+
+struct CrcWriter<W: Write> {
+    inner: W,
+    crc: u32,
+}
+
+impl<W: Write> CrcWriter<W> {
+    fn put(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        self.crc = crc32c::crc32c_append(self.crc, bytes);
+        self.inner.write_all(bytes)
+    }
+}
+
+/// Writes the index to `dir/index-<generation>.ckpt` (fsynced) and returns
+/// the number of entries written.
+pub fn write(dir: &Path, generation: u64, index: &Index, last_seq: u64) -> Result<u64> {
+    let path = dir.join(file_name(generation));
+    let tmp = dir.join(format!("{}.tmp", file_name(generation)));
+    let file = std::fs::File::create(&tmp).map_err(Error::io(&tmp, "create"))?;
+    let mut out = CrcWriter {
+        inner: std::io::BufWriter::with_capacity(1 << 20, file),
+        crc: 0,
+    };
+    let mut header = [0u8; HEADER_BYTES];
+    header[..8].copy_from_slice(MAGIC);
+    header[8..12].copy_from_slice(&VERSION.to_le_bytes());
+    header[16..24].copy_from_slice(&last_seq.to_le_bytes());
+    let mut result = out.put(&header);
+    let mut count = 0u64;
+    let mut entry = Vec::with_capacity(64);
+    index.for_each_chunked(1024, |key, slot| {
+        if result.is_err() {
+            return;
+        }
+        entry.clear();
+        entry.extend_from_slice(&(key.len() as u16).to_le_bytes());
+        entry.extend_from_slice(key);
+        entry.extend_from_slice(&slot.loc.seg.to_le_bytes());
+        entry.extend_from_slice(&slot.loc.off.to_le_bytes());
+        entry.extend_from_slice(&slot.loc.len.to_le_bytes());
+        entry.extend_from_slice(&slot.seq.to_le_bytes());
+        result = out.put(&entry);
+        count += 1;
+    });
+    result.map_err(Error::io(&tmp, "write"))?;
+    out.put(&count.to_le_bytes())
+        .map_err(Error::io(&tmp, "write"))?;
+    let crc = out.crc;
+    let mut writer = out.inner;
+    writer
+        .write_all(&crc.to_le_bytes())
+        .map_err(Error::io(&tmp, "write"))?;
+    let file = writer.into_inner().map_err(|e| Error::Io {
+        path: tmp.clone(),
+        op: "flush",
+        source: e.into_error(),
+    })?;
+    file.sync_all().map_err(Error::io(&tmp, "fsync"))?;
+    std::fs::rename(&tmp, &path).map_err(Error::io(&path, "rename"))?;
+    Ok(count)
+}
+
+/// A loaded checkpoint: the index and the sequence number it covers.
+pub struct Loaded {
+    pub map: BTreeMap<Key, Slot>,
+    pub last_seq: u64,
+}
+
+pub fn load(dir: &Path, generation: u64) -> Result<Loaded> {
+    let path = dir.join(file_name(generation));
+    let bytes = std::fs::read(&path).map_err(Error::io(&path, "read"))?;
+    decode(&bytes, &path)
+}
+
+fn decode(bytes: &[u8], path: &Path) -> Result<Loaded> {
+    let corrupt = |offset: usize, reason: &str| Error::Corruption {
+        path: PathBuf::from(path),
+        offset: offset as u64,
+        reason: format!("checkpoint: {reason}"),
+    };
+    if bytes.len() < HEADER_BYTES + TRAILER_BYTES || &bytes[..8] != MAGIC {
+        return Err(corrupt(0, "not a checkpoint file (short or bad magic)"));
+    }
+    let body_end = bytes.len() - 4;
+    let stored_crc = u32::from_le_bytes(bytes[body_end..].try_into().expect("4 bytes"));
+    if crc32c::crc32c(&bytes[..body_end]) != stored_crc {
+        return Err(corrupt(body_end, "checksum mismatch"));
+    }
+    let version = u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes"));
+    if version != VERSION {
+        return Err(Error::UnsupportedVersion {
+            path: path.to_path_buf(),
+            found: version,
+            expected: VERSION,
+        });
+    }
+    let last_seq = u64::from_le_bytes(bytes[16..24].try_into().expect("8 bytes"));
+    let count_at = bytes.len() - TRAILER_BYTES;
+    let count = u64::from_le_bytes(bytes[count_at..count_at + 8].try_into().expect("8 bytes"));
+    let mut entries: Vec<(Key, Slot)> = Vec::with_capacity(count.min(1 << 28) as usize);
+    let mut at = HEADER_BYTES;
+    while at < count_at {
+        let key_len =
+            u16::from_le_bytes([bytes[at], bytes.get(at + 1).copied().unwrap_or(0)]) as usize;
+        let fixed = 2 + key_len + 20;
+        if at + fixed > count_at {
+            return Err(corrupt(at, "entry runs past the end"));
+        }
+        let key = &bytes[at + 2..at + 2 + key_len];
+        let rest = &bytes[at + 2 + key_len..at + fixed];
+        let u32_at = |i: usize| u32::from_le_bytes(rest[i..i + 4].try_into().expect("4 bytes"));
+        let loc = Loc {
+            seg: u32_at(0),
+            off: u32_at(4),
+            len: u32_at(8),
+        };
+        let seq = u64::from_le_bytes(rest[12..20].try_into().expect("8 bytes"));
+        if entries
+            .last()
+            .is_some_and(|(prev, _)| prev.as_slice() >= key)
+        {
+            return Err(corrupt(at, "keys out of order"));
+        }
+        entries.push((Key::from_slice(key), Slot::new(loc, seq)));
+        at += fixed;
+    }
+    if entries.len() as u64 != count {
+        return Err(corrupt(count_at, "entry count mismatch"));
+    }
+    // Sorted input: BTreeMap builds it in bulk, in linear time.
+    Ok(Loaded {
+        map: entries.into_iter().collect(),
+        last_seq,
+    })
+}

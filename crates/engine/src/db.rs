@@ -1,0 +1,716 @@
+//! The database: open/close, the write path (group commit leader), point
+//! reads, snapshots and statistics. Range iteration is in `iter.rs`, GC in
+//! `gc.rs`, recovery in `recovery.rs`.
+
+use std::fs::File;
+use std::ops::{Deref, RangeBounds};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, OnceLock};
+use std::thread::JoinHandle;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use parking_lot::{Condvar, Mutex};
+
+use crate::batch::WriteBatch;
+use crate::checkpoint;
+use crate::commit::{Committer, Request};
+use crate::error::{Error, Result};
+use crate::index::memtable::{Index, Loc, Update};
+use crate::iter::Iter;
+use crate::log::record::{
+    align_up, decode_entry, EntryKind, EntryView, FrameHeader, FLAG_GROUP_START, FLAG_RELOCATED,
+    FRAME_HEADER_BYTES,
+};
+use crate::log::segment::{Segment, SegmentSet, SegmentTable, SEGMENT_HEADER_BYTES};
+use crate::log::writer::{LogWriter, GROUP_ALIGN_BYTES};
+use crate::manifest::Manifest;
+use crate::options::{Durability, Options};
+use crate::recovery::{recover, RecoveryReport, Start};
+use crate::stats::{Counters, Stats};
+
+/// Milliseconds since the Unix epoch (the unit of expiry times).
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// An open database. `Send + Sync`: share it between threads with `Arc`.
+///
+/// ```
+/// use scaledkv::{Db, Options};
+/// let dir = tempfile::tempdir().unwrap();
+/// let db = Db::open(dir.path(), Options::default()).unwrap();
+/// db.put(b"hello", b"world").unwrap();
+/// assert_eq!(db.get(b"hello").unwrap().as_deref(), Some(&b"world"[..]));
+/// db.delete(b"hello").unwrap();
+/// assert_eq!(db.get(b"hello").unwrap(), None);
+/// ```
+pub struct Db {
+    pub(crate) inner: Arc<Inner>,
+    background: Option<JoinHandle<()>>,
+}
+
+pub(crate) struct CheckpointState {
+    generation: u64,
+    /// `LogWriter::appended_bytes` when the last checkpoint started.
+    appended_at_last: u64,
+    /// Segments emptied by GC; their files go once a checkpoint that no
+    /// longer references them is durable.
+    pub(crate) pending_free: Vec<Arc<Segment>>,
+}
+
+pub(crate) struct Inner {
+    pub(crate) dir: PathBuf,
+    pub(crate) options: Options,
+    pub(crate) segments: SegmentSet,
+    pub(crate) index: Index,
+    pub(crate) committer: Committer,
+    pub(crate) counters: Counters,
+    pub(crate) checkpoints: Mutex<CheckpointState>,
+    poisoned: OnceLock<String>,
+    report: RecoveryReport,
+    shutdown: Mutex<bool>,
+    shutdown_signal: Condvar,
+    _lock: File,
+}
+
+/// A value read without copying: it borrows the log mapping and keeps its
+/// segment alive while held.
+pub struct PinnedValue {
+    segment: Arc<Segment>,
+    offset: usize,
+    len: usize,
+    expiry_ms: Option<u64>,
+}
+
+impl PinnedValue {
+    /// Expiry time in ms since the Unix epoch, if the key has a TTL.
+    pub fn expiry_ms(&self) -> Option<u64> {
+        self.expiry_ms
+    }
+}
+
+impl Deref for PinnedValue {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.segment.region.as_slice()[self.offset..self.offset + self.len]
+    }
+}
+
+impl Db {
+    /// Opens (or creates) the database in directory `path`, recovering
+    /// every acknowledged write. See docs/recovery.md for what it checks.
+    pub fn open(path: impl AsRef<Path>, options: Options) -> Result<Db> {
+        options.validate()?;
+        let dir = path.as_ref().to_path_buf();
+        if !dir.exists() {
+            if !options.create_if_missing {
+                return Err(Error::NotFound { path: dir });
+            }
+            std::fs::create_dir_all(&dir).map_err(Error::io(&dir, "create_dir"))?;
+        }
+        let lock_path = dir.join("LOCK");
+        let lock = File::create(&lock_path).map_err(Error::io(&lock_path, "create"))?;
+        if lock.try_lock().is_err() {
+            return Err(Error::Locked { path: dir });
+        }
+        let manifest = Manifest::load(&dir)?;
+        let start = match manifest {
+            Some(m) => {
+                let loaded = checkpoint::load(&dir, m.checkpoint_generation)?;
+                Some(Start {
+                    map: loaded.map,
+                    segment: m.replay_segment,
+                    offset: m.replay_offset as usize,
+                    last_seq: loaded.last_seq,
+                })
+            }
+            None => None,
+        };
+        let recovered = recover(&dir, &options, start)?;
+        remove_stale_files(&dir, manifest.map(|m| m.checkpoint_generation))?;
+        let segments = SegmentSet::default();
+        let (active, end) = match recovered.segments.last() {
+            Some(last) => (last.clone(), recovered.end),
+            None => {
+                let first = Arc::new(Segment::create(
+                    &dir,
+                    1,
+                    options.segment_size_bytes,
+                    options.durability,
+                    true,
+                )?);
+                scaledkv_pmem::sync_dir(&dir).map_err(Error::io(&dir, "fsync dir"))?;
+                (first, SEGMENT_HEADER_BYTES)
+            }
+        };
+        for segment in recovered.segments.iter().chain(std::iter::once(&active)) {
+            segments.insert(segment.clone());
+        }
+        let offset = if options.durability == Durability::Buffered {
+            end
+        } else {
+            align_up(end, GROUP_ALIGN_BYTES)
+        };
+        let log = LogWriter::new(
+            dir.clone(),
+            options.durability,
+            options.segment_size_bytes,
+            active,
+            offset.min(options.segment_size_bytes),
+            recovered.last_seq,
+        );
+        if !recovered.report.skipped.is_empty() || recovered.report.truncated.is_some() {
+            tracing::warn!(dir = %dir.display(), report = ?recovered.report, "recovery repaired the log");
+        }
+        let inner = Arc::new(Inner {
+            index: Index::new(recovered.map, recovered.last_seq),
+            segments,
+            committer: Committer::new(log),
+            counters: Counters::default(),
+            checkpoints: Mutex::new(CheckpointState {
+                generation: manifest.map_or(0, |m| m.checkpoint_generation),
+                appended_at_last: 0,
+                pending_free: Vec::new(),
+            }),
+            poisoned: OnceLock::new(),
+            report: recovered.report,
+            shutdown: Mutex::new(false),
+            shutdown_signal: Condvar::new(),
+            dir,
+            options,
+            _lock: lock,
+        });
+        let background = inner.options.background_work.then(|| {
+            let inner = inner.clone();
+            std::thread::Builder::new()
+                .name("scaledkv-bg".into())
+                .spawn(move || inner.background_loop())
+                .expect("spawn the background thread")
+        });
+        Ok(Db { inner, background })
+    }
+
+    pub fn put(&self, key: &[u8], value: &[u8]) -> Result<()> {
+        let mut batch =
+            WriteBatch::with_capacity(crate::log::record::entry_len(key.len(), value.len(), false));
+        batch.put(key, value);
+        self.write(batch)
+    }
+
+    /// Puts a key that disappears after `ttl` (rounded to milliseconds).
+    pub fn put_with_ttl(&self, key: &[u8], value: &[u8], ttl: Duration) -> Result<()> {
+        let mut batch = WriteBatch::new();
+        batch.put_with_expiry(key, value, now_ms().saturating_add(ttl.as_millis() as u64));
+        self.write(batch)
+    }
+
+    pub fn delete(&self, key: &[u8]) -> Result<()> {
+        let mut batch = WriteBatch::new();
+        batch.delete(key);
+        self.write(batch)
+    }
+
+    /// Applies `batch` atomically. Returns once it is durable as the
+    /// database's `Durability` promises and visible to readers.
+    pub fn write(&self, mut batch: WriteBatch) -> Result<()> {
+        if let Some(error) = batch.invalid.take() {
+            return Err(error);
+        }
+        if batch.count == 0 {
+            return Ok(());
+        }
+        let max = self.inner.options.max_batch_bytes();
+        if batch.body.len() > max {
+            return Err(Error::BatchTooLarge {
+                bytes: batch.body.len(),
+                max,
+            });
+        }
+        self.inner
+            .commit(Request::new(batch.body, batch.count, None))
+    }
+
+    pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.inner
+            .read(key, None, None, |_, _, entry| entry.value.to_vec())
+    }
+
+    /// Like `get`, without copying the value.
+    pub fn get_pinned(&self, key: &[u8]) -> Result<Option<PinnedValue>> {
+        self.inner.read(key, None, None, pin)
+    }
+
+    /// Forward iterator over `range`, as of the moment it is created.
+    pub fn range<K: AsRef<[u8]>, R: RangeBounds<K>>(&self, range: R) -> Iter<'_> {
+        Iter::new(&self.inner, None, range, false)
+    }
+
+    /// Like `range`, in descending key order.
+    pub fn range_rev<K: AsRef<[u8]>, R: RangeBounds<K>>(&self, range: R) -> Iter<'_> {
+        Iter::new(&self.inner, None, range, true)
+    }
+
+    /// Every key, ascending.
+    pub fn iter(&self) -> Iter<'_> {
+        self.range::<&[u8], _>(..)
+    }
+
+    /// A consistent read view: it sees exactly the writes acknowledged
+    /// before it was taken.
+    pub fn snapshot(&self) -> Snapshot<'_> {
+        let seq = self.inner.index.register_snapshot();
+        Snapshot {
+            db: self,
+            seq,
+            table: self.inner.segments.pin(),
+        }
+    }
+
+    /// Makes every write durable whatever the mode (fsync of the log in
+    /// `buffered` mode) and writes an index checkpoint.
+    pub fn flush(&self) -> Result<()> {
+        self.inner
+            .committer
+            .with_log(|log| log.sync_all(&self.inner.segments))?;
+        self.inner.checkpoint()
+    }
+
+    /// Runs one garbage-collection pass now; returns segments freed.
+    pub fn collect_garbage(&self) -> Result<u64> {
+        self.inner.collect_garbage()
+    }
+
+    pub fn stats(&self) -> Stats {
+        self.inner.stats()
+    }
+
+    /// What recovery found when this database was opened.
+    pub fn recovery_report(&self) -> &RecoveryReport {
+        &self.inner.report
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.inner.dir
+    }
+}
+
+impl Drop for Db {
+    fn drop(&mut self) {
+        *self.inner.shutdown.lock() = true;
+        self.inner.shutdown_signal.notify_all();
+        if let Some(background) = self.background.take() {
+            let _ = background.join();
+        }
+        if self.inner.poisoned.get().is_some() {
+            return;
+        }
+        let result = self
+            .inner
+            .committer
+            .with_log(|log| log.sync_all(&self.inner.segments));
+        let result = result.and_then(|()| {
+            let appended = self.inner.committer.with_log(|log| log.appended_bytes);
+            let due = {
+                let state = self.inner.checkpoints.lock();
+                appended > state.appended_at_last || !state.pending_free.is_empty()
+            };
+            if due {
+                self.inner.checkpoint()
+            } else {
+                Ok(())
+            }
+        });
+        if let Err(error) = result {
+            tracing::error!(dir = %self.inner.dir.display(), %error, "clean close failed; the next open replays the log");
+        }
+    }
+}
+
+/// A consistent view of the database at one sequence number.
+pub struct Snapshot<'a> {
+    db: &'a Db,
+    seq: u64,
+    table: SegmentTable,
+}
+
+impl<'a> Snapshot<'a> {
+    pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.db
+            .inner
+            .read(key, Some(self.seq), Some(&self.table), |_, _, e| {
+                e.value.to_vec()
+            })
+    }
+
+    pub fn range<K: AsRef<[u8]>, R: RangeBounds<K>>(&self, range: R) -> Iter<'a> {
+        Iter::new(
+            &self.db.inner,
+            Some((self.seq, self.table.clone())),
+            range,
+            false,
+        )
+    }
+
+    pub fn range_rev<K: AsRef<[u8]>, R: RangeBounds<K>>(&self, range: R) -> Iter<'a> {
+        Iter::new(
+            &self.db.inner,
+            Some((self.seq, self.table.clone())),
+            range,
+            true,
+        )
+    }
+
+    pub fn seq(&self) -> u64 {
+        self.seq
+    }
+}
+
+impl Drop for Snapshot<'_> {
+    fn drop(&mut self) {
+        self.db.inner.index.release_snapshot(self.seq);
+    }
+}
+
+fn pin(segment: &Arc<Segment>, loc: Loc, entry: &EntryView<'_>) -> PinnedValue {
+    PinnedValue {
+        segment: segment.clone(),
+        offset: loc.off as usize + entry.len - entry.value.len(),
+        len: entry.value.len(),
+        expiry_ms: entry.expiry_ms,
+    }
+}
+
+/// Deletes temporary files and checkpoints the manifest no longer names.
+fn remove_stale_files(dir: &Path, current_generation: Option<u64>) -> Result<()> {
+    let current = current_generation.map(checkpoint::file_name);
+    for entry in std::fs::read_dir(dir).map_err(Error::io(dir, "read_dir"))? {
+        let entry = entry.map_err(Error::io(dir, "read_dir"))?;
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        let stale_checkpoint = name.starts_with("index-") && Some(name) != current.as_deref();
+        if name.ends_with(".tmp") || stale_checkpoint {
+            std::fs::remove_file(entry.path()).map_err(Error::io(entry.path(), "remove"))?;
+        }
+    }
+    Ok(())
+}
+
+impl Inner {
+    pub(crate) fn commit(&self, request: Arc<Request>) -> Result<()> {
+        self.committer.commit(request, |log, group| {
+            if let Some(reason) = self.poisoned.get() {
+                return Err(Error::Poisoned(reason.clone()));
+            }
+            let result = self.write_group(log, group);
+            if let Err(error) = &result {
+                let _ = self.poisoned.set(error.to_string());
+            }
+            result
+        })
+    }
+
+    /// The leader's work: append every request, persist once, then publish
+    /// to the index. Readers never see a write before it is durable.
+    fn write_group(&self, log: &mut LogWriter, group: &[Arc<Request>]) -> Result<()> {
+        let mut placed: Vec<(u32, usize)> = Vec::with_capacity(group.len());
+        let mut seq = log.last_seq;
+        let mut flags = FLAG_GROUP_START;
+        let mut user_bytes = 0u64;
+        for request in group {
+            match &request.relocations {
+                None => {
+                    seq += 1;
+                    let frame_len = (FRAME_HEADER_BYTES + request.body.len()) as u32;
+                    let header = FrameHeader {
+                        flags,
+                        frame_len,
+                        count: request.count,
+                        seq,
+                    };
+                    placed.push(log.append(&header, &request.body, &self.segments)?);
+                    user_bytes += request.body.len() as u64;
+                }
+                Some(relocations) => {
+                    let mut at = 0;
+                    for relocation in relocations {
+                        let entry = decode_entry(&request.body[at..], false)
+                            .expect("GC encodes valid entries");
+                        let frame_len = (FRAME_HEADER_BYTES + entry.len) as u32;
+                        let header = FrameHeader {
+                            flags: flags | FLAG_RELOCATED,
+                            frame_len,
+                            count: 1,
+                            seq: relocation.seq,
+                        };
+                        placed.push(log.append(
+                            &header,
+                            &request.body[at..at + entry.len],
+                            &self.segments,
+                        )?);
+                        at += entry.len;
+                        flags = 0;
+                    }
+                    self.counters
+                        .gc_bytes_written
+                        .fetch_add(request.body.len() as u64, Ordering::Relaxed);
+                }
+            }
+            flags = 0;
+        }
+        log.finish_group()?;
+        log.last_seq = seq;
+        self.counters
+            .user_bytes_written
+            .fetch_add(user_bytes, Ordering::Relaxed);
+        self.counters
+            .log_bytes_written
+            .store(log.appended_bytes, Ordering::Relaxed);
+
+        let mut updates = Vec::with_capacity(group.len());
+        let mut placed = placed.into_iter();
+        let mut frame_seq = seq - group.iter().filter(|r| r.relocations.is_none()).count() as u64;
+        for request in group {
+            let mut at = 0;
+            match &request.relocations {
+                None => {
+                    frame_seq += 1;
+                    let (seg, frame_at) = placed.next().expect("one placement per frame");
+                    for _ in 0..request.count {
+                        let entry = decode_entry(&request.body[at..], false)
+                            .expect("batches encode valid entries");
+                        let off = (frame_at + FRAME_HEADER_BYTES + at) as u32;
+                        updates.push(match entry.kind {
+                            EntryKind::Put => Update::Put {
+                                key: entry.key,
+                                loc: Loc {
+                                    seg,
+                                    off,
+                                    len: entry.len as u32,
+                                },
+                                seq: frame_seq,
+                            },
+                            EntryKind::Delete => Update::Delete {
+                                key: entry.key,
+                                seq: frame_seq,
+                            },
+                        });
+                        at += entry.len;
+                    }
+                }
+                Some(relocations) => {
+                    for relocation in relocations {
+                        let (seg, frame_at) = placed.next().expect("one placement per frame");
+                        let entry = decode_entry(&request.body[at..], false)
+                            .expect("GC encodes valid entries");
+                        let to = Loc {
+                            seg,
+                            off: (frame_at + FRAME_HEADER_BYTES) as u32,
+                            len: entry.len as u32,
+                        };
+                        updates.push(Update::Relocate {
+                            key: entry.key,
+                            from: relocation.from,
+                            to,
+                        });
+                        at += entry.len;
+                    }
+                }
+            }
+        }
+        self.index.apply(updates.into_iter(), seq, &self.segments);
+        Ok(())
+    }
+
+    /// Finds `key` as of `at_seq` and hands its live entry to `f`. Retries
+    /// when GC freed the segment between the index lookup and the read.
+    pub(crate) fn read<T>(
+        &self,
+        key: &[u8],
+        at_seq: Option<u64>,
+        pinned: Option<&SegmentTable>,
+        f: impl Fn(&Arc<Segment>, Loc, &EntryView<'_>) -> T,
+    ) -> Result<Option<T>> {
+        let Some(mut loc) = self.index.get(key, at_seq) else {
+            return Ok(None);
+        };
+        for _ in 0..8 {
+            if let Some(result) = self.read_at(key, loc, pinned, &f) {
+                return result;
+            }
+            match self.index.get(key, at_seq) {
+                Some(now) => loc = now,
+                None => return Ok(None),
+            }
+        }
+        Err(Error::Corruption {
+            path: self
+                .dir
+                .join(crate::log::segment::segment_file_name(loc.seg)),
+            offset: loc.off as u64,
+            reason: "the index points into a segment that no longer exists".into(),
+        })
+    }
+
+    /// Reads the entry at `loc`; `None` if its segment is gone.
+    pub(crate) fn read_at<T>(
+        &self,
+        key: &[u8],
+        loc: Loc,
+        pinned: Option<&SegmentTable>,
+        f: &impl Fn(&Arc<Segment>, Loc, &EntryView<'_>) -> T,
+    ) -> Option<Result<Option<T>>> {
+        let decode = |segment: &Arc<Segment>| -> Result<Option<T>> {
+            let entry = self.decode_at(segment, loc, key)?;
+            Ok(entry.map(|entry| f(segment, loc, &entry)))
+        };
+        self.segments
+            .with(loc.seg, decode)
+            .or_else(|| pinned.and_then(|table| table.get(loc.seg as usize)?.as_ref().map(decode)))
+    }
+
+    /// Decodes and checks the entry at `loc`; `None` if it has expired.
+    fn decode_at<'s>(
+        &self,
+        segment: &'s Segment,
+        loc: Loc,
+        key: &[u8],
+    ) -> Result<Option<EntryView<'s>>> {
+        let corrupt = |reason: String| Error::Corruption {
+            path: segment.path().to_path_buf(),
+            offset: loc.off as u64,
+            reason,
+        };
+        let bytes = segment
+            .region
+            .read(loc.off as usize, loc.len as usize)
+            .map_err(|e| corrupt(e.to_string()))?;
+        let entry = decode_entry(bytes, self.options.verify_checksums)
+            .map_err(|e| corrupt(e.to_string()))?;
+        if entry.key != key || entry.len != loc.len as usize || entry.kind != EntryKind::Put {
+            return Err(corrupt("the entry does not match its index record".into()));
+        }
+        if entry.expiry_ms.is_some_and(|expiry| expiry <= now_ms()) {
+            return Ok(None);
+        }
+        Ok(Some(entry))
+    }
+
+    /// Writes an index checkpoint and makes the manifest point at it; then
+    /// frees the segments GC emptied before the checkpoint began.
+    pub(crate) fn checkpoint(&self) -> Result<()> {
+        let mut state = self.checkpoints.lock();
+        // Under the log lock every group before this position is applied,
+        // so the scan below sees at least everything before it.
+        let (segment, offset, appended, last_seq) = self.committer.with_log(|log| {
+            let (segment, offset) = log.position();
+            (segment, offset, log.appended_bytes, log.last_seq)
+        });
+        let freed = std::mem::take(&mut state.pending_free);
+        if self.options.durability == Durability::Buffered {
+            self.committer
+                .with_log(|log| log.sync_all(&self.segments))?;
+        }
+        let generation = state.generation + 1;
+        let written = checkpoint::write(&self.dir, generation, &self.index, last_seq);
+        let written = written.and_then(|keys| {
+            Manifest {
+                checkpoint_generation: generation,
+                replay_segment: segment,
+                replay_offset: offset as u32,
+            }
+            .store(&self.dir)
+            .map(|()| keys)
+        });
+        if let Err(error) = written {
+            state.pending_free = freed;
+            return Err(error);
+        }
+        let old = self.dir.join(checkpoint::file_name(state.generation));
+        if state.generation > 0 {
+            let _ = std::fs::remove_file(old);
+        }
+        state.generation = generation;
+        state.appended_at_last = appended;
+        for segment in freed {
+            segment.mark_for_deletion();
+            self.counters.segments_freed.fetch_add(1, Ordering::Relaxed);
+        }
+        self.counters.checkpoints.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn background_loop(&self) {
+        let mut shutdown = self.shutdown.lock();
+        while !*shutdown {
+            self.shutdown_signal
+                .wait_for(&mut shutdown, Duration::from_millis(100));
+            if *shutdown {
+                break;
+            }
+            drop(shutdown);
+            if let Err(error) = self.background_step() {
+                tracing::error!(dir = %self.dir.display(), %error, "background checkpoint/GC failed");
+            }
+            shutdown = self.shutdown.lock();
+        }
+    }
+
+    fn background_step(&self) -> Result<()> {
+        if self.poisoned.get().is_some() {
+            return Ok(());
+        }
+        let appended = self.committer.with_log(|log| log.appended_bytes);
+        let due = {
+            let state = self.checkpoints.lock();
+            appended - state.appended_at_last >= self.options.checkpoint_interval_bytes
+                || state.pending_free.len() >= 4
+        };
+        if due {
+            self.checkpoint()?;
+        }
+        self.collect_garbage()?;
+        Ok(())
+    }
+
+    fn stats(&self) -> Stats {
+        let segments = self.segments.all();
+        let live_bytes: u64 = segments
+            .iter()
+            .map(|s| s.live_bytes.load(Ordering::Relaxed))
+            .sum();
+        let log_bytes: u64 = segments
+            .iter()
+            .map(|s| s.written_bytes.load(Ordering::Relaxed))
+            .sum();
+        let disk_bytes: u64 = segments.iter().map(|s| s.capacity_bytes() as u64).sum();
+        let keys = self.index.len() as u64;
+        let index_memory_bytes = self.index.memory_bytes();
+        let medium = segments
+            .first()
+            .map_or("unknown", |s| s.region.medium().name());
+        let persist = segments
+            .first()
+            .map_or("unknown", |s| s.region.persist_method());
+        self.counters.snapshot(Stats {
+            keys,
+            live_bytes,
+            log_bytes,
+            disk_bytes,
+            segments: segments.len() as u64,
+            index_memory_bytes,
+            index_bytes_per_key: if keys == 0 {
+                0.0
+            } else {
+                index_memory_bytes as f64 / keys as f64
+            },
+            last_seq: self.index.visible_seq(),
+            durability: self.options.durability.name(),
+            medium,
+            persist_method: persist,
+            ..Stats::default()
+        })
+    }
+}

@@ -1,0 +1,2 @@
+//! The index: key -> newest entry location.
+pub mod memtable;

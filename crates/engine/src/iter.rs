@@ -1,0 +1,137 @@
+//! Ordered range iteration, forward or reverse.
+//!
+//! An iterator is a snapshot: it sees the database as of its creation. It
+//! copies keys out of the index a chunk at a time (so writers are never
+//! blocked for long) and reads each value from the log as it is yielded.
+
+use std::ops::{Bound, RangeBounds};
+
+use crate::db::Inner;
+use crate::error::Result;
+use crate::index::memtable::{Key, Loc};
+use crate::log::segment::SegmentTable;
+
+const FIRST_CHUNK: usize = 16;
+const MAX_CHUNK: usize = 512;
+
+pub struct Iter<'a> {
+    inner: &'a Inner,
+    seq: u64,
+    /// Whether this iterator registered its own snapshot (released on drop).
+    owns_snapshot: bool,
+    table: SegmentTable,
+    lower: Bound<Key>,
+    upper: Bound<Key>,
+    reverse: bool,
+    chunk: Vec<(Key, Loc)>,
+    next_in_chunk: usize,
+    chunk_size: usize,
+    exhausted: bool,
+}
+
+fn owned(bound: Bound<&impl AsRef<[u8]>>) -> Bound<Key> {
+    match bound {
+        Bound::Included(k) => Bound::Included(Key::from_slice(k.as_ref())),
+        Bound::Excluded(k) => Bound::Excluded(Key::from_slice(k.as_ref())),
+        Bound::Unbounded => Bound::Unbounded,
+    }
+}
+
+fn borrowed(bound: &Bound<Key>) -> Bound<&[u8]> {
+    match bound {
+        Bound::Included(k) => Bound::Included(k.as_slice()),
+        Bound::Excluded(k) => Bound::Excluded(k.as_slice()),
+        Bound::Unbounded => Bound::Unbounded,
+    }
+}
+
+impl<'a> Iter<'a> {
+    pub(crate) fn new<K: AsRef<[u8]>, R: RangeBounds<K>>(
+        inner: &'a Inner,
+        snapshot: Option<(u64, SegmentTable)>,
+        range: R,
+        reverse: bool,
+    ) -> Iter<'a> {
+        let owns_snapshot = snapshot.is_none();
+        let (seq, table) =
+            snapshot.unwrap_or_else(|| (inner.index.register_snapshot(), inner.segments.pin()));
+        let (lower, upper) = (owned(range.start_bound()), owned(range.end_bound()));
+        // An empty or inverted range yields nothing (BTreeMap would panic).
+        let empty = match (&lower, &upper) {
+            (Bound::Included(a), Bound::Included(b)) => a > b,
+            (Bound::Included(a) | Bound::Excluded(a), Bound::Excluded(b))
+            | (Bound::Excluded(a), Bound::Included(b)) => a >= b,
+            _ => false,
+        };
+        Iter {
+            inner,
+            seq,
+            owns_snapshot,
+            table,
+            lower,
+            upper,
+            reverse,
+            chunk: Vec::new(),
+            next_in_chunk: 0,
+            chunk_size: FIRST_CHUNK,
+            exhausted: empty,
+        }
+    }
+
+    fn refill(&mut self) {
+        self.chunk.clear();
+        self.next_in_chunk = 0;
+        let last = self.inner.index.range_chunk(
+            borrowed(&self.lower),
+            borrowed(&self.upper),
+            self.reverse,
+            self.seq,
+            self.chunk_size,
+            &mut self.chunk,
+        );
+        self.chunk_size = (self.chunk_size * 2).min(MAX_CHUNK);
+        match last {
+            None => self.exhausted = true,
+            Some(key) if self.reverse => self.upper = Bound::Excluded(key),
+            Some(key) => self.lower = Bound::Excluded(key),
+        }
+    }
+}
+
+impl Iterator for Iter<'_> {
+    type Item = Result<(Vec<u8>, Vec<u8>)>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            if let Some((key, loc)) = self.chunk.get(self.next_in_chunk) {
+                self.next_in_chunk += 1;
+                let copy =
+                    |_: &_, _, entry: &crate::log::record::EntryView<'_>| entry.value.to_vec();
+                let value = match self.inner.read_at(key, *loc, Some(&self.table), &copy) {
+                    Some(value) => value,
+                    // GC moved the entry since the chunk was read: look again.
+                    None => self
+                        .inner
+                        .read(key, Some(self.seq), Some(&self.table), copy),
+                };
+                match value {
+                    Ok(Some(value)) => return Some(Ok((key.to_vec(), value))),
+                    Ok(None) => continue,
+                    Err(error) => return Some(Err(error)),
+                }
+            }
+            if self.exhausted {
+                return None;
+            }
+            self.refill();
+        }
+    }
+}
+
+impl Drop for Iter<'_> {
+    fn drop(&mut self) {
+        if self.owns_snapshot {
+            self.inner.index.release_snapshot(self.seq);
+        }
+    }
+}

@@ -1,0 +1,40 @@
+//! ScaledKV: a durable, log-structured, ordered key-value engine.
+//!
+//! Values live in an append-only value log of preallocated segments; an
+//! ordered index in DRAM maps each key to its newest entry. Writers are
+//! grouped so one persist (cache-line write-back on persistent memory,
+//! msync elsewhere) covers many of them; a write is acknowledged only once
+//! durable and only then becomes visible. See docs/format.md and
+//! docs/recovery.md.
+//!
+//! ```
+//! use scaledkv::{Db, Durability, Options};
+//! let dir = tempfile::tempdir().unwrap();
+//! let db = Db::open(dir.path(), Options::default().durability(Durability::Sync)).unwrap();
+//! db.put(b"b", b"2").unwrap();
+//! db.put(b"a", b"1").unwrap();
+//! let keys: Vec<Vec<u8>> = db.iter().map(|kv| kv.unwrap().0).collect();
+//! assert_eq!(keys, vec![b"a".to_vec(), b"b".to_vec()]);
+//! ```
+
+mod batch;
+mod checkpoint;
+mod commit;
+mod db;
+mod error;
+mod gc;
+mod index;
+mod iter;
+pub mod log;
+mod manifest;
+mod options;
+mod recovery;
+mod stats;
+
+pub use batch::WriteBatch;
+pub use db::{now_ms, Db, PinnedValue, Snapshot};
+pub use error::{Error, Result};
+pub use iter::Iter;
+pub use options::{Durability, Options, MAX_BATCH_BYTES, MAX_KEY_BYTES, MAX_VALUE_BYTES};
+pub use recovery::{RecoveryReport, Truncation};
+pub use stats::Stats;

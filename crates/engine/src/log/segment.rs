@@ -1,0 +1,230 @@
+//! A value-log segment: one preallocated file, a 256-byte header, then
+//! frames. Segment ids are stable for the life of the data, so index
+//! pointers `(segment, offset)` never change when a segment moves or ages.
+//!
+//! Header, little endian (bytes 0..40, rest of the 256 zero):
+//! ```text
+//! 0  [u8; 8] magic "SKVLOG\0\0"
+//! 8  u32 format version
+//! 12 u32 segment id
+//! 16 u64 segment size in bytes
+//! 24 u64 reserved (zero)
+//! 32 u32 crc32c over bytes 0..32
+//! ```
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+use scaledkv_pmem::{Durability, Region};
+
+use crate::error::{Error, Result};
+use crate::log::record::FORMAT_VERSION;
+
+pub const SEGMENT_HEADER_BYTES: usize = 256;
+const SEGMENT_MAGIC: &[u8; 8] = b"SKVLOG\0\0";
+
+pub fn segment_file_name(id: u32) -> String {
+    format!("seg-{id:08}.log")
+}
+
+/// Parses `seg-NNNNNNNN.log`.
+pub fn parse_segment_file_name(name: &str) -> Option<u32> {
+    name.strip_prefix("seg-")?
+        .strip_suffix(".log")?
+        .parse()
+        .ok()
+}
+
+pub struct Segment {
+    pub id: u32,
+    pub region: Region,
+    /// Bytes of entries the index points at; GC picks by live / written.
+    pub live_bytes: AtomicU64,
+    /// Bytes of frames written so far (the segment's logical end).
+    pub written_bytes: AtomicU64,
+    /// Set when GC has freed the segment: the file is removed once the last
+    /// reader or snapshot holding it lets go.
+    delete_on_drop: AtomicBool,
+}
+
+impl Segment {
+    pub fn create(
+        dir: &Path,
+        id: u32,
+        size_bytes: usize,
+        durability: Durability,
+        populate: bool,
+    ) -> Result<Segment> {
+        let path = dir.join(segment_file_name(id));
+        let region = Region::create(&path, size_bytes, durability, populate)?;
+        let mut header = [0u8; 40];
+        header[..8].copy_from_slice(SEGMENT_MAGIC);
+        header[8..12].copy_from_slice(&(FORMAT_VERSION as u32).to_le_bytes());
+        header[12..16].copy_from_slice(&id.to_le_bytes());
+        header[16..24].copy_from_slice(&(size_bytes as u64).to_le_bytes());
+        let crc = crc32c::crc32c(&header[..32]);
+        header[32..36].copy_from_slice(&crc.to_le_bytes());
+        // SAFETY: the region is new; nobody else can see it yet.
+        unsafe { region.write(0, &header)? };
+        region.persist(0, header.len())?;
+        Ok(Segment::new(id, region))
+    }
+
+    pub fn open(path: &Path, id: u32, durability: Durability) -> Result<Segment> {
+        let region = Region::open(path, durability)?;
+        let corrupt = |reason: &str| Error::Corruption {
+            path: path.to_path_buf(),
+            offset: 0,
+            reason: reason.to_string(),
+        };
+        let header = region
+            .read(0, 40)
+            .map_err(|_| corrupt("file shorter than the segment header"))?;
+        if &header[..8] != SEGMENT_MAGIC {
+            return Err(corrupt("not a ScaledKV segment (bad magic)"));
+        }
+        if crc32c::crc32c(&header[..32])
+            != u32::from_le_bytes(header[32..36].try_into().expect("4 bytes"))
+        {
+            return Err(corrupt("segment header checksum mismatch"));
+        }
+        let version = u32::from_le_bytes(header[8..12].try_into().expect("4 bytes"));
+        if version != FORMAT_VERSION as u32 {
+            return Err(Error::UnsupportedVersion {
+                path: path.to_path_buf(),
+                found: version,
+                expected: FORMAT_VERSION as u32,
+            });
+        }
+        let stored_id = u32::from_le_bytes(header[12..16].try_into().expect("4 bytes"));
+        if stored_id != id {
+            return Err(corrupt(&format!(
+                "header names segment {stored_id}, file name says {id}"
+            )));
+        }
+        let size = u64::from_le_bytes(header[16..24].try_into().expect("8 bytes"));
+        if size != region.len() as u64 {
+            return Err(corrupt(&format!(
+                "header says {size} bytes, file has {}",
+                region.len()
+            )));
+        }
+        Ok(Segment::new(id, region))
+    }
+
+    fn new(id: u32, region: Region) -> Segment {
+        Segment {
+            id,
+            region,
+            live_bytes: AtomicU64::new(0),
+            written_bytes: AtomicU64::new(SEGMENT_HEADER_BYTES as u64),
+            delete_on_drop: AtomicBool::new(false),
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.region.path()
+    }
+
+    pub fn capacity_bytes(&self) -> usize {
+        self.region.len()
+    }
+
+    pub fn mark_for_deletion(&self) {
+        self.delete_on_drop.store(true, Ordering::Release);
+    }
+}
+
+impl Drop for Segment {
+    fn drop(&mut self) {
+        if self.delete_on_drop.load(Ordering::Acquire) {
+            if let Err(e) = std::fs::remove_file(self.path()) {
+                tracing::warn!(path = %self.path().display(), error = %e, "could not remove freed segment");
+            }
+        }
+    }
+}
+
+/// The set of segments readers resolve pointers through. Copy-on-write: a
+/// reader loads one immutable table without locking; adding or removing a
+/// segment publishes a new table.
+pub struct SegmentSet {
+    table: ArcSwap<Vec<Option<Arc<Segment>>>>,
+}
+
+impl Default for SegmentSet {
+    fn default() -> Self {
+        SegmentSet {
+            table: ArcSwap::from_pointee(Vec::new()),
+        }
+    }
+}
+
+pub type SegmentTable = Arc<Vec<Option<Arc<Segment>>>>;
+
+impl SegmentSet {
+    pub fn get(&self, id: u32) -> Option<Arc<Segment>> {
+        self.table.load().get(id as usize).and_then(|s| s.clone())
+    }
+
+    /// Runs `f` on the segment without cloning its Arc (the hot read path).
+    pub fn with<T>(&self, id: u32, f: impl FnOnce(&Arc<Segment>) -> T) -> Option<T> {
+        let table = self.table.load();
+        table.get(id as usize).and_then(|s| s.as_ref()).map(f)
+    }
+
+    /// The current table, kept alive by the caller (snapshots pin it).
+    pub fn pin(&self) -> SegmentTable {
+        self.table.load_full()
+    }
+
+    pub fn insert(&self, segment: Arc<Segment>) {
+        self.table.rcu(|table| {
+            let mut next = (**table).clone();
+            let at = segment.id as usize;
+            if next.len() <= at {
+                next.resize(at + 1, None);
+            }
+            next[at] = Some(segment.clone());
+            next
+        });
+    }
+
+    pub fn remove(&self, id: u32) -> Option<Arc<Segment>> {
+        let mut removed = None;
+        self.table.rcu(|table| {
+            let mut next = (**table).clone();
+            removed = next.get_mut(id as usize).and_then(|s| s.take());
+            next
+        });
+        removed
+    }
+
+    pub fn all(&self) -> Vec<Arc<Segment>> {
+        self.table.load().iter().flatten().cloned().collect()
+    }
+}
+
+/// Lists segment files in `dir` as (id, path), sorted by id.
+pub fn list_segment_files(dir: &Path) -> Result<Vec<(u32, PathBuf)>> {
+    let mut found = Vec::new();
+    let entries = std::fs::read_dir(dir).map_err(|source| Error::Io {
+        path: dir.to_path_buf(),
+        op: "read_dir",
+        source,
+    })?;
+    for entry in entries {
+        let entry = entry.map_err(|source| Error::Io {
+            path: dir.to_path_buf(),
+            op: "read_dir",
+            source,
+        })?;
+        if let Some(id) = entry.file_name().to_str().and_then(parse_segment_file_name) {
+            found.push((id, entry.path()));
+        }
+    }
+    found.sort_by_key(|(id, _)| *id);
+    Ok(found)
+}

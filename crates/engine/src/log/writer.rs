@@ -1,0 +1,188 @@
+//! Appends frames to the active segment and persists each group once.
+//!
+//! Only the group-commit leader touches the writer (it sits behind the
+//! commit mutex). Bytes it writes are published to readers only after
+//! `finish_group` persisted them and the index was updated.
+//!
+//! In the durable modes every group ends on a 256-byte boundary: persistent
+//! memory writes back in 256-byte blocks, so groups that share a block would
+//! have that block written twice. Padding is left as zeros, which the reader
+//! skips (see `log::reader`).
+
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use scaledkv_pmem::Durability;
+
+use crate::error::{Error, Result};
+use crate::log::record::{align_up, FrameHeader, FRAME_ALIGN_BYTES, FRAME_HEADER_BYTES};
+use crate::log::segment::{Segment, SegmentSet};
+
+pub const GROUP_ALIGN_BYTES: usize = 256;
+
+pub struct LogWriter {
+    dir: PathBuf,
+    durability: Durability,
+    segment_size_bytes: usize,
+    active: Arc<Segment>,
+    /// Next write offset in `active`.
+    offset: usize,
+    /// Where the current group started in `active`.
+    group_start: usize,
+    /// Segments filled earlier in the current group, not yet persisted.
+    sealed_in_group: Vec<(Arc<Segment>, usize, usize)>,
+    next_id: u32,
+    /// The next segment, created and prefaulted off the critical path.
+    spare: Option<JoinHandle<Result<Segment>>>,
+    /// Highest sequence number handed out.
+    pub last_seq: u64,
+    /// Frame bytes appended since open (padding excluded).
+    pub appended_bytes: u64,
+}
+
+impl LogWriter {
+    pub fn new(
+        dir: PathBuf,
+        durability: Durability,
+        segment_size_bytes: usize,
+        active: Arc<Segment>,
+        offset: usize,
+        last_seq: u64,
+    ) -> LogWriter {
+        let next_id = active.id + 1;
+        let mut writer = LogWriter {
+            dir,
+            durability,
+            segment_size_bytes,
+            active,
+            offset,
+            group_start: offset,
+            sealed_in_group: Vec::new(),
+            next_id,
+            spare: None,
+            last_seq,
+            appended_bytes: 0,
+        };
+        writer.prepare_spare();
+        writer
+    }
+
+    fn prepare_spare(&mut self) {
+        let (dir, id, size, durability) = (
+            self.dir.clone(),
+            self.next_id,
+            self.segment_size_bytes,
+            self.durability,
+        );
+        self.spare = Some(std::thread::spawn(move || {
+            Segment::create(&dir, id, size, durability, true)
+        }));
+    }
+
+    pub fn active_id(&self) -> u32 {
+        self.active.id
+    }
+
+    /// (active segment id, next write offset): where the log ends now.
+    pub fn position(&self) -> (u32, usize) {
+        (self.active.id, self.offset)
+    }
+
+    /// Writes one frame (`header` + `body`) and returns (segment id, offset).
+    pub fn append(
+        &mut self,
+        header: &FrameHeader,
+        body: &[u8],
+        segments: &SegmentSet,
+    ) -> Result<(u32, usize)> {
+        let frame_len = header.frame_len as usize;
+        debug_assert_eq!(frame_len, FRAME_HEADER_BYTES + body.len());
+        if self.offset + frame_len > self.active.capacity_bytes() {
+            self.roll(segments)?;
+        }
+        let at = self.offset;
+        let region = &self.active.region;
+        // SAFETY: bytes past `self.offset` are unpublished: no index entry
+        // points there until this group is persisted and applied.
+        unsafe {
+            region.write(at, &header.encode())?;
+            region.write(at + FRAME_HEADER_BYTES, body)?;
+        }
+        self.offset = align_up(at + frame_len, FRAME_ALIGN_BYTES).min(self.active.capacity_bytes());
+        self.appended_bytes += frame_len as u64;
+        Ok((self.active.id, at))
+    }
+
+    fn roll(&mut self, segments: &SegmentSet) -> Result<()> {
+        let spare = self
+            .spare
+            .take()
+            .expect("a spare segment is always being prepared");
+        let next = match spare.join() {
+            Ok(result) => result?,
+            Err(_) => {
+                return Err(Error::Poisoned(
+                    "segment preparation thread panicked".into(),
+                ))
+            }
+        };
+        let next = Arc::new(next);
+        segments.insert(next.clone());
+        let old = std::mem::replace(&mut self.active, next);
+        old.written_bytes
+            .store(self.offset as u64, Ordering::Release);
+        self.sealed_in_group
+            .push((old, self.group_start, self.offset));
+        self.offset = crate::log::segment::SEGMENT_HEADER_BYTES;
+        self.group_start = self.offset;
+        self.next_id += 1;
+        self.prepare_spare();
+        Ok(())
+    }
+
+    /// Persists everything appended since the last call (one persist per
+    /// touched segment) and starts the next group on a 256-byte boundary.
+    pub fn finish_group(&mut self) -> Result<()> {
+        for (segment, start, end) in self.sealed_in_group.drain(..) {
+            segment.region.persist(start, end - start)?;
+        }
+        if self.offset > self.group_start {
+            self.active
+                .region
+                .persist(self.group_start, self.offset - self.group_start)?;
+        }
+        if self.durability != Durability::Buffered {
+            self.offset =
+                align_up(self.offset, GROUP_ALIGN_BYTES).min(self.active.capacity_bytes());
+        }
+        self.group_start = self.offset;
+        self.active
+            .written_bytes
+            .store(self.offset as u64, Ordering::Release);
+        Ok(())
+    }
+
+    /// Makes everything written so far durable, whatever the mode (used by
+    /// `Db::flush` and at close in buffered mode).
+    pub fn sync_all(&self, segments: &SegmentSet) -> Result<()> {
+        for segment in segments.all() {
+            segment.region.sync_file()?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for LogWriter {
+    fn drop(&mut self) {
+        // The spare was never used: remove it so reopen does not see an
+        // extra empty segment. A crash leaves it behind, which recovery
+        // handles (an empty segment is just empty).
+        if let Some(spare) = self.spare.take() {
+            if let Ok(Ok(segment)) = spare.join() {
+                segment.mark_for_deletion();
+            }
+        }
+    }
+}

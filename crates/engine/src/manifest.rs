@@ -1,0 +1,129 @@
+//! MANIFEST: the one small file that says which index checkpoint is current
+//! and where log replay starts. Replaced atomically (write temp, fsync,
+//! rename, fsync dir), so a crash leaves either the old or the new one.
+//!
+//! Layout, little endian, 40 bytes:
+//! ```text
+//! 0  [u8; 8] magic "SKVMANI\0"
+//! 8  u32 format version
+//! 12 u32 replay start: segment id
+//! 16 u64 checkpoint generation (file index-<gen>.ckpt)
+//! 24 u32 replay start: offset in that segment
+//! 28 u32 reserved (zero)
+//! 32 u32 reserved (zero)
+//! 36 u32 crc32c over bytes 0..36
+//! ```
+
+use std::path::Path;
+
+use crate::error::{Error, Result};
+
+const MAGIC: &[u8; 8] = b"SKVMANI\0";
+const VERSION: u32 = 1;
+const LEN: usize = 40;
+pub const FILE_NAME: &str = "MANIFEST";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Manifest {
+    pub checkpoint_generation: u64,
+    pub replay_segment: u32,
+    pub replay_offset: u32,
+}
+
+impl Manifest {
+    pub fn encode(&self) -> [u8; LEN] {
+        let mut out = [0u8; LEN];
+        out[..8].copy_from_slice(MAGIC);
+        out[8..12].copy_from_slice(&VERSION.to_le_bytes());
+        out[12..16].copy_from_slice(&self.replay_segment.to_le_bytes());
+        out[16..24].copy_from_slice(&self.checkpoint_generation.to_le_bytes());
+        out[24..28].copy_from_slice(&self.replay_offset.to_le_bytes());
+        let crc = crc32c::crc32c(&out[..36]);
+        out[36..40].copy_from_slice(&crc.to_le_bytes());
+        out
+    }
+
+    pub fn decode(bytes: &[u8], path: &Path) -> Result<Manifest> {
+        let corrupt = |reason: &str| Error::Corruption {
+            path: path.to_path_buf(),
+            offset: 0,
+            reason: reason.into(),
+        };
+        if bytes.len() != LEN {
+            return Err(corrupt(&format!(
+                "manifest is {} bytes, expected {LEN}",
+                bytes.len()
+            )));
+        }
+        if &bytes[..8] != MAGIC {
+            return Err(corrupt("bad manifest magic"));
+        }
+        let u32_at = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4 bytes"));
+        if crc32c::crc32c(&bytes[..36]) != u32_at(36) {
+            return Err(corrupt("manifest checksum mismatch"));
+        }
+        if u32_at(8) != VERSION {
+            return Err(Error::UnsupportedVersion {
+                path: path.to_path_buf(),
+                found: u32_at(8),
+                expected: VERSION,
+            });
+        }
+        Ok(Manifest {
+            replay_segment: u32_at(12),
+            checkpoint_generation: u64::from_le_bytes(bytes[16..24].try_into().expect("8 bytes")),
+            replay_offset: u32_at(24),
+        })
+    }
+
+    /// Reads `dir/MANIFEST`; `None` if the database never checkpointed.
+    pub fn load(dir: &Path) -> Result<Option<Manifest>> {
+        let path = dir.join(FILE_NAME);
+        match std::fs::read(&path) {
+            Ok(bytes) => Manifest::decode(&bytes, &path).map(Some),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(Error::Io {
+                path,
+                op: "read",
+                source: e,
+            }),
+        }
+    }
+
+    pub fn store(&self, dir: &Path) -> Result<()> {
+        write_atomically(dir, FILE_NAME, &self.encode())
+    }
+}
+
+/// Writes `dir/name` so that a crash leaves the old or the new contents.
+pub fn write_atomically(dir: &Path, name: &str, bytes: &[u8]) -> Result<()> {
+    use std::io::Write;
+    let tmp = dir.join(format!("{name}.tmp"));
+    let path = dir.join(name);
+    let mut file = std::fs::File::create(&tmp).map_err(Error::io(&tmp, "create"))?;
+    file.write_all(bytes).map_err(Error::io(&tmp, "write"))?;
+    file.sync_all().map_err(Error::io(&tmp, "fsync"))?;
+    std::fs::rename(&tmp, &path).map_err(Error::io(&path, "rename"))?;
+    scaledkv_pmem::sync_dir(dir).map_err(Error::io(dir, "fsync dir"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn roundtrip_and_every_bit_flip_is_detected() {
+        let manifest = Manifest {
+            checkpoint_generation: 7,
+            replay_segment: 3,
+            replay_offset: 4096,
+        };
+        let bytes = manifest.encode();
+        assert_eq!(Manifest::decode(&bytes, Path::new("M")).unwrap(), manifest);
+        for bit in 0..LEN * 8 {
+            let mut bad = bytes;
+            bad[bit / 8] ^= 1 << (bit % 8);
+            assert!(Manifest::decode(&bad, Path::new("M")).is_err(), "bit {bit}");
+        }
+    }
+}

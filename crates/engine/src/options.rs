@@ -1,0 +1,90 @@
+//! Options chosen per database at open time.
+
+pub use scaledkv_pmem::Durability;
+
+use crate::error::{Error, Result};
+use crate::log::record::FRAME_HEADER_BYTES;
+use crate::log::segment::SEGMENT_HEADER_BYTES;
+
+/// Largest key, in bytes. Keys live in DRAM in the index, so they are kept
+/// small; the on-disk field is a u16.
+pub const MAX_KEY_BYTES: usize = 16 * 1024;
+/// Largest value, in bytes.
+pub const MAX_VALUE_BYTES: usize = 16 * 1024 * 1024;
+/// Largest encoded write batch, in bytes (also bounded by the segment size).
+pub const MAX_BATCH_BYTES: usize = 32 * 1024 * 1024;
+/// Smallest segment size accepted (tests use small segments to exercise
+/// rolling and GC).
+pub const MIN_SEGMENT_BYTES: usize = 64 * 1024;
+/// Offsets inside a segment are u32.
+pub const MAX_SEGMENT_BYTES: usize = u32::MAX as usize;
+
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// What an acknowledged write survives (see `Durability`).
+    pub durability: Durability,
+    /// Size of each preallocated value-log segment file.
+    pub segment_size_bytes: usize,
+    /// Verify each entry's CRC on every read (like RocksDB's
+    /// `verify_checksums`, on by default).
+    pub verify_checksums: bool,
+    pub create_if_missing: bool,
+    /// Skip corrupt frames in the middle of the log instead of refusing to
+    /// open; what was skipped is in `Db::recovery_report`.
+    pub repair: bool,
+    /// Log bytes written between index checkpoints; bounds replay at open.
+    pub checkpoint_interval_bytes: u64,
+    /// A sealed segment is collected when live bytes / written bytes fall
+    /// below this ratio.
+    pub gc_live_ratio: f64,
+    /// Run checkpoints and GC on a background thread.
+    pub background_work: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            durability: Durability::Sync,
+            segment_size_bytes: 64 * 1024 * 1024,
+            verify_checksums: true,
+            create_if_missing: true,
+            repair: false,
+            checkpoint_interval_bytes: 256 * 1024 * 1024,
+            gc_live_ratio: 0.5,
+            background_work: true,
+        }
+    }
+}
+
+impl Options {
+    pub fn durability(mut self, durability: Durability) -> Self {
+        self.durability = durability;
+        self
+    }
+
+    pub fn segment_size_bytes(mut self, bytes: usize) -> Self {
+        self.segment_size_bytes = bytes;
+        self
+    }
+
+    pub(crate) fn validate(&self) -> Result<()> {
+        if !(MIN_SEGMENT_BYTES..=MAX_SEGMENT_BYTES).contains(&self.segment_size_bytes) {
+            return Err(Error::InvalidOptions(format!(
+                "segment_size_bytes {} is outside {MIN_SEGMENT_BYTES}..={MAX_SEGMENT_BYTES}",
+                self.segment_size_bytes
+            )));
+        }
+        if !(0.0..1.0).contains(&self.gc_live_ratio) {
+            return Err(Error::InvalidOptions(format!(
+                "gc_live_ratio {} is outside 0..1",
+                self.gc_live_ratio
+            )));
+        }
+        Ok(())
+    }
+
+    /// The largest frame that fits a segment, and so the batch limit.
+    pub(crate) fn max_batch_bytes(&self) -> usize {
+        MAX_BATCH_BYTES.min(self.segment_size_bytes - SEGMENT_HEADER_BYTES - FRAME_HEADER_BYTES)
+    }
+}

@@ -1,0 +1,75 @@
+//! Counters and the statistics snapshot `Db::stats` returns.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    /// Entry bytes (headers, keys, values) of user writes.
+    pub user_bytes_written: AtomicU64,
+    /// Frame bytes appended to the log, user writes and GC copies.
+    pub log_bytes_written: AtomicU64,
+    pub gc_bytes_written: AtomicU64,
+    pub gc_runs: AtomicU64,
+    pub segments_freed: AtomicU64,
+    pub checkpoints: AtomicU64,
+}
+
+impl Counters {
+    pub fn snapshot(&self, mut stats: Stats) -> Stats {
+        let user = self.user_bytes_written.load(Ordering::Relaxed);
+        let log = self.log_bytes_written.load(Ordering::Relaxed);
+        stats.user_bytes_written = user;
+        stats.log_bytes_written = log;
+        stats.gc_bytes_written = self.gc_bytes_written.load(Ordering::Relaxed);
+        stats.gc_runs = self.gc_runs.load(Ordering::Relaxed);
+        stats.segments_freed = self.segments_freed.load(Ordering::Relaxed);
+        stats.checkpoints = self.checkpoints.load(Ordering::Relaxed);
+        stats.write_amplification = if user == 0 {
+            0.0
+        } else {
+            log as f64 / user as f64
+        };
+        stats.space_amplification = if stats.live_bytes == 0 {
+            0.0
+        } else {
+            stats.log_bytes as f64 / stats.live_bytes as f64
+        };
+        stats
+    }
+}
+
+/// A point-in-time view of the database's size and work.
+#[derive(Debug, Clone, Default)]
+pub struct Stats {
+    /// Live keys in the index.
+    pub keys: u64,
+    /// Bytes of log entries the index points at.
+    pub live_bytes: u64,
+    /// Bytes written into the segments that exist now.
+    pub log_bytes: u64,
+    /// Bytes allocated on the medium for segment files.
+    pub disk_bytes: u64,
+    pub segments: u64,
+    /// Estimated DRAM held by the index (see `index::memtable` for the model).
+    pub index_memory_bytes: u64,
+    pub index_bytes_per_key: f64,
+    /// Since open: entry bytes written by users.
+    pub user_bytes_written: u64,
+    /// Since open: frame bytes appended to the log (users + GC).
+    pub log_bytes_written: u64,
+    /// Since open: bytes GC copied forward.
+    pub gc_bytes_written: u64,
+    /// log_bytes_written / user_bytes_written.
+    pub write_amplification: f64,
+    /// log_bytes / live_bytes: how much the log holds per live byte.
+    pub space_amplification: f64,
+    pub gc_runs: u64,
+    pub segments_freed: u64,
+    pub checkpoints: u64,
+    pub last_seq: u64,
+    pub durability: &'static str,
+    /// tmpfs, dax or page-cache.
+    pub medium: &'static str,
+    /// clwb, clflushopt, clflush, msync or none.
+    pub persist_method: &'static str,
+}

@@ -1,0 +1,457 @@
+//! A persistent region: a file mapped shared into memory, plus the one
+//! operation that makes a byte range durable.
+//!
+//! Media assumptions (what each mode promises is derived from these):
+//! - DAX mapping with MAP_SYNC: a store is durable once its cache line is
+//!   written back (CLWB/CLFLUSHOPT/CLFLUSH) and fenced; no syscall needed.
+//! - tmpfs (/dev/shm): memory-backed, the stand-in for PM on machines
+//!   without it. Cache write-back is what real PM would need; the data
+//!   survives a process crash, not a reboot.
+//! - any other file system: stores sit in the page cache until msync(MS_SYNC)
+//!   (which Linux implements as fdatasync of the range) returns.
+
+use std::fs::{File, OpenOptions};
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+
+use crate::flush::{self, FlushInstruction};
+use crate::Durability;
+
+const TMPFS_MAGIC: libc::c_long = 0x0102_1994;
+/// Not in every libc version of the crate; values from <linux/mman.h>.
+const MAP_SHARED_VALIDATE: libc::c_int = 0x03;
+const MAP_SYNC: libc::c_int = 0x80000;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{path}: {op}: {source}")]
+    Io {
+        path: PathBuf,
+        op: &'static str,
+        source: std::io::Error,
+    },
+    #[error("{path}: durability `pmem` needs a DAX (MAP_SYNC) or tmpfs mount; this file is on a page-cache file system, use `sync`")]
+    PmemNeedsDax { path: PathBuf },
+    #[error("{path}: range {offset}+{len} is outside the {size}-byte region")]
+    OutOfRange {
+        path: PathBuf,
+        offset: usize,
+        len: usize,
+        size: usize,
+    },
+    #[error("{path}: a region must be at least one byte")]
+    Empty { path: PathBuf },
+}
+
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// What backs a mapping, decided once at map time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Medium {
+    /// DAX mapping with MAP_SYNC: real persistent memory.
+    Dax,
+    /// tmpfs: memory, the persistent-memory stand-in.
+    Tmpfs,
+    /// Any page-cache file system (ext4, xfs, ...).
+    PageCache,
+}
+
+impl Medium {
+    pub fn name(self) -> &'static str {
+        match self {
+            Medium::Dax => "dax",
+            Medium::Tmpfs => "tmpfs",
+            Medium::PageCache => "page-cache",
+        }
+    }
+}
+
+/// How `persist` makes a range durable, derived from mode and medium.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PersistPath {
+    CacheFlush(FlushInstruction),
+    Msync,
+    Nothing,
+}
+
+/// A file mapped read-write and shared.
+///
+/// Writers and readers share `&Region`; the region does not arbitrate. The
+/// owner (the engine's log writer) guarantees that bytes are only read after
+/// they were written and published, and never written while a reader may
+/// look at them.
+pub struct Region {
+    ptr: *mut u8,
+    len: usize,
+    file: File,
+    path: PathBuf,
+    medium: Medium,
+    persist_path: PersistPath,
+}
+
+// SAFETY: the mapping is plain shared memory owned by this value; access
+// discipline (write-before-publish) is the owner's contract documented above.
+unsafe impl Send for Region {}
+// SAFETY: as above.
+unsafe impl Sync for Region {}
+
+fn io_err<'a>(path: &'a Path, op: &'static str) -> impl FnOnce(std::io::Error) -> Error + 'a {
+    move |source| Error::Io {
+        path: path.to_path_buf(),
+        op,
+        source,
+    }
+}
+
+impl Region {
+    /// Creates `path` (which must not exist) with `len_bytes` preallocated and
+    /// maps it. `populate` prefaults the pages so the first writes do not
+    /// page-fault (worth it when creation is off the critical path).
+    pub fn create(
+        path: &Path,
+        len_bytes: usize,
+        durability: Durability,
+        populate: bool,
+    ) -> Result<Region> {
+        if len_bytes == 0 {
+            return Err(Error::Empty {
+                path: path.to_path_buf(),
+            });
+        }
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(path)
+            .map_err(io_err(path, "create"))?;
+        file.set_len(len_bytes as u64)
+            .map_err(io_err(path, "set_len"))?;
+        // Reserve the blocks now so later writes need no allocation, which
+        // also keeps each later fdatasync free of block-allocation metadata.
+        // SAFETY: plain syscall on an fd we own.
+        let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len_bytes as libc::off_t) };
+        if rc != 0 && rc != libc::EOPNOTSUPP {
+            return Err(Error::Io {
+                path: path.to_path_buf(),
+                op: "fallocate",
+                source: std::io::Error::from_raw_os_error(rc),
+            });
+        }
+        if durability != Durability::Buffered {
+            file.sync_all().map_err(io_err(path, "fsync"))?;
+        }
+        Self::map(file, path, len_bytes, durability, populate)
+    }
+
+    /// Maps an existing file over its whole length.
+    pub fn open(path: &Path, durability: Durability) -> Result<Region> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .map_err(io_err(path, "open"))?;
+        let len = file.metadata().map_err(io_err(path, "stat"))?.len() as usize;
+        if len == 0 {
+            return Err(Error::Empty {
+                path: path.to_path_buf(),
+            });
+        }
+        Self::map(file, path, len, durability, false)
+    }
+
+    fn map(
+        file: File,
+        path: &Path,
+        len: usize,
+        durability: Durability,
+        populate: bool,
+    ) -> Result<Region> {
+        let fd = file.as_raw_fd();
+        let prot = libc::PROT_READ | libc::PROT_WRITE;
+        let populate_flag = if populate { libc::MAP_POPULATE } else { 0 };
+        // Try MAP_SYNC first: it only succeeds on a DAX mount, which is how
+        // the kernel tells us the medium is real persistent memory.
+        // SAFETY: a fresh mapping of a file we own; failure is checked.
+        let dax_ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                prot,
+                MAP_SHARED_VALIDATE | MAP_SYNC | populate_flag,
+                fd,
+                0,
+            )
+        };
+        let (ptr, medium) = if dax_ptr != libc::MAP_FAILED {
+            (dax_ptr, Medium::Dax)
+        } else {
+            // SAFETY: as above.
+            let ptr = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    len,
+                    prot,
+                    libc::MAP_SHARED | populate_flag,
+                    fd,
+                    0,
+                )
+            };
+            if ptr == libc::MAP_FAILED {
+                return Err(io_err(path, "mmap")(std::io::Error::last_os_error()));
+            }
+            let medium = if is_tmpfs(&file) {
+                Medium::Tmpfs
+            } else {
+                Medium::PageCache
+            };
+            (ptr, medium)
+        };
+        let persist_path = match (durability, medium) {
+            (Durability::Buffered, _) => PersistPath::Nothing,
+            (Durability::Pmem, Medium::Dax | Medium::Tmpfs) => {
+                PersistPath::CacheFlush(flush::detected())
+            }
+            (Durability::Pmem, Medium::PageCache) => {
+                // SAFETY: unmapping the mapping made just above.
+                unsafe { libc::munmap(ptr, len) };
+                return Err(Error::PmemNeedsDax {
+                    path: path.to_path_buf(),
+                });
+            }
+            (Durability::Sync, Medium::Dax) => PersistPath::CacheFlush(flush::detected()),
+            (Durability::Sync, _) => PersistPath::Msync,
+        };
+        Ok(Region {
+            ptr: ptr.cast(),
+            len,
+            file,
+            path: path.to_path_buf(),
+            medium,
+            persist_path,
+        })
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn medium(&self) -> Medium {
+        self.medium
+    }
+
+    /// The instruction or syscall `persist` uses, for reports.
+    pub fn persist_method(&self) -> &'static str {
+        match self.persist_path {
+            PersistPath::CacheFlush(instruction) => instruction.name(),
+            PersistPath::Msync => "msync",
+            PersistPath::Nothing => "none",
+        }
+    }
+
+    fn check(&self, offset: usize, len: usize) -> Result<()> {
+        match offset.checked_add(len) {
+            Some(end) if end <= self.len => Ok(()),
+            _ => Err(Error::OutOfRange {
+                path: self.path.clone(),
+                offset,
+                len,
+                size: self.len,
+            }),
+        }
+    }
+
+    /// The bytes at `[offset, offset + len)`.
+    pub fn read(&self, offset: usize, len: usize) -> Result<&[u8]> {
+        self.check(offset, len)?;
+        // SAFETY: in bounds (checked); the mapping lives as long as `self`.
+        Ok(unsafe { std::slice::from_raw_parts(self.ptr.add(offset), len) })
+    }
+
+    /// The whole mapping.
+    pub fn as_slice(&self) -> &[u8] {
+        // SAFETY: the mapping is `len` bytes and lives as long as `self`.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+
+    /// Copies `data` to `offset`. Not durable until `persist` covers it.
+    ///
+    /// # Safety
+    /// No reader may be looking at `[offset, offset + data.len())` during the
+    /// call: the owner writes only bytes it has not yet published.
+    pub unsafe fn write(&self, offset: usize, data: &[u8]) -> Result<()> {
+        self.check(offset, data.len())?;
+        // SAFETY: in bounds; exclusivity of the range is the caller's contract.
+        std::ptr::copy_nonoverlapping(data.as_ptr(), self.ptr.add(offset), data.len());
+        Ok(())
+    }
+
+    /// Fills `[offset, offset + len)` with zeros, skipping pages that are
+    /// already zero so repair does not dirty a whole empty file.
+    ///
+    /// # Safety
+    /// As for `write`.
+    pub unsafe fn zero(&self, offset: usize, len: usize) -> Result<()> {
+        self.check(offset, len)?;
+        const STEP: usize = 4096;
+        let mut at = offset;
+        while at < offset + len {
+            let n = STEP.min(offset + len - at);
+            let chunk = std::slice::from_raw_parts_mut(self.ptr.add(at), n);
+            if chunk.iter().any(|b| *b != 0) {
+                chunk.fill(0);
+            }
+            at += n;
+        }
+        Ok(())
+    }
+
+    /// Makes `[offset, offset + len)` durable as the mode and medium require.
+    pub fn persist(&self, offset: usize, len: usize) -> Result<()> {
+        self.check(offset, len)?;
+        match self.persist_path {
+            PersistPath::Nothing => Ok(()),
+            PersistPath::CacheFlush(instruction) => {
+                // SAFETY: the range is in bounds of a live mapping.
+                unsafe { flush::flush_range(instruction, self.ptr.add(offset), len) };
+                Ok(())
+            }
+            PersistPath::Msync => {
+                let page = page_size();
+                let start = offset & !(page - 1);
+                let end = offset + len;
+                // SAFETY: page-aligned start inside our mapping; msync only
+                // writes back, it never changes the mapping.
+                let rc =
+                    unsafe { libc::msync(self.ptr.add(start).cast(), end - start, libc::MS_SYNC) };
+                if rc != 0 {
+                    return Err(io_err(&self.path, "msync")(std::io::Error::last_os_error()));
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// fsync of the file (data and metadata), e.g. after repair.
+    pub fn sync_file(&self) -> Result<()> {
+        self.file.sync_all().map_err(io_err(&self.path, "fsync"))
+    }
+}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        // SAFETY: we own the mapping and nothing borrows it past `self`.
+        unsafe { libc::munmap(self.ptr.cast(), self.len) };
+    }
+}
+
+impl std::fmt::Debug for Region {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Region")
+            .field("path", &self.path)
+            .field("len", &self.len)
+            .field("medium", &self.medium)
+            .field("persist", &self.persist_method())
+            .finish()
+    }
+}
+
+fn page_size() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if size > 0 {
+        size as usize
+    } else {
+        4096
+    }
+}
+
+fn is_tmpfs(file: &File) -> bool {
+    // SAFETY: statfs writes into the zeroed struct we pass.
+    let mut stat: libc::statfs = unsafe { std::mem::zeroed() };
+    let rc = unsafe { libc::fstatfs(file.as_raw_fd(), &mut stat) };
+    rc == 0 && stat.f_type as libc::c_long == TMPFS_MAGIC
+}
+
+/// The medium a directory lives on, for reports and for choosing defaults.
+pub fn medium_of_dir(dir: &Path) -> std::io::Result<Medium> {
+    let file = File::open(dir)?;
+    Ok(if is_tmpfs(&file) {
+        Medium::Tmpfs
+    } else {
+        Medium::PageCache
+    })
+}
+
+/// fsync of a directory, so that a create, rename or unlink in it is durable.
+pub fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn write_persist_reopen_roundtrip_in_every_mode() {
+        let dir = tempfile::tempdir().unwrap();
+        for (i, mode) in [Durability::Sync, Durability::Buffered]
+            .into_iter()
+            .enumerate()
+        {
+            let path = dir.path().join(format!("r{i}"));
+            let region = Region::create(&path, 8192, mode, i == 0).unwrap();
+            unsafe { region.write(4000, b"hello persistent world").unwrap() };
+            region.persist(4000, 22).unwrap();
+            drop(region);
+            let region = Region::open(&path, mode).unwrap();
+            assert_eq!(region.read(4000, 22).unwrap(), b"hello persistent world");
+            assert_eq!(region.len(), 8192);
+        }
+    }
+
+    #[test]
+    fn pmem_mode_works_on_tmpfs_and_is_refused_on_page_cache() {
+        let shm = Path::new("/dev/shm");
+        if medium_of_dir(shm).ok() == Some(Medium::Tmpfs) {
+            let dir = tempfile::tempdir_in(shm).unwrap();
+            let region =
+                Region::create(&dir.path().join("r"), 4096, Durability::Pmem, false).unwrap();
+            assert_eq!(region.medium(), Medium::Tmpfs);
+            unsafe { region.write(0, &[7u8; 300]).unwrap() };
+            region.persist(0, 300).unwrap();
+            assert_eq!(region.read(0, 300).unwrap(), &[7u8; 300][..]);
+        } else {
+            eprintln!("notice: /dev/shm is not tmpfs here; skipping the tmpfs half of this test");
+        }
+        let dir = tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).unwrap();
+        if medium_of_dir(dir.path()).unwrap() == Medium::PageCache {
+            let err =
+                Region::create(&dir.path().join("r"), 4096, Durability::Pmem, false).unwrap_err();
+            assert!(matches!(err, Error::PmemNeedsDax { .. }), "{err}");
+        }
+    }
+
+    #[test]
+    fn out_of_range_access_is_an_error_not_a_crash() {
+        let dir = tempfile::tempdir().unwrap();
+        let region =
+            Region::create(&dir.path().join("r"), 100, Durability::Buffered, false).unwrap();
+        assert!(matches!(region.read(90, 11), Err(Error::OutOfRange { .. })));
+        assert!(matches!(
+            unsafe { region.write(usize::MAX, b"x") },
+            Err(Error::OutOfRange { .. })
+        ));
+        assert!(matches!(
+            region.persist(0, 101),
+            Err(Error::OutOfRange { .. })
+        ));
+    }
+}
