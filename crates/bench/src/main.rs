@@ -1,1 +1,131 @@
-fn main() {}
+//! `scaledkv-bench`: RocksDB's db_bench workloads, names, flags and output
+//! format, run against ScaledKV (or, with the `rocksdb` feature, against a
+//! release build of RocksDB), so both tools' lines can be compared as is.
+
+mod alloc_counter;
+mod store;
+mod workloads;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use clap::Parser;
+use scaledkv::Durability;
+
+#[global_allocator]
+static ALLOCATOR: alloc_counter::Counting = alloc_counter::Counting;
+
+fn flag_bool(s: &str) -> Result<bool, String> {
+    match s {
+        "1" | "true" => Ok(true),
+        "0" | "false" => Ok(false),
+        other => Err(format!("expected 0/1/true/false, got `{other}`")),
+    }
+}
+
+/// db_bench-compatible flags (`--name=value`); unknown db_bench flags are
+/// refused rather than silently ignored.
+#[derive(Parser, Debug, Clone)]
+#[command(name = "scaledkv-bench", rename_all = "snake_case", about = "db_bench workloads against ScaledKV")]
+pub struct Flags {
+    /// Comma-separated: fillseq,fillrandom,overwrite,readrandom,readseq,
+    /// readreverse,seekrandom,deleterandom,readwhilewriting,fillbatch,stats
+    #[arg(long, default_value = "fillseq,fillrandom,overwrite,readrandom,readseq,readreverse,seekrandom,deleterandom")]
+    pub benchmarks: String,
+    /// Number of keys.
+    #[arg(long, default_value_t = 1_000_000)]
+    pub num: u64,
+    /// Number of read operations (-1: same as --num).
+    #[arg(long, default_value_t = -1, allow_hyphen_values = true)]
+    pub reads: i64,
+    #[arg(long, default_value_t = 16)]
+    pub key_size: usize,
+    #[arg(long, default_value_t = 100)]
+    pub value_size: usize,
+    #[arg(long, default_value_t = 1)]
+    pub threads: usize,
+    /// Next() calls after each seek in seekrandom.
+    #[arg(long, default_value_t = 0)]
+    pub seek_nexts: usize,
+    /// Database directory.
+    #[arg(long, default_value = "/tmp/scaledkv-bench")]
+    pub db: PathBuf,
+    #[arg(long, default_value = "0", value_parser = flag_bool, action = clap::ArgAction::Set)]
+    pub use_existing_db: bool,
+    /// With ScaledKV: 1 selects durability=sync unless --durability is given.
+    #[arg(long, default_value = "0", value_parser = flag_bool, action = clap::ArgAction::Set)]
+    pub sync: bool,
+    /// ScaledKV durability: pmem, sync or buffered (default: buffered, or
+    /// sync with --sync=1).
+    #[arg(long)]
+    pub durability: Option<Durability>,
+    #[arg(long, default_value = "0", value_parser = flag_bool, action = clap::ArgAction::Set)]
+    pub verify_checksum: bool,
+    /// Entries per batch in fillbatch.
+    #[arg(long, default_value_t = 1000)]
+    pub batch_size: usize,
+    /// Seconds readwhilewriting runs at most.
+    #[arg(long, default_value_t = 0)]
+    pub duration: u64,
+    #[arg(long, default_value_t = 301)]
+    pub seed: u64,
+    /// Which engine to drive: scaledkv, or rocksdb (needs the `rocksdb` feature).
+    #[arg(long, default_value = "scaledkv")]
+    pub engine: String,
+    /// RocksDB only: 1 disables the WAL.
+    #[arg(long, default_value = "0", value_parser = flag_bool, action = clap::ArgAction::Set)]
+    pub disable_wal: bool,
+    /// RocksDB only: block cache bytes.
+    #[arg(long, default_value_t = 8 << 30)]
+    pub cache_size: usize,
+    /// Progress bar: auto (on a terminal), always, never.
+    #[arg(long, default_value = "auto")]
+    pub progress: String,
+}
+
+fn open_store(flags: &Flags, fresh: bool) -> Result<Arc<dyn store::Store>, String> {
+    match flags.engine.as_str() {
+        "scaledkv" => {
+            let durability =
+                flags.durability.unwrap_or(if flags.sync { Durability::Sync } else { Durability::Buffered });
+            Ok(Arc::new(store::ScaledKv::open(&flags.db, durability, flags.verify_checksum, fresh)?))
+        }
+        #[cfg(feature = "rocksdb")]
+        "rocksdb" => {
+            Ok(Arc::new(store::rocks::Rocks::open(&flags.db, flags.sync, flags.disable_wal, flags.cache_size, fresh)?))
+        }
+        other => Err(format!(
+            "unknown --engine `{other}` (this build supports: scaledkv{})",
+            if cfg!(feature = "rocksdb") { ", rocksdb" } else { "; rebuild with --features rocksdb for rocksdb" }
+        )),
+    }
+}
+
+fn main() {
+    let flags = Flags::parse();
+    if let Err(error) = run(flags) {
+        eprintln!("error: {error}");
+        std::process::exit(1);
+    }
+}
+
+fn run(flags: Flags) -> Result<(), String> {
+    let benchmarks: Vec<String> = flags.benchmarks.split(',').filter(|s| !s.is_empty()).map(str::to_string).collect();
+    for name in &benchmarks {
+        if !workloads::KNOWN.contains(&name.as_str()) {
+            return Err(format!("unknown benchmark `{name}`; known: {}", workloads::KNOWN.join(",")));
+        }
+    }
+    let heap_before = alloc_counter::allocated_bytes();
+    let store = open_store(&flags, !flags.use_existing_db)?;
+    workloads::print_header(&flags, store.as_ref());
+    for name in &benchmarks {
+        workloads::run(name, &flags, &store)?;
+    }
+    for line in store.report() {
+        println!("{line}");
+    }
+    let heap = alloc_counter::allocated_bytes().saturating_sub(heap_before);
+    println!("heap: {:.1} MB held by the engine after the run (measured by the allocator)", heap as f64 / 1e6);
+    Ok(())
+}

@@ -32,10 +32,7 @@ impl WriteBatch {
     }
 
     pub fn with_capacity(bytes: usize) -> WriteBatch {
-        WriteBatch {
-            body: Vec::with_capacity(bytes),
-            ..WriteBatch::default()
-        }
+        WriteBatch { body: Vec::with_capacity(bytes), ..WriteBatch::default() }
     }
 
     pub fn put(&mut self, key: &[u8], value: &[u8]) {
@@ -75,15 +72,9 @@ impl WriteBatch {
             return;
         }
         if key.len() > MAX_KEY_BYTES {
-            self.invalid = Some(Error::KeyTooLarge {
-                len: key.len(),
-                max: MAX_KEY_BYTES,
-            });
+            self.invalid = Some(Error::KeyTooLarge { len: key.len(), max: MAX_KEY_BYTES });
         } else if value.len() > MAX_VALUE_BYTES {
-            self.invalid = Some(Error::ValueTooLarge {
-                len: value.len(),
-                max: MAX_VALUE_BYTES,
-            });
+            self.invalid = Some(Error::ValueTooLarge { len: value.len(), max: MAX_VALUE_BYTES });
         } else {
             encode_entry(&mut self.body, kind, key, value, expiry_ms);
             self.count += 1;

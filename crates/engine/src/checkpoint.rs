@@ -46,10 +46,7 @@ pub fn write(dir: &Path, generation: u64, index: &Index, last_seq: u64) -> Resul
     let path = dir.join(file_name(generation));
     let tmp = dir.join(format!("{}.tmp", file_name(generation)));
     let file = std::fs::File::create(&tmp).map_err(Error::io(&tmp, "create"))?;
-    let mut out = CrcWriter {
-        inner: std::io::BufWriter::with_capacity(1 << 20, file),
-        crc: 0,
-    };
+    let mut out = CrcWriter { inner: std::io::BufWriter::with_capacity(1 << 20, file), crc: 0 };
     let mut header = [0u8; HEADER_BYTES];
     header[..8].copy_from_slice(MAGIC);
     header[8..12].copy_from_slice(&VERSION.to_le_bytes());
@@ -72,18 +69,11 @@ pub fn write(dir: &Path, generation: u64, index: &Index, last_seq: u64) -> Resul
         count += 1;
     });
     result.map_err(Error::io(&tmp, "write"))?;
-    out.put(&count.to_le_bytes())
-        .map_err(Error::io(&tmp, "write"))?;
+    out.put(&count.to_le_bytes()).map_err(Error::io(&tmp, "write"))?;
     let crc = out.crc;
     let mut writer = out.inner;
-    writer
-        .write_all(&crc.to_le_bytes())
-        .map_err(Error::io(&tmp, "write"))?;
-    let file = writer.into_inner().map_err(|e| Error::Io {
-        path: tmp.clone(),
-        op: "flush",
-        source: e.into_error(),
-    })?;
+    writer.write_all(&crc.to_le_bytes()).map_err(Error::io(&tmp, "write"))?;
+    let file = writer.into_inner().map_err(|e| Error::Io { path: tmp.clone(), op: "flush", source: e.into_error() })?;
     file.sync_all().map_err(Error::io(&tmp, "fsync"))?;
     std::fs::rename(&tmp, &path).map_err(Error::io(&path, "rename"))?;
     Ok(count)
@@ -117,11 +107,7 @@ fn decode(bytes: &[u8], path: &Path) -> Result<Loaded> {
     }
     let version = u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes"));
     if version != VERSION {
-        return Err(Error::UnsupportedVersion {
-            path: path.to_path_buf(),
-            found: version,
-            expected: VERSION,
-        });
+        return Err(Error::UnsupportedVersion { path: path.to_path_buf(), found: version, expected: VERSION });
     }
     let last_seq = u64::from_le_bytes(bytes[16..24].try_into().expect("8 bytes"));
     let count_at = bytes.len() - TRAILER_BYTES;
@@ -129,8 +115,7 @@ fn decode(bytes: &[u8], path: &Path) -> Result<Loaded> {
     let mut entries: Vec<(Key, Slot)> = Vec::with_capacity(count.min(1 << 28) as usize);
     let mut at = HEADER_BYTES;
     while at < count_at {
-        let key_len =
-            u16::from_le_bytes([bytes[at], bytes.get(at + 1).copied().unwrap_or(0)]) as usize;
+        let key_len = u16::from_le_bytes([bytes[at], bytes.get(at + 1).copied().unwrap_or(0)]) as usize;
         let fixed = 2 + key_len + 20;
         if at + fixed > count_at {
             return Err(corrupt(at, "entry runs past the end"));
@@ -138,16 +123,9 @@ fn decode(bytes: &[u8], path: &Path) -> Result<Loaded> {
         let key = &bytes[at + 2..at + 2 + key_len];
         let rest = &bytes[at + 2 + key_len..at + fixed];
         let u32_at = |i: usize| u32::from_le_bytes(rest[i..i + 4].try_into().expect("4 bytes"));
-        let loc = Loc {
-            seg: u32_at(0),
-            off: u32_at(4),
-            len: u32_at(8),
-        };
+        let loc = Loc { seg: u32_at(0), off: u32_at(4), len: u32_at(8) };
         let seq = u64::from_le_bytes(rest[12..20].try_into().expect("8 bytes"));
-        if entries
-            .last()
-            .is_some_and(|(prev, _)| prev.as_slice() >= key)
-        {
+        if entries.last().is_some_and(|(prev, _)| prev.as_slice() >= key) {
             return Err(corrupt(at, "keys out of order"));
         }
         entries.push((Key::from_slice(key), Slot::new(loc, seq)));
@@ -157,8 +135,5 @@ fn decode(bytes: &[u8], path: &Path) -> Result<Loaded> {
         return Err(corrupt(count_at, "entry count mismatch"));
     }
     // Sorted input: BTreeMap builds it in bulk, in linear time.
-    Ok(Loaded {
-        map: entries.into_iter().collect(),
-        last_seq,
-    })
+    Ok(Loaded { map: entries.into_iter().collect(), last_seq })
 }

@@ -38,22 +38,14 @@ pub struct Request {
 
 impl Request {
     pub fn new(body: Vec<u8>, count: u32, relocations: Option<Vec<Relocation>>) -> Arc<Request> {
-        Arc::new(Request {
-            body,
-            count,
-            relocations,
-            state: AtomicU8::new(PENDING),
-            failure: OnceLock::new(),
-        })
+        Arc::new(Request { body, count, relocations, state: AtomicU8::new(PENDING), failure: OnceLock::new() })
     }
 
     fn outcome(&self) -> Option<Result<()>> {
         match self.state.load(Ordering::Acquire) {
             PENDING => None,
             DONE => Some(Ok(())),
-            _ => Some(Err(Error::Poisoned(
-                self.failure.get().cloned().unwrap_or_default(),
-            ))),
+            _ => Some(Err(Error::Poisoned(self.failure.get().cloned().unwrap_or_default()))),
         }
     }
 }
@@ -66,11 +58,7 @@ pub struct Committer {
 
 impl Committer {
     pub fn new(log: LogWriter) -> Committer {
-        Committer {
-            queue: Mutex::new(Vec::new()),
-            wake: Condvar::new(),
-            log: Mutex::new(log),
-        }
+        Committer { queue: Mutex::new(Vec::new()), wake: Condvar::new(), log: Mutex::new(log) }
     }
 
     /// Runs `f` with the log writer while no group is in flight.
@@ -112,9 +100,7 @@ impl Committer {
                 let group = std::mem::take(&mut *queue);
                 drop(queue);
                 debug_assert!(group.iter().any(|r| Arc::ptr_eq(r, &request)));
-                let lead = lead
-                    .take()
-                    .expect("a writer leads at most once: its request is in that group");
+                let lead = lead.take().expect("a writer leads at most once: its request is in that group");
                 let result = lead(&mut log, &group);
                 let message = result.as_ref().err().map(|e| e.to_string());
                 for member in &group {

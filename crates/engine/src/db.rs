@@ -19,8 +19,7 @@ use crate::error::{Error, Result};
 use crate::index::memtable::{Index, Loc, Update};
 use crate::iter::Iter;
 use crate::log::record::{
-    align_up, decode_entry, EntryKind, EntryView, FrameHeader, FLAG_GROUP_START, FLAG_RELOCATED,
-    FRAME_HEADER_BYTES,
+    align_up, decode_entry, EntryKind, EntryView, FrameHeader, FLAG_GROUP_START, FLAG_RELOCATED, FRAME_HEADER_BYTES,
 };
 use crate::log::segment::{Segment, SegmentSet, SegmentTable, SEGMENT_HEADER_BYTES};
 use crate::log::writer::{LogWriter, GROUP_ALIGN_BYTES};
@@ -31,9 +30,7 @@ use crate::stats::{Counters, Stats};
 
 /// Milliseconds since the Unix epoch (the unit of expiry times).
 pub fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
 
 /// An open database. `Send + Sync`: share it between threads with `Arc`.
@@ -135,13 +132,7 @@ impl Db {
         let (active, end) = match recovered.segments.last() {
             Some(last) => (last.clone(), recovered.end),
             None => {
-                let first = Arc::new(Segment::create(
-                    &dir,
-                    1,
-                    options.segment_size_bytes,
-                    options.durability,
-                    true,
-                )?);
+                let first = Arc::new(Segment::create(&dir, 1, options.segment_size_bytes, options.durability, true)?);
                 scaledkv_pmem::sync_dir(&dir).map_err(Error::io(&dir, "fsync dir"))?;
                 (first, SEGMENT_HEADER_BYTES)
             }
@@ -149,11 +140,7 @@ impl Db {
         for segment in recovered.segments.iter().chain(std::iter::once(&active)) {
             segments.insert(segment.clone());
         }
-        let offset = if options.durability == Durability::Buffered {
-            end
-        } else {
-            align_up(end, GROUP_ALIGN_BYTES)
-        };
+        let offset = if options.durability == Durability::Buffered { end } else { align_up(end, GROUP_ALIGN_BYTES) };
         let log = LogWriter::new(
             dir.clone(),
             options.durability,
@@ -194,8 +181,7 @@ impl Db {
     }
 
     pub fn put(&self, key: &[u8], value: &[u8]) -> Result<()> {
-        let mut batch =
-            WriteBatch::with_capacity(crate::log::record::entry_len(key.len(), value.len(), false));
+        let mut batch = WriteBatch::with_capacity(crate::log::record::entry_len(key.len(), value.len(), false));
         batch.put(key, value);
         self.write(batch)
     }
@@ -224,18 +210,13 @@ impl Db {
         }
         let max = self.inner.options.max_batch_bytes();
         if batch.body.len() > max {
-            return Err(Error::BatchTooLarge {
-                bytes: batch.body.len(),
-                max,
-            });
+            return Err(Error::BatchTooLarge { bytes: batch.body.len(), max });
         }
-        self.inner
-            .commit(Request::new(batch.body, batch.count, None))
+        self.inner.commit(Request::new(batch.body, batch.count, None))
     }
 
     pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        self.inner
-            .read(key, None, None, |_, _, entry| entry.value.to_vec())
+        self.inner.read(key, None, None, |_, _, entry| entry.value.to_vec())
     }
 
     /// Like `get`, without copying the value.
@@ -262,19 +243,13 @@ impl Db {
     /// before it was taken.
     pub fn snapshot(&self) -> Snapshot<'_> {
         let seq = self.inner.index.register_snapshot();
-        Snapshot {
-            db: self,
-            seq,
-            table: self.inner.segments.pin(),
-        }
+        Snapshot { db: self, seq, table: self.inner.segments.pin() }
     }
 
     /// Makes every write durable whatever the mode (fsync of the log in
     /// `buffered` mode) and writes an index checkpoint.
     pub fn flush(&self) -> Result<()> {
-        self.inner
-            .committer
-            .with_log(|log| log.sync_all(&self.inner.segments))?;
+        self.inner.committer.with_log(|log| log.sync_all(&self.inner.segments))?;
         self.inner.checkpoint()
     }
 
@@ -307,10 +282,7 @@ impl Drop for Db {
         if self.inner.poisoned.get().is_some() {
             return;
         }
-        let result = self
-            .inner
-            .committer
-            .with_log(|log| log.sync_all(&self.inner.segments));
+        let result = self.inner.committer.with_log(|log| log.sync_all(&self.inner.segments));
         let result = result.and_then(|()| {
             let appended = self.inner.committer.with_log(|log| log.appended_bytes);
             let due = {
@@ -338,29 +310,15 @@ pub struct Snapshot<'a> {
 
 impl<'a> Snapshot<'a> {
     pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        self.db
-            .inner
-            .read(key, Some(self.seq), Some(&self.table), |_, _, e| {
-                e.value.to_vec()
-            })
+        self.db.inner.read(key, Some(self.seq), Some(&self.table), |_, _, e| e.value.to_vec())
     }
 
     pub fn range<K: AsRef<[u8]>, R: RangeBounds<K>>(&self, range: R) -> Iter<'a> {
-        Iter::new(
-            &self.db.inner,
-            Some((self.seq, self.table.clone())),
-            range,
-            false,
-        )
+        Iter::new(&self.db.inner, Some((self.seq, self.table.clone())), range, false)
     }
 
     pub fn range_rev<K: AsRef<[u8]>, R: RangeBounds<K>>(&self, range: R) -> Iter<'a> {
-        Iter::new(
-            &self.db.inner,
-            Some((self.seq, self.table.clone())),
-            range,
-            true,
-        )
+        Iter::new(&self.db.inner, Some((self.seq, self.table.clone())), range, true)
     }
 
     pub fn seq(&self) -> u64 {
@@ -424,50 +382,30 @@ impl Inner {
                 None => {
                     seq += 1;
                     let frame_len = (FRAME_HEADER_BYTES + request.body.len()) as u32;
-                    let header = FrameHeader {
-                        flags,
-                        frame_len,
-                        count: request.count,
-                        seq,
-                    };
+                    let header = FrameHeader { flags, frame_len, count: request.count, seq };
                     placed.push(log.append(&header, &request.body, &self.segments)?);
                     user_bytes += request.body.len() as u64;
                 }
                 Some(relocations) => {
                     let mut at = 0;
                     for relocation in relocations {
-                        let entry = decode_entry(&request.body[at..], false)
-                            .expect("GC encodes valid entries");
+                        let entry = decode_entry(&request.body[at..], false).expect("GC encodes valid entries");
                         let frame_len = (FRAME_HEADER_BYTES + entry.len) as u32;
-                        let header = FrameHeader {
-                            flags: flags | FLAG_RELOCATED,
-                            frame_len,
-                            count: 1,
-                            seq: relocation.seq,
-                        };
-                        placed.push(log.append(
-                            &header,
-                            &request.body[at..at + entry.len],
-                            &self.segments,
-                        )?);
+                        let header =
+                            FrameHeader { flags: flags | FLAG_RELOCATED, frame_len, count: 1, seq: relocation.seq };
+                        placed.push(log.append(&header, &request.body[at..at + entry.len], &self.segments)?);
                         at += entry.len;
                         flags = 0;
                     }
-                    self.counters
-                        .gc_bytes_written
-                        .fetch_add(request.body.len() as u64, Ordering::Relaxed);
+                    self.counters.gc_bytes_written.fetch_add(request.body.len() as u64, Ordering::Relaxed);
                 }
             }
             flags = 0;
         }
         log.finish_group()?;
         log.last_seq = seq;
-        self.counters
-            .user_bytes_written
-            .fetch_add(user_bytes, Ordering::Relaxed);
-        self.counters
-            .log_bytes_written
-            .store(log.appended_bytes, Ordering::Relaxed);
+        self.counters.user_bytes_written.fetch_add(user_bytes, Ordering::Relaxed);
+        self.counters.log_bytes_written.store(log.appended_bytes, Ordering::Relaxed);
 
         let mut updates = Vec::with_capacity(group.len());
         let mut placed = placed.into_iter();
@@ -479,23 +417,15 @@ impl Inner {
                     frame_seq += 1;
                     let (seg, frame_at) = placed.next().expect("one placement per frame");
                     for _ in 0..request.count {
-                        let entry = decode_entry(&request.body[at..], false)
-                            .expect("batches encode valid entries");
+                        let entry = decode_entry(&request.body[at..], false).expect("batches encode valid entries");
                         let off = (frame_at + FRAME_HEADER_BYTES + at) as u32;
                         updates.push(match entry.kind {
                             EntryKind::Put => Update::Put {
                                 key: entry.key,
-                                loc: Loc {
-                                    seg,
-                                    off,
-                                    len: entry.len as u32,
-                                },
+                                loc: Loc { seg, off, len: entry.len as u32 },
                                 seq: frame_seq,
                             },
-                            EntryKind::Delete => Update::Delete {
-                                key: entry.key,
-                                seq: frame_seq,
-                            },
+                            EntryKind::Delete => Update::Delete { key: entry.key, seq: frame_seq },
                         });
                         at += entry.len;
                     }
@@ -503,18 +433,9 @@ impl Inner {
                 Some(relocations) => {
                     for relocation in relocations {
                         let (seg, frame_at) = placed.next().expect("one placement per frame");
-                        let entry = decode_entry(&request.body[at..], false)
-                            .expect("GC encodes valid entries");
-                        let to = Loc {
-                            seg,
-                            off: (frame_at + FRAME_HEADER_BYTES) as u32,
-                            len: entry.len as u32,
-                        };
-                        updates.push(Update::Relocate {
-                            key: entry.key,
-                            from: relocation.from,
-                            to,
-                        });
+                        let entry = decode_entry(&request.body[at..], false).expect("GC encodes valid entries");
+                        let to = Loc { seg, off: (frame_at + FRAME_HEADER_BYTES) as u32, len: entry.len as u32 };
+                        updates.push(Update::Relocate { key: entry.key, from: relocation.from, to });
                         at += entry.len;
                     }
                 }
@@ -546,9 +467,7 @@ impl Inner {
             }
         }
         Err(Error::Corruption {
-            path: self
-                .dir
-                .join(crate::log::segment::segment_file_name(loc.seg)),
+            path: self.dir.join(crate::log::segment::segment_file_name(loc.seg)),
             offset: loc.off as u64,
             reason: "the index points into a segment that no longer exists".into(),
         })
@@ -572,23 +491,11 @@ impl Inner {
     }
 
     /// Decodes and checks the entry at `loc`; `None` if it has expired.
-    fn decode_at<'s>(
-        &self,
-        segment: &'s Segment,
-        loc: Loc,
-        key: &[u8],
-    ) -> Result<Option<EntryView<'s>>> {
-        let corrupt = |reason: String| Error::Corruption {
-            path: segment.path().to_path_buf(),
-            offset: loc.off as u64,
-            reason,
-        };
-        let bytes = segment
-            .region
-            .read(loc.off as usize, loc.len as usize)
-            .map_err(|e| corrupt(e.to_string()))?;
-        let entry = decode_entry(bytes, self.options.verify_checksums)
-            .map_err(|e| corrupt(e.to_string()))?;
+    fn decode_at<'s>(&self, segment: &'s Segment, loc: Loc, key: &[u8]) -> Result<Option<EntryView<'s>>> {
+        let corrupt =
+            |reason: String| Error::Corruption { path: segment.path().to_path_buf(), offset: loc.off as u64, reason };
+        let bytes = segment.region.read(loc.off as usize, loc.len as usize).map_err(|e| corrupt(e.to_string()))?;
+        let entry = decode_entry(bytes, self.options.verify_checksums).map_err(|e| corrupt(e.to_string()))?;
         if entry.key != key || entry.len != loc.len as usize || entry.kind != EntryKind::Put {
             return Err(corrupt("the entry does not match its index record".into()));
         }
@@ -610,19 +517,14 @@ impl Inner {
         });
         let freed = std::mem::take(&mut state.pending_free);
         if self.options.durability == Durability::Buffered {
-            self.committer
-                .with_log(|log| log.sync_all(&self.segments))?;
+            self.committer.with_log(|log| log.sync_all(&self.segments))?;
         }
         let generation = state.generation + 1;
         let written = checkpoint::write(&self.dir, generation, &self.index, last_seq);
         let written = written.and_then(|keys| {
-            Manifest {
-                checkpoint_generation: generation,
-                replay_segment: segment,
-                replay_offset: offset as u32,
-            }
-            .store(&self.dir)
-            .map(|()| keys)
+            Manifest { checkpoint_generation: generation, replay_segment: segment, replay_offset: offset as u32 }
+                .store(&self.dir)
+                .map(|()| keys)
         });
         if let Err(error) = written {
             state.pending_free = freed;
@@ -645,8 +547,7 @@ impl Inner {
     fn background_loop(&self) {
         let mut shutdown = self.shutdown.lock();
         while !*shutdown {
-            self.shutdown_signal
-                .wait_for(&mut shutdown, Duration::from_millis(100));
+            self.shutdown_signal.wait_for(&mut shutdown, Duration::from_millis(100));
             if *shutdown {
                 break;
             }
@@ -665,8 +566,7 @@ impl Inner {
         let appended = self.committer.with_log(|log| log.appended_bytes);
         let due = {
             let state = self.checkpoints.lock();
-            appended - state.appended_at_last >= self.options.checkpoint_interval_bytes
-                || state.pending_free.len() >= 4
+            appended - state.appended_at_last >= self.options.checkpoint_interval_bytes || state.pending_free.len() >= 4
         };
         if due {
             self.checkpoint()?;
@@ -677,23 +577,13 @@ impl Inner {
 
     fn stats(&self) -> Stats {
         let segments = self.segments.all();
-        let live_bytes: u64 = segments
-            .iter()
-            .map(|s| s.live_bytes.load(Ordering::Relaxed))
-            .sum();
-        let log_bytes: u64 = segments
-            .iter()
-            .map(|s| s.written_bytes.load(Ordering::Relaxed))
-            .sum();
+        let live_bytes: u64 = segments.iter().map(|s| s.live_bytes.load(Ordering::Relaxed)).sum();
+        let log_bytes: u64 = segments.iter().map(|s| s.written_bytes.load(Ordering::Relaxed)).sum();
         let disk_bytes: u64 = segments.iter().map(|s| s.capacity_bytes() as u64).sum();
         let keys = self.index.len() as u64;
         let index_memory_bytes = self.index.memory_bytes();
-        let medium = segments
-            .first()
-            .map_or("unknown", |s| s.region.medium().name());
-        let persist = segments
-            .first()
-            .map_or("unknown", |s| s.region.persist_method());
+        let medium = segments.first().map_or("unknown", |s| s.region.medium().name());
+        let persist = segments.first().map_or("unknown", |s| s.region.persist_method());
         self.counters.snapshot(Stats {
             keys,
             live_bytes,
@@ -701,11 +591,7 @@ impl Inner {
             disk_bytes,
             segments: segments.len() as u64,
             index_memory_bytes,
-            index_bytes_per_key: if keys == 0 {
-                0.0
-            } else {
-                index_memory_bytes as f64 / keys as f64
-            },
+            index_bytes_per_key: if keys == 0 { 0.0 } else { index_memory_bytes as f64 / keys as f64 },
             last_seq: self.index.visible_seq(),
             durability: self.options.durability.name(),
             medium,

@@ -5,27 +5,13 @@ use std::path::PathBuf;
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("{path}: {op}: {source}")]
-    Io {
-        path: PathBuf,
-        op: &'static str,
-        source: std::io::Error,
-    },
+    Io { path: PathBuf, op: &'static str, source: std::io::Error },
     #[error(transparent)]
     Region(#[from] scaledkv_pmem::Error),
     #[error("{path}: corrupt data at offset {offset}: {reason}")]
-    Corruption {
-        path: PathBuf,
-        offset: u64,
-        reason: String,
-    },
-    #[error(
-        "{path}: format version {found} is not supported (this build reads version {expected})"
-    )]
-    UnsupportedVersion {
-        path: PathBuf,
-        found: u32,
-        expected: u32,
-    },
+    Corruption { path: PathBuf, offset: u64, reason: String },
+    #[error("{path}: format version {found} is not supported (this build reads version {expected})")]
+    UnsupportedVersion { path: PathBuf, found: u32, expected: u32 },
     #[error("key of {len} bytes exceeds the limit of {max} bytes")]
     KeyTooLarge { len: usize, max: usize },
     #[error("value of {len} bytes exceeds the limit of {max} bytes")]
@@ -45,10 +31,7 @@ pub enum Error {
 pub type Result<T> = std::result::Result<T, Error>;
 
 impl Error {
-    pub(crate) fn io(
-        path: impl Into<PathBuf>,
-        op: &'static str,
-    ) -> impl FnOnce(std::io::Error) -> Error {
+    pub(crate) fn io(path: impl Into<PathBuf>, op: &'static str) -> impl FnOnce(std::io::Error) -> Error {
         let path = path.into();
         move |source| Error::Io { path, op, source }
     }

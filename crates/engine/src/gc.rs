@@ -33,10 +33,7 @@ impl Inner {
     pub(crate) fn collect_garbage(&self) -> Result<u64> {
         let active = self.committer.with_log(|log| log.active_id());
         let ratio = |s: &Segment| {
-            let written = s
-                .written_bytes
-                .load(Ordering::Relaxed)
-                .saturating_sub(SEGMENT_HEADER_BYTES as u64);
+            let written = s.written_bytes.load(Ordering::Relaxed).saturating_sub(SEGMENT_HEADER_BYTES as u64);
             if written == 0 {
                 1.0
             } else {
@@ -66,34 +63,25 @@ impl Inner {
 
     /// Copies the live entries of `segment` forward; true if it was freed.
     fn collect_segment(&self, segment: &Arc<Segment>) -> Result<bool> {
-        let end =
-            (segment.written_bytes.load(Ordering::Acquire) as usize).min(segment.capacity_bytes());
+        let end = (segment.written_bytes.load(Ordering::Acquire) as usize).min(segment.capacity_bytes());
         let bytes = &segment.region.as_slice()[..end];
         let now = now_ms();
         let mut live: Vec<(Loc, u64)> = Vec::new();
         let mut expired: Vec<(Key, Loc)> = Vec::new();
-        let outcome = scan(
-            bytes,
-            SEGMENT_HEADER_BYTES,
-            |frame_at, header, entry_at, entry| {
-                if entry.kind != EntryKind::Put {
-                    return;
-                }
-                let loc = Loc {
-                    seg: segment.id,
-                    off: (frame_at + entry_at) as u32,
-                    len: entry.len as u32,
-                };
-                if !self.index.points_at(entry.key, loc) {
-                    return;
-                }
-                if entry.expiry_ms.is_some_and(|expiry| expiry <= now) {
-                    expired.push((Key::from_slice(entry.key), loc));
-                } else {
-                    live.push((loc, header.seq));
-                }
-            },
-        );
+        let outcome = scan(bytes, SEGMENT_HEADER_BYTES, |frame_at, header, entry_at, entry| {
+            if entry.kind != EntryKind::Put {
+                return;
+            }
+            let loc = Loc { seg: segment.id, off: (frame_at + entry_at) as u32, len: entry.len as u32 };
+            if !self.index.points_at(entry.key, loc) {
+                return;
+            }
+            if entry.expiry_ms.is_some_and(|expiry| expiry <= now) {
+                expired.push((Key::from_slice(entry.key), loc));
+            } else {
+                live.push((loc, header.seq));
+            }
+        });
         if let ScanEnd::Bad { offset, error } = outcome {
             return Err(Error::Corruption {
                 path: segment.path().to_path_buf(),
@@ -106,10 +94,7 @@ impl Inner {
             let mut relocations = Vec::with_capacity(chunk.len());
             for (loc, seq) in chunk {
                 body.extend_from_slice(&bytes[loc.off as usize..(loc.off + loc.len) as usize]);
-                relocations.push(Relocation {
-                    seq: *seq,
-                    from: *loc,
-                });
+                relocations.push(Relocation { seq: *seq, from: *loc });
             }
             self.commit(Request::new(body, chunk.len() as u32, Some(relocations)))?;
         }

@@ -53,8 +53,7 @@ impl<'a> Iter<'a> {
         reverse: bool,
     ) -> Iter<'a> {
         let owns_snapshot = snapshot.is_none();
-        let (seq, table) =
-            snapshot.unwrap_or_else(|| (inner.index.register_snapshot(), inner.segments.pin()));
+        let (seq, table) = snapshot.unwrap_or_else(|| (inner.index.register_snapshot(), inner.segments.pin()));
         let (lower, upper) = (owned(range.start_bound()), owned(range.end_bound()));
         // An empty or inverted range yields nothing (BTreeMap would panic).
         let empty = match (&lower, &upper) {
@@ -105,14 +104,11 @@ impl Iterator for Iter<'_> {
         loop {
             if let Some((key, loc)) = self.chunk.get(self.next_in_chunk) {
                 self.next_in_chunk += 1;
-                let copy =
-                    |_: &_, _, entry: &crate::log::record::EntryView<'_>| entry.value.to_vec();
+                let copy = |_: &_, _, entry: &crate::log::record::EntryView<'_>| entry.value.to_vec();
                 let value = match self.inner.read_at(key, *loc, Some(&self.table), &copy) {
                     Some(value) => value,
                     // GC moved the entry since the chunk was read: look again.
-                    None => self
-                        .inner
-                        .read(key, Some(self.seq), Some(&self.table), copy),
+                    None => self.inner.read(key, Some(self.seq), Some(&self.table), copy),
                 };
                 match value {
                     Ok(Some(value)) => return Some(Ok((key.to_vec(), value))),

@@ -44,16 +44,9 @@ impl Manifest {
     }
 
     pub fn decode(bytes: &[u8], path: &Path) -> Result<Manifest> {
-        let corrupt = |reason: &str| Error::Corruption {
-            path: path.to_path_buf(),
-            offset: 0,
-            reason: reason.into(),
-        };
+        let corrupt = |reason: &str| Error::Corruption { path: path.to_path_buf(), offset: 0, reason: reason.into() };
         if bytes.len() != LEN {
-            return Err(corrupt(&format!(
-                "manifest is {} bytes, expected {LEN}",
-                bytes.len()
-            )));
+            return Err(corrupt(&format!("manifest is {} bytes, expected {LEN}", bytes.len())));
         }
         if &bytes[..8] != MAGIC {
             return Err(corrupt("bad manifest magic"));
@@ -63,11 +56,7 @@ impl Manifest {
             return Err(corrupt("manifest checksum mismatch"));
         }
         if u32_at(8) != VERSION {
-            return Err(Error::UnsupportedVersion {
-                path: path.to_path_buf(),
-                found: u32_at(8),
-                expected: VERSION,
-            });
+            return Err(Error::UnsupportedVersion { path: path.to_path_buf(), found: u32_at(8), expected: VERSION });
         }
         Ok(Manifest {
             replay_segment: u32_at(12),
@@ -82,11 +71,7 @@ impl Manifest {
         match std::fs::read(&path) {
             Ok(bytes) => Manifest::decode(&bytes, &path).map(Some),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(Error::Io {
-                path,
-                op: "read",
-                source: e,
-            }),
+            Err(e) => Err(Error::Io { path, op: "read", source: e }),
         }
     }
 
@@ -113,11 +98,7 @@ mod tests {
 
     #[test]
     fn roundtrip_and_every_bit_flip_is_detected() {
-        let manifest = Manifest {
-            checkpoint_generation: 7,
-            replay_segment: 3,
-            replay_offset: 4096,
-        };
+        let manifest = Manifest { checkpoint_generation: 7, replay_segment: 3, replay_offset: 4096 };
         let bytes = manifest.encode();
         assert_eq!(Manifest::decode(&bytes, Path::new("M")).unwrap(), manifest);
         for bit in 0..LEN * 8 {

@@ -75,10 +75,7 @@ impl Options {
             )));
         }
         if !(0.0..1.0).contains(&self.gc_live_ratio) {
-            return Err(Error::InvalidOptions(format!(
-                "gc_live_ratio {} is outside 0..1",
-                self.gc_live_ratio
-            )));
+            return Err(Error::InvalidOptions(format!("gc_live_ratio {} is outside 0..1", self.gc_live_ratio)));
         }
         Ok(())
     }

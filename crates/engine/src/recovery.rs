@@ -67,11 +67,7 @@ fn replay(map: &mut BTreeMap<Key, Slot>, key: &[u8], loc: Loc, seq: u64) {
     }
 }
 
-fn open_segments(
-    dir: &Path,
-    options: &Options,
-    report: &mut RecoveryReport,
-) -> Result<Vec<Arc<Segment>>> {
+fn open_segments(dir: &Path, options: &Options, report: &mut RecoveryReport) -> Result<Vec<Arc<Segment>>> {
     let mut segments = Vec::new();
     for (id, path) in list_segment_files(dir)? {
         match Segment::open(&path, id, options.durability) {
@@ -101,22 +97,11 @@ pub fn recover(dir: &Path, options: &Options, start: Option<Start>) -> Result<Re
             report.checkpoint_keys = start.map.len() as u64;
             (start.map, start.segment, start.offset, start.last_seq)
         }
-        None => (
-            BTreeMap::new(),
-            segments.first().map_or(0, |s| s.id),
-            SEGMENT_HEADER_BYTES,
-            0,
-        ),
+        None => (BTreeMap::new(), segments.first().map_or(0, |s| s.id), SEGMENT_HEADER_BYTES, 0),
     };
     let Some(mut i) = segments.iter().position(|s| s.id == start_segment) else {
         if segments.is_empty() && map.is_empty() {
-            return Ok(Recovered {
-                map,
-                segments,
-                end: SEGMENT_HEADER_BYTES,
-                last_seq,
-                report,
-            });
+            return Ok(Recovered { map, segments, end: SEGMENT_HEADER_BYTES, last_seq, report });
         }
         return Err(Error::Corruption {
             path: dir.join(crate::log::segment::segment_file_name(start_segment)),
@@ -127,9 +112,7 @@ pub fn recover(dir: &Path, options: &Options, start: Option<Start>) -> Result<Re
     // Segments before the checkpoint are not scanned; they were sealed when
     // full, so their capacity is a close upper bound of what they hold.
     for sealed in &segments[..i] {
-        sealed
-            .written_bytes
-            .store(sealed.capacity_bytes() as u64, Ordering::Relaxed);
+        sealed.written_bytes.store(sealed.capacity_bytes() as u64, Ordering::Relaxed);
     }
     let mut at = start_offset;
     let mut end = SEGMENT_HEADER_BYTES;
@@ -143,20 +126,14 @@ pub fn recover(dir: &Path, options: &Options, start: Option<Start>) -> Result<Re
             }
             last_seq = last_seq.max(header.seq);
             let loc = match entry.kind {
-                EntryKind::Put => Loc {
-                    seg: segment.id,
-                    off: (frame_at + entry_at) as u32,
-                    len: entry.len as u32,
-                },
+                EntryKind::Put => Loc { seg: segment.id, off: (frame_at + entry_at) as u32, len: entry.len as u32 },
                 EntryKind::Delete => Loc::TOMBSTONE,
             };
             replay(&mut map, entry.key, loc, header.seq);
         });
         match outcome {
             ScanEnd::Clean { end: clean_end } => {
-                segment
-                    .written_bytes
-                    .store(clean_end as u64, Ordering::Relaxed);
+                segment.written_bytes.store(clean_end as u64, Ordering::Relaxed);
                 end = clean_end;
                 i += 1;
                 at = SEGMENT_HEADER_BYTES;
@@ -164,29 +141,21 @@ pub fn recover(dir: &Path, options: &Options, start: Option<Start>) -> Result<Re
             ScanEnd::Bad { offset, error } => {
                 // A valid group start later on proves this frame had been
                 // persisted and acknowledged: corruption, not a torn write.
-                let later = find_group_start(bytes, offset + 8)
-                    .map(|o| (i, o))
-                    .or_else(|| {
-                        (i + 1..segments.len()).find_map(|j| {
-                            find_group_start(segments[j].region.as_slice(), SEGMENT_HEADER_BYTES)
-                                .map(|o| (j, o))
-                        })
-                    });
+                let later = find_group_start(bytes, offset + 8).map(|o| (i, o)).or_else(|| {
+                    (i + 1..segments.len()).find_map(|j| {
+                        find_group_start(segments[j].region.as_slice(), SEGMENT_HEADER_BYTES).map(|o| (j, o))
+                    })
+                });
                 let reason = format!("{error}");
                 match later {
                     Some((j, resume)) if options.repair => {
                         report.skipped.push(Truncation {
                             path: segment.path().to_path_buf(),
                             offset: offset as u64,
-                            reason: format!(
-                                "{reason}; skipped to segment {} offset {resume}",
-                                segments[j].id
-                            ),
+                            reason: format!("{reason}; skipped to segment {} offset {resume}", segments[j].id),
                         });
                         if j != i {
-                            segment
-                                .written_bytes
-                                .store(offset as u64, Ordering::Relaxed);
+                            segment.written_bytes.store(offset as u64, Ordering::Relaxed);
                         }
                         i = j;
                         at = resume;
@@ -202,18 +171,13 @@ pub fn recover(dir: &Path, options: &Options, start: Option<Start>) -> Result<Re
                         });
                     }
                     None => {
-                        report.truncated = Some(Truncation {
-                            path: segment.path().to_path_buf(),
-                            offset: offset as u64,
-                            reason,
-                        });
+                        report.truncated =
+                            Some(Truncation { path: segment.path().to_path_buf(), offset: offset as u64, reason });
                         for later in segments.drain(i + 1..) {
                             report.removed_segments.push(later.path().to_path_buf());
                             later.mark_for_deletion();
                         }
-                        segment
-                            .written_bytes
-                            .store(offset as u64, Ordering::Relaxed);
+                        segment.written_bytes.store(offset as u64, Ordering::Relaxed);
                         end = offset;
                         break;
                     }
@@ -234,9 +198,7 @@ pub fn recover(dir: &Path, options: &Options, start: Option<Start>) -> Result<Re
     for slot in map.values() {
         match by_id.get(&slot.loc.seg) {
             Some(segment) => {
-                segment
-                    .live_bytes
-                    .fetch_add(slot.loc.len as u64, Ordering::Relaxed);
+                segment.live_bytes.fetch_add(slot.loc.len as u64, Ordering::Relaxed);
             }
             None => {
                 return Err(Error::Corruption {
@@ -248,11 +210,5 @@ pub fn recover(dir: &Path, options: &Options, start: Option<Start>) -> Result<Re
         }
     }
     report.elapsed = started.elapsed();
-    Ok(Recovered {
-        map,
-        segments,
-        end,
-        last_seq,
-        report,
-    })
+    Ok(Recovered { map, segments, end, last_seq, report })
 }

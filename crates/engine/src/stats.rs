@@ -24,16 +24,9 @@ impl Counters {
         stats.gc_runs = self.gc_runs.load(Ordering::Relaxed);
         stats.segments_freed = self.segments_freed.load(Ordering::Relaxed);
         stats.checkpoints = self.checkpoints.load(Ordering::Relaxed);
-        stats.write_amplification = if user == 0 {
-            0.0
-        } else {
-            log as f64 / user as f64
-        };
-        stats.space_amplification = if stats.live_bytes == 0 {
-            0.0
-        } else {
-            stats.log_bytes as f64 / stats.live_bytes as f64
-        };
+        stats.write_amplification = if user == 0 { 0.0 } else { log as f64 / user as f64 };
+        stats.space_amplification =
+            if stats.live_bytes == 0 { 0.0 } else { stats.log_bytes as f64 / stats.live_bytes as f64 };
         stats
     }
 }

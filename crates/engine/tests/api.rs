@@ -5,10 +5,7 @@ use std::time::Duration;
 use scaledkv::{Db, Durability, Error, Options, WriteBatch, MAX_KEY_BYTES, MAX_VALUE_BYTES};
 
 fn small_segments() -> Options {
-    Options {
-        segment_size_bytes: 64 * 1024,
-        ..Options::default()
-    }
+    Options { segment_size_bytes: 64 * 1024, ..Options::default() }
 }
 
 fn keys_of(iter: scaledkv::Iter<'_>) -> Vec<Vec<u8>> {
@@ -34,21 +31,13 @@ fn put_get_delete_overwrite() {
 #[test]
 fn every_write_survives_a_clean_reopen_in_every_mode() {
     for durability in [Durability::Sync, Durability::Buffered, Durability::Pmem] {
-        let base = if durability == Durability::Pmem {
-            "/dev/shm"
-        } else {
-            env!("CARGO_TARGET_TMPDIR")
-        };
+        let base = if durability == Durability::Pmem { "/dev/shm" } else { env!("CARGO_TARGET_TMPDIR") };
         let dir = tempfile::tempdir_in(base).unwrap();
-        let options = Options {
-            durability,
-            ..small_segments()
-        };
+        let options = Options { durability, ..small_segments() };
         {
             let db = Db::open(dir.path(), options.clone()).unwrap();
             for i in 0..3000u32 {
-                db.put(format!("key{i:05}").as_bytes(), &i.to_le_bytes().repeat(10))
-                    .unwrap();
+                db.put(format!("key{i:05}").as_bytes(), &i.to_le_bytes().repeat(10)).unwrap();
             }
             for i in (0..3000u32).step_by(3) {
                 db.delete(format!("key{i:05}").as_bytes()).unwrap();
@@ -62,15 +51,8 @@ fn every_write_survives_a_clean_reopen_in_every_mode() {
             assert_eq!(got, want, "{durability} key {i}");
         }
         assert_eq!(db.stats().keys, 2000);
-        assert!(
-            db.recovery_report().checkpoint_keys > 0,
-            "clean close writes a checkpoint"
-        );
-        assert_eq!(
-            db.recovery_report().replayed_frames,
-            0,
-            "nothing to replay after a clean close"
-        );
+        assert!(db.recovery_report().checkpoint_keys > 0, "clean close writes a checkpoint");
+        assert_eq!(db.recovery_report().replayed_frames, 0, "nothing to replay after a clean close");
     }
 }
 
@@ -95,26 +77,14 @@ fn limits_are_typed_errors() {
     let dir = tempfile::tempdir().unwrap();
     let db = Db::open(dir.path(), small_segments()).unwrap();
     let big_key = vec![1u8; MAX_KEY_BYTES + 1];
-    assert!(matches!(
-        db.put(&big_key, b"v"),
-        Err(Error::KeyTooLarge { .. })
-    ));
+    assert!(matches!(db.put(&big_key, b"v"), Err(Error::KeyTooLarge { .. })));
     let big_value = vec![1u8; MAX_VALUE_BYTES + 1];
-    assert!(matches!(
-        db.put(b"k", &big_value),
-        Err(Error::ValueTooLarge { .. })
-    ));
+    assert!(matches!(db.put(b"k", &big_value), Err(Error::ValueTooLarge { .. })));
     // A value under the value limit but larger than a 64 KiB segment.
     let too_big_for_segment = vec![1u8; 100 * 1024];
-    assert!(matches!(
-        db.put(b"k", &too_big_for_segment),
-        Err(Error::BatchTooLarge { .. })
-    ));
+    assert!(matches!(db.put(b"k", &too_big_for_segment), Err(Error::BatchTooLarge { .. })));
     db.put(&vec![2u8; MAX_KEY_BYTES], b"max key works").unwrap();
-    assert_eq!(
-        db.get(&vec![2u8; MAX_KEY_BYTES]).unwrap().unwrap(),
-        b"max key works"
-    );
+    assert_eq!(db.get(&vec![2u8; MAX_KEY_BYTES]).unwrap().unwrap(), b"max key works");
 }
 
 #[test]
@@ -122,42 +92,22 @@ fn ranges_forward_reverse_and_bounded() {
     let dir = tempfile::tempdir().unwrap();
     let db = Db::open(dir.path(), Options::default()).unwrap();
     for i in 0..1000u32 {
-        db.put(format!("{i:04}").as_bytes(), format!("v{i}").as_bytes())
-            .unwrap();
+        db.put(format!("{i:04}").as_bytes(), format!("v{i}").as_bytes()).unwrap();
     }
     db.delete(b"0500").unwrap();
     let all = keys_of(db.iter());
     assert_eq!(all.len(), 999);
     assert!(all.windows(2).all(|w| w[0] < w[1]));
     let slice = keys_of(db.range(b"0498".as_slice()..b"0503".as_slice()));
-    assert_eq!(
-        slice,
-        vec![
-            b"0498".to_vec(),
-            b"0499".to_vec(),
-            b"0501".to_vec(),
-            b"0502".to_vec()
-        ]
-    );
+    assert_eq!(slice, vec![b"0498".to_vec(), b"0499".to_vec(), b"0501".to_vec(), b"0502".to_vec()]);
     let rev = keys_of(db.range_rev(b"0498".as_slice()..=b"0502".as_slice()));
-    assert_eq!(
-        rev,
-        vec![
-            b"0502".to_vec(),
-            b"0501".to_vec(),
-            b"0499".to_vec(),
-            b"0498".to_vec()
-        ]
-    );
+    assert_eq!(rev, vec![b"0502".to_vec(), b"0501".to_vec(), b"0499".to_vec(), b"0498".to_vec()]);
     let all_rev = keys_of(db.range_rev::<&[u8], _>(..));
     assert_eq!(all_rev.len(), 999);
     assert_eq!(all_rev.first().unwrap(), b"0999");
     assert!(keys_of(db.range(b"0600".as_slice()..b"0500".as_slice())).is_empty());
     let (k, v) = db.range(b"0700".as_slice()..).next().unwrap().unwrap();
-    assert_eq!(
-        (k.as_slice(), v.as_slice()),
-        (b"0700".as_slice(), b"v700".as_slice())
-    );
+    assert_eq!((k.as_slice(), v.as_slice()), (b"0700".as_slice(), b"v700".as_slice()));
 }
 
 #[test]
@@ -174,18 +124,9 @@ fn snapshot_sees_the_past_and_iterators_are_snapshots() {
     assert_eq!(snapshot.get(b"a").unwrap().unwrap(), b"old");
     assert_eq!(snapshot.get(b"b").unwrap().unwrap(), b"old");
     assert_eq!(snapshot.get(b"c").unwrap(), None);
-    assert_eq!(
-        keys_of(snapshot.range_rev::<&[u8], _>(..)),
-        vec![b"b".to_vec(), b"a".to_vec()]
-    );
-    assert_eq!(
-        iter.next().unwrap().unwrap(),
-        (b"a".to_vec(), b"old".to_vec())
-    );
-    assert_eq!(
-        iter.next().unwrap().unwrap(),
-        (b"b".to_vec(), b"old".to_vec())
-    );
+    assert_eq!(keys_of(snapshot.range_rev::<&[u8], _>(..)), vec![b"b".to_vec(), b"a".to_vec()]);
+    assert_eq!(iter.next().unwrap().unwrap(), (b"a".to_vec(), b"old".to_vec()));
+    assert_eq!(iter.next().unwrap().unwrap(), (b"b".to_vec(), b"old".to_vec()));
     assert!(iter.next().is_none());
     assert_eq!(db.get(b"a").unwrap().unwrap(), b"new");
     assert_eq!(keys_of(db.iter()), vec![b"a".to_vec(), b"c".to_vec()]);
@@ -195,10 +136,8 @@ fn snapshot_sees_the_past_and_iterators_are_snapshots() {
 fn ttl_hides_expired_keys_everywhere() {
     let dir = tempfile::tempdir().unwrap();
     let db = Db::open(dir.path(), Options::default()).unwrap();
-    db.put_with_ttl(b"short", b"v", Duration::from_millis(50))
-        .unwrap();
-    db.put_with_ttl(b"long", b"v", Duration::from_secs(3600))
-        .unwrap();
+    db.put_with_ttl(b"short", b"v", Duration::from_millis(50)).unwrap();
+    db.put_with_ttl(b"long", b"v", Duration::from_secs(3600)).unwrap();
     let pinned = db.get_pinned(b"long").unwrap().unwrap();
     assert!(pinned.expiry_ms().unwrap() > scaledkv::now_ms());
     assert!(db.get(b"short").unwrap().is_some());
@@ -213,28 +152,20 @@ fn ttl_hides_expired_keys_everywhere() {
 fn second_open_of_the_same_directory_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let _db = Db::open(dir.path(), Options::default()).unwrap();
-    assert!(matches!(
-        Db::open(dir.path(), Options::default()),
-        Err(Error::Locked { .. })
-    ));
+    assert!(matches!(Db::open(dir.path(), Options::default()), Err(Error::Locked { .. })));
 }
 
 #[test]
 fn pmem_mode_on_a_page_cache_file_system_is_a_clear_error() {
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-    let err = Db::open(dir.path(), Options::default().durability(Durability::Pmem))
-        .err()
-        .unwrap();
+    let err = Db::open(dir.path(), Options::default().durability(Durability::Pmem)).err().unwrap();
     assert!(err.to_string().contains("pmem"), "{err}");
 }
 
 #[test]
 fn gc_bounds_space_under_overwrites_and_keeps_data() {
     let dir = tempfile::tempdir().unwrap();
-    let options = Options {
-        background_work: false,
-        ..small_segments()
-    };
+    let options = Options { background_work: false, ..small_segments() };
     let value = vec![7u8; 1000];
     {
         let db = Db::open(dir.path(), options.clone()).unwrap();
@@ -254,18 +185,12 @@ fn gc_bounds_space_under_overwrites_and_keeps_data() {
         assert!(after.segments < before.segments);
         assert!(after.segments_freed > 0, "{after:?}");
         for key in 0..100u32 {
-            assert_eq!(
-                &db.get(&key.to_le_bytes()).unwrap().unwrap()[..4],
-                &19u32.to_le_bytes()
-            );
+            assert_eq!(&db.get(&key.to_le_bytes()).unwrap().unwrap()[..4], &19u32.to_le_bytes());
         }
     }
     let db = Db::open(dir.path(), options).unwrap();
     for key in 0..100u32 {
-        assert_eq!(
-            &db.get(&key.to_le_bytes()).unwrap().unwrap()[..4],
-            &19u32.to_le_bytes()
-        );
+        assert_eq!(&db.get(&key.to_le_bytes()).unwrap().unwrap()[..4], &19u32.to_le_bytes());
     }
     assert_eq!(db.stats().keys, 100);
 }
@@ -273,14 +198,7 @@ fn gc_bounds_space_under_overwrites_and_keeps_data() {
 #[test]
 fn snapshot_survives_gc_of_the_segments_it_reads() {
     let dir = tempfile::tempdir().unwrap();
-    let db = Db::open(
-        dir.path(),
-        Options {
-            background_work: false,
-            ..small_segments()
-        },
-    )
-    .unwrap();
+    let db = Db::open(dir.path(), Options { background_work: false, ..small_segments() }).unwrap();
     for key in 0..50u32 {
         db.put(&key.to_le_bytes(), &[1u8; 1000]).unwrap();
     }
@@ -293,14 +211,8 @@ fn snapshot_survives_gc_of_the_segments_it_reads() {
     while db.collect_garbage().unwrap() > 0 {}
     db.flush().unwrap();
     for key in 0..50u32 {
-        assert_eq!(
-            snapshot.get(&key.to_le_bytes()).unwrap().unwrap(),
-            vec![1u8; 1000]
-        );
-        assert_eq!(
-            db.get(&key.to_le_bytes()).unwrap().unwrap(),
-            vec![2u8; 1000]
-        );
+        assert_eq!(snapshot.get(&key.to_le_bytes()).unwrap().unwrap(), vec![1u8; 1000]);
+        assert_eq!(db.get(&key.to_le_bytes()).unwrap().unwrap(), vec![2u8; 1000]);
     }
     assert_eq!(snapshot.range::<&[u8], _>(..).count(), 50);
 }
@@ -315,13 +227,7 @@ fn stats_report_sizes_and_amplification() {
     let stats = db.stats();
     assert_eq!(stats.keys, 1000);
     assert_eq!(stats.live_bytes, 1000 * (12 + 4 + 100));
-    assert!(
-        stats.write_amplification >= 1.0 && stats.write_amplification < 1.5,
-        "{stats:?}"
-    );
-    assert!(
-        stats.index_bytes_per_key > 40.0 && stats.index_bytes_per_key < 120.0,
-        "{stats:?}"
-    );
+    assert!(stats.write_amplification >= 1.0 && stats.write_amplification < 1.5, "{stats:?}");
+    assert!(stats.index_bytes_per_key > 40.0 && stats.index_bytes_per_key < 120.0, "{stats:?}");
     assert_eq!(stats.durability, "sync");
 }

@@ -51,9 +51,7 @@ impl std::str::FromStr for Durability {
             "pmem" => Ok(Durability::Pmem),
             "sync" => Ok(Durability::Sync),
             "buffered" => Ok(Durability::Buffered),
-            other => Err(format!(
-                "unknown durability `{other}`: expected pmem, sync or buffered"
-            )),
+            other => Err(format!("unknown durability `{other}`: expected pmem, sync or buffered")),
         }
     }
 }

@@ -25,20 +25,11 @@ const MAP_SYNC: libc::c_int = 0x80000;
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("{path}: {op}: {source}")]
-    Io {
-        path: PathBuf,
-        op: &'static str,
-        source: std::io::Error,
-    },
+    Io { path: PathBuf, op: &'static str, source: std::io::Error },
     #[error("{path}: durability `pmem` needs a DAX (MAP_SYNC) or tmpfs mount; this file is on a page-cache file system, use `sync`")]
     PmemNeedsDax { path: PathBuf },
     #[error("{path}: range {offset}+{len} is outside the {size}-byte region")]
-    OutOfRange {
-        path: PathBuf,
-        offset: usize,
-        len: usize,
-        size: usize,
-    },
+    OutOfRange { path: PathBuf, offset: usize, len: usize, size: usize },
     #[error("{path}: a region must be at least one byte")]
     Empty { path: PathBuf },
 }
@@ -96,36 +87,20 @@ unsafe impl Send for Region {}
 unsafe impl Sync for Region {}
 
 fn io_err<'a>(path: &'a Path, op: &'static str) -> impl FnOnce(std::io::Error) -> Error + 'a {
-    move |source| Error::Io {
-        path: path.to_path_buf(),
-        op,
-        source,
-    }
+    move |source| Error::Io { path: path.to_path_buf(), op, source }
 }
 
 impl Region {
     /// Creates `path` (which must not exist) with `len_bytes` preallocated and
     /// maps it. `populate` prefaults the pages so the first writes do not
     /// page-fault (worth it when creation is off the critical path).
-    pub fn create(
-        path: &Path,
-        len_bytes: usize,
-        durability: Durability,
-        populate: bool,
-    ) -> Result<Region> {
+    pub fn create(path: &Path, len_bytes: usize, durability: Durability, populate: bool) -> Result<Region> {
         if len_bytes == 0 {
-            return Err(Error::Empty {
-                path: path.to_path_buf(),
-            });
+            return Err(Error::Empty { path: path.to_path_buf() });
         }
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(path)
-            .map_err(io_err(path, "create"))?;
-        file.set_len(len_bytes as u64)
-            .map_err(io_err(path, "set_len"))?;
+        let file =
+            OpenOptions::new().read(true).write(true).create_new(true).open(path).map_err(io_err(path, "create"))?;
+        file.set_len(len_bytes as u64).map_err(io_err(path, "set_len"))?;
         // Reserve the blocks now so later writes need no allocation, which
         // also keeps each later fdatasync free of block-allocation metadata.
         // SAFETY: plain syscall on an fd we own.
@@ -145,27 +120,15 @@ impl Region {
 
     /// Maps an existing file over its whole length.
     pub fn open(path: &Path, durability: Durability) -> Result<Region> {
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(path)
-            .map_err(io_err(path, "open"))?;
+        let file = OpenOptions::new().read(true).write(true).open(path).map_err(io_err(path, "open"))?;
         let len = file.metadata().map_err(io_err(path, "stat"))?.len() as usize;
         if len == 0 {
-            return Err(Error::Empty {
-                path: path.to_path_buf(),
-            });
+            return Err(Error::Empty { path: path.to_path_buf() });
         }
         Self::map(file, path, len, durability, false)
     }
 
-    fn map(
-        file: File,
-        path: &Path,
-        len: usize,
-        durability: Durability,
-        populate: bool,
-    ) -> Result<Region> {
+    fn map(file: File, path: &Path, len: usize, durability: Durability, populate: bool) -> Result<Region> {
         let fd = file.as_raw_fd();
         let prot = libc::PROT_READ | libc::PROT_WRITE;
         let populate_flag = if populate { libc::MAP_POPULATE } else { 0 };
@@ -173,62 +136,31 @@ impl Region {
         // the kernel tells us the medium is real persistent memory.
         // SAFETY: a fresh mapping of a file we own; failure is checked.
         let dax_ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                prot,
-                MAP_SHARED_VALIDATE | MAP_SYNC | populate_flag,
-                fd,
-                0,
-            )
+            libc::mmap(std::ptr::null_mut(), len, prot, MAP_SHARED_VALIDATE | MAP_SYNC | populate_flag, fd, 0)
         };
         let (ptr, medium) = if dax_ptr != libc::MAP_FAILED {
             (dax_ptr, Medium::Dax)
         } else {
             // SAFETY: as above.
-            let ptr = unsafe {
-                libc::mmap(
-                    std::ptr::null_mut(),
-                    len,
-                    prot,
-                    libc::MAP_SHARED | populate_flag,
-                    fd,
-                    0,
-                )
-            };
+            let ptr = unsafe { libc::mmap(std::ptr::null_mut(), len, prot, libc::MAP_SHARED | populate_flag, fd, 0) };
             if ptr == libc::MAP_FAILED {
                 return Err(io_err(path, "mmap")(std::io::Error::last_os_error()));
             }
-            let medium = if is_tmpfs(&file) {
-                Medium::Tmpfs
-            } else {
-                Medium::PageCache
-            };
+            let medium = if is_tmpfs(&file) { Medium::Tmpfs } else { Medium::PageCache };
             (ptr, medium)
         };
         let persist_path = match (durability, medium) {
             (Durability::Buffered, _) => PersistPath::Nothing,
-            (Durability::Pmem, Medium::Dax | Medium::Tmpfs) => {
-                PersistPath::CacheFlush(flush::detected())
-            }
+            (Durability::Pmem, Medium::Dax | Medium::Tmpfs) => PersistPath::CacheFlush(flush::detected()),
             (Durability::Pmem, Medium::PageCache) => {
                 // SAFETY: unmapping the mapping made just above.
                 unsafe { libc::munmap(ptr, len) };
-                return Err(Error::PmemNeedsDax {
-                    path: path.to_path_buf(),
-                });
+                return Err(Error::PmemNeedsDax { path: path.to_path_buf() });
             }
             (Durability::Sync, Medium::Dax) => PersistPath::CacheFlush(flush::detected()),
             (Durability::Sync, _) => PersistPath::Msync,
         };
-        Ok(Region {
-            ptr: ptr.cast(),
-            len,
-            file,
-            path: path.to_path_buf(),
-            medium,
-            persist_path,
-        })
+        Ok(Region { ptr: ptr.cast(), len, file, path: path.to_path_buf(), medium, persist_path })
     }
 
     pub fn len(&self) -> usize {
@@ -259,12 +191,7 @@ impl Region {
     fn check(&self, offset: usize, len: usize) -> Result<()> {
         match offset.checked_add(len) {
             Some(end) if end <= self.len => Ok(()),
-            _ => Err(Error::OutOfRange {
-                path: self.path.clone(),
-                offset,
-                len,
-                size: self.len,
-            }),
+            _ => Err(Error::OutOfRange { path: self.path.clone(), offset, len, size: self.len }),
         }
     }
 
@@ -329,8 +256,7 @@ impl Region {
                 let end = offset + len;
                 // SAFETY: page-aligned start inside our mapping; msync only
                 // writes back, it never changes the mapping.
-                let rc =
-                    unsafe { libc::msync(self.ptr.add(start).cast(), end - start, libc::MS_SYNC) };
+                let rc = unsafe { libc::msync(self.ptr.add(start).cast(), end - start, libc::MS_SYNC) };
                 if rc != 0 {
                     return Err(io_err(&self.path, "msync")(std::io::Error::last_os_error()));
                 }
@@ -383,11 +309,7 @@ fn is_tmpfs(file: &File) -> bool {
 /// The medium a directory lives on, for reports and for choosing defaults.
 pub fn medium_of_dir(dir: &Path) -> std::io::Result<Medium> {
     let file = File::open(dir)?;
-    Ok(if is_tmpfs(&file) {
-        Medium::Tmpfs
-    } else {
-        Medium::PageCache
-    })
+    Ok(if is_tmpfs(&file) { Medium::Tmpfs } else { Medium::PageCache })
 }
 
 /// fsync of a directory, so that a create, rename or unlink in it is durable.
@@ -402,10 +324,7 @@ mod tests {
     #[test]
     fn write_persist_reopen_roundtrip_in_every_mode() {
         let dir = tempfile::tempdir().unwrap();
-        for (i, mode) in [Durability::Sync, Durability::Buffered]
-            .into_iter()
-            .enumerate()
-        {
+        for (i, mode) in [Durability::Sync, Durability::Buffered].into_iter().enumerate() {
             let path = dir.path().join(format!("r{i}"));
             let region = Region::create(&path, 8192, mode, i == 0).unwrap();
             unsafe { region.write(4000, b"hello persistent world").unwrap() };
@@ -422,8 +341,7 @@ mod tests {
         let shm = Path::new("/dev/shm");
         if medium_of_dir(shm).ok() == Some(Medium::Tmpfs) {
             let dir = tempfile::tempdir_in(shm).unwrap();
-            let region =
-                Region::create(&dir.path().join("r"), 4096, Durability::Pmem, false).unwrap();
+            let region = Region::create(&dir.path().join("r"), 4096, Durability::Pmem, false).unwrap();
             assert_eq!(region.medium(), Medium::Tmpfs);
             unsafe { region.write(0, &[7u8; 300]).unwrap() };
             region.persist(0, 300).unwrap();
@@ -433,8 +351,7 @@ mod tests {
         }
         let dir = tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).unwrap();
         if medium_of_dir(dir.path()).unwrap() == Medium::PageCache {
-            let err =
-                Region::create(&dir.path().join("r"), 4096, Durability::Pmem, false).unwrap_err();
+            let err = Region::create(&dir.path().join("r"), 4096, Durability::Pmem, false).unwrap_err();
             assert!(matches!(err, Error::PmemNeedsDax { .. }), "{err}");
         }
     }
@@ -442,16 +359,9 @@ mod tests {
     #[test]
     fn out_of_range_access_is_an_error_not_a_crash() {
         let dir = tempfile::tempdir().unwrap();
-        let region =
-            Region::create(&dir.path().join("r"), 100, Durability::Buffered, false).unwrap();
+        let region = Region::create(&dir.path().join("r"), 100, Durability::Buffered, false).unwrap();
         assert!(matches!(region.read(90, 11), Err(Error::OutOfRange { .. })));
-        assert!(matches!(
-            unsafe { region.write(usize::MAX, b"x") },
-            Err(Error::OutOfRange { .. })
-        ));
-        assert!(matches!(
-            region.persist(0, 101),
-            Err(Error::OutOfRange { .. })
-        ));
+        assert!(matches!(unsafe { region.write(usize::MAX, b"x") }, Err(Error::OutOfRange { .. })));
+        assert!(matches!(region.persist(0, 101), Err(Error::OutOfRange { .. })));
     }
 }

@@ -13,6 +13,7 @@
 //! entries that are 50-100% full: 56-112 B per key, about 75 B for random
 //! inserts, plus heap bytes for keys longer than 16 B.
 
+use std::collections::btree_map::Entry;
 use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -35,11 +36,7 @@ pub struct Loc {
 
 impl Loc {
     /// Marks a deletion kept only for snapshots or during replay.
-    pub const TOMBSTONE: Loc = Loc {
-        seg: u32::MAX,
-        off: 0,
-        len: 0,
-    };
+    pub const TOMBSTONE: Loc = Loc { seg: u32::MAX, off: 0, len: 0 };
 
     pub fn is_tombstone(&self) -> bool {
         self.seg == u32::MAX
@@ -55,11 +52,7 @@ pub struct Slot {
 
 impl Slot {
     pub fn new(loc: Loc, seq: u64) -> Slot {
-        Slot {
-            loc,
-            seq,
-            older: None,
-        }
+        Slot { loc, seq, older: None }
     }
 
     /// The version a reader at `at_seq` sees (`None` = newest).
@@ -146,11 +139,8 @@ impl Index {
     ) -> Option<Key> {
         let map = self.map.read();
         let range = map.range::<[u8], _>((lower, upper));
-        let iter: Box<dyn Iterator<Item = (&Key, &Slot)>> = if reverse {
-            Box::new(range.rev().take(max))
-        } else {
-            Box::new(range.take(max))
-        };
+        let iter: Box<dyn Iterator<Item = (&Key, &Slot)>> =
+            if reverse { Box::new(range.rev().take(max)) } else { Box::new(range.take(max)) };
         let mut last = None;
         for (key, slot) in iter {
             if let Some(version) = slot.visible(Some(at_seq)) {
@@ -167,14 +157,10 @@ impl Index {
     /// snapshot needs an older one (GC dropping an expired entry).
     pub fn remove_if_at(&self, key: &[u8], at: Loc, segments: &SegmentSet) -> bool {
         let mut map = self.map.write();
-        let removable = map
-            .get(key)
-            .is_some_and(|slot| slot.loc == at && slot.older.is_none());
+        let removable = map.get(key).is_some_and(|slot| slot.loc == at && slot.older.is_none());
         if removable {
             map.remove(key);
-            segments.with(at.seg, |s| {
-                s.live_bytes.fetch_sub(at.len as u64, Ordering::Relaxed)
-            });
+            segments.with(at.seg, |s| s.live_bytes.fetch_sub(at.len as u64, Ordering::Relaxed));
         }
         removable
     }
@@ -203,15 +189,9 @@ impl Index {
 
     /// Applies one group of updates atomically for readers, then publishes
     /// `new_visible_seq`. Keeps live-byte counts of segments current.
-    pub fn apply<'a>(
-        &self,
-        updates: impl Iterator<Item = Update<'a>>,
-        new_visible_seq: u64,
-        segments: &SegmentSet,
-    ) {
+    pub fn apply<'a>(&self, updates: impl Iterator<Item = Update<'a>>, new_visible_seq: u64, segments: &SegmentSet) {
         let mut map = self.map.write();
-        let snapshots_guard =
-            (self.snapshot_count.load(Ordering::Acquire) > 0).then(|| self.snapshots.lock());
+        let snapshots_guard = (self.snapshot_count.load(Ordering::Acquire) > 0).then(|| self.snapshots.lock());
         let snapshots = snapshots_guard.as_deref();
         let mut chained_delta: i64 = 0;
         let add_live = |loc: Loc, sign: i64| {
@@ -230,15 +210,15 @@ impl Index {
                 Update::Put { key, loc, seq } => {
                     add_live(loc, 1);
                     let new = Slot::new(loc, seq);
-                    match map.get_mut(key) {
-                        Some(head) => {
-                            let old = std::mem::replace(head, new);
+                    // One descent: keys of up to 16 bytes are built inline.
+                    match map.entry(Key::from_slice(key)) {
+                        Entry::Occupied(mut head) => {
+                            let old = std::mem::replace(head.get_mut(), new);
                             add_live(old.loc, -1);
-                            head.older =
-                                retain_for_snapshots(old, seq, snapshots, &mut chained_delta);
+                            head.get_mut().older = retain_for_snapshots(old, seq, snapshots, &mut chained_delta);
                         }
-                        None => {
-                            map.insert(Key::from_slice(key), new);
+                        Entry::Vacant(slot) => {
+                            slot.insert(new);
                         }
                     }
                 }
@@ -264,8 +244,7 @@ impl Index {
             }
         }
         if chained_delta != 0 {
-            self.chained_versions
-                .fetch_add(chained_delta as u64, Ordering::Relaxed);
+            self.chained_versions.fetch_add(chained_delta as u64, Ordering::Relaxed);
         }
         debug_assert!(new_visible_seq >= self.visible_seq());
         self.visible_seq.store(new_visible_seq, Ordering::Release);
@@ -304,16 +283,11 @@ impl Index {
     /// Estimated DRAM bytes held by the index.
     pub fn memory_bytes(&self) -> u64 {
         let map = self.map.read();
-        let spilled: usize = map
-            .keys()
-            .filter(|k| k.spilled())
-            .map(|k| k.capacity())
-            .sum();
+        let spilled: usize = map.keys().filter(|k| k.spilled()).map(|k| k.capacity()).sum();
         // B-tree leaves hold 11 entries and are between half and completely
         // full; 3/4 is the expected fill for random inserts.
         let entry = std::mem::size_of::<Key>() + std::mem::size_of::<Slot>();
-        let chained =
-            self.chained_versions.load(Ordering::Relaxed) as usize * std::mem::size_of::<Slot>();
+        let chained = self.chained_versions.load(Ordering::Relaxed) as usize * std::mem::size_of::<Slot>();
         (map.len() * entry * 4 / 3 + spilled + chained) as u64
     }
 }
@@ -359,70 +333,26 @@ mod tests {
     use super::*;
 
     fn loc(n: u32) -> Loc {
-        Loc {
-            seg: 0,
-            off: n,
-            len: 1,
-        }
+        Loc { seg: 0, off: n, len: 1 }
     }
 
     #[test]
     fn snapshot_keeps_the_version_it_saw_and_only_that() {
         let segments = SegmentSet::default();
         let index = Index::new(BTreeMap::new(), 0);
-        index.apply(
-            [Update::Put {
-                key: b"k",
-                loc: loc(1),
-                seq: 1,
-            }]
-            .into_iter(),
-            1,
-            &segments,
-        );
+        index.apply([Update::Put { key: b"k", loc: loc(1), seq: 1 }].into_iter(), 1, &segments);
         let s1 = index.register_snapshot();
-        index.apply(
-            [Update::Put {
-                key: b"k",
-                loc: loc(2),
-                seq: 2,
-            }]
-            .into_iter(),
-            2,
-            &segments,
-        );
-        index.apply(
-            [Update::Put {
-                key: b"k",
-                loc: loc(3),
-                seq: 3,
-            }]
-            .into_iter(),
-            3,
-            &segments,
-        );
+        index.apply([Update::Put { key: b"k", loc: loc(2), seq: 2 }].into_iter(), 2, &segments);
+        index.apply([Update::Put { key: b"k", loc: loc(3), seq: 3 }].into_iter(), 3, &segments);
         assert_eq!(index.get(b"k", Some(s1)), Some(loc(1)));
         assert_eq!(index.get(b"k", None), Some(loc(3)));
         // Version 2 was never visible to a snapshot, so it is not retained.
         assert_eq!(index.chained_versions.load(Ordering::Relaxed), 1);
-        index.apply(
-            [Update::Delete { key: b"k", seq: 4 }].into_iter(),
-            4,
-            &segments,
-        );
+        index.apply([Update::Delete { key: b"k", seq: 4 }].into_iter(), 4, &segments);
         assert_eq!(index.get(b"k", None), None);
         assert_eq!(index.get(b"k", Some(s1)), Some(loc(1)));
         index.release_snapshot(s1);
-        index.apply(
-            [Update::Put {
-                key: b"k",
-                loc: loc(5),
-                seq: 5,
-            }]
-            .into_iter(),
-            5,
-            &segments,
-        );
+        index.apply([Update::Put { key: b"k", loc: loc(5), seq: 5 }].into_iter(), 5, &segments);
         assert_eq!(index.chained_versions.load(Ordering::Relaxed), 0);
     }
 
@@ -430,37 +360,10 @@ mod tests {
     fn relocation_applies_only_if_the_key_did_not_move() {
         let segments = SegmentSet::default();
         let index = Index::new(BTreeMap::new(), 0);
-        index.apply(
-            [Update::Put {
-                key: b"k",
-                loc: loc(1),
-                seq: 1,
-            }]
-            .into_iter(),
-            1,
-            &segments,
-        );
-        index.apply(
-            [Update::Relocate {
-                key: b"k",
-                from: loc(9),
-                to: loc(7),
-            }]
-            .into_iter(),
-            1,
-            &segments,
-        );
+        index.apply([Update::Put { key: b"k", loc: loc(1), seq: 1 }].into_iter(), 1, &segments);
+        index.apply([Update::Relocate { key: b"k", from: loc(9), to: loc(7) }].into_iter(), 1, &segments);
         assert_eq!(index.get(b"k", None), Some(loc(1)));
-        index.apply(
-            [Update::Relocate {
-                key: b"k",
-                from: loc(1),
-                to: loc(7),
-            }]
-            .into_iter(),
-            1,
-            &segments,
-        );
+        index.apply([Update::Relocate { key: b"k", from: loc(1), to: loc(7) }].into_iter(), 1, &segments);
         assert_eq!(index.get(b"k", None), Some(loc(7)));
     }
 }

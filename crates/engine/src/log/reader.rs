@@ -5,8 +5,8 @@
 //! marks the end of the data written to the segment.
 
 use crate::log::record::{
-    align_up, decode_frame, DecodeError, EntryView, FrameHeader, FLAG_GROUP_START,
-    FRAME_ALIGN_BYTES, FRAME_HEADER_BYTES,
+    align_up, decode_frame, DecodeError, EntryView, FrameHeader, FLAG_GROUP_START, FRAME_ALIGN_BYTES,
+    FRAME_HEADER_BYTES,
 };
 use crate::log::writer::GROUP_ALIGN_BYTES;
 
@@ -29,17 +29,11 @@ pub fn scan<'a>(
     let mut at = start;
     loop {
         if at + FRAME_HEADER_BYTES > bytes.len() {
-            return ScanEnd::Clean {
-                end: at.min(bytes.len()),
-            };
+            return ScanEnd::Clean { end: at.min(bytes.len()) };
         }
-        match decode_frame(&bytes[at..], |header, entry_at, entry| {
-            on_entry(at, header, entry_at, entry)
-        }) {
+        match decode_frame(&bytes[at..], |header, entry_at, entry| on_entry(at, header, entry_at, entry)) {
             Ok(header) => at += header.next_offset(),
-            Err(DecodeError::Zero) if at % GROUP_ALIGN_BYTES != 0 => {
-                at = align_up(at, GROUP_ALIGN_BYTES)
-            }
+            Err(DecodeError::Zero) if at % GROUP_ALIGN_BYTES != 0 => at = align_up(at, GROUP_ALIGN_BYTES),
             Err(DecodeError::Zero) => return ScanEnd::Clean { end: at },
             Err(error) => return ScanEnd::Bad { offset: at, error },
         }
@@ -51,8 +45,7 @@ pub fn scan<'a>(
 pub fn find_group_start(bytes: &[u8], from: usize) -> Option<usize> {
     let mut at = align_up(from, FRAME_ALIGN_BYTES);
     while at + FRAME_HEADER_BYTES <= bytes.len() {
-        let header_ok =
-            FrameHeader::decode(&bytes[at..]).is_ok_and(|h| h.flags & FLAG_GROUP_START != 0);
+        let header_ok = FrameHeader::decode(&bytes[at..]).is_ok_and(|h| h.flags & FLAG_GROUP_START != 0);
         if header_ok && decode_frame(&bytes[at..], |_, _, _| {}).is_ok() {
             return Some(at);
         }

@@ -107,22 +107,12 @@ pub fn entry_len(key_len: usize, value_len: usize, has_expiry: bool) -> usize {
 
 /// Appends one entry, CRC included, to `out`. Lengths must already be
 /// validated against the limits (they fit their fields).
-pub fn encode_entry(
-    out: &mut Vec<u8>,
-    kind: EntryKind,
-    key: &[u8],
-    value: &[u8],
-    expiry_ms: Option<u64>,
-) {
+pub fn encode_entry(out: &mut Vec<u8>, kind: EntryKind, key: &[u8], value: &[u8], expiry_ms: Option<u64>) {
     assert!(key.len() <= u16::MAX as usize && value.len() <= u32::MAX as usize);
     let start = out.len();
     out.extend_from_slice(&[0u8; 4]);
     out.push(kind as u8);
-    out.push(if expiry_ms.is_some() {
-        ENTRY_HAS_EXPIRY
-    } else {
-        0
-    });
+    out.push(if expiry_ms.is_some() { ENTRY_HAS_EXPIRY } else { 0 });
     out.extend_from_slice(&(key.len() as u16).to_le_bytes());
     out.extend_from_slice(&(value.len() as u32).to_le_bytes());
     if let Some(expiry) = expiry_ms {
@@ -168,21 +158,12 @@ pub fn decode_entry(bytes: &[u8], verify: bool) -> Result<EntryView<'_>, DecodeE
         return Err(DecodeError::BadChecksum);
     }
     let (expiry_ms, key_start) = if has_expiry {
-        (
-            Some(u64_at(bytes, ENTRY_HEADER_BYTES)),
-            ENTRY_HEADER_BYTES + EXPIRY_BYTES,
-        )
+        (Some(u64_at(bytes, ENTRY_HEADER_BYTES)), ENTRY_HEADER_BYTES + EXPIRY_BYTES)
     } else {
         (None, ENTRY_HEADER_BYTES)
     };
     let value_start = key_start + key_len;
-    Ok(EntryView {
-        kind,
-        key: &bytes[key_start..value_start],
-        value: &bytes[value_start..len],
-        expiry_ms,
-        len,
-    })
+    Ok(EntryView { kind, key: &bytes[key_start..value_start], value: &bytes[value_start..len], expiry_ms, len })
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -284,13 +265,7 @@ mod tests {
         let mut body = Vec::new();
         encode_entry(&mut body, EntryKind::Put, b"alpha", b"one", None);
         encode_entry(&mut body, EntryKind::Delete, b"beta", b"", None);
-        encode_entry(
-            &mut body,
-            EntryKind::Put,
-            b"gamma",
-            &[9u8; 100],
-            Some(1_700_000_000_000),
-        );
+        encode_entry(&mut body, EntryKind::Put, b"gamma", &[9u8; 100], Some(1_700_000_000_000));
         let header = FrameHeader {
             flags: FLAG_GROUP_START,
             frame_len: (FRAME_HEADER_BYTES + body.len()) as u32,
@@ -306,17 +281,12 @@ mod tests {
     fn frame_roundtrip() {
         let frame = sample_frame();
         let mut seen = Vec::new();
-        let header = decode_frame(&frame, |_, _, e| {
-            seen.push((e.kind, e.key.to_vec(), e.value.to_vec(), e.expiry_ms))
-        })
-        .unwrap();
+        let header =
+            decode_frame(&frame, |_, _, e| seen.push((e.kind, e.key.to_vec(), e.value.to_vec(), e.expiry_ms))).unwrap();
         assert_eq!(header.seq, 42);
         assert_eq!(header.flags, FLAG_GROUP_START);
         assert_eq!(seen.len(), 3);
-        assert_eq!(
-            seen[0],
-            (EntryKind::Put, b"alpha".to_vec(), b"one".to_vec(), None)
-        );
+        assert_eq!(seen[0], (EntryKind::Put, b"alpha".to_vec(), b"one".to_vec(), None));
         assert_eq!(seen[1].0, EntryKind::Delete);
         assert_eq!(seen[2].3, Some(1_700_000_000_000));
         assert_eq!(seen[2].2, vec![9u8; 100]);
@@ -328,10 +298,7 @@ mod tests {
         for bit in 0..frame.len() * 8 {
             let mut bad = frame.clone();
             bad[bit / 8] ^= 1 << (bit % 8);
-            assert!(
-                decode_frame(&bad, |_, _, _| {}).is_err(),
-                "flip of bit {bit} went unnoticed"
-            );
+            assert!(decode_frame(&bad, |_, _, _| {}).is_err(), "flip of bit {bit} went unnoticed");
         }
     }
 
@@ -339,10 +306,7 @@ mod tests {
     fn every_truncation_is_detected() {
         let frame = sample_frame();
         for len in 0..frame.len() {
-            assert!(
-                decode_frame(&frame[..len], |_, _, _| {}).is_err(),
-                "truncation to {len} went unnoticed"
-            );
+            assert!(decode_frame(&frame[..len], |_, _, _| {}).is_err(), "truncation to {len} went unnoticed");
         }
     }
 

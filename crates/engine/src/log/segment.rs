@@ -31,10 +31,7 @@ pub fn segment_file_name(id: u32) -> String {
 
 /// Parses `seg-NNNNNNNN.log`.
 pub fn parse_segment_file_name(name: &str) -> Option<u32> {
-    name.strip_prefix("seg-")?
-        .strip_suffix(".log")?
-        .parse()
-        .ok()
+    name.strip_prefix("seg-")?.strip_suffix(".log")?.parse().ok()
 }
 
 pub struct Segment {
@@ -50,13 +47,7 @@ pub struct Segment {
 }
 
 impl Segment {
-    pub fn create(
-        dir: &Path,
-        id: u32,
-        size_bytes: usize,
-        durability: Durability,
-        populate: bool,
-    ) -> Result<Segment> {
+    pub fn create(dir: &Path, id: u32, size_bytes: usize, durability: Durability, populate: bool) -> Result<Segment> {
         let path = dir.join(segment_file_name(id));
         let region = Region::create(&path, size_bytes, durability, populate)?;
         let mut header = [0u8; 40];
@@ -74,20 +65,13 @@ impl Segment {
 
     pub fn open(path: &Path, id: u32, durability: Durability) -> Result<Segment> {
         let region = Region::open(path, durability)?;
-        let corrupt = |reason: &str| Error::Corruption {
-            path: path.to_path_buf(),
-            offset: 0,
-            reason: reason.to_string(),
-        };
-        let header = region
-            .read(0, 40)
-            .map_err(|_| corrupt("file shorter than the segment header"))?;
+        let corrupt =
+            |reason: &str| Error::Corruption { path: path.to_path_buf(), offset: 0, reason: reason.to_string() };
+        let header = region.read(0, 40).map_err(|_| corrupt("file shorter than the segment header"))?;
         if &header[..8] != SEGMENT_MAGIC {
             return Err(corrupt("not a ScaledKV segment (bad magic)"));
         }
-        if crc32c::crc32c(&header[..32])
-            != u32::from_le_bytes(header[32..36].try_into().expect("4 bytes"))
-        {
+        if crc32c::crc32c(&header[..32]) != u32::from_le_bytes(header[32..36].try_into().expect("4 bytes")) {
             return Err(corrupt("segment header checksum mismatch"));
         }
         let version = u32::from_le_bytes(header[8..12].try_into().expect("4 bytes"));
@@ -100,16 +84,11 @@ impl Segment {
         }
         let stored_id = u32::from_le_bytes(header[12..16].try_into().expect("4 bytes"));
         if stored_id != id {
-            return Err(corrupt(&format!(
-                "header names segment {stored_id}, file name says {id}"
-            )));
+            return Err(corrupt(&format!("header names segment {stored_id}, file name says {id}")));
         }
         let size = u64::from_le_bytes(header[16..24].try_into().expect("8 bytes"));
         if size != region.len() as u64 {
-            return Err(corrupt(&format!(
-                "header says {size} bytes, file has {}",
-                region.len()
-            )));
+            return Err(corrupt(&format!("header says {size} bytes, file has {}", region.len())));
         }
         Ok(Segment::new(id, region))
     }
@@ -156,9 +135,7 @@ pub struct SegmentSet {
 
 impl Default for SegmentSet {
     fn default() -> Self {
-        SegmentSet {
-            table: ArcSwap::from_pointee(Vec::new()),
-        }
+        SegmentSet { table: ArcSwap::from_pointee(Vec::new()) }
     }
 }
 
@@ -210,17 +187,10 @@ impl SegmentSet {
 /// Lists segment files in `dir` as (id, path), sorted by id.
 pub fn list_segment_files(dir: &Path) -> Result<Vec<(u32, PathBuf)>> {
     let mut found = Vec::new();
-    let entries = std::fs::read_dir(dir).map_err(|source| Error::Io {
-        path: dir.to_path_buf(),
-        op: "read_dir",
-        source,
-    })?;
+    let entries =
+        std::fs::read_dir(dir).map_err(|source| Error::Io { path: dir.to_path_buf(), op: "read_dir", source })?;
     for entry in entries {
-        let entry = entry.map_err(|source| Error::Io {
-            path: dir.to_path_buf(),
-            op: "read_dir",
-            source,
-        })?;
+        let entry = entry.map_err(|source| Error::Io { path: dir.to_path_buf(), op: "read_dir", source })?;
         if let Some(id) = entry.file_name().to_str().and_then(parse_segment_file_name) {
             found.push((id, entry.path()));
         }

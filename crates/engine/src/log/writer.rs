@@ -70,15 +70,8 @@ impl LogWriter {
     }
 
     fn prepare_spare(&mut self) {
-        let (dir, id, size, durability) = (
-            self.dir.clone(),
-            self.next_id,
-            self.segment_size_bytes,
-            self.durability,
-        );
-        self.spare = Some(std::thread::spawn(move || {
-            Segment::create(&dir, id, size, durability, true)
-        }));
+        let (dir, id, size, durability) = (self.dir.clone(), self.next_id, self.segment_size_bytes, self.durability);
+        self.spare = Some(std::thread::spawn(move || Segment::create(&dir, id, size, durability, true)));
     }
 
     pub fn active_id(&self) -> u32 {
@@ -91,12 +84,7 @@ impl LogWriter {
     }
 
     /// Writes one frame (`header` + `body`) and returns (segment id, offset).
-    pub fn append(
-        &mut self,
-        header: &FrameHeader,
-        body: &[u8],
-        segments: &SegmentSet,
-    ) -> Result<(u32, usize)> {
+    pub fn append(&mut self, header: &FrameHeader, body: &[u8], segments: &SegmentSet) -> Result<(u32, usize)> {
         let frame_len = header.frame_len as usize;
         debug_assert_eq!(frame_len, FRAME_HEADER_BYTES + body.len());
         if self.offset + frame_len > self.active.capacity_bytes() {
@@ -116,25 +104,16 @@ impl LogWriter {
     }
 
     fn roll(&mut self, segments: &SegmentSet) -> Result<()> {
-        let spare = self
-            .spare
-            .take()
-            .expect("a spare segment is always being prepared");
+        let spare = self.spare.take().expect("a spare segment is always being prepared");
         let next = match spare.join() {
             Ok(result) => result?,
-            Err(_) => {
-                return Err(Error::Poisoned(
-                    "segment preparation thread panicked".into(),
-                ))
-            }
+            Err(_) => return Err(Error::Poisoned("segment preparation thread panicked".into())),
         };
         let next = Arc::new(next);
         segments.insert(next.clone());
         let old = std::mem::replace(&mut self.active, next);
-        old.written_bytes
-            .store(self.offset as u64, Ordering::Release);
-        self.sealed_in_group
-            .push((old, self.group_start, self.offset));
+        old.written_bytes.store(self.offset as u64, Ordering::Release);
+        self.sealed_in_group.push((old, self.group_start, self.offset));
         self.offset = crate::log::segment::SEGMENT_HEADER_BYTES;
         self.group_start = self.offset;
         self.next_id += 1;
@@ -149,18 +128,13 @@ impl LogWriter {
             segment.region.persist(start, end - start)?;
         }
         if self.offset > self.group_start {
-            self.active
-                .region
-                .persist(self.group_start, self.offset - self.group_start)?;
+            self.active.region.persist(self.group_start, self.offset - self.group_start)?;
         }
         if self.durability != Durability::Buffered {
-            self.offset =
-                align_up(self.offset, GROUP_ALIGN_BYTES).min(self.active.capacity_bytes());
+            self.offset = align_up(self.offset, GROUP_ALIGN_BYTES).min(self.active.capacity_bytes());
         }
         self.group_start = self.offset;
-        self.active
-            .written_bytes
-            .store(self.offset as u64, Ordering::Release);
+        self.active.written_bytes.store(self.offset as u64, Ordering::Release);
         Ok(())
     }
 

@@ -1,0 +1,192 @@
+//! The engines a benchmark can drive, behind one small trait.
+
+use std::path::Path;
+
+use scaledkv::{Db, Durability, Options, WriteBatch};
+
+pub trait Store: Send + Sync {
+    fn put(&self, key: &[u8], value: &[u8]) -> Result<(), String>;
+    /// Applies several puts as one atomic batch.
+    fn put_batch(&self, entries: &[(Vec<u8>, Vec<u8>)]) -> Result<(), String>;
+    /// Calls `found` with the value's length when the key exists.
+    fn get(&self, key: &[u8]) -> Result<Option<usize>, String>;
+    fn delete(&self, key: &[u8]) -> Result<(), String>;
+    /// Visits up to `limit` entries from `start` (or from an end) in key
+    /// order; returns (entries, bytes) visited.
+    fn scan(&self, start: Option<&[u8]>, limit: usize, reverse: bool) -> Result<(usize, usize), String>;
+    /// One line describing engine settings for the report header.
+    fn describe(&self) -> String;
+    /// Extra lines for the end of the report (statistics).
+    fn report(&self) -> Vec<String> {
+        Vec::new()
+    }
+}
+
+pub struct ScaledKv {
+    pub db: Db,
+}
+
+impl ScaledKv {
+    pub fn open(path: &Path, durability: Durability, verify_checksums: bool, fresh: bool) -> Result<ScaledKv, String> {
+        if fresh && path.exists() {
+            std::fs::remove_dir_all(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        }
+        let options = Options { durability, verify_checksums, ..Options::default() };
+        Db::open(path, options).map(|db| ScaledKv { db }).map_err(|e| e.to_string())
+    }
+}
+
+impl Store for ScaledKv {
+    fn put(&self, key: &[u8], value: &[u8]) -> Result<(), String> {
+        self.db.put(key, value).map_err(|e| e.to_string())
+    }
+
+    fn put_batch(&self, entries: &[(Vec<u8>, Vec<u8>)]) -> Result<(), String> {
+        let mut batch = WriteBatch::new();
+        for (key, value) in entries {
+            batch.put(key, value);
+        }
+        self.db.write(batch).map_err(|e| e.to_string())
+    }
+
+    fn get(&self, key: &[u8]) -> Result<Option<usize>, String> {
+        // Pinned: like db_bench's Get into a PinnableSlice, no value copy.
+        self.db.get_pinned(key).map(|v| v.map(|v| v.len())).map_err(|e| e.to_string())
+    }
+
+    fn delete(&self, key: &[u8]) -> Result<(), String> {
+        self.db.delete(key).map_err(|e| e.to_string())
+    }
+
+    fn scan(&self, start: Option<&[u8]>, limit: usize, reverse: bool) -> Result<(usize, usize), String> {
+        let iter = match (start, reverse) {
+            (Some(start), false) => self.db.range(start..),
+            (Some(start), true) => self.db.range_rev(..=start),
+            (None, false) => self.db.iter(),
+            (None, true) => self.db.range_rev::<&[u8], _>(..),
+        };
+        let (mut entries, mut bytes) = (0, 0);
+        for kv in iter.take(limit) {
+            let (key, value) = kv.map_err(|e| e.to_string())?;
+            entries += 1;
+            bytes += key.len() + value.len();
+        }
+        Ok((entries, bytes))
+    }
+
+    fn describe(&self) -> String {
+        let stats = self.db.stats();
+        format!("ScaledKV:   durability={} medium={} persist={}", stats.durability, stats.medium, stats.persist_method)
+    }
+
+    fn report(&self) -> Vec<String> {
+        let s = self.db.stats();
+        vec![format!(
+            "stats: keys={} live={:.1}MB log={:.1}MB segments={} space-amp={:.2} write-amp={:.2} index={:.1}MB ({:.1} B/key est.) gc-copied={:.1}MB checkpoints={}",
+            s.keys,
+            s.live_bytes as f64 / 1e6,
+            s.log_bytes as f64 / 1e6,
+            s.segments,
+            s.space_amplification,
+            s.write_amplification,
+            s.index_memory_bytes as f64 / 1e6,
+            s.index_bytes_per_key,
+            s.gc_bytes_written as f64 / 1e6,
+            s.checkpoints,
+        )]
+    }
+}
+
+#[cfg(feature = "rocksdb")]
+pub mod rocks {
+    //! RocksDB built from source with optimizations (librocksdb-sys), set up
+    //! like db_bench: no compression, a block cache that holds the data.
+    use super::Store;
+    use std::path::Path;
+
+    pub struct Rocks {
+        db: rocksdb::DB,
+        write_options: rocksdb::WriteOptions,
+        settings: String,
+    }
+
+    impl Rocks {
+        pub fn open(
+            path: &Path,
+            sync: bool,
+            disable_wal: bool,
+            cache_bytes: usize,
+            fresh: bool,
+        ) -> Result<Rocks, String> {
+            if fresh && path.exists() {
+                std::fs::remove_dir_all(path).map_err(|e| format!("{}: {e}", path.display()))?;
+            }
+            let mut options = rocksdb::Options::default();
+            options.create_if_missing(true);
+            options.set_compression_type(rocksdb::DBCompressionType::None);
+            let mut table = rocksdb::BlockBasedOptions::default();
+            table.set_block_cache(&rocksdb::Cache::new_lru_cache(cache_bytes));
+            options.set_block_based_table_factory(&table);
+            let db = rocksdb::DB::open(&options, path).map_err(|e| e.to_string())?;
+            let mut write_options = rocksdb::WriteOptions::default();
+            write_options.set_sync(sync);
+            write_options.disable_wal(disable_wal);
+            let settings = format!(
+                "RocksDB:    release build {} sync={} disable_wal={} cache={}MB compression=none",
+                "(rust-rocksdb)",
+                sync as u8,
+                disable_wal as u8,
+                cache_bytes >> 20
+            );
+            Ok(Rocks { db, write_options, settings })
+        }
+    }
+
+    impl Store for Rocks {
+        fn put(&self, key: &[u8], value: &[u8]) -> Result<(), String> {
+            self.db.put_opt(key, value, &self.write_options).map_err(|e| e.to_string())
+        }
+
+        fn put_batch(&self, entries: &[(Vec<u8>, Vec<u8>)]) -> Result<(), String> {
+            let mut batch = rocksdb::WriteBatch::default();
+            for (key, value) in entries {
+                batch.put(key, value);
+            }
+            self.db.write_opt(batch, &self.write_options).map_err(|e| e.to_string())
+        }
+
+        fn get(&self, key: &[u8]) -> Result<Option<usize>, String> {
+            self.db.get_pinned(key).map(|v| v.map(|v| v.len())).map_err(|e| e.to_string())
+        }
+
+        fn delete(&self, key: &[u8]) -> Result<(), String> {
+            self.db.delete_opt(key, &self.write_options).map_err(|e| e.to_string())
+        }
+
+        fn scan(&self, start: Option<&[u8]>, limit: usize, reverse: bool) -> Result<(usize, usize), String> {
+            let mut iter = self.db.raw_iterator();
+            match (start, reverse) {
+                (Some(start), false) => iter.seek(start),
+                (Some(start), true) => iter.seek_for_prev(start),
+                (None, false) => iter.seek_to_first(),
+                (None, true) => iter.seek_to_last(),
+            }
+            let (mut entries, mut bytes) = (0, 0);
+            while iter.valid() && entries < limit {
+                bytes += iter.key().map_or(0, |k| k.len()) + iter.value().map_or(0, |v| v.len());
+                entries += 1;
+                if reverse {
+                    iter.prev()
+                } else {
+                    iter.next()
+                }
+            }
+            iter.status().map_err(|e| e.to_string())?;
+            Ok((entries, bytes))
+        }
+
+        fn describe(&self) -> String {
+            self.settings.clone()
+        }
+    }
+}
