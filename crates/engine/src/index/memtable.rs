@@ -114,8 +114,10 @@ impl Index {
         self.visible_seq.load(Ordering::Acquire)
     }
 
+    /// Live keys. Walks the map (tombstones kept for snapshots are not
+    /// keys), so it is for statistics, not hot paths.
     pub fn len(&self) -> usize {
-        self.map.read().len()
+        self.map.read().values().filter(|slot| !slot.loc.is_tombstone()).count()
     }
 
     /// The location of `key` as seen at `at_seq` (`None` = newest).

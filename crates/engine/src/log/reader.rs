@@ -31,9 +31,17 @@ pub fn scan<'a>(
         if at + FRAME_HEADER_BYTES > bytes.len() {
             return ScanEnd::Clean { end: at.min(bytes.len()) };
         }
+        // Padding can be shorter than a header: test only the gap up to the
+        // next group boundary, or we would read into the next group's header.
+        let boundary = align_up(at, GROUP_ALIGN_BYTES).min(bytes.len());
+        let gap = &bytes[at.min(boundary)..boundary.min(at + FRAME_HEADER_BYTES)];
+        if at % GROUP_ALIGN_BYTES != 0 && gap.iter().all(|b| *b == 0) {
+            at = boundary;
+            continue;
+        }
+
         match decode_frame(&bytes[at..], |header, entry_at, entry| on_entry(at, header, entry_at, entry)) {
             Ok(header) => at += header.next_offset(),
-            Err(DecodeError::Zero) if at % GROUP_ALIGN_BYTES != 0 => at = align_up(at, GROUP_ALIGN_BYTES),
             Err(DecodeError::Zero) => return ScanEnd::Clean { end: at },
             Err(error) => return ScanEnd::Bad { offset: at, error },
         }
