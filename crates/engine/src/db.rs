@@ -571,7 +571,13 @@ impl Inner {
         if due {
             self.checkpoint()?;
         }
-        self.collect_garbage()?;
+        // Keep collecting while passes come back full, so GC keeps up with
+        // sustained overwrites, but stop promptly on close.
+        while self.collect_garbage()? == crate::gc::SEGMENTS_PER_PASS as u64 && !*self.shutdown.lock() {
+            if self.checkpoints.lock().pending_free.len() >= 4 * crate::gc::SEGMENTS_PER_PASS {
+                self.checkpoint()?;
+            }
+        }
         Ok(())
     }
 

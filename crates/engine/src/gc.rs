@@ -25,7 +25,7 @@ use crate::log::record::EntryKind;
 use crate::log::segment::{Segment, SEGMENT_HEADER_BYTES};
 
 /// Segments collected per pass, so one pass stays short.
-const SEGMENTS_PER_PASS: usize = 4;
+pub(crate) const SEGMENTS_PER_PASS: usize = 4;
 /// Bytes copied per relocation request (one group commit each).
 const RELOCATION_CHUNK_BYTES: usize = 4 << 20;
 

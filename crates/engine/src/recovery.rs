@@ -69,7 +69,12 @@ fn replay(map: &mut BTreeMap<Key, Slot>, key: &[u8], loc: Loc, seq: u64) {
 
 fn open_segments(dir: &Path, options: &Options, report: &mut RecoveryReport) -> Result<Vec<Arc<Segment>>> {
     let mut segments = Vec::new();
-    for (id, path) in list_segment_files(dir)? {
+    let files = list_segment_files(dir)?;
+    let last_id = files.last().map(|(id, _)| *id);
+    for (id, path) in files {
+        if Some(id) == last_id {
+            restore_truncated_length(&path, report)?;
+        }
         match Segment::open(&path, id, options.durability) {
             Ok(segment) => segments.push(Arc::new(segment)),
             Err(error) => {
@@ -86,6 +91,30 @@ fn open_segments(dir: &Path, options: &Options, report: &mut RecoveryReport) -> 
         }
     }
     Ok(segments)
+}
+
+/// The newest segment cut short (a copy or a file system that lost its
+/// tail) is a torn tail: give it back its length (the lost part reads as
+/// zeros, the end of the log) and report it.
+fn restore_truncated_length(path: &Path, report: &mut RecoveryReport) -> Result<()> {
+    let bytes_on_disk = std::fs::metadata(path).map_err(Error::io(path, "stat"))?.len();
+    let mut header = [0u8; 40];
+    let mut file = std::fs::File::open(path).map_err(Error::io(path, "open"))?;
+    if std::io::Read::read_exact(&mut file, &mut header).is_err() {
+        return Ok(());
+    }
+    let Some(size) = crate::log::segment::declared_size(&header) else { return Ok(()) };
+    if size > bytes_on_disk {
+        let file = std::fs::OpenOptions::new().write(true).open(path).map_err(Error::io(path, "open"))?;
+        file.set_len(size).map_err(Error::io(path, "set_len"))?;
+        file.sync_all().map_err(Error::io(path, "fsync"))?;
+        report.truncated = Some(Truncation {
+            path: path.to_path_buf(),
+            offset: bytes_on_disk,
+            reason: format!("file was {bytes_on_disk} bytes, its header says {size}"),
+        });
+    }
+    Ok(())
 }
 
 pub fn recover(dir: &Path, options: &Options, start: Option<Start>) -> Result<Recovered> {

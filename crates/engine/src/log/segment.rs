@@ -34,6 +34,13 @@ pub fn parse_segment_file_name(name: &str) -> Option<u32> {
     name.strip_prefix("seg-")?.strip_suffix(".log")?.parse().ok()
 }
 
+/// The size a valid segment header declares, if `bytes` start with one.
+pub fn declared_size(bytes: &[u8]) -> Option<u64> {
+    let header = bytes.get(..40)?;
+    let crc_ok = crc32c::crc32c(&header[..32]) == u32::from_le_bytes(header[32..36].try_into().ok()?);
+    (&header[..8] == SEGMENT_MAGIC && crc_ok).then(|| u64::from_le_bytes(header[16..24].try_into().expect("8 bytes")))
+}
+
 pub struct Segment {
     pub id: u32,
     pub region: Region,
