@@ -38,7 +38,7 @@ fn batch_of(t: u64, seq: u64) -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
     (0..entries)
         .map(|j| {
             let key = format!("t{t}-k{:03}", (seq * 7 + j * 13) % KEYS_PER_THREAD).into_bytes();
-            if (seq + j) % 11 == 0 {
+            if (seq + j).is_multiple_of(11) {
                 (key, None)
             } else {
                 let len = 1 + ((seq * 31 + j * 17) % 2500) as usize;

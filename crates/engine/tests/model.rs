@@ -25,7 +25,7 @@ enum Op {
 fn key(k: u8) -> Vec<u8> {
     // Few distinct keys so overwrites and deletes hit; some longer than the
     // 16-byte inline limit of the index.
-    if k % 5 == 0 {
+    if k.is_multiple_of(5) {
         format!("long-key-number-{k:03}-with-padding").into_bytes()
     } else {
         format!("k{k:03}").into_bytes()

@@ -35,7 +35,7 @@ pub fn scan<'a>(
         // next group boundary, or we would read into the next group's header.
         let boundary = align_up(at, GROUP_ALIGN_BYTES).min(bytes.len());
         let gap = &bytes[at.min(boundary)..boundary.min(at + FRAME_HEADER_BYTES)];
-        if at % GROUP_ALIGN_BYTES != 0 && gap.iter().all(|b| *b == 0) {
+        if !at.is_multiple_of(GROUP_ALIGN_BYTES) && gap.iter().all(|b| *b == 0) {
             at = boundary;
             continue;
         }
