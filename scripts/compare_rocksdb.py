@@ -1,0 +1,140 @@
+#!/usr/bin/env python3
+"""Runs db_bench workloads on ScaledKV and RocksDB, one after the other, on
+the same medium with the same sizes, REPEATS times, and prints medians and
+ScaledKV/RocksDB throughput ratios as Markdown tables.
+
+Peers (each gets its own fresh database directory on the same medium):
+  skv-buffered  ScaledKV durability=buffered   (pairs with RocksDB WAL, sync=0)
+  skv-sync      ScaledKV durability=sync       (pairs with RocksDB sync=1)
+  skv-pmem      ScaledKV durability=pmem       (tmpfs only)
+  deb-*         Debian's db_bench 7.8 (assertions enabled: flatters ratios)
+  rel-*         release RocksDB via the rust `rocksdb` crate (11.x)
+"""
+import os, re, shutil, statistics, subprocess, sys, time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SKV = os.path.join(ROOT, "target/release/scaledkv-bench")
+REL = os.path.join(ROOT, "target/rocksdb/release/scaledkv-bench")
+QUICK = os.environ.get("QUICK") == "1"
+REPEATS = int(os.environ.get("REPEATS", "1" if QUICK else "3"))
+MEDIA = os.environ.get("MEDIA", f"/dev/shm {ROOT}/bench-data").split()
+SHAPES = [(16, 1024, 1_000_000), (8, 256, 4_000_000)]
+if QUICK:
+    SHAPES = [(16, 1024, 50_000), (8, 256, 200_000)]
+DURABLE_NUM = int(os.environ.get("DURABLE_NUM", "5000" if QUICK else "50000"))
+READS = lambda num: min(num, 1_000_000)
+LINE = re.compile(r"^(\w+)\s*:\s*([\d.]+) micros/op (\d+) ops/sec")
+
+
+def engines(medium):
+    out = {"skv-buffered": ("skv", ["--durability=buffered"]),
+           "deb-wal": ("deb", ["--sync=0", "--disable_wal=0"]),
+           "deb-nowal": ("deb", ["--disable_wal=1"])}
+    if os.path.exists(REL):
+        out["rel-wal"] = ("rel", ["--sync=0", "--disable_wal=0"])
+        out["rel-nowal"] = ("rel", ["--disable_wal=1"])
+    return out
+
+
+def durable_engines(medium):
+    out = {"skv-sync": ("skv", ["--durability=sync"]), "deb-sync": ("deb", ["--sync=1"])}
+    if medium.startswith("/dev/shm"):
+        out["skv-pmem"] = ("skv", ["--durability=pmem"])
+    if os.path.exists(REL):
+        out["rel-sync"] = ("rel", ["--sync=1"])
+    return out
+
+
+def command(kind, extra, common):
+    if kind == "skv":
+        return [SKV, "--progress=never"] + common + extra
+    if kind == "rel":
+        return [REL, "--engine=rocksdb", "--progress=never", "--cache_size=8589934592"] + common + extra
+    return ["db_bench", "--compression_type=none", "--cache_size=8589934592", "--histogram=1",
+            "--statistics=0"] + common + extra
+
+
+def run(cmd):
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.exit(f"failed: {' '.join(cmd)}\n{done.stdout}\n{done.stderr}")
+    results = {}
+    for line in done.stdout.splitlines():
+        m = LINE.match(line)
+        if m:
+            results[m.group(1)] = int(m.group(3))
+    return results
+
+
+def phases(ks, vs, num, db):
+    base = [f"--key_size={ks}", f"--value_size={vs}", f"--num={num}", f"--db={db}"]
+    reads = READS(num)
+    return [
+        ("fillseq", base + ["--benchmarks=fillseq", "--use_existing_db=0"]),
+        ("fillrandom", base + ["--benchmarks=fillrandom", "--use_existing_db=0"]),
+        ("overwrite", base + ["--benchmarks=overwrite,readrandom,readseq", f"--reads={reads}", "--use_existing_db=1"]),
+        ("readrandom-2t", base + ["--benchmarks=readrandom", f"--reads={reads}", "--threads=2", "--use_existing_db=1"]),
+        ("seekrandom", base + ["--benchmarks=seekrandom", f"--reads={min(reads, 100_000)}", "--seek_nexts=100",
+                               "--use_existing_db=1"]),
+    ]
+
+
+def measure(medium, ks, vs, num, peers, phase_list, results):
+    for rep in range(REPEATS):
+        for name, (kind, extra) in peers.items():
+            db = os.path.join(medium, f"cmp-{name}")
+            shutil.rmtree(db, ignore_errors=True)
+            for phase, common in phase_list(db):
+                if kind != "skv" and "--durability" in " ".join(extra):
+                    continue
+                for bench, ops in run(command(kind, extra, common)).items():
+                    label = bench + ("-2t" if phase == "readrandom-2t" else "")
+                    label += "-16t" if "--threads=16" in common else ""
+                    results.setdefault((medium, ks, vs, label), {}).setdefault(name, []).append(ops)
+            shutil.rmtree(db, ignore_errors=True)
+        print(f"  {medium} {ks}B/{vs}B rep {rep + 1}/{REPEATS} done", file=sys.stderr)
+
+
+def durable_phases(ks, vs, num):
+    def f(db):
+        base = [f"--key_size={ks}", f"--value_size={vs}", f"--num={num}", f"--db={db}", "--use_existing_db=0"]
+        return [("fill-1t", base + ["--benchmarks=fillrandom", "--threads=1"]),
+                ("fill-16t", base + ["--benchmarks=fillrandom", "--threads=16"])]
+    return f
+
+
+def table(results, pairs, title):
+    print(f"\n### {title}\n")
+    print("| medium | key/value | benchmark | " + " | ".join(f"{a} ÷ {b}" for a, b in pairs) + " | medians (ops/s) |")
+    print("|" + "---|" * (4 + len(pairs)))
+    for (medium, ks, vs, bench), by in sorted(results.items()):
+        med = {n: statistics.median(v) for n, v in by.items()}
+        ratios = [f"{med[a] / med[b]:.2f}×" if a in med and b in med and med[b] else "—" for a, b in pairs]
+        if all(r == "—" for r in ratios):
+            continue
+        meds = ", ".join(f"{n} {int(v):,}" for n, v in sorted(med.items()))
+        print(f"| {'tmpfs' if medium.startswith('/dev/shm') else 'disk'} | {ks}/{vs} | {bench} | "
+              + " | ".join(ratios) + f" | {meds} |")
+
+
+def main():
+    started = time.time()
+    plain, durable = {}, {}
+    for medium in MEDIA:
+        os.makedirs(medium, exist_ok=True)
+        for ks, vs, num in SHAPES:
+            measure(medium, ks, vs, num, engines(medium), lambda db, k=ks, v=vs, n=num: phases(k, v, n, db), plain)
+            measure(medium, ks, vs, DURABLE_NUM, durable_engines(medium), durable_phases(ks, vs, DURABLE_NUM), durable)
+    host = subprocess.run(["uname", "-srm"], capture_output=True, text=True).stdout.strip()
+    print(f"# compare-rocksdb: {time.strftime('%Y-%m-%d')}, {host}, {os.cpu_count()} cores, "
+          f"medians of {REPEATS} runs, {time.time() - started:.0f} s")
+    table(plain, [("skv-buffered", "rel-wal"), ("skv-buffered", "rel-nowal"),
+                  ("skv-buffered", "deb-wal"), ("skv-buffered", "deb-nowal")],
+          "Buffered ScaledKV vs RocksDB WAL sync=0 and disable_wal=1")
+    table(durable, [("skv-sync", "rel-sync"), ("skv-pmem", "rel-sync"), ("skv-sync", "deb-sync"),
+                    ("skv-pmem", "deb-sync")],
+          f"Durable writes (fillrandom, {DURABLE_NUM} keys): ScaledKV sync/pmem vs RocksDB sync=1")
+
+
+if __name__ == "__main__":
+    main()
