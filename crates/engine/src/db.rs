@@ -328,7 +328,7 @@ impl<'a> Snapshot<'a> {
 
 impl Drop for Snapshot<'_> {
     fn drop(&mut self) {
-        self.db.inner.index.release_snapshot(self.seq);
+        self.db.inner.release_snapshot(self.seq);
     }
 }
 
@@ -445,6 +445,10 @@ impl Inner {
         Ok(())
     }
 
+    pub(crate) fn release_snapshot(&self, seq: u64) {
+        self.index.release_snapshot(seq, || self.segments.clear_retired());
+    }
+
     /// Finds `key` as of `at_seq` and hands its live entry to `f`. Retries
     /// when GC freed the segment between the index lookup and the read.
     pub(crate) fn read<T>(
@@ -488,6 +492,7 @@ impl Inner {
         self.segments
             .with(loc.seg, decode)
             .or_else(|| pinned.and_then(|table| table.get(loc.seg as usize)?.as_ref().map(decode)))
+            .or_else(|| self.segments.find_retired(loc.seg).map(|segment| decode(&segment)))
     }
 
     /// Decodes and checks the entry at `loc`; `None` if it has expired.

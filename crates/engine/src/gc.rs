@@ -105,6 +105,13 @@ impl Inner {
             // An expired entry a snapshot still sees stays until it is released.
             return Ok(false);
         }
+        // Retire before removing: a snapshot reader must find the segment
+        // in one of the two at every moment.
+        self.index.with_snapshot_count(|live| {
+            if live > 0 {
+                self.segments.retire(segment.clone());
+            }
+        });
         if let Some(removed) = self.segments.remove(segment.id) {
             self.checkpoints.lock().pending_free.push(removed);
         }

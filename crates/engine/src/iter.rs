@@ -127,7 +127,7 @@ impl Iterator for Iter<'_> {
 impl Drop for Iter<'_> {
     fn drop(&mut self) {
         if self.owns_snapshot {
-            self.inner.index.release_snapshot(self.seq);
+            self.inner.release_snapshot(self.seq);
         }
     }
 }

@@ -173,19 +173,31 @@ impl Index {
         // visible sequence number and register it.
         let _map = self.map.read();
         let seq = self.visible_seq();
-        *self.snapshots.lock().entry(seq).or_insert(0) += 1;
+        let mut snapshots = self.snapshots.lock();
+        *snapshots.entry(seq).or_insert(0) += 1;
         self.snapshot_count.fetch_add(1, Ordering::AcqRel);
         seq
     }
 
-    pub fn release_snapshot(&self, seq: u64) {
+    /// Runs `f` with the number of live snapshots while none can be
+    /// registered or released.
+    pub fn with_snapshot_count<T>(&self, f: impl FnOnce(usize) -> T) -> T {
+        let _snapshots = self.snapshots.lock();
+        f(self.snapshot_count.load(Ordering::Acquire))
+    }
+
+    /// Releases a snapshot; runs `on_last` (still under the registry lock)
+    /// if it was the last one.
+    pub fn release_snapshot(&self, seq: u64, on_last: impl FnOnce()) {
         let mut snapshots = self.snapshots.lock();
         if let Some(count) = snapshots.get_mut(&seq) {
             *count -= 1;
             if *count == 0 {
                 snapshots.remove(&seq);
             }
-            self.snapshot_count.fetch_sub(1, Ordering::AcqRel);
+            if self.snapshot_count.fetch_sub(1, Ordering::AcqRel) == 1 {
+                on_last();
+            }
         }
     }
 
@@ -353,7 +365,7 @@ mod tests {
         index.apply([Update::Delete { key: b"k", seq: 4 }].into_iter(), 4, &segments);
         assert_eq!(index.get(b"k", None), None);
         assert_eq!(index.get(b"k", Some(s1)), Some(loc(1)));
-        index.release_snapshot(s1);
+        index.release_snapshot(s1, || {});
         index.apply([Update::Put { key: b"k", loc: loc(5), seq: 5 }].into_iter(), 5, &segments);
         assert_eq!(index.chained_versions.load(Ordering::Relaxed), 0);
     }

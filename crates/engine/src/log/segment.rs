@@ -138,11 +138,15 @@ impl Drop for Segment {
 /// segment publishes a new table.
 pub struct SegmentSet {
     table: ArcSwap<Vec<Option<Arc<Segment>>>>,
+    /// Segments GC removed while snapshots were live. A snapshot can hold an
+    /// old version in a segment created after it (a GC copy overwritten
+    /// later), which its pinned table does not have; reads fall back here.
+    retired: parking_lot::Mutex<Vec<Arc<Segment>>>,
 }
 
 impl Default for SegmentSet {
     fn default() -> Self {
-        SegmentSet { table: ArcSwap::from_pointee(Vec::new()) }
+        SegmentSet { table: ArcSwap::from_pointee(Vec::new()), retired: parking_lot::Mutex::new(Vec::new()) }
     }
 }
 
@@ -184,6 +188,19 @@ impl SegmentSet {
             next
         });
         removed
+    }
+
+    pub fn retire(&self, segment: Arc<Segment>) {
+        self.retired.lock().push(segment);
+    }
+
+    pub fn find_retired(&self, id: u32) -> Option<Arc<Segment>> {
+        self.retired.lock().iter().find(|s| s.id == id).cloned()
+    }
+
+    /// Called when the last snapshot is released.
+    pub fn clear_retired(&self) {
+        self.retired.lock().clear();
     }
 
     pub fn all(&self) -> Vec<Arc<Segment>> {
