@@ -21,6 +21,8 @@ MEDIA = os.environ.get("MEDIA", f"/dev/shm {ROOT}/bench-data").split()
 SHAPES = [(16, 1024, 1_000_000), (8, 256, 4_000_000)]
 if QUICK:
     SHAPES = [(16, 1024, 50_000), (8, 256, 200_000)]
+if os.environ.get("SHAPES"):  # e.g. SHAPES=16:1024:1000000,8:256:4000000
+    SHAPES = [tuple(int(x) for x in shape.split(":")) for shape in os.environ["SHAPES"].split(",")]
 DURABLE_NUM = int(os.environ.get("DURABLE_NUM", "5000" if QUICK else "50000"))
 READS = lambda num: min(num, 1_000_000)
 LINE = re.compile(r"^(\w+)\s*:\s*([\d.]+) micros/op (\d+) ops/sec")

@@ -24,6 +24,7 @@ pub trait Store: Send + Sync {
 
 pub struct ScaledKv {
     pub db: Db,
+    open_ms: f64,
 }
 
 impl ScaledKv {
@@ -32,7 +33,9 @@ impl ScaledKv {
             std::fs::remove_dir_all(path).map_err(|e| format!("{}: {e}", path.display()))?;
         }
         let options = Options { durability, verify_checksums, ..Options::default() };
-        Db::open(path, options).map(|db| ScaledKv { db }).map_err(|e| e.to_string())
+        let started = std::time::Instant::now();
+        let db = Db::open(path, options).map_err(|e| e.to_string())?;
+        Ok(ScaledKv { db, open_ms: started.elapsed().as_secs_f64() * 1e3 })
     }
 }
 
@@ -76,7 +79,19 @@ impl Store for ScaledKv {
 
     fn describe(&self) -> String {
         let stats = self.db.stats();
-        format!("ScaledKV:   durability={} medium={} persist={}", stats.durability, stats.medium, stats.persist_method)
+        let report = self.db.recovery_report();
+        format!(
+            "ScaledKV:   durability={} medium={} persist={}\nOpen:       {:.0} ms, {} keys ({} from the checkpoint, {} frames / {:.1} MB replayed{})",
+            stats.durability,
+            stats.medium,
+            stats.persist_method,
+            self.open_ms,
+            stats.keys,
+            report.checkpoint_keys,
+            report.replayed_frames,
+            report.replayed_bytes as f64 / 1e6,
+            if report.truncated.is_some() { ", torn tail truncated" } else { "" },
+        )
     }
 
     fn report(&self) -> Vec<String> {
