@@ -39,6 +39,32 @@ fn make_key(k: u64, size: usize, out: &mut Vec<u8>) {
     }
 }
 
+/// Thread `t`'s stream of random keys in `[0, num)`, seeded per workload
+/// (`salt`) so each benchmark draws its own sequence.
+struct RandomKeys {
+    rng: SmallRng,
+    num: u64,
+    size: usize,
+    key: Vec<u8>,
+}
+
+impl RandomKeys {
+    fn new(flags: &Flags, salt: u64, t: usize) -> RandomKeys {
+        RandomKeys {
+            rng: SmallRng::seed_from_u64(flags.seed + salt + t as u64),
+            num: flags.num,
+            size: flags.key_size,
+            key: Vec::with_capacity(flags.key_size),
+        }
+    }
+
+    fn next(&mut self) -> &[u8] {
+        let k = self.rng.gen_range(0..self.num);
+        make_key(k, self.size, &mut self.key);
+        &self.key
+    }
+}
+
 /// Values cut from a random buffer at a moving offset, as db_bench does.
 struct Values {
     data: Vec<u8>,
@@ -228,12 +254,11 @@ pub fn run(name: &str, flags: &Flags, store: &Arc<dyn Store>) -> Result<(), Stri
         "readrandom" => {
             let bar = progress(flags, name, reads);
             let (tally, elapsed) = on_threads(threads, reads, |t, ops, tally| {
-                let mut rng = SmallRng::seed_from_u64(flags.seed + 3000 + t as u64);
-                let mut key = Vec::with_capacity(ks);
+                let mut keys = RandomKeys::new(flags, 3000, t);
                 for i in 0..ops {
-                    make_key(rng.gen_range(0..num), ks, &mut key);
+                    let key = keys.next();
                     let started = Instant::now();
-                    let found = store.get(&key)?;
+                    let found = store.get(key)?;
                     tally.record(started);
                     if let Some(len) = found {
                         tally.found += 1;
@@ -260,12 +285,11 @@ pub fn run(name: &str, flags: &Flags, store: &Arc<dyn Store>) -> Result<(), Stri
         }
         "seekrandom" => {
             let (tally, elapsed) = on_threads(threads, reads, |t, ops, tally| {
-                let mut rng = SmallRng::seed_from_u64(flags.seed + 4000 + t as u64);
-                let mut key = Vec::with_capacity(ks);
+                let mut keys = RandomKeys::new(flags, 4000, t);
                 for _ in 0..ops {
-                    make_key(rng.gen_range(0..num), ks, &mut key);
+                    let key = keys.next();
                     let started = Instant::now();
-                    let (entries, bytes) = store.scan(Some(&key), flags.seek_nexts + 1, false)?;
+                    let (entries, bytes) = store.scan(Some(key), flags.seek_nexts + 1, false)?;
                     tally.record(started);
                     tally.found += u64::from(entries > 0);
                     tally.bytes += bytes as u64;
@@ -276,12 +300,11 @@ pub fn run(name: &str, flags: &Flags, store: &Arc<dyn Store>) -> Result<(), Stri
         }
         "deleterandom" => {
             let (tally, elapsed) = on_threads(threads, num, |t, ops, tally| {
-                let mut rng = SmallRng::seed_from_u64(flags.seed + 5000 + t as u64);
-                let mut key = Vec::with_capacity(ks);
+                let mut keys = RandomKeys::new(flags, 5000, t);
                 for _ in 0..ops {
-                    make_key(rng.gen_range(0..num), ks, &mut key);
+                    let key = keys.next();
                     let started = Instant::now();
-                    store.delete(&key)?;
+                    store.delete(key)?;
                     tally.record(started);
                 }
                 Ok(())
@@ -320,15 +343,14 @@ fn readwhilewriting(flags: &Flags, store: &Arc<dyn Store>, reads: u64) -> Result
             Ok(n)
         });
         let readers = on_threads(flags.threads.max(1), reads, |t, ops, tally| {
-            let mut rng = SmallRng::seed_from_u64(flags.seed + 8000 + t as u64);
-            let mut key = Vec::with_capacity(ks);
+            let mut keys = RandomKeys::new(flags, 8000, t);
             for _ in 0..ops {
                 if deadline.is_some_and(|d| Instant::now() > d) {
                     break;
                 }
-                make_key(rng.gen_range(0..num), ks, &mut key);
+                let key = keys.next();
                 let started = Instant::now();
-                if let Some(len) = store.get(&key)? {
+                if let Some(len) = store.get(key)? {
                     tally.found += 1;
                     tally.bytes += (ks + len) as u64;
                 }

@@ -188,13 +188,13 @@ impl Db {
 
     /// Puts a key that disappears after `ttl` (rounded to milliseconds).
     pub fn put_with_ttl(&self, key: &[u8], value: &[u8], ttl: Duration) -> Result<()> {
-        let mut batch = WriteBatch::new();
+        let mut batch = WriteBatch::with_capacity(crate::log::record::entry_len(key.len(), value.len(), true));
         batch.put_with_expiry(key, value, now_ms().saturating_add(ttl.as_millis() as u64));
         self.write(batch)
     }
 
     pub fn delete(&self, key: &[u8]) -> Result<()> {
-        let mut batch = WriteBatch::new();
+        let mut batch = WriteBatch::with_capacity(crate::log::record::entry_len(key.len(), 0, false));
         batch.delete(key);
         self.write(batch)
     }

@@ -153,10 +153,6 @@ impl Default for SegmentSet {
 pub type SegmentTable = Arc<Vec<Option<Arc<Segment>>>>;
 
 impl SegmentSet {
-    pub fn get(&self, id: u32) -> Option<Arc<Segment>> {
-        self.table.load().get(id as usize).and_then(|s| s.clone())
-    }
-
     /// Runs `f` on the segment without cloning its Arc (the hot read path).
     pub fn with<T>(&self, id: u32, f: impl FnOnce(&Arc<Segment>) -> T) -> Option<T> {
         let table = self.table.load();
