@@ -2,7 +2,7 @@
 //! batch is there or none of it.
 
 use crate::error::Error;
-use crate::log::record::{encode_entry, EntryKind};
+use crate::log::record::{encode_entry, encode_entry_parts, EntryKind};
 use crate::options::{MAX_KEY_BYTES, MAX_VALUE_BYTES};
 
 /// Entries are encoded (CRC included) as they are added, on the caller's
@@ -48,6 +48,22 @@ impl WriteBatch {
         self.add(EntryKind::Delete, key, b"", None);
     }
 
+    /// A put whose value is the concatenation of `parts`, with an optional
+    /// expiry time: a caller that frames values (a type byte, a header)
+    /// need not build the whole value first.
+    pub fn put_parts(&mut self, key: &[u8], parts: &[&[u8]], expiry_ms: Option<u64>) {
+        if self.invalid.is_some() {
+            return;
+        }
+        let len: usize = parts.iter().map(|p| p.len()).sum();
+        if let Some(error) = check_sizes(key.len(), len) {
+            self.invalid = Some(error);
+        } else {
+            encode_entry_parts(&mut self.body, EntryKind::Put, key, parts, expiry_ms);
+            self.count += 1;
+        }
+    }
+
     pub fn len(&self) -> usize {
         self.count as usize
     }
@@ -71,13 +87,21 @@ impl WriteBatch {
         if self.invalid.is_some() {
             return;
         }
-        if key.len() > MAX_KEY_BYTES {
-            self.invalid = Some(Error::KeyTooLarge { len: key.len(), max: MAX_KEY_BYTES });
-        } else if value.len() > MAX_VALUE_BYTES {
-            self.invalid = Some(Error::ValueTooLarge { len: value.len(), max: MAX_VALUE_BYTES });
+        if let Some(error) = check_sizes(key.len(), value.len()) {
+            self.invalid = Some(error);
         } else {
             encode_entry(&mut self.body, kind, key, value, expiry_ms);
             self.count += 1;
         }
+    }
+}
+
+fn check_sizes(key: usize, value: usize) -> Option<Error> {
+    if key > MAX_KEY_BYTES {
+        Some(Error::KeyTooLarge { len: key, max: MAX_KEY_BYTES })
+    } else if value > MAX_VALUE_BYTES {
+        Some(Error::ValueTooLarge { len: value, max: MAX_VALUE_BYTES })
+    } else {
+        None
     }
 }

@@ -3,7 +3,7 @@
 //! `gc.rs`, recovery in `recovery.rs`.
 
 use std::fs::File;
-use std::ops::{Deref, RangeBounds};
+use std::ops::{Bound, Deref, RangeBounds};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
@@ -14,7 +14,7 @@ use parking_lot::{Condvar, Mutex};
 
 use crate::batch::WriteBatch;
 use crate::checkpoint;
-use crate::commit::{Committer, Request};
+use crate::commit::{Committer, Request, WriteFuture};
 use crate::error::{Error, Result};
 use crate::index::memtable::{Index, Loc, Update};
 use crate::iter::Iter;
@@ -201,18 +201,41 @@ impl Db {
 
     /// Applies `batch` atomically. Returns once it is durable as the
     /// database's `Durability` promises and visible to readers.
-    pub fn write(&self, mut batch: WriteBatch) -> Result<()> {
+    pub fn write(&self, batch: WriteBatch) -> Result<()> {
+        match self.request(batch)? {
+            Some(request) => self.inner.commit(request),
+            None => Ok(()),
+        }
+    }
+
+    /// Like `write`, for async callers: the batch is queued (and possibly
+    /// written, when no group is in flight) before this returns, and the
+    /// future completes once it is durable and visible. Nothing blocks
+    /// waiting for another writer's group, so many tasks on a few threads
+    /// share each persist.
+    pub fn write_async(&self, batch: WriteBatch) -> WriteFuture {
+        match self.request(batch) {
+            Ok(Some(request)) => {
+                self.inner.submit(request.clone());
+                WriteFuture { request: Some(request), early: None }
+            }
+            Ok(None) => WriteFuture { request: None, early: None },
+            Err(error) => WriteFuture { request: None, early: Some(error) },
+        }
+    }
+
+    fn request(&self, mut batch: WriteBatch) -> Result<Option<Arc<Request>>> {
         if let Some(error) = batch.invalid.take() {
             return Err(error);
         }
         if batch.count == 0 {
-            return Ok(());
+            return Ok(None);
         }
         let max = self.inner.options.max_batch_bytes();
         if batch.body.len() > max {
             return Err(Error::BatchTooLarge { bytes: batch.body.len(), max });
         }
-        self.inner.commit(Request::new(batch.body, batch.count, None))
+        Ok(Some(Request::new(batch.body, batch.count, None)))
     }
 
     pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
@@ -249,7 +272,7 @@ impl Db {
     /// Makes every write durable whatever the mode (fsync of the log in
     /// `buffered` mode) and writes an index checkpoint.
     pub fn flush(&self) -> Result<()> {
-        self.inner.committer.with_log(|log| log.sync_all(&self.inner.segments))?;
+        self.inner.with_log(|log| log.sync_all(&self.inner.segments))?;
         self.inner.checkpoint()
     }
 
@@ -267,6 +290,41 @@ impl Db {
         &self.inner.report
     }
 
+    /// Examines up to `max_keys` keys after `after` (from the start when
+    /// `None`) and drops those whose expiry time has passed; returns where
+    /// to continue (`None`: the end was reached) and how many it dropped.
+    /// Expired keys are invisible anyway; this frees their index memory
+    /// and log space sooner, as Redis's active expiry does. Nothing is
+    /// written: an expired entry stays expired after a crash.
+    pub fn purge_expired(&self, after: Option<&[u8]>, max_keys: usize) -> (Option<Vec<u8>>, usize) {
+        let lower = after.map_or(Bound::Unbounded, Bound::Excluded);
+        let mut found = Vec::new();
+        let inner = &self.inner;
+        let last = inner.index.range_chunk(lower, Bound::Unbounded, false, u64::MAX, max_keys, &mut found);
+        let now = now_ms();
+        let mut dropped = 0;
+        for (key, loc) in found {
+            let expired = inner.segments.with(loc.seg, |segment| {
+                let bytes = segment.region.read(loc.off as usize, loc.len as usize).ok()?;
+                decode_entry(bytes, false).ok()?.expiry_ms
+            });
+            if expired.flatten().is_some_and(|at| at <= now) && inner.index.remove_if_at(&key, loc, &inner.segments) {
+                dropped += 1;
+            }
+        }
+        (last.map(|key| key.to_vec()), dropped)
+    }
+
+    /// Number of keys, without walking the index. Expired keys count until
+    /// GC or a delete removes them (as Redis's DBSIZE counts them).
+    pub fn len(&self) -> usize {
+        self.inner.index.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     pub fn path(&self) -> &Path {
         &self.inner.dir
     }
@@ -282,9 +340,9 @@ impl Drop for Db {
         if self.inner.poisoned.get().is_some() {
             return;
         }
-        let result = self.inner.committer.with_log(|log| log.sync_all(&self.inner.segments));
+        let result = self.inner.with_log(|log| log.sync_all(&self.inner.segments));
         let result = result.and_then(|()| {
-            let appended = self.inner.committer.with_log(|log| log.appended_bytes);
+            let appended = self.inner.with_log(|log| log.appended_bytes);
             let due = {
                 let state = self.inner.checkpoints.lock();
                 appended > state.appended_at_last || !state.pending_free.is_empty()
@@ -358,16 +416,36 @@ fn remove_stale_files(dir: &Path, current_generation: Option<u64>) -> Result<()>
 
 impl Inner {
     pub(crate) fn commit(&self, request: Arc<Request>) -> Result<()> {
-        self.committer.commit(request, |log, group| {
-            if let Some(reason) = self.poisoned.get() {
-                return Err(Error::Poisoned(reason.clone()));
-            }
-            let result = self.write_group(log, group);
-            if let Err(error) = &result {
-                let _ = self.poisoned.set(error.to_string());
-            }
-            result
-        })
+        self.committer.commit(request, &|log, group| self.lead(log, group))
+    }
+
+    /// Queues `request` and leads groups if the log is free; the request
+    /// may already be complete when this returns.
+    pub(crate) fn submit(&self, request: Arc<Request>) {
+        self.committer.enqueue(request);
+        self.drain();
+    }
+
+    fn drain(&self) {
+        self.committer.drain(&|log, group| self.lead(log, group));
+    }
+
+    /// Runs `f` with the log writer, then leads whatever queued meanwhile.
+    pub(crate) fn with_log<T>(&self, f: impl FnOnce(&mut LogWriter) -> T) -> T {
+        let result = self.committer.with_log(f);
+        self.drain();
+        result
+    }
+
+    fn lead(&self, log: &mut LogWriter, group: &[Arc<Request>]) -> Result<()> {
+        if let Some(reason) = self.poisoned.get() {
+            return Err(Error::Poisoned(reason.clone()));
+        }
+        let result = self.write_group(log, group);
+        if let Err(error) = &result {
+            let _ = self.poisoned.set(error.to_string());
+        }
+        result
     }
 
     /// The leader's work: append every request, persist once, then publish
@@ -516,13 +594,13 @@ impl Inner {
         let mut state = self.checkpoints.lock();
         // Under the log lock every group before this position is applied,
         // so the scan below sees at least everything before it.
-        let (segment, offset, appended, last_seq) = self.committer.with_log(|log| {
+        let (segment, offset, appended, last_seq) = self.with_log(|log| {
             let (segment, offset) = log.position();
             (segment, offset, log.appended_bytes, log.last_seq)
         });
         let freed = std::mem::take(&mut state.pending_free);
         if self.options.durability == Durability::Buffered {
-            self.committer.with_log(|log| log.sync_all(&self.segments))?;
+            self.with_log(|log| log.sync_all(&self.segments))?;
         }
         let generation = state.generation + 1;
         let written = checkpoint::write(&self.dir, generation, &self.index, last_seq);
@@ -568,7 +646,7 @@ impl Inner {
         if self.poisoned.get().is_some() {
             return Ok(());
         }
-        let appended = self.committer.with_log(|log| log.appended_bytes);
+        let appended = self.with_log(|log| log.appended_bytes);
         let due = {
             let state = self.checkpoints.lock();
             appended - state.appended_at_last >= self.options.checkpoint_interval_bytes || state.pending_free.len() >= 4

@@ -31,7 +31,7 @@ const RELOCATION_CHUNK_BYTES: usize = 4 << 20;
 
 impl Inner {
     pub(crate) fn collect_garbage(&self) -> Result<u64> {
-        let active = self.committer.with_log(|log| log.active_id());
+        let active = self.with_log(|log| log.active_id());
         let ratio = |s: &Segment| {
             let written = s.written_bytes.load(Ordering::Relaxed).saturating_sub(SEGMENT_HEADER_BYTES as u64);
             if written == 0 {

@@ -32,6 +32,7 @@ mod recovery;
 mod stats;
 
 pub use batch::WriteBatch;
+pub use commit::WriteFuture;
 pub use db::{now_ms, Db, PinnedValue, Snapshot};
 pub use error::{Error, Result};
 pub use iter::Iter;

@@ -231,3 +231,37 @@ fn stats_report_sizes_and_amplification() {
     assert!(stats.index_bytes_per_key > 40.0 && stats.index_bytes_per_key < 120.0, "{stats:?}");
     assert_eq!(stats.durability, "sync");
 }
+
+#[test]
+fn purge_expired_drops_only_expired_keys_and_resumes() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), Options::default()).unwrap();
+    let mut batch = WriteBatch::new();
+    for i in 0..100u32 {
+        let key = format!("k{i:03}");
+        if i % 2 == 0 {
+            batch.put_with_expiry(key.as_bytes(), b"v", scaledkv::now_ms() - 1);
+        } else {
+            batch.put(key.as_bytes(), b"v");
+        }
+    }
+    db.write(batch).unwrap();
+    assert_eq!(db.len(), 100);
+    let (mut cursor, mut dropped) = (None, 0);
+    let mut rounds = 0;
+    loop {
+        let (next, n) = db.purge_expired(cursor.as_deref(), 7);
+        dropped += n;
+        rounds += 1;
+        match next {
+            Some(key) => cursor = Some(key),
+            None => break,
+        }
+    }
+    assert_eq!((dropped, db.len()), (50, 50));
+    assert!(rounds >= 100 / 7);
+    assert_eq!(db.iter().count(), 50);
+    drop(db);
+    let db = Db::open(dir.path(), Options::default()).unwrap();
+    assert_eq!(db.iter().count(), 50);
+}

@@ -100,3 +100,72 @@ fn readers_writers_snapshots_iterators_gc_together() {
     }
     eprintln!("concurrency: {final_counts:?} batches per writer, {stats:?}");
 }
+
+/// Blocks the current thread on `future` (a minimal executor: the waker
+/// unparks the thread).
+fn block_on<F: std::future::Future>(future: F) -> F::Output {
+    struct Unpark(std::thread::Thread);
+    impl std::task::Wake for Unpark {
+        fn wake(self: std::sync::Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = std::sync::Arc::new(Unpark(std::thread::current())).into();
+    let mut cx = std::task::Context::from_waker(&waker);
+    let mut future = std::pin::pin!(future);
+    loop {
+        if let std::task::Poll::Ready(output) = future.as_mut().poll(&mut cx) {
+            return output;
+        }
+        std::thread::park();
+    }
+}
+
+/// Async writers hold many writes in flight at once, mixed with blocking
+/// writers and a flush; every future completes, and once one has, its
+/// write is visible and survives reopening.
+#[test]
+fn async_writes_complete_and_are_durable() {
+    const THREADS: u64 = 3;
+    const IN_FLIGHT: u64 = 64;
+    const ROUNDS: u64 = 20;
+    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let options = Options { durability: Durability::Sync, segment_size_bytes: 256 * 1024, ..Options::default() };
+    let db = Db::open(dir.path(), options.clone()).unwrap();
+    std::thread::scope(|scope| {
+        for t in 0..THREADS {
+            let db = &db;
+            scope.spawn(move || {
+                for round in 0..ROUNDS {
+                    let futures: Vec<_> = (0..IN_FLIGHT)
+                        .map(|i| {
+                            let mut batch = WriteBatch::new();
+                            let key = format!("t{t}-{round:03}-{i:03}");
+                            batch.put(key.as_bytes(), key.as_bytes());
+                            (key, db.write_async(batch))
+                        })
+                        .collect();
+                    for (key, future) in futures {
+                        block_on(future).unwrap();
+                        assert_eq!(db.get(key.as_bytes()).unwrap().as_deref(), Some(key.as_bytes()));
+                    }
+                }
+            });
+        }
+        scope.spawn(|| {
+            for i in 0..500u32 {
+                db.put(format!("sync-{i:04}").as_bytes(), &i.to_le_bytes()).unwrap();
+                if i % 100 == 0 {
+                    db.flush().unwrap();
+                }
+            }
+        });
+    });
+    let too_big = vec![0u8; scaledkv::MAX_KEY_BYTES + 1];
+    let mut batch = WriteBatch::new();
+    batch.put(&too_big, b"v");
+    assert!(matches!(block_on(db.write_async(batch)), Err(scaledkv::Error::KeyTooLarge { .. })));
+    drop(db);
+    let db = Db::open(dir.path(), options).unwrap();
+    assert_eq!(db.iter().count() as u64, THREADS * ROUNDS * IN_FLIGHT + 500);
+}

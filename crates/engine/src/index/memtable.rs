@@ -97,11 +97,15 @@ pub struct Index {
     snapshot_count: AtomicUsize,
     /// Older versions currently chained for snapshots.
     chained_versions: AtomicU64,
+    /// Heads that are not tombstones: the number of keys.
+    live_keys: AtomicU64,
 }
 
 impl Index {
     pub fn new(map: BTreeMap<Key, Slot>, visible_seq: u64) -> Index {
+        let live_keys = map.values().filter(|slot| !slot.loc.is_tombstone()).count() as u64;
         Index {
+            live_keys: AtomicU64::new(live_keys),
             map: RwLock::new(map),
             visible_seq: AtomicU64::new(visible_seq),
             snapshots: Mutex::new(BTreeMap::new()),
@@ -114,10 +118,9 @@ impl Index {
         self.visible_seq.load(Ordering::Acquire)
     }
 
-    /// Live keys. Walks the map (tombstones kept for snapshots are not
-    /// keys), so it is for statistics, not hot paths.
+    /// Live keys (expired ones included until they are removed).
     pub fn len(&self) -> usize {
-        self.map.read().values().filter(|slot| !slot.loc.is_tombstone()).count()
+        self.live_keys.load(Ordering::Relaxed) as usize
     }
 
     /// The location of `key` as seen at `at_seq` (`None` = newest).
@@ -162,6 +165,7 @@ impl Index {
         let removable = map.get(key).is_some_and(|slot| slot.loc == at && slot.older.is_none());
         if removable {
             map.remove(key);
+            self.live_keys.fetch_sub(1, Ordering::Relaxed);
             segments.with(at.seg, |s| s.live_bytes.fetch_sub(at.len as u64, Ordering::Relaxed));
         }
         removable
@@ -208,6 +212,7 @@ impl Index {
         let snapshots_guard = (self.snapshot_count.load(Ordering::Acquire) > 0).then(|| self.snapshots.lock());
         let snapshots = snapshots_guard.as_deref();
         let mut chained_delta: i64 = 0;
+        let mut keys_delta: i64 = 0;
         let add_live = |loc: Loc, sign: i64| {
             if !loc.is_tombstone() {
                 segments.with(loc.seg, |s| {
@@ -228,10 +233,12 @@ impl Index {
                     match map.entry(Key::from_slice(key)) {
                         Entry::Occupied(mut head) => {
                             let old = std::mem::replace(head.get_mut(), new);
+                            keys_delta += old.loc.is_tombstone() as i64;
                             add_live(old.loc, -1);
                             head.get_mut().older = retain_for_snapshots(old, seq, snapshots, &mut chained_delta);
                         }
                         Entry::Vacant(slot) => {
+                            keys_delta += 1;
                             slot.insert(new);
                         }
                     }
@@ -239,6 +246,7 @@ impl Index {
                 Update::Delete { key, seq } => {
                     if let Some(head) = map.get_mut(key) {
                         let old = std::mem::replace(head, Slot::new(Loc::TOMBSTONE, seq));
+                        keys_delta -= !old.loc.is_tombstone() as i64;
                         add_live(old.loc, -1);
                         head.older = retain_for_snapshots(old, seq, snapshots, &mut chained_delta);
                         if head.older.is_none() {
@@ -256,6 +264,9 @@ impl Index {
                     }
                 }
             }
+        }
+        if keys_delta != 0 {
+            self.live_keys.fetch_add(keys_delta as u64, Ordering::Relaxed);
         }
         if chained_delta != 0 {
             self.chained_versions.fetch_add(chained_delta as u64, Ordering::Relaxed);

@@ -108,18 +108,28 @@ pub fn entry_len(key_len: usize, value_len: usize, has_expiry: bool) -> usize {
 /// Appends one entry, CRC included, to `out`. Lengths must already be
 /// validated against the limits (they fit their fields).
 pub fn encode_entry(out: &mut Vec<u8>, kind: EntryKind, key: &[u8], value: &[u8], expiry_ms: Option<u64>) {
-    assert!(key.len() <= u16::MAX as usize && value.len() <= u32::MAX as usize);
+    encode_entry_parts(out, kind, key, &[value], expiry_ms);
+}
+
+/// Like `encode_entry`, with the value given as consecutive parts (so a
+/// caller can prefix a value without copying it first).
+pub fn encode_entry_parts(out: &mut Vec<u8>, kind: EntryKind, key: &[u8], parts: &[&[u8]], expiry_ms: Option<u64>) {
+    let value_len: usize = parts.iter().map(|p| p.len()).sum();
+    assert!(key.len() <= u16::MAX as usize && value_len <= u32::MAX as usize);
+    out.reserve(entry_len(key.len(), value_len, expiry_ms.is_some()));
     let start = out.len();
     out.extend_from_slice(&[0u8; 4]);
     out.push(kind as u8);
     out.push(if expiry_ms.is_some() { ENTRY_HAS_EXPIRY } else { 0 });
     out.extend_from_slice(&(key.len() as u16).to_le_bytes());
-    out.extend_from_slice(&(value.len() as u32).to_le_bytes());
+    out.extend_from_slice(&(value_len as u32).to_le_bytes());
     if let Some(expiry) = expiry_ms {
         out.extend_from_slice(&expiry.to_le_bytes());
     }
     out.extend_from_slice(key);
-    out.extend_from_slice(value);
+    for part in parts {
+        out.extend_from_slice(part);
+    }
     let crc = crc32c::crc32c(&out[start + 4..]);
     out[start..start + 4].copy_from_slice(&crc.to_le_bytes());
 }

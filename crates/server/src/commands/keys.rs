@@ -1,0 +1,317 @@
+//! Generic key commands: DEL, EXISTS, TYPE, expiry, RENAME, KEYS, SCAN.
+
+use std::collections::HashSet;
+use std::ops::Bound;
+
+use bytes::Bytes;
+use scaledkv::now_ms;
+
+use super::args::{eq, int};
+use super::{err, CmdError, CmdResult, Ctx};
+use crate::keyspace::{glob_match, type_name, TYPE_STRING};
+
+pub fn del(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    let mut seen = HashSet::new();
+    let mut deleted = 0;
+    for key in &args[1..] {
+        if seen.insert(key) && ctx.read(key)?.is_some() {
+            ctx.writes.delete(key);
+            deleted += 1;
+        }
+    }
+    ctx.out.int(deleted);
+    Ok(())
+}
+
+pub fn exists(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    let mut count = 0;
+    for key in &args[1..] {
+        count += ctx.read(key)?.is_some() as i64;
+    }
+    ctx.out.int(count);
+    Ok(())
+}
+
+pub fn type_(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    let name = match ctx.read(&args[1])? {
+        Some(value) => type_name(value.tag()),
+        None => "none",
+    };
+    ctx.out.simple(name);
+    Ok(())
+}
+
+/// EXPIRE and friends: `at_ms` computes the absolute time from the
+/// argument; NX XX GT LT as in Redis 7.
+fn set_expiry(ctx: &mut Ctx<'_>, args: &[Bytes], command: &str, at_ms: impl Fn(i64) -> Option<i64>) -> CmdResult {
+    let n = int(&args[2])?;
+    let (mut nx, mut xx, mut gt, mut lt) = (false, false, false, false);
+    for option in &args[3..] {
+        if eq(option, "nx") {
+            nx = true;
+        } else if eq(option, "xx") {
+            xx = true;
+        } else if eq(option, "gt") {
+            gt = true;
+        } else if eq(option, "lt") {
+            lt = true;
+        } else {
+            return Err(err(format!("ERR Unsupported option {}", String::from_utf8_lossy(option))));
+        }
+    }
+    if nx && (xx || gt || lt) {
+        return Err(err("ERR NX and XX, GT or LT options at the same time are not compatible"));
+    }
+    if gt && lt {
+        return Err(err("ERR GT and LT options at the same time are not compatible"));
+    }
+    let at = at_ms(n).ok_or_else(|| err(format!("ERR invalid expire time in '{command}' command")))?;
+    let Some(value) = ctx.read(&args[1])? else {
+        ctx.out.int(0);
+        return Ok(());
+    };
+    let current = value.expiry_ms();
+    // No TTL counts as an infinite one for GT and LT.
+    let allowed = match current {
+        None => !xx && !gt,
+        Some(current) => !nx && (!gt || at > current as i64) && (!lt || at < current as i64),
+    };
+    if !allowed {
+        ctx.out.int(0);
+        return Ok(());
+    }
+    if at <= now_ms() as i64 {
+        ctx.writes.delete(&args[1]);
+    } else {
+        let (tag, data) = (value.tag(), value.data().to_vec());
+        debug_assert_eq!(tag, TYPE_STRING);
+        drop(value);
+        ctx.writes.put_string(&args[1], &data, Some(at as u64))?;
+    }
+    ctx.out.int(1);
+    Ok(())
+}
+
+pub fn expire(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    set_expiry(ctx, args, "expire", |s| s.checked_mul(1000)?.checked_add(now_ms() as i64))
+}
+
+pub fn pexpire(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    set_expiry(ctx, args, "pexpire", |ms| ms.checked_add(now_ms() as i64))
+}
+
+pub fn expireat(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    set_expiry(ctx, args, "expireat", |s| s.checked_mul(1000))
+}
+
+pub fn pexpireat(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    set_expiry(ctx, args, "pexpireat", Some)
+}
+
+/// -2: no key; -1: no expiry; else `f(expiry_ms)`.
+fn expiry_reply(ctx: &mut Ctx<'_>, key: &[u8], f: impl Fn(u64) -> i64) -> CmdResult {
+    let reply = match ctx.read(key)? {
+        None => -2,
+        Some(value) => value.expiry_ms().map_or(-1, f),
+    };
+    ctx.out.int(reply);
+    Ok(())
+}
+
+pub fn ttl(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    expiry_reply(ctx, &args[1], |at| ((at.saturating_sub(now_ms()) + 500) / 1000) as i64)
+}
+
+pub fn pttl(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    expiry_reply(ctx, &args[1], |at| at.saturating_sub(now_ms()) as i64)
+}
+
+pub fn expiretime(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    expiry_reply(ctx, &args[1], |at| (at / 1000) as i64)
+}
+
+pub fn pexpiretime(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    expiry_reply(ctx, &args[1], |at| at as i64)
+}
+
+pub fn persist(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    match ctx.read(&args[1])? {
+        Some(value) if value.expiry_ms().is_some() => {
+            let data = value.data().to_vec();
+            drop(value);
+            ctx.writes.put_string(&args[1], &data, None)?;
+            ctx.out.int(1);
+        }
+        _ => ctx.out.int(0),
+    }
+    Ok(())
+}
+
+fn rename_to(ctx: &mut Ctx<'_>, args: &[Bytes], only_if_new: bool) -> CmdResult {
+    let Some(value) = ctx.read(&args[1])? else {
+        return Err(err("ERR no such key"));
+    };
+    if only_if_new && ctx.read(&args[2])?.is_some() {
+        ctx.out.int(0);
+        return Ok(());
+    }
+    if args[1] != args[2] {
+        let (data, expiry) = (value.data().to_vec(), value.expiry_ms());
+        drop(value);
+        ctx.writes.delete(&args[1]);
+        ctx.writes.put_string(&args[2], &data, expiry)?;
+    }
+    if only_if_new {
+        ctx.out.int(1);
+    } else {
+        ctx.out.ok();
+    }
+    Ok(())
+}
+
+pub fn rename(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    rename_to(ctx, args, false)
+}
+
+pub fn renamenx(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    rename_to(ctx, args, true)
+}
+
+pub fn keys(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    let pattern = &args[1];
+    let all = pattern.as_ref() == b"*";
+    let mut matched = Vec::new();
+    for item in ctx.db().iter() {
+        let (key, _) = item?;
+        if all || glob_match(pattern, &key) {
+            matched.push(key);
+        }
+    }
+    ctx.out.array(matched.len());
+    for key in &matched {
+        ctx.out.bulk(key);
+    }
+    Ok(())
+}
+
+/// SCAN walks the ordered key space. The cursor is a number (clients parse
+/// it as one); the server maps it to the last key returned. Cursors are
+/// kept for the most recent `MAX_CURSORS` scans.
+pub fn scan(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    let cursor = std::str::from_utf8(&args[1]).ok().and_then(|c| c.parse::<u64>().ok());
+    let Some(cursor) = cursor else { return Err(err("ERR invalid cursor")) };
+    let mut count = 10usize;
+    let mut pattern: Option<&Bytes> = None;
+    let mut type_filter: Option<&Bytes> = None;
+    let mut i = 2;
+    while i < args.len() {
+        if i + 1 >= args.len() {
+            return Err(CmdError::Syntax);
+        }
+        if eq(&args[i], "count") {
+            let n = int(&args[i + 1])?;
+            if n < 1 {
+                return Err(CmdError::Syntax);
+            }
+            count = n.min(1 << 20) as usize;
+        } else if eq(&args[i], "match") {
+            pattern = Some(&args[i + 1]);
+        } else if eq(&args[i], "type") {
+            type_filter = Some(&args[i + 1]);
+        } else {
+            return Err(CmdError::Syntax);
+        }
+        i += 2;
+    }
+    let start = if cursor == 0 {
+        Vec::new()
+    } else {
+        match ctx.shared.cursors.lock().get(cursor) {
+            Some(key) => key,
+            None => return Err(err("ERR invalid cursor")),
+        }
+    };
+    let mut keys = Vec::new();
+    let mut last: Option<Vec<u8>> = None;
+    let mut examined = 0;
+    let lower = if cursor == 0 { Bound::Unbounded } else { Bound::Excluded(start.as_slice()) };
+    for item in ctx.db().range::<&[u8], _>((lower, Bound::Unbounded)) {
+        let (key, value) = item?;
+        examined += 1;
+        let type_ok = type_filter.is_none_or_str(|t| eq(t, type_name(value.first().copied().unwrap_or(TYPE_STRING))));
+        if type_ok && pattern.is_none_or_str(|p| glob_match(p, &key)) {
+            keys.push(key.clone());
+        }
+        last = Some(key);
+        if examined >= count {
+            break;
+        }
+    }
+    let next = match last {
+        Some(key) if examined >= count => ctx.shared.cursors.lock().insert(key),
+        _ => 0,
+    };
+    ctx.out.array(2);
+    ctx.out.bulk(next.to_string().as_bytes());
+    ctx.out.array(keys.len());
+    for key in &keys {
+        ctx.out.bulk(key);
+    }
+    Ok(())
+}
+
+trait OptionExt<T> {
+    fn is_none_or_str(&self, f: impl FnOnce(&T) -> bool) -> bool;
+}
+
+impl<T> OptionExt<T> for Option<T> {
+    fn is_none_or_str(&self, f: impl FnOnce(&T) -> bool) -> bool {
+        self.as_ref().map_or(true, f)
+    }
+}
+
+/// Picks a key near a random point of the key space (keys after large gaps
+/// are likelier; Redis's choice is uniform over its hash table instead).
+pub fn randomkey(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    let _ = args;
+    let probe: [u8; 8] = rand_bytes();
+    let found = ctx.db().range::<&[u8], _>(&probe[..]..).next().or_else(|| ctx.db().iter().next());
+    match found {
+        Some(item) => ctx.out.bulk(&item?.0),
+        None => ctx.out.null(),
+    }
+    Ok(())
+}
+
+fn rand_bytes() -> [u8; 8] {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u64(now_ms());
+    hasher.finish().to_le_bytes()
+}
+
+/// SCAN cursors: number → the last key returned.
+#[derive(Default)]
+pub struct Cursors {
+    next: u64,
+    keys: std::collections::VecDeque<(u64, Vec<u8>)>,
+}
+
+const MAX_CURSORS: usize = 4096;
+
+impl Cursors {
+    pub fn insert(&mut self, key: Vec<u8>) -> u64 {
+        self.next += 1;
+        if self.keys.len() == MAX_CURSORS {
+            self.keys.pop_front();
+        }
+        self.keys.push_back((self.next, key));
+        self.next
+    }
+
+    pub fn get(&self, cursor: u64) -> Option<Vec<u8>> {
+        // Cursors are handed out in order, so a binary search finds one.
+        let at = self.keys.binary_search_by_key(&cursor, |(c, _)| *c).ok()?;
+        Some(self.keys[at].1.clone())
+    }
+}

@@ -1,0 +1,441 @@
+//! The command table and the executor: arity, authentication, MULTI
+//! queueing, key locks, one atomic batch per command, and replies sent only
+//! once that batch is durable.
+
+mod keys;
+mod server;
+mod strings;
+mod tx;
+
+use bytes::Bytes;
+
+use crate::conn::ConnState;
+use crate::keyspace::{KeyLocks, Stripe, Writes};
+use crate::resp::Out;
+use crate::server::Shared;
+
+pub use keys::Cursors;
+pub use tx::exec;
+
+/// A command's failure, replied as a RESP error.
+#[derive(Debug)]
+pub enum CmdError {
+    Msg(String),
+    Syntax,
+    NotInteger,
+    NotFloat,
+    WrongType,
+    TooBig,
+    Engine(scaledkv::Error),
+}
+
+impl CmdError {
+    pub fn text(&self) -> String {
+        match self {
+            CmdError::Msg(text) => text.clone(),
+            CmdError::Syntax => "ERR syntax error".into(),
+            CmdError::NotInteger => "ERR value is not an integer or out of range".into(),
+            CmdError::NotFloat => "ERR value is not a valid float".into(),
+            CmdError::WrongType => "WRONGTYPE Operation against a key holding the wrong kind of value".into(),
+            CmdError::TooBig => "ERR string exceeds maximum allowed size (proto-max-bulk-len)".into(),
+            CmdError::Engine(error) => engine_error_text(error),
+        }
+    }
+}
+
+pub fn engine_error_text(error: &scaledkv::Error) -> String {
+    match error {
+        scaledkv::Error::KeyTooLarge { max, .. } => format!("ERR key is too large (max {max} bytes)"),
+        scaledkv::Error::ValueTooLarge { .. } => CmdError::TooBig.text(),
+        other => format!("ERR storage error: {other}"),
+    }
+}
+
+impl From<scaledkv::Error> for CmdError {
+    fn from(error: scaledkv::Error) -> Self {
+        CmdError::Engine(error)
+    }
+}
+
+pub fn err(text: impl Into<String>) -> CmdError {
+    CmdError::Msg(text.into())
+}
+
+pub type CmdResult = Result<(), CmdError>;
+
+/// Writes keys (takes their locks; its batch is committed before replying).
+pub const WRITE: u32 = 1;
+/// Allowed before AUTH when a password is set.
+pub const NO_AUTH: u32 = 1 << 1;
+/// Runs at once inside MULTI instead of being queued.
+pub const TX_CONTROL: u32 = 1 << 2;
+/// Touches every key (FLUSHALL): locks every stripe.
+pub const ALL_KEYS: u32 = 1 << 3;
+pub const READONLY: u32 = 1 << 4;
+pub const ADMIN: u32 = 1 << 5;
+pub const FAST: u32 = 1 << 6;
+/// Not allowed inside MULTI (Redis's CMD_NO_MULTI).
+pub const NO_MULTI: u32 = 1 << 7;
+
+pub type Handler = fn(&mut Ctx<'_>, &[Bytes]) -> CmdResult;
+
+pub struct Command {
+    /// Lower case, as Redis names commands in errors and COMMAND replies.
+    pub name: &'static str,
+    /// Redis's convention: `n` exactly n arguments (name included), `-n` at
+    /// least n.
+    pub arity: i32,
+    pub flags: u32,
+    /// First key, last key (negative: from the end), step; 0 = no keys.
+    pub keys: (i32, i32, i32),
+    pub group: &'static str,
+    pub summary: &'static str,
+    pub run: Handler,
+}
+
+impl Command {
+    pub fn has(&self, flag: u32) -> bool {
+        self.flags & flag != 0
+    }
+
+    fn arity_ok(&self, argc: usize) -> bool {
+        let argc = argc as i32;
+        if self.arity >= 0 {
+            argc == self.arity
+        } else {
+            argc >= -self.arity
+        }
+    }
+
+    /// The key arguments of `args`, by the table's key positions.
+    pub fn key_args<'a>(&self, args: &'a [Bytes]) -> impl Iterator<Item = &'a Bytes> + 'a {
+        let (first, last, step) = self.keys;
+        let len = args.len() as i32;
+        let last = if last < 0 { len + last } else { last.min(len - 1) };
+        let (first, step) = if first > 0 && step > 0 { (first, step) } else { (len, 1) };
+        (first..=last).step_by(step as usize).map(move |i| &args[i as usize])
+    }
+
+    /// Sorted, distinct lock stripes of this invocation's keys.
+    pub fn stripes(&self, args: &[Bytes], into: &mut Vec<Stripe>) {
+        if self.has(ALL_KEYS) {
+            into.extend(KeyLocks::all());
+        } else {
+            into.extend(self.key_args(args).map(|key| KeyLocks::stripe(key)));
+        }
+    }
+}
+
+/// What a handler works with.
+pub struct Ctx<'a> {
+    pub shared: &'a Shared,
+    pub conn: &'a mut ConnState,
+    pub out: &'a mut Out,
+    pub writes: &'a mut Writes,
+}
+
+impl Ctx<'_> {
+    pub fn db(&self) -> &scaledkv::Db {
+        &self.shared.db
+    }
+}
+
+macro_rules! commands {
+    ($($name:literal, $arity:expr, $flags:expr, $keys:expr, $group:literal, $run:path, $summary:literal;)*) => {
+        pub static TABLE: &[Command] = &[
+            $(Command { name: $name, arity: $arity, flags: $flags, keys: $keys, group: $group, summary: $summary, run: $run },)*
+        ];
+    };
+}
+
+const NONE: (i32, i32, i32) = (0, 0, 0);
+const ONE: (i32, i32, i32) = (1, 1, 1);
+const ALL_ARGS: (i32, i32, i32) = (1, -1, 1);
+
+commands! {
+    "ping", -1, FAST, NONE, "connection", server::ping, "Returns the server's liveliness response.";
+    "echo", 2, FAST, NONE, "connection", server::echo, "Returns the given string.";
+    "quit", -1, NO_AUTH | TX_CONTROL | FAST, NONE, "connection", server::quit, "Closes the connection.";
+    "hello", -1, NO_AUTH | FAST, NONE, "connection", server::hello, "Handshakes with the server.";
+    "auth", -2, NO_AUTH | FAST | NO_MULTI, NONE, "connection", server::auth, "Authenticates the connection.";
+    "select", 2, FAST, NONE, "connection", server::select, "Changes the selected database.";
+    "client", -2, 0, NONE, "connection", server::client, "A container for client connection commands.";
+    "reset", 1, NO_AUTH | TX_CONTROL | FAST, NONE, "connection", server::reset, "Resets the connection.";
+    "dbsize", 1, READONLY | FAST, NONE, "server", server::dbsize, "Returns the number of keys in the database.";
+    "flushdb", -1, WRITE | ALL_KEYS, NONE, "server", server::flushall, "Removes all keys from the current database.";
+    "flushall", -1, WRITE | ALL_KEYS, NONE, "server", server::flushall, "Removes all keys from all databases.";
+    "info", -1, 0, NONE, "server", server::info, "Returns information and statistics about the server.";
+    "config", -2, ADMIN, NONE, "server", server::config, "A container for server configuration commands.";
+    "command", -1, 0, NONE, "server", server::command, "Returns detailed information about all commands.";
+    "time", 1, FAST, NONE, "server", server::time, "Returns the server time.";
+    "shutdown", -1, ADMIN | NO_MULTI, NONE, "server", server::shutdown, "Synchronously saves the database(s) to disk and shuts down the Redis server.";
+    "save", 1, ADMIN | NO_MULTI, NONE, "server", server::save, "Synchronously saves the database(s) to disk.";
+    "bgsave", -1, ADMIN, NONE, "server", server::save, "Asynchronously saves the database(s) to disk.";
+    "lastsave", 1, FAST, NONE, "server", server::lastsave, "Returns the Unix timestamp of the last successful save to disk.";
+    "get", 2, READONLY | FAST, ONE, "string", strings::get, "Returns the string value of a key.";
+    "set", -3, WRITE, ONE, "string", strings::set, "Sets the string value of a key, ignoring its type.";
+    "setnx", 3, WRITE | FAST, ONE, "string", strings::setnx, "Set the string value of a key only when the key doesn't exist.";
+    "setex", 4, WRITE, ONE, "string", strings::setex, "Sets the string value and expiration time of a key.";
+    "psetex", 4, WRITE, ONE, "string", strings::psetex, "Sets both string value and expiration time in milliseconds of a key.";
+    "getset", 3, WRITE | FAST, ONE, "string", strings::getset, "Returns the previous string value of a key after setting it to a new value.";
+    "getdel", 2, WRITE | FAST, ONE, "string", strings::getdel, "Returns the string value of a key after deleting the key.";
+    "getex", -2, WRITE | FAST, ONE, "string", strings::getex, "Returns the string value of a key after setting its expiration time.";
+    "mget", -2, READONLY | FAST, ALL_ARGS, "string", strings::mget, "Atomically returns the string values of one or more keys.";
+    "mset", -3, WRITE, (1, -1, 2), "string", strings::mset, "Atomically creates or modifies the string values of one or more keys.";
+    "msetnx", -3, WRITE, (1, -1, 2), "string", strings::msetnx, "Atomically modifies the string values of one or more keys only when all keys don't exist.";
+    "append", 3, WRITE, ONE, "string", strings::append, "Appends a string to the value of a key. Creates the key if it doesn't exist.";
+    "strlen", 2, READONLY | FAST, ONE, "string", strings::strlen, "Returns the length of a string value.";
+    "incr", 2, WRITE | FAST, ONE, "string", strings::incr, "Increments the integer value of a key by one.";
+    "decr", 2, WRITE | FAST, ONE, "string", strings::decr, "Decrements the integer value of a key by one.";
+    "incrby", 3, WRITE | FAST, ONE, "string", strings::incrby, "Increments the integer value of a key by a number.";
+    "decrby", 3, WRITE | FAST, ONE, "string", strings::decrby, "Decrements a number from the integer value of a key.";
+    "incrbyfloat", 3, WRITE | FAST, ONE, "string", strings::incrbyfloat, "Increment the floating point value of a key by a number.";
+    "getrange", 4, READONLY, ONE, "string", strings::getrange, "Returns a substring of the string stored at a key.";
+    "substr", 4, READONLY, ONE, "string", strings::getrange, "Returns a substring from a string value.";
+    "setrange", 4, WRITE, ONE, "string", strings::setrange, "Overwrites a part of a string value with another by an offset.";
+    "del", -2, WRITE, ALL_ARGS, "generic", keys::del, "Deletes one or more keys.";
+    "unlink", -2, WRITE | FAST, ALL_ARGS, "generic", keys::del, "Asynchronously deletes one or more keys.";
+    "exists", -2, READONLY | FAST, ALL_ARGS, "generic", keys::exists, "Determines whether one or more keys exist.";
+    "type", 2, READONLY | FAST, ONE, "generic", keys::type_, "Determines the type of value stored at a key.";
+    "expire", -3, WRITE | FAST, ONE, "generic", keys::expire, "Sets the expiration time of a key in seconds.";
+    "pexpire", -3, WRITE | FAST, ONE, "generic", keys::pexpire, "Sets the expiration time of a key in milliseconds.";
+    "expireat", -3, WRITE | FAST, ONE, "generic", keys::expireat, "Sets the expiration time of a key to a Unix timestamp.";
+    "pexpireat", -3, WRITE | FAST, ONE, "generic", keys::pexpireat, "Sets the expiration time of a key to a Unix milliseconds timestamp.";
+    "ttl", 2, READONLY | FAST, ONE, "generic", keys::ttl, "Returns the expiration time in seconds of a key.";
+    "pttl", 2, READONLY | FAST, ONE, "generic", keys::pttl, "Returns the expiration time in milliseconds of a key.";
+    "expiretime", 2, READONLY | FAST, ONE, "generic", keys::expiretime, "Returns the expiration time of a key as a Unix timestamp.";
+    "pexpiretime", 2, READONLY | FAST, ONE, "generic", keys::pexpiretime, "Returns the expiration time of a key as a Unix milliseconds timestamp.";
+    "persist", 2, WRITE | FAST, ONE, "generic", keys::persist, "Removes the expiration time of a key.";
+    "rename", 3, WRITE, (1, 2, 1), "generic", keys::rename, "Renames a key and overwrites the destination.";
+    "renamenx", 3, WRITE | FAST, (1, 2, 1), "generic", keys::renamenx, "Renames a key only when the target key name doesn't exist.";
+    "keys", 2, READONLY, NONE, "generic", keys::keys, "Returns all key names that match a pattern.";
+    "scan", -2, READONLY, NONE, "generic", keys::scan, "Iterates over the key names in the database.";
+    "randomkey", 1, READONLY, NONE, "generic", keys::randomkey, "Returns a random key name from the database.";
+    "touch", -2, READONLY | FAST, ALL_ARGS, "generic", keys::exists, "Returns the number of existing keys out of those specified after updating the time they were last accessed.";
+    "multi", 1, TX_CONTROL | FAST, NONE, "transactions", tx::multi, "Starts a transaction.";
+    "exec", 1, TX_CONTROL, NONE, "transactions", tx::exec_placeholder, "Executes all commands in a transaction.";
+    "discard", 1, TX_CONTROL | FAST, NONE, "transactions", tx::discard, "Discards a transaction.";
+    "watch", -2, TX_CONTROL | FAST | NO_MULTI, ALL_ARGS, "transactions", tx::watch, "Monitors changes to keys to determine the execution of a transaction.";
+    "unwatch", 1, FAST, NONE, "transactions", tx::unwatch, "Forgets about watched keys of a transaction.";
+}
+
+/// Types that are not built yet: a clear error, never a crash.
+const NOT_YET: &[&str] = &[
+    "hset",
+    "hget",
+    "hmset",
+    "hmget",
+    "hgetall",
+    "hdel",
+    "hlen",
+    "hexists",
+    "hincrby",
+    "hkeys",
+    "hvals",
+    "hsetnx",
+    "hscan",
+    "lpush",
+    "rpush",
+    "lpop",
+    "rpop",
+    "llen",
+    "lrange",
+    "lindex",
+    "lset",
+    "lrem",
+    "ltrim",
+    "linsert",
+    "rpoplpush",
+    "lmove",
+    "blpop",
+    "brpop",
+    "sadd",
+    "srem",
+    "smembers",
+    "sismember",
+    "scard",
+    "spop",
+    "srandmember",
+    "sinter",
+    "sunion",
+    "sdiff",
+    "sscan",
+    "smove",
+    "zadd",
+    "zrem",
+    "zrange",
+    "zscore",
+    "zcard",
+    "zincrby",
+    "zrank",
+    "zrevrange",
+    "zrangebyscore",
+    "zcount",
+    "zscan",
+    "zpopmin",
+    "zpopmax",
+    "xadd",
+    "xrange",
+    "xlen",
+    "xread",
+    "pfadd",
+    "pfcount",
+    "setbit",
+    "getbit",
+    "bitcount",
+    "bitpos",
+    "bitop",
+    "geoadd",
+    "publish",
+    "subscribe",
+    "psubscribe",
+    "eval",
+    "evalsha",
+    "script",
+    "function",
+    "fcall",
+];
+
+pub fn lookup(name: &[u8]) -> Option<&'static Command> {
+    if name.len() > 32 {
+        return None;
+    }
+    let lower = name.to_ascii_lowercase();
+    TABLE.iter().find(|c| c.name.as_bytes() == lower.as_slice())
+}
+
+/// Redis's reply to a command it does not know, args quoted as it quotes them.
+fn unknown_command(args: &[Bytes]) -> String {
+    let mut quoted = String::new();
+    for arg in &args[1..] {
+        if quoted.len() >= 128 {
+            break;
+        }
+        let room = 128 - quoted.len();
+        let text = String::from_utf8_lossy(arg);
+        let cut: String = text.chars().take(room).collect();
+        quoted.push_str(&format!("'{cut}' "));
+    }
+    let name: String = String::from_utf8_lossy(&args[0]).chars().take(128).collect();
+    let lower = name.to_ascii_lowercase();
+    if NOT_YET.contains(&lower.as_str()) {
+        return format!("ERR '{lower}' is not supported by ScaledKV yet (strings and keys only; see the README)");
+    }
+    format!("ERR unknown command '{name}', with args beginning with: {quoted}")
+}
+
+/// Runs one request from a connection, appending its reply to `out`.
+pub async fn execute(shared: &Shared, conn: &mut ConnState, out: &mut Out, args: Vec<Bytes>) {
+    if args.is_empty() {
+        return;
+    }
+    shared.stats.commands.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let Some(command) = lookup(&args[0]) else {
+        conn.flag_transaction_error();
+        out.error(&unknown_command(&args));
+        return;
+    };
+    if !command.arity_ok(args.len()) {
+        conn.flag_transaction_error();
+        out.error(&format!("ERR wrong number of arguments for '{}' command", command.name));
+        return;
+    }
+    if !conn.authenticated && !command.has(NO_AUTH) && shared.password().is_some() {
+        conn.flag_transaction_error();
+        out.error("NOAUTH Authentication required.");
+        return;
+    }
+    if conn.multi.is_some() {
+        if command.has(NO_MULTI) {
+            conn.flag_transaction_error();
+            out.error("ERR Command not allowed inside a transaction");
+            return;
+        }
+        if !command.has(TX_CONTROL) {
+            conn.multi.as_mut().expect("checked").push((command, args));
+            out.simple("QUEUED");
+            return;
+        }
+    }
+    if command.name == "exec" {
+        return exec(shared, conn, out).await;
+    }
+    conn.info.last_command(command.name);
+    let mut stripes = Vec::new();
+    if command.has(WRITE) {
+        command.stripes(&args, &mut stripes);
+        stripes.sort_unstable();
+        stripes.dedup();
+    }
+    let _guards = shared.locks.lock(&stripes).await;
+    let mark = out.len();
+    let mut writes = Writes::new(false);
+    let result = (command.run)(&mut Ctx { shared, conn, out, writes: &mut writes }, &args);
+    if let Err(error) = result {
+        out.truncate(mark);
+        out.error(&error.text());
+        shared.stats.errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        return;
+    }
+    if !writes.batch.is_empty() {
+        if let Err(error) = shared.db.write_async(writes.take_batch()).await {
+            out.truncate(mark);
+            out.error(&engine_error_text(&error));
+            shared.stats.errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            return;
+        }
+        for &stripe in &stripes {
+            shared.locks.bump(stripe);
+        }
+    }
+}
+
+/// Argument helpers with Redis's parsing rules and error texts.
+pub mod args {
+    use super::CmdError;
+
+    /// Redis's `string2ll`: no spaces, no '+', no leading zeros.
+    pub fn int(arg: &[u8]) -> Result<i64, CmdError> {
+        parse_i64(arg).ok_or(CmdError::NotInteger)
+    }
+
+    pub fn parse_i64(text: &[u8]) -> Option<i64> {
+        if text.is_empty() || text.len() > 20 {
+            return None;
+        }
+        let (negative, digits) = match text[0] {
+            b'-' => (true, &text[1..]),
+            _ => (false, text),
+        };
+        if digits.is_empty() || (digits[0] == b'0' && digits.len() > 1) || !digits.iter().all(u8::is_ascii_digit) {
+            return None;
+        }
+        if negative && digits == b"0" {
+            return None;
+        }
+        let mut value: i64 = 0;
+        for &d in digits {
+            let d = (d - b'0') as i64;
+            value = value.checked_mul(10)?;
+            value = if negative { value.checked_sub(d)? } else { value.checked_add(d)? };
+        }
+        Some(value)
+    }
+
+    /// Redis's `string2ld`: a finite number, no spaces.
+    pub fn float(arg: &[u8]) -> Result<f64, CmdError> {
+        let text = std::str::from_utf8(arg).map_err(|_| CmdError::NotFloat)?;
+        if text.is_empty() || text.starts_with(char::is_whitespace) || text.ends_with(char::is_whitespace) {
+            return Err(CmdError::NotFloat);
+        }
+        let value: f64 = text.parse().map_err(|_| CmdError::NotFloat)?;
+        if value.is_nan() {
+            return Err(CmdError::NotFloat);
+        }
+        Ok(value)
+    }
+
+    pub fn eq(arg: &[u8], word: &str) -> bool {
+        arg.eq_ignore_ascii_case(word.as_bytes())
+    }
+}

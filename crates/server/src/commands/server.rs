@@ -1,0 +1,592 @@
+//! Connection and server commands: PING HELLO AUTH CLIENT INFO CONFIG
+//! COMMAND FLUSHALL SHUTDOWN and the like.
+
+use std::fmt::Write as _;
+use std::sync::atomic::Ordering;
+
+use bytes::Bytes;
+use scaledkv::{now_ms, Durability, WriteBatch, MAX_BATCH_BYTES};
+
+use super::args::{eq, int};
+use super::{err, lookup, CmdError, CmdResult, Command, Ctx, TABLE};
+use crate::resp::Protocol;
+
+/// What INFO and HELLO report as the Redis version whose behaviour this
+/// server follows (clients use it for feature detection).
+pub const REDIS_VERSION: &str = "7.0.15";
+
+fn arity_error(name: &str) -> CmdError {
+    err(format!("ERR wrong number of arguments for '{name}' command"))
+}
+
+pub fn ping(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    match args.len() {
+        1 => ctx.out.simple("PONG"),
+        2 => ctx.out.bulk(&args[1]),
+        _ => return Err(arity_error("ping")),
+    }
+    Ok(())
+}
+
+pub fn echo(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    ctx.out.bulk(&args[1]);
+    Ok(())
+}
+
+pub fn quit(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
+    ctx.out.ok();
+    ctx.conn.close = true;
+    Ok(())
+}
+
+pub fn reset(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
+    ctx.conn.reset_transaction();
+    ctx.conn.protocol = Protocol::Resp2;
+    ctx.out.protocol = Protocol::Resp2;
+    ctx.conn.info.resp.store(2, Ordering::Relaxed);
+    *ctx.conn.info.name.lock() = None;
+    ctx.conn.authenticated = ctx.shared.password().is_none();
+    ctx.out.simple("RESET");
+    Ok(())
+}
+
+/// Checks a username/password pair against `requirepass` (only the
+/// `default` user exists).
+fn check_password(ctx: &mut Ctx<'_>, user: &[u8], password: &[u8]) -> CmdResult {
+    let expected = ctx.shared.password();
+    let good = user == b"default" && expected.as_deref().map_or(true, |p| p.as_bytes() == password);
+    if !good {
+        return Err(err("WRONGPASS invalid username-password pair or user is disabled."));
+    }
+    ctx.conn.authenticated = true;
+    Ok(())
+}
+
+pub fn auth(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    match args.len() {
+        2 => {
+            if ctx.shared.password().is_none() {
+                return Err(err("ERR AUTH <password> called without any password configured for the default user. \
+                                Are you sure your configuration is correct?"));
+            }
+            check_password(ctx, b"default", &args[1])?;
+        }
+        3 => check_password(ctx, &args[1], &args[2])?,
+        _ => return Err(CmdError::Syntax),
+    }
+    ctx.out.ok();
+    Ok(())
+}
+
+pub fn hello(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    let mut protocol = ctx.conn.protocol;
+    if args.len() >= 2 {
+        protocol = match super::args::parse_i64(&args[1]) {
+            Some(2) => Protocol::Resp2,
+            Some(3) => Protocol::Resp3,
+            Some(_) => return Err(err("NOPROTO unsupported protocol version")),
+            None => return Err(err("ERR Protocol version is not an integer or out of range")),
+        };
+    }
+    let mut name = None;
+    let mut i = 2;
+    while i < args.len() {
+        if eq(&args[i], "auth") && i + 2 < args.len() {
+            check_password(ctx, &args[i + 1], &args[i + 2])?;
+            i += 3;
+        } else if eq(&args[i], "setname") && i + 1 < args.len() {
+            name = Some(valid_name(&args[i + 1])?);
+            i += 2;
+        } else {
+            return Err(err(format!("ERR Syntax error in HELLO option '{}'", String::from_utf8_lossy(&args[i]))));
+        }
+    }
+    if !ctx.conn.authenticated {
+        return Err(err("NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO \
+                        <proto> AUTH <user> <pass> option can be used to authenticate the client and select the \
+                        RESP protocol version at the same time"));
+    }
+    if let Some(name) = name {
+        *ctx.conn.info.name.lock() = name;
+    }
+    ctx.conn.protocol = protocol;
+    ctx.out.protocol = protocol;
+    let version = if protocol == Protocol::Resp3 { 3 } else { 2 };
+    ctx.conn.info.resp.store(version, Ordering::Relaxed);
+    let out = &mut *ctx.out;
+    out.map(7);
+    out.bulk(b"server");
+    out.bulk(b"redis");
+    out.bulk(b"version");
+    out.bulk(REDIS_VERSION.as_bytes());
+    out.bulk(b"proto");
+    out.int(version as i64);
+    out.bulk(b"id");
+    out.int(ctx.conn.info.id as i64);
+    out.bulk(b"mode");
+    out.bulk(b"standalone");
+    out.bulk(b"role");
+    out.bulk(b"master");
+    out.bulk(b"modules");
+    out.array(0);
+    Ok(())
+}
+
+pub fn select(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    if int(&args[1])? != 0 {
+        return Err(err("ERR DB index is out of range"));
+    }
+    ctx.out.ok();
+    Ok(())
+}
+
+/// A client name: no spaces, newlines or other special characters.
+fn valid_name(name: &[u8]) -> Result<Option<String>, CmdError> {
+    if name.is_empty() {
+        return Ok(None);
+    }
+    if name.iter().any(|&c| !(b'!'..=b'~').contains(&c)) {
+        return Err(err("ERR Client names cannot contain spaces, newlines or special characters."));
+    }
+    Ok(Some(String::from_utf8_lossy(name).into_owned()))
+}
+
+pub fn client(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    let sub = String::from_utf8_lossy(&args[1]).to_ascii_lowercase();
+    let wrong_arity = || err(format!("ERR wrong number of arguments for 'client|{sub}' command"));
+    match sub.as_str() {
+        "id" if args.len() == 2 => ctx.out.int(ctx.conn.info.id as i64),
+        "getname" if args.len() == 2 => match ctx.conn.info.name.lock().clone() {
+            Some(name) => ctx.out.bulk(name.as_bytes()),
+            None => ctx.out.null(),
+        },
+        "setname" if args.len() == 3 => {
+            *ctx.conn.info.name.lock() = valid_name(&args[2])?;
+            ctx.out.ok();
+        }
+        "info" if args.len() == 2 => {
+            let line = ctx.conn.info.describe() + "\n";
+            ctx.out.verbatim(&line);
+        }
+        "list" => {
+            let clients: Vec<_> = ctx.shared.clients.lock().values().cloned().collect();
+            let mut text = String::new();
+            for client in clients {
+                text.push_str(&client.describe());
+                text.push('\n');
+            }
+            ctx.out.verbatim(&text);
+        }
+        // Sent by redis-py and other clients on connect (Redis 7.2).
+        "setinfo" if args.len() == 4 => ctx.out.ok(),
+        "id" | "getname" | "setname" | "info" | "setinfo" => return Err(wrong_arity()),
+        _ => {
+            return Err(err(format!(
+                "ERR unknown subcommand '{}'. Try CLIENT HELP.",
+                String::from_utf8_lossy(&args[1]).chars().take(128).collect::<String>()
+            )))
+        }
+    }
+    Ok(())
+}
+
+pub fn dbsize(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
+    ctx.out.int(ctx.db().len() as i64);
+    Ok(())
+}
+
+pub fn flushall(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    match args.len() {
+        1 => {}
+        2 if eq(&args[1], "sync") || eq(&args[1], "async") => {}
+        _ => return Err(CmdError::Syntax),
+    }
+    // One atomic batch when it fits (the usual case); a huge database is
+    // cleared in several batches, each durable before the next.
+    let keys: Vec<Vec<u8>> = ctx.db().iter().map(|item| item.map(|(k, _)| k)).collect::<Result<_, _>>()?;
+    let mut bytes = 0;
+    for key in keys {
+        bytes += key.len() + 32;
+        if bytes > MAX_BATCH_BYTES / 2 {
+            let batch = std::mem::replace(&mut ctx.writes.batch, WriteBatch::new());
+            ctx.db().write(batch)?;
+            bytes = key.len() + 32;
+        }
+        ctx.writes.delete(&key);
+    }
+    ctx.out.ok();
+    Ok(())
+}
+
+pub fn time(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    ctx.out.array(2);
+    ctx.out.bulk(now.as_secs().to_string().as_bytes());
+    ctx.out.bulk(now.subsec_micros().to_string().as_bytes());
+    Ok(())
+}
+
+pub fn shutdown(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    for arg in &args[1..] {
+        if !["nosave", "save", "now", "force", "abort"].iter().any(|w| eq(arg, w)) {
+            return Err(CmdError::Syntax);
+        }
+        if eq(arg, "abort") {
+            return Err(err("ERR No shutdown in progress."));
+        }
+    }
+    tracing::info!(client = ctx.conn.info.id, "SHUTDOWN requested");
+    ctx.shared.request_shutdown();
+    // Redis closes the connection without a reply when it shuts down.
+    ctx.conn.close = true;
+    Ok(())
+}
+
+/// SAVE and BGSAVE: every write is already durable; this writes an index
+/// checkpoint so the next start replays nothing.
+pub fn save(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    ctx.db().flush()?;
+    ctx.shared.last_save.store(now_ms() / 1000, Ordering::Relaxed);
+    if eq(&args[0], "bgsave") {
+        ctx.out.simple("Background saving started");
+    } else {
+        ctx.out.ok();
+    }
+    Ok(())
+}
+
+pub fn lastsave(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
+    ctx.out.int(ctx.shared.last_save.load(Ordering::Relaxed) as i64);
+    Ok(())
+}
+
+/// The INFO text for `sections` (empty: the default set).
+pub fn info_text(ctx: &Ctx<'_>, sections: &[String]) -> String {
+    let shared = ctx.shared;
+    let all = sections.iter().any(|s| s == "all" || s == "everything");
+    let wanted = |name: &str| {
+        all || (sections.is_empty() || sections.iter().any(|s| s == "default")) || sections.iter().any(|s| s == name)
+    };
+    let stats = shared.db.stats();
+    let s = &shared.stats;
+    let mut text = String::new();
+    let uptime = shared.started.elapsed().as_secs();
+    let config = &shared.config;
+    if wanted("server") {
+        let _ = write!(
+            text,
+            "# Server\r\nredis_version:{REDIS_VERSION}\r\nscaledkv_version:{}\r\nredis_mode:standalone\r\n\
+             os:{} {}\r\narch_bits:64\r\nmultiplexing_api:epoll\r\nprocess_id:{}\r\ntcp_port:{}\r\n\
+             uptime_in_seconds:{uptime}\r\nuptime_in_days:{}\r\nexecutable:{}\r\nconfig_file:{}\r\n\r\n",
+            env!("CARGO_PKG_VERSION"),
+            std::env::consts::OS,
+            std::env::consts::ARCH,
+            std::process::id(),
+            shared.port.load(Ordering::Relaxed),
+            uptime / 86400,
+            std::env::current_exe().map(|p| p.display().to_string()).unwrap_or_default(),
+            config.config_file.as_ref().map(|p| p.display().to_string()).unwrap_or_default(),
+        );
+    }
+    if wanted("clients") {
+        let _ = write!(
+            text,
+            "# Clients\r\nconnected_clients:{}\r\nmaxclients:{}\r\nblocked_clients:0\r\n\r\n",
+            shared.clients.lock().len(),
+            shared.maxclients()
+        );
+    }
+    if wanted("memory") {
+        let rss = resident_bytes();
+        let _ = write!(
+            text,
+            "# Memory\r\nused_memory:{rss}\r\nused_memory_rss:{rss}\r\nused_memory_index:{}\r\n\
+             index_bytes_per_key:{:.1}\r\nmaxmemory:0\r\nmaxmemory_policy:noeviction\r\n\r\n",
+            stats.index_memory_bytes, stats.index_bytes_per_key
+        );
+    }
+    if wanted("persistence") {
+        let durable = config.durability != Durability::Buffered;
+        let _ = write!(
+            text,
+            "# Persistence\r\nloading:0\r\ndurability:{}\r\naof_enabled:{}\r\nrdb_changes_since_last_save:0\r\n\
+             rdb_last_save_time:{}\r\nlog_bytes:{}\r\nlive_bytes:{}\r\ndisk_bytes:{}\r\nsegments:{}\r\n\
+             write_amplification:{:.3}\r\nspace_amplification:{:.3}\r\ngc_runs:{}\r\ncheckpoints:{}\r\n\r\n",
+            config.durability,
+            durable as u8,
+            shared.last_save.load(Ordering::Relaxed),
+            stats.log_bytes,
+            stats.live_bytes,
+            stats.disk_bytes,
+            stats.segments,
+            stats.write_amplification,
+            stats.space_amplification,
+            stats.gc_runs,
+            stats.checkpoints,
+        );
+    }
+    if wanted("stats") {
+        let _ = write!(
+            text,
+            "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\n\
+             total_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nrejected_connections:{}\r\n\
+             expired_keys:{}\r\nkeyspace_hits:{}\r\nkeyspace_misses:{}\r\ntotal_error_replies:{}\r\n\r\n",
+            s.connections_received.load(Ordering::Relaxed),
+            s.commands.load(Ordering::Relaxed),
+            s.net_input_bytes.load(Ordering::Relaxed),
+            s.net_output_bytes.load(Ordering::Relaxed),
+            s.rejected_connections.load(Ordering::Relaxed),
+            s.expired_keys.load(Ordering::Relaxed),
+            s.keyspace_hits.load(Ordering::Relaxed),
+            s.keyspace_misses.load(Ordering::Relaxed),
+            s.errors.load(Ordering::Relaxed),
+        );
+    }
+    if wanted("replication") {
+        text.push_str("# Replication\r\nrole:master\r\nconnected_slaves:0\r\n\r\n");
+    }
+    if wanted("cpu") {
+        let (user, system) = cpu_seconds();
+        let _ = write!(text, "# CPU\r\nused_cpu_sys:{system:.6}\r\nused_cpu_user:{user:.6}\r\n\r\n");
+    }
+    if wanted("keyspace") {
+        text.push_str("# Keyspace\r\n");
+        let keys = shared.db.len();
+        if keys > 0 {
+            let _ = write!(text, "db0:keys={keys},expires=0,avg_ttl=0\r\n");
+        }
+        text.push_str("\r\n");
+    }
+    text.truncate(text.trim_end().len());
+    text.push_str("\r\n");
+    text
+}
+
+pub fn info(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    let sections: Vec<String> = args[1..].iter().map(|a| String::from_utf8_lossy(a).to_ascii_lowercase()).collect();
+    let text = info_text(ctx, &sections);
+    ctx.out.verbatim(&text);
+    Ok(())
+}
+
+/// Resident memory from /proc (the process's real footprint).
+fn resident_bytes() -> u64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
+    let pages: u64 = statm.split_whitespace().nth(1).and_then(|p| p.parse().ok()).unwrap_or(0);
+    pages * 4096
+}
+
+/// User and system CPU seconds of this process.
+pub fn cpu_seconds() -> (f64, f64) {
+    // SAFETY: getrusage only writes the struct we pass.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    (secs(usage.ru_utime), secs(usage.ru_stime))
+}
+
+/// CONFIG GET/SET parameters: name, current value.
+fn parameters(ctx: &Ctx<'_>) -> Vec<(&'static str, String)> {
+    let shared = ctx.shared;
+    let config = &shared.config;
+    let dir = std::fs::canonicalize(&config.dir).unwrap_or_else(|_| config.dir.clone());
+    let durable = config.durability != Durability::Buffered;
+    vec![
+        ("bind", config.bind.clone()),
+        ("port", shared.port.load(Ordering::Relaxed).to_string()),
+        ("dir", dir.display().to_string()),
+        ("durability", config.durability.to_string()),
+        ("requirepass", shared.password().unwrap_or_default()),
+        ("maxclients", shared.maxclients().to_string()),
+        ("timeout", shared.timeout_secs().to_string()),
+        ("proto-max-bulk-len", shared.max_bulk_bytes().to_string()),
+        // What a Redis client asks to learn what a write survives: every
+        // write is on the medium before its reply unless `buffered`.
+        ("appendonly", if durable { "yes" } else { "no" }.into()),
+        ("appendfsync", if durable { "always" } else { "no" }.into()),
+        ("save", String::new()),
+        ("databases", "1".into()),
+        ("maxmemory", "0".into()),
+        ("maxmemory-policy", "noeviction".into()),
+    ]
+}
+
+pub fn config(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    let sub = String::from_utf8_lossy(&args[1]).to_ascii_lowercase();
+    match sub.as_str() {
+        "get" if args.len() >= 3 => {
+            let params = parameters(ctx);
+            let matched: Vec<_> = params
+                .iter()
+                .filter(|(name, _)| {
+                    args[2..].iter().any(|p| crate::keyspace::glob_match(&p.to_ascii_lowercase(), name.as_bytes()))
+                })
+                .collect();
+            ctx.out.map(matched.len());
+            for (name, value) in matched {
+                ctx.out.bulk(name.as_bytes());
+                ctx.out.bulk(value.as_bytes());
+            }
+        }
+        "set" if args.len() >= 4 && args.len() % 2 == 0 => {
+            for pair in args[2..].chunks(2) {
+                config_set(ctx, &String::from_utf8_lossy(&pair[0]).to_ascii_lowercase(), &pair[1])?;
+            }
+            ctx.out.ok();
+        }
+        "resetstat" if args.len() == 2 => {
+            let s = &ctx.shared.stats;
+            for counter in [&s.commands, &s.keyspace_hits, &s.keyspace_misses, &s.errors, &s.expired_keys] {
+                counter.store(0, Ordering::Relaxed);
+            }
+            ctx.out.ok();
+        }
+        "rewrite" if args.len() == 2 => return Err(err("ERR The server is running without a config file")),
+        "get" | "set" | "resetstat" | "rewrite" => {
+            return Err(err(format!("ERR wrong number of arguments for 'config|{sub}' command")))
+        }
+        _ => {
+            return Err(err(format!(
+                "ERR unknown subcommand '{}'. Try CONFIG HELP.",
+                String::from_utf8_lossy(&args[1]).chars().take(128).collect::<String>()
+            )))
+        }
+    }
+    Ok(())
+}
+
+fn config_set(ctx: &mut Ctx<'_>, name: &str, value: &[u8]) -> CmdResult {
+    let text = String::from_utf8_lossy(value).to_string();
+    let number = || -> Result<u64, CmdError> {
+        text.parse::<u64>().map_err(|_| {
+            err(format!("ERR CONFIG SET failed (possibly related to argument '{name}') - argument couldn't be parsed into an integer"))
+        })
+    };
+    let shared = ctx.shared;
+    match name {
+        "requirepass" => shared.set_password(Some(text.clone()).filter(|p| !p.is_empty())),
+        "maxclients" => shared.set_maxclients(number()? as usize),
+        "timeout" => shared.set_timeout_secs(number()?),
+        "proto-max-bulk-len" => {
+            let n = number()? as usize;
+            if n > crate::keyspace::MAX_STRING_BYTES {
+                return Err(err(format!(
+                    "ERR CONFIG SET failed (possibly related to argument '{name}') - argument must be at most {}",
+                    crate::keyspace::MAX_STRING_BYTES
+                )));
+            }
+            shared.set_max_bulk_bytes(n)
+        }
+        "save" | "appendonly" | "appendfsync" | "maxmemory" | "maxmemory-policy" | "databases" | "bind" | "port"
+        | "dir" | "durability" => {
+            return Err(err(format!(
+                "ERR CONFIG SET failed (possibly related to argument '{name}') - can't set immutable config"
+            )))
+        }
+        _ => return Err(err(format!("ERR Unknown option or number of arguments for CONFIG SET - '{name}'"))),
+    }
+    Ok(())
+}
+
+fn flag_names(command: &Command) -> Vec<&'static str> {
+    let mut flags = Vec::new();
+    if command.has(super::WRITE) {
+        flags.push("write");
+    }
+    if command.has(super::READONLY) {
+        flags.push("readonly");
+    }
+    if command.has(super::ADMIN) {
+        flags.push("admin");
+    }
+    if command.has(super::FAST) {
+        flags.push("fast");
+    }
+    if command.has(super::NO_AUTH) {
+        flags.push("no_auth");
+    }
+    if command.has(super::NO_MULTI) {
+        flags.push("no_multi");
+    }
+    flags
+}
+
+fn command_info(ctx: &mut Ctx<'_>, command: &Command) {
+    let out = &mut *ctx.out;
+    out.array(10);
+    out.bulk(command.name.as_bytes());
+    out.int(command.arity as i64);
+    let flags = flag_names(command);
+    out.set(flags.len());
+    for flag in flags {
+        out.simple(flag);
+    }
+    out.int(command.keys.0 as i64);
+    out.int(command.keys.1 as i64);
+    out.int(command.keys.2 as i64);
+    out.set(0);
+    out.set(0);
+    out.array(0);
+    out.array(0);
+}
+
+pub fn command(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    if args.len() == 1 {
+        ctx.out.array(TABLE.len());
+        for command in TABLE {
+            command_info(ctx, command);
+        }
+        return Ok(());
+    }
+    let sub = String::from_utf8_lossy(&args[1]).to_ascii_lowercase();
+    match sub.as_str() {
+        "count" if args.len() == 2 => ctx.out.int(TABLE.len() as i64),
+        "list" => {
+            ctx.out.array(TABLE.len());
+            for command in TABLE {
+                ctx.out.bulk(command.name.as_bytes());
+            }
+        }
+        "info" => {
+            let names: Vec<&Bytes> = args[2..].iter().collect();
+            let commands: Vec<Option<&Command>> = if names.is_empty() {
+                TABLE.iter().map(Some).collect()
+            } else {
+                names.iter().map(|n| lookup(n)).collect()
+            };
+            ctx.out.array(commands.len());
+            for command in commands {
+                match command {
+                    Some(command) => command_info(ctx, command),
+                    None => ctx.out.null_array(),
+                }
+            }
+        }
+        "docs" => {
+            let commands: Vec<&Command> = if args.len() == 2 {
+                TABLE.iter().collect()
+            } else {
+                args[2..].iter().filter_map(|n| lookup(n)).collect()
+            };
+            ctx.out.map(commands.len());
+            for command in commands {
+                ctx.out.bulk(command.name.as_bytes());
+                ctx.out.map(3);
+                ctx.out.bulk(b"summary");
+                ctx.out.bulk(command.summary.as_bytes());
+                ctx.out.bulk(b"since");
+                ctx.out.bulk(b"1.0.0");
+                ctx.out.bulk(b"group");
+                ctx.out.bulk(command.group.as_bytes());
+            }
+        }
+        "count" => return Err(err("ERR wrong number of arguments for 'command|count' command")),
+        _ => {
+            return Err(err(format!(
+                "ERR unknown subcommand '{}'. Try COMMAND HELP.",
+                String::from_utf8_lossy(&args[1]).chars().take(128).collect::<String>()
+            )))
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,343 @@
+//! String commands: GET/SET and friends, counters, ranges.
+
+use bytes::Bytes;
+use scaledkv::now_ms;
+
+use super::args::{eq, float, int, parse_i64};
+use super::{err, CmdError, CmdResult, Ctx};
+use crate::keyspace::{Value, MAX_STRING_BYTES};
+use crate::resp::reply::format_double;
+
+/// A string value and its expiry time.
+pub type OwnedString = (Vec<u8>, Option<u64>);
+
+impl Ctx<'_> {
+    pub fn read(&mut self, key: &[u8]) -> Result<Option<Value>, CmdError> {
+        let value = self.writes.get(&self.shared.db, key)?;
+        let stats = &self.shared.stats;
+        let counter = if value.is_some() { &stats.keyspace_hits } else { &stats.keyspace_misses };
+        counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Ok(value)
+    }
+
+    /// The string at `key` (WRONGTYPE for other types), copied.
+    pub fn read_string(&mut self, key: &[u8]) -> Result<Option<OwnedString>, CmdError> {
+        match self.read(key)? {
+            Some(value) => Ok(Some((value.string()?.to_vec(), value.expiry_ms()))),
+            None => Ok(None),
+        }
+    }
+}
+
+pub fn get(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    match ctx.read(&args[1])? {
+        Some(value) => ctx.out.bulk(value.string()?),
+        None => ctx.out.null(),
+    }
+    Ok(())
+}
+
+/// An expiry option's absolute time in ms, from `EX|PX|EXAT|PXAT n`.
+fn expiry_at(unit: &str, arg: &[u8], command: &str) -> Result<u64, CmdError> {
+    let n = int(arg)?;
+    let invalid = || err(format!("ERR invalid expire time in '{command}' command"));
+    if n <= 0 {
+        return Err(invalid());
+    }
+    let ms = match unit {
+        "ex" | "exat" => n.checked_mul(1000).ok_or_else(invalid)?,
+        _ => n,
+    };
+    let at = match unit {
+        "ex" | "px" => ms.checked_add(now_ms() as i64).ok_or_else(invalid)?,
+        _ => ms,
+    };
+    Ok(at as u64)
+}
+
+pub fn set(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    let (key, value) = (&args[1], &args[2]);
+    let (mut nx, mut xx, mut get, mut keepttl) = (false, false, false, false);
+    let mut expiry: Option<u64> = None;
+    let mut i = 3;
+    while i < args.len() {
+        let arg = &args[i];
+        let unit = ["ex", "px", "exat", "pxat"].into_iter().find(|u| eq(arg, u));
+        if let Some(unit) = unit {
+            if expiry.is_some() || keepttl || i + 1 >= args.len() {
+                return Err(CmdError::Syntax);
+            }
+            expiry = Some(expiry_at(unit, &args[i + 1], "set")?);
+            i += 2;
+            continue;
+        }
+        if eq(arg, "nx") && !xx {
+            nx = true;
+        } else if eq(arg, "xx") && !nx {
+            xx = true;
+        } else if eq(arg, "get") {
+            get = true;
+        } else if eq(arg, "keepttl") && expiry.is_none() {
+            keepttl = true;
+        } else {
+            return Err(CmdError::Syntax);
+        }
+        i += 1;
+    }
+    let old = if nx || xx || get || keepttl { ctx.read(key)? } else { None };
+    if get {
+        match &old {
+            Some(value) => ctx.out.bulk(value.string()?),
+            None => ctx.out.null(),
+        }
+    }
+    let exists = old.is_some();
+    if (nx && exists) || (xx && !exists) {
+        if !get {
+            ctx.out.null();
+        }
+        return Ok(());
+    }
+    if keepttl {
+        expiry = old.as_ref().and_then(Value::expiry_ms);
+    }
+    drop(old);
+    ctx.writes.put_string(key, value, expiry)?;
+    if !get {
+        ctx.out.ok();
+    }
+    Ok(())
+}
+
+pub fn setnx(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    if ctx.read(&args[1])?.is_some() {
+        ctx.out.int(0);
+    } else {
+        ctx.writes.put_string(&args[1], &args[2], None)?;
+        ctx.out.int(1);
+    }
+    Ok(())
+}
+
+fn set_with_expiry(ctx: &mut Ctx<'_>, args: &[Bytes], unit: &str, command: &str) -> CmdResult {
+    let at = expiry_at(unit, &args[2], command)?;
+    ctx.writes.put_string(&args[1], &args[3], Some(at))?;
+    ctx.out.ok();
+    Ok(())
+}
+
+pub fn setex(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    set_with_expiry(ctx, args, "ex", "setex")
+}
+
+pub fn psetex(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    set_with_expiry(ctx, args, "px", "psetex")
+}
+
+pub fn getset(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    let old = ctx.read_string(&args[1])?;
+    ctx.out.bulk_opt(old.as_ref().map(|(v, _)| v.as_slice()));
+    ctx.writes.put_string(&args[1], &args[2], None)
+}
+
+pub fn getdel(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    match ctx.read_string(&args[1])? {
+        Some((value, _)) => {
+            ctx.out.bulk(&value);
+            ctx.writes.delete(&args[1]);
+        }
+        None => ctx.out.null(),
+    }
+    Ok(())
+}
+
+pub fn getex(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    let mut change: Option<Option<u64>> = None;
+    let mut i = 2;
+    while i < args.len() {
+        let unit = ["ex", "px", "exat", "pxat"].into_iter().find(|u| eq(&args[i], u));
+        if let (Some(unit), None, true) = (unit, change, i + 1 < args.len()) {
+            change = Some(Some(expiry_at(unit, &args[i + 1], "getex")?));
+            i += 2;
+        } else if eq(&args[i], "persist") && change.is_none() {
+            change = Some(None);
+            i += 1;
+        } else {
+            return Err(CmdError::Syntax);
+        }
+    }
+    let Some((value, expiry)) = ctx.read_string(&args[1])? else {
+        ctx.out.null();
+        return Ok(());
+    };
+    ctx.out.bulk(&value);
+    match change {
+        Some(Some(at)) if at <= now_ms() => ctx.writes.delete(&args[1]),
+        Some(new) if new != expiry => ctx.writes.put_string(&args[1], &value, new)?,
+        _ => {}
+    }
+    Ok(())
+}
+
+pub fn mget(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    ctx.out.array(args.len() - 1);
+    for key in &args[1..] {
+        match ctx.read(key)? {
+            // MGET answers nil for keys of other types.
+            Some(value) if value.tag() == crate::keyspace::TYPE_STRING => ctx.out.bulk(value.data()),
+            _ => ctx.out.null(),
+        }
+    }
+    Ok(())
+}
+
+pub fn mset(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    if args.len() % 2 == 0 {
+        return Err(err("ERR wrong number of arguments for 'mset' command"));
+    }
+    for pair in args[1..].chunks(2) {
+        ctx.writes.put_string(&pair[0], &pair[1], None)?;
+    }
+    ctx.out.ok();
+    Ok(())
+}
+
+pub fn msetnx(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    if args.len() % 2 == 0 {
+        return Err(err("ERR wrong number of arguments for 'msetnx' command"));
+    }
+    for pair in args[1..].chunks(2) {
+        if ctx.read(&pair[0])?.is_some() {
+            ctx.out.int(0);
+            return Ok(());
+        }
+    }
+    for pair in args[1..].chunks(2) {
+        ctx.writes.put_string(&pair[0], &pair[1], None)?;
+    }
+    ctx.out.int(1);
+    Ok(())
+}
+
+pub fn append(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    let (mut value, expiry) = ctx.read_string(&args[1])?.unwrap_or_default();
+    if value.len() + args[2].len() > MAX_STRING_BYTES {
+        return Err(CmdError::TooBig);
+    }
+    value.extend_from_slice(&args[2]);
+    ctx.writes.put_string(&args[1], &value, expiry)?;
+    ctx.out.int(value.len() as i64);
+    Ok(())
+}
+
+pub fn strlen(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    let len = match ctx.read(&args[1])? {
+        Some(value) => value.string()?.len(),
+        None => 0,
+    };
+    ctx.out.int(len as i64);
+    Ok(())
+}
+
+fn add(ctx: &mut Ctx<'_>, key: &[u8], delta: i64) -> CmdResult {
+    let (value, expiry) = ctx.read_string(key)?.unwrap_or_else(|| (b"0".to_vec(), None));
+    let current = parse_i64(&value).ok_or(CmdError::NotInteger)?;
+    let new = current.checked_add(delta).ok_or_else(|| err("ERR increment or decrement would overflow"))?;
+    ctx.writes.put_string(key, itoa::Buffer::new().format(new).as_bytes(), expiry)?;
+    ctx.out.int(new);
+    Ok(())
+}
+
+pub fn incr(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    add(ctx, &args[1], 1)
+}
+
+pub fn decr(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    add(ctx, &args[1], -1)
+}
+
+pub fn incrby(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    let delta = int(&args[2])?;
+    add(ctx, &args[1], delta)
+}
+
+pub fn decrby(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    let delta = int(&args[2])?;
+    let delta = delta.checked_neg().ok_or_else(|| err("ERR decrement would overflow"))?;
+    add(ctx, &args[1], delta)
+}
+
+pub fn incrbyfloat(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    let delta = float(&args[2])?;
+    let (value, expiry) = ctx.read_string(&args[1])?.unwrap_or_else(|| (b"0".to_vec(), None));
+    let current = float(&value)?;
+    let new = current + delta;
+    if !new.is_finite() {
+        return Err(err("ERR increment would produce NaN or Infinity"));
+    }
+    let text = format_double(new);
+    ctx.writes.put_string(&args[1], text.as_bytes(), expiry)?;
+    ctx.out.bulk(text.as_bytes());
+    Ok(())
+}
+
+pub fn getrange(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    let (start, end) = (int(&args[2])?, int(&args[3])?);
+    let value = ctx.read(&args[1])?;
+    let data = match &value {
+        Some(value) => value.string()?,
+        None => b"",
+    };
+    let len = data.len() as i64;
+    if len == 0 || (start < 0 && end < 0 && start > end) {
+        ctx.out.bulk(b"");
+        return Ok(());
+    }
+    let clamp = |i: i64| if i < 0 { (len + i).max(0) } else { i };
+    let (start, end) = (clamp(start), clamp(end).min(len - 1));
+    if start > end || start >= len {
+        ctx.out.bulk(b"");
+    } else {
+        ctx.out.bulk(&data[start as usize..=end as usize]);
+    }
+    Ok(())
+}
+
+pub fn setrange(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    let offset = int(&args[2])?;
+    if offset < 0 {
+        return Err(err("ERR offset is out of range"));
+    }
+    let patch = &args[3];
+    let existing = ctx.read_string(&args[1])?;
+    let Some((mut value, expiry)) = existing else {
+        if patch.is_empty() {
+            ctx.out.int(0);
+            return Ok(());
+        }
+        if offset as u64 + patch.len() as u64 > MAX_STRING_BYTES as u64 {
+            return Err(CmdError::TooBig);
+        }
+        let mut value = vec![0u8; offset as usize];
+        value.extend_from_slice(patch);
+        ctx.writes.put_string(&args[1], &value, None)?;
+        ctx.out.int(value.len() as i64);
+        return Ok(());
+    };
+    if patch.is_empty() {
+        ctx.out.int(value.len() as i64);
+        return Ok(());
+    }
+    let end = offset as u64 + patch.len() as u64;
+    if end > MAX_STRING_BYTES as u64 {
+        return Err(CmdError::TooBig);
+    }
+    let end = end as usize;
+    if value.len() < end {
+        value.resize(end, 0);
+    }
+    value[offset as usize..end].copy_from_slice(patch);
+    ctx.writes.put_string(&args[1], &value, expiry)?;
+    ctx.out.int(value.len() as i64);
+    Ok(())
+}

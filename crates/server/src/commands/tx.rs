@@ -1,0 +1,108 @@
+//! MULTI/EXEC/DISCARD/WATCH/UNWATCH. A transaction's writes are one engine
+//! batch: they become durable and visible together, after every queued
+//! command has run against the keys it locked.
+
+use std::sync::atomic::Ordering;
+
+use bytes::Bytes;
+
+use super::{engine_error_text, err, CmdResult, Ctx, ALL_KEYS};
+use crate::conn::ConnState;
+use crate::keyspace::{KeyLocks, Writes};
+use crate::resp::Out;
+use crate::server::Shared;
+
+pub fn multi(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
+    if ctx.conn.multi.is_some() {
+        return Err(err("ERR MULTI calls can not be nested"));
+    }
+    ctx.conn.multi = Some(Vec::new());
+    ctx.conn.multi_failed = false;
+    ctx.out.ok();
+    Ok(())
+}
+
+pub fn discard(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
+    if ctx.conn.multi.is_none() {
+        return Err(err("ERR DISCARD without MULTI"));
+    }
+    ctx.conn.reset_transaction();
+    ctx.out.ok();
+    Ok(())
+}
+
+pub fn watch(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    for key in &args[1..] {
+        let stripe = KeyLocks::stripe(key);
+        let version = ctx.shared.locks.version(stripe);
+        if !ctx.conn.watched.iter().any(|(s, _)| *s == stripe) {
+            ctx.conn.watched.push((stripe, version));
+        }
+    }
+    ctx.out.ok();
+    Ok(())
+}
+
+pub fn unwatch(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
+    ctx.conn.watched.clear();
+    ctx.out.ok();
+    Ok(())
+}
+
+/// EXEC is dispatched here by the executor (it needs to await); the table
+/// entry exists for arity checks and COMMAND.
+pub fn exec_placeholder(_ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
+    unreachable!("the executor runs EXEC itself")
+}
+
+pub async fn exec(shared: &Shared, conn: &mut ConnState, out: &mut Out) {
+    let Some(queued) = conn.multi.take() else {
+        out.error("ERR EXEC without MULTI");
+        return;
+    };
+    let failed = conn.multi_failed;
+    let watched = std::mem::take(&mut conn.watched);
+    conn.reset_transaction();
+    if failed {
+        out.error("EXECABORT Transaction discarded because of previous errors.");
+        return;
+    }
+    conn.info.last_command("exec");
+    let mut stripes: Vec<_> = watched.iter().map(|(s, _)| *s).collect();
+    for (command, args) in &queued {
+        if command.has(ALL_KEYS) {
+            stripes = KeyLocks::all();
+            break;
+        }
+        command.stripes(args, &mut stripes);
+    }
+    stripes.sort_unstable();
+    stripes.dedup();
+    let _guards = shared.locks.lock(&stripes).await;
+    if watched.iter().any(|&(stripe, version)| shared.locks.version(stripe) != version) {
+        out.null_array();
+        return;
+    }
+    let mark = out.len();
+    out.array(queued.len());
+    let mut writes = Writes::new(true);
+    for (command, args) in &queued {
+        shared.stats.commands.fetch_add(1, Ordering::Relaxed);
+        let before = out.len();
+        let result = (command.run)(&mut Ctx { shared, conn: &mut *conn, out: &mut *out, writes: &mut writes }, args);
+        if let Err(error) = result {
+            out.truncate(before);
+            out.error(&error.text());
+        }
+    }
+    if !writes.batch.is_empty() {
+        if let Err(error) = shared.db.write_async(writes.take_batch()).await {
+            out.truncate(mark);
+            out.error(&engine_error_text(&error));
+            return;
+        }
+        for &stripe in &stripes {
+            shared.locks.bump(stripe);
+        }
+    }
+}

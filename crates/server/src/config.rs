@@ -1,0 +1,161 @@
+//! Settings: command-line flags over a TOML file over defaults.
+
+use std::path::{Path, PathBuf};
+
+use clap::Parser;
+use scaledkv::Durability;
+use serde::Deserialize;
+
+pub const DEFAULT_PORT: u16 = 6379;
+pub const DEFAULT_DIR: &str = "scaledkv-data/server";
+
+#[derive(Parser, Debug, Default)]
+#[command(name = "scaledkv-server", version, about = "ScaledKV: a Redis-protocol server whose every write is durable")]
+pub struct Cli {
+    /// Address to listen on (default 127.0.0.1: loopback only).
+    #[arg(long)]
+    pub bind: Option<String>,
+    /// RESP (Redis protocol) port (default 6379; 0 picks a free port).
+    #[arg(long)]
+    pub port: Option<u16>,
+    /// Data directory (default ./scaledkv-data/server).
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+    /// pmem | sync | buffered (default sync: a reply to a write means it is on the medium).
+    #[arg(long)]
+    pub durability: Option<Durability>,
+    /// Require AUTH with this password.
+    #[arg(long)]
+    pub requirepass: Option<String>,
+    /// TOML file with any of these settings (flags win).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Most connected clients (default 10000).
+    #[arg(long)]
+    pub maxclients: Option<usize>,
+    /// Close clients idle this many seconds (default 0: never).
+    #[arg(long)]
+    pub timeout: Option<u64>,
+    /// Largest bulk string a client may send, in bytes (default 16 MiB, the engine's value limit).
+    #[arg(long = "proto-max-bulk-len")]
+    pub proto_max_bulk_len: Option<usize>,
+    /// Serve Prometheus metrics over HTTP on this port (off by default).
+    #[arg(long = "metrics-port")]
+    pub metrics_port: Option<u16>,
+    /// Write the listening port here once ready (for scripts and tests).
+    #[arg(long = "port-file")]
+    pub port_file: Option<PathBuf>,
+}
+
+/// The TOML file: the same names as the flags.
+#[derive(Deserialize, Debug, Default)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct FileConfig {
+    bind: Option<String>,
+    port: Option<u16>,
+    dir: Option<PathBuf>,
+    durability: Option<String>,
+    requirepass: Option<String>,
+    maxclients: Option<usize>,
+    timeout: Option<u64>,
+    proto_max_bulk_len: Option<usize>,
+    metrics_port: Option<u16>,
+    max_args: Option<usize>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub bind: String,
+    pub port: u16,
+    pub dir: PathBuf,
+    pub durability: Durability,
+    pub requirepass: Option<String>,
+    pub maxclients: usize,
+    pub timeout_secs: u64,
+    pub max_bulk_bytes: usize,
+    pub max_args: usize,
+    pub metrics_port: Option<u16>,
+    pub port_file: Option<PathBuf>,
+    pub config_file: Option<PathBuf>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            bind: "127.0.0.1".into(),
+            port: DEFAULT_PORT,
+            dir: PathBuf::from(DEFAULT_DIR),
+            durability: Durability::Sync,
+            requirepass: None,
+            maxclients: 10_000,
+            timeout_secs: 0,
+            max_bulk_bytes: crate::keyspace::MAX_STRING_BYTES,
+            max_args: 1024 * 1024,
+            metrics_port: None,
+            port_file: None,
+            config_file: None,
+        }
+    }
+}
+
+impl Config {
+    pub fn from_cli(cli: Cli) -> Result<Config, String> {
+        let file = match &cli.config {
+            Some(path) => load_file(path)?,
+            None => FileConfig::default(),
+        };
+        let defaults = Config::default();
+        let durability = match (cli.durability, file.durability) {
+            (Some(d), _) => d,
+            (None, Some(text)) => text.parse().map_err(|e| format!("durability in the config file: {e}"))?,
+            (None, None) => defaults.durability,
+        };
+        let config = Config {
+            bind: cli.bind.or(file.bind).unwrap_or(defaults.bind),
+            port: cli.port.or(file.port).unwrap_or(defaults.port),
+            dir: cli.dir.or(file.dir).unwrap_or(defaults.dir),
+            durability,
+            requirepass: cli.requirepass.or(file.requirepass).filter(|p| !p.is_empty()),
+            maxclients: cli.maxclients.or(file.maxclients).unwrap_or(defaults.maxclients),
+            timeout_secs: cli.timeout.or(file.timeout).unwrap_or(defaults.timeout_secs),
+            max_bulk_bytes: cli.proto_max_bulk_len.or(file.proto_max_bulk_len).unwrap_or(defaults.max_bulk_bytes),
+            max_args: file.max_args.unwrap_or(defaults.max_args),
+            metrics_port: cli.metrics_port.or(file.metrics_port),
+            port_file: cli.port_file,
+            config_file: cli.config,
+        };
+        if config.max_bulk_bytes > crate::keyspace::MAX_STRING_BYTES {
+            return Err(format!(
+                "proto-max-bulk-len {} is above the engine's value limit of {} bytes",
+                config.max_bulk_bytes,
+                crate::keyspace::MAX_STRING_BYTES
+            ));
+        }
+        Ok(config)
+    }
+}
+
+fn load_file(path: &Path) -> Result<FileConfig, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_override_the_file_which_overrides_defaults() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("scaledkv.toml");
+        std::fs::write(&path, "port = 7000\ndurability = \"buffered\"\nrequirepass = \"pw\"\n").unwrap();
+        let cli = Cli { config: Some(path.clone()), port: Some(7001), ..Cli::default() };
+        let config = Config::from_cli(cli).unwrap();
+        assert_eq!((config.port, config.durability), (7001, Durability::Buffered));
+        assert_eq!(config.requirepass.as_deref(), Some("pw"));
+        assert_eq!(config.bind, "127.0.0.1");
+        std::fs::write(&path, "prot = 1\n").unwrap();
+        let error = Config::from_cli(Cli { config: Some(path), ..Cli::default() }).unwrap_err();
+        assert!(error.contains("unknown field"), "{error}");
+    }
+}

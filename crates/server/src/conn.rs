@@ -1,0 +1,197 @@
+//! One client connection: read what the client sent, run every complete
+//! command in it (a pipeline), send the replies in one write.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+use parking_lot::Mutex;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::commands::{self, Command};
+use crate::keyspace::Stripe;
+use crate::resp::{self, Out, Protocol};
+use crate::server::Shared;
+
+/// Flush replies early when this much is pending, so a long pipeline of
+/// large GETs does not hold everything in memory.
+const OUT_FLUSH_BYTES: usize = 256 * 1024;
+const READ_CHUNK: usize = 16 * 1024;
+
+/// What CLIENT LIST and INFO show about a connection.
+pub struct ClientInfo {
+    pub id: u64,
+    pub addr: SocketAddr,
+    pub local: SocketAddr,
+    pub name: Mutex<Option<String>>,
+    pub created: Instant,
+    last_active_ms: AtomicU64,
+    last_command: Mutex<&'static str>,
+    pub resp: AtomicU8,
+}
+
+impl ClientInfo {
+    pub fn last_command(&self, name: &'static str) {
+        *self.last_command.lock() = name;
+    }
+
+    fn touch(&self) {
+        self.last_active_ms.store(self.created.elapsed().as_millis() as u64, Ordering::Relaxed);
+    }
+
+    /// One line of CLIENT LIST, with Redis's field names.
+    pub fn describe(&self) -> String {
+        let age = self.created.elapsed();
+        let idle = age.as_millis() as u64 - self.last_active_ms.load(Ordering::Relaxed).min(age.as_millis() as u64);
+        format!(
+            "id={} addr={} laddr={} fd=-1 name={} age={} idle={} flags=N db=0 sub=0 psub=0 ssub=0 multi=-1 qbuf=0 \
+             qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd={} \
+             user=default redir=-1 resp={}",
+            self.id,
+            self.addr,
+            self.local,
+            self.name.lock().as_deref().unwrap_or(""),
+            age.as_secs(),
+            idle / 1000,
+            *self.last_command.lock(),
+            self.resp.load(Ordering::Relaxed),
+        )
+    }
+}
+
+/// Per-connection protocol state.
+pub struct ConnState {
+    pub info: Arc<ClientInfo>,
+    pub authenticated: bool,
+    pub protocol: Protocol,
+    /// Queued commands while in MULTI.
+    pub multi: Option<Vec<(&'static Command, Vec<bytes::Bytes>)>>,
+    /// A command failed to queue: EXEC must abort.
+    pub multi_failed: bool,
+    /// WATCHed key stripes and their versions when watched.
+    pub watched: Vec<(Stripe, u64)>,
+    /// Close after sending the pending replies (QUIT).
+    pub close: bool,
+}
+
+impl ConnState {
+    pub fn flag_transaction_error(&mut self) {
+        if self.multi.is_some() {
+            self.multi_failed = true;
+        }
+    }
+
+    pub fn reset_transaction(&mut self) {
+        self.multi = None;
+        self.multi_failed = false;
+        self.watched.clear();
+    }
+}
+
+pub async fn serve(shared: Arc<Shared>, mut stream: TcpStream, addr: SocketAddr) {
+    let _ = stream.set_nodelay(true);
+    let local = stream.local_addr().unwrap_or(addr);
+    let id = shared.next_client_id.fetch_add(1, Ordering::Relaxed);
+    let info = Arc::new(ClientInfo {
+        id,
+        addr,
+        local,
+        name: Mutex::new(None),
+        created: Instant::now(),
+        last_active_ms: AtomicU64::new(0),
+        last_command: Mutex::new("NULL"),
+        resp: AtomicU8::new(2),
+    });
+    shared.clients.lock().insert(id, info.clone());
+    let mut conn = ConnState {
+        info,
+        authenticated: shared.password().is_none(),
+        protocol: Protocol::Resp2,
+        multi: None,
+        multi_failed: false,
+        watched: Vec::new(),
+        close: false,
+    };
+    if let Err(error) = run(&shared, &mut stream, &mut conn).await {
+        tracing::debug!(client = id, %addr, %error, "connection ended");
+    }
+    shared.clients.lock().remove(&id);
+}
+
+async fn run(shared: &Shared, stream: &mut TcpStream, conn: &mut ConnState) -> std::io::Result<()> {
+    let mut input = BytesMut::with_capacity(READ_CHUNK);
+    let mut out = Out::new(Protocol::Resp2);
+    let mut shutdown = shared.shutdown.subscribe();
+    loop {
+        loop {
+            let limits = resp::Limits {
+                max_bulk_bytes: shared.max_bulk_bytes(),
+                max_args: shared.config.max_args,
+                authenticated: conn.authenticated,
+            };
+            match resp::parse(&mut input, &limits) {
+                Ok(Some(args)) => {
+                    out.protocol = conn.protocol;
+                    commands::execute(shared, conn, &mut out, args).await;
+                    if conn.close || *shutdown.borrow() {
+                        stream.write_all(&out.buf).await?;
+                        return Ok(());
+                    }
+                    if out.len() >= OUT_FLUSH_BYTES {
+                        write_out(shared, stream, &mut out).await?;
+                    }
+                }
+                Ok(None) => break,
+                Err(error) => {
+                    out.error(&error.to_string());
+                    stream.write_all(&out.buf).await?;
+                    tracing::info!(client = conn.info.id, addr = %conn.info.addr, %error, "closing: protocol error");
+                    return Ok(());
+                }
+            }
+        }
+        if !out.buf.is_empty() {
+            write_out(shared, stream, &mut out).await?;
+        }
+        if input.capacity() - input.len() < READ_CHUNK / 4 {
+            input.reserve(READ_CHUNK);
+        }
+        let idle = shared.idle_timeout();
+        let read = async {
+            match idle {
+                Some(limit) => tokio::time::timeout(limit, stream.read_buf(&mut input))
+                    .await
+                    .unwrap_or_else(|_| Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "idle timeout"))),
+                None => stream.read_buf(&mut input).await,
+            }
+        };
+        let n = tokio::select! {
+            n = read => n?,
+            _ = shutdown.changed() => return Ok(()),
+        };
+        if n == 0 {
+            return Ok(());
+        }
+        shared.stats.net_input_bytes.fetch_add(n as u64, Ordering::Relaxed);
+        conn.info.touch();
+    }
+}
+
+async fn write_out(shared: &Shared, stream: &mut TcpStream, out: &mut Out) -> std::io::Result<()> {
+    shared.stats.net_output_bytes.fetch_add(out.buf.len() as u64, Ordering::Relaxed);
+    stream.write_all(&out.buf).await?;
+    out.buf.clear();
+    Ok(())
+}
+
+/// Refuses a connection over `maxclients` with Redis's message.
+pub async fn refuse(mut stream: TcpStream) {
+    let _ = stream.write_all(b"-ERR max number of clients reached\r\n").await;
+}
+
+pub fn idle(limit_secs: u64) -> Option<Duration> {
+    (limit_secs > 0).then(|| Duration::from_secs(limit_secs))
+}

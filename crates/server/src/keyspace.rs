@@ -1,0 +1,314 @@
+//! How Redis values sit in the engine, and the locks that make
+//! read-modify-write commands atomic.
+//!
+//! An engine value is one type byte followed by the payload, so `TYPE`
+//! works today and hashes, lists and sets can be added without a format
+//! change. Expiry is the engine's per-entry expiry time.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use scaledkv::{now_ms, Db, PinnedValue, WriteBatch, MAX_KEY_BYTES, MAX_VALUE_BYTES};
+use tokio::sync::{Mutex, MutexGuard};
+
+use crate::commands::CmdError;
+
+pub const TYPE_STRING: u8 = 0;
+/// Longest string value: the engine's limit less the type byte.
+pub const MAX_STRING_BYTES: usize = MAX_VALUE_BYTES - 1;
+
+pub fn type_name(tag: u8) -> &'static str {
+    match tag {
+        TYPE_STRING => "string",
+        _ => "unknown",
+    }
+}
+
+/// A value read from the engine (borrowed from the log) or from the
+/// pending writes of a transaction.
+pub enum Value {
+    Stored(PinnedValue),
+    Pending(Vec<u8>, Option<u64>),
+}
+
+impl Value {
+    fn encoded(&self) -> &[u8] {
+        match self {
+            Value::Stored(pinned) => pinned,
+            Value::Pending(bytes, _) => bytes,
+        }
+    }
+
+    pub fn tag(&self) -> u8 {
+        self.encoded().first().copied().unwrap_or(TYPE_STRING)
+    }
+
+    /// The payload after the type byte.
+    pub fn data(&self) -> &[u8] {
+        self.encoded().get(1..).unwrap_or_default()
+    }
+
+    pub fn expiry_ms(&self) -> Option<u64> {
+        match self {
+            Value::Stored(pinned) => pinned.expiry_ms(),
+            Value::Pending(_, expiry) => *expiry,
+        }
+    }
+
+    /// The payload if this is a string, WRONGTYPE otherwise.
+    pub fn string(&self) -> Result<&[u8], CmdError> {
+        if self.tag() == TYPE_STRING {
+            Ok(self.data())
+        } else {
+            Err(CmdError::WrongType)
+        }
+    }
+}
+
+/// A transaction's pending value for a key: encoded value and expiry, or
+/// deleted.
+type Pending = Option<(Vec<u8>, Option<u64>)>;
+
+/// Reads through to the engine and collects the writes of one command (or
+/// one transaction) into a single atomic batch.
+pub struct Writes {
+    pub batch: WriteBatch,
+    /// In a transaction, later commands read earlier ones' writes from here
+    /// (the batch is not visible until it is committed as a whole).
+    overlay: Option<HashMap<Vec<u8>, Pending>>,
+    /// Keys written (for WATCH); only counted, the lock stripes are known.
+    pub count: usize,
+}
+
+impl Writes {
+    pub fn new(transaction: bool) -> Writes {
+        Writes { batch: WriteBatch::new(), overlay: transaction.then(HashMap::new), count: 0 }
+    }
+
+    pub fn get(&self, db: &Db, key: &[u8]) -> Result<Option<Value>, CmdError> {
+        if let Some(pending) = self.overlay.as_ref().and_then(|o| o.get(key)) {
+            return Ok(match pending {
+                Some((bytes, expiry)) if expiry.map_or(true, |at| at > now_ms()) => {
+                    Some(Value::Pending(bytes.clone(), *expiry))
+                }
+                _ => None,
+            });
+        }
+        Ok(db.get_pinned(key)?.map(Value::Stored))
+    }
+
+    pub fn put_string(&mut self, key: &[u8], data: &[u8], expiry_ms: Option<u64>) -> Result<(), CmdError> {
+        check_key(key)?;
+        if data.len() > MAX_STRING_BYTES {
+            return Err(CmdError::TooBig);
+        }
+        self.batch.put_parts(key, &[&[TYPE_STRING], data], expiry_ms);
+        if let Some(overlay) = &mut self.overlay {
+            let encoded = [&[TYPE_STRING], data].concat();
+            overlay.insert(key.to_vec(), Some((encoded, expiry_ms)));
+        }
+        self.count += 1;
+        Ok(())
+    }
+
+    pub fn delete(&mut self, key: &[u8]) {
+        self.batch.delete(key);
+        if let Some(overlay) = &mut self.overlay {
+            overlay.insert(key.to_vec(), None);
+        }
+        self.count += 1;
+    }
+
+    pub fn take_batch(&mut self) -> WriteBatch {
+        self.count = 0;
+        if let Some(overlay) = &mut self.overlay {
+            overlay.clear();
+        }
+        std::mem::take(&mut self.batch)
+    }
+}
+
+pub fn check_key(key: &[u8]) -> Result<(), CmdError> {
+    if key.len() > MAX_KEY_BYTES {
+        return Err(CmdError::Msg(format!("ERR key is too large (max {MAX_KEY_BYTES} bytes)")));
+    }
+    Ok(())
+}
+
+const STRIPES: usize = 1024;
+
+/// Striped key locks. A write command holds the stripes of its keys from
+/// its first read until its batch is durable and visible, so concurrent
+/// read-modify-writes (INCR, APPEND, SET NX ...) serialise per key as they
+/// do in single-threaded Redis. Each stripe's version counts writes, which
+/// is what WATCH compares.
+pub struct KeyLocks {
+    stripes: Box<[Mutex<()>]>,
+    versions: Box<[AtomicU64]>,
+}
+
+impl Default for KeyLocks {
+    fn default() -> Self {
+        KeyLocks {
+            stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
+            versions: (0..STRIPES).map(|_| AtomicU64::new(0)).collect(),
+        }
+    }
+}
+
+pub type Stripe = u16;
+
+impl KeyLocks {
+    pub fn stripe(key: &[u8]) -> Stripe {
+        // FNV-1a: cheap and good enough to spread keys over the stripes.
+        let mut hash: u32 = 0x811c_9dc5;
+        for &byte in key {
+            hash = (hash ^ byte as u32).wrapping_mul(0x0100_0193);
+        }
+        (hash as usize % STRIPES) as Stripe
+    }
+
+    pub fn all() -> Vec<Stripe> {
+        (0..STRIPES as Stripe).collect()
+    }
+
+    /// Locks `stripes`, which must be sorted and distinct (so two commands
+    /// never wait for each other in a cycle).
+    pub async fn lock(&self, stripes: &[Stripe]) -> Vec<MutexGuard<'_, ()>> {
+        debug_assert!(stripes.windows(2).all(|w| w[0] < w[1]));
+        let mut guards = Vec::with_capacity(stripes.len());
+        for &stripe in stripes {
+            guards.push(self.stripes[stripe as usize].lock().await);
+        }
+        guards
+    }
+
+    pub fn version(&self, stripe: Stripe) -> u64 {
+        self.versions[stripe as usize].load(Ordering::Acquire)
+    }
+
+    /// Called with the stripe locked, after a write to it became visible.
+    pub fn bump(&self, stripe: Stripe) {
+        self.versions[stripe as usize].fetch_add(1, Ordering::AcqRel);
+    }
+}
+
+/// Redis's glob matching (`stringmatchlen`): `*`, `?`, `[abc]`, `[^a-z]`,
+/// and `\` to escape.
+pub fn glob_match(pattern: &[u8], text: &[u8]) -> bool {
+    let (mut p, mut t) = (0, 0);
+    // Where to resume after a `*` that matched too little.
+    let mut star: Option<(usize, usize)> = None;
+    loop {
+        if p < pattern.len() {
+            match pattern[p] {
+                b'*' => {
+                    while p < pattern.len() && pattern[p] == b'*' {
+                        p += 1;
+                    }
+                    if p == pattern.len() {
+                        return true;
+                    }
+                    star = Some((p, t));
+                    continue;
+                }
+                b'?' if t < text.len() => {
+                    p += 1;
+                    t += 1;
+                    continue;
+                }
+                b'[' if t < text.len() => {
+                    if let Some((matched, next)) = class_match(pattern, p, text[t]) {
+                        if matched {
+                            p = next;
+                            t += 1;
+                            continue;
+                        }
+                    }
+                }
+                b'\\' if p + 1 < pattern.len() && t < text.len() && pattern[p + 1] == text[t] => {
+                    p += 2;
+                    t += 1;
+                    continue;
+                }
+                b'\\' if p + 1 < pattern.len() => {}
+                c if t < text.len() && c == text[t] && c != b'?' && c != b'[' => {
+                    p += 1;
+                    t += 1;
+                    continue;
+                }
+                _ => {}
+            }
+        } else if t == text.len() {
+            return true;
+        }
+        match star {
+            Some((star_p, star_t)) if star_t < text.len() => {
+                star = Some((star_p, star_t + 1));
+                p = star_p;
+                t = star_t + 1;
+            }
+            _ => return false,
+        }
+    }
+}
+
+/// Matches `c` against the class starting at `pattern[open] == '['`;
+/// returns the result and the index after the closing `]`.
+fn class_match(pattern: &[u8], open: usize, c: u8) -> Option<(bool, usize)> {
+    let mut i = open + 1;
+    let negate = pattern.get(i) == Some(&b'^');
+    if negate {
+        i += 1;
+    }
+    let mut matched = false;
+    loop {
+        match pattern.get(i) {
+            // Redis treats an unterminated class as ending at the pattern's end.
+            None => return Some((matched != negate, i)),
+            Some(b']') => return Some((matched != negate, i + 1)),
+            Some(b'\\') if i + 1 < pattern.len() => {
+                matched |= pattern[i + 1] == c;
+                i += 2;
+            }
+            Some(&low) if pattern.get(i + 1) == Some(&b'-') && i + 2 < pattern.len() && pattern[i + 2] != b']' => {
+                let high = pattern[i + 2];
+                let (low, high) = if low <= high { (low, high) } else { (high, low) };
+                matched |= (low..=high).contains(&c);
+                i += 3;
+            }
+            Some(&other) => {
+                matched |= other == c;
+                i += 1;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::glob_match;
+
+    #[test]
+    fn globs() {
+        let cases: [(&str, &str, bool); 14] = [
+            ("*", "anything", true),
+            ("h?llo", "hello", true),
+            ("h?llo", "hllo", false),
+            ("h*llo", "heeeello", true),
+            ("h[ae]llo", "hallo", true),
+            ("h[ae]llo", "hillo", false),
+            ("h[^e]llo", "hallo", true),
+            ("h[^e]llo", "hello", false),
+            ("h[a-b]llo", "hbllo", true),
+            ("user:*:name", "user:42:name", true),
+            ("user:*:name", "user:42:age", false),
+            ("a\\*b", "a*b", true),
+            ("a\\*b", "axb", false),
+            ("*a*b", "xxaxxbxb", true),
+        ];
+        for (pattern, text, expected) in cases {
+            assert_eq!(glob_match(pattern.as_bytes(), text.as_bytes()), expected, "{pattern} ~ {text}");
+        }
+    }
+}

@@ -1,0 +1,23 @@
+//! `scaledkv-server`: the Redis protocol (RESP2 and RESP3) over the
+//! ScaledKV engine. Every write command's reply is sent only once the
+//! write is durable (in `sync` and `pmem` modes); writes from all
+//! connections share the engine's group commit.
+//!
+//! - `resp`: request parsing and reply encoding;
+//! - `conn`: one connection's read–execute–reply loop (pipelining);
+//! - `commands`: the command table, the executor and the commands;
+//! - `keyspace`: value encoding, key locks for read-modify-write, globs;
+//! - `expiry`: active expiry; `metrics`: the Prometheus endpoint;
+//! - `server`: shared state, listeners, shutdown; `config`: flags and TOML.
+
+pub mod commands;
+pub mod config;
+pub mod conn;
+pub mod expiry;
+pub mod keyspace;
+pub mod metrics;
+pub mod resp;
+pub mod server;
+
+pub use config::{Cli, Config};
+pub use server::run;

@@ -1,0 +1,27 @@
+use clap::Parser;
+use scaledkv_server::{Cli, Config};
+
+fn main() -> std::process::ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".parse().expect("filter")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let config = match Config::from_cli(Cli::parse()) {
+        Ok(config) => config,
+        Err(error) => {
+            eprintln!("scaledkv-server: {error}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    // Two workers per core at most: the engine's group commit runs on them.
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("start the runtime");
+    match runtime.block_on(scaledkv_server::run(config)) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            tracing::error!("{error}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,155 @@
+//! Reply encoding for RESP2 and RESP3. Replies are appended to the
+//! connection's output buffer and sent when the pipeline has been read.
+
+use bytes::{BufMut, BytesMut};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    Resp2,
+    Resp3,
+}
+
+pub struct Out {
+    pub buf: BytesMut,
+    pub protocol: Protocol,
+}
+
+impl Out {
+    pub fn new(protocol: Protocol) -> Out {
+        Out { buf: BytesMut::with_capacity(16 * 1024), protocol }
+    }
+
+    fn line(&mut self, prefix: u8, text: &[u8]) {
+        self.buf.reserve(text.len() + 3);
+        self.buf.put_u8(prefix);
+        self.buf.put_slice(text);
+        self.buf.put_slice(b"\r\n");
+    }
+
+    pub fn simple(&mut self, text: &str) {
+        self.line(b'+', text.as_bytes());
+    }
+
+    pub fn ok(&mut self) {
+        self.buf.put_slice(b"+OK\r\n");
+    }
+
+    /// `text` is the whole message, code included ("ERR syntax error").
+    pub fn error(&mut self, text: &str) {
+        // A newline would end the reply early: Redis replaces them too.
+        let clean: String = text.chars().map(|c| if c == '\r' || c == '\n' { ' ' } else { c }).collect();
+        self.line(b'-', clean.as_bytes());
+    }
+
+    pub fn int(&mut self, value: i64) {
+        self.number_line(b':', value);
+    }
+
+    fn number_line(&mut self, prefix: u8, value: i64) {
+        self.line(prefix, itoa::Buffer::new().format(value).as_bytes());
+    }
+
+    pub fn bulk(&mut self, data: &[u8]) {
+        self.buf.reserve(data.len() + 16);
+        self.buf.put_u8(b'$');
+        self.buf.put_slice(itoa::Buffer::new().format(data.len()).as_bytes());
+        self.buf.put_slice(b"\r\n");
+        self.buf.put_slice(data);
+        self.buf.put_slice(b"\r\n");
+    }
+
+    pub fn bulk_opt(&mut self, data: Option<&[u8]>) {
+        match data {
+            Some(data) => self.bulk(data),
+            None => self.null(),
+        }
+    }
+
+    /// A missing value: `$-1` in RESP2, `_` in RESP3.
+    pub fn null(&mut self) {
+        match self.protocol {
+            Protocol::Resp2 => self.buf.put_slice(b"$-1\r\n"),
+            Protocol::Resp3 => self.buf.put_slice(b"_\r\n"),
+        }
+    }
+
+    /// A missing array (an aborted EXEC): `*-1` in RESP2, `_` in RESP3.
+    pub fn null_array(&mut self) {
+        match self.protocol {
+            Protocol::Resp2 => self.buf.put_slice(b"*-1\r\n"),
+            Protocol::Resp3 => self.buf.put_slice(b"_\r\n"),
+        }
+    }
+
+    pub fn array(&mut self, len: usize) {
+        self.number_line(b'*', len as i64);
+    }
+
+    /// A map of `len` pairs: `%` in RESP3, a flat array in RESP2.
+    pub fn map(&mut self, len: usize) {
+        match self.protocol {
+            Protocol::Resp2 => self.array(len * 2),
+            Protocol::Resp3 => self.number_line(b'%', len as i64),
+        }
+    }
+
+    /// A set: `~` in RESP3, an array in RESP2.
+    pub fn set(&mut self, len: usize) {
+        match self.protocol {
+            Protocol::Resp2 => self.array(len),
+            Protocol::Resp3 => self.number_line(b'~', len as i64),
+        }
+    }
+
+    /// A verbatim string (`=`) in RESP3, bulk in RESP2: INFO and CLIENT
+    /// INFO/LIST reply this way in Redis 7.
+    pub fn verbatim(&mut self, text: &str) {
+        match self.protocol {
+            Protocol::Resp2 => self.bulk(text.as_bytes()),
+            Protocol::Resp3 => {
+                self.buf.put_u8(b'=');
+                self.buf.put_slice(itoa::Buffer::new().format(text.len() + 4).as_bytes());
+                self.buf.put_slice(b"\r\ntxt:");
+                self.buf.put_slice(text.as_bytes());
+                self.buf.put_slice(b"\r\n");
+            }
+        }
+    }
+
+    /// A double: `,` in RESP3, a bulk string in RESP2.
+    pub fn double(&mut self, value: f64) {
+        let text = format_double(value);
+        match self.protocol {
+            Protocol::Resp2 => self.bulk(text.as_bytes()),
+            Protocol::Resp3 => self.line(b',', text.as_bytes()),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.buf.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.buf.is_empty()
+    }
+
+    /// Drops everything written after `mark` (a reply that must not be sent
+    /// because its write failed).
+    pub fn truncate(&mut self, mark: usize) {
+        self.buf.truncate(mark);
+    }
+}
+
+/// Shortest text that reads back as `value`, without exponent, as Redis
+/// prints INCRBYFLOAT results.
+pub fn format_double(value: f64) -> String {
+    if value.is_infinite() {
+        return if value > 0.0 { "inf".into() } else { "-inf".into() };
+    }
+    let text = format!("{value}");
+    if text == "-0" {
+        "0".into()
+    } else {
+        text
+    }
+}

@@ -1,0 +1,188 @@
+//! The shared server state, the listeners and shutdown.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::{Mutex, RwLock};
+use scaledkv::{Db, Options};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::commands::Cursors;
+use crate::config::Config;
+use crate::conn::{self, ClientInfo};
+use crate::keyspace::KeyLocks;
+
+#[derive(Default)]
+pub struct ServerStats {
+    pub commands: AtomicU64,
+    pub connections_received: AtomicU64,
+    pub rejected_connections: AtomicU64,
+    pub keyspace_hits: AtomicU64,
+    pub keyspace_misses: AtomicU64,
+    pub errors: AtomicU64,
+    pub expired_keys: AtomicU64,
+    pub net_input_bytes: AtomicU64,
+    pub net_output_bytes: AtomicU64,
+}
+
+pub struct Shared {
+    pub db: Db,
+    pub config: Config,
+    pub locks: KeyLocks,
+    pub stats: ServerStats,
+    pub clients: Mutex<BTreeMap<u64, Arc<ClientInfo>>>,
+    pub next_client_id: AtomicU64,
+    pub cursors: Mutex<Cursors>,
+    pub started: Instant,
+    pub port: AtomicU64,
+    /// Settings CONFIG SET may change.
+    password: RwLock<Option<String>>,
+    maxclients: AtomicUsize,
+    timeout_secs: AtomicU64,
+    max_bulk_bytes: AtomicUsize,
+    /// Unix time of the last completed SAVE/checkpoint.
+    pub last_save: AtomicU64,
+    /// `true` once shutdown starts: connections finish and close.
+    pub shutdown: watch::Sender<bool>,
+}
+
+impl Shared {
+    pub fn password(&self) -> Option<String> {
+        self.password.read().clone()
+    }
+
+    pub fn set_password(&self, password: Option<String>) {
+        *self.password.write() = password;
+    }
+
+    pub fn maxclients(&self) -> usize {
+        self.maxclients.load(Ordering::Relaxed)
+    }
+
+    pub fn set_maxclients(&self, n: usize) {
+        self.maxclients.store(n, Ordering::Relaxed);
+    }
+
+    pub fn idle_timeout(&self) -> Option<Duration> {
+        conn::idle(self.timeout_secs.load(Ordering::Relaxed))
+    }
+
+    pub fn timeout_secs(&self) -> u64 {
+        self.timeout_secs.load(Ordering::Relaxed)
+    }
+
+    pub fn set_timeout_secs(&self, secs: u64) {
+        self.timeout_secs.store(secs, Ordering::Relaxed);
+    }
+
+    pub fn max_bulk_bytes(&self) -> usize {
+        self.max_bulk_bytes.load(Ordering::Relaxed)
+    }
+
+    pub fn set_max_bulk_bytes(&self, n: usize) {
+        self.max_bulk_bytes.store(n, Ordering::Relaxed);
+    }
+
+    pub fn request_shutdown(&self) {
+        self.shutdown.send_replace(true);
+    }
+}
+
+/// Opens the database and serves until SIGTERM, SIGINT or SHUTDOWN. On the
+/// way out every acknowledged write is already durable; the engine then
+/// writes an index checkpoint so the next start is fast.
+pub async fn run(config: Config) -> Result<(), String> {
+    let options = Options { durability: config.durability, ..Options::default() };
+    let started = Instant::now();
+    let db = Db::open(&config.dir, options).map_err(|e| format!("cannot open {}: {e}", config.dir.display()))?;
+    let report = db.recovery_report();
+    tracing::info!(
+        dir = %config.dir.display(),
+        durability = %config.durability,
+        keys = db.len(),
+        replayed_frames = report.replayed_frames,
+        truncated = ?report.truncated,
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        "database open"
+    );
+    let listener = TcpListener::bind((config.bind.as_str(), config.port))
+        .await
+        .map_err(|e| format!("cannot listen on {}:{}: {e}", config.bind, config.port))?;
+    let port = listener.local_addr().map_err(|e| e.to_string())?.port();
+    let (shutdown, _) = watch::channel(false);
+    let shared = Arc::new(Shared {
+        db,
+        locks: KeyLocks::default(),
+        stats: ServerStats::default(),
+        clients: Mutex::new(BTreeMap::new()),
+        next_client_id: AtomicU64::new(1),
+        cursors: Mutex::new(Cursors::default()),
+        started: Instant::now(),
+        port: AtomicU64::new(port as u64),
+        password: RwLock::new(config.requirepass.clone()),
+        maxclients: AtomicUsize::new(config.maxclients),
+        timeout_secs: AtomicU64::new(config.timeout_secs),
+        max_bulk_bytes: AtomicUsize::new(config.max_bulk_bytes),
+        last_save: AtomicU64::new(scaledkv::now_ms() / 1000),
+        shutdown,
+        config,
+    });
+    if let Some(metrics_port) = shared.config.metrics_port {
+        let metrics = TcpListener::bind((shared.config.bind.as_str(), metrics_port))
+            .await
+            .map_err(|e| format!("cannot listen for metrics on port {metrics_port}: {e}"))?;
+        tokio::spawn(crate::metrics::serve(shared.clone(), metrics));
+    }
+    tokio::spawn(crate::expiry::active_expiry(shared.clone()));
+    tracing::info!(bind = %shared.config.bind, port, "ready to accept connections");
+    if let Some(path) = &shared.config.port_file {
+        std::fs::write(path, port.to_string()).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    }
+    accept_until_shutdown(&shared, listener).await;
+    // Let connections finish the command they are running.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !shared.clients.lock().is_empty() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tracing::info!("shutting down: writing the index checkpoint");
+    shared.db.flush().map_err(|e| format!("final flush failed: {e}"))?;
+    tracing::info!("bye");
+    Ok(())
+}
+
+async fn accept_until_shutdown(shared: &Arc<Shared>, listener: TcpListener) {
+    let mut shutdown = shared.shutdown.subscribe();
+    let mut terminate = signal(tokio::signal::unix::SignalKind::terminate());
+    let mut interrupt = signal(tokio::signal::unix::SignalKind::interrupt());
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, addr)) => {
+                    shared.stats.connections_received.fetch_add(1, Ordering::Relaxed);
+                    if shared.clients.lock().len() >= shared.maxclients() {
+                        shared.stats.rejected_connections.fetch_add(1, Ordering::Relaxed);
+                        tokio::spawn(conn::refuse(stream));
+                        continue;
+                    }
+                    tokio::spawn(conn::serve(shared.clone(), stream, addr));
+                }
+                Err(error) => {
+                    // Out of file descriptors and the like: back off, keep serving.
+                    tracing::warn!(%error, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
+            _ = terminate.recv() => { tracing::info!("SIGTERM received"); break; }
+            _ = interrupt.recv() => { tracing::info!("SIGINT received"); break; }
+            _ = shutdown.changed() => { tracing::info!("SHUTDOWN received"); break; }
+        }
+    }
+    shared.request_shutdown();
+}
+
+fn signal(kind: tokio::signal::unix::SignalKind) -> tokio::signal::unix::Signal {
+    tokio::signal::unix::signal(kind).expect("install a signal handler")
+}
