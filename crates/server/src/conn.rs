@@ -125,6 +125,7 @@ async fn run(shared: &Shared, stream: &mut TcpStream, conn: &mut ConnState) -> s
     let mut input = BytesMut::with_capacity(READ_CHUNK);
     let mut out = Out::new(Protocol::Resp2);
     let mut shutdown = shared.shutdown.subscribe();
+    let mut run = commands::Run::default();
     loop {
         loop {
             let limits = resp::Limits {
@@ -135,17 +136,20 @@ async fn run(shared: &Shared, stream: &mut TcpStream, conn: &mut ConnState) -> s
             match resp::parse(&mut input, &limits) {
                 Ok(Some(args)) => {
                     out.protocol = conn.protocol;
-                    commands::execute(shared, conn, &mut out, args).await;
+                    commands::execute(shared, conn, &mut out, args, &mut run).await;
                     if conn.close || *shutdown.borrow() {
+                        run.commit(shared, &mut out).await;
                         stream.write_all(&out.buf).await?;
                         return Ok(());
                     }
                     if out.len() >= OUT_FLUSH_BYTES {
+                        run.commit(shared, &mut out).await;
                         write_out(shared, stream, &mut out).await?;
                     }
                 }
                 Ok(None) => break,
                 Err(error) => {
+                    run.commit(shared, &mut out).await;
                     out.error(&error.to_string());
                     stream.write_all(&out.buf).await?;
                     tracing::info!(client = conn.info.id, addr = %conn.info.addr, %error, "closing: protocol error");
@@ -153,6 +157,8 @@ async fn run(shared: &Shared, stream: &mut TcpStream, conn: &mut ConnState) -> s
                 }
             }
         }
+        // Replies go out only once the writes they acknowledge are durable.
+        run.commit(shared, &mut out).await;
         if !out.buf.is_empty() {
             write_out(shared, stream, &mut out).await?;
         }

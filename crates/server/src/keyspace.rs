@@ -183,6 +183,10 @@ impl KeyLocks {
         guards
     }
 
+    pub fn try_lock(&self, stripe: Stripe) -> Option<MutexGuard<'_, ()>> {
+        self.stripes[stripe as usize].try_lock().ok()
+    }
+
     pub fn version(&self, stripe: Stripe) -> u64 {
         self.versions[stripe as usize].load(Ordering::Acquire)
     }

@@ -324,8 +324,87 @@ fn unknown_command(args: &[Bytes]) -> String {
     format!("ERR unknown command '{name}', with args beginning with: {quoted}")
 }
 
+/// Consecutive blind writes of one connection's pipeline (SET, MSET ...,
+/// which read nothing), gathered into one engine batch: one commit for the
+/// run instead of one per command. Their key locks are held until the run
+/// is committed, and their replies wait in the output buffer until then.
+/// Anything else commits the run first, so every command still sees the
+/// writes before it.
+pub struct Run<'s> {
+    writes: Writes,
+    guards: Vec<(Stripe, tokio::sync::MutexGuard<'s, ()>)>,
+    /// Where the run's replies start in the output buffer.
+    mark: usize,
+    commands: usize,
+}
+
+impl Default for Run<'_> {
+    fn default() -> Self {
+        Run { writes: Writes::new(false), guards: Vec::new(), mark: 0, commands: 0 }
+    }
+}
+
+/// A run is committed when it holds this many bytes or commands.
+const RUN_MAX_BYTES: usize = 1 << 20;
+const RUN_MAX_COMMANDS: usize = 512;
+
+impl<'s> Run<'s> {
+    /// Commits the run; on failure every reply of the run becomes the error.
+    pub async fn commit(&mut self, shared: &'s Shared, out: &mut Out) {
+        if self.commands == 0 {
+            return;
+        }
+        let batch = self.writes.take_batch();
+        match shared.db.write_async(batch).await {
+            Ok(()) => {
+                for (stripe, _) in &self.guards {
+                    shared.locks.bump(*stripe);
+                }
+            }
+            Err(error) => {
+                out.truncate(self.mark);
+                for _ in 0..self.commands {
+                    out.error(&engine_error_text(&error));
+                }
+                shared.stats.errors.fetch_add(self.commands as u64, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+        self.guards.clear();
+        self.commands = 0;
+    }
+
+    /// Takes the locks of `stripes` (sorted) that the run does not hold yet.
+    /// Waiting while holding locks could deadlock, so if one is taken the
+    /// run is committed first and the locks are then taken in order.
+    async fn lock(&mut self, shared: &'s Shared, out: &mut Out, stripes: &[Stripe]) {
+        for &stripe in stripes {
+            if self.guards.iter().any(|(held, _)| *held == stripe) {
+                continue;
+            }
+            match shared.locks.try_lock(stripe) {
+                Some(guard) => self.guards.push((stripe, guard)),
+                None => {
+                    self.commit(shared, out).await;
+                    let guards = shared.locks.lock(stripes).await;
+                    self.guards.extend(stripes.iter().copied().zip(guards));
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// A write that reads nothing, so it can join a run.
+fn is_blind(command: &Command, args: &[Bytes]) -> bool {
+    match command.name {
+        "mset" | "setex" | "psetex" => true,
+        "set" => !args[3..].iter().any(|a| ["nx", "xx", "get", "keepttl"].iter().any(|w| args::eq(a, w))),
+        _ => false,
+    }
+}
+
 /// Runs one request from a connection, appending its reply to `out`.
-pub async fn execute(shared: &Shared, conn: &mut ConnState, out: &mut Out, args: Vec<Bytes>) {
+pub async fn execute<'s>(shared: &'s Shared, conn: &mut ConnState, out: &mut Out, args: Vec<Bytes>, run: &mut Run<'s>) {
     if args.is_empty() {
         return;
     }
@@ -357,15 +436,39 @@ pub async fn execute(shared: &Shared, conn: &mut ConnState, out: &mut Out, args:
             return;
         }
     }
-    if command.name == "exec" {
-        return exec(shared, conn, out).await;
-    }
     conn.info.last_command(command.name);
     let mut stripes = Vec::new();
     if command.has(WRITE) {
         command.stripes(&args, &mut stripes);
         stripes.sort_unstable();
         stripes.dedup();
+    }
+    if conn.multi.is_none() && is_blind(command, &args) {
+        run.lock(shared, out, &stripes).await;
+        if run.commands == 0 {
+            run.mark = out.len();
+        }
+        let before = out.len();
+        let result = (command.run)(&mut Ctx { shared, conn, out, writes: &mut run.writes }, &args);
+        match result {
+            Ok(()) => run.commands += 1,
+            Err(error) => {
+                // The failed command wrote nothing; settle the run before
+                // its reply so a commit failure cannot overwrite it.
+                out.truncate(before);
+                run.commit(shared, out).await;
+                out.error(&error.text());
+                shared.stats.errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+        if run.commands >= RUN_MAX_COMMANDS || run.writes.batch.size_bytes() >= RUN_MAX_BYTES {
+            run.commit(shared, out).await;
+        }
+        return;
+    }
+    run.commit(shared, out).await;
+    if command.name == "exec" {
+        return exec(shared, conn, out).await;
     }
     let _guards = shared.locks.lock(&stripes).await;
     let mark = out.len();

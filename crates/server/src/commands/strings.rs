@@ -5,7 +5,7 @@ use scaledkv::now_ms;
 
 use super::args::{eq, float, int, parse_i64};
 use super::{err, CmdError, CmdResult, Ctx};
-use crate::keyspace::{Value, MAX_STRING_BYTES};
+use crate::keyspace::{check_key, Value, MAX_STRING_BYTES};
 use crate::resp::reply::format_double;
 
 /// A string value and its expiry time.
@@ -194,6 +194,13 @@ pub fn mget(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
 pub fn mset(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     if args.len() % 2 == 0 {
         return Err(err("ERR wrong number of arguments for 'mset' command"));
+    }
+    // Check every pair first: a failure must leave nothing in the batch.
+    for pair in args[1..].chunks(2) {
+        check_key(&pair[0])?;
+        if pair[1].len() > MAX_STRING_BYTES {
+            return Err(CmdError::TooBig);
+        }
     }
     for pair in args[1..].chunks(2) {
         ctx.writes.put_string(&pair[0], &pair[1], None)?;
