@@ -541,6 +541,11 @@ impl Inner {
         };
         for _ in 0..8 {
             if let Some(result) = self.read_at(key, loc, pinned, &f) {
+                if at_seq.is_none() && matches!(result, Ok(None)) {
+                    // Expired: drop it now (Redis's lazy expiry), so the key
+                    // count and memory follow what readers see.
+                    self.index.remove_if_at(key, loc, &self.segments);
+                }
                 return result;
             }
             match self.index.get(key, at_seq) {

@@ -119,6 +119,7 @@ pub async fn serve(shared: Arc<Shared>, mut stream: TcpStream, addr: SocketAddr)
         tracing::debug!(client = id, %addr, %error, "connection ended");
     }
     shared.clients.lock().remove(&id);
+    shared.connected.fetch_sub(1, Ordering::AcqRel);
 }
 
 async fn run(shared: &Shared, stream: &mut TcpStream, conn: &mut ConnState) -> std::io::Result<()> {

@@ -35,6 +35,8 @@ pub struct Shared {
     pub stats: ServerStats,
     pub clients: Mutex<BTreeMap<u64, Arc<ClientInfo>>>,
     pub next_client_id: AtomicU64,
+    /// Open client connections (accepted, not yet closed).
+    pub connected: AtomicUsize,
     pub cursors: Mutex<Cursors>,
     pub started: Instant,
     pub port: AtomicU64,
@@ -119,6 +121,7 @@ pub async fn run(config: Config) -> Result<(), String> {
         stats: ServerStats::default(),
         clients: Mutex::new(BTreeMap::new()),
         next_client_id: AtomicU64::new(1),
+        connected: AtomicUsize::new(0),
         cursors: Mutex::new(Cursors::default()),
         started: Instant::now(),
         port: AtomicU64::new(port as u64),
@@ -144,7 +147,7 @@ pub async fn run(config: Config) -> Result<(), String> {
     accept_until_shutdown(&shared, listener).await;
     // Let connections finish the command they are running.
     let deadline = Instant::now() + Duration::from_secs(5);
-    while !shared.clients.lock().is_empty() && Instant::now() < deadline {
+    while shared.connected.load(Ordering::Acquire) > 0 && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     tracing::info!("shutting down: writing the index checkpoint");
@@ -162,7 +165,10 @@ async fn accept_until_shutdown(shared: &Arc<Shared>, listener: TcpListener) {
             accepted = listener.accept() => match accepted {
                 Ok((stream, addr)) => {
                     shared.stats.connections_received.fetch_add(1, Ordering::Relaxed);
-                    if shared.clients.lock().len() >= shared.maxclients() {
+                    // Counted here, not in the task, so a burst of connects
+                    // cannot overshoot the limit.
+                    if shared.connected.fetch_add(1, Ordering::AcqRel) >= shared.maxclients() {
+                        shared.connected.fetch_sub(1, Ordering::AcqRel);
                         shared.stats.rejected_connections.fetch_add(1, Ordering::Relaxed);
                         tokio::spawn(conn::refuse(stream));
                         continue;

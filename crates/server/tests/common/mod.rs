@@ -1,0 +1,223 @@
+//! Starts `scaledkv-server` (and, for differential tests, `redis-server`) as
+//! child processes on free loopback ports, and stops them by PID.
+
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub struct Server {
+    child: Option<Child>,
+    pub port: u16,
+    pub dir: PathBuf,
+}
+
+impl Server {
+    /// Starts the server on `dir` with a free port and waits until it listens.
+    pub fn start(dir: &Path, extra: &[&str]) -> Server {
+        let port_file = dir.with_extension("port");
+        let _ = std::fs::remove_file(&port_file);
+        let child = Command::new(env!("CARGO_BIN_EXE_scaledkv-server"))
+            .arg("--dir")
+            .arg(dir)
+            .args(["--port", "0", "--port-file"])
+            .arg(&port_file)
+            .args(extra)
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("start scaledkv-server");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let port = loop {
+            if let Some(port) = std::fs::read_to_string(&port_file).ok().and_then(|p| p.trim().parse().ok()) {
+                break port;
+            }
+            assert!(Instant::now() < deadline, "scaledkv-server did not start");
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        Server { child: Some(child), port, dir: dir.to_path_buf() }
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    pub fn connect(&self) -> TcpStream {
+        let stream = TcpStream::connect(("127.0.0.1", self.port)).expect("connect");
+        stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        stream
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
+    }
+
+    /// SIGKILL: no chance to flush or checkpoint.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// SIGTERM, then waits for a clean exit; returns whether it exited 0.
+    pub fn terminate(&mut self) -> bool {
+        let Some(mut child) = self.child.take() else { return false };
+        // SAFETY: signalling our own child by its PID.
+        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                return status.success();
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Waits for the process to exit by itself (after SHUTDOWN).
+    pub fn wait_exit(&mut self) -> bool {
+        let Some(mut child) = self.child.take() else { return false };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            if let Some(status) = child.try_wait().unwrap() {
+                return status.success();
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        false
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A real `redis-server` for differential tests, if installed.
+pub struct RedisServer {
+    child: Child,
+    pub port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl RedisServer {
+    /// `None` (with a visible notice) when `redis-server` is not installed.
+    pub fn start() -> Option<RedisServer> {
+        if Command::new("redis-server").arg("--version").output().is_err() {
+            eprintln!("NOTICE: redis-server not found; skipping the differential test (.ci/run installs it)");
+            return None;
+        }
+        // A free port can be taken between our probe and redis binding it: retry.
+        for _ in 0..5 {
+            let dir = tempfile::tempdir().unwrap();
+            let port = free_port();
+            let child = Command::new("redis-server")
+                .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+                .args(["--databases", "1", "--dir"])
+                .arg(dir.path())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("start redis-server");
+            let mut redis = RedisServer { child, port, _dir: dir };
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while Instant::now() < deadline && redis.child.try_wait().unwrap().is_none() {
+                if let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) {
+                    if request(&mut stream, b"PING\r\n") == b"+PONG\r\n" {
+                        return Some(redis);
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        panic!("redis-server is installed but did not start");
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// Encodes a command as a RESP multibulk request.
+pub fn encode(args: &[&[u8]]) -> Vec<u8> {
+    let mut out = format!("*{}\r\n", args.len()).into_bytes();
+    for arg in args {
+        out.extend_from_slice(format!("${}\r\n", arg.len()).as_bytes());
+        out.extend_from_slice(arg);
+        out.extend_from_slice(b"\r\n");
+    }
+    out
+}
+
+/// Sends raw bytes and reads one complete reply.
+pub fn request(stream: &mut TcpStream, bytes: &[u8]) -> Vec<u8> {
+    stream.write_all(bytes).unwrap();
+    read_reply(stream)
+}
+
+/// Reads exactly one RESP2/RESP3 reply (nested aggregates included).
+pub fn read_reply(stream: &mut TcpStream) -> Vec<u8> {
+    let mut reply = Vec::new();
+    read_value(stream, &mut reply);
+    reply
+}
+
+fn read_line(stream: &mut TcpStream, out: &mut Vec<u8>) -> Vec<u8> {
+    let start = out.len();
+    let mut byte = [0u8; 1];
+    loop {
+        if stream.read(&mut byte).unwrap_or(0) == 0 {
+            panic!("connection closed mid-reply: {:?}", String::from_utf8_lossy(out));
+        }
+        out.push(byte[0]);
+        if out.ends_with(b"\r\n") {
+            return out[start..out.len() - 2].to_vec();
+        }
+    }
+}
+
+fn read_value(stream: &mut TcpStream, out: &mut Vec<u8>) {
+    let line = read_line(stream, out);
+    let (kind, rest) = (line[0], std::str::from_utf8(&line[1..]).unwrap().to_string());
+    match kind {
+        b'$' | b'=' | b'!' => {
+            let len: i64 = rest.parse().unwrap();
+            if len >= 0 {
+                let mut body = vec![0u8; len as usize + 2];
+                stream.read_exact(&mut body).unwrap();
+                out.extend_from_slice(&body);
+            }
+        }
+        b'*' | b'~' | b'>' => {
+            let n: i64 = rest.parse().unwrap();
+            for _ in 0..n.max(0) {
+                read_value(stream, out);
+            }
+        }
+        b'%' => {
+            let n: i64 = rest.parse().unwrap();
+            for _ in 0..n * 2 {
+                read_value(stream, out);
+            }
+        }
+        _ => {}
+    }
+}

@@ -1,0 +1,277 @@
+//! The server through a real client (the `redis` crate) and raw sockets:
+//! commands, pipelining, RESP3, transactions, AUTH, limits, bad input,
+//! shutdown and restart.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::time::Duration;
+
+use common::{encode, read_reply, request, Server};
+use redis::{Commands, Value};
+
+fn start(extra: &[&str]) -> (tempfile::TempDir, Server) {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("db"), extra);
+    (dir, server)
+}
+
+fn client(server: &Server) -> redis::Connection {
+    redis::Client::open(server.url()).unwrap().get_connection().unwrap()
+}
+
+#[test]
+fn string_and_key_commands_through_a_client() {
+    let (_dir, server) = start(&[]);
+    let mut con = client(&server);
+    let _: () = con.set("greeting", "hello").unwrap();
+    assert_eq!(con.get::<_, String>("greeting").unwrap(), "hello");
+    assert_eq!(con.append::<_, _, i64>("greeting", " world").unwrap(), 11);
+    assert_eq!(con.getrange::<_, String>("greeting", -5, -1).unwrap(), "world");
+    assert_eq!(con.setrange::<_, _, i64>("greeting", 0, "J").unwrap(), 11);
+    assert_eq!(con.strlen::<_, i64>("greeting").unwrap(), 11);
+    assert_eq!(con.incr::<_, _, i64>("n", 5).unwrap(), 5);
+    assert_eq!(con.decr::<_, _, i64>("n", 7).unwrap(), -2);
+    let float: f64 = redis::cmd("INCRBYFLOAT").arg("f").arg("10.5").query(&mut con).unwrap();
+    assert_eq!(float, 10.5);
+    let float: String = redis::cmd("INCRBYFLOAT").arg("f").arg("0.1").query(&mut con).unwrap();
+    assert_eq!(float, "10.6");
+    let _: () = con.mset(&[("a", "1"), ("b", "2")]).unwrap();
+    let values: Vec<Option<String>> = con.mget(&["a", "b", "missing"]).unwrap();
+    assert_eq!(values, vec![Some("1".into()), Some("2".into()), None]);
+    assert_eq!(con.exists::<_, i64>(&["a", "b", "missing", "a"]).unwrap(), 3);
+    assert_eq!(con.del::<_, i64>(&["a", "a", "missing"]).unwrap(), 1);
+    let error = con.incr::<_, _, i64>("greeting", 1).unwrap_err();
+    assert_eq!(error.detail(), Some("value is not an integer or out of range"));
+    let _: () = con.set_ex("temp", "x", 100).unwrap();
+    let ttl: i64 = con.ttl("temp").unwrap();
+    assert!((99..=100).contains(&ttl), "{ttl}");
+    assert_eq!(con.persist::<_, i64>("temp").unwrap(), 1);
+    assert_eq!(con.ttl::<_, i64>("temp").unwrap(), -1);
+    assert_eq!(con.ttl::<_, i64>("missing").unwrap(), -2);
+    let _: () = con.rename("temp", "renamed").unwrap();
+    assert_eq!(con.get::<_, Option<String>>("temp").unwrap(), None);
+    assert_eq!(redis::cmd("TYPE").arg("renamed").query::<String>(&mut con).unwrap(), "string");
+    let _: () = con.pset_ex("soon", "x", 30).unwrap();
+    std::thread::sleep(Duration::from_millis(60));
+    assert_eq!(con.get::<_, Option<String>>("soon").unwrap(), None);
+    let mut keys: Vec<String> = con.keys("*e*").unwrap();
+    keys.sort();
+    assert_eq!(keys, vec!["greeting".to_string(), "renamed".to_string()]);
+    assert_eq!(redis::cmd("DBSIZE").query::<i64>(&mut con).unwrap(), 5);
+}
+
+#[test]
+fn scan_visits_every_key_once() {
+    let (_dir, server) = start(&[]);
+    let mut con = client(&server);
+    for i in 0..1000 {
+        let _: () = con.set(format!("key:{i:04}"), i).unwrap();
+    }
+    let _: () = con.set("other", 1).unwrap();
+    let mut seen: Vec<String> = con.scan_match("key:*").unwrap().collect();
+    seen.sort();
+    assert_eq!(seen.len(), 1000);
+    seen.dedup();
+    assert_eq!(seen.len(), 1000);
+}
+
+#[test]
+fn pipelines_keep_order_and_read_their_own_writes() {
+    let (_dir, server) = start(&[]);
+    let mut con = client(&server);
+    let mut pipe = redis::pipe();
+    for i in 0..500 {
+        pipe.set(format!("k{i}"), i).ignore();
+        pipe.get(format!("k{i}"));
+        pipe.incr("counter", 1);
+    }
+    let replies: Vec<i64> = pipe.query(&mut con).unwrap();
+    let expected: Vec<i64> = (0..500).flat_map(|i| [i, i + 1]).collect();
+    assert_eq!(replies, expected);
+    // Many blind writes in one pipeline (one engine batch per run).
+    let mut pipe = redis::pipe();
+    for i in 0..2000 {
+        pipe.set(format!("blind{i}"), format!("v{i}")).ignore();
+    }
+    pipe.get("blind1999");
+    let (last,): (String,) = pipe.query(&mut con).unwrap();
+    assert_eq!(last, "v1999");
+}
+
+#[test]
+fn resp3_replies() {
+    let (_dir, server) = start(&[]);
+    let url = format!("{}?protocol=resp3", server.url());
+    let mut con = redis::Client::open(url).unwrap().get_connection().unwrap();
+    let hello: Value = redis::cmd("HELLO").arg(3).query(&mut con).unwrap();
+    let Value::Map(fields) = hello else { panic!("HELLO 3 is a map: {hello:?}") };
+    assert!(fields.iter().any(|(k, v)| *k == Value::BulkString(b"proto".to_vec()) && *v == Value::Int(3)));
+    assert_eq!(redis::cmd("GET").arg("missing").query::<Value>(&mut con).unwrap(), Value::Nil);
+    let float: Value = redis::cmd("INCRBYFLOAT").arg("f").arg("1.5").query(&mut con).unwrap();
+    assert_eq!(float, Value::BulkString(b"1.5".to_vec()));
+    let config: Value = redis::cmd("CONFIG").arg("GET").arg("appendfsync").query(&mut con).unwrap();
+    assert!(matches!(config, Value::Map(_)), "{config:?}");
+    // Raw: RESP3 null and map framing.
+    let mut stream = server.connect();
+    request(&mut stream, &encode(&[b"HELLO", b"3"]));
+    assert_eq!(request(&mut stream, &encode(&[b"GET", b"missing"])), b"_\r\n");
+    assert_eq!(
+        request(&mut stream, &encode(&[b"CONFIG", b"GET", b"appendonly"])),
+        b"%1\r\n$10\r\nappendonly\r\n$3\r\nyes\r\n"
+    );
+}
+
+#[test]
+fn transactions_are_atomic_and_watch_aborts_on_change() {
+    let (_dir, server) = start(&[]);
+    let mut con = client(&server);
+    let mut other = client(&server);
+    let (a, b): (i64, i64) = redis::pipe().atomic().incr("x", 1).incr("x", 10).query(&mut con).unwrap();
+    assert_eq!((a, b), (1, 11));
+    let _: () = redis::cmd("WATCH").arg("x").query(&mut con).unwrap();
+    let _: () = other.set("x", 100).unwrap();
+    let result: Option<(i64,)> = redis::pipe().atomic().incr("x", 1).query(&mut con).unwrap();
+    assert_eq!(result, None, "EXEC must abort after a watched key changed");
+    assert_eq!(con.get::<_, i64>("x").unwrap(), 100);
+    // Errors while queueing abort the whole transaction.
+    let mut stream = server.connect();
+    assert_eq!(request(&mut stream, b"MULTI\r\n"), b"+OK\r\n");
+    assert_eq!(request(&mut stream, b"SET y 1\r\n"), b"+QUEUED\r\n");
+    assert_eq!(request(&mut stream, b"NOSUCHCOMMAND\r\n").first(), Some(&b'-'));
+    assert_eq!(request(&mut stream, b"EXEC\r\n"), b"-EXECABORT Transaction discarded because of previous errors.\r\n");
+    assert_eq!(con.get::<_, Option<i64>>("y").unwrap(), None);
+}
+
+#[test]
+fn concurrent_increments_are_not_lost() {
+    let (_dir, server) = start(&[]);
+    let threads: Vec<_> = (0..6)
+        .map(|_| {
+            let mut con = client(&server);
+            std::thread::spawn(move || {
+                for _ in 0..300 {
+                    let _: i64 = con.incr("shared", 1).unwrap();
+                    let _: () = con.append("log", "x").unwrap();
+                }
+            })
+        })
+        .collect();
+    for thread in threads {
+        thread.join().unwrap();
+    }
+    let mut con = client(&server);
+    assert_eq!(con.get::<_, i64>("shared").unwrap(), 1800);
+    assert_eq!(con.strlen::<_, i64>("log").unwrap(), 1800);
+}
+
+#[test]
+fn auth_gates_every_command_but_auth_hello_quit() {
+    let (_dir, server) = start(&["--requirepass", "s3cret"]);
+    let mut stream = server.connect();
+    assert_eq!(request(&mut stream, b"GET a\r\n"), b"-NOAUTH Authentication required.\r\n");
+    assert_eq!(
+        request(&mut stream, b"AUTH wrong\r\n"),
+        b"-WRONGPASS invalid username-password pair or user is disabled.\r\n"
+    );
+    // Before AUTH only tiny requests are accepted, as in Redis.
+    let mut big = server.connect();
+    assert_eq!(request(&mut big, b"*20\r\n"), b"-ERR Protocol error: unauthenticated multibulk length\r\n");
+    assert_eq!(request(&mut stream, b"AUTH s3cret\r\n"), b"+OK\r\n");
+    assert_eq!(request(&mut stream, b"SET a 1\r\n"), b"+OK\r\n");
+    let url = format!("redis://:s3cret@127.0.0.1:{}/", server.port);
+    let mut con = redis::Client::open(url).unwrap().get_connection().unwrap();
+    assert_eq!(con.get::<_, i64>("a").unwrap(), 1);
+}
+
+#[test]
+fn inline_commands_split_requests_and_garbage() {
+    let (_dir, server) = start(&["--proto-max-bulk-len", "1000"]);
+    let mut stream = server.connect();
+    stream.write_all(b"SET k \"two words\"\r\nGET k\r\n").unwrap();
+    assert_eq!(read_reply(&mut stream), b"+OK\r\n");
+    assert_eq!(read_reply(&mut stream), b"$9\r\ntwo words\r\n");
+    // A request trickling in one byte at a time.
+    for byte in encode(&[b"SET", b"slow", b"value"]) {
+        stream.write_all(&[byte]).unwrap();
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    assert_eq!(read_reply(&mut stream), b"+OK\r\n");
+    // Over the bulk limit: an error, then the connection is closed.
+    let mut limited = server.connect();
+    assert_eq!(
+        request(&mut limited, b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1001\r\n"),
+        b"-ERR Protocol error: invalid bulk length\r\n"
+    );
+    let mut rest = Vec::new();
+    assert_eq!(limited.read_to_end(&mut rest).unwrap(), 0);
+    // Garbage: error and close, and other clients do not notice.
+    let mut garbage = server.connect();
+    assert_eq!(request(&mut garbage, b"*abc\r\n"), b"-ERR Protocol error: invalid multibulk length\r\n");
+    let mut random = server.connect();
+    let noise: Vec<u8> = (0..4096u32).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8).collect();
+    let _ = random.write_all(&noise);
+    assert_eq!(request(&mut stream, b"GET k\r\n"), b"$9\r\ntwo words\r\n");
+    assert_eq!(request(&mut stream, b"HSET h f v\r\n").first(), Some(&b'-'));
+}
+
+#[test]
+fn sigterm_is_a_clean_shutdown_and_data_survives_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    let mut server = Server::start(&path, &[]);
+    let mut con = client(&server);
+    for i in 0..200 {
+        let _: () = con.set(format!("k{i}"), format!("v{i}")).unwrap();
+    }
+    let _: () = con.set_ex("ttl", "x", 1000).unwrap();
+    drop(con);
+    assert!(server.terminate(), "exit status 0 after SIGTERM");
+    let server = Server::start(&path, &[]);
+    let mut con = client(&server);
+    assert_eq!(con.get::<_, String>("k199").unwrap(), "v199");
+    assert!(con.ttl::<_, i64>("ttl").unwrap() > 990);
+    assert_eq!(redis::cmd("DBSIZE").query::<i64>(&mut con).unwrap(), 201);
+    // SHUTDOWN from a client stops it too.
+    let mut stream = server.connect();
+    stream.write_all(b"SHUTDOWN\r\n").unwrap();
+    let mut rest = Vec::new();
+    let _ = stream.read_to_end(&mut rest);
+    let mut server = server;
+    assert!(server.wait_exit());
+}
+
+#[test]
+fn limits_timeouts_metrics_and_active_expiry() {
+    let dir = tempfile::tempdir().unwrap();
+    let metrics_port = common::free_port();
+    let server = Server::start(
+        &dir.path().join("db"),
+        &["--maxclients", "3", "--timeout", "1", "--metrics-port", &metrics_port.to_string()],
+    );
+    let mut first = server.connect();
+    let mut con = client(&server);
+    for i in 0..300 {
+        let _: () = con.pset_ex(format!("gone{i}"), "x", 20).unwrap();
+    }
+    let _: () = con.set("stays", "x").unwrap();
+    assert_eq!(request(&mut first, b"PING\r\n"), b"+PONG\r\n");
+    let _third = server.connect();
+    let mut fourth = server.connect();
+    let mut refused = Vec::new();
+    let _ = fourth.read_to_end(&mut refused);
+    assert_eq!(refused, b"-ERR max number of clients reached\r\n");
+    // Active expiry drops expired keys nobody reads.
+    std::thread::sleep(Duration::from_millis(600));
+    assert_eq!(redis::cmd("DBSIZE").query::<i64>(&mut con).unwrap(), 1);
+    // `first` has been idle for over a second: closed.
+    std::thread::sleep(Duration::from_millis(1500));
+    let mut rest = Vec::new();
+    assert_eq!(first.read_to_end(&mut rest).unwrap_or(0), 0);
+    let mut http = std::net::TcpStream::connect(("127.0.0.1", metrics_port)).unwrap();
+    http.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut body = String::new();
+    http.read_to_string(&mut body).unwrap();
+    assert!(body.starts_with("HTTP/1.1 200 OK"), "{body}");
+    assert!(body.contains("\nscaledkv_expired_keys_total 300\n"), "{body}");
+}
