@@ -215,7 +215,7 @@ commands! {
     "multi", 1, TX_CONTROL | FAST, NONE, "transactions", tx::multi, "Starts a transaction.";
     "exec", 1, TX_CONTROL, NONE, "transactions", tx::exec_placeholder, "Executes all commands in a transaction.";
     "discard", 1, TX_CONTROL | FAST, NONE, "transactions", tx::discard, "Discards a transaction.";
-    "watch", -2, TX_CONTROL | FAST | NO_MULTI, ALL_ARGS, "transactions", tx::watch, "Monitors changes to keys to determine the execution of a transaction.";
+    "watch", -2, TX_CONTROL | FAST, ALL_ARGS, "transactions", tx::watch, "Monitors changes to keys to determine the execution of a transaction.";
     "unwatch", 1, FAST, NONE, "transactions", tx::unwatch, "Forgets about watched keys of a transaction.";
 }
 
@@ -352,6 +352,8 @@ impl<'s> Run<'s> {
     /// Commits the run; on failure every reply of the run becomes the error.
     pub async fn commit(&mut self, shared: &'s Shared, out: &mut Out) {
         if self.commands == 0 {
+            // A failed command may have left locks behind.
+            self.guards.clear();
             return;
         }
         let batch = self.writes.take_batch();

@@ -32,6 +32,10 @@ pub fn discard(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
 }
 
 pub fn watch(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    if ctx.conn.multi.is_some() {
+        // An error that, as in Redis, does not abort the transaction.
+        return Err(err("ERR WATCH inside MULTI is not allowed"));
+    }
     for key in &args[1..] {
         let stripe = KeyLocks::stripe(key);
         let version = ctx.shared.locks.version(stripe);
