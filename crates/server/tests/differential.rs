@@ -119,7 +119,11 @@ fn run(protocol: u8) -> Vec<String> {
         let a = request(&mut ours, line.as_bytes());
         let b = request(&mut theirs, line.as_bytes());
         if a != b {
-            mismatches.push(format!("inline {line:?}: {:?} vs {:?}", String::from_utf8_lossy(&a), String::from_utf8_lossy(&b)));
+            mismatches.push(format!(
+                "inline {line:?}: {:?} vs {:?}",
+                String::from_utf8_lossy(&a),
+                String::from_utf8_lossy(&b)
+            ));
         }
     }
     let _ = read_reply;

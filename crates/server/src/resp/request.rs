@@ -275,6 +275,69 @@ mod tests {
         assert_eq!(parse(&mut input, &LIMITS).unwrap_err().0, "too big inline request");
     }
 
+    fn encode(args: &[Vec<u8>]) -> Vec<u8> {
+        let mut out = format!("*{}\r\n", args.len()).into_bytes();
+        for arg in args {
+            out.extend_from_slice(format!("${}\r\n", arg.len()).as_bytes());
+            out.extend_from_slice(arg);
+            out.extend_from_slice(b"\r\n");
+        }
+        out
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2000))]
+
+        /// Any bytes, fed in any chunks: never a panic, never a loop; each
+        /// call either takes a command, waits, or fails.
+        #[test]
+        fn garbage_never_panics(
+            bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..300),
+            chunk in 1usize..64,
+            authenticated in proptest::prelude::any::<bool>(),
+        ) {
+            let limits = Limits { max_bulk_bytes: 100, max_args: 16, authenticated };
+            let mut input = BytesMut::new();
+            for piece in bytes.chunks(chunk) {
+                input.extend_from_slice(piece);
+                loop {
+                    let before = input.len();
+                    match parse(&mut input, &limits) {
+                        Ok(Some(args)) => {
+                            proptest::prop_assert!(input.len() < before, "a command consumes input");
+                            proptest::prop_assert!(args.len() <= 16 && args.iter().all(|a| a.len() <= MAX_INLINE_BYTES));
+                        }
+                        Ok(None) => break,
+                        Err(_) => return Ok(()),
+                    }
+                }
+            }
+        }
+
+        /// Valid requests split anywhere parse to exactly what was sent.
+        #[test]
+        fn split_requests_parse_exactly(
+            commands in proptest::collection::vec(
+                proptest::collection::vec(proptest::collection::vec(proptest::prelude::any::<u8>(), 0..40), 1..6), 1..5),
+            cuts in proptest::collection::vec(0usize..400, 0..6),
+        ) {
+            let wire: Vec<u8> = commands.iter().flat_map(|c| encode(c)).collect();
+            let mut cuts: Vec<usize> = cuts.into_iter().map(|c| c % (wire.len() + 1)).collect();
+            cuts.push(wire.len());
+            cuts.sort();
+            let (mut input, mut parsed, mut at) = (BytesMut::new(), Vec::new(), 0);
+            for cut in cuts {
+                input.extend_from_slice(&wire[at..cut]);
+                at = cut;
+                while let Some(args) = parse(&mut input, &LIMITS).unwrap() {
+                    parsed.push(args.iter().map(|a| a.to_vec()).collect::<Vec<_>>());
+                }
+            }
+            proptest::prop_assert_eq!(parsed, commands);
+            proptest::prop_assert!(input.is_empty());
+        }
+    }
+
     #[test]
     fn empty_requests_are_skipped() {
         assert_eq!(parse_all(b"\r\n*0\r\n  \n").unwrap(), vec![Vec::<Vec<u8>>::new(); 3]);

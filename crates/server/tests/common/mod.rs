@@ -175,49 +175,55 @@ pub fn request(stream: &mut TcpStream, bytes: &[u8]) -> Vec<u8> {
 
 /// Reads exactly one RESP2/RESP3 reply (nested aggregates included).
 pub fn read_reply(stream: &mut TcpStream) -> Vec<u8> {
-    let mut reply = Vec::new();
-    read_value(stream, &mut reply);
-    reply
+    try_read_reply(stream).expect("connection closed mid-reply")
 }
 
-fn read_line(stream: &mut TcpStream, out: &mut Vec<u8>) -> Vec<u8> {
+/// Like `read_reply`; `None` when the connection ends first.
+pub fn try_read_reply(stream: &mut TcpStream) -> Option<Vec<u8>> {
+    let mut reply = Vec::new();
+    read_value(stream, &mut reply)?;
+    Some(reply)
+}
+
+fn read_line(stream: &mut TcpStream, out: &mut Vec<u8>) -> Option<Vec<u8>> {
     let start = out.len();
     let mut byte = [0u8; 1];
     loop {
         if stream.read(&mut byte).unwrap_or(0) == 0 {
-            panic!("connection closed mid-reply: {:?}", String::from_utf8_lossy(out));
+            return None;
         }
         out.push(byte[0]);
         if out.ends_with(b"\r\n") {
-            return out[start..out.len() - 2].to_vec();
+            return Some(out[start..out.len() - 2].to_vec());
         }
     }
 }
 
-fn read_value(stream: &mut TcpStream, out: &mut Vec<u8>) {
-    let line = read_line(stream, out);
+fn read_value(stream: &mut TcpStream, out: &mut Vec<u8>) -> Option<()> {
+    let line = read_line(stream, out)?;
     let (kind, rest) = (line[0], std::str::from_utf8(&line[1..]).unwrap().to_string());
     match kind {
         b'$' | b'=' | b'!' => {
             let len: i64 = rest.parse().unwrap();
             if len >= 0 {
                 let mut body = vec![0u8; len as usize + 2];
-                stream.read_exact(&mut body).unwrap();
+                stream.read_exact(&mut body).ok()?;
                 out.extend_from_slice(&body);
             }
         }
         b'*' | b'~' | b'>' => {
             let n: i64 = rest.parse().unwrap();
             for _ in 0..n.max(0) {
-                read_value(stream, out);
+                read_value(stream, out)?;
             }
         }
         b'%' => {
             let n: i64 = rest.parse().unwrap();
             for _ in 0..n * 2 {
-                read_value(stream, out);
+                read_value(stream, out)?;
             }
         }
         _ => {}
     }
+    Some(())
 }

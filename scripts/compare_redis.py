@@ -1,0 +1,199 @@
+#!/usr/bin/env python3
+"""scaledkv-server vs redis-server under redis-benchmark, side by side.
+
+For each medium (tmpfs and the real disk) and pipeline depth (-P 1, -P 16),
+runs `redis-benchmark -t set,get -n N -r N -c 50 -d 1024` against:
+  redis-none      Redis 7, no persistence (--save "" --appendonly no)
+  redis-everysec  Redis 7, AOF, appendfsync everysec
+  redis-always    Redis 7, AOF, appendfsync always (every write durable)
+  scaledkv-sync   ScaledKV, durability sync (every write durable)
+each on a fresh data directory on that medium, REPEATS times interleaved,
+and reports medians: requests/s, p50/p99 latency, and the server's CPU time
+per request from /proc (the load generator shares the 2 cores, so this is
+the figure that decides who wins on a bigger machine).
+
+Then the original research's experiment: `redis-benchmark -t set -r 100000
+-n N` for N = 1e3 .. 1e6, durable ScaledKV vs Redis with RDB snapshots and
+with AOF (always).
+
+Every process started here is stopped by its PID. Results are printed and
+appended to bench-results/redis-<timestamp>.md as each table completes.
+"""
+
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+QUICK = os.environ.get("QUICK") == "1"
+REPEATS = int(os.environ.get("REPEATS", "1" if QUICK else "3"))
+N = int(os.environ.get("N", "100000" if QUICK else "1000000"))
+MEDIA = os.environ.get("MEDIA", f"/dev/shm {REPO}/bench-data").split()
+PIPELINES = [int(p) for p in os.environ.get("PIPELINES", "1 16").split()]
+SERIES = [int(n) for n in os.environ.get("SERIES", "1000 10000 100000" if QUICK else "1000 10000 100000 1000000").split()]
+CLIENTS = 50
+VALUE = 1024
+SERVER = os.path.join(REPO, "target/release/scaledkv-server")
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+CONFIGS = {
+    "redis-none": ["--save", "", "--appendonly", "no"],
+    "redis-everysec": ["--save", "", "--appendonly", "yes", "--appendfsync", "everysec"],
+    "redis-always": ["--save", "", "--appendonly", "yes", "--appendfsync", "always"],
+    "redis-rdb": ["--appendonly", "no", "--save", "3600 1 300 100 60 10000"],
+    "scaledkv-sync": None,
+}
+MAIN = ["redis-none", "redis-everysec", "redis-always", "scaledkv-sync"]
+SERIES_CONFIGS = ["redis-rdb", "redis-always", "scaledkv-sync"]
+
+STAMP = time.strftime("%Y%m%d-%H%M%S")
+REPORT = os.path.join(REPO, "bench-results", f"redis-{STAMP}.md")
+
+
+def emit(text=""):
+    print(text, flush=True)
+    os.makedirs(os.path.dirname(REPORT), exist_ok=True)
+    with open(REPORT, "a") as f:
+        f.write(text + "\n")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_ready(port, proc, timeout=60):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode}")
+        try:
+            out = subprocess.run(["redis-cli", "-p", str(port), "PING"], capture_output=True, text=True, timeout=5)
+            if out.stdout.strip() == "PONG":
+                return
+        except subprocess.TimeoutExpired:
+            pass
+        time.sleep(0.05)
+    raise RuntimeError("server did not become ready")
+
+
+class Server:
+    def __init__(self, config, medium):
+        self.config = config
+        self.dir = os.path.join(medium, f"cmp-redis-{config}")
+        shutil.rmtree(self.dir, ignore_errors=True)
+        os.makedirs(self.dir)
+        self.port = free_port()
+        if config.startswith("scaledkv"):
+            cmd = [SERVER, "--port", str(self.port), "--dir", self.dir, "--durability", "sync"]
+            env = dict(os.environ, RUST_LOG="warn")
+        else:
+            cmd = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir]
+            cmd += CONFIGS[config]
+            env = os.environ
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+        wait_ready(self.port, self.proc)
+
+    def cpu_seconds(self):
+        with open(f"/proc/{self.proc.pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+    def stop(self):
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def bench(server, test, n, keyspace, pipeline, clients=CLIENTS, value=VALUE):
+    before = server.cpu_seconds()
+    out = subprocess.run(
+        ["redis-benchmark", "-p", str(server.port), "-t", test, "-n", str(n), "-r", str(keyspace),
+         "-c", str(clients), "-d", str(value), "-P", str(pipeline), "--csv"],
+        capture_output=True, text=True, check=True)
+    cpu = server.cpu_seconds() - before
+    row = out.stdout.strip().splitlines()[-1].replace('"', "").split(",")
+    return {"rps": float(row[1]), "p50": float(row[4]), "p99": float(row[6]), "cpu_us": cpu * 1e6 / n}
+
+
+def median(values):
+    return statistics.median(values) if values else float("nan")
+
+
+def main_tables():
+    for medium in MEDIA:
+        os.makedirs(medium, exist_ok=True)
+        for pipeline in PIPELINES:
+            runs = {(c, t): [] for c in MAIN for t in ("SET", "GET")}
+            for rep in range(REPEATS):
+                for config in MAIN:
+                    server = Server(config, medium)
+                    try:
+                        for test in ("SET", "GET"):
+                            result = bench(server, test.lower(), N, N, pipeline)
+                            runs[(config, test)].append(result)
+                            print(f"  {medium} -P {pipeline} rep {rep + 1}/{REPEATS} {config:15} {test}: "
+                                  f"{result['rps']:>10,.0f} req/s  p99 {result['p99']:.3f} ms  "
+                                  f"cpu {result['cpu_us']:.2f} us/req", flush=True)
+                    finally:
+                        server.stop()
+            emit(f"\n### {medium}, -P {pipeline}: -t set,get -n {N} -r {N} -c {CLIENTS} -d {VALUE}, "
+                 f"median of {REPEATS}\n")
+            emit("| server | test | req/s | p50 ms | p99 ms | server CPU µs/req | vs redis-none | vs redis-always |")
+            emit("|---|---|---:|---:|---:|---:|---:|---:|")
+            for test in ("SET", "GET"):
+                base_none = median([r["rps"] for r in runs[("redis-none", test)]])
+                base_always = median([r["rps"] for r in runs[("redis-always", test)]])
+                for config in MAIN:
+                    rs = runs[(config, test)]
+                    rps = median([r["rps"] for r in rs])
+                    emit(f"| {config} | {test} | {rps:,.0f} | {median([r['p50'] for r in rs]):.3f} | "
+                         f"{median([r['p99'] for r in rs]):.3f} | {median([r['cpu_us'] for r in rs]):.2f} | "
+                         f"{rps / base_none:.2f}x | {rps / base_always:.2f}x |")
+
+
+def series_table():
+    for medium in MEDIA:
+        emit(f"\n### Original experiment on {medium}: redis-benchmark -t set -r 100000 -n N (-c {CLIENTS}, "
+             f"-d 3), seconds to finish, median of {REPEATS}\n")
+        emit("| N | " + " | ".join(SERIES_CONFIGS) + " | scaledkv vs redis-rdb | scaledkv vs redis-always |")
+        emit("|---:|" + "---:|" * (len(SERIES_CONFIGS) + 2))
+        for n in SERIES:
+            secs = {c: [] for c in SERIES_CONFIGS}
+            for _ in range(REPEATS):
+                for config in SERIES_CONFIGS:
+                    server = Server(config, medium)
+                    try:
+                        result = bench(server, "set", n, 100000, 1, value=3)
+                        secs[config].append(n / result["rps"])
+                    finally:
+                        server.stop()
+            med = {c: median(v) for c, v in secs.items()}
+            emit(f"| {n:,} | " + " | ".join(f"{med[c]:.3f}" for c in SERIES_CONFIGS)
+                 + f" | {med['redis-rdb'] / med['scaledkv-sync']:.2f}x"
+                 + f" | {med['redis-always'] / med['scaledkv-sync']:.2f}x |")
+
+
+def main():
+    for tool in ("redis-server", "redis-benchmark", "redis-cli"):
+        if shutil.which(tool) is None:
+            sys.exit(f"{tool} not found: run scripts/compare-redis.sh, which installs it")
+    if not os.path.exists(SERVER):
+        sys.exit("build first: cargo build --release -p scaledkv-server")
+    version = subprocess.run(["redis-server", "--version"], capture_output=True, text=True).stdout.strip()
+    emit(f"## scaledkv-server vs {version.split(' sha')[0]} ({time.strftime('%Y-%m-%d %H:%M')}, "
+         f"{os.cpu_count()} cores, media: {', '.join(MEDIA)})")
+    main_tables()
+    series_table()
+    print(f"\nwritten to {REPORT}")
+
+
+if __name__ == "__main__":
+    main()
