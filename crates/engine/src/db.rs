@@ -224,6 +224,27 @@ impl Db {
         }
     }
 
+    /// Queues `batch` without writing it: the future completes once some
+    /// caller of `commit_queued` (or any writer) has made it durable. An
+    /// event loop queues the writes of every ready client, then commits
+    /// them as one group; the caller must make sure `commit_queued` runs.
+    pub fn enqueue_write(&self, batch: WriteBatch) -> WriteFuture {
+        match self.request(batch) {
+            Ok(Some(request)) => {
+                self.inner.committer.enqueue(request.clone());
+                WriteFuture { request: Some(request), early: None }
+            }
+            Ok(None) => WriteFuture { request: None, early: None },
+            Err(error) => WriteFuture { request: None, early: Some(error) },
+        }
+    }
+
+    /// Writes every queued batch now (one group), unless a group is already
+    /// in flight, whose leader then takes them.
+    pub fn commit_queued(&self) {
+        self.inner.drain();
+    }
+
     fn request(&self, mut batch: WriteBatch) -> Result<Option<Arc<Request>>> {
         if let Some(error) = batch.invalid.take() {
             return Err(error);

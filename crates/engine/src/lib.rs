@@ -3,7 +3,7 @@
 //! Values live in an append-only value log of preallocated segments; an
 //! ordered index in DRAM maps each key to its newest entry. Writers are
 //! grouped so one persist (cache-line write-back on persistent memory,
-//! msync elsewhere) covers many of them; a write is acknowledged only once
+//! fdatasync elsewhere) covers many of them; a write is acknowledged only once
 //! durable and only then becomes visible. See docs/format.md and
 //! docs/recovery.md.
 //!

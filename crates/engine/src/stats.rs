@@ -63,6 +63,6 @@ pub struct Stats {
     pub durability: &'static str,
     /// tmpfs, dax or page-cache.
     pub medium: &'static str,
-    /// clwb, clflushopt, clflush, msync or none.
+    /// clwb, clflushopt, clflush, fdatasync or none.
     pub persist_method: &'static str,
 }

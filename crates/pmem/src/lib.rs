@@ -2,7 +2,7 @@
 //!
 //! A [`Region`] is a file mapped into memory with one operation that makes a
 //! byte range durable: cache-line write-back plus fence on persistent memory
-//! (or its tmpfs stand-in), `msync(MS_SYNC)` on a page-cache file system.
+//! (or its tmpfs stand-in), `fdatasync` on a page-cache file system.
 //! The [`Durability`] mode chosen per database decides which applies.
 //!
 //! ```
@@ -27,7 +27,7 @@ pub enum Durability {
     /// Cache-line write-back + fence on a DAX or tmpfs mapping: survives a
     /// process crash, and power loss on real persistent memory.
     Pmem,
-    /// msync/fdatasync of the touched range: survives a process crash and
+    /// pwrite + fdatasync (cache write-back on DAX): survives a process crash and
     /// power loss on any file system.
     Sync,
     /// Left in the page cache: survives a process crash only.

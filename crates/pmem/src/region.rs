@@ -7,8 +7,9 @@
 //! - tmpfs (/dev/shm): memory-backed, the stand-in for PM on machines
 //!   without it. Cache write-back is what real PM would need; the data
 //!   survives a process crash, not a reboot.
-//! - any other file system: stores sit in the page cache until msync(MS_SYNC)
-//!   (which Linux implements as fdatasync of the range) returns.
+//! - any other file system: the page cache holds the bytes until fdatasync
+//!   returns. In `sync` mode writes go through pwrite (see `PersistPath`)
+//!   into zero-filled, preallocated files, so each sync is data only.
 
 use std::fs::{File, OpenOptions};
 use std::os::fd::AsRawFd;
@@ -61,7 +62,14 @@ impl Medium {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum PersistPath {
     CacheFlush(FlushInstruction),
-    Msync,
+    /// Page-cache files: writes go through `pwrite`, persists are
+    /// `fdatasync`. Storing through the mapping and calling msync instead
+    /// costs a write-protect fault on every page after each sync (the
+    /// kernel re-arms dirty tracking): measured on ext4 with
+    /// redis-benchmark SET -P 1, msync gave 35k req/s at 23.7 µs of server
+    /// CPU per request, pwrite + fdatasync 48k at 19.9 µs. Reads still use
+    /// the mapping: the page cache is shared, so they see the bytes at once.
+    WriteFdatasync,
     Nothing,
 }
 
@@ -112,6 +120,14 @@ impl Region {
                 source: std::io::Error::from_raw_os_error(rc),
             });
         }
+        if durability == Durability::Sync && !is_tmpfs(&file) {
+            // fallocate leaves "unwritten" extents: the first write to each
+            // block changes extent metadata, so every fdatasync after it
+            // commits the file system journal too (two device flushes, not
+            // one). Writing zeros once, here and off the write path, makes
+            // later syncs pure data writes, as PostgreSQL does with WAL files.
+            write_zeros(&file, len_bytes).map_err(io_err(path, "zero-fill"))?;
+        }
         if durability != Durability::Buffered {
             file.sync_all().map_err(io_err(path, "fsync"))?;
         }
@@ -158,7 +174,12 @@ impl Region {
                 return Err(Error::PmemNeedsDax { path: path.to_path_buf() });
             }
             (Durability::Sync, Medium::Dax) => PersistPath::CacheFlush(flush::detected()),
-            (Durability::Sync, _) => PersistPath::Msync,
+            // tmpfs has no device behind its pages: a store is already on
+            // the "medium", and msync would be a system call that writes
+            // nothing back. (It survives a process crash, as everything in
+            // tmpfs does, and nothing in tmpfs survives power loss.)
+            (Durability::Sync, Medium::Tmpfs) => PersistPath::Nothing,
+            (Durability::Sync, Medium::PageCache) => PersistPath::WriteFdatasync,
         };
         Ok(Region { ptr: ptr.cast(), len, file, path: path.to_path_buf(), medium, persist_path })
     }
@@ -183,7 +204,7 @@ impl Region {
     pub fn persist_method(&self) -> &'static str {
         match self.persist_path {
             PersistPath::CacheFlush(instruction) => instruction.name(),
-            PersistPath::Msync => "msync",
+            PersistPath::WriteFdatasync => "fdatasync",
             PersistPath::Nothing => "none",
         }
     }
@@ -215,6 +236,10 @@ impl Region {
     /// call: the owner writes only bytes it has not yet published.
     pub unsafe fn write(&self, offset: usize, data: &[u8]) -> Result<()> {
         self.check(offset, data.len())?;
+        if self.persist_path == PersistPath::WriteFdatasync {
+            use std::os::unix::fs::FileExt;
+            return self.file.write_all_at(data, offset as u64).map_err(io_err(&self.path, "pwrite"));
+        }
         // SAFETY: in bounds; exclusivity of the range is the caller's contract.
         std::ptr::copy_nonoverlapping(data.as_ptr(), self.ptr.add(offset), data.len());
         Ok(())
@@ -250,18 +275,9 @@ impl Region {
                 unsafe { flush::flush_range(instruction, self.ptr.add(offset), len) };
                 Ok(())
             }
-            PersistPath::Msync => {
-                let page = page_size();
-                let start = offset & !(page - 1);
-                let end = offset + len;
-                // SAFETY: page-aligned start inside our mapping; msync only
-                // writes back, it never changes the mapping.
-                let rc = unsafe { libc::msync(self.ptr.add(start).cast(), end - start, libc::MS_SYNC) };
-                if rc != 0 {
-                    return Err(io_err(&self.path, "msync")(std::io::Error::last_os_error()));
-                }
-                Ok(())
-            }
+            // The file is preallocated and zero-filled, so this writes data
+            // blocks and flushes the device cache, with no metadata.
+            PersistPath::WriteFdatasync => self.file.sync_data().map_err(io_err(&self.path, "fdatasync")),
         }
     }
 
@@ -289,16 +305,6 @@ impl std::fmt::Debug for Region {
     }
 }
 
-fn page_size() -> usize {
-    // SAFETY: sysconf has no preconditions.
-    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    if size > 0 {
-        size as usize
-    } else {
-        4096
-    }
-}
-
 fn is_tmpfs(file: &File) -> bool {
     // SAFETY: statfs writes into the zeroed struct we pass.
     let mut stat: libc::statfs = unsafe { std::mem::zeroed() };
@@ -315,6 +321,19 @@ pub fn medium_of_dir(dir: &Path) -> std::io::Result<Medium> {
 /// fsync of a directory, so that a create, rename or unlink in it is durable.
 pub fn sync_dir(dir: &Path) -> std::io::Result<()> {
     File::open(dir)?.sync_all()
+}
+
+/// Writes `len` zero bytes at the start of `file`.
+fn write_zeros(file: &File, len: usize) -> std::io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    let zeros = vec![0u8; 1 << 20];
+    let mut at = 0;
+    while at < len {
+        let n = zeros.len().min(len - at);
+        file.write_all_at(&zeros[..n], at as u64)?;
+        at += n;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -357,7 +357,7 @@ impl<'s> Run<'s> {
             return;
         }
         let batch = self.writes.take_batch();
-        match shared.db.write_async(batch).await {
+        match commit(shared, batch).await {
             Ok(()) => {
                 for (stripe, _) in &self.guards {
                     shared.locks.bump(*stripe);
@@ -394,6 +394,17 @@ impl<'s> Run<'s> {
             }
         }
     }
+}
+
+/// Makes `batch` durable and visible. It is queued first and committed
+/// after this task yields once: the other clients whose requests are ready
+/// queue theirs meanwhile, and all of them share one group commit (one
+/// persist) however few worker threads there are.
+pub async fn commit(shared: &Shared, batch: scaledkv::WriteBatch) -> scaledkv::Result<()> {
+    let done = shared.db.enqueue_write(batch);
+    tokio::task::yield_now().await;
+    shared.db.commit_queued();
+    done.await
 }
 
 /// A write that reads nothing, so it can join a run.
@@ -483,7 +494,7 @@ pub async fn execute<'s>(shared: &'s Shared, conn: &mut ConnState, out: &mut Out
         return;
     }
     if !writes.batch.is_empty() {
-        if let Err(error) = shared.db.write_async(writes.take_batch()).await {
+        if let Err(error) = commit(shared, writes.take_batch()).await {
             out.truncate(mark);
             out.error(&engine_error_text(&error));
             shared.stats.errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);

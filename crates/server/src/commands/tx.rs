@@ -100,7 +100,7 @@ pub async fn exec(shared: &Shared, conn: &mut ConnState, out: &mut Out) {
         }
     }
     if !writes.batch.is_empty() {
-        if let Err(error) = shared.db.write_async(writes.take_batch()).await {
+        if let Err(error) = super::commit(shared, writes.take_batch()).await {
             out.truncate(mark);
             out.error(&engine_error_text(&error));
             return;

@@ -1,0 +1,93 @@
+//! Scale-out: three ScaledKV servers behind twemproxy (Debian's
+//! `nutcracker`), driven through the proxy with a client and with
+//! redis-benchmark. Skips with a notice when nutcracker is not installed;
+//! `.ci/run` installs it.
+
+mod common;
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{encode, free_port, request, Server};
+
+struct Proxy(std::process::Child);
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn three_servers_behind_twemproxy() {
+    if Command::new("nutcracker").arg("--version").stderr(Stdio::null()).output().is_err() {
+        eprintln!("NOTICE: nutcracker (twemproxy) not found; skipping the scale-out test (.ci/run installs it)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let servers: Vec<Server> = (0..3).map(|i| Server::start(&dir.path().join(format!("db{i}")), &[])).collect();
+    let port = free_port();
+    let config = dir.path().join("nutcracker.yml");
+    let backends: String = servers.iter().map(|s| format!("   - 127.0.0.1:{}:1\n", s.port)).collect();
+    std::fs::write(
+        &config,
+        format!(
+            "scaledkv:\n  listen: 127.0.0.1:{port}\n  hash: murmur\n  distribution: ketama\n  redis: true\n  \
+             auto_eject_hosts: false\n  servers:\n{backends}"
+        ),
+    )
+    .unwrap();
+    let proxy = Proxy(
+        Command::new("nutcracker")
+            .arg("-c")
+            .arg(&config)
+            .args(["-s", &free_port().to_string(), "-a", "127.0.0.1", "-o"])
+            .arg(dir.path().join("nutcracker.log"))
+            .spawn()
+            .expect("start nutcracker"),
+    );
+    // A raw client: the redis crate sends CLIENT SETINFO on connect, which
+    // twemproxy does not proxy (it closes the connection).
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut con = loop {
+        match std::net::TcpStream::connect(("127.0.0.1", port)) {
+            Ok(stream) => break stream,
+            Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(50)),
+            Err(error) => panic!("twemproxy did not come up: {error}"),
+        }
+    };
+    con.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    for i in 0..300 {
+        let (key, value) = (format!("key:{i}"), format!("value:{i}"));
+        assert_eq!(request(&mut con, &encode(&[b"SET", key.as_bytes(), value.as_bytes()])), b"+OK\r\n");
+    }
+    for i in 0..300 {
+        let (key, value) = (format!("key:{i}"), format!("value:{i}"));
+        let expected = format!("${}\r\n{value}\r\n", value.len());
+        assert_eq!(request(&mut con, &encode(&[b"GET", key.as_bytes()])), expected.as_bytes());
+    }
+    assert_eq!(request(&mut con, &encode(&[b"INCRBY", b"counter", b"5"])), b":5\r\n");
+    // The proxy spread the keys over all three servers.
+    let sizes: Vec<i64> = servers
+        .iter()
+        .map(|s| {
+            let mut direct = redis::Client::open(s.url()).unwrap().get_connection().unwrap();
+            redis::cmd("DBSIZE").query(&mut direct).unwrap()
+        })
+        .collect();
+    assert_eq!(sizes.iter().sum::<i64>(), 301, "{sizes:?}");
+    assert!(sizes.iter().all(|&n| n > 0), "a server got no keys: {sizes:?}");
+    match Command::new("redis-benchmark")
+        .args(["-p", &port.to_string(), "-t", "set,get", "-n", "20000", "-r", "10000", "-c", "20", "-P", "8", "-q"])
+        .output()
+    {
+        Ok(out) => {
+            let text = String::from_utf8_lossy(&out.stdout);
+            eprintln!("redis-benchmark through twemproxy:\n{text}");
+            assert!(out.status.success() && text.contains("SET") && text.contains("GET"), "{text}");
+        }
+        Err(_) => eprintln!("NOTICE: redis-benchmark not found; drove the proxy with the client only"),
+    }
+    drop(proxy);
+}
