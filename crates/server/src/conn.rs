@@ -2,7 +2,7 @@
 //! command in it (a pipeline), send the replies in one write.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -29,13 +29,14 @@ pub struct ClientInfo {
     pub name: Mutex<Option<String>>,
     pub created: Instant,
     last_active_ms: AtomicU64,
-    last_command: Mutex<&'static str>,
+    /// `commands::TABLE` index of the last command (`usize::MAX`: none).
+    last_command: AtomicUsize,
     pub resp: AtomicU8,
 }
 
 impl ClientInfo {
-    pub fn last_command(&self, name: &'static str) {
-        *self.last_command.lock() = name;
+    pub fn last_command(&self, command: &'static Command) {
+        self.last_command.store(commands::index_of(command), Ordering::Relaxed);
     }
 
     fn touch(&self) {
@@ -56,7 +57,7 @@ impl ClientInfo {
             self.name.lock().as_deref().unwrap_or(""),
             age.as_secs(),
             idle / 1000,
-            *self.last_command.lock(),
+            commands::TABLE.get(self.last_command.load(Ordering::Relaxed)).map_or("NULL", |c| c.name),
             self.resp.load(Ordering::Relaxed),
         )
     }
@@ -75,6 +76,31 @@ pub struct ConnState {
     pub watched: Vec<(Stripe, u64)>,
     /// Close after sending the pending replies (QUIT).
     pub close: bool,
+    /// Counted here and added to the shared statistics once per reply
+    /// flush: shared counters bumped per command by every worker would
+    /// bounce their cache line between cores.
+    pub counts: LocalCounts,
+}
+
+#[derive(Default)]
+pub struct LocalCounts {
+    pub commands: u64,
+    pub hits: u64,
+    pub misses: u64,
+}
+
+impl LocalCounts {
+    fn flush_into(&mut self, stats: &crate::server::ServerStats) {
+        for (local, shared) in [
+            (&mut self.commands, &stats.commands),
+            (&mut self.hits, &stats.keyspace_hits),
+            (&mut self.misses, &stats.keyspace_misses),
+        ] {
+            if *local > 0 {
+                shared.fetch_add(std::mem::take(local), Ordering::Relaxed);
+            }
+        }
+    }
 }
 
 impl ConnState {
@@ -102,7 +128,7 @@ pub async fn serve(shared: Arc<Shared>, mut stream: TcpStream, addr: SocketAddr)
         name: Mutex::new(None),
         created: Instant::now(),
         last_active_ms: AtomicU64::new(0),
-        last_command: Mutex::new("NULL"),
+        last_command: AtomicUsize::new(usize::MAX),
         resp: AtomicU8::new(2),
     });
     shared.clients.lock().insert(id, info.clone());
@@ -114,10 +140,12 @@ pub async fn serve(shared: Arc<Shared>, mut stream: TcpStream, addr: SocketAddr)
         multi_failed: false,
         watched: Vec::new(),
         close: false,
+        counts: LocalCounts::default(),
     };
     if let Err(error) = run(&shared, &mut stream, &mut conn).await {
         tracing::debug!(client = id, %addr, %error, "connection ended");
     }
+    conn.counts.flush_into(&shared.stats);
     shared.clients.lock().remove(&id);
     shared.connected.fetch_sub(1, Ordering::AcqRel);
 }
@@ -160,6 +188,7 @@ async fn run(shared: &Shared, stream: &mut TcpStream, conn: &mut ConnState) -> s
         }
         // Replies go out only once the writes they acknowledge are durable.
         run.commit(shared, &mut out).await;
+        conn.counts.flush_into(&shared.stats);
         if !out.buf.is_empty() {
             write_out(shared, stream, &mut out).await?;
         }

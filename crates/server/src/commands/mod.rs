@@ -296,12 +296,22 @@ const NOT_YET: &[&str] = &[
     "fcall",
 ];
 
+/// The command named `name`, in any case, without allocating.
 pub fn lookup(name: &[u8]) -> Option<&'static Command> {
-    if name.len() > 32 {
-        return None;
+    static BY_NAME: std::sync::OnceLock<std::collections::HashMap<&'static [u8], &'static Command>> =
+        std::sync::OnceLock::new();
+    let by_name = BY_NAME.get_or_init(|| TABLE.iter().map(|c| (c.name.as_bytes(), c)).collect());
+    let mut lower = [0u8; 32];
+    let lower = lower.get_mut(..name.len())?;
+    for (to, from) in lower.iter_mut().zip(name) {
+        *to = from.to_ascii_lowercase();
     }
-    let lower = name.to_ascii_lowercase();
-    TABLE.iter().find(|c| c.name.as_bytes() == lower.as_slice())
+    by_name.get(&*lower).copied()
+}
+
+/// A command's position in `TABLE` (for compact per-client records).
+pub fn index_of(command: &'static Command) -> usize {
+    (command as *const Command as usize - TABLE.as_ptr() as usize) / std::mem::size_of::<Command>()
 }
 
 /// Redis's reply to a command it does not know, args quoted as it quotes them.
@@ -421,7 +431,7 @@ pub async fn execute<'s>(shared: &'s Shared, conn: &mut ConnState, out: &mut Out
     if args.is_empty() {
         return;
     }
-    shared.stats.commands.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    conn.counts.commands += 1;
     let Some(command) = lookup(&args[0]) else {
         conn.flag_transaction_error();
         out.error(&unknown_command(&args));
@@ -449,7 +459,7 @@ pub async fn execute<'s>(shared: &'s Shared, conn: &mut ConnState, out: &mut Out
             return;
         }
     }
-    conn.info.last_command(command.name);
+    conn.info.last_command(command);
     let mut stripes = Vec::new();
     if command.has(WRITE) {
         command.stripes(&args, &mut stripes);

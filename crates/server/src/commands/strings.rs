@@ -14,9 +14,12 @@ pub type OwnedString = (Vec<u8>, Option<u64>);
 impl Ctx<'_> {
     pub fn read(&mut self, key: &[u8]) -> Result<Option<Value>, CmdError> {
         let value = self.writes.get(&self.shared.db, key)?;
-        let stats = &self.shared.stats;
-        let counter = if value.is_some() { &stats.keyspace_hits } else { &stats.keyspace_misses };
-        counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let counts = &mut self.conn.counts;
+        if value.is_some() {
+            counts.hits += 1;
+        } else {
+            counts.misses += 1;
+        }
         Ok(value)
     }
 

@@ -2,8 +2,6 @@
 //! batch: they become durable and visible together, after every queued
 //! command has run against the keys it locked.
 
-use std::sync::atomic::Ordering;
-
 use bytes::Bytes;
 
 use super::{engine_error_text, err, CmdResult, Ctx, ALL_KEYS};
@@ -71,7 +69,7 @@ pub async fn exec(shared: &Shared, conn: &mut ConnState, out: &mut Out) {
         out.error("EXECABORT Transaction discarded because of previous errors.");
         return;
     }
-    conn.info.last_command("exec");
+    conn.info.last_command(super::lookup(b"exec").expect("in the table"));
     let mut stripes: Vec<_> = watched.iter().map(|(s, _)| *s).collect();
     for (command, args) in &queued {
         if command.has(ALL_KEYS) {
@@ -91,7 +89,7 @@ pub async fn exec(shared: &Shared, conn: &mut ConnState, out: &mut Out) {
     out.array(queued.len());
     let mut writes = Writes::new(true);
     for (command, args) in &queued {
-        shared.stats.commands.fetch_add(1, Ordering::Relaxed);
+        conn.counts.commands += 1;
         let before = out.len();
         let result = (command.run)(&mut Ctx { shared, conn: &mut *conn, out: &mut *out, writes: &mut writes }, args);
         if let Err(error) = result {
