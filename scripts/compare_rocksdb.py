@@ -105,18 +105,40 @@ def durable_phases(ks, vs, num):
     return f
 
 
-def table(results, pairs, title):
-    print(f"\n### {title}\n")
-    print("| medium | key/value | benchmark | " + " | ".join(f"{a} ÷ {b}" for a, b in pairs) + " | medians (ops/s) |")
-    print("|" + "---|" * (4 + len(pairs)))
+def table(results, pairs, title, out):
+    out.append(f"\n### {title}\n")
+    out.append("| medium | key/value | benchmark | " + " | ".join(f"{a} ÷ {b}" for a, b in pairs) + " | medians (ops/s) |")
+    out.append("|" + "---|" * (4 + len(pairs)))
     for (medium, ks, vs, bench), by in sorted(results.items()):
         med = {n: statistics.median(v) for n, v in by.items()}
         ratios = [f"{med[a] / med[b]:.2f}×" if a in med and b in med and med[b] else "—" for a, b in pairs]
         if all(r == "—" for r in ratios):
             continue
         meds = ", ".join(f"{n} {int(v):,}" for n, v in sorted(med.items()))
-        print(f"| {'tmpfs' if medium.startswith('/dev/shm') else 'disk'} | {ks}/{vs} | {bench} | "
-              + " | ".join(ratios) + f" | {meds} |")
+        out.append(f"| {'tmpfs' if medium.startswith('/dev/shm') else 'disk'} | {ks}/{vs} | {bench} | "
+                   + " | ".join(ratios) + f" | {meds} |")
+
+
+def report(plain, durable, started, complete):
+    """The tables so far; rewritten after every shape so a cut-off run keeps
+    what it measured."""
+    host = subprocess.run(["uname", "-srm"], capture_output=True, text=True).stdout.strip()
+    out = [f"# compare-rocksdb: {time.strftime('%Y-%m-%d')}, {host}, {os.cpu_count()} cores, "
+           f"medians of {REPEATS} runs, {time.time() - started:.0f} s" + ("" if complete else " (partial)")]
+    table(plain, [("skv-buffered", "rel-wal"), ("skv-buffered", "rel-nowal"),
+                  ("skv-buffered", "deb-wal"), ("skv-buffered", "deb-nowal")],
+          "Buffered ScaledKV vs RocksDB WAL sync=0 and disable_wal=1", out)
+    table(durable, [("skv-sync", "rel-sync"), ("skv-pmem", "rel-sync"), ("skv-sync", "deb-sync"),
+                    ("skv-pmem", "deb-sync")],
+          f"Durable writes (fillrandom, {DURABLE_NUM} keys): ScaledKV sync/pmem vs RocksDB sync=1", out)
+    os.makedirs(os.path.dirname(REPORT), exist_ok=True)
+    with open(REPORT, "w") as f:
+        f.write("\n".join(out) + "\n")
+    return "\n".join(out)
+
+
+REPORT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench-results",
+                      f"rocksdb-{time.strftime('%Y%m%d-%H%M%S')}.md")
 
 
 def main():
@@ -127,15 +149,9 @@ def main():
         for ks, vs, num in SHAPES:
             measure(medium, ks, vs, num, engines(medium), lambda db, k=ks, v=vs, n=num: phases(k, v, n, db), plain)
             measure(medium, ks, vs, DURABLE_NUM, durable_engines(medium), durable_phases(ks, vs, DURABLE_NUM), durable)
-    host = subprocess.run(["uname", "-srm"], capture_output=True, text=True).stdout.strip()
-    print(f"# compare-rocksdb: {time.strftime('%Y-%m-%d')}, {host}, {os.cpu_count()} cores, "
-          f"medians of {REPEATS} runs, {time.time() - started:.0f} s")
-    table(plain, [("skv-buffered", "rel-wal"), ("skv-buffered", "rel-nowal"),
-                  ("skv-buffered", "deb-wal"), ("skv-buffered", "deb-nowal")],
-          "Buffered ScaledKV vs RocksDB WAL sync=0 and disable_wal=1")
-    table(durable, [("skv-sync", "rel-sync"), ("skv-pmem", "rel-sync"), ("skv-sync", "deb-sync"),
-                    ("skv-pmem", "deb-sync")],
-          f"Durable writes (fillrandom, {DURABLE_NUM} keys): ScaledKV sync/pmem vs RocksDB sync=1")
+            report(plain, durable, started, complete=False)
+            print(f"  tables so far in {REPORT}", file=sys.stderr)
+    print(report(plain, durable, started, complete=True))
 
 
 if __name__ == "__main__":

@@ -9,7 +9,8 @@ use scaledkv_server::resp::{parse, Limits};
 
 fuzz_target!(|data: &[u8]| {
     let Some((&split, data)) = data.split_first() else { return };
-    let limits = Limits { max_bulk_bytes: 4096, max_args: 64, authenticated: split & 1 == 0 };
+    let limits =
+        Limits { max_bulk_bytes: 4096, max_args: 64, max_request_bytes: 65536, authenticated: split & 1 == 0 };
     let cut = (split as usize).min(data.len());
     let mut input = BytesMut::new();
     for piece in [&data[..cut], &data[cut..]] {

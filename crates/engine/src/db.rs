@@ -214,14 +214,9 @@ impl Db {
     /// waiting for another writer's group, so many tasks on a few threads
     /// share each persist.
     pub fn write_async(&self, batch: WriteBatch) -> WriteFuture {
-        match self.request(batch) {
-            Ok(Some(request)) => {
-                self.inner.submit(request.clone());
-                WriteFuture { request: Some(request), early: None }
-            }
-            Ok(None) => WriteFuture { request: None, early: None },
-            Err(error) => WriteFuture { request: None, early: Some(error) },
-        }
+        let done = self.enqueue_write(batch);
+        self.commit_queued();
+        done
     }
 
     /// Queues `batch` without writing it: the future completes once some
@@ -336,8 +331,8 @@ impl Db {
         (last.map(|key| key.to_vec()), dropped)
     }
 
-    /// Number of keys, without walking the index. Expired keys count until
-    /// GC or a delete removes them (as Redis's DBSIZE counts them).
+    /// Number of keys, without walking the index. An expired key counts
+    /// until a read, `purge_expired` or GC drops it (as in Redis's DBSIZE).
     pub fn len(&self) -> usize {
         self.inner.index.len()
     }
@@ -438,13 +433,6 @@ fn remove_stale_files(dir: &Path, current_generation: Option<u64>) -> Result<()>
 impl Inner {
     pub(crate) fn commit(&self, request: Arc<Request>) -> Result<()> {
         self.committer.commit(request, &|log, group| self.lead(log, group))
-    }
-
-    /// Queues `request` and leads groups if the log is free; the request
-    /// may already be complete when this returns.
-    pub(crate) fn submit(&self, request: Arc<Request>) {
-        self.committer.enqueue(request);
-        self.drain();
     }
 
     fn drain(&self) {

@@ -160,6 +160,7 @@ async fn run(shared: &Shared, stream: &mut TcpStream, conn: &mut ConnState) -> s
             let limits = resp::Limits {
                 max_bulk_bytes: shared.max_bulk_bytes(),
                 max_args: shared.config.max_args,
+                max_request_bytes: shared.config.max_request_bytes,
                 authenticated: conn.authenticated,
             };
             match resp::parse(&mut input, &limits) {

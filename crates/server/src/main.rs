@@ -15,8 +15,11 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::from(2);
         }
     };
-    // Two workers per core at most: the engine's group commit runs on them.
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("start the runtime");
+    let mut runtime = tokio::runtime::Builder::new_multi_thread();
+    if let Some(threads) = config.threads {
+        runtime.worker_threads(threads);
+    }
+    let runtime = runtime.enable_all().build().expect("start the runtime");
     match runtime.block_on(scaledkv_server::run(config)) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(error) => {

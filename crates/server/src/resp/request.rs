@@ -21,6 +21,10 @@ pub struct Limits {
     pub max_bulk_bytes: usize,
     /// Arguments per command.
     pub max_args: usize,
+    /// Bytes of one request, all arguments together (Redis's
+    /// `client-query-buffer-limit`): bounds what one client can make the
+    /// server buffer.
+    pub max_request_bytes: usize,
     pub authenticated: bool,
 }
 
@@ -91,6 +95,7 @@ fn parse_multibulk(input: &mut BytesMut, limits: &Limits) -> Result<Option<Vec<B
         return Err(error("invalid multibulk length"));
     }
     let mut spans = Vec::with_capacity(count as usize);
+    let mut total: u64 = 0;
     for _ in 0..count {
         if at >= input.len() {
             return Ok(None);
@@ -108,6 +113,10 @@ fn parse_multibulk(input: &mut BytesMut, limits: &Limits) -> Result<Option<Vec<B
         let Some(len) = len else { return Err(error("invalid bulk length")) };
         if len > UNAUTHENTICATED_MAX_BULK && !limits.authenticated {
             return Err(error("unauthenticated bulk length"));
+        }
+        total += len as u64 + 16;
+        if total > limits.max_request_bytes as u64 {
+            return Err(error(format!("request exceeds the query buffer limit of {} bytes", limits.max_request_bytes)));
         }
         let end = start + len as usize;
         if input.len() < end + 2 {
@@ -224,7 +233,8 @@ fn hex(c: u8) -> Option<u8> {
 mod tests {
     use super::*;
 
-    const LIMITS: Limits = Limits { max_bulk_bytes: 1 << 20, max_args: 1 << 20, authenticated: true };
+    const LIMITS: Limits =
+        Limits { max_bulk_bytes: 1 << 20, max_args: 1 << 20, max_request_bytes: 1 << 30, authenticated: true };
 
     fn parse_all(bytes: &[u8]) -> Result<Vec<Vec<Vec<u8>>>, ProtocolError> {
         let mut input = BytesMut::from(bytes);
@@ -268,6 +278,9 @@ mod tests {
         for (input, text) in cases {
             assert_eq!(parse_all(input).unwrap_err().0, text, "{:?}", String::from_utf8_lossy(input));
         }
+        let small = Limits { max_request_bytes: 100, ..LIMITS };
+        let mut input = BytesMut::from(&b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$90\r\n"[..]);
+        assert_eq!(parse(&mut input, &small).unwrap_err().0, "request exceeds the query buffer limit of 100 bytes");
         let unauthenticated = Limits { authenticated: false, ..LIMITS };
         let mut input = BytesMut::from(&b"*11\r\n"[..]);
         assert_eq!(parse(&mut input, &unauthenticated).unwrap_err().0, "unauthenticated multibulk length");
@@ -296,7 +309,7 @@ mod tests {
             chunk in 1usize..64,
             authenticated in proptest::prelude::any::<bool>(),
         ) {
-            let limits = Limits { max_bulk_bytes: 100, max_args: 16, authenticated };
+            let limits = Limits { max_bulk_bytes: 100, max_args: 16, max_request_bytes: 1000, authenticated };
             let mut input = BytesMut::new();
             for piece in bytes.chunks(chunk) {
                 input.extend_from_slice(piece);
