@@ -76,13 +76,11 @@ pub struct Writes {
     /// In a transaction, later commands read earlier ones' writes from here
     /// (the batch is not visible until it is committed as a whole).
     overlay: Option<HashMap<Vec<u8>, Pending>>,
-    /// Keys written (for WATCH); only counted, the lock stripes are known.
-    pub count: usize,
 }
 
 impl Writes {
     pub fn new(transaction: bool) -> Writes {
-        Writes { batch: WriteBatch::new(), overlay: transaction.then(HashMap::new), count: 0 }
+        Writes { batch: WriteBatch::new(), overlay: transaction.then(HashMap::new) }
     }
 
     pub fn get(&self, db: &Db, key: &[u8]) -> Result<Option<Value>, CmdError> {
@@ -107,7 +105,6 @@ impl Writes {
             let encoded = [&[TYPE_STRING], data].concat();
             overlay.insert(key.to_vec(), Some((encoded, expiry_ms)));
         }
-        self.count += 1;
         Ok(())
     }
 
@@ -116,11 +113,9 @@ impl Writes {
         if let Some(overlay) = &mut self.overlay {
             overlay.insert(key.to_vec(), None);
         }
-        self.count += 1;
     }
 
     pub fn take_batch(&mut self) -> WriteBatch {
-        self.count = 0;
         if let Some(overlay) = &mut self.overlay {
             overlay.clear();
         }
