@@ -130,8 +130,10 @@ impl Committer {
                 }
             }
             drop(log);
-            self.wake_all();
-            if self.queue.lock().is_empty() {
+            // Wake blocked writers and look for newcomers under one lock.
+            let queue = self.queue.lock();
+            self.wake.notify_all();
+            if queue.is_empty() {
                 return;
             }
         }

@@ -229,6 +229,12 @@ impl Region {
         unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
     }
 
+    /// Whether `write` is a system call (page-cache `sync` mode) rather than
+    /// a copy into the mapping: callers then gather bytes and write once.
+    pub fn writes_by_syscall(&self) -> bool {
+        self.persist_path == PersistPath::WriteFdatasync
+    }
+
     /// Copies `data` to `offset`. Not durable until `persist` covers it.
     ///
     /// # Safety

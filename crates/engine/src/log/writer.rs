@@ -33,6 +33,11 @@ pub struct LogWriter {
     group_start: usize,
     /// Segments filled earlier in the current group, not yet persisted.
     sealed_in_group: Vec<(Arc<Segment>, usize, usize)>,
+    /// When a region write is a system call (`Region::writes_by_syscall`),
+    /// the group's frames are gathered here, from `staged_from` in the
+    /// active segment, and written once before the persist.
+    staged: Vec<u8>,
+    staged_from: usize,
     next_id: u32,
     /// The next segment, created and prefaulted off the critical path.
     spare: Option<JoinHandle<Result<Segment>>>,
@@ -60,6 +65,8 @@ impl LogWriter {
             offset,
             group_start: offset,
             sealed_in_group: Vec::new(),
+            staged: Vec::new(),
+            staged_from: offset,
             next_id,
             spare: None,
             last_seq,
@@ -91,19 +98,41 @@ impl LogWriter {
             self.roll(segments)?;
         }
         let at = self.offset;
+        let next = align_up(at + frame_len, FRAME_ALIGN_BYTES).min(self.active.capacity_bytes());
         let region = &self.active.region;
-        // SAFETY: bytes past `self.offset` are unpublished: no index entry
-        // points there until this group is persisted and applied.
-        unsafe {
-            region.write(at, &header.encode())?;
-            region.write(at + FRAME_HEADER_BYTES, body)?;
+        if region.writes_by_syscall() {
+            if self.staged.is_empty() {
+                self.staged_from = at;
+            }
+            self.staged.extend_from_slice(&header.encode());
+            self.staged.extend_from_slice(body);
+            // Alignment padding is zeros, as in the file.
+            self.staged.resize(next - self.staged_from, 0);
+        } else {
+            // SAFETY: bytes past `self.offset` are unpublished: no index
+            // entry points there until this group is persisted and applied.
+            unsafe {
+                region.write(at, &header.encode())?;
+                region.write(at + FRAME_HEADER_BYTES, body)?;
+            }
         }
-        self.offset = align_up(at + frame_len, FRAME_ALIGN_BYTES).min(self.active.capacity_bytes());
+        self.offset = next;
         self.appended_bytes += frame_len as u64;
         Ok((self.active.id, at))
     }
 
+    /// Writes the gathered frames of the active segment (one system call).
+    fn write_staged(&mut self) -> Result<()> {
+        if !self.staged.is_empty() {
+            // SAFETY: as in `append`: the staged range is unpublished.
+            unsafe { self.active.region.write(self.staged_from, &self.staged)? };
+            self.staged.clear();
+        }
+        Ok(())
+    }
+
     fn roll(&mut self, segments: &SegmentSet) -> Result<()> {
+        self.write_staged()?;
         let spare = self.spare.take().expect("a spare segment is always being prepared");
         let next = match spare.join() {
             Ok(result) => result?,
@@ -124,6 +153,7 @@ impl LogWriter {
     /// Persists everything appended since the last call (one persist per
     /// touched segment) and starts the next group on a 256-byte boundary.
     pub fn finish_group(&mut self) -> Result<()> {
+        self.write_staged()?;
         for (segment, start, end) in self.sealed_in_group.drain(..) {
             segment.region.persist(start, end - start)?;
         }

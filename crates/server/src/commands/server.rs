@@ -489,26 +489,15 @@ fn config_set(ctx: &mut Ctx<'_>, name: &str, value: &[u8]) -> CmdResult {
 }
 
 fn flag_names(command: &Command) -> Vec<&'static str> {
-    let mut flags = Vec::new();
-    if command.has(super::WRITE) {
-        flags.push("write");
-    }
-    if command.has(super::READONLY) {
-        flags.push("readonly");
-    }
-    if command.has(super::ADMIN) {
-        flags.push("admin");
-    }
-    if command.has(super::FAST) {
-        flags.push("fast");
-    }
-    if command.has(super::NO_AUTH) {
-        flags.push("no_auth");
-    }
-    if command.has(super::NO_MULTI) {
-        flags.push("no_multi");
-    }
-    flags
+    const NAMES: [(u32, &str); 6] = [
+        (super::WRITE, "write"),
+        (super::READONLY, "readonly"),
+        (super::ADMIN, "admin"),
+        (super::FAST, "fast"),
+        (super::NO_AUTH, "no_auth"),
+        (super::NO_MULTI, "no_multi"),
+    ];
+    NAMES.iter().filter(|(flag, _)| command.has(*flag)).map(|(_, name)| *name).collect()
 }
 
 fn command_info(ctx: &mut Ctx<'_>, command: &Command) {

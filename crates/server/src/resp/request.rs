@@ -186,10 +186,7 @@ pub fn split_args(text: &[u8]) -> Option<Vec<Vec<u8>>> {
                     });
                     i += 2;
                 } else if c == b'"' {
-                    if i + 1 < text.len() && !text[i + 1].is_ascii_whitespace() {
-                        return None;
-                    }
-                    i += 1;
+                    i = after_closing_quote(text, i)?;
                     break;
                 } else {
                     current.push(c);
@@ -201,10 +198,7 @@ pub fn split_args(text: &[u8]) -> Option<Vec<Vec<u8>>> {
                     current.push(b'\'');
                     i += 2;
                 } else if c == b'\'' {
-                    if i + 1 < text.len() && !text[i + 1].is_ascii_whitespace() {
-                        return None;
-                    }
-                    i += 1;
+                    i = after_closing_quote(text, i)?;
                     break;
                 } else {
                     current.push(c);
@@ -222,6 +216,15 @@ pub fn split_args(text: &[u8]) -> Option<Vec<Vec<u8>>> {
             }
         }
         args.push(current);
+    }
+}
+
+/// The index after the closing quote at `at`; `None` when something other
+/// than a space or the end follows it.
+fn after_closing_quote(text: &[u8], at: usize) -> Option<usize> {
+    match text.get(at + 1) {
+        Some(next) if !next.is_ascii_whitespace() => None,
+        _ => Some(at + 1),
     }
 }
 
