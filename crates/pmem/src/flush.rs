@@ -71,8 +71,30 @@ fn detect() -> FlushInstruction {
 ///
 /// # Safety
 /// The range must be mapped for the whole call.
-#[cfg(target_arch = "x86_64")]
 pub unsafe fn flush_range(instruction: FlushInstruction, addr: *const u8, len: usize) {
+    write_back_lines(instruction, addr, len);
+    store_fence();
+}
+
+/// Orders every earlier write-back before any later store (SFENCE).
+pub fn store_fence() {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: SFENCE is baseline SSE and has no operands.
+    unsafe {
+        std::arch::x86_64::_mm_sfence()
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+}
+
+/// Starts the write-back of every cache line overlapping `[addr, addr + len)`
+/// without waiting: durable only after the next [`store_fence`]. Several
+/// ranges can share one fence, which is where transactions save time.
+///
+/// # Safety
+/// The range must be mapped for the whole call.
+#[cfg(target_arch = "x86_64")]
+pub unsafe fn write_back_lines(instruction: FlushInstruction, addr: *const u8, len: usize) {
     use std::arch::asm;
     if len == 0 {
         return;
@@ -104,16 +126,12 @@ pub unsafe fn flush_range(instruction: FlushInstruction, addr: *const u8, len: u
             }
         }
     }
-    // SAFETY: SFENCE is baseline SSE; it orders the flushes before any later store.
-    std::arch::x86_64::_mm_sfence();
 }
 
 /// # Safety
-/// See the x86-64 version; on other targets this only fences.
+/// See the x86-64 version; other targets have no user-space write-back.
 #[cfg(not(target_arch = "x86_64"))]
-pub unsafe fn flush_range(_instruction: FlushInstruction, _addr: *const u8, _len: usize) {
-    std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
-}
+pub unsafe fn write_back_lines(_instruction: FlushInstruction, _addr: *const u8, _len: usize) {}
 
 #[cfg(test)]
 mod tests {

@@ -15,11 +15,18 @@
 //! assert_eq!(region.read(0, 7).unwrap(), b"durable");
 //! ```
 
+pub mod collections;
+mod error;
 pub mod flush;
+pub mod pool;
 mod region;
+pub mod sim;
 
+pub use bytemuck::{self, Pod, Zeroable};
+pub use error::{Error, Result};
 pub use flush::{detected as detected_flush_instruction, FlushInstruction};
-pub use region::{medium_of_dir, sync_dir, Error, Medium, Region, Result};
+pub use pool::{PPtr, Pool, PoolOptions, PoolStats, Recovery, Tx};
+pub use region::{medium_of_dir, sync_dir, Medium, Region};
 
 /// What "acknowledged" means for a database or pool.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -23,19 +23,7 @@ const TMPFS_MAGIC: libc::c_long = 0x0102_1994;
 const MAP_SHARED_VALIDATE: libc::c_int = 0x03;
 const MAP_SYNC: libc::c_int = 0x80000;
 
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error("{path}: {op}: {source}")]
-    Io { path: PathBuf, op: &'static str, source: std::io::Error },
-    #[error("{path}: durability `pmem` needs a DAX (MAP_SYNC) or tmpfs mount; this file is on a page-cache file system, use `sync`")]
-    PmemNeedsDax { path: PathBuf },
-    #[error("{path}: range {offset}+{len} is outside the {size}-byte region")]
-    OutOfRange { path: PathBuf, offset: usize, len: usize, size: usize },
-    #[error("{path}: a region must be at least one byte")]
-    Empty { path: PathBuf },
-}
-
-pub type Result<T> = std::result::Result<T, Error>;
+pub use crate::error::{Error, Result};
 
 /// What backs a mapping, decided once at map time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -284,6 +272,41 @@ impl Region {
             // The file is preallocated and zero-filled, so this writes data
             // blocks and flushes the device cache, with no metadata.
             PersistPath::WriteFdatasync => self.file.sync_data().map_err(io_err(&self.path, "fdatasync")),
+        }
+    }
+
+    /// The first byte of the mapping, for structures that store into it
+    /// directly (the pool). Stores made this way are persisted with
+    /// [`Region::write_back`] and [`Region::fence`], never with `persist`,
+    /// which in page-cache `sync` mode expects bytes written by `write`.
+    pub fn as_mut_ptr(&self) -> *mut u8 {
+        self.ptr
+    }
+
+    /// Starts writing back stores made through the mapping in
+    /// `[offset, offset + len)`; durable after the next [`Region::fence`].
+    /// Cache-line write-back on DAX/tmpfs in `pmem` mode; nothing otherwise
+    /// (page-cache files are written back by the fence's fdatasync).
+    pub fn write_back(&self, offset: usize, len: usize) -> Result<()> {
+        self.check(offset, len)?;
+        if let PersistPath::CacheFlush(instruction) = self.persist_path {
+            // SAFETY: the range is in bounds of a live mapping.
+            unsafe { flush::write_back_lines(instruction, self.ptr.add(offset), len) };
+        }
+        Ok(())
+    }
+
+    /// Makes every earlier `write_back` durable: SFENCE on DAX/tmpfs in
+    /// `pmem` mode; fdatasync of the file in page-cache `sync` mode (it
+    /// writes back the mapping's dirty pages too); nothing when buffered.
+    pub fn fence(&self) -> Result<()> {
+        match self.persist_path {
+            PersistPath::CacheFlush(_) => {
+                flush::store_fence();
+                Ok(())
+            }
+            PersistPath::WriteFdatasync => self.file.sync_data().map_err(io_err(&self.path, "fdatasync")),
+            PersistPath::Nothing => Ok(()),
         }
     }
 
