@@ -154,6 +154,12 @@ impl PHashMap {
         &self.pool
     }
 
+    /// The pool, e.g. to keep other objects beside the map. Changes made
+    /// through it must leave the map's table and root alone.
+    pub fn pool_mut(&mut self) -> &mut Pool {
+        &mut self.pool
+    }
+
     pub fn into_pool(self) -> Pool {
         self.pool
     }
