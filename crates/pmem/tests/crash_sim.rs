@@ -160,10 +160,11 @@ fn every_crash_image_of_random_transactions_is_a_committed_state_without_leaks()
     images.for_each(2, 7, |image| {
         // The transaction running at this fence, if any, decides the states
         // allowed: before it, or (if the crash hit its commit) after it.
-        let allowed: Vec<State> = match spans.iter().find(|(first, end, _, _)| image.fence >= *first && image.fence < *end) {
-            Some((_, _, before, after)) => vec![*before, *after],
-            None => vec![spans.iter().rev().find(|s| s.1 <= image.fence).map_or((0, 0), |s| s.3)],
-        };
+        let allowed: Vec<State> =
+            match spans.iter().find(|(first, end, _, _)| image.fence >= *first && image.fence < *end) {
+                Some((_, _, before, after)) => vec![*before, *after],
+                None => vec![spans.iter().rev().find(|s| s.1 <= image.fence).map_or((0, 0), |s| s.3)],
+            };
         let mut pool = Pool::open_simulated(SimMedia::from_image(image.bytes), &options())
             .unwrap_or_else(|e| panic!("fence {}: reopen failed: {e}", image.fence));
         let (state, nodes) = check_list(&pool).unwrap_or_else(|e| panic!("fence {}: {e}", image.fence));
@@ -172,13 +173,16 @@ fn every_crash_image_of_random_transactions_is_a_committed_state_without_leaks()
         let stats = pool.stats();
         assert_eq!(stats.allocated_objects, 1 + nodes.len() as u64, "fence {}: leak", image.fence);
         // No double allocation: new objects never overlap live ones.
-        let fresh: Vec<u64> = (0..3)
-            .map(|_| pool.transaction(|tx| tx.alloc(Node::new(1, PPtr::null()))).unwrap().offset())
-            .collect();
+        let fresh: Vec<u64> =
+            (0..3).map(|_| pool.transaction(|tx| tx.alloc(Node::new(1, PPtr::null()))).unwrap().offset()).collect();
         let node_bytes = std::mem::size_of::<Node>() as u64;
         for new in &fresh {
             for old in &nodes {
-                assert!(new + node_bytes <= *old || old + node_bytes <= *new, "fence {}: double allocation", image.fence);
+                assert!(
+                    new + node_bytes <= *old || old + node_bytes <= *new,
+                    "fence {}: double allocation",
+                    image.fence
+                );
             }
         }
         checked += 1;
@@ -240,7 +244,11 @@ fn every_crash_image_of_hash_map_inserts_keeps_each_acknowledged_key() {
         let present: HashMap<u32, u32> = entries.iter().copied().collect();
         assert_eq!(present.len(), entries.len(), "fence {}: a key appears twice", image.fence);
         for (key, value) in &present {
-            assert!(written.get(key).is_some_and(|v| v.contains(value)), "fence {}: {key} -> {value} never written", image.fence);
+            assert!(
+                written.get(key).is_some_and(|v| v.contains(value)),
+                "fence {}: {key} -> {value} never written",
+                image.fence
+            );
         }
         // The one operation in flight may or may not have landed; every
         // earlier one must have.

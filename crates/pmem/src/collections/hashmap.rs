@@ -94,7 +94,7 @@ enum Probe {
     /// the empty slot that ended the probe.
     Absent {
         dead: Option<u64>,
-        empty: u64,
+        empty: Option<u64>,
     },
 }
 
@@ -135,6 +135,12 @@ impl PHashMap {
         let slots = pool.get_slice(table, capacity)?;
         let len = slots.iter().filter(|s| s.live().is_some()).count() as u64;
         let dead = slots.iter().filter(|s| s.seal != SEAL_EMPTY && s.live().is_none()).count() as u64;
+        if len + dead >= capacity {
+            return Err(Error::CorruptPool {
+                path: pool.path().to_path_buf(),
+                detail: format!("hash table of {capacity} slots has no empty slot"),
+            });
+        }
         Ok(PHashMap { pool, root, table, capacity, len, dead })
     }
 
@@ -172,18 +178,20 @@ impl PHashMap {
         let mask = slots.len() as u64 - 1;
         let mut index = mix(key as u64) & mask;
         let mut dead = None;
-        loop {
+        // Bounded: the load limit keeps empty slots, but a damaged file may not.
+        for _ in 0..slots.len() {
             let slot = &slots[index as usize];
             match slot.live() {
                 Some((k, v)) if k == key => return Probe::Found(index, v),
                 Some(_) => {}
-                None if slot.seal == SEAL_EMPTY => return Probe::Absent { dead, empty: index },
+                None if slot.seal == SEAL_EMPTY => return Probe::Absent { dead, empty: Some(index) },
                 None => {
                     dead.get_or_insert(index);
                 }
             }
             index = (index + 1) & mask;
         }
+        Probe::Absent { dead, empty: None }
     }
 
     pub fn get(&self, key: u32) -> Result<Option<u32>> {
@@ -232,7 +240,11 @@ impl PHashMap {
                 self.dead -= 1;
                 Ok(None)
             }
-            Probe::Absent { dead: None, empty } => {
+            Probe::Absent { dead: None, empty: None } => Err(Error::CorruptPool {
+                path: self.pool.path().to_path_buf(),
+                detail: "hash table has no free slot".into(),
+            }),
+            Probe::Absent { dead: None, empty: Some(empty) } => {
                 let pointer = self.table.at(empty);
                 match publish {
                     Publish::Transaction => self.pool.transaction(|tx| tx.set(pointer, slot))?,
