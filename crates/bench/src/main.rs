@@ -3,6 +3,7 @@
 //! release build of RocksDB), so both tools' lines can be compared as is.
 
 mod alloc_counter;
+mod hashmap;
 mod store;
 mod workloads;
 
@@ -102,8 +103,14 @@ fn open_store(flags: &Flags, fresh: bool) -> Result<Arc<dyn store::Store>, Strin
 }
 
 fn main() {
-    let flags = Flags::parse();
-    if let Err(error) = run(flags) {
+    let args: Vec<String> = std::env::args().collect();
+    // `scaledkv-bench hashmap ...`: the persisted-hashmap experiment, with its own flags.
+    let result = if args.get(1).is_some_and(|a| a == "hashmap") {
+        hashmap::main(args[1..].to_vec())
+    } else {
+        run(Flags::parse())
+    };
+    if let Err(error) = result {
         eprintln!("error: {error}");
         std::process::exit(1);
     }

@@ -45,14 +45,33 @@ pub struct Slot {
 }
 
 impl Slot {
-    fn new(key: u32, value: u32) -> Slot {
+    pub fn new(key: u32, value: u32) -> Slot {
         let kv = (key as u64) << 32 | value as u64;
         Slot { kv, seal: seal_of(kv) }
     }
 
-    fn live(&self) -> Option<(u32, u32)> {
+    /// The entry, if the slot holds one whose seal matches.
+    pub fn live(&self) -> Option<(u32, u32)> {
         (self.seal == seal_of(self.kv)).then_some(((self.kv >> 32) as u32, self.kv as u32))
     }
+}
+
+/// Writes `key -> value` into a plain table (no pool, no persistence) with
+/// the map's hashing and probing, returning the slot index it used (None
+/// when full). The persisted-hashmap experiment's baselines (mmap + msync,
+/// write + fdatasync) use it, so every variant runs the same hash map.
+pub fn place(slots: &mut [Slot], key: u32, value: u32) -> Option<usize> {
+    let index = match PHashMap::probe(slots, key) {
+        Probe::Found(index, _) => index,
+        Probe::Absent { dead, empty } => dead.or(empty)?,
+    } as usize;
+    slots[index] = Slot::new(key, value);
+    Some(index)
+}
+
+/// A table capacity that holds `entries` under the load limit.
+pub fn capacity_for(entries: u64) -> u64 {
+    (entries * MAX_LOAD_DENOMINATOR / MAX_LOAD_NUMERATOR + 1).next_power_of_two().max(INITIAL_CAPACITY)
 }
 
 /// Odd, so never `SEAL_EMPTY` or `SEAL_REMOVED`.
@@ -113,11 +132,17 @@ impl PHashMap {
     }
 
     /// Makes an empty map in a freshly created pool whose root is a `MapRoot`.
-    pub fn init(mut pool: Pool) -> Result<PHashMap> {
+    pub fn init(pool: Pool) -> Result<PHashMap> {
+        Self::init_with_capacity(pool, INITIAL_CAPACITY)
+    }
+
+    /// As `init`, with room for `capacity_for(n)` entries before it grows.
+    pub fn init_with_capacity(mut pool: Pool, capacity: u64) -> Result<PHashMap> {
+        let capacity = capacity.max(INITIAL_CAPACITY).next_power_of_two();
         let root = pool.root::<MapRoot>()?;
         pool.transaction(|tx| {
-            let table = tx.alloc_slice_zeroed::<Slot>(INITIAL_CAPACITY)?;
-            tx.set(root, MapRoot { table, capacity: INITIAL_CAPACITY })
+            let table = tx.alloc_slice_zeroed::<Slot>(capacity)?;
+            tx.set(root, MapRoot { table, capacity })
         })?;
         Self::attach(pool)
     }

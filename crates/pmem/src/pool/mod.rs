@@ -266,14 +266,14 @@ impl Pool {
     /// root object of type `R`.
     pub fn create<R: Pod>(path: &Path, options: &PoolOptions) -> Result<Pool> {
         let geometry = Geometry::plan(options.size_bytes, options.log_bytes)?;
-        let region = Region::create(path, geometry.pool_bytes as usize, options.durability, false)?;
+        let region = Region::create_for_stores(path, geometry.pool_bytes as usize, options.durability)?;
         Self::format::<R>(Media::Mapped(region), path.to_path_buf(), geometry, options)
     }
 
     /// Opens an existing pool, rolling back a transaction a crash
     /// interrupted (see [`Pool::recovery`]).
     pub fn open(path: &Path, options: &PoolOptions) -> Result<Pool> {
-        let region = Region::open(path, options.durability)?;
+        let region = Region::open_for_stores(path, options.durability)?;
         Self::load(Media::Mapped(region), path.to_path_buf(), options)
     }
 
