@@ -13,6 +13,10 @@
 //!   `fdatasync` after each insert;
 //! - `pmdk-tx`, `pmdk-atomic`: PMDK's libpmemobj running the same map (a C
 //!   program, `scripts/pmdk_hashmap.c`, passed with `--pmdk`);
+//! - `toolkit-eadr`, `pmdk-atomic-eadr`: the one-fence insert on a
+//!   platform whose CPU caches are persistent (eADR, CXL): a fence and no
+//!   cache-line write-back (`SCALEDKV_PMEM_NO_FLUSH=1`, PMDK's
+//!   `PMEM_NO_FLUSH=1`); tmpfs/DAX only;
 //! - `*-batched`: the same without per-insert persistence, made durable
 //!   once at the end.
 //!
@@ -42,7 +46,7 @@ struct Flags {
     /// Comma-separated variants (default: all).
     #[arg(
         long,
-        default_value = "toolkit,toolkit-tx,mmap-msync,write-fdatasync,pmdk-tx,pmdk-atomic,toolkit-batched,mmap-msync-batched,write-fdatasync-batched,pmdk-batched"
+        default_value = "toolkit,toolkit-tx,mmap-msync,write-fdatasync,pmdk-tx,pmdk-atomic,toolkit-eadr,pmdk-atomic-eadr,toolkit-batched,mmap-msync-batched,write-fdatasync-batched,pmdk-batched"
     )]
     variants: String,
     /// Runs per (variant, N); the median is reported.
@@ -104,6 +108,9 @@ pub fn main(args: Vec<String>) -> Result<(), String> {
             if variant.starts_with("pmdk") && flags.pmdk.is_none() {
                 continue;
             }
+            if variant.ends_with("-eadr") && medium == Medium::PageCache {
+                continue; // no persistent caches without persistent memory
+            }
             if !batched && num > flags.max_durable_num {
                 println!("{variant:<24}: skipped at N={num} (over --max_durable_num={})", flags.max_durable_num);
                 continue;
@@ -151,6 +158,16 @@ fn run_variant(variant: &str, num: u64, flags: &Flags, durability: Durability, m
     let seed = flags.seed;
     let err = |e: &dyn std::fmt::Display| format!("{variant}: {e}");
     match variant {
+        "toolkit-eadr" => {
+            if medium == Medium::PageCache {
+                return Err(format!("{variant} needs a tmpfs or DAX directory"));
+            }
+            // Declares the CPU caches persistent for the pool mapped next.
+            std::env::set_var(scaledkv_pmem::flush::NO_FLUSH_ENV, "1");
+            let result = run_variant("toolkit", num, flags, durability, medium);
+            std::env::remove_var(scaledkv_pmem::flush::NO_FLUSH_ENV);
+            result
+        }
         "toolkit" | "toolkit-tx" | "toolkit-batched" => {
             let pool_bytes = table_bytes + table_bytes / 8 + (16 << 20);
             let options = PHashMap::options(pool_bytes, durability);
@@ -222,10 +239,16 @@ fn run_variant(variant: &str, num: u64, flags: &Flags, durability: Durability, m
             }
             Ok(started.elapsed().as_secs_f64() * 1e3)
         }
-        "pmdk-tx" | "pmdk-atomic" | "pmdk-batched" => {
+        "pmdk-tx" | "pmdk-atomic" | "pmdk-batched" | "pmdk-atomic-eadr" => {
             let binary = flags.pmdk.as_ref().expect("checked by the caller");
-            let mode = variant.trim_start_matches("pmdk-");
+            let mode = variant.trim_start_matches("pmdk-").trim_end_matches("-eadr");
             let mut command = Command::new(binary);
+            if variant.ends_with("-eadr") {
+                if medium == Medium::PageCache {
+                    return Err(format!("{variant} needs a tmpfs or DAX directory"));
+                }
+                command.env("PMEM_NO_FLUSH", "1");
+            }
             command.args([mode, &num.to_string(), &capacity.to_string(), &seed.to_string()]).arg(&path);
             if medium != Medium::PageCache {
                 // tmpfs stands in for PM: let PMDK flush cache lines as the
@@ -297,9 +320,15 @@ fn write_markdown(
         }
         out += "\n";
     }
-    for (base, label) in [("mmap-msync", "toolkit ÷ mmap-msync speed-up"), ("pmdk-tx", "toolkit-tx ÷ pmdk-tx speed-up")]
-    {
-        let ours = if base == "pmdk-tx" { "toolkit-tx" } else { "toolkit" };
+    let ratios = [
+        ("toolkit", "mmap-msync"),
+        ("toolkit-eadr", "mmap-msync"),
+        ("toolkit-tx", "pmdk-tx"),
+        ("toolkit", "pmdk-atomic"),
+        ("toolkit-batched", "mmap-msync-batched"),
+    ];
+    for (ours, base) in ratios {
+        let label = format!("speed-up {ours} vs {base}");
         if variants.contains(&base) && variants.contains(&ours) {
             out += &format!("| **{label}** |");
             for n in nums {

@@ -17,6 +17,9 @@ pub enum FlushInstruction {
     Clwb,
     Clflushopt,
     Clflush,
+    /// The CPU caches are inside the persistence domain (eADR, CXL GPF):
+    /// a store is durable once fenced, no write-back needed.
+    AutoFlush,
     /// Not x86-64: no user-space flush; callers fall back to msync.
     None,
 }
@@ -27,9 +30,41 @@ impl FlushInstruction {
             FlushInstruction::Clwb => "clwb",
             FlushInstruction::Clflushopt => "clflushopt",
             FlushInstruction::Clflush => "clflush",
+            FlushInstruction::AutoFlush => "sfence (eADR)",
             FlushInstruction::None => "none",
         }
     }
+}
+
+/// The environment variable that declares the caches persistent (eADR),
+/// as PMDK's `PMEM_NO_FLUSH=1` does; read each time a region is mapped.
+pub const NO_FLUSH_ENV: &str = "SCALEDKV_PMEM_NO_FLUSH";
+
+/// What a new persistent mapping uses: [`FlushInstruction::AutoFlush`]
+/// when `SCALEDKV_PMEM_NO_FLUSH=1` or every NVDIMM region the kernel lists
+/// reports its persistence domain as `cpu_cache`; else [`detected`].
+pub fn for_persistent_mapping() -> FlushInstruction {
+    let forced = std::env::var_os(NO_FLUSH_ENV).is_some_and(|v| v == "1");
+    if forced || caches_are_persistent() {
+        FlushInstruction::AutoFlush
+    } else {
+        detected()
+    }
+}
+
+/// `/sys/bus/nd/devices/region*/persistence_domain`, as PMDK's
+/// `pmem_has_auto_flush` reads it; false when there are no regions.
+fn caches_are_persistent() -> bool {
+    static PERSISTENT: OnceLock<bool> = OnceLock::new();
+    *PERSISTENT.get_or_init(|| {
+        let Ok(entries) = std::fs::read_dir("/sys/bus/nd/devices") else { return false };
+        let domains: Vec<String> = entries
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_name().to_string_lossy().starts_with("region"))
+            .filter_map(|e| std::fs::read_to_string(e.path().join("persistence_domain")).ok())
+            .collect();
+        !domains.is_empty() && domains.iter().all(|d| d.trim() == "cpu_cache")
+    })
 }
 
 /// Detects the instruction once (CPUID leaf 7: EBX bit 24 = CLWB,
@@ -118,6 +153,7 @@ pub unsafe fn write_back_lines(instruction: FlushInstruction, addr: *const u8, l
                 line += CACHE_LINE_BYTES;
             }
         }
+        FlushInstruction::AutoFlush => {}
         FlushInstruction::Clflush | FlushInstruction::None => {
             while line < end {
                 // SAFETY: as above; CLFLUSH is baseline SSE2.

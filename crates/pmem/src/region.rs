@@ -200,13 +200,13 @@ impl Region {
         };
         let persist_path = match (durability, medium) {
             (Durability::Buffered, _) => PersistPath::Nothing,
-            (Durability::Pmem, Medium::Dax | Medium::Tmpfs) => PersistPath::CacheFlush(flush::detected()),
+            (Durability::Pmem, Medium::Dax | Medium::Tmpfs) => PersistPath::CacheFlush(flush::for_persistent_mapping()),
             (Durability::Pmem, Medium::PageCache) => {
                 // SAFETY: unmapping the mapping made just above.
                 unsafe { libc::munmap(ptr, len) };
                 return Err(Error::PmemNeedsDax { path: path.to_path_buf() });
             }
-            (Durability::Sync, Medium::Dax) => PersistPath::CacheFlush(flush::detected()),
+            (Durability::Sync, Medium::Dax) => PersistPath::CacheFlush(flush::for_persistent_mapping()),
             // tmpfs has no device behind its pages: a store is already on
             // the "medium", and msync would be a system call that writes
             // nothing back. (It survives a process crash, as everything in
