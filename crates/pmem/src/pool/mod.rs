@@ -235,7 +235,40 @@ pub struct Recovery {
     pub rolled_back_entries: usize,
 }
 
-/// A persistent pool of typed objects; see the module docs for its layout.
+/// A persistent pool of typed objects; see the module docs for its layout
+/// and `docs/pmem.md` for the protocols.
+///
+/// ```
+/// use scaledkv_pmem::{Durability, Error, PPtr, Pod, Pool, PoolOptions, Zeroable};
+///
+/// #[derive(Clone, Copy, Pod, Zeroable)]
+/// #[repr(C)]
+/// struct Root { count: u64, head: PPtr<Node> }
+///
+/// #[derive(Clone, Copy, Pod, Zeroable)]
+/// #[repr(C)]
+/// struct Node { value: u64, next: PPtr<Node> }
+///
+/// let dir = tempfile::tempdir().unwrap();
+/// let path = dir.path().join("list.pool");
+/// let options = PoolOptions::new("my-list", 1).size_bytes(1 << 20).durability(Durability::Sync);
+/// let mut pool = Pool::create::<Root>(&path, &options)?;
+/// let root = pool.root::<Root>()?;
+/// pool.transaction(|tx| {
+///     let head = tx.get(root)?.head;
+///     let node = tx.alloc(Node { value: 42, next: head })?; // freed again if the tx rolls back
+///     let r = tx.get_mut(root)?; // old bytes logged before the change
+///     r.head = node;
+///     r.count += 1;
+///     Ok::<_, Error>(())
+/// })?; // durable here
+/// drop(pool);
+///
+/// let pool = Pool::open(&path, &options)?;
+/// let root = *pool.get(pool.root::<Root>()?)?;
+/// assert_eq!((root.count, pool.get(root.head)?.value), (1, 42));
+/// # Ok::<(), Error>(())
+/// ```
 ///
 /// Reads take `&self`; every change goes through [`Pool::transaction`]
 /// (or the `unsafe` unlogged path), which takes `&mut self`: one writer at
