@@ -118,7 +118,7 @@ impl Db {
             Some(m) => {
                 let loaded = checkpoint::load(&dir, m.checkpoint_generation)?;
                 Some(Start {
-                    map: loaded.map,
+                    entries: loaded.entries,
                     segment: m.replay_segment,
                     offset: m.replay_offset as usize,
                     last_seq: loaded.last_seq,

@@ -102,8 +102,10 @@ pub struct Index {
 }
 
 impl Index {
+    /// An index over `map`, which holds no deletions (recovery drops them).
     pub fn new(map: BTreeMap<Key, Slot>, visible_seq: u64) -> Index {
-        let live_keys = map.values().filter(|slot| !slot.loc.is_tombstone()).count() as u64;
+        debug_assert!(map.values().all(|slot| !slot.loc.is_tombstone()));
+        let live_keys = map.len() as u64;
         Index {
             live_keys: AtomicU64::new(live_keys),
             map: RwLock::new(map),
