@@ -19,11 +19,10 @@ use std::ops::Bound;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use parking_lot::{Mutex, RwLock};
-use smallvec::SmallVec;
 
 use crate::log::segment::SegmentSet;
 
-pub type Key = SmallVec<[u8; 16]>;
+pub use super::key::{Key, KeyRef};
 
 /// Where an entry lives in the value log.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -128,7 +127,7 @@ impl Index {
     /// The location of `key` as seen at `at_seq` (`None` = newest).
     pub fn get(&self, key: &[u8], at_seq: Option<u64>) -> Option<Loc> {
         let map = self.map.read();
-        let slot = map.get(key)?.visible(at_seq)?;
+        let slot = map.get(KeyRef::new(key))?.visible(at_seq)?;
         (!slot.loc.is_tombstone()).then_some(slot.loc)
     }
 
@@ -145,7 +144,7 @@ impl Index {
         out: &mut Vec<(Key, Loc)>,
     ) -> Option<Key> {
         let map = self.map.read();
-        let range = map.range::<[u8], _>((lower, upper));
+        let range = map.range::<KeyRef, _>((lower.map(KeyRef::new), upper.map(KeyRef::new)));
         let iter: Box<dyn Iterator<Item = (&Key, &Slot)>> =
             if reverse { Box::new(range.rev().take(max)) } else { Box::new(range.take(max)) };
         let mut last = None;
@@ -164,9 +163,9 @@ impl Index {
     /// snapshot needs an older one (GC dropping an expired entry).
     pub fn remove_if_at(&self, key: &[u8], at: Loc, segments: &SegmentSet) -> bool {
         let mut map = self.map.write();
-        let removable = map.get(key).is_some_and(|slot| slot.loc == at && slot.older.is_none());
+        let removable = map.get(KeyRef::new(key)).is_some_and(|slot| slot.loc == at && slot.older.is_none());
         if removable {
-            map.remove(key);
+            map.remove(KeyRef::new(key));
             self.live_keys.fetch_sub(1, Ordering::Relaxed);
             segments.with(at.seg, |s| s.live_bytes.fetch_sub(at.len as u64, Ordering::Relaxed));
         }
@@ -246,18 +245,18 @@ impl Index {
                     }
                 }
                 Update::Delete { key, seq } => {
-                    if let Some(head) = map.get_mut(key) {
+                    if let Some(head) = map.get_mut(KeyRef::new(key)) {
                         let old = std::mem::replace(head, Slot::new(Loc::TOMBSTONE, seq));
                         keys_delta -= !old.loc.is_tombstone() as i64;
                         add_live(old.loc, -1);
                         head.older = retain_for_snapshots(old, seq, snapshots, &mut chained_delta);
                         if head.older.is_none() {
-                            map.remove(key);
+                            map.remove(KeyRef::new(key));
                         }
                     }
                 }
                 Update::Relocate { key, from, to } => {
-                    if let Some(head) = map.get_mut(key) {
+                    if let Some(head) = map.get_mut(KeyRef::new(key)) {
                         if head.loc == from {
                             head.loc = to;
                             add_live(from, -1);
@@ -285,11 +284,11 @@ impl Index {
         loop {
             let map = self.map.read();
             let lower = match &cursor {
-                Some(key) => Bound::Excluded(key.as_slice()),
+                Some(key) => Bound::Excluded(KeyRef::new(key)),
                 None => Bound::Unbounded,
             };
             let mut last = None;
-            for (key, slot) in map.range::<[u8], _>((lower, Bound::Unbounded)).take(chunk) {
+            for (key, slot) in map.range::<KeyRef, _>((lower, Bound::Unbounded)).take(chunk) {
                 if !slot.loc.is_tombstone() {
                     f(key, slot);
                 }
@@ -304,7 +303,7 @@ impl Index {
 
     /// Whether `key`'s newest version is still at `loc` (GC liveness test).
     pub fn points_at(&self, key: &[u8], loc: Loc) -> bool {
-        self.map.read().get(key).is_some_and(|slot| slot.loc == loc)
+        self.map.read().get(KeyRef::new(key)).is_some_and(|slot| slot.loc == loc)
     }
 
     /// Estimated DRAM bytes held by the index.

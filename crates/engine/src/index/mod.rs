@@ -1,2 +1,3 @@
 //! The index: key -> newest entry location.
+pub mod key;
 pub mod memtable;

@@ -107,7 +107,7 @@ impl<T: Pod> PVec<T> {
     pub fn push(self, tx: &mut Tx<'_>, value: T) -> Result<()> {
         let mut header = *tx.get(self.header)?;
         if header.len == header.capacity {
-            let capacity = (header.capacity * 2).max(4);
+            let capacity = header.capacity.saturating_mul(2).max(4);
             let data = tx.alloc_slice_zeroed::<T>(capacity)?;
             if header.len > 0 {
                 let old: Vec<T> = tx.get_slice(header.data, header.len)?.to_vec();

@@ -137,18 +137,20 @@ impl Geometry {
     }
 
     /// Checks a geometry read from a file against its length, so no later
-    /// access can leave the mapping whatever the header says.
+    /// access can leave the mapping whatever the header says. Every sum is
+    /// checked: the fields may be anything a damaged or crafted file holds.
     fn validate(&self, file_bytes: u64) -> std::result::Result<(), String> {
-        let log_end = self.log_offset.checked_add(self.log_bytes);
+        let end_of = |start: u64, per_chunk: u64| {
+            self.chunk_count.checked_mul(per_chunk).and_then(|bytes| start.checked_add(bytes))
+        };
         let ordered = self.log_offset == HEADER_BYTES
             && self.log_bytes >= MIN_LOG_BYTES
-            && log_end == Some(self.table_offset)
+            && self.log_offset.checked_add(self.log_bytes) == Some(self.table_offset)
             && self.chunk_count >= 2
-            && self.chunk_count < (1 << 40)
-            && self.bitmap_offset >= self.table_offset + 8 * self.chunk_count
-            && self.heap_offset >= self.bitmap_offset + BITMAP_BYTES_PER_CHUNK * self.chunk_count
+            && end_of(self.table_offset, 8).is_some_and(|end| self.bitmap_offset >= end)
+            && end_of(self.bitmap_offset, BITMAP_BYTES_PER_CHUNK).is_some_and(|end| self.heap_offset >= end)
             && self.heap_offset.is_multiple_of(PAGE_BYTES)
-            && self.heap_end() == self.pool_bytes;
+            && end_of(self.heap_offset, CHUNK_BYTES) == Some(self.pool_bytes);
         if !ordered {
             return Err(format!("inconsistent geometry {self:?}"));
         }
