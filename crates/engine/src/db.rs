@@ -581,9 +581,12 @@ impl Inner {
             let entry = self.decode_at(segment, loc, key)?;
             Ok(entry.map(|entry| f(segment, loc, &entry)))
         };
-        self.segments
-            .with(loc.seg, decode)
-            .or_else(|| pinned.and_then(|table| table.get(loc.seg as usize)?.as_ref().map(decode)))
+        // A pinned table (snapshots, iterators) is a plain vector: looking
+        // there first saves an atomic load per entry. Segment ids are never
+        // reused, so a pinned segment holds the same bytes as the live one.
+        pinned
+            .and_then(|table| table.get(loc.seg as usize)?.as_ref().map(decode))
+            .or_else(|| self.segments.with(loc.seg, decode))
             .or_else(|| self.segments.find_retired(loc.seg).map(|segment| decode(&segment)))
     }
 
