@@ -12,8 +12,10 @@ use scaledkv_pmem::collections::PHashMap;
 use scaledkv_pmem::sim::SimMedia;
 use scaledkv_pmem::{Error, PPtr, Pod, Pool, PoolOptions, Zeroable};
 
-fn ops(default: usize) -> usize {
-    std::env::var("SCALEDKV_PMEM_SIM_OPS").ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+/// Transactions of the list workload (`SCALEDKV_PMEM_SIM_OPS`, default 65);
+/// the hash-map workload runs 20 times as many (cheaper) operations.
+fn ops() -> usize {
+    std::env::var("SCALEDKV_PMEM_SIM_OPS").ok().and_then(|v| v.parse().ok()).unwrap_or(65)
 }
 
 struct Rng(u64);
@@ -96,7 +98,7 @@ fn every_crash_image_of_random_transactions_is_a_committed_state_without_leaks()
     // For each transaction: the fences it spans and the states around it.
     let mut spans: Vec<(usize, usize, State, State)> = Vec::new();
     let mut state: State = (0, 0);
-    for _ in 0..ops(60) {
+    for _ in 0..ops() {
         let first = pool.simulated().unwrap().fences();
         let op = rng.below(10);
         let value = rng.below(1000) + 1;
@@ -202,7 +204,7 @@ fn every_crash_image_of_hash_map_inserts_keeps_each_acknowledged_key() {
     // Every value ever written per key, acknowledged or not.
     let mut written: HashMap<u32, HashSet<u32>> = HashMap::new();
     let fences = |map: &mut PHashMap| map.pool_mut().simulated().unwrap().fences();
-    for i in 0..ops(1300) as u32 {
+    for i in 0..(ops() * 20) as u32 {
         let op = rng.below(10);
         // Removals and some updates hit keys already in the map.
         let key = match acked.len() {
