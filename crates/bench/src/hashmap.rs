@@ -220,8 +220,7 @@ fn run_variant(variant: &str, num: u64, flags: &Flags, durability: Durability, m
         }
         "write-fdatasync" | "write-fdatasync-batched" => {
             let file = create_file(&path, table_bytes).map_err(|e| err(&e))?;
-            let mut slots = vec![Slot::new(0, 0); capacity as usize];
-            slots.iter_mut().for_each(|s| *s = scaledkv_pmem::Zeroable::zeroed());
+            let mut slots: Vec<Slot> = vec![scaledkv_pmem::Zeroable::zeroed(); capacity as usize];
             let started = Instant::now();
             let per_insert = variant == "write-fdatasync";
             for i in 0..num {

@@ -102,34 +102,7 @@ impl Region {
     /// maps it. `populate` prefaults the pages so the first writes do not
     /// page-fault (worth it when creation is off the critical path).
     pub fn create(path: &Path, len_bytes: usize, durability: Durability, populate: bool) -> Result<Region> {
-        if len_bytes == 0 {
-            return Err(Error::Empty { path: path.to_path_buf() });
-        }
-        let file =
-            OpenOptions::new().read(true).write(true).create_new(true).open(path).map_err(io_err(path, "create"))?;
-        file.set_len(len_bytes as u64).map_err(io_err(path, "set_len"))?;
-        // Reserve the blocks now so later writes need no allocation, which
-        // also keeps each later fdatasync free of block-allocation metadata.
-        // SAFETY: plain syscall on an fd we own.
-        let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len_bytes as libc::off_t) };
-        if rc != 0 && rc != libc::EOPNOTSUPP {
-            return Err(Error::Io {
-                path: path.to_path_buf(),
-                op: "fallocate",
-                source: std::io::Error::from_raw_os_error(rc),
-            });
-        }
-        if durability == Durability::Sync && !is_tmpfs(&file) {
-            // fallocate leaves "unwritten" extents: the first write to each
-            // block changes extent metadata, so every fdatasync after it
-            // commits the file system journal too (two device flushes, not
-            // one). Writing zeros once, here and off the write path, makes
-            // later syncs pure data writes, as PostgreSQL does with WAL files.
-            write_zeros(&file, len_bytes).map_err(io_err(path, "zero-fill"))?;
-        }
-        if durability != Durability::Buffered {
-            file.sync_all().map_err(io_err(path, "fsync"))?;
-        }
+        let file = create_file(path, len_bytes, durability)?;
         Self::map(file, path, len_bytes, durability, populate, Stores::Syscall)
     }
 
@@ -142,30 +115,20 @@ impl Region {
     /// sync; measured here, store + fdatasync of one page cost 400-550 µs
     /// that way and 50-76 µs with pwrite.
     pub fn create_for_stores(path: &Path, len_bytes: usize, durability: Durability) -> Result<Region> {
-        let region = Self::create(path, len_bytes, durability, false)?;
-        let (file, path) = (region.file.try_clone().map_err(io_err(path, "dup"))?, region.path.clone());
-        drop(region);
-        Self::map(file, &path, len_bytes, durability, false, Stores::Mapping)
-    }
-
-    /// As `open`, for owners that store through the mapping.
-    pub fn open_for_stores(path: &Path, durability: Durability) -> Result<Region> {
-        let file = OpenOptions::new().read(true).write(true).open(path).map_err(io_err(path, "open"))?;
-        let len = file.metadata().map_err(io_err(path, "stat"))?.len() as usize;
-        if len == 0 {
-            return Err(Error::Empty { path: path.to_path_buf() });
-        }
-        Self::map(file, path, len, durability, false, Stores::Mapping)
+        let file = create_file(path, len_bytes, durability)?;
+        Self::map(file, path, len_bytes, durability, false, Stores::Mapping)
     }
 
     /// Maps an existing file over its whole length.
     pub fn open(path: &Path, durability: Durability) -> Result<Region> {
-        let file = OpenOptions::new().read(true).write(true).open(path).map_err(io_err(path, "open"))?;
-        let len = file.metadata().map_err(io_err(path, "stat"))?.len() as usize;
-        if len == 0 {
-            return Err(Error::Empty { path: path.to_path_buf() });
-        }
+        let (file, len) = open_file(path)?;
         Self::map(file, path, len, durability, false, Stores::Syscall)
+    }
+
+    /// As `open`, for owners that store through the mapping.
+    pub fn open_for_stores(path: &Path, durability: Durability) -> Result<Region> {
+        let (file, len) = open_file(path)?;
+        Self::map(file, path, len, durability, false, Stores::Mapping)
     }
 
     fn map(
@@ -188,14 +151,14 @@ impl Region {
         let (ptr, medium) = if dax_ptr != libc::MAP_FAILED {
             (dax_ptr, Medium::Dax)
         } else {
-            // SAFETY: as above.
-            let private = stores == Stores::Mapping && durability == Durability::Sync && !is_tmpfs(&file);
+            let medium = if is_tmpfs(&file) { Medium::Tmpfs } else { Medium::PageCache };
+            let private = stores == Stores::Mapping && durability == Durability::Sync && medium == Medium::PageCache;
             let sharing = if private { libc::MAP_PRIVATE } else { libc::MAP_SHARED };
+            // SAFETY: as above.
             let ptr = unsafe { libc::mmap(std::ptr::null_mut(), len, prot, sharing | populate_flag, fd, 0) };
             if ptr == libc::MAP_FAILED {
                 return Err(io_err(path, "mmap")(std::io::Error::last_os_error()));
             }
-            let medium = if is_tmpfs(&file) { Medium::Tmpfs } else { Medium::PageCache };
             (ptr, medium)
         };
         let persist_path = match (durability, medium) {
@@ -389,6 +352,49 @@ impl std::fmt::Debug for Region {
             .field("persist", &self.persist_method())
             .finish()
     }
+}
+
+/// Creates `path` (which must not exist) with `len_bytes` reserved, zero-filled
+/// where later syncs need it, and synced unless buffered.
+fn create_file(path: &Path, len_bytes: usize, durability: Durability) -> Result<File> {
+    if len_bytes == 0 {
+        return Err(Error::Empty { path: path.to_path_buf() });
+    }
+    let file = OpenOptions::new().read(true).write(true).create_new(true).open(path).map_err(io_err(path, "create"))?;
+    file.set_len(len_bytes as u64).map_err(io_err(path, "set_len"))?;
+    // Reserve the blocks now so later writes need no allocation, which
+    // also keeps each later fdatasync free of block-allocation metadata.
+    // SAFETY: plain syscall on an fd we own.
+    let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len_bytes as libc::off_t) };
+    if rc != 0 && rc != libc::EOPNOTSUPP {
+        return Err(Error::Io {
+            path: path.to_path_buf(),
+            op: "fallocate",
+            source: std::io::Error::from_raw_os_error(rc),
+        });
+    }
+    if durability == Durability::Sync && !is_tmpfs(&file) {
+        // fallocate leaves "unwritten" extents: the first write to each
+        // block changes extent metadata, so every fdatasync after it
+        // commits the file system journal too (two device flushes, not
+        // one). Writing zeros once, here and off the write path, makes
+        // later syncs pure data writes, as PostgreSQL does with WAL files.
+        write_zeros(&file, len_bytes).map_err(io_err(path, "zero-fill"))?;
+    }
+    if durability != Durability::Buffered {
+        file.sync_all().map_err(io_err(path, "fsync"))?;
+    }
+    Ok(file)
+}
+
+/// Opens an existing, non-empty file read-write; returns it and its length.
+fn open_file(path: &Path) -> Result<(File, usize)> {
+    let file = OpenOptions::new().read(true).write(true).open(path).map_err(io_err(path, "open"))?;
+    let len = file.metadata().map_err(io_err(path, "stat"))?.len() as usize;
+    if len == 0 {
+        return Err(Error::Empty { path: path.to_path_buf() });
+    }
+    Ok((file, len))
 }
 
 fn is_tmpfs(file: &File) -> bool {

@@ -158,8 +158,14 @@ impl PHashMap {
             });
         }
         let slots = pool.get_slice(table, capacity)?;
-        let len = slots.iter().filter(|s| s.live().is_some()).count() as u64;
-        let dead = slots.iter().filter(|s| s.seal != SEAL_EMPTY && s.live().is_none()).count() as u64;
+        let (mut len, mut dead) = (0u64, 0u64);
+        for slot in slots {
+            match slot.live() {
+                Some(_) => len += 1,
+                None if slot.seal != SEAL_EMPTY => dead += 1,
+                None => {}
+            }
+        }
         if len + dead >= capacity {
             return Err(Error::CorruptPool {
                 path: pool.path().to_path_buf(),

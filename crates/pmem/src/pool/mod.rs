@@ -368,9 +368,11 @@ impl Pool {
         pool.geometry.root_offset = root.offset();
         pool.geometry.root_bytes = std::mem::size_of::<R>() as u64;
         pool.write_header(options);
-        // The magic goes last: a crash before it leaves a file `open`
-        // refuses as "not a pool" rather than a half-made pool.
-        pool.media.write_back(0, pool.geometry.pool_bytes)?;
+        // The file starts zeroed and the root's transaction made its own
+        // changes (log generation, chunk table, bitmap, root) durable, so
+        // only the header is left. The magic goes last: a crash before it
+        // leaves a file `open` refuses as "not a pool".
+        pool.media.write_back(0, HEADER_BYTES)?;
         pool.media.fence()?;
         pool.mem.bytes_mut(0, 8).copy_from_slice(&MAGIC);
         pool.media.write_back(0, 8)?;
