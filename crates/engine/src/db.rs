@@ -25,7 +25,7 @@ use crate::log::segment::{Segment, SegmentSet, SegmentTable, SEGMENT_HEADER_BYTE
 use crate::log::writer::{LogWriter, GROUP_ALIGN_BYTES};
 use crate::manifest::Manifest;
 use crate::options::{Durability, Options};
-use crate::recovery::{recover, RecoveryReport, Start};
+use crate::recovery::{self, RecoveryReport, Start};
 use crate::stats::{Counters, Stats};
 
 /// Milliseconds since the Unix epoch (the unit of expiry times).
@@ -51,8 +51,10 @@ pub struct Db {
 
 pub(crate) struct CheckpointState {
     generation: u64,
-    /// `LogWriter::appended_bytes` when the last checkpoint started.
+    /// `LogWriter::appended_bytes` and `appended_entries` when the last
+    /// checkpoint started.
     appended_at_last: u64,
+    entries_at_last: u64,
     /// Segments emptied by GC; their files go once a checkpoint that no
     /// longer references them is durable.
     pub(crate) pending_free: Vec<Arc<Segment>>,
@@ -114,19 +116,20 @@ impl Db {
             return Err(Error::Locked { path: dir });
         }
         let manifest = Manifest::load(&dir)?;
-        let start = match manifest {
-            Some(m) => {
-                let loaded = checkpoint::load(&dir, m.checkpoint_generation)?;
-                Some(Start {
-                    entries: loaded.entries,
-                    segment: m.replay_segment,
-                    offset: m.replay_offset as usize,
-                    last_seq: loaded.last_seq,
-                })
-            }
-            None => None,
-        };
-        let recovered = recover(&dir, &options, start)?;
+        // The checkpoint loads on another core while the log tail replays.
+        let (loaded, replayed) = std::thread::scope(|scope| {
+            let dir = &dir;
+            let loading = manifest.map(|m| scope.spawn(move || checkpoint::load(dir, m.checkpoint_generation)));
+            let start = manifest.map(|m| Start {
+                segment: m.replay_segment,
+                offset: m.replay_offset as usize,
+                checkpoint_keys_hint: checkpoint::keys_hint(dir, m.checkpoint_generation),
+            });
+            let replayed = recovery::replay(dir, &options, start);
+            let loaded = loading.map(|loading| loading.join().expect("the checkpoint loader does not panic"));
+            (loaded.transpose(), replayed)
+        });
+        let recovered = recovery::finish(&dir, loaded?, replayed?)?;
         remove_stale_files(&dir, manifest.map(|m| m.checkpoint_generation))?;
         let segments = SegmentSet::default();
         let (active, end) = match recovered.segments.last() {
@@ -153,13 +156,14 @@ impl Db {
             tracing::warn!(dir = %dir.display(), report = ?recovered.report, "recovery repaired the log");
         }
         let inner = Arc::new(Inner {
-            index: Index::new(recovered.map, recovered.last_seq),
+            index: Index::new(recovered.map, recovered.last_seq, recovered.spilled_key_bytes),
             segments,
             committer: Committer::new(log),
             counters: Counters::default(),
             checkpoints: Mutex::new(CheckpointState {
                 generation: manifest.map_or(0, |m| m.checkpoint_generation),
                 appended_at_last: 0,
+                entries_at_last: 0,
                 pending_free: Vec::new(),
             }),
             poisoned: OnceLock::new(),
@@ -611,9 +615,9 @@ impl Inner {
         let mut state = self.checkpoints.lock();
         // Under the log lock every group before this position is applied,
         // so the scan below sees at least everything before it.
-        let (segment, offset, appended, last_seq) = self.with_log(|log| {
+        let (segment, offset, appended, entries, last_seq) = self.with_log(|log| {
             let (segment, offset) = log.position();
-            (segment, offset, log.appended_bytes, log.last_seq)
+            (segment, offset, log.appended_bytes, log.appended_entries, log.last_seq)
         });
         let freed = std::mem::take(&mut state.pending_free);
         if self.options.durability == Durability::Buffered {
@@ -636,6 +640,7 @@ impl Inner {
         }
         state.generation = generation;
         state.appended_at_last = appended;
+        state.entries_at_last = entries;
         for segment in freed {
             segment.mark_for_deletion();
             self.counters.segments_freed.fetch_add(1, Ordering::Relaxed);
@@ -663,22 +668,29 @@ impl Inner {
         if self.poisoned.get().is_some() {
             return Ok(());
         }
-        let appended = self.with_log(|log| log.appended_bytes);
-        let due = {
-            let state = self.checkpoints.lock();
-            appended - state.appended_at_last >= self.options.checkpoint_interval_bytes || state.pending_free.len() >= 4
-        };
-        if due {
+        if self.checkpoint_due(4) {
             self.checkpoint()?;
         }
         // Keep collecting while passes come back full, so GC keeps up with
-        // sustained overwrites, but stop promptly on close.
+        // sustained overwrites, but stop promptly on close. The replay bound
+        // is checked on every pass: under sustained overwrites this loop
+        // runs for as long as the writers do.
         while self.collect_garbage()? == crate::gc::SEGMENTS_PER_PASS as u64 && !*self.shutdown.lock() {
-            if self.checkpoints.lock().pending_free.len() >= 4 * crate::gc::SEGMENTS_PER_PASS {
+            if self.checkpoint_due(4 * crate::gc::SEGMENTS_PER_PASS) {
                 self.checkpoint()?;
             }
         }
         Ok(())
+    }
+
+    /// Whether the log written since the last checkpoint has outgrown its
+    /// bounds, or `pending_segments` emptied segments wait for one to free them.
+    fn checkpoint_due(&self, pending_segments: usize) -> bool {
+        let (bytes, entries) = self.with_log(|log| (log.appended_bytes, log.appended_entries));
+        let state = self.checkpoints.lock();
+        bytes - state.appended_at_last >= self.options.checkpoint_interval_bytes
+            || entries - state.entries_at_last >= self.options.checkpoint_interval_entries
+            || state.pending_free.len() >= pending_segments
     }
 
     fn stats(&self) -> Stats {

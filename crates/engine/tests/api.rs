@@ -196,6 +196,24 @@ fn gc_bounds_space_under_overwrites_and_keeps_data() {
 }
 
 #[test]
+fn background_checkpoints_bound_replay_by_entry_count() {
+    let dir = tempfile::tempdir().unwrap();
+    // Small entries in one large segment: neither the byte interval nor
+    // GC (which checkpoints to free segments) would trigger one.
+    let options =
+        Options { checkpoint_interval_entries: 1000, checkpoint_interval_bytes: u64::MAX, ..Options::default() };
+    let db = Db::open(dir.path(), options).unwrap();
+    for i in 0..5000u32 {
+        db.put(&i.to_be_bytes(), b"v").unwrap();
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while db.stats().checkpoints == 0 {
+        assert!(std::time::Instant::now() < deadline, "no checkpoint after 5000 entries with an interval of 1000");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
 fn snapshot_survives_gc_of_the_segments_it_reads() {
     let dir = tempfile::tempdir().unwrap();
     let db = Db::open(dir.path(), Options { background_work: false, ..small_segments() }).unwrap();

@@ -15,7 +15,7 @@ use std::cmp::Ordering;
 use smallvec::SmallVec;
 
 /// An owned key.
-#[derive(Clone, Default, PartialEq, Eq, Hash)]
+#[derive(Clone, Default, Eq)]
 pub struct Key(SmallVec<[u8; 16]>);
 
 /// A borrowed key: the same bytes with the same order, for lookups.
@@ -32,7 +32,7 @@ impl KeyRef {
 }
 
 /// Byte order (shorter first on a common prefix), the same as `[u8]`'s.
-fn compare(a: &[u8], b: &[u8]) -> Ordering {
+pub(crate) fn compare(a: &[u8], b: &[u8]) -> Ordering {
     if let (Some(x), Some(y)) = (a.first_chunk::<8>(), b.first_chunk::<8>()) {
         let (x, y) = (u64::from_be_bytes(*x), u64::from_be_bytes(*y));
         if x != y {
@@ -52,6 +52,14 @@ impl Ord for KeyRef {
 impl PartialOrd for KeyRef {
     fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
         Some(self.cmp(other))
+    }
+}
+
+/// Byte equality through [`compare`]: the derived one calls memcmp, and
+/// building the B-tree from a checkpoint compares every neighbouring pair.
+impl PartialEq for Key {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.len() == other.0.len() && compare(&self.0, &other.0) == Ordering::Equal
     }
 }
 
@@ -90,13 +98,13 @@ impl Key {
         &self.0
     }
 
-    /// Whether the bytes live on the heap (longer than 16 bytes).
-    pub fn spilled(&self) -> bool {
-        self.0.spilled()
-    }
-
-    pub fn capacity(&self) -> usize {
-        self.0.capacity()
+    /// Heap bytes the key holds: 0 for keys stored inline (up to 16 bytes).
+    pub fn heap_bytes(&self) -> u64 {
+        if self.0.spilled() {
+            self.0.capacity() as u64
+        } else {
+            0
+        }
     }
 }
 
@@ -129,6 +137,7 @@ mod tests {
             for b in &keys {
                 assert_eq!(Key::from_slice(a).cmp(&Key::from_slice(b)), a.cmp(b), "{a:?} vs {b:?}");
                 assert_eq!(KeyRef::new(a).cmp(KeyRef::new(b)), a.cmp(b), "{a:?} vs {b:?}");
+                assert_eq!(Key::from_slice(a) == Key::from_slice(b), a == b, "{a:?} vs {b:?}");
             }
         }
     }

@@ -98,15 +98,21 @@ pub struct Index {
     chained_versions: AtomicU64,
     /// Heads that are not tombstones: the number of keys.
     live_keys: AtomicU64,
+    /// Heap bytes of keys longer than the inline 16, kept current so that
+    /// `memory_bytes` (INFO, metrics) never walks the tree.
+    spilled_key_bytes: AtomicU64,
 }
 
 impl Index {
-    /// An index over `map`, which holds no deletions (recovery drops them).
-    pub fn new(map: BTreeMap<Key, Slot>, visible_seq: u64) -> Index {
+    /// An index over `map`, which holds no deletions (recovery drops them)
+    /// and whose long keys hold `spilled_key_bytes` of heap.
+    pub fn new(map: BTreeMap<Key, Slot>, visible_seq: u64, spilled_key_bytes: u64) -> Index {
         debug_assert!(map.values().all(|slot| !slot.loc.is_tombstone()));
+        debug_assert_eq!(spilled_key_bytes, map.keys().map(Key::heap_bytes).sum::<u64>());
         let live_keys = map.len() as u64;
         Index {
             live_keys: AtomicU64::new(live_keys),
+            spilled_key_bytes: AtomicU64::new(spilled_key_bytes),
             map: RwLock::new(map),
             visible_seq: AtomicU64::new(visible_seq),
             snapshots: Mutex::new(BTreeMap::new()),
@@ -165,7 +171,9 @@ impl Index {
         let mut map = self.map.write();
         let removable = map.get(KeyRef::new(key)).is_some_and(|slot| slot.loc == at && slot.older.is_none());
         if removable {
-            map.remove(KeyRef::new(key));
+            if let Some((key, _)) = map.remove_entry(KeyRef::new(key)) {
+                self.spilled_key_bytes.fetch_sub(key.heap_bytes(), Ordering::Relaxed);
+            }
             self.live_keys.fetch_sub(1, Ordering::Relaxed);
             segments.with(at.seg, |s| s.live_bytes.fetch_sub(at.len as u64, Ordering::Relaxed));
         }
@@ -214,6 +222,7 @@ impl Index {
         let snapshots = snapshots_guard.as_deref();
         let mut chained_delta: i64 = 0;
         let mut keys_delta: i64 = 0;
+        let mut spilled_delta: i64 = 0;
         let add_live = |loc: Loc, sign: i64| {
             if !loc.is_tombstone() {
                 segments.with(loc.seg, |s| {
@@ -240,6 +249,7 @@ impl Index {
                         }
                         Entry::Vacant(slot) => {
                             keys_delta += 1;
+                            spilled_delta += slot.key().heap_bytes() as i64;
                             slot.insert(new);
                         }
                     }
@@ -251,7 +261,9 @@ impl Index {
                         add_live(old.loc, -1);
                         head.older = retain_for_snapshots(old, seq, snapshots, &mut chained_delta);
                         if head.older.is_none() {
-                            map.remove(KeyRef::new(key));
+                            if let Some((key, _)) = map.remove_entry(KeyRef::new(key)) {
+                                spilled_delta -= key.heap_bytes() as i64;
+                            }
                         }
                     }
                 }
@@ -268,6 +280,9 @@ impl Index {
         }
         if keys_delta != 0 {
             self.live_keys.fetch_add(keys_delta as u64, Ordering::Relaxed);
+        }
+        if spilled_delta != 0 {
+            self.spilled_key_bytes.fetch_add(spilled_delta as u64, Ordering::Relaxed);
         }
         if chained_delta != 0 {
             self.chained_versions.fetch_add(chained_delta as u64, Ordering::Relaxed);
@@ -308,13 +323,13 @@ impl Index {
 
     /// Estimated DRAM bytes held by the index.
     pub fn memory_bytes(&self) -> u64 {
-        let map = self.map.read();
-        let spilled: usize = map.keys().filter(|k| k.spilled()).map(|k| k.capacity()).sum();
+        let entries = self.map.read().len();
+        let spilled = self.spilled_key_bytes.load(Ordering::Relaxed) as usize;
         // B-tree leaves hold 11 entries and are between half and completely
         // full; 3/4 is the expected fill for random inserts.
         let entry = std::mem::size_of::<Key>() + std::mem::size_of::<Slot>();
         let chained = self.chained_versions.load(Ordering::Relaxed) as usize * std::mem::size_of::<Slot>();
-        (map.len() * entry * 4 / 3 + spilled + chained) as u64
+        (entries * entry * 4 / 3 + spilled + chained) as u64
     }
 }
 
@@ -365,7 +380,7 @@ mod tests {
     #[test]
     fn snapshot_keeps_the_version_it_saw_and_only_that() {
         let segments = SegmentSet::default();
-        let index = Index::new(BTreeMap::new(), 0);
+        let index = Index::new(BTreeMap::new(), 0, 0);
         index.apply([Update::Put { key: b"k", loc: loc(1), seq: 1 }].into_iter(), 1, &segments);
         let s1 = index.register_snapshot();
         index.apply([Update::Put { key: b"k", loc: loc(2), seq: 2 }].into_iter(), 2, &segments);
@@ -383,9 +398,22 @@ mod tests {
     }
 
     #[test]
+    fn long_keys_are_counted_in_memory_without_a_walk() {
+        let segments = SegmentSet::default();
+        let index = Index::new(BTreeMap::new(), 0, 0);
+        let long = [7u8; 40];
+        index.apply([Update::Put { key: &long, loc: loc(1), seq: 1 }].into_iter(), 1, &segments);
+        index.apply([Update::Put { key: &long, loc: loc(2), seq: 2 }].into_iter(), 2, &segments);
+        index.apply([Update::Put { key: b"short", loc: loc(3), seq: 3 }].into_iter(), 3, &segments);
+        assert_eq!(index.spilled_key_bytes.load(Ordering::Relaxed), 40);
+        index.apply([Update::Delete { key: &long, seq: 4 }].into_iter(), 4, &segments);
+        assert_eq!(index.spilled_key_bytes.load(Ordering::Relaxed), 0);
+    }
+
+    #[test]
     fn relocation_applies_only_if_the_key_did_not_move() {
         let segments = SegmentSet::default();
-        let index = Index::new(BTreeMap::new(), 0);
+        let index = Index::new(BTreeMap::new(), 0, 0);
         index.apply([Update::Put { key: b"k", loc: loc(1), seq: 1 }].into_iter(), 1, &segments);
         index.apply([Update::Relocate { key: b"k", from: loc(9), to: loc(7) }].into_iter(), 1, &segments);
         assert_eq!(index.get(b"k", None), Some(loc(1)));

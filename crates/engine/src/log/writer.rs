@@ -45,6 +45,8 @@ pub struct LogWriter {
     pub last_seq: u64,
     /// Frame bytes appended since open (padding excluded).
     pub appended_bytes: u64,
+    /// Entries appended since open: what a replay after a crash would read.
+    pub appended_entries: u64,
 }
 
 impl LogWriter {
@@ -71,6 +73,7 @@ impl LogWriter {
             spare: None,
             last_seq,
             appended_bytes: 0,
+            appended_entries: 0,
         };
         writer.prepare_spare();
         writer
@@ -118,6 +121,7 @@ impl LogWriter {
         }
         self.offset = next;
         self.appended_bytes += frame_len as u64;
+        self.appended_entries += header.count as u64;
         Ok((self.active.id, at))
     }
 
