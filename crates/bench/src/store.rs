@@ -62,14 +62,17 @@ impl Store for ScaledKv {
     }
 
     fn scan(&self, start: Option<&[u8]>, limit: usize, reverse: bool) -> Result<(usize, usize), String> {
-        let iter = match (start, reverse) {
+        let mut iter = match (start, reverse) {
             (Some(start), false) => self.db.range(start..),
             (Some(start), true) => self.db.range_rev(..=start),
             (None, false) => self.db.iter(),
             (None, true) => self.db.range_rev::<&[u8], _>(..),
         };
         let (mut entries, mut bytes) = (0, 0);
-        for kv in iter.take(limit) {
+        // Lent, not copied: what RocksDB's raw iterator (the other side of
+        // the comparison) hands out too.
+        while entries < limit {
+            let Some(kv) = iter.next_ref() else { break };
             let (key, value) = kv.map_err(|e| e.to_string())?;
             entries += 1;
             bytes += key.len() + value.len();

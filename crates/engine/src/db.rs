@@ -410,7 +410,7 @@ impl Drop for Snapshot<'_> {
     }
 }
 
-fn pin(segment: &Arc<Segment>, loc: Loc, entry: &EntryView<'_>) -> PinnedValue {
+pub(crate) fn pin(segment: &Arc<Segment>, loc: Loc, entry: &EntryView<'_>) -> PinnedValue {
     PinnedValue {
         segment: segment.clone(),
         offset: loc.off as usize + entry.len - entry.value.len(),

@@ -108,6 +108,20 @@ fn ranges_forward_reverse_and_bounded() {
     assert!(keys_of(db.range(b"0600".as_slice()..b"0500".as_slice())).is_empty());
     let (k, v) = db.range(b"0700".as_slice()..).next().unwrap().unwrap();
     assert_eq!((k.as_slice(), v.as_slice()), (b"0700".as_slice(), b"v700".as_slice()));
+    // Lent entries are the same entries as the copied ones, both ways.
+    for reverse in [false, true] {
+        let range = b"0100".as_slice()..b"0900".as_slice();
+        let mut lent = Vec::new();
+        let mut iter = if reverse { db.range_rev(range.clone()) } else { db.range(range.clone()) };
+        while let Some(entry) = iter.next_ref() {
+            let (key, value) = entry.unwrap();
+            lent.push((key.to_vec(), value.to_vec()));
+        }
+        let copied: Vec<_> =
+            if reverse { db.range_rev(range) } else { db.range(range) }.map(|entry| entry.unwrap()).collect();
+        assert_eq!(lent.len(), 799);
+        assert_eq!(lent, copied);
+    }
 }
 
 #[test]

@@ -181,12 +181,14 @@ pub fn keys(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let pattern = &args[1];
     let all = pattern.as_ref() == b"*";
     let mut matched = Vec::new();
-    for item in ctx.db().iter() {
+    let mut iter = ctx.db().iter();
+    while let Some(item) = iter.next_ref() {
         let (key, _) = item?;
-        if all || glob_match(pattern, &key) {
-            matched.push(key);
+        if all || glob_match(pattern, key) {
+            matched.push(key.to_vec());
         }
     }
+    drop(iter);
     ctx.out.array(matched.len());
     for key in &matched {
         ctx.out.bulk(key);
@@ -235,18 +237,20 @@ pub fn scan(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let mut last: Option<Vec<u8>> = None;
     let mut examined = 0;
     let lower = if cursor == 0 { Bound::Unbounded } else { Bound::Excluded(start.as_slice()) };
-    for item in ctx.db().range::<&[u8], _>((lower, Bound::Unbounded)) {
+    let mut iter = ctx.db().range::<&[u8], _>((lower, Bound::Unbounded));
+    while let Some(item) = iter.next_ref() {
         let (key, value) = item?;
         examined += 1;
         let type_ok = type_filter.is_none_or_str(|t| eq(t, type_name(value.first().copied().unwrap_or(TYPE_STRING))));
-        if type_ok && pattern.is_none_or_str(|p| glob_match(p, &key)) {
-            keys.push(key.clone());
+        if type_ok && pattern.is_none_or_str(|p| glob_match(p, key)) {
+            keys.push(key.to_vec());
         }
-        last = Some(key);
+        last = Some(key.to_vec());
         if examined >= count {
             break;
         }
     }
+    drop(iter);
     let next = match last {
         Some(key) if examined >= count => ctx.shared.cursors.lock().insert(key),
         _ => 0,
