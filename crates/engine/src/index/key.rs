@@ -1,10 +1,9 @@
 //! Index keys: up to 16 bytes inline, ordered by their bytes, compared
-//! with the first 8 bytes as one integer.
+//! 8 bytes at a time as integers.
 //!
 //! Why a type of its own: a B-tree descent over millions of keys makes ~30
 //! comparisons, and comparing byte slices is a call to memcmp each time.
-//! Most keys differ in their first 8 bytes, where one big-endian integer
-//! comparison gives the same answer. Measured on 6M random 16-byte keys in
+//! Big-endian integer comparisons of 8-byte words give the same answer. Measured on 6M random 16-byte keys in
 //! a `BTreeMap`: inserts 15-20% faster, lookups 5-18% (the rest of a lookup
 //! is cache misses). Lookups borrow a [`KeyRef`] so they take the same
 //! path (a `&[u8]` lookup would fall back to the slice's own ordering).
@@ -31,16 +30,35 @@ impl KeyRef {
     }
 }
 
-/// Byte order (shorter first on a common prefix), the same as `[u8]`'s.
+/// Byte order (shorter first on a common prefix), the same as `[u8]`'s,
+/// 8 bytes at a time as big-endian integers. Keys often share a prefix
+/// ("key:0000…", "user:…"), so stopping at the first 8 bytes would still
+/// leave a memcmp call for most comparisons.
 pub(crate) fn compare(a: &[u8], b: &[u8]) -> Ordering {
-    if let (Some(x), Some(y)) = (a.first_chunk::<8>(), b.first_chunk::<8>()) {
-        let (x, y) = (u64::from_be_bytes(*x), u64::from_be_bytes(*y));
+    let common = a.len().min(b.len());
+    let mut at = 0;
+    while at + 8 <= common {
+        let x = u64::from_be_bytes(a[at..at + 8].try_into().expect("8 bytes"));
+        let y = u64::from_be_bytes(b[at..at + 8].try_into().expect("8 bytes"));
         if x != y {
             return x.cmp(&y);
         }
-        return a[8..].cmp(&b[8..]);
+        at += 8;
     }
-    a.cmp(b)
+    // At least one key ends within the next 8 bytes. Zero-padded, the first
+    // difference is a real byte difference or the end of the shorter key,
+    // which is then a prefix of the other (and a padding 0 sorts it first);
+    // no difference means one is a prefix of the other: the shorter first.
+    let (x, y) = (padded(&a[at..]), padded(&b[at..]));
+    x.cmp(&y).then(a.len().cmp(&b.len()))
+}
+
+/// Up to the first 8 bytes of `bytes`, zero-padded, as a big-endian integer.
+fn padded(bytes: &[u8]) -> u64 {
+    let mut word = [0u8; 8];
+    let n = bytes.len().min(8);
+    word[..n].copy_from_slice(&bytes[..n]);
+    u64::from_be_bytes(word)
 }
 
 impl Ord for KeyRef {
@@ -117,6 +135,17 @@ impl std::fmt::Debug for Key {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    proptest::proptest! {
+        #[test]
+        fn compare_is_byte_order(
+            a in proptest::collection::vec(proptest::sample::select(vec![0u8, 1, 255]), 0..20),
+            b in proptest::collection::vec(proptest::sample::select(vec![0u8, 1, 255]), 0..20),
+        ) {
+            proptest::prop_assert_eq!(compare(&a, &b), a.cmp(&b));
+            proptest::prop_assert_eq!(compare(&a, &a), std::cmp::Ordering::Equal);
+        }
+    }
 
     #[test]
     fn order_is_byte_order() {
