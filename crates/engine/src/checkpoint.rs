@@ -63,7 +63,7 @@ pub fn write(dir: &Path, generation: u64, index: &Index, last_seq: u64) -> Resul
         entry.extend_from_slice(&slot.loc.seg.to_le_bytes());
         entry.extend_from_slice(&slot.loc.off.to_le_bytes());
         entry.extend_from_slice(&slot.loc.len.to_le_bytes());
-        entry.extend_from_slice(&slot.seq.to_le_bytes());
+        entry.extend_from_slice(&slot.seq().to_le_bytes());
         result = out.put(&entry);
         count += 1;
     });

@@ -233,7 +233,7 @@ fn merge(checkpoint: Vec<(Key, Slot)>, mut tail: Tail, segments: &[Arc<Segment>]
             std::cmp::Ordering::Equal => {
                 let (key, slot) = older.next().expect("peeked");
                 let record = newer.next().expect("peeked");
-                if candidate_wins(slot.seq, record.seq) {
+                if candidate_wins(slot.seq(), record.seq) {
                     (key, record.slot())
                 } else {
                     (key, slot)

@@ -34,23 +34,18 @@ impl KeyRef {
 /// 8 bytes at a time as big-endian integers. Keys often share a prefix
 /// ("key:0000…", "user:…"), so stopping at the first 8 bytes would still
 /// leave a memcmp call for most comparisons.
-pub(crate) fn compare(a: &[u8], b: &[u8]) -> Ordering {
-    let common = a.len().min(b.len());
-    let mut at = 0;
-    while at + 8 <= common {
-        let x = u64::from_be_bytes(a[at..at + 8].try_into().expect("8 bytes"));
-        let y = u64::from_be_bytes(b[at..at + 8].try_into().expect("8 bytes"));
+pub(crate) fn compare(mut a: &[u8], mut b: &[u8]) -> Ordering {
+    while let (Some(x), Some(y)) = (a.first_chunk::<8>(), b.first_chunk::<8>()) {
         if x != y {
-            return x.cmp(&y);
+            return u64::from_be_bytes(*x).cmp(&u64::from_be_bytes(*y));
         }
-        at += 8;
+        (a, b) = (&a[8..], &b[8..]);
     }
     // At least one key ends within the next 8 bytes. Zero-padded, the first
     // difference is a real byte difference or the end of the shorter key,
     // which is then a prefix of the other (and a padding 0 sorts it first);
     // no difference means one is a prefix of the other: the shorter first.
-    let (x, y) = (padded(&a[at..]), padded(&b[at..]));
-    x.cmp(&y).then(a.len().cmp(&b.len()))
+    padded(a).cmp(&padded(b)).then(a.len().cmp(&b.len()))
 }
 
 /// Up to the first 8 bytes of `bytes`, zero-padded, as a big-endian integer.

@@ -5,12 +5,12 @@
 //! group under one write-lock acquisition, so a reader sees every batch all
 //! or nothing. Keys of up to 16 bytes are stored inline (no heap allocation).
 //!
-//! Snapshots: the newest version of a key is the head `Slot`; older versions
-//! are chained behind it only while a registered snapshot can still see
-//! them, so without snapshots a key costs one slot.
+//! Snapshots: the newest version of a key is its `Slot` in the tree; older
+//! versions are kept in a side map only while a registered snapshot can
+//! still see them, so without snapshots a key costs one 20-byte slot.
 //!
-//! Cost per key (64-bit): key 24 B inline + slot 32 B, in B-tree leaves of 11
-//! entries that are 50-100% full: 56-112 B per key, about 75 B for random
+//! Cost per key (64-bit): key 24 B inline + slot 20 B, in B-tree leaves of 11
+//! entries that are 50-100% full: 44-88 B per key, about 59 B for random
 //! inserts, plus heap bytes for keys longer than 16 B.
 
 use std::collections::btree_map::Entry;
@@ -42,27 +42,43 @@ impl Loc {
     }
 }
 
-#[derive(Debug, Clone)]
+/// One version of a key: where it is and its sequence number. 20 bytes:
+/// the sequence number is split so a slot needs only 4-byte alignment (with
+/// a `u64` and a pointer to older versions it was 32, more than half of
+/// every B-tree entry).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Slot {
     pub loc: Loc,
-    pub seq: u64,
-    older: Option<Box<Slot>>,
+    seq_low: u32,
+    seq_high: u32,
 }
 
 impl Slot {
     pub fn new(loc: Loc, seq: u64) -> Slot {
-        Slot { loc, seq, older: None }
+        Slot { loc, seq_low: seq as u32, seq_high: (seq >> 32) as u32 }
     }
 
-    /// The version a reader at `at_seq` sees (`None` = newest).
-    fn visible(&self, at_seq: Option<u64>) -> Option<&Slot> {
-        let Some(at) = at_seq else { return Some(self) };
-        let mut slot = self;
-        loop {
-            if slot.seq <= at {
-                return Some(slot);
-            }
-            slot = slot.older.as_deref()?;
+    pub fn seq(&self) -> u64 {
+        (self.seq_high as u64) << 32 | self.seq_low as u64
+    }
+}
+
+/// The index proper: the newest version of every key in key order, and the
+/// older versions live snapshots still need (newest first), kept apart so
+/// a key without them costs no pointer.
+#[derive(Default)]
+struct Tree {
+    heads: BTreeMap<Key, Slot>,
+    older: BTreeMap<Key, Vec<Slot>>,
+}
+
+impl Tree {
+    /// The version of `key` (whose newest is `head`) a reader at `at_seq`
+    /// sees (`None` = newest).
+    fn visible(&self, key: &[u8], head: &Slot, at_seq: Option<u64>) -> Option<Slot> {
+        match at_seq {
+            Some(at) if head.seq() > at => self.older.get(KeyRef::new(key))?.iter().find(|v| v.seq() <= at).copied(),
+            _ => Some(*head),
         }
     }
 }
@@ -88,7 +104,7 @@ pub enum Update<'a> {
 }
 
 pub struct Index {
-    map: RwLock<BTreeMap<Key, Slot>>,
+    map: RwLock<Tree>,
     /// Highest sequence number whose batch is fully applied.
     visible_seq: AtomicU64,
     /// Live snapshot sequence numbers with their reference counts.
@@ -113,7 +129,7 @@ impl Index {
         Index {
             live_keys: AtomicU64::new(live_keys),
             spilled_key_bytes: AtomicU64::new(spilled_key_bytes),
-            map: RwLock::new(map),
+            map: RwLock::new(Tree { heads: map, older: BTreeMap::new() }),
             visible_seq: AtomicU64::new(visible_seq),
             snapshots: Mutex::new(BTreeMap::new()),
             snapshot_count: AtomicUsize::new(0),
@@ -132,8 +148,8 @@ impl Index {
 
     /// The location of `key` as seen at `at_seq` (`None` = newest).
     pub fn get(&self, key: &[u8], at_seq: Option<u64>) -> Option<Loc> {
-        let map = self.map.read();
-        let slot = map.get(KeyRef::new(key))?.visible(at_seq)?;
+        let tree = self.map.read();
+        let slot = tree.visible(key, tree.heads.get(KeyRef::new(key))?, at_seq)?;
         (!slot.loc.is_tombstone()).then_some(slot.loc)
     }
 
@@ -149,13 +165,13 @@ impl Index {
         max: usize,
         out: &mut Vec<(Key, Loc)>,
     ) -> Option<Key> {
-        let map = self.map.read();
-        let range = map.range::<KeyRef, _>((lower.map(KeyRef::new), upper.map(KeyRef::new)));
+        let tree = self.map.read();
+        let range = tree.heads.range::<KeyRef, _>((lower.map(KeyRef::new), upper.map(KeyRef::new)));
         let iter: Box<dyn Iterator<Item = (&Key, &Slot)>> =
             if reverse { Box::new(range.rev().take(max)) } else { Box::new(range.take(max)) };
         let mut last = None;
         for (key, slot) in iter {
-            if let Some(version) = slot.visible(Some(at_seq)) {
+            if let Some(version) = tree.visible(key, slot, Some(at_seq)) {
                 if !version.loc.is_tombstone() {
                     out.push((key.clone(), version.loc));
                 }
@@ -168,10 +184,11 @@ impl Index {
     /// Removes `key` if its newest version is still the entry at `at` and no
     /// snapshot needs an older one (GC dropping an expired entry).
     pub fn remove_if_at(&self, key: &[u8], at: Loc, segments: &SegmentSet) -> bool {
-        let mut map = self.map.write();
-        let removable = map.get(KeyRef::new(key)).is_some_and(|slot| slot.loc == at && slot.older.is_none());
+        let mut tree = self.map.write();
+        let removable = tree.heads.get(KeyRef::new(key)).is_some_and(|slot| slot.loc == at)
+            && !tree.older.contains_key(KeyRef::new(key));
         if removable {
-            if let Some((key, _)) = map.remove_entry(KeyRef::new(key)) {
+            if let Some((key, _)) = tree.heads.remove_entry(KeyRef::new(key)) {
                 self.spilled_key_bytes.fetch_sub(key.heap_bytes(), Ordering::Relaxed);
             }
             self.live_keys.fetch_sub(1, Ordering::Relaxed);
@@ -184,7 +201,7 @@ impl Index {
     pub fn register_snapshot(&self) -> u64 {
         // Hold the read lock so no group is half applied while we read the
         // visible sequence number and register it.
-        let _map = self.map.read();
+        let _tree = self.map.read();
         let seq = self.visible_seq();
         let mut snapshots = self.snapshots.lock();
         *snapshots.entry(seq).or_insert(0) += 1;
@@ -217,7 +234,8 @@ impl Index {
     /// Applies one group of updates atomically for readers, then publishes
     /// `new_visible_seq`. Keeps live-byte counts of segments current.
     pub fn apply<'a>(&self, updates: impl Iterator<Item = Update<'a>>, new_visible_seq: u64, segments: &SegmentSet) {
-        let mut map = self.map.write();
+        let mut guard = self.map.write();
+        let tree = &mut *guard;
         let snapshots_guard = (self.snapshot_count.load(Ordering::Acquire) > 0).then(|| self.snapshots.lock());
         let snapshots = snapshots_guard.as_deref();
         let mut chained_delta: i64 = 0;
@@ -240,12 +258,12 @@ impl Index {
                     add_live(loc, 1);
                     let new = Slot::new(loc, seq);
                     // One descent: keys of up to 16 bytes are built inline.
-                    match map.entry(Key::from_slice(key)) {
+                    match tree.heads.entry(Key::from_slice(key)) {
                         Entry::Occupied(mut head) => {
                             let old = std::mem::replace(head.get_mut(), new);
                             keys_delta += old.loc.is_tombstone() as i64;
                             add_live(old.loc, -1);
-                            head.get_mut().older = retain_for_snapshots(old, seq, snapshots, &mut chained_delta);
+                            retain_for_snapshots(&mut tree.older, key, old, seq, snapshots, &mut chained_delta);
                         }
                         Entry::Vacant(slot) => {
                             keys_delta += 1;
@@ -255,20 +273,20 @@ impl Index {
                     }
                 }
                 Update::Delete { key, seq } => {
-                    if let Some(head) = map.get_mut(KeyRef::new(key)) {
+                    if let Some(head) = tree.heads.get_mut(KeyRef::new(key)) {
                         let old = std::mem::replace(head, Slot::new(Loc::TOMBSTONE, seq));
                         keys_delta -= !old.loc.is_tombstone() as i64;
                         add_live(old.loc, -1);
-                        head.older = retain_for_snapshots(old, seq, snapshots, &mut chained_delta);
-                        if head.older.is_none() {
-                            if let Some((key, _)) = map.remove_entry(KeyRef::new(key)) {
+                        // The tombstone head stays only while older versions do.
+                        if !retain_for_snapshots(&mut tree.older, key, old, seq, snapshots, &mut chained_delta) {
+                            if let Some((key, _)) = tree.heads.remove_entry(KeyRef::new(key)) {
                                 spilled_delta -= key.heap_bytes() as i64;
                             }
                         }
                     }
                 }
                 Update::Relocate { key, from, to } => {
-                    if let Some(head) = map.get_mut(KeyRef::new(key)) {
+                    if let Some(head) = tree.heads.get_mut(KeyRef::new(key)) {
                         if head.loc == from {
                             head.loc = to;
                             add_live(from, -1);
@@ -297,13 +315,13 @@ impl Index {
     pub fn for_each_chunked(&self, chunk: usize, mut f: impl FnMut(&[u8], &Slot)) {
         let mut cursor: Option<Key> = None;
         loop {
-            let map = self.map.read();
+            let tree = self.map.read();
             let lower = match &cursor {
                 Some(key) => Bound::Excluded(KeyRef::new(key)),
                 None => Bound::Unbounded,
             };
             let mut last = None;
-            for (key, slot) in map.range::<KeyRef, _>((lower, Bound::Unbounded)).take(chunk) {
+            for (key, slot) in tree.heads.range::<KeyRef, _>((lower, Bound::Unbounded)).take(chunk) {
                 if !slot.loc.is_tombstone() {
                     f(key, slot);
                 }
@@ -318,12 +336,12 @@ impl Index {
 
     /// Whether `key`'s newest version is still at `loc` (GC liveness test).
     pub fn points_at(&self, key: &[u8], loc: Loc) -> bool {
-        self.map.read().get(KeyRef::new(key)).is_some_and(|slot| slot.loc == loc)
+        self.map.read().heads.get(KeyRef::new(key)).is_some_and(|slot| slot.loc == loc)
     }
 
     /// Estimated DRAM bytes held by the index.
     pub fn memory_bytes(&self) -> u64 {
-        let entries = self.map.read().len();
+        let entries = self.map.read().heads.len();
         let spilled = self.spilled_key_bytes.load(Ordering::Relaxed) as usize;
         // B-tree leaves hold 11 entries and are between half and completely
         // full; 3/4 is the expected fill for random inserts.
@@ -333,40 +351,36 @@ impl Index {
     }
 }
 
-/// What to keep of `old` (just replaced by a version at `new_seq`): a version
-/// stays only while some snapshot falls in `[its seq, next newer seq)`.
+/// Replaces `key`'s older versions by those still needed after `old` was
+/// just superseded by a version at `new_seq`: a version stays only while
+/// some snapshot falls in `[its seq, next newer kept seq)`. Returns whether
+/// any older version is kept.
 fn retain_for_snapshots(
+    older: &mut BTreeMap<Key, Vec<Slot>>,
+    key: &[u8],
     old: Slot,
     new_seq: u64,
     snapshots: Option<&BTreeMap<u64, usize>>,
     chained_delta: &mut i64,
-) -> Option<Box<Slot>> {
-    // Every version in `old`'s chain leaves the chain here, then the ones a
-    // snapshot needs are re-added below.
-    let mut dropped = 0i64;
-    let mut version = old.older.as_deref();
-    while let Some(v) = version {
-        dropped += 1;
-        version = v.older.as_deref();
-    }
-    *chained_delta -= dropped;
-    let snapshots = snapshots?;
+) -> bool {
+    let previous = if older.is_empty() { None } else { older.remove(KeyRef::new(key)) };
+    *chained_delta -= previous.as_ref().map_or(0, Vec::len) as i64;
+    let Some(snapshots) = snapshots else { return false };
     let needed = |from: u64, to: u64| snapshots.range(from..to).next().is_some();
-    let mut kept: Vec<Slot> = Vec::new();
+    let mut kept = Vec::new();
     let mut newer_seq = new_seq;
-    let mut next = Some(Box::new(old));
-    while let Some(mut version) = next {
-        next = version.older.take();
-        if needed(version.seq, newer_seq) {
-            newer_seq = version.seq;
-            kept.push(*version);
+    for version in std::iter::once(old).chain(previous.into_iter().flatten()) {
+        if needed(version.seq(), newer_seq) {
+            newer_seq = version.seq();
+            kept.push(version);
         }
     }
     *chained_delta += kept.len() as i64;
-    kept.into_iter().rev().fold(None, |older, mut version| {
-        version.older = older;
-        Some(Box::new(version))
-    })
+    if kept.is_empty() {
+        return false;
+    }
+    older.insert(Key::from_slice(key), kept);
+    true
 }
 
 #[cfg(test)]
