@@ -56,6 +56,9 @@ pub struct Replayed {
     last_seq: u64,
     /// The checkpoint's replay segment, when it does not exist.
     missing_start: Option<u32>,
+    /// Segments wholly after a torn tail: deleted only once the open
+    /// succeeds (an open that fails on the checkpoint changes nothing).
+    after_tail: Vec<Arc<Segment>>,
     report: RecoveryReport,
     started: Instant,
 }
@@ -312,7 +315,8 @@ pub fn replay(dir: &Path, options: &Options, start: Option<Start>) -> Result<Rep
     let mut last_seq = 0;
     let Some(mut i) = segments.iter().position(|s| s.id == start_segment) else {
         let end = SEGMENT_HEADER_BYTES;
-        return Ok(Replayed { segments, tail, end, last_seq, missing_start: Some(start_segment), report, started });
+        let missing_start = Some(start_segment);
+        return Ok(Replayed { segments, tail, end, last_seq, missing_start, after_tail: Vec::new(), report, started });
     };
     // Segments before the checkpoint are not scanned; they were sealed when
     // full, so their capacity is a close upper bound of what they hold.
@@ -321,6 +325,7 @@ pub fn replay(dir: &Path, options: &Options, start: Option<Start>) -> Result<Rep
     }
     let mut at = start_offset;
     let mut end = SEGMENT_HEADER_BYTES;
+    let mut after_tail = Vec::new();
     while i < segments.len() {
         let segment = segments[i].clone();
         let bytes = segment.region.as_slice();
@@ -379,7 +384,7 @@ pub fn replay(dir: &Path, options: &Options, start: Option<Start>) -> Result<Rep
                             Some(Truncation { path: segment.path().to_path_buf(), offset: offset as u64, reason });
                         for later in segments.drain(i + 1..) {
                             report.removed_segments.push(later.path().to_path_buf());
-                            later.mark_for_deletion();
+                            after_tail.push(later);
                         }
                         segment.written_bytes.store(offset as u64, Ordering::Relaxed);
                         end = offset;
@@ -389,12 +394,12 @@ pub fn replay(dir: &Path, options: &Options, start: Option<Start>) -> Result<Rep
             }
         }
     }
-    Ok(Replayed { segments, tail, end, last_seq, missing_start: None, report, started })
+    Ok(Replayed { segments, tail, end, last_seq, missing_start: None, after_tail, report, started })
 }
 
 /// Merges the checkpoint (if any) with the replayed tail and builds the index.
 pub fn finish(dir: &Path, checkpoint: Option<Loaded>, replayed: Replayed) -> Result<Recovered> {
-    let Replayed { segments, tail, end, mut last_seq, missing_start, mut report, started } = replayed;
+    let Replayed { segments, tail, end, mut last_seq, missing_start, after_tail, mut report, started } = replayed;
     let checkpoint = checkpoint.map_or_else(Vec::new, |loaded| {
         last_seq = last_seq.max(loaded.last_seq);
         loaded.entries
@@ -408,6 +413,9 @@ pub fn finish(dir: &Path, checkpoint: Option<Loaded>, replayed: Replayed) -> Res
                 reason: "the checkpoint starts replay in this segment, which is missing".into(),
             });
         }
+    }
+    for segment in after_tail {
+        segment.mark_for_deletion();
     }
     if let Some(last) = segments.last() {
         // Zero everything after the end so a later write can never be
