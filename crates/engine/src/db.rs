@@ -178,7 +178,10 @@ impl Db {
             let inner = inner.clone();
             std::thread::Builder::new()
                 .name("scaledkv-bg".into())
-                .spawn(move || inner.background_loop())
+                .spawn(move || {
+                    crate::background::lower_this_thread();
+                    inner.background_loop()
+                })
                 .expect("spawn the background thread")
         });
         Ok(Db { inner, background })

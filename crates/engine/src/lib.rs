@@ -17,6 +17,7 @@
 //! assert_eq!(keys, vec![b"a".to_vec(), b"b".to_vec()]);
 //! ```
 
+mod background;
 mod batch;
 mod checkpoint;
 mod commit;

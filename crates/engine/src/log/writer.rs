@@ -81,7 +81,10 @@ impl LogWriter {
 
     fn prepare_spare(&mut self) {
         let (dir, id, size, durability) = (self.dir.clone(), self.next_id, self.segment_size_bytes, self.durability);
-        self.spare = Some(std::thread::spawn(move || Segment::create(&dir, id, size, durability, true)));
+        self.spare = Some(std::thread::spawn(move || {
+            crate::background::lower_this_thread();
+            Segment::create(&dir, id, size, durability, true)
+        }));
     }
 
     pub fn active_id(&self) -> u32 {
