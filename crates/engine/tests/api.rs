@@ -147,6 +147,33 @@ fn snapshot_sees_the_past_and_iterators_are_snapshots() {
 }
 
 #[test]
+fn versions_kept_for_a_snapshot_go_when_it_is_released() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), Options::default()).unwrap();
+    for i in 0..1000u32 {
+        db.put(&i.to_be_bytes(), b"first").unwrap();
+    }
+    let before = db.stats().index_memory_bytes;
+    let snapshot = db.snapshot();
+    for i in 0..1000u32 {
+        if i % 2 == 0 {
+            db.put(&i.to_be_bytes(), b"second").unwrap();
+        } else {
+            db.delete(&i.to_be_bytes()).unwrap();
+        }
+    }
+    assert_eq!(snapshot.get(&1u32.to_be_bytes()).unwrap().unwrap(), b"first");
+    let held = db.stats().index_memory_bytes;
+    assert!(held > before, "{held} vs {before}: old versions are kept for the snapshot");
+    drop(snapshot);
+    let after = db.stats().index_memory_bytes;
+    assert!(after < before, "{after} vs {before}: 500 keys fewer, no old versions, no deletion markers");
+    assert_eq!(db.stats().keys, 500);
+    assert_eq!(db.get(&2u32.to_be_bytes()).unwrap().unwrap(), b"second");
+    assert_eq!(db.get(&1u32.to_be_bytes()).unwrap(), None);
+}
+
+#[test]
 fn ttl_hides_expired_keys_everywhere() {
     let dir = tempfile::tempdir().unwrap();
     let db = Db::open(dir.path(), Options::default()).unwrap();

@@ -217,18 +217,52 @@ impl Index {
     }
 
     /// Releases a snapshot; runs `on_last` (still under the registry lock)
-    /// if it was the last one.
+    /// if it was the last one, then drops the versions kept for snapshots.
     pub fn release_snapshot(&self, seq: u64, on_last: impl FnOnce()) {
-        let mut snapshots = self.snapshots.lock();
-        if let Some(count) = snapshots.get_mut(&seq) {
+        let last = {
+            let mut snapshots = self.snapshots.lock();
+            let Some(count) = snapshots.get_mut(&seq) else { return };
             *count -= 1;
             if *count == 0 {
                 snapshots.remove(&seq);
             }
-            if self.snapshot_count.fetch_sub(1, Ordering::AcqRel) == 1 {
+            let last = self.snapshot_count.fetch_sub(1, Ordering::AcqRel) == 1;
+            if last {
                 on_last();
             }
+            last
+        };
+        if last {
+            self.prune_versions();
         }
+    }
+
+    /// With no snapshot registered, no reader can see an older version:
+    /// drops them all, and the deletion markers kept only for them.
+    /// (Taken after the registry lock is released: the lock order is the
+    /// tree, then the registry.)
+    fn prune_versions(&self) {
+        if self.map.read().older.is_empty() {
+            return;
+        }
+        let mut guard = self.map.write();
+        // Registering a snapshot needs the tree's read lock, so none can
+        // appear while this holds the write lock.
+        if self.snapshot_count.load(Ordering::Acquire) > 0 {
+            return;
+        }
+        let tree = &mut *guard;
+        let (mut dropped, mut spilled) = (0u64, 0u64);
+        for (key, versions) in std::mem::take(&mut tree.older) {
+            dropped += versions.len() as u64;
+            if tree.heads.get(&key).is_some_and(|head| head.loc.is_tombstone()) {
+                if let Some((key, _)) = tree.heads.remove_entry(&key) {
+                    spilled += key.heap_bytes();
+                }
+            }
+        }
+        self.chained_versions.fetch_sub(dropped, Ordering::Relaxed);
+        self.spilled_key_bytes.fetch_sub(spilled, Ordering::Relaxed);
     }
 
     /// Applies one group of updates atomically for readers, then publishes
@@ -407,7 +441,11 @@ mod tests {
         assert_eq!(index.get(b"k", None), None);
         assert_eq!(index.get(b"k", Some(s1)), Some(loc(1)));
         index.release_snapshot(s1, || {});
+        // The last snapshot gone, the kept version and the deletion go too.
+        assert_eq!(index.chained_versions.load(Ordering::Relaxed), 0);
+        assert!(index.map.read().heads.is_empty() && index.map.read().older.is_empty());
         index.apply([Update::Put { key: b"k", loc: loc(5), seq: 5 }].into_iter(), 5, &segments);
+        assert_eq!(index.get(b"k", None), Some(loc(5)));
         assert_eq!(index.chained_versions.load(Ordering::Relaxed), 0);
     }
 
