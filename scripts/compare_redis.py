@@ -129,6 +129,11 @@ def median(values):
     return statistics.median(values) if values else float("nan")
 
 
+def ratio(value, base):
+    """`value / base` as a table cell; a dash when the base was not run."""
+    return "—" if base != base or not base else f"{value / base:.2f}x"
+
+
 def main_tables():
     for medium in MEDIA:
         os.makedirs(medium, exist_ok=True)
@@ -158,7 +163,7 @@ def main_tables():
                     rps = median([r["rps"] for r in rs])
                     emit(f"| {config} | {test} | {rps:,.0f} | {median([r['p50'] for r in rs]):.3f} | "
                          f"{median([r['p99'] for r in rs]):.3f} | {median([r['cpu_us'] for r in rs]):.2f} | "
-                         f"{rps / base_none:.2f}x | {rps / base_always:.2f}x |")
+                         f"{ratio(rps, base_none)} | {ratio(rps, base_always)} |")
 
 
 def series_table():

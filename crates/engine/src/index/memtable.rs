@@ -104,7 +104,7 @@ pub enum Update<'a> {
 }
 
 pub struct Index {
-    map: RwLock<Tree>,
+    tree: RwLock<Tree>,
     /// Highest sequence number whose batch is fully applied.
     visible_seq: AtomicU64,
     /// Live snapshot sequence numbers with their reference counts.
@@ -129,7 +129,7 @@ impl Index {
         Index {
             live_keys: AtomicU64::new(live_keys),
             spilled_key_bytes: AtomicU64::new(spilled_key_bytes),
-            map: RwLock::new(Tree { heads: map, older: BTreeMap::new() }),
+            tree: RwLock::new(Tree { heads: map, older: BTreeMap::new() }),
             visible_seq: AtomicU64::new(visible_seq),
             snapshots: Mutex::new(BTreeMap::new()),
             snapshot_count: AtomicUsize::new(0),
@@ -148,7 +148,7 @@ impl Index {
 
     /// The location of `key` as seen at `at_seq` (`None` = newest).
     pub fn get(&self, key: &[u8], at_seq: Option<u64>) -> Option<Loc> {
-        let tree = self.map.read();
+        let tree = self.tree.read();
         let slot = tree.visible(key, tree.heads.get(KeyRef::new(key))?, at_seq)?;
         (!slot.loc.is_tombstone()).then_some(slot.loc)
     }
@@ -165,7 +165,7 @@ impl Index {
         max: usize,
         out: &mut Vec<(Key, Loc)>,
     ) -> Option<Key> {
-        let tree = self.map.read();
+        let tree = self.tree.read();
         let range = tree.heads.range::<KeyRef, _>((lower.map(KeyRef::new), upper.map(KeyRef::new)));
         let iter: Box<dyn Iterator<Item = (&Key, &Slot)>> =
             if reverse { Box::new(range.rev().take(max)) } else { Box::new(range.take(max)) };
@@ -184,7 +184,7 @@ impl Index {
     /// Removes `key` if its newest version is still the entry at `at` and no
     /// snapshot needs an older one (GC dropping an expired entry).
     pub fn remove_if_at(&self, key: &[u8], at: Loc, segments: &SegmentSet) -> bool {
-        let mut tree = self.map.write();
+        let mut tree = self.tree.write();
         let removable = tree.heads.get(KeyRef::new(key)).is_some_and(|slot| slot.loc == at)
             && !tree.older.contains_key(KeyRef::new(key));
         if removable {
@@ -201,7 +201,7 @@ impl Index {
     pub fn register_snapshot(&self) -> u64 {
         // Hold the read lock so no group is half applied while we read the
         // visible sequence number and register it.
-        let _tree = self.map.read();
+        let _tree = self.tree.read();
         let seq = self.visible_seq();
         let mut snapshots = self.snapshots.lock();
         *snapshots.entry(seq).or_insert(0) += 1;
@@ -242,10 +242,10 @@ impl Index {
     /// (Taken after the registry lock is released: the lock order is the
     /// tree, then the registry.)
     fn prune_versions(&self) {
-        if self.map.read().older.is_empty() {
+        if self.tree.read().older.is_empty() {
             return;
         }
-        let mut guard = self.map.write();
+        let mut guard = self.tree.write();
         // Registering a snapshot needs the tree's read lock, so none can
         // appear while this holds the write lock.
         if self.snapshot_count.load(Ordering::Acquire) > 0 {
@@ -268,7 +268,7 @@ impl Index {
     /// Applies one group of updates atomically for readers, then publishes
     /// `new_visible_seq`. Keeps live-byte counts of segments current.
     pub fn apply<'a>(&self, updates: impl Iterator<Item = Update<'a>>, new_visible_seq: u64, segments: &SegmentSet) {
-        let mut guard = self.map.write();
+        let mut guard = self.tree.write();
         let tree = &mut *guard;
         let snapshots_guard = (self.snapshot_count.load(Ordering::Acquire) > 0).then(|| self.snapshots.lock());
         let snapshots = snapshots_guard.as_deref();
@@ -349,7 +349,7 @@ impl Index {
     pub fn for_each_chunked(&self, chunk: usize, mut f: impl FnMut(&[u8], &Slot)) {
         let mut cursor: Option<Key> = None;
         loop {
-            let tree = self.map.read();
+            let tree = self.tree.read();
             let lower = match &cursor {
                 Some(key) => Bound::Excluded(KeyRef::new(key)),
                 None => Bound::Unbounded,
@@ -370,12 +370,12 @@ impl Index {
 
     /// Whether `key`'s newest version is still at `loc` (GC liveness test).
     pub fn points_at(&self, key: &[u8], loc: Loc) -> bool {
-        self.map.read().heads.get(KeyRef::new(key)).is_some_and(|slot| slot.loc == loc)
+        self.tree.read().heads.get(KeyRef::new(key)).is_some_and(|slot| slot.loc == loc)
     }
 
     /// Estimated DRAM bytes held by the index.
     pub fn memory_bytes(&self) -> u64 {
-        let entries = self.map.read().heads.len();
+        let entries = self.tree.read().heads.len();
         let spilled = self.spilled_key_bytes.load(Ordering::Relaxed) as usize;
         // B-tree leaves hold 11 entries and are between half and completely
         // full; 3/4 is the expected fill for random inserts.
@@ -443,7 +443,7 @@ mod tests {
         index.release_snapshot(s1, || {});
         // The last snapshot gone, the kept version and the deletion go too.
         assert_eq!(index.chained_versions.load(Ordering::Relaxed), 0);
-        assert!(index.map.read().heads.is_empty() && index.map.read().older.is_empty());
+        assert!(index.tree.read().heads.is_empty() && index.tree.read().older.is_empty());
         index.apply([Update::Put { key: b"k", loc: loc(5), seq: 5 }].into_iter(), 5, &segments);
         assert_eq!(index.get(b"k", None), Some(loc(5)));
         assert_eq!(index.chained_versions.load(Ordering::Relaxed), 0);
