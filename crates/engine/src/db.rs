@@ -241,6 +241,15 @@ impl Db {
         }
     }
 
+    /// Whether each group commit waits for a device (fdatasync on a disk's
+    /// file system). Then gathering more writers into one group saves a
+    /// device flush per writer; on tmpfs, persistent memory or in
+    /// `buffered` mode a group costs little more than its bytes, so a
+    /// caller need not delay a write to gather others.
+    pub fn persist_waits_for_device(&self) -> bool {
+        self.inner.with_log(|log| log.persist_waits_for_device())
+    }
+
     /// Writes every queued batch now (one group), unless a group is already
     /// in flight, whose leader then takes them.
     pub fn commit_queued(&self) {

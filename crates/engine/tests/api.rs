@@ -57,6 +57,23 @@ fn every_write_survives_a_clean_reopen_in_every_mode() {
 }
 
 #[test]
+fn persist_waits_for_a_device_only_where_it_calls_fdatasync() {
+    for durability in [Durability::Sync, Durability::Buffered, Durability::Pmem] {
+        for base in [env!("CARGO_TARGET_TMPDIR"), "/dev/shm"] {
+            let dir = tempfile::tempdir_in(base).unwrap();
+            let Ok(db) = Db::open(dir.path(), Options { durability, ..Options::default() }) else {
+                continue; // pmem on a page-cache file system is refused (tested below)
+            };
+            let stats = db.stats();
+            assert_eq!(db.persist_waits_for_device(), stats.persist_method == "fdatasync", "{durability} in {base}");
+            if base == "/dev/shm" || durability == Durability::Buffered {
+                assert!(!db.persist_waits_for_device(), "{durability} in {base}");
+            }
+        }
+    }
+}
+
+#[test]
 fn batch_is_atomic_and_applies_in_order() {
     let dir = tempfile::tempdir().unwrap();
     let db = Db::open(dir.path(), Options::default()).unwrap();

@@ -197,6 +197,12 @@ impl Region {
         self.medium
     }
 
+    /// Whether `persist` waits for a device (fdatasync), so that one persist
+    /// shared by many writers costs them much less than one each.
+    pub fn persist_waits_for_device(&self) -> bool {
+        self.persist_path == PersistPath::WriteFdatasync
+    }
+
     /// The instruction or syscall `persist` uses, for reports.
     pub fn persist_method(&self) -> &'static str {
         match self.persist_path {

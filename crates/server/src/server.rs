@@ -49,6 +49,9 @@ pub struct Shared {
     pub last_save: AtomicU64,
     /// `true` once shutdown starts: connections finish and close.
     pub shutdown: watch::Sender<bool>,
+    /// Whether a write waits a scheduler turn so that the other ready
+    /// clients' writes join its group commit (see `commands::commit`).
+    pub gather_writes: bool,
 }
 
 impl Shared {
@@ -115,6 +118,7 @@ pub async fn run(config: Config) -> Result<(), String> {
         .map_err(|e| format!("cannot listen on {}:{}: {e}", config.bind, config.port))?;
     let port = listener.local_addr().map_err(|e| e.to_string())?.port();
     let (shutdown, _) = watch::channel(false);
+    let gather_writes = db.persist_waits_for_device();
     let shared = Arc::new(Shared {
         db,
         locks: KeyLocks::default(),
@@ -131,6 +135,7 @@ pub async fn run(config: Config) -> Result<(), String> {
         max_bulk_bytes: AtomicUsize::new(config.max_bulk_bytes),
         last_save: AtomicU64::new(scaledkv::now_ms() / 1000),
         shutdown,
+        gather_writes,
         config,
     });
     if let Some(metrics_port) = shared.config.metrics_port {

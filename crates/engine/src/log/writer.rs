@@ -87,6 +87,10 @@ impl LogWriter {
         }));
     }
 
+    pub fn persist_waits_for_device(&self) -> bool {
+        self.active.region.persist_waits_for_device()
+    }
+
     pub fn active_id(&self) -> u32 {
         self.active.id
     }

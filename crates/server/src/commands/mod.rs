@@ -406,13 +406,18 @@ impl<'s> Run<'s> {
     }
 }
 
-/// Makes `batch` durable and visible. It is queued first and committed
-/// after this task yields once: the other clients whose requests are ready
-/// queue theirs meanwhile, and all of them share one group commit (one
-/// persist) however few worker threads there are.
+/// Makes `batch` durable and visible. It is queued first; where a persist
+/// waits for the device it is committed after this task yields once: the
+/// other clients whose requests are ready queue theirs meanwhile, and all
+/// of them share one group commit (one fdatasync) however few worker
+/// threads there are. Where it does not (tmpfs, persistent memory,
+/// `buffered`), a small group costs no more per write and the reschedule
+/// was the dearer part (tmpfs, `-P 1`: 13.1 vs 14.1 µs of CPU per SET).
 pub async fn commit(shared: &Shared, batch: scaledkv::WriteBatch) -> scaledkv::Result<()> {
     let done = shared.db.enqueue_write(batch);
-    tokio::task::yield_now().await;
+    if shared.gather_writes {
+        tokio::task::yield_now().await;
+    }
     shared.db.commit_queued();
     done.await
 }
