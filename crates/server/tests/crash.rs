@@ -90,8 +90,16 @@ fn acknowledged_writes_survive_sigkill() {
     let seed = std::env::var("SCALEDKV_CRASH_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or_else(rand::random);
     eprintln!("server crash test: {iterations} iterations, SCALEDKV_CRASH_SEED={seed}");
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-    // The real disk (the temp dir's file system), as a user would run it.
-    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    // The real disk (the temp dir's file system), as a user would run it,
+    // where each write waits to share an fdatasync; and tmpfs, where writes
+    // commit without gathering.
+    for base in [env!("CARGO_TARGET_TMPDIR"), "/dev/shm"] {
+        kill_loop(base, iterations, &mut rng);
+    }
+}
+
+fn kill_loop(base: &str, iterations: usize, rng: &mut impl Rng) {
+    let dir = tempfile::tempdir_in(base).unwrap();
     let path = dir.path().join("db");
     let mut history: Vec<Vec<Acked>> = Vec::new();
     let mut total_acked = 0;
@@ -115,7 +123,7 @@ fn acknowledged_writes_survive_sigkill() {
     }
     let server = Server::start(&path, &[]);
     check(&server, &history);
-    eprintln!("server crash test: {total_acked} acknowledged SETs checked after {iterations} kills");
+    eprintln!("server crash test in {base}: {total_acked} acknowledged SETs checked after {iterations} kills");
     assert!(total_acked > 0, "the writers never got an acknowledgement");
 }
 
