@@ -508,7 +508,7 @@ mod tests {
     }
 
     proptest::proptest! {
-        /// The in-place merge against a map that applies the tail record by
+        /// The merge against a map that applies the tail record by
         /// record in log order.
         #[test]
         fn merge_matches_applying_the_tail_in_order(
