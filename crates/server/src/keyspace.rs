@@ -86,7 +86,7 @@ impl Writes {
     pub fn get(&self, db: &Db, key: &[u8]) -> Result<Option<Value>, CmdError> {
         if let Some(pending) = self.overlay.as_ref().and_then(|o| o.get(key)) {
             return Ok(match pending {
-                Some((bytes, expiry)) if expiry.map_or(true, |at| at > now_ms()) => {
+                Some((bytes, expiry)) if expiry.is_none_or(|at| at > now_ms()) => {
                     Some(Value::Pending(bytes.clone(), *expiry))
                 }
                 _ => None,

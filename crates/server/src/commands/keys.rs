@@ -241,8 +241,8 @@ pub fn scan(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     while let Some(item) = iter.next_ref() {
         let (key, value) = item?;
         examined += 1;
-        let type_ok = type_filter.is_none_or_str(|t| eq(t, type_name(value.first().copied().unwrap_or(TYPE_STRING))));
-        if type_ok && pattern.is_none_or_str(|p| glob_match(p, key)) {
+        let type_ok = type_filter.as_ref().is_none_or(|t| eq(t, type_name(value.first().copied().unwrap_or(TYPE_STRING))));
+        if type_ok && pattern.as_ref().is_none_or(|p| glob_match(p, key)) {
             keys.push(key.to_vec());
         }
         last = Some(key.to_vec());
@@ -262,16 +262,6 @@ pub fn scan(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         ctx.out.bulk(key);
     }
     Ok(())
-}
-
-trait OptionExt<T> {
-    fn is_none_or_str(&self, f: impl FnOnce(&T) -> bool) -> bool;
-}
-
-impl<T> OptionExt<T> for Option<T> {
-    fn is_none_or_str(&self, f: impl FnOnce(&T) -> bool) -> bool {
-        self.as_ref().map_or(true, f)
-    }
 }
 
 /// Picks a key near a random point of the key space (keys after large gaps

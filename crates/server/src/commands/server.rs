@@ -54,7 +54,7 @@ pub fn reset(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
 /// `default` user exists).
 fn check_password(ctx: &mut Ctx<'_>, user: &[u8], password: &[u8]) -> CmdResult {
     let expected = ctx.shared.password();
-    let good = user == b"default" && expected.as_deref().map_or(true, |p| p.as_bytes() == password);
+    let good = user == b"default" && expected.as_deref().is_none_or(|p| p.as_bytes() == password);
     if !good {
         return Err(err("WRONGPASS invalid username-password pair or user is disabled."));
     }
@@ -428,7 +428,7 @@ pub fn config(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
                 ctx.out.bulk(value.as_bytes());
             }
         }
-        "set" if args.len() >= 4 && args.len() % 2 == 0 => {
+        "set" if args.len() >= 4 && args.len().is_multiple_of(2) => {
             for pair in args[2..].chunks(2) {
                 config_set(ctx, &String::from_utf8_lossy(&pair[0]).to_ascii_lowercase(), &pair[1])?;
             }

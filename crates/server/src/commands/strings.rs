@@ -195,7 +195,7 @@ pub fn mget(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
 }
 
 pub fn mset(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
-    if args.len() % 2 == 0 {
+    if args.len().is_multiple_of(2) {
         return Err(err("ERR wrong number of arguments for 'mset' command"));
     }
     // Check every pair first: a failure must leave nothing in the batch.
@@ -213,7 +213,7 @@ pub fn mset(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
 }
 
 pub fn msetnx(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
-    if args.len() % 2 == 0 {
+    if args.len().is_multiple_of(2) {
         return Err(err("ERR wrong number of arguments for 'msetnx' command"));
     }
     for pair in args[1..].chunks(2) {
