@@ -241,7 +241,8 @@ pub fn scan(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     while let Some(item) = iter.next_ref() {
         let (key, value) = item?;
         examined += 1;
-        let type_ok = type_filter.as_ref().is_none_or(|t| eq(t, type_name(value.first().copied().unwrap_or(TYPE_STRING))));
+        let type_ok =
+            type_filter.as_ref().is_none_or(|t| eq(t, type_name(value.first().copied().unwrap_or(TYPE_STRING))));
         if type_ok && pattern.as_ref().is_none_or(|p| glob_match(p, key)) {
             keys.push(key.to_vec());
         }
