@@ -133,15 +133,25 @@ impl RedisServer {
             let mut redis = RedisServer { child, port, _dir: dir };
             let deadline = Instant::now() + Duration::from_secs(10);
             while Instant::now() < deadline && redis.child.try_wait().unwrap().is_none() {
-                if let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) {
-                    if request(&mut stream, b"PING\r\n") == b"+PONG\r\n" {
-                        return Some(redis);
-                    }
+                if redis.answers() {
+                    return Some(redis);
                 }
                 std::thread::sleep(Duration::from_millis(20));
             }
         }
         panic!("redis-server is installed but did not start");
+    }
+}
+
+impl RedisServer {
+    /// Whether the server on `port` is up and is our child: another test's
+    /// server may have taken the port between the probe and our bind (ours
+    /// then exits), and a connection may close while a server starts.
+    fn answers(&self) -> bool {
+        let Ok(mut stream) = TcpStream::connect(("127.0.0.1", self.port)) else { return false };
+        let own_pid = format!("process_id:{}\r\n", self.child.id());
+        stream.write_all(b"INFO server\r\n").is_ok()
+            && try_read_reply(&mut stream).is_some_and(|info| String::from_utf8_lossy(&info).contains(&own_pid))
     }
 }
 
