@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use crate::checkpoint::Loaded;
 use crate::error::{Error, Result};
+use crate::index::key::padded;
 use crate::index::memtable::{Key, Loc, Slot};
 use crate::log::reader::{find_group_start, scan, ScanEnd};
 use crate::log::record::{decode_entry, EntryKind, EntryView};
@@ -106,11 +107,9 @@ struct TailRecord {
     deleted: bool,
 }
 
+/// The key's first 16 bytes, zero-padded, as a big-endian integer.
 fn prefix_of(key: &[u8]) -> u128 {
-    let mut bytes = [0u8; 16];
-    let n = key.len().min(16);
-    bytes[..n].copy_from_slice(&key[..n]);
-    u128::from_be_bytes(bytes)
+    (padded(key) as u128) << 64 | padded(key.get(8..).unwrap_or_default()) as u128
 }
 
 impl TailRecord {

@@ -49,42 +49,38 @@ pub(crate) fn compare(mut a: &[u8], mut b: &[u8]) -> Ordering {
 }
 
 /// Up to the first 8 bytes of `bytes`, zero-padded, as a big-endian integer.
-fn padded(bytes: &[u8]) -> u64 {
+pub(crate) fn padded(bytes: &[u8]) -> u64 {
     let mut word = [0u8; 8];
     let n = bytes.len().min(8);
     word[..n].copy_from_slice(&bytes[..n]);
     u64::from_be_bytes(word)
 }
 
-impl Ord for KeyRef {
-    fn cmp(&self, other: &Self) -> Ordering {
-        compare(&self.0, &other.0)
-    }
+/// Orders an owned and a borrowed key the same way, through [`compare`]
+/// (a `Borrow` lookup needs both to agree).
+macro_rules! ordered_by_compare {
+    ($($key:ty),*) => {$(
+        impl Ord for $key {
+            fn cmp(&self, other: &Self) -> Ordering {
+                compare(&self.0, &other.0)
+            }
+        }
+
+        impl PartialOrd for $key {
+            fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+                Some(self.cmp(other))
+            }
+        }
+    )*};
 }
 
-impl PartialOrd for KeyRef {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
+ordered_by_compare!(Key, KeyRef);
 
 /// Byte equality through [`compare`]: the derived one calls memcmp, and
 /// building the B-tree from a checkpoint compares every neighbouring pair.
 impl PartialEq for Key {
     fn eq(&self, other: &Self) -> bool {
         self.0.len() == other.0.len() && compare(&self.0, &other.0) == Ordering::Equal
-    }
-}
-
-impl Ord for Key {
-    fn cmp(&self, other: &Self) -> Ordering {
-        compare(&self.0, &other.0)
-    }
-}
-
-impl PartialOrd for Key {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
     }
 }
 
