@@ -343,27 +343,32 @@ impl Index {
         self.visible_seq.store(new_visible_seq, Ordering::Release);
     }
 
-    /// Calls `f` for every newest, non-deleted entry in key order, in chunks
-    /// so writers are never blocked for long (a fuzzy scan: entries changed
-    /// during it may be seen before or after the change).
+    /// Calls `f` for every newest, non-deleted entry in key order (a fuzzy
+    /// scan: entries changed during it may be seen before or after the
+    /// change). Each chunk is copied out under the read lock and `f` runs
+    /// without it: the checkpoint's `f` writes a file, and a group commit
+    /// waiting for the write lock behind it stalled every client (1-4 ms
+    /// holds, 15-37 ms when the checkpoint thread was preempted meanwhile).
     pub fn for_each_chunked(&self, chunk: usize, mut f: impl FnMut(&[u8], &Slot)) {
         let mut cursor: Option<Key> = None;
+        let mut copied: Vec<(Key, Slot)> = Vec::with_capacity(chunk);
         loop {
-            let tree = self.tree.read();
-            let lower = match &cursor {
-                Some(key) => Bound::Excluded(KeyRef::new(key)),
-                None => Bound::Unbounded,
-            };
-            let mut last = None;
-            for (key, slot) in tree.heads.range::<KeyRef, _>((lower, Bound::Unbounded)).take(chunk) {
-                if !slot.loc.is_tombstone() {
-                    f(key, slot);
-                }
-                last = Some(key);
+            {
+                let tree = self.tree.read();
+                let lower = match &cursor {
+                    Some(key) => Bound::Excluded(KeyRef::new(key)),
+                    None => Bound::Unbounded,
+                };
+                copied.extend(
+                    tree.heads.range::<KeyRef, _>((lower, Bound::Unbounded)).take(chunk).map(|(k, s)| (k.clone(), *s)),
+                );
             }
-            match last {
-                Some(key) => cursor = Some(key.clone()),
-                None => return,
+            let Some((last, _)) = copied.last() else { return };
+            cursor = Some(last.clone());
+            for (key, slot) in copied.drain(..) {
+                if !slot.loc.is_tombstone() {
+                    f(&key, &slot);
+                }
             }
         }
     }
