@@ -62,6 +62,10 @@ pub struct Flags {
     pub durability: Option<Durability>,
     #[arg(long, default_value = "0", value_parser = flag_bool, action = clap::ArgAction::Set)]
     pub verify_checksum: bool,
+    /// ScaledKV only: 1 adds the hash table for point lookups
+    /// (`Options::point_index`, off by default, as in the engine).
+    #[arg(long, default_value = "0", value_parser = flag_bool, action = clap::ArgAction::Set)]
+    pub point_index: bool,
     /// Entries per batch in fillbatch.
     #[arg(long, default_value_t = 1000)]
     pub batch_size: usize,
@@ -89,7 +93,13 @@ fn open_store(flags: &Flags, fresh: bool) -> Result<Arc<dyn store::Store>, Strin
         "scaledkv" => {
             let durability =
                 flags.durability.unwrap_or(if flags.sync { Durability::Sync } else { Durability::Buffered });
-            Ok(Arc::new(store::ScaledKv::open(&flags.db, durability, flags.verify_checksum, fresh)?))
+            let options = scaledkv::Options {
+                durability,
+                verify_checksums: flags.verify_checksum,
+                point_index: flags.point_index,
+                ..scaledkv::Options::default()
+            };
+            Ok(Arc::new(store::ScaledKv::open(&flags.db, options, fresh)?))
         }
         #[cfg(feature = "rocksdb")]
         "rocksdb" => {

@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use scaledkv::{Db, Durability, Options, WriteBatch};
+use scaledkv::{Db, Options, WriteBatch};
 
 pub trait Store: Send + Sync {
     fn put(&self, key: &[u8], value: &[u8]) -> Result<(), String>;
@@ -28,11 +28,10 @@ pub struct ScaledKv {
 }
 
 impl ScaledKv {
-    pub fn open(path: &Path, durability: Durability, verify_checksums: bool, fresh: bool) -> Result<ScaledKv, String> {
+    pub fn open(path: &Path, options: Options, fresh: bool) -> Result<ScaledKv, String> {
         if fresh && path.exists() {
             std::fs::remove_dir_all(path).map_err(|e| format!("{}: {e}", path.display()))?;
         }
-        let options = Options { durability, verify_checksums, ..Options::default() };
         let started = std::time::Instant::now();
         let db = Db::open(path, options).map_err(|e| e.to_string())?;
         Ok(ScaledKv { db, open_ms: started.elapsed().as_secs_f64() * 1e3 })

@@ -43,6 +43,17 @@ pub struct Options {
     pub gc_live_ratio: f64,
     /// Run checkpoints and GC on a background thread.
     pub background_work: bool,
+    /// Keep a hash table of the newest location of every key beside the
+    /// ordered index: point lookups (get, GC's liveness checks) skip the
+    /// B-tree descent. Off by default: it costs about 28 more bytes of DRAM
+    /// per key and a hash-table update per write. Measured (2M random
+    /// puts of 16/100 B, 1.26M keys, tmpfs): random gets 1.5 -> 0.8 µs,
+    /// random puts 2.4 -> 3.1 µs, 68 -> 96 B/key. The server turns it on.
+    pub point_index: bool,
+    /// Bits of the point table's hash tags: 32. Tests narrow it so that
+    /// keys share tags and the fallbacks to the ordered index run.
+    #[doc(hidden)]
+    pub point_tag_bits: u32,
 }
 
 impl Default for Options {
@@ -57,6 +68,8 @@ impl Default for Options {
             checkpoint_interval_entries: 2_000_000,
             gc_live_ratio: 0.5,
             background_work: true,
+            point_index: false,
+            point_tag_bits: 32,
         }
     }
 }

@@ -28,6 +28,8 @@ fn options(durability: Durability) -> Options {
         // checkpoints and GC too.
         segment_size_bytes: 256 * 1024,
         checkpoint_interval_bytes: 512 * 1024,
+        // Reads after reopen go through the point table while it fills.
+        point_index: true,
         ..Options::default()
     }
 }

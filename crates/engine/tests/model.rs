@@ -81,9 +81,14 @@ fn check_range(db: &Db, model: &Model, lo: Option<u8>, hi: Option<u8>, reverse: 
 }
 
 fn run(ops: Vec<Op>, durability: Durability) {
+    run_with(ops, options(durability));
+}
+
+fn run_with(ops: Vec<Op>, options: Options) {
+    let durability = options.durability;
     let base = if durability == Durability::Pmem { "/dev/shm" } else { env!("CARGO_TARGET_TMPDIR") };
     let dir = tempfile::tempdir_in(base).unwrap();
-    let mut db = Some(Db::open(dir.path(), options(durability)).unwrap());
+    let mut db = Some(Db::open(dir.path(), options.clone()).unwrap());
     let mut model = Model::new();
     // Snapshots borrow the Db, so the test keeps the model's copy and
     // checks a fresh snapshot against it only while the db is unchanged
@@ -146,7 +151,7 @@ fn run(ops: Vec<Op>, durability: Durability) {
             }
             Op::Reopen => {
                 drop(db.take());
-                db = Some(Db::open(dir.path(), options(durability)).unwrap());
+                db = Some(Db::open(dir.path(), options.clone()).unwrap());
             }
         }
     }
@@ -171,5 +176,17 @@ proptest! {
     #[test]
     fn pmem_mode_on_tmpfs_matches_the_model(ops in prop::collection::vec(op(), 1..200)) {
         run(ops, Durability::Pmem);
+    }
+
+    /// Four hash tags for 40 keys: point lookups mostly find several
+    /// candidates or another key's entry, and must fall back correctly.
+    #[test]
+    fn shared_point_tags_match_the_model(ops in prop::collection::vec(op(), 1..200)) {
+        run_with(ops, Options { point_index: true, point_tag_bits: 2, ..options(Durability::Sync) });
+    }
+
+    #[test]
+    fn with_the_point_index_matches_the_model(ops in prop::collection::vec(op(), 1..200)) {
+        run_with(ops, Options { point_index: true, ..options(Durability::Pmem) });
     }
 }

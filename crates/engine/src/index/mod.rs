@@ -1,3 +1,4 @@
 //! The index: key -> newest entry location.
 pub mod key;
 pub mod memtable;
+pub mod points;
