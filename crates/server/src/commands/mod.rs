@@ -8,6 +8,7 @@ mod strings;
 mod tx;
 
 use bytes::Bytes;
+use smallvec::SmallVec;
 
 use crate::conn::ConnState;
 use crate::keyspace::{KeyLocks, Stripe, Writes};
@@ -117,7 +118,7 @@ impl Command {
     }
 
     /// Sorted, distinct lock stripes of this invocation's keys.
-    pub fn stripes(&self, args: &[Bytes], into: &mut Vec<Stripe>) {
+    pub fn stripes(&self, args: &[Bytes], into: &mut impl Extend<Stripe>) {
         if self.has(ALL_KEYS) {
             into.extend(KeyLocks::all());
         } else {
@@ -366,7 +367,7 @@ impl<'s> Run<'s> {
             self.guards.clear();
             return;
         }
-        let batch = self.writes.take_batch();
+        let batch = self.writes.take_run_batch();
         match commit(shared, batch).await {
             Ok(()) => {
                 for (stripe, _) in &self.guards {
@@ -465,7 +466,8 @@ pub async fn execute<'s>(shared: &'s Shared, conn: &mut ConnState, out: &mut Out
         }
     }
     conn.info.last_command(command);
-    let mut stripes = Vec::new();
+    // Most writes name one or two keys: no allocation for their stripes.
+    let mut stripes: SmallVec<[Stripe; 4]> = SmallVec::new();
     if command.has(WRITE) {
         command.stripes(&args, &mut stripes);
         stripes.sort_unstable();
