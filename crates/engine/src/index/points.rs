@@ -11,7 +11,12 @@
 //!
 //! The table is filled after open a chunk at a time (`Coverage`), so a
 //! reopen does not wait for millions of inserts; until a key is covered,
-//! lookups for it take the B-tree.
+//! lookups for it take the B-tree. It grows the way Redis's dictionaries
+//! do, incrementally: a full table becomes the `old` one, a table twice
+//! its size takes the inserts, and every insert moves a few of the old
+//! buckets over. A hashbrown table rehashes everything at once, under the
+//! index's write lock: tens of milliseconds at a million keys, half a
+//! second at ten million, for every client.
 
 use std::cmp::Ordering;
 use std::hash::BuildHasher;
@@ -44,8 +49,14 @@ enum Coverage {
     UpTo(Option<Key>),
 }
 
+/// Old buckets moved to the new table per insert while growing: the new
+/// table, twice the old one's capacity, fills no faster than it empties.
+const MOVES_PER_INSERT: usize = 8;
+
 pub struct Points {
     table: HashTable<Point>,
+    /// While growing: the previous table and the next bucket to move.
+    old: Option<(HashTable<Point>, usize)>,
     hasher: foldhash::quality::RandomState,
     /// All 32 bits but in tests, which narrow it to force shared tags.
     tag_mask: u32,
@@ -65,6 +76,7 @@ impl Points {
     pub fn new(tag_bits: u32) -> Points {
         Points {
             table: HashTable::new(),
+            old: None,
             hasher: Default::default(),
             tag_mask: u32::MAX >> (32 - tag_bits.clamp(1, 32)),
             coverage: Coverage::UpTo(None),
@@ -84,8 +96,14 @@ impl Points {
         }
     }
 
+    /// The tables a point can be in: the current one, and the old one
+    /// while growing.
+    fn tables(&self) -> impl Iterator<Item = &HashTable<Point>> {
+        std::iter::once(&self.table).chain(self.old.as_ref().map(|(old, _)| old))
+    }
+
     pub fn get(&self, tag: u32) -> Lookup {
-        let mut found = self.table.iter_hash(spread(tag)).filter(|p| p.tag == tag);
+        let mut found = self.tables().flat_map(|t| t.iter_hash(spread(tag))).filter(|p| p.tag == tag);
         match (found.next(), found.next()) {
             (None, _) => Lookup::Absent,
             (Some(point), None) => Lookup::At(point.loc),
@@ -96,16 +114,45 @@ impl Points {
     /// Whether some key with `tag` is at `loc`. Exact: only one key's
     /// entry can be at a location.
     pub fn contains(&self, tag: u32, loc: Loc) -> bool {
-        self.table.find(spread(tag), |p| p.tag == tag && p.loc == loc).is_some()
+        self.tables().any(|t| t.find(spread(tag), |p| p.tag == tag && p.loc == loc).is_some())
     }
 
     pub fn insert(&mut self, tag: u32, loc: Loc) {
+        if self.old.is_none() && self.table.len() == self.table.capacity() {
+            let bigger = HashTable::with_capacity((self.table.capacity() * 2).max(64));
+            self.old = Some((std::mem::replace(&mut self.table, bigger), 0));
+        }
         self.table.insert_unique(spread(tag), Point { tag, loc }, |p| spread(p.tag));
+        self.move_old_buckets(MOVES_PER_INSERT);
+    }
+
+    /// Moves up to `buckets` buckets of the old table to the current one.
+    fn move_old_buckets(&mut self, buckets: usize) {
+        let Some((old, next)) = &mut self.old else { return };
+        let end = (*next + buckets).min(old.num_buckets());
+        for index in *next..end {
+            if let Ok(entry) = old.get_bucket_entry(index) {
+                let (point, _) = entry.remove();
+                self.table.insert_unique(spread(point.tag), point, |p| spread(p.tag));
+            }
+        }
+        *next = end;
+        if end == old.num_buckets() {
+            self.old = None;
+        }
+    }
+
+    fn find_mut(&mut self, tag: u32, loc: Loc) -> Option<&mut Point> {
+        let eq = |p: &Point| p.tag == tag && p.loc == loc;
+        match self.table.find_mut(spread(tag), eq) {
+            Some(point) => Some(point),
+            None => self.old.as_mut()?.0.find_mut(spread(tag), eq),
+        }
     }
 
     /// The key with `tag` whose newest entry was at `from` is now at `to`.
     pub fn replace(&mut self, tag: u32, from: Loc, to: Loc) {
-        match self.table.find_mut(spread(tag), |p| p.tag == tag && p.loc == from) {
+        match self.find_mut(tag, from) {
             Some(point) => point.loc = to,
             None => {
                 debug_assert!(false, "no point at {from:?}");
@@ -115,8 +162,13 @@ impl Points {
     }
 
     pub fn remove(&mut self, tag: u32, loc: Loc) {
-        if let Ok(entry) = self.table.find_entry(spread(tag), |p| p.tag == tag && p.loc == loc) {
+        let eq = |p: &Point| p.tag == tag && p.loc == loc;
+        if let Ok(entry) = self.table.find_entry(spread(tag), eq) {
             entry.remove();
+        } else if let Some((old, _)) = &mut self.old {
+            if let Ok(entry) = old.find_entry(spread(tag), eq) {
+                entry.remove();
+            }
         }
     }
 
@@ -132,7 +184,7 @@ impl Points {
             Coverage::All => return true,
             Coverage::UpTo(last) => last.as_ref(),
         };
-        if last.is_none() {
+        if last.is_none() && self.old.is_none() {
             // One allocation for the keys there are, not a doubling chain.
             self.table.reserve(total_keys, |p| spread(p.tag));
         }
@@ -155,7 +207,7 @@ impl Points {
     }
 
     pub fn memory_bytes(&self) -> usize {
-        self.table.allocation_size()
+        self.tables().map(HashTable::allocation_size).sum()
     }
 }
 
@@ -180,6 +232,31 @@ mod tests {
         assert!(points.contains(7, loc(3)) && !points.contains(7, loc(2)));
         points.remove(7, loc(1));
         assert!(matches!(points.get(7), Lookup::At(l) if l == loc(3)));
+    }
+
+    #[test]
+    fn growth_moves_points_a_few_at_a_time_and_loses_none() {
+        let mut points = Points::new(32);
+        let mut moved_while_growing = false;
+        for i in 0..20_000u32 {
+            points.insert(i.wrapping_mul(2_654_435_761), loc(i));
+            if let Some((old, _)) = &points.old {
+                moved_while_growing |= old.len() < old.capacity();
+                // The new table never has to grow before the old is empty.
+                assert!(points.table.len() < points.table.capacity());
+            }
+            if i % 7 == 0 {
+                // Updates and removals find points in either table.
+                let tag = (i / 2).wrapping_mul(2_654_435_761);
+                points.replace(tag, loc(i / 2), loc(i / 2 + 1_000_000));
+                points.remove(tag, loc(i / 2 + 1_000_000));
+                points.insert(tag, loc(i / 2));
+            }
+        }
+        assert!(moved_while_growing);
+        for i in 0..20_000u32 {
+            assert!(matches!(points.get(i.wrapping_mul(2_654_435_761)), Lookup::At(l) if l == loc(i)), "{i}");
+        }
     }
 
     #[test]
