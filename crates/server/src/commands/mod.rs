@@ -343,7 +343,7 @@ fn unknown_command(args: &[Bytes]) -> String {
 /// writes before it.
 pub struct Run<'s> {
     writes: Writes,
-    guards: Vec<(Stripe, tokio::sync::MutexGuard<'s, ()>)>,
+    guards: Vec<(Stripe, tokio::sync::RwLockReadGuard<'s, ()>)>,
     /// Where the run's replies start in the output buffer.
     mark: usize,
     commands: usize,
@@ -394,11 +394,11 @@ impl<'s> Run<'s> {
             if self.guards.iter().any(|(held, _)| *held == stripe) {
                 continue;
             }
-            match shared.locks.try_lock(stripe) {
+            match shared.locks.try_share(stripe) {
                 Some(guard) => self.guards.push((stripe, guard)),
                 None => {
                     self.commit(shared, out).await;
-                    let guards = shared.locks.lock(stripes).await;
+                    let guards = shared.locks.share(stripes).await;
                     self.guards.extend(stripes.iter().copied().zip(guards));
                     return;
                 }
