@@ -187,20 +187,23 @@ impl KeyLocks {
     /// Locks `stripes` exclusively; they must be sorted and distinct (so
     /// two commands never wait for each other in a cycle).
     pub async fn lock(&self, stripes: &[Stripe]) -> Vec<RwLockWriteGuard<'_, ()>> {
-        debug_assert!(stripes.windows(2).all(|w| w[0] < w[1]));
-        let mut guards = Vec::with_capacity(stripes.len());
-        for &stripe in stripes {
-            guards.push(self.stripes[stripe as usize].write().await);
-        }
-        guards
+        self.take_in_order(stripes, RwLock::write).await
     }
 
     /// Locks `stripes` (sorted, distinct) for blind writes.
     pub async fn share(&self, stripes: &[Stripe]) -> Vec<RwLockReadGuard<'_, ()>> {
+        self.take_in_order(stripes, RwLock::read).await
+    }
+
+    async fn take_in_order<'a, G, F: std::future::Future<Output = G>>(
+        &'a self,
+        stripes: &[Stripe],
+        take: impl Fn(&'a RwLock<()>) -> F,
+    ) -> Vec<G> {
         debug_assert!(stripes.windows(2).all(|w| w[0] < w[1]));
         let mut guards = Vec::with_capacity(stripes.len());
         for &stripe in stripes {
-            guards.push(self.stripes[stripe as usize].read().await);
+            guards.push(take(&self.stripes[stripe as usize]).await);
         }
         guards
     }
