@@ -77,11 +77,6 @@ struct Tree {
     points: Option<Points>,
 }
 
-/// The point table if it holds `key`.
-fn covering<'p>(points: &'p mut Option<Points>, key: &[u8]) -> Option<&'p mut Points> {
-    points.as_mut().filter(|points| points.covers(key))
-}
-
 impl Tree {
     /// The version of `key` (whose newest is `head`) a reader at `at_seq`
     /// sees (`None` = newest).
@@ -164,12 +159,10 @@ impl Index {
     pub fn get(&self, key: &[u8], at_seq: Option<u64>) -> Option<Loc> {
         let tree = self.tree.read();
         if let (None, Some(points)) = (at_seq, &tree.points) {
-            if points.covers(key) {
-                match points.get(points.tag(key)) {
-                    Lookup::Absent => return None,
-                    Lookup::At(loc) => return Some(loc),
-                    Lookup::Ambiguous => {}
-                }
+            match points.get(key) {
+                Some(Lookup::Absent) => return None,
+                Some(Lookup::At(loc)) => return Some(loc),
+                Some(Lookup::Ambiguous) | None => {}
             }
         }
         Self::get_in(&tree, key, at_seq)
@@ -220,9 +213,8 @@ impl Index {
         let removable = tree.heads.get(KeyRef::new(key)).is_some_and(|slot| slot.loc == at)
             && !tree.older.contains_key(KeyRef::new(key));
         if removable {
-            if let Some(points) = covering(&mut tree.points, key) {
-                let tag = points.tag(key);
-                points.remove(tag, at);
+            if let Some(points) = &mut tree.points {
+                points.remove(key, at);
             }
             if let Some((key, _)) = tree.heads.remove_entry(KeyRef::new(key)) {
                 self.spilled_key_bytes.fetch_sub(key.heap_bytes(), Ordering::Relaxed);
@@ -343,11 +335,10 @@ impl Index {
                             None
                         }
                     };
-                    if let Some(points) = covering(&mut tree.points, key) {
-                        let tag = points.tag(key);
+                    if let Some(points) = &mut tree.points {
                         match old {
-                            Some(old) => points.replace(tag, old, loc),
-                            None => points.insert(tag, loc),
+                            Some(old) => points.replace(key, old, loc),
+                            None => points.insert(key, loc),
                         }
                     }
                 }
@@ -356,9 +347,8 @@ impl Index {
                         let old = std::mem::replace(head, Slot::new(Loc::TOMBSTONE, seq));
                         keys_delta -= !old.loc.is_tombstone() as i64;
                         add_live(old.loc, -1);
-                        if let Some(points) = covering(&mut tree.points, key).filter(|_| !old.loc.is_tombstone()) {
-                            let tag = points.tag(key);
-                            points.remove(tag, old.loc);
+                        if let Some(points) = tree.points.as_mut().filter(|_| !old.loc.is_tombstone()) {
+                            points.remove(key, old.loc);
                         }
                         // The tombstone head stays only while older versions do.
                         if !retain_for_snapshots(&mut tree.older, key, old, seq, snapshots, &mut chained_delta) {
@@ -374,9 +364,8 @@ impl Index {
                             head.loc = to;
                             add_live(from, -1);
                             add_live(to, 1);
-                            if let Some(points) = covering(&mut tree.points, key) {
-                                let tag = points.tag(key);
-                                points.replace(tag, from, to);
+                            if let Some(points) = &mut tree.points {
+                                points.replace(key, from, to);
                             }
                         }
                     }
@@ -429,9 +418,9 @@ impl Index {
     /// Whether `key`'s newest version is still at `loc` (GC liveness test).
     pub fn points_at(&self, key: &[u8], loc: Loc) -> bool {
         let tree = self.tree.read();
-        match &tree.points {
-            Some(points) if points.covers(key) => points.contains(points.tag(key), loc),
-            _ => tree.heads.get(KeyRef::new(key)).is_some_and(|slot| slot.loc == loc),
+        match tree.points.as_ref().and_then(|points| points.contains(key, loc)) {
+            Some(contained) => contained,
+            None => tree.heads.get(KeyRef::new(key)).is_some_and(|slot| slot.loc == loc),
         }
     }
 
@@ -446,7 +435,7 @@ impl Index {
             heads.len(),
             |after| {
                 let lower = after.map_or(Bound::Unbounded, |key| Bound::Excluded(KeyRef::new(key)));
-                Box::new(heads.range::<KeyRef, _>((lower, Bound::Unbounded)).map(|(key, slot)| (key, slot.loc)))
+                heads.range::<KeyRef, _>((lower, Bound::Unbounded)).map(|(key, slot)| (key, slot.loc))
             },
             chunk,
         )

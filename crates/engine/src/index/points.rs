@@ -83,12 +83,12 @@ impl Points {
         }
     }
 
-    pub fn tag(&self, key: &[u8]) -> u32 {
+    fn tag(&self, key: &[u8]) -> u32 {
         self.hasher.hash_one(key) as u32 & self.tag_mask
     }
 
     /// Whether `key`'s newest location is kept here.
-    pub fn covers(&self, key: &[u8]) -> bool {
+    fn covers(&self, key: &[u8]) -> bool {
         match &self.coverage {
             Coverage::All => true,
             Coverage::UpTo(None) => false,
@@ -102,7 +102,39 @@ impl Points {
         std::iter::once(&self.table).chain(self.old.as_ref().map(|(old, _)| old))
     }
 
-    pub fn get(&self, tag: u32) -> Lookup {
+    // The key-level operations below answer `None` for a key the table does
+    // not cover yet (ask the B-tree) and ignore changes to one: `fill_from`
+    // reads its newest location from the B-tree when it gets there.
+
+    /// What the table knows about `key`.
+    pub fn get(&self, key: &[u8]) -> Option<Lookup> {
+        self.covers(key).then(|| self.get_tag(self.tag(key)))
+    }
+
+    /// Whether `key`'s newest entry is at `loc`.
+    pub fn contains(&self, key: &[u8], loc: Loc) -> Option<bool> {
+        self.covers(key).then(|| self.contains_tag(self.tag(key), loc))
+    }
+
+    pub fn insert(&mut self, key: &[u8], loc: Loc) {
+        if self.covers(key) {
+            self.insert_tag(self.tag(key), loc);
+        }
+    }
+
+    pub fn replace(&mut self, key: &[u8], from: Loc, to: Loc) {
+        if self.covers(key) {
+            self.replace_tag(self.tag(key), from, to);
+        }
+    }
+
+    pub fn remove(&mut self, key: &[u8], loc: Loc) {
+        if self.covers(key) {
+            self.remove_tag(self.tag(key), loc);
+        }
+    }
+
+    fn get_tag(&self, tag: u32) -> Lookup {
         let mut found = self.tables().flat_map(|t| t.iter_hash(spread(tag))).filter(|p| p.tag == tag);
         match (found.next(), found.next()) {
             (None, _) => Lookup::Absent,
@@ -113,11 +145,11 @@ impl Points {
 
     /// Whether some key with `tag` is at `loc`. Exact: only one key's
     /// entry can be at a location.
-    pub fn contains(&self, tag: u32, loc: Loc) -> bool {
+    fn contains_tag(&self, tag: u32, loc: Loc) -> bool {
         self.tables().any(|t| t.find(spread(tag), |p| p.tag == tag && p.loc == loc).is_some())
     }
 
-    pub fn insert(&mut self, tag: u32, loc: Loc) {
+    fn insert_tag(&mut self, tag: u32, loc: Loc) {
         if self.old.is_none() && self.table.len() == self.table.capacity() {
             let bigger = HashTable::with_capacity((self.table.capacity() * 2).max(64));
             self.old = Some((std::mem::replace(&mut self.table, bigger), 0));
@@ -151,17 +183,17 @@ impl Points {
     }
 
     /// The key with `tag` whose newest entry was at `from` is now at `to`.
-    pub fn replace(&mut self, tag: u32, from: Loc, to: Loc) {
+    fn replace_tag(&mut self, tag: u32, from: Loc, to: Loc) {
         match self.find_mut(tag, from) {
             Some(point) => point.loc = to,
             None => {
                 debug_assert!(false, "no point at {from:?}");
-                self.insert(tag, to);
+                self.insert_tag(tag, to);
             }
         }
     }
 
-    pub fn remove(&mut self, tag: u32, loc: Loc) {
+    fn remove_tag(&mut self, tag: u32, loc: Loc) {
         let eq = |p: &Point| p.tag == tag && p.loc == loc;
         if let Ok(entry) = self.table.find_entry(spread(tag), eq) {
             entry.remove();
@@ -174,10 +206,10 @@ impl Points {
 
     /// Adds the next `max` entries of `heads` (newest locations in key
     /// order) past the covered ones; returns whether every key is covered.
-    pub fn fill_from<'a>(
+    pub fn fill_from<'a, I: Iterator<Item = (&'a Key, Loc)>>(
         &mut self,
         total_keys: usize,
-        heads: impl FnOnce(Option<&Key>) -> Box<dyn Iterator<Item = (&'a Key, Loc)> + 'a>,
+        heads: impl FnOnce(Option<&Key>) -> I,
         max: usize,
     ) -> bool {
         let last = match &self.coverage {
@@ -192,8 +224,7 @@ impl Points {
         let mut newest = None;
         for (key, loc) in heads(last).take(max) {
             if !loc.is_tombstone() {
-                let tag = self.tag(key);
-                self.insert(tag, loc);
+                self.insert_tag(self.tag(key), loc);
             }
             newest = Some(key);
             added += 1;
@@ -222,16 +253,16 @@ mod tests {
     #[test]
     fn shared_tags_are_ambiguous_and_exact_locations_are_found() {
         let mut points = Points::new(32);
-        points.insert(7, loc(1));
-        assert!(matches!(points.get(7), Lookup::At(l) if l == loc(1)));
-        assert!(matches!(points.get(8), Lookup::Absent));
-        points.insert(7, loc(2));
-        assert!(matches!(points.get(7), Lookup::Ambiguous));
-        assert!(points.contains(7, loc(2)) && points.contains(7, loc(1)) && !points.contains(7, loc(3)));
-        points.replace(7, loc(2), loc(3));
-        assert!(points.contains(7, loc(3)) && !points.contains(7, loc(2)));
-        points.remove(7, loc(1));
-        assert!(matches!(points.get(7), Lookup::At(l) if l == loc(3)));
+        points.insert_tag(7, loc(1));
+        assert!(matches!(points.get_tag(7), Lookup::At(l) if l == loc(1)));
+        assert!(matches!(points.get_tag(8), Lookup::Absent));
+        points.insert_tag(7, loc(2));
+        assert!(matches!(points.get_tag(7), Lookup::Ambiguous));
+        assert!(points.contains_tag(7, loc(2)) && points.contains_tag(7, loc(1)) && !points.contains_tag(7, loc(3)));
+        points.replace_tag(7, loc(2), loc(3));
+        assert!(points.contains_tag(7, loc(3)) && !points.contains_tag(7, loc(2)));
+        points.remove_tag(7, loc(1));
+        assert!(matches!(points.get_tag(7), Lookup::At(l) if l == loc(3)));
     }
 
     #[test]
@@ -239,7 +270,7 @@ mod tests {
         let mut points = Points::new(32);
         let mut moved_while_growing = false;
         for i in 0..20_000u32 {
-            points.insert(i.wrapping_mul(2_654_435_761), loc(i));
+            points.insert_tag(i.wrapping_mul(2_654_435_761), loc(i));
             if let Some((old, _)) = &points.old {
                 moved_while_growing |= old.len() < old.capacity();
                 // The new table never has to grow before the old is empty.
@@ -248,14 +279,14 @@ mod tests {
             if i % 7 == 0 {
                 // Updates and removals find points in either table.
                 let tag = (i / 2).wrapping_mul(2_654_435_761);
-                points.replace(tag, loc(i / 2), loc(i / 2 + 1_000_000));
-                points.remove(tag, loc(i / 2 + 1_000_000));
-                points.insert(tag, loc(i / 2));
+                points.replace_tag(tag, loc(i / 2), loc(i / 2 + 1_000_000));
+                points.remove_tag(tag, loc(i / 2 + 1_000_000));
+                points.insert_tag(tag, loc(i / 2));
             }
         }
         assert!(moved_while_growing);
         for i in 0..20_000u32 {
-            assert!(matches!(points.get(i.wrapping_mul(2_654_435_761)), Lookup::At(l) if l == loc(i)), "{i}");
+            assert!(matches!(points.get_tag(i.wrapping_mul(2_654_435_761)), Lookup::At(l) if l == loc(i)), "{i}");
         }
     }
 
@@ -274,7 +305,7 @@ mod tests {
         assert!(points.fill_from(keys.len(), heads, 4));
         assert!(points.covers(&keys[9]) && points.covers(b"\xff\xff\xff\xff\xff"));
         for (i, key) in keys.iter().enumerate() {
-            assert!(matches!(points.get(points.tag(key)), Lookup::At(l) if l == loc(i as u32)));
+            assert!(matches!(points.get_tag(points.tag(key)), Lookup::At(l) if l == loc(i as u32)));
         }
     }
 }
