@@ -88,16 +88,16 @@ impl LogWriter {
     /// (that competed with the first requests of a short benchmark).
     fn prepare_spare_when_due(&mut self) {
         if self.spare.is_none() && self.offset >= self.active.capacity_bytes() / 4 {
-            self.prepare_spare();
+            self.spare = Some(self.spawn_spare());
         }
     }
 
-    fn prepare_spare(&mut self) {
+    fn spawn_spare(&self) -> JoinHandle<Result<Segment>> {
         let (dir, id, size, durability) = (self.dir.clone(), self.next_id, self.segment_size_bytes, self.durability);
-        self.spare = Some(std::thread::spawn(move || {
+        std::thread::spawn(move || {
             crate::background::lower_this_thread();
             Segment::create(&dir, id, size, durability, true)
-        }));
+        })
     }
 
     pub fn persist_waits_for_device(&self) -> bool {
@@ -158,11 +158,8 @@ impl LogWriter {
 
     fn roll(&mut self, segments: &SegmentSet) -> Result<()> {
         self.write_staged()?;
-        if self.spare.is_none() {
-            // A frame larger than three quarters of a segment.
-            self.prepare_spare();
-        }
-        let spare = self.spare.take().expect("prepared above if it was not yet");
+        // Not prepared yet only for a frame larger than three quarters of a segment.
+        let spare = self.spare.take().unwrap_or_else(|| self.spawn_spare());
         let next = match spare.join() {
             Ok(result) => result?,
             Err(_) => return Err(Error::Poisoned("segment preparation thread panicked".into())),

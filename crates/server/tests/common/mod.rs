@@ -141,9 +141,7 @@ impl RedisServer {
         }
         panic!("redis-server is installed but did not start");
     }
-}
 
-impl RedisServer {
     /// Whether the server on `port` is up and is our child: another test's
     /// server may have taken the port between the probe and our bind (ours
     /// then exits), and a connection may close while a server starts.
