@@ -5,8 +5,8 @@
 //!
 //! - `toolkit`: the toolkit's map, each insert published by one cache-line
 //!   write-back and fence (or fdatasync on a page-cache file system);
-//! - `toolkit-tx`: the same map with every insert in an undo-logged
-//!   transaction;
+//! - `toolkit-tx`: the same map with every insert in a transaction
+//!   (undo-logged on tmpfs, redo-logged with one fdatasync on disk);
 //! - `mmap-msync`: the table in an mmap'ed file, `msync(MS_SYNC)` of the
 //!   touched page after each insert (the classic file-system way);
 //! - `write-fdatasync`: the table in DRAM, `pwrite` of the slot and

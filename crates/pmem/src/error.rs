@@ -34,9 +34,7 @@ pub enum Error {
     BadPointer { path: PathBuf, offset: u64, len: u64, reason: &'static str },
     #[error("{path}: free of {offset:#x}: not the start of an allocated object")]
     InvalidFree { path: PathBuf, offset: u64 },
-    #[error(
-        "{path}: transaction too large: its undo log needs more than {capacity} bytes (raise PoolOptions::log_bytes)"
-    )]
+    #[error("{path}: transaction too large: its log needs more than {capacity} bytes (raise PoolOptions::log_bytes)")]
     TxLogFull { path: PathBuf, capacity: u64 },
     #[error("{path}: an earlier transaction could not be rolled back ({reason}); reopen the pool to recover")]
     Poisoned { path: PathBuf, reason: String },

@@ -229,6 +229,12 @@ impl Region {
         self.len
     }
 
+    /// Whether stores through the mapping reach the file only by
+    /// [`Region::write_back`] (a private mapping in page-cache `sync` mode).
+    pub fn is_private(&self) -> bool {
+        self.private
+    }
+
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }

@@ -11,6 +11,11 @@
 //! kept"); a line's candidate content is what it held when it was written
 //! back, or its current content if it never was.
 //!
+//! The page-cache model (`set_page_cache`, which pools turn on in `sync`
+//! mode) drops the eviction: a store reaches a disk file only through a
+//! write-back (`pwrite`), so only written-back lines are in flight, each
+//! independently (an unsynced pwrite can land in part).
+//!
 //! A test creates a structure on a [`SimMedia`], calls
 //! [`SimMedia::start_recording`], runs a workload, then walks
 //! [`CrashImages::for_each`]: every image is reopened and checked against
@@ -41,6 +46,9 @@ pub struct SimMedia {
     recording: bool,
     initial: Vec<Line>,
     points: Vec<CrashPoint>,
+    /// Page-cache model (`sync` on a disk file): a store reaches the medium
+    /// only once written back (pwrite), never by eviction.
+    page_cache: bool,
 }
 
 impl SimMedia {
@@ -54,7 +62,19 @@ impl SimMedia {
             recording: false,
             initial: Vec::new(),
             points: Vec::new(),
+            page_cache: false,
         }
+    }
+
+    /// Switches between the persistent-memory model (a dirty line may reach
+    /// the medium at any moment) and the page-cache model (only written-back
+    /// lines may, each independently until the next fence).
+    pub fn set_page_cache(&mut self, page_cache: bool) {
+        self.page_cache = page_cache;
+    }
+
+    pub fn is_page_cache(&self) -> bool {
+        self.page_cache
     }
 
     /// A medium holding `image` (a crash image, or a file's bytes) in both
@@ -133,6 +153,9 @@ impl SimMedia {
     /// Written-back lines not yet fenced, then dirty lines never written back.
     fn in_flight(&self) -> Vec<(u32, Line)> {
         let mut lines = self.pending.clone();
+        if self.page_cache {
+            return lines;
+        }
         for (index, (now, durable)) in self.volatile.iter().zip(&self.persistent).enumerate() {
             if now != durable && !self.pending.iter().any(|(l, _)| *l as usize == index) {
                 lines.push((index as u32, *now));

@@ -1,6 +1,6 @@
 //! Damaged pool files: flipped bits and truncation anywhere give a clear
 //! error or a pool that still answers without panicking; never a crash.
-//! The header and undo log are checksummed and the allocator metadata is
+//! The header and log are checksummed and the allocator metadata is
 //! validated on open; user objects are not checksummed (see docs/pmem.md),
 //! but every pointer read from them is bounds-checked.
 
@@ -12,10 +12,10 @@ use scaledkv_pmem::{Durability, Error, Pool};
 
 const POOL_BYTES: u64 = 400 << 10;
 
-/// A pool image holding a map with some entries and an interrupted
-/// transaction's undo entries still in the log.
-fn sample_image() -> Vec<u8> {
-    let options = PHashMap::options(POOL_BYTES, Durability::Pmem);
+/// A pool image holding a map with some entries and the last
+/// transaction's log entries (undo in `pmem` mode, redo in `sync` mode).
+fn sample_image(durability: Durability) -> Vec<u8> {
+    let options = PHashMap::options(POOL_BYTES, durability);
     let mut map = PHashMap::init(Pool::create_simulated::<MapRoot>(&options).unwrap()).unwrap();
     for i in 0..900u32 {
         map.insert(i * 7, i).unwrap();
@@ -25,8 +25,8 @@ fn sample_image() -> Vec<u8> {
 }
 
 /// Opens and uses the image; any outcome but a panic is acceptable.
-fn exercise(image: &[u8]) -> Result<usize, Error> {
-    let options = PHashMap::options(POOL_BYTES, Durability::Pmem);
+fn exercise(image: &[u8], durability: Durability) -> Result<usize, Error> {
+    let options = PHashMap::options(POOL_BYTES, durability);
     let pool = Pool::open_simulated(SimMedia::from_image(image), &options)?;
     let _ = pool.stats();
     let mut map = PHashMap::attach(pool)?;
@@ -39,23 +39,28 @@ fn exercise(image: &[u8]) -> Result<usize, Error> {
     Ok(entries.len())
 }
 
-fn image() -> &'static [u8] {
-    static IMAGE: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
-    IMAGE.get_or_init(sample_image)
+fn image(durability: Durability) -> &'static [u8] {
+    static PMEM: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+    static SYNC: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+    let cell = if durability == Durability::Pmem { &PMEM } else { &SYNC };
+    cell.get_or_init(|| sample_image(durability))
 }
 
 #[test]
 fn the_intact_image_opens() {
-    assert_eq!(exercise(image()).unwrap(), 899);
+    for durability in [Durability::Pmem, Durability::Sync] {
+        assert_eq!(exercise(image(durability), durability).unwrap(), 899);
+    }
 }
 
 #[test]
 fn flipped_bits_in_the_header_are_reported() {
     // Magic, versions, layout name, geometry and the CRC itself.
     for bit in (0..156 * 8).step_by(3) {
-        let mut damaged = image().to_vec();
+        let durability = if bit % 2 == 0 { Durability::Pmem } else { Durability::Sync };
+        let mut damaged = image(durability).to_vec();
         damaged[bit / 8] ^= 1 << (bit % 8);
-        let error = exercise(&damaged).expect_err("a flipped header bit must not go unnoticed");
+        let error = exercise(&damaged, durability).expect_err("a flipped header bit must not go unnoticed");
         assert!(
             matches!(error, Error::NotAPool { .. } | Error::CorruptPool { .. }),
             "bit {bit}: unexpected error {error}"
@@ -80,14 +85,18 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(300))]
 
     #[test]
-    fn random_damage_never_panics(flips in prop::collection::vec((0usize..POOL_BYTES as usize * 8, any::<bool>()), 1..40)) {
-        let mut damaged = image().to_vec();
+    fn random_damage_never_panics(
+        flips in prop::collection::vec((0usize..POOL_BYTES as usize * 8, any::<bool>()), 1..40),
+        redo in any::<bool>(),
+    ) {
+        let durability = if redo { Durability::Sync } else { Durability::Pmem };
+        let mut damaged = image(durability).to_vec();
         for (bit, in_metadata) in flips {
             // Half the flips land in the first 200 KiB (header, log, table,
             // bitmaps and the start of the heap), where damage matters most.
             let bit = if in_metadata { bit % (200 << 13) } else { bit % (damaged.len() * 8) };
             damaged[bit / 8] ^= 1 << (bit % 8);
         }
-        let _ = exercise(&damaged);
+        let _ = exercise(&damaged, durability);
     }
 }

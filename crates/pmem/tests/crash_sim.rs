@@ -10,7 +10,7 @@ use std::collections::{HashMap, HashSet};
 use scaledkv_pmem::collections::hashmap::{self, MapRoot};
 use scaledkv_pmem::collections::PHashMap;
 use scaledkv_pmem::sim::SimMedia;
-use scaledkv_pmem::{Error, PPtr, Pod, Pool, PoolOptions, Zeroable};
+use scaledkv_pmem::{Durability, Error, PPtr, Pod, Pool, PoolOptions, Zeroable};
 
 /// Transactions of the list workload (`SCALEDKV_PMEM_SIM_OPS`, default 65);
 /// the hash-map workload runs 20 times as many (cheaper) operations.
@@ -61,6 +61,30 @@ fn options() -> PoolOptions {
     PoolOptions::new("sim-list", 1).size_bytes(400 << 10)
 }
 
+// Each workload runs under both media models: `pmem` (a dirty cache line
+// may reach the medium at any moment; transactions undo-log) and `sync`
+// (the page cache: only written-back ranges may; transactions redo-log).
+
+#[test]
+fn every_crash_image_of_random_transactions_is_a_committed_state_without_leaks_pmem() {
+    random_transactions_under(Durability::Pmem);
+}
+
+#[test]
+fn every_crash_image_of_random_transactions_is_a_committed_state_without_leaks_page_cache() {
+    random_transactions_under(Durability::Sync);
+}
+
+#[test]
+fn every_crash_image_of_hash_map_inserts_keeps_each_acknowledged_key_pmem() {
+    hash_map_inserts_under(Durability::Pmem);
+}
+
+#[test]
+fn every_crash_image_of_hash_map_inserts_keeps_each_acknowledged_key_page_cache() {
+    hash_map_inserts_under(Durability::Sync);
+}
+
 /// The committed state a crash image must equal: (count, sum).
 type State = (u64, u64);
 
@@ -89,9 +113,9 @@ fn check_list(pool: &Pool) -> Result<(State, Vec<u64>), String> {
     Ok(((count, sum), seen.into_iter().collect()))
 }
 
-#[test]
-fn every_crash_image_of_random_transactions_is_a_committed_state_without_leaks() {
-    let mut pool = Pool::create_simulated::<Root>(&options()).unwrap();
+fn random_transactions_under(durability: Durability) {
+    let options = options().durability(durability);
+    let mut pool = Pool::create_simulated::<Root>(&options).unwrap();
     let root = pool.root::<Root>().unwrap();
     pool.simulated().unwrap().start_recording();
     let mut rng = Rng(42);
@@ -167,7 +191,7 @@ fn every_crash_image_of_random_transactions_is_a_committed_state_without_leaks()
                 Some((_, _, before, after)) => vec![*before, *after],
                 None => vec![spans.iter().rev().find(|s| s.1 <= image.fence).map_or((0, 0), |s| s.3)],
             };
-        let mut pool = Pool::open_simulated(SimMedia::from_image(image.bytes), &options())
+        let mut pool = Pool::open_simulated(SimMedia::from_image(image.bytes), &options)
             .unwrap_or_else(|e| panic!("fence {}: reopen failed: {e}", image.fence));
         let (state, nodes) = check_list(&pool).unwrap_or_else(|e| panic!("fence {}: {e}", image.fence));
         assert!(allowed.contains(&state), "fence {}: state {state:?}, allowed {allowed:?}", image.fence);
@@ -193,9 +217,8 @@ fn every_crash_image_of_random_transactions_is_a_committed_state_without_leaks()
     eprintln!("checked {checked} crash images over {} crash points", images.len());
 }
 
-#[test]
-fn every_crash_image_of_hash_map_inserts_keeps_each_acknowledged_key() {
-    let options = PHashMap::options(600 << 10, scaledkv_pmem::Durability::Pmem);
+fn hash_map_inserts_under(durability: Durability) {
+    let options = PHashMap::options(600 << 10, durability);
     let mut map = PHashMap::init(Pool::create_simulated::<MapRoot>(&options).unwrap()).unwrap();
     map.pool_mut().simulated().unwrap().start_recording();
     let mut rng = Rng(7);

@@ -19,8 +19,9 @@ struct Node {
     next: PPtr<Node>,
 }
 
+/// `sync` on the disk (tempdir): transactions take the redo-log path.
 fn options() -> PoolOptions {
-    PoolOptions::new("pool-test", 3).size_bytes(4 << 20).durability(Durability::Buffered)
+    PoolOptions::new("pool-test", 3).size_bytes(4 << 20).durability(Durability::Sync)
 }
 
 fn list(pool: &Pool, mut at: PPtr<Node>) -> Vec<u64> {

@@ -1,19 +1,20 @@
-//! Pools: a file (or a simulated medium) holding a header, an undo log, the
+//! Pools: a file (or a simulated medium) holding a header, a log, the
 //! allocator's metadata and a heap of typed objects reached from one root.
 //!
 //! Layout (byte by byte in `docs/pmem.md`):
 //!
 //! ```text
 //! 0        header (4 KiB): magic, versions, layout name, geometry, CRC32C
-//! log      undo log: generation word, then entries of the running transaction
+//! log      generation word, then undo entries, or two halves of redo entries
 //! table    one u64 per 64 KiB chunk: free, small-object class, run head/continuation
 //! bitmaps  512 bytes per chunk: one bit per block of a small-object chunk
 //! heap     the chunks; the root object is the first allocation
 //! ```
 //!
 //! Only transactions (`tx.rs`) change the heap's metadata, and every change
-//! is undo-logged, so a crash mid-allocation or mid-free is rolled back on
-//! open: nothing leaks, no block is handed out twice.
+//! is logged, so a crash mid-allocation or mid-free is rolled back (or a
+//! committed one replayed) on open: nothing leaks, no block is handed out
+//! twice.
 
 mod heap;
 mod ptr;
@@ -235,6 +236,9 @@ impl Mem {
 pub struct Recovery {
     /// Undo-log entries of an interrupted transaction that were rolled back.
     pub rolled_back_entries: usize,
+    /// Redo-log entries of a committed transaction that were written again
+    /// (`sync` mode on a page-cache file system; see `docs/pmem.md`).
+    pub replayed_entries: usize,
 }
 
 /// A persistent pool of typed objects; see the module docs for its layout
@@ -286,6 +290,8 @@ pub struct Pool {
     durability: Durability,
     recovery: Recovery,
     poisoned: Option<String>,
+    /// A committed redo log may still be replayed at open (see `tx.rs`).
+    redo_live: bool,
 }
 
 // SAFETY: the pool owns its mapping (through `media`); `&Pool` only reads
@@ -334,6 +340,10 @@ impl Pool {
 
     fn attach(media: Media, path: PathBuf, geometry: Geometry, durability: Durability) -> Pool {
         let mut media = media;
+        if let Media::Sim(sim) = &mut media {
+            // `sync` is what a page-cache file system gives; `pmem`, DAX.
+            sim.set_page_cache(durability == Durability::Sync);
+        }
         // Both media keep their bytes at a fixed address (a mapping, a boxed
         // slice), so the pointer stays valid after `media` moves into the pool.
         let (base, len) = match &mut media {
@@ -350,6 +360,17 @@ impl Pool {
             durability,
             recovery: Recovery::default(),
             poisoned: None,
+            redo_live: false,
+        }
+    }
+
+    /// Whether stores reach the file only when written back (a private
+    /// mapping copied out with pwrite, or the simulator's page-cache
+    /// model): transactions then use redo logging, one fence each.
+    fn redo_mode(&self) -> bool {
+        match &self.media {
+            Media::Mapped(region) => region.is_private(),
+            Media::Sim(sim) => sim.is_page_cache(),
         }
     }
 
@@ -373,6 +394,7 @@ impl Pool {
         // only the header is left. The magic goes last: a crash before it
         // leaves a file `open` refuses as "not a pool".
         pool.media.write_back(0, HEADER_BYTES)?;
+        pool.media.write_back(geometry.log_offset, 8)?;
         pool.media.fence()?;
         pool.mem.bytes_mut(0, 8).copy_from_slice(&MAGIC);
         pool.media.write_back(0, 8)?;
@@ -550,6 +572,9 @@ impl Pool {
     /// Makes `count` objects from `pointer` durable with one fence.
     pub fn persist_slice<T: Pod>(&mut self, pointer: PPtr<T>, count: u64) -> Result<()> {
         self.check(pointer, count)?;
+        if self.redo_live {
+            tx::retire_redo_log(self)?;
+        }
         self.media.write_back(pointer.offset(), std::mem::size_of::<T>() as u64 * count)?;
         self.media.fence()
     }
