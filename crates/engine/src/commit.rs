@@ -11,14 +11,23 @@
 //! that keeps nobody stranded is: every writer tries to lead after
 //! queueing, and whoever releases the log looks at the queue again and
 //! leads once more if it is not empty.
+//!
+//! A finished group wakes exactly its members, each through its request's
+//! waker (a blocked writer's is its thread), after the leader has let go
+//! of the log, so the next group starts while they wake. Writers queued
+//! for the next group sleep on: a leader leads them. Before, a shared
+//! condition variable woke every blocked writer after every group, under
+//! the log: 16 writers of 1 KiB values on tmpfs went from 223-240k to
+//! 369-370k writes/s (`sync`) and 217-219k to 324-338k (`pmem`); on disk
+//! groups grew from 7.4 to 12.4 writes and system time halved.
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll, Wake, Waker};
 
-use parking_lot::{Condvar, Mutex};
+use parking_lot::Mutex;
 
 use crate::error::{Error, Result};
 use crate::log::writer::LogWriter;
@@ -43,7 +52,8 @@ pub struct Request {
     pub relocations: Option<Vec<Relocation>>,
     state: AtomicU8,
     failure: OnceLock<String>,
-    /// Set by a pending `WriteFuture`; woken on completion.
+    /// Set by a pending `WriteFuture` or a blocked writer; woken on
+    /// completion.
     waker: Mutex<Option<Waker>>,
 }
 
@@ -86,28 +96,32 @@ pub type Lead<'a> = &'a dyn Fn(&mut LogWriter, &[Arc<Request>]) -> Result<()>;
 
 pub struct Committer {
     queue: Mutex<Vec<Arc<Request>>>,
-    wake: Condvar,
     log: Mutex<LogWriter>,
+}
+
+/// Wakes a blocked writer's thread.
+struct ThreadWaker(std::thread::Thread);
+
+impl Wake for ThreadWaker {
+    fn wake(self: Arc<Self>) {
+        self.0.unpark();
+    }
+}
+
+thread_local! {
+    static THREAD_WAKER: Waker = Waker::from(Arc::new(ThreadWaker(std::thread::current())));
 }
 
 impl Committer {
     pub fn new(log: LogWriter) -> Committer {
-        Committer { queue: Mutex::new(Vec::new()), wake: Condvar::new(), log: Mutex::new(log) }
+        Committer { queue: Mutex::new(Vec::new()), log: Mutex::new(log) }
     }
 
     /// Runs `f` with the log writer while no group is in flight. The caller
-    /// must `drain` afterwards: writers may have queued meanwhile.
+    /// must `drain` afterwards: writers may have queued meanwhile, and
+    /// blocked ones sleep until a leader completes them.
     pub fn with_log<T>(&self, f: impl FnOnce(&mut LogWriter) -> T) -> T {
-        let result = f(&mut self.log.lock());
-        self.wake_all();
-        result
-    }
-
-    fn wake_all(&self) {
-        // Notify under the queue lock: a blocked writer checks its state and
-        // the log lock while holding it, so none misses this.
-        let _queue = self.queue.lock();
-        self.wake.notify_all();
+        f(&mut self.log.lock())
     }
 
     pub fn enqueue(&self, request: Arc<Request>) {
@@ -122,18 +136,14 @@ impl Committer {
                 return;
             };
             let group = std::mem::take(&mut *self.queue.lock());
-            if !group.is_empty() {
-                let result = lead(&mut log, &group);
-                let failure = result.err().map(|e| e.to_string());
-                for member in &group {
-                    member.complete(failure.as_ref());
-                }
-            }
+            let failure = if group.is_empty() { None } else { lead(&mut log, &group).err().map(|e| e.to_string()) };
+            // The group is durable and visible: the next one may start
+            // while this thread wakes its members.
             drop(log);
-            // Wake blocked writers and look for newcomers under one lock.
-            let queue = self.queue.lock();
-            self.wake.notify_all();
-            if queue.is_empty() {
+            for member in &group {
+                member.complete(failure.as_ref());
+            }
+            if self.queue.lock().is_empty() {
                 return;
             }
         }
@@ -141,17 +151,19 @@ impl Committer {
 
     /// Queues `request` and returns once it is durable and visible, or failed.
     pub fn commit(&self, request: Arc<Request>, lead: Lead<'_>) -> Result<()> {
+        *request.waker.lock() = Some(THREAD_WAKER.with(Waker::clone));
         self.enqueue(request.clone());
         loop {
             self.drain(lead);
-            let mut queue = self.queue.lock();
             if let Some(outcome) = request.outcome() {
                 return outcome;
             }
-            // Still pending: in a group in flight (the log is held) or queued
-            // after the last drain looked (the log is free: drain again).
+            // Still pending: in a group in flight, or queued behind one whose
+            // leader leads it next (the log is held: sleep until completed;
+            // an unpark that came first makes `park` return at once), or
+            // queued after the last drain looked (the log is free: drain).
             if self.log.is_locked() {
-                self.wake.wait(&mut queue);
+                std::thread::park();
             }
         }
     }

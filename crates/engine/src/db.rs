@@ -521,11 +521,14 @@ impl Inner {
         log.finish_group()?;
         log.last_seq = seq;
         self.counters.user_bytes_written.fetch_add(user_bytes, Ordering::Relaxed);
+        let user_requests = group.iter().filter(|r| r.relocations.is_none()).count() as u64;
+        self.counters.commit_groups.fetch_add(1, Ordering::Relaxed);
+        self.counters.committed_requests.fetch_add(user_requests, Ordering::Relaxed);
         self.counters.log_bytes_written.store(log.appended_bytes, Ordering::Relaxed);
 
         let mut updates = Vec::with_capacity(group.len());
         let mut placed = placed.into_iter();
-        let mut frame_seq = seq - group.iter().filter(|r| r.relocations.is_none()).count() as u64;
+        let mut frame_seq = seq - user_requests;
         for request in group {
             let mut at = 0;
             match &request.relocations {

@@ -12,6 +12,10 @@ pub(crate) struct Counters {
     pub gc_runs: AtomicU64,
     pub segments_freed: AtomicU64,
     pub checkpoints: AtomicU64,
+    /// Groups the committer wrote (each one persist) and the user requests
+    /// in them: their ratio is the group commit's batching.
+    pub commit_groups: AtomicU64,
+    pub committed_requests: AtomicU64,
 }
 
 impl Counters {
@@ -24,6 +28,8 @@ impl Counters {
         stats.gc_runs = self.gc_runs.load(Ordering::Relaxed);
         stats.segments_freed = self.segments_freed.load(Ordering::Relaxed);
         stats.checkpoints = self.checkpoints.load(Ordering::Relaxed);
+        stats.commit_groups = self.commit_groups.load(Ordering::Relaxed);
+        stats.committed_requests = self.committed_requests.load(Ordering::Relaxed);
         stats.write_amplification = if user == 0 { 0.0 } else { log as f64 / user as f64 };
         stats.space_amplification =
             if stats.live_bytes == 0 { 0.0 } else { stats.log_bytes as f64 / stats.live_bytes as f64 };
@@ -59,6 +65,10 @@ pub struct Stats {
     pub gc_runs: u64,
     pub segments_freed: u64,
     pub checkpoints: u64,
+    /// Since open: write groups (one persist each) and the user write
+    /// requests (puts, deletes, batches) they held.
+    pub commit_groups: u64,
+    pub committed_requests: u64,
     pub last_seq: u64,
     pub durability: &'static str,
     /// tmpfs, dax or page-cache.
