@@ -183,6 +183,9 @@ fn random_transactions_under(durability: Durability) {
     }
     let images = pool.into_simulated().unwrap().crash_images();
     let mut checked = 0;
+    // Images whose reopen had to finish a transaction: rolled back (undo)
+    // or replayed (redo). Both paths must be exercised, not just pass.
+    let mut repaired = 0;
     images.for_each(2, 7, |image| {
         // The transaction running at this fence, if any, decides the states
         // allowed: before it, or (if the crash hit its commit) after it.
@@ -193,6 +196,12 @@ fn random_transactions_under(durability: Durability) {
             };
         let mut pool = Pool::open_simulated(SimMedia::from_image(image.bytes), &options)
             .unwrap_or_else(|e| panic!("fence {}: reopen failed: {e}", image.fence));
+        let recovery = pool.recovery();
+        match durability {
+            Durability::Sync => assert_eq!(recovery.rolled_back_entries, 0, "fence {}: undo in redo mode", image.fence),
+            _ => assert_eq!(recovery.replayed_entries, 0, "fence {}: redo in undo mode", image.fence),
+        }
+        repaired += usize::from(recovery.rolled_back_entries + recovery.replayed_entries > 0);
         let (state, nodes) = check_list(&pool).unwrap_or_else(|e| panic!("fence {}: {e}", image.fence));
         assert!(allowed.contains(&state), "fence {}: state {state:?}, allowed {allowed:?}", image.fence);
         // No leak: every allocated object is the root or a list node.
@@ -214,7 +223,8 @@ fn random_transactions_under(durability: Durability) {
         checked += 1;
     });
     assert!(checked > images.len(), "checked {checked} images over {} crash points", images.len());
-    eprintln!("checked {checked} crash images over {} crash points", images.len());
+    assert!(repaired > images.len() / 4, "only {repaired} of {checked} images needed recovery");
+    eprintln!("checked {checked} crash images over {} crash points, {repaired} recovered a transaction", images.len());
 }
 
 fn hash_map_inserts_under(durability: Durability) {
