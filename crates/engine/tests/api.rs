@@ -309,6 +309,42 @@ fn stats_report_sizes_and_amplification() {
 }
 
 #[test]
+fn stats_count_commit_groups_and_the_writes_they_share() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = std::sync::Arc::new(Db::open(dir.path(), Options::default()).unwrap());
+    for i in 0..100u32 {
+        db.put(&i.to_be_bytes(), b"v").unwrap();
+    }
+    let mut batch = WriteBatch::new();
+    batch.put(b"a", b"1");
+    batch.put(b"b", b"2");
+    db.write(batch).unwrap();
+    let stats = db.stats();
+    // One writer: every request is a group of its own; a batch is one.
+    assert_eq!((stats.commit_groups, stats.committed_requests), (101, 101), "{stats:?}");
+    // Where each group waits for a device, concurrent writers share them.
+    if db.persist_waits_for_device() {
+        let writers: Vec<_> = (0..8u32)
+            .map(|t| {
+                let db = db.clone();
+                std::thread::spawn(move || {
+                    for i in 0..200u32 {
+                        db.put(&(t << 16 | i).to_be_bytes(), b"w").unwrap();
+                    }
+                })
+            })
+            .collect();
+        for writer in writers {
+            writer.join().unwrap();
+        }
+        let after = db.stats();
+        let (groups, requests) = (after.commit_groups - 101, after.committed_requests - 101);
+        assert_eq!(requests, 1600);
+        assert!(groups < requests, "1600 concurrent writes took {groups} groups: no group commit");
+    }
+}
+
+#[test]
 fn purge_expired_drops_only_expired_keys_and_resumes() {
     let dir = tempfile::tempdir().unwrap();
     let db = Db::open(dir.path(), Options::default()).unwrap();
