@@ -29,6 +29,8 @@ import subprocess
 import sys
 import time
 
+import hoststeal
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 QUICK = os.environ.get("QUICK") == "1"
 REPEATS = int(os.environ.get("REPEATS", "1" if QUICK else "3"))
@@ -139,6 +141,7 @@ def main_tables():
         os.makedirs(medium, exist_ok=True)
         for pipeline in PIPELINES:
             runs = {(c, t): [] for c in MAIN for t in ("SET", "GET")}
+            steal_from = hoststeal.cpu_times()
             for rep in range(REPEATS):
                 for config in MAIN:
                     server = Server(config, medium)
@@ -153,6 +156,7 @@ def main_tables():
                         server.stop()
             emit(f"\n### {medium}, -P {pipeline}: -t set,get -n {N} -r {N} -c {CLIENTS} -d {VALUE}, "
                  f"median of {REPEATS}\n")
+            emit(f"Host CPU steal during these runs: {hoststeal.percent_since(steal_from):.1f}%\n")
             emit("| server | test | req/s | p50 ms | p99 ms | server CPU µs/req | vs redis-none | vs redis-always |")
             emit("|---|---|---:|---:|---:|---:|---:|---:|")
             for test in ("SET", "GET"):

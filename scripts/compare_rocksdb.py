@@ -12,6 +12,8 @@ Peers (each gets its own fresh database directory on the same medium):
 """
 import os, re, shutil, statistics, subprocess, sys, time
 
+import hoststeal
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SKV = os.path.join(ROOT, "target/release/scaledkv-bench")
 REL = os.path.join(ROOT, "target/rocksdb/release/scaledkv-bench")
@@ -120,12 +122,16 @@ def table(results, pairs, title, out):
                    + " | ".join(ratios) + f" | {meds} |")
 
 
+STEAL_FROM = hoststeal.cpu_times()
+
+
 def report(plain, durable, started, complete):
     """The tables so far; rewritten after every shape so a cut-off run keeps
     what it measured."""
     host = subprocess.run(["uname", "-srm"], capture_output=True, text=True).stdout.strip()
     out = [f"# compare-rocksdb: {time.strftime('%Y-%m-%d')}, {host}, {os.cpu_count()} cores, "
-           f"medians of {REPEATS} runs, {time.time() - started:.0f} s" + ("" if complete else " (partial)")]
+           f"medians of {REPEATS} runs, {time.time() - started:.0f} s" + ("" if complete else " (partial)"),
+           f"\nHost CPU steal during the run: {hoststeal.percent_since(STEAL_FROM):.1f}%"]
     table(plain, [("skv-buffered", "rel-wal"), ("skv-buffered", "rel-nowal"),
                   ("skv-buffered", "deb-wal"), ("skv-buffered", "deb-nowal")],
           "Buffered ScaledKV vs RocksDB WAL sync=0 and disable_wal=1", out)
