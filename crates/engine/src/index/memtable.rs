@@ -9,10 +9,11 @@
 //! versions are kept in a side map only while a registered snapshot can
 //! still see them, so without snapshots a key costs one 20-byte slot.
 //!
-//! Cost per key (64-bit): key 24 B inline + slot 20 B, in B-tree leaves of 11
-//! entries that are 50-100% full, plus internal nodes: about 68 B per key
-//! after random inserts, plus heap bytes for keys longer than 16 B, plus
-//! ~28 B with the point table (`points.rs`).
+//! Cost per key (64-bit): key 17 B (16 inline + length) + slot 20 B, in
+//! B-tree leaves of 11 entries that are 50-100% full, plus internal nodes:
+//! about 58 B per key after random inserts (measured by the allocator, 1.26M
+//! 16-byte keys; 68 B with a 24-byte key), plus heap bytes for keys longer
+//! than 16 B, plus ~28 B with the point table (`points.rs`).
 
 use std::collections::btree_map::Entry;
 use std::collections::BTreeMap;
@@ -448,8 +449,9 @@ impl Index {
         let spilled = self.spilled_key_bytes.load(Ordering::Relaxed) as usize;
         // B-tree leaves hold 11 entries and are between half and completely
         // full, plus internal nodes: after random inserts the allocator
-        // measured 1.54 times the entries' own bytes (67.7 B for a 44-byte
-        // entry, 1.26M keys); a tree built from a checkpoint is denser.
+        // measured 1.54-1.57 times the entries' own bytes (67.7 B for a
+        // 44-byte entry, 58.1 B for a 37-byte one, 1.26M keys); a tree built
+        // from a checkpoint is denser.
         let entry = std::mem::size_of::<Key>() + std::mem::size_of::<Slot>();
         let chained = self.chained_versions.load(Ordering::Relaxed) as usize * std::mem::size_of::<Slot>();
         let points = tree.points.as_ref().map_or(0, Points::memory_bytes);
