@@ -99,11 +99,12 @@ impl Store for ScaledKv {
     fn report(&self) -> Vec<String> {
         let s = self.db.stats();
         vec![format!(
-            "stats: keys={} live={:.1}MB log={:.1}MB segments={} space-amp={:.2} write-amp={:.2} index={:.1}MB ({:.1} B/key est.) gc-copied={:.1}MB checkpoints={} groups={} ({:.1} writes/group)",
+            "stats: keys={} live={:.1}MB log={:.1}MB segments={} (recycled {}) space-amp={:.2} write-amp={:.2} index={:.1}MB ({:.1} B/key est.) gc-copied={:.1}MB checkpoints={} groups={} ({:.1} writes/group)",
             s.keys,
             s.live_bytes as f64 / 1e6,
             s.log_bytes as f64 / 1e6,
             s.segments,
+            s.segments_recycled,
             s.space_amplification,
             s.write_amplification,
             s.index_memory_bytes as f64 / 1e6,

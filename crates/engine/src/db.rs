@@ -22,7 +22,7 @@ use crate::iter::Iter;
 use crate::log::record::{
     align_up, decode_entry, EntryKind, EntryView, FrameHeader, FLAG_GROUP_START, FLAG_RELOCATED, FRAME_HEADER_BYTES,
 };
-use crate::log::segment::{Segment, SegmentSet, SegmentTable, SEGMENT_HEADER_BYTES};
+use crate::log::segment::{Recycler, Segment, SegmentSet, SegmentTable, SEGMENT_HEADER_BYTES};
 use crate::log::writer::{LogWriter, GROUP_ALIGN_BYTES};
 use crate::manifest::Manifest;
 use crate::options::{Durability, Options};
@@ -69,6 +69,8 @@ pub(crate) struct Inner {
     pub(crate) dir: PathBuf,
     pub(crate) options: Options,
     pub(crate) segments: SegmentSet,
+    /// Segments freed by GC, reused by the log writer (`Segment::recycle`).
+    recycler: Arc<Recycler>,
     pub(crate) index: Index,
     pub(crate) committer: Committer,
     pub(crate) counters: Counters,
@@ -149,6 +151,7 @@ impl Db {
             segments.insert(segment.clone());
         }
         let offset = if options.durability == Durability::Buffered { end } else { align_up(end, GROUP_ALIGN_BYTES) };
+        let recycler = Arc::new(Recycler::default());
         let log = LogWriter::new(
             dir.clone(),
             options.durability,
@@ -156,6 +159,7 @@ impl Db {
             active,
             offset.min(options.segment_size_bytes),
             recovered.last_seq,
+            recycler.clone(),
         );
         if !recovered.report.skipped.is_empty() || recovered.report.truncated.is_some() {
             tracing::warn!(dir = %dir.display(), report = ?recovered.report, "recovery repaired the log");
@@ -168,6 +172,7 @@ impl Db {
                 options.point_index.then(|| Points::new(options.point_tag_bits)),
             ),
             segments,
+            recycler,
             committer: Committer::new(log),
             counters: Counters::default(),
             checkpoints: Mutex::new(CheckpointState {
@@ -685,7 +690,7 @@ impl Inner {
         state.appended_at_last = appended;
         state.entries_at_last = entries;
         for segment in freed {
-            segment.mark_for_deletion();
+            self.recycler.keep_or_delete(segment, self.options.segment_size_bytes);
             self.counters.segments_freed.fetch_add(1, Ordering::Relaxed);
         }
         self.counters.checkpoints.fetch_add(1, Ordering::Relaxed);
@@ -743,7 +748,7 @@ impl Inner {
         let segments = self.segments.all();
         let live_bytes: u64 = segments.iter().map(|s| s.live_bytes.load(Ordering::Relaxed)).sum();
         let log_bytes: u64 = segments.iter().map(|s| s.written_bytes.load(Ordering::Relaxed)).sum();
-        let disk_bytes: u64 = segments.iter().map(|s| s.capacity_bytes() as u64).sum();
+        let disk_bytes = segments.iter().map(|s| s.capacity_bytes() as u64).sum::<u64>() + self.recycler.held_bytes();
         let keys = self.index.len() as u64;
         let index_memory_bytes = self.index.memory_bytes();
         let medium = segments.first().map_or("unknown", |s| s.region.medium().name());
@@ -760,6 +765,7 @@ impl Inner {
             durability: self.options.durability.name(),
             medium,
             persist_method: persist,
+            segments_recycled: self.recycler.recycled(),
             ..Stats::default()
         })
     }

@@ -64,6 +64,9 @@ pub struct Stats {
     pub space_amplification: f64,
     pub gc_runs: u64,
     pub segments_freed: u64,
+    /// Since open: freed segments reused as new ones instead of creating
+    /// files (tmpfs and DAX only).
+    pub segments_recycled: u64,
     pub checkpoints: u64,
     /// Since open: write groups (one persist each) and the user write
     /// requests (puts, deletes, batches) they held.

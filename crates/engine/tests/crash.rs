@@ -5,7 +5,8 @@
 //! the one batch it had in flight (all of that batch or none of it).
 //!
 //! CI runs `SCALEDKV_CRASH_ITERATIONS` (default 30) iterations rotating
-//! through the durability modes; set it to 1000 for the long mode.
+//! through the durability modes and media (tmpfs, where freed segments are
+//! recycled, and the disk); set it to 1000 for the long mode.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
@@ -80,6 +81,18 @@ fn crash_child_writer() {
         .collect();
     println!("ready");
     std::thread::scope(|scope| {
+        // Reports segment reuse, so the parent knows kills landed while it ran.
+        scope.spawn(|| {
+            let mut reported = 0;
+            loop {
+                let recycled = db.stats().segments_recycled;
+                if recycled > reported {
+                    println!("recycled {recycled}");
+                    reported = recycled;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        });
         for t in 0..THREADS {
             let (db, start) = (&db, starts[t as usize]);
             scope.spawn(move || {
@@ -128,17 +141,16 @@ fn check(dir: &Path, durability: Durability, acked: &[Option<u64>], previous: &[
 fn acknowledged_writes_survive_sigkill() {
     let iterations: u64 = std::env::var("SCALEDKV_CRASH_ITERATIONS").ok().and_then(|s| s.parse().ok()).unwrap_or(30);
     let exe = std::env::current_exe().unwrap();
-    let modes = [Durability::Sync, Durability::Pmem, Durability::Buffered];
+    // (mode, medium): tmpfs is where GC's freed segments are recycled.
+    let (disk, tmpfs) = (env!("CARGO_TARGET_TMPDIR"), "/dev/shm");
+    let setups =
+        [(Durability::Sync, disk), (Durability::Pmem, tmpfs), (Durability::Buffered, disk), (Durability::Sync, tmpfs)];
+    let modes: Vec<Durability> = setups.iter().map(|(mode, _)| *mode).collect();
     let mut rng = rand::rngs::StdRng::seed_from_u64(
         std::env::var("SCALEDKV_CRASH_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(7),
     );
-    let dirs: Vec<_> = modes
-        .iter()
-        .map(|m| {
-            tempfile::tempdir_in(if *m == Durability::Pmem { "/dev/shm" } else { env!("CARGO_TARGET_TMPDIR") }).unwrap()
-        })
-        .collect();
-    let mut total_acks = 0u64;
+    let dirs: Vec<_> = setups.iter().map(|(_, medium)| tempfile::tempdir_in(medium).unwrap()).collect();
+    let (mut total_acks, mut total_recycled) = (0u64, 0u64);
     let mut previous = vec![vec![0u64; THREADS as usize]; modes.len()];
     for iteration in 0..iterations {
         let which = iteration as usize % modes.len();
@@ -155,16 +167,20 @@ fn acknowledged_writes_survive_sigkill() {
         let kill_after = Duration::from_millis(rng.gen_range(20..400));
         let reader = std::thread::spawn(move || {
             let mut acked = vec![None; THREADS as usize];
-            let mut count = 0u64;
+            let (mut count, mut recycled) = (0u64, 0u64);
             for line in BufReader::new(stdout).lines().map_while(Result::ok) {
                 let mut parts = line.split_whitespace();
-                if parts.next() == Some("ack") {
-                    let t: usize = parts.next().unwrap().parse().unwrap();
-                    acked[t] = Some(parts.next().unwrap().parse::<u64>().unwrap());
-                    count += 1;
+                match parts.next() {
+                    Some("ack") => {
+                        let t: usize = parts.next().unwrap().parse().unwrap();
+                        acked[t] = Some(parts.next().unwrap().parse::<u64>().unwrap());
+                        count += 1;
+                    }
+                    Some("recycled") => recycled = parts.next().unwrap().parse().unwrap(),
+                    _ => {}
                 }
             }
-            (acked, count)
+            (acked, count, recycled)
         });
         let started = Instant::now();
         while started.elapsed() < kill_after {
@@ -176,10 +192,17 @@ fn acknowledged_writes_survive_sigkill() {
         // SAFETY: signalling our own child by its pid.
         unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
         child.wait().unwrap();
-        let (acked, count) = reader.join().unwrap();
+        let (acked, count, recycled) = reader.join().unwrap();
         total_acks += count;
+        total_recycled += recycled;
         previous[which] = check(dir, durability, &acked, &previous[which]);
     }
-    eprintln!("crash test: {iterations} SIGKILLs, {total_acks} acknowledged batches checked");
+    eprintln!(
+        "crash test: {iterations} SIGKILLs, {total_acks} acknowledged batches checked, \
+         {total_recycled} segments recycled while the writers ran"
+    );
     assert!(total_acks > 0, "the child never acknowledged a write: the test checked nothing");
+    if iterations >= setups.len() as u64 * 2 {
+        assert!(total_recycled > 0, "no kill landed while segments were being recycled");
+    }
 }

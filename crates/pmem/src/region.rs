@@ -305,23 +305,27 @@ impl Region {
     }
 
     /// Fills `[offset, offset + len)` with zeros, skipping pages that are
-    /// already zero so repair does not dirty a whole empty file.
+    /// already zero so repair does not dirty a whole empty file. Returns
+    /// the end of the last page it changed (`offset` if none): only
+    /// `[offset, end)` needs a persist.
     ///
     /// # Safety
     /// As for `write`.
-    pub unsafe fn zero(&self, offset: usize, len: usize) -> Result<()> {
+    pub unsafe fn zero(&self, offset: usize, len: usize) -> Result<usize> {
         self.check(offset, len)?;
         const STEP: usize = 4096;
         let mut at = offset;
+        let mut changed_end = offset;
         while at < offset + len {
             let n = STEP.min(offset + len - at);
             let chunk = std::slice::from_raw_parts_mut(self.ptr.add(at), n);
             if chunk.iter().any(|b| *b != 0) {
                 chunk.fill(0);
+                changed_end = at + n;
             }
             at += n;
         }
-        Ok(())
+        Ok(changed_end)
     }
 
     /// Makes `[offset, offset + len)` durable as the mode and medium require.
@@ -389,6 +393,14 @@ impl Region {
     /// fsync of the file (data and metadata), e.g. after repair.
     pub fn sync_file(&self) -> Result<()> {
         self.file.sync_all().map_err(io_err(&self.path, "fsync"))
+    }
+
+    /// Renames the file, keeping the mapping and its pages. Not durable
+    /// until the directory is synced ([`sync_dir`]).
+    pub fn rename(&mut self, to: &Path) -> Result<()> {
+        std::fs::rename(&self.path, to).map_err(io_err(&self.path, "rename"))?;
+        self.path = to.to_path_buf();
+        Ok(())
     }
 }
 

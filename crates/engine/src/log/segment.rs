@@ -57,17 +57,49 @@ impl Segment {
     pub fn create(dir: &Path, id: u32, size_bytes: usize, durability: Durability, populate: bool) -> Result<Segment> {
         let path = dir.join(segment_file_name(id));
         let region = Region::create(&path, size_bytes, durability, populate)?;
-        let mut header = [0u8; 40];
-        header[..8].copy_from_slice(SEGMENT_MAGIC);
-        header[8..12].copy_from_slice(&(FORMAT_VERSION as u32).to_le_bytes());
-        header[12..16].copy_from_slice(&id.to_le_bytes());
-        header[16..24].copy_from_slice(&(size_bytes as u64).to_le_bytes());
-        let crc = crc32c::crc32c(&header[..32]);
-        header[32..36].copy_from_slice(&crc.to_le_bytes());
         // SAFETY: the region is new; nobody else can see it yet.
-        unsafe { region.write(0, &header)? };
-        region.persist(0, header.len())?;
+        unsafe { write_header(&region, id)? };
         Ok(Segment::new(id, region))
+    }
+
+    /// Whether a freed segment can become a later one: only where stores
+    /// go through the mapping (tmpfs, DAX). There a fresh 64 MiB segment
+    /// costs 40-60 ms of page allocation and page-table work on this
+    /// machine's VM, and zeroing a mapped one 3-6 ms. A page-cache file
+    /// would have to be rewritten and synced whole, as creating one costs.
+    pub fn recyclable(&self) -> bool {
+        !self.region.writes_by_syscall()
+    }
+
+    /// Turns this freed segment, which nothing else references, into an
+    /// empty segment `id`, keeping its file's pages and its mapping.
+    ///
+    /// Crash safety: the file leaves its old name first, for a `.tmp` name
+    /// that open deletes, and takes the new segment's name only once it is
+    /// all zeros and has the new header, durably. So a crash leaves either
+    /// the freed segment (which no checkpoint references) or nothing, or
+    /// the new empty segment, which is what a fresh one looks like.
+    pub fn recycle(&mut self, dir: &Path, id: u32, durability: Durability) -> Result<()> {
+        debug_assert!(self.recyclable());
+        self.region.rename(&dir.join(format!("recycle-{id:08}.tmp")))?;
+        // SAFETY: the caller owns the only reference to this segment: no
+        // reader can be looking at its bytes.
+        let changed_end = unsafe { self.region.zero(0, self.region.len())? };
+        self.region.persist(0, changed_end)?;
+        // SAFETY: as above.
+        unsafe { write_header(&self.region, id)? };
+        self.region.rename(&dir.join(segment_file_name(id)))?;
+        if durability != Durability::Buffered {
+            scaledkv_pmem::sync_dir(dir).map_err(|source| Error::Io {
+                path: dir.to_path_buf(),
+                op: "fsync dir",
+                source,
+            })?;
+        }
+        self.id = id;
+        self.live_bytes.store(0, Ordering::Relaxed);
+        self.written_bytes.store(SEGMENT_HEADER_BYTES as u64, Ordering::Relaxed);
+        Ok(())
     }
 
     pub fn open(path: &Path, id: u32, durability: Durability) -> Result<Segment> {
@@ -129,6 +161,78 @@ impl Drop for Segment {
             if let Err(e) = std::fs::remove_file(self.path()) {
                 tracing::warn!(path = %self.path().display(), error = %e, "could not remove freed segment");
             }
+        }
+    }
+}
+
+/// Writes and persists the header of segment `id` at the start of `region`.
+///
+/// # Safety
+/// Nobody else may be reading `region`.
+unsafe fn write_header(region: &Region, id: u32) -> Result<()> {
+    let mut header = [0u8; 40];
+    header[..8].copy_from_slice(SEGMENT_MAGIC);
+    header[8..12].copy_from_slice(&(FORMAT_VERSION as u32).to_le_bytes());
+    header[12..16].copy_from_slice(&id.to_le_bytes());
+    header[16..24].copy_from_slice(&(region.len() as u64).to_le_bytes());
+    let crc = crc32c::crc32c(&header[..32]);
+    header[32..36].copy_from_slice(&crc.to_le_bytes());
+    // SAFETY: exclusivity is the caller's contract.
+    unsafe { region.write(0, &header)? };
+    region.persist(0, header.len())?;
+    Ok(())
+}
+
+/// Freed segments kept for reuse as later ones (see `Segment::recycle`),
+/// at most `RECYCLE_MAX_SEGMENTS`: each holds its file's space until it is
+/// reused or the database closes.
+#[derive(Default)]
+pub struct Recycler {
+    bin: parking_lot::Mutex<Vec<Arc<Segment>>>,
+    recycled: AtomicU64,
+}
+
+/// One GC pass frees up to four segments at once; the log needs one per roll.
+pub const RECYCLE_MAX_SEGMENTS: usize = 4;
+
+impl Recycler {
+    /// Keeps `segment` for reuse if it can be recycled and there is room;
+    /// otherwise its file is deleted once the last reader lets go.
+    pub fn keep_or_delete(&self, segment: Arc<Segment>, size_bytes: usize) {
+        let mut bin = self.bin.lock();
+        if segment.recyclable() && segment.capacity_bytes() == size_bytes && bin.len() < RECYCLE_MAX_SEGMENTS {
+            bin.push(segment);
+        } else {
+            segment.mark_for_deletion();
+        }
+    }
+
+    /// A kept segment no reader holds any more, now owned by the caller.
+    pub fn take(&self) -> Option<Segment> {
+        let mut bin = self.bin.lock();
+        let at = bin.iter().position(|s| Arc::strong_count(s) == 1)?;
+        // Readers reach a freed segment only through clones of an Arc they
+        // already hold (pins, snapshots), so a count of one stays one.
+        let segment = Arc::try_unwrap(bin.swap_remove(at)).ok()?;
+        self.recycled.fetch_add(1, Ordering::Relaxed);
+        Some(segment)
+    }
+
+    /// Bytes of the files kept for reuse.
+    pub fn held_bytes(&self) -> u64 {
+        self.bin.lock().iter().map(|s| s.capacity_bytes() as u64).sum()
+    }
+
+    /// Segments reused since open.
+    pub fn recycled(&self) -> u64 {
+        self.recycled.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for Recycler {
+    fn drop(&mut self) {
+        for segment in self.bin.get_mut().drain(..) {
+            segment.mark_for_deletion();
         }
     }
 }

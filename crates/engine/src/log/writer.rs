@@ -18,7 +18,7 @@ use scaledkv_pmem::Durability;
 
 use crate::error::{Error, Result};
 use crate::log::record::{align_up, FrameHeader, FRAME_ALIGN_BYTES, FRAME_HEADER_BYTES};
-use crate::log::segment::{Segment, SegmentSet};
+use crate::log::segment::{Recycler, Segment, SegmentSet};
 
 pub const GROUP_ALIGN_BYTES: usize = 256;
 
@@ -39,9 +39,10 @@ pub struct LogWriter {
     staged: Vec<u8>,
     staged_from: usize,
     next_id: u32,
-    /// The next segment, created and prefaulted off the critical path
-    /// (see `prepare_spare_when_due`).
+    /// The next segment, created and prefaulted (or recycled) off the
+    /// critical path (see `prepare_spare_when_due`).
     spare: Option<JoinHandle<Result<Segment>>>,
+    recycler: Arc<Recycler>,
     /// Highest sequence number handed out.
     pub last_seq: u64,
     /// Frame bytes appended since open (padding excluded).
@@ -58,6 +59,7 @@ impl LogWriter {
         active: Arc<Segment>,
         offset: usize,
         last_seq: u64,
+        recycler: Arc<Recycler>,
     ) -> LogWriter {
         let next_id = active.id + 1;
         let mut writer = LogWriter {
@@ -72,6 +74,7 @@ impl LogWriter {
             staged_from: offset,
             next_id,
             spare: None,
+            recycler,
             last_seq,
             appended_bytes: 0,
             appended_entries: 0,
@@ -94,9 +97,13 @@ impl LogWriter {
 
     fn spawn_spare(&self) -> JoinHandle<Result<Segment>> {
         let (dir, id, size, durability) = (self.dir.clone(), self.next_id, self.segment_size_bytes, self.durability);
+        let recycled = self.recycler.take();
         std::thread::spawn(move || {
             crate::background::lower_this_thread();
-            Segment::create(&dir, id, size, durability, true)
+            match recycled {
+                Some(mut segment) => segment.recycle(&dir, id, durability).map(|()| segment),
+                None => Segment::create(&dir, id, size, durability, true),
+            }
         })
     }
 
