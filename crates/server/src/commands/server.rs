@@ -311,7 +311,7 @@ pub fn info_text(ctx: &Ctx<'_>, sections: &[String]) -> String {
             text,
             "# Persistence\r\nloading:0\r\ndurability:{}\r\naof_enabled:{}\r\nrdb_changes_since_last_save:0\r\n\
              rdb_last_save_time:{}\r\nlog_bytes:{}\r\nlive_bytes:{}\r\ndisk_bytes:{}\r\nsegments:{}\r\n\
-             write_amplification:{:.3}\r\nspace_amplification:{:.3}\r\ngc_runs:{}\r\ncheckpoints:{}\r\n\
+             segments_freed:{}\r\nsegments_recycled:{}\r\nwrite_amplification:{:.3}\r\nspace_amplification:{:.3}\r\ngc_runs:{}\r\ncheckpoints:{}\r\n\
              commit_groups:{}\r\ncommitted_writes:{}\r\n\r\n",
             config.durability,
             durable as u8,
@@ -320,6 +320,8 @@ pub fn info_text(ctx: &Ctx<'_>, sections: &[String]) -> String {
             stats.live_bytes,
             stats.disk_bytes,
             stats.segments,
+            stats.segments_freed,
+            stats.segments_recycled,
             stats.write_amplification,
             stats.space_amplification,
             stats.gc_runs,
