@@ -90,11 +90,7 @@ impl Segment {
         unsafe { write_header(&self.region, id)? };
         self.region.rename(&dir.join(segment_file_name(id)))?;
         if durability != Durability::Buffered {
-            scaledkv_pmem::sync_dir(dir).map_err(|source| Error::Io {
-                path: dir.to_path_buf(),
-                op: "fsync dir",
-                source,
-            })?;
+            scaledkv_pmem::sync_dir(dir).map_err(Error::io(dir, "fsync dir"))?;
         }
         self.id = id;
         self.live_bytes.store(0, Ordering::Relaxed);
@@ -212,10 +208,18 @@ impl Recycler {
         let mut bin = self.bin.lock();
         let at = bin.iter().position(|s| Arc::strong_count(s) == 1)?;
         // Readers reach a freed segment only through clones of an Arc they
-        // already hold (pins, snapshots), so a count of one stays one.
-        let segment = Arc::try_unwrap(bin.swap_remove(at)).ok()?;
-        self.recycled.fetch_add(1, Ordering::Relaxed);
-        Some(segment)
+        // already hold (pins, snapshots), so a count of one stays one; were
+        // it not so, the segment goes back rather than being lost.
+        match Arc::try_unwrap(bin.swap_remove(at)) {
+            Ok(segment) => {
+                self.recycled.fetch_add(1, Ordering::Relaxed);
+                Some(segment)
+            }
+            Err(shared) => {
+                bin.push(shared);
+                None
+            }
+        }
     }
 
     /// Bytes of the files kept for reuse.
