@@ -97,6 +97,21 @@ fn pipelines_keep_order_and_read_their_own_writes() {
     pipe.get("blind1999");
     let (last,): (String,) = pipe.query(&mut con).unwrap();
     assert_eq!(last, "v1999");
+    // Large values: the pipeline outgrows every read size (reads double
+    // from 16 KiB to 256 KiB while they come back full).
+    let value = |i: usize| vec![(i % 251) as u8; 8000 + i];
+    let mut pipe = redis::pipe();
+    for i in 0..96 {
+        pipe.set(format!("big{i}"), value(i)).ignore();
+    }
+    for i in 0..96 {
+        pipe.get(format!("big{i}"));
+    }
+    let values: Vec<Vec<u8>> = pipe.query(&mut con).unwrap();
+    assert_eq!(values.len(), 96);
+    for (i, got) in values.iter().enumerate() {
+        assert!(*got == value(i), "big{i}: {} bytes", got.len());
+    }
 }
 
 #[test]
