@@ -143,7 +143,6 @@ impl Db {
             Some(last) => (last.clone(), recovered.end),
             None => {
                 let first = Arc::new(Segment::create(&dir, 1, options.segment_size_bytes, options.durability, true)?);
-                scaledkv_pmem::sync_dir(&dir).map_err(Error::io(&dir, "fsync dir"))?;
                 (first, SEGMENT_HEADER_BYTES)
             }
         };

@@ -59,6 +59,11 @@ impl Segment {
         let region = Region::create(&path, size_bytes, durability, populate)?;
         // SAFETY: the region is new; nobody else can see it yet.
         unsafe { write_header(&region, id)? };
+        // The file's name must be as durable as the writes it will hold:
+        // fdatasync of the file does not cover its directory entry.
+        if durability != Durability::Buffered {
+            scaledkv_pmem::sync_dir(dir).map_err(Error::io(dir, "fsync dir"))?;
+        }
         Ok(Segment::new(id, region))
     }
 
