@@ -23,6 +23,9 @@ const OUT_FLUSH_BYTES: usize = 256 * 1024;
 /// fills all the space it was given: a pipeline of sixteen 1 KiB SETs is
 /// 17 KB, and taking it in two reads also meant two group commits and two
 /// reply writes (twice Redis's syscalls, which reads what is there).
+/// They halve again while reads bring less than an eighth, and an empty
+/// buffer over twice the read size is let go, so a client that sent one
+/// large pipeline does not keep 256 KiB (as Redis shrinks query buffers).
 const READ_CHUNK: usize = 16 * 1024;
 const READ_MAX: usize = 256 * 1024;
 
@@ -199,7 +202,9 @@ async fn run(shared: &Shared, stream: &mut TcpStream, conn: &mut ConnState) -> s
         if !out.buf.is_empty() {
             write_out(shared, stream, &mut out).await?;
         }
-        if input.capacity() - input.len() < read_size / 4 {
+        if input.is_empty() && input.capacity() > 2 * read_size {
+            input = BytesMut::with_capacity(read_size);
+        } else if input.capacity() - input.len() < read_size {
             input.reserve(read_size);
         }
         let spare = input.capacity() - input.len();
@@ -221,6 +226,8 @@ async fn run(shared: &Shared, stream: &mut TcpStream, conn: &mut ConnState) -> s
         }
         if n == spare {
             read_size = (read_size * 2).min(READ_MAX);
+        } else if n < read_size / 8 {
+            read_size = (read_size / 2).max(READ_CHUNK);
         }
         shared.stats.net_input_bytes.fetch_add(n as u64, Ordering::Relaxed);
         conn.info.touch();

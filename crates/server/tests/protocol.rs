@@ -112,6 +112,13 @@ fn pipelines_keep_order_and_read_their_own_writes() {
     for (i, got) in values.iter().enumerate() {
         assert!(*got == value(i), "big{i}: {} bytes", got.len());
     }
+    // Small requests afterwards, while the read size shrinks back and the
+    // grown buffer is let go.
+    for i in 0..12 {
+        let _: () = con.set(format!("small{i}"), i).unwrap();
+        assert_eq!(con.get::<_, i64>(format!("small{i}")).unwrap(), i);
+    }
+    assert_eq!(con.get::<_, Vec<u8>>("big95").unwrap(), value(95));
 }
 
 #[test]
