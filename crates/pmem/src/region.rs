@@ -402,6 +402,35 @@ impl Region {
         self.path = to.to_path_buf();
         Ok(())
     }
+
+    /// As `rename`, but fails (`AlreadyExists`) instead of replacing a file
+    /// already at `to`. Where the file system lacks `RENAME_NOREPLACE`, a
+    /// hard link to `to` (which fails the same way) and an unlink.
+    pub fn rename_noreplace(&mut self, to: &Path) -> Result<()> {
+        use std::os::unix::ffi::OsStrExt;
+        let cstr = |p: &Path| std::ffi::CString::new(p.as_os_str().as_bytes()).ok();
+        let (Some(from_c), Some(to_c)) = (cstr(&self.path), cstr(to)) else {
+            return Err(Error::Io {
+                path: to.to_path_buf(),
+                op: "rename",
+                source: std::io::Error::from(std::io::ErrorKind::InvalidInput),
+            });
+        };
+        // SAFETY: two NUL-terminated paths that outlive the call.
+        let rc = unsafe {
+            libc::renameat2(libc::AT_FDCWD, from_c.as_ptr(), libc::AT_FDCWD, to_c.as_ptr(), libc::RENAME_NOREPLACE)
+        };
+        if rc != 0 {
+            let error = std::io::Error::last_os_error();
+            if !matches!(error.raw_os_error(), Some(libc::EINVAL) | Some(libc::ENOSYS)) {
+                return Err(Error::Io { path: to.to_path_buf(), op: "rename", source: error });
+            }
+            std::fs::hard_link(&self.path, to).map_err(io_err(to, "link"))?;
+            std::fs::remove_file(&self.path).map_err(io_err(&self.path, "unlink"))?;
+        }
+        self.path = to.to_path_buf();
+        Ok(())
+    }
 }
 
 impl Drop for Region {

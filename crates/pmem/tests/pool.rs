@@ -237,3 +237,34 @@ fn hash_map_inserts_updates_removes_grows_and_reopens() {
     expected.sort();
     assert_eq!(entries, expected);
 }
+
+/// `create` builds the pool under a staging name and publishes it whole:
+/// a staging file left by a crash is not a pool anyone opens, the next
+/// `create` replaces it, and an existing pool is never overwritten.
+#[test]
+fn create_publishes_a_whole_pool_and_never_replaces_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("pool");
+    // What a crash halfway through an earlier create leaves behind.
+    let staging = dir.path().join(".pool.creating");
+    std::fs::write(&staging, vec![0xAB; 8192]).unwrap();
+    {
+        let mut pool = Pool::create::<Root>(&path, &options()).unwrap();
+        let root = pool.root::<Root>().unwrap();
+        pool.transaction(|tx| {
+            tx.get_mut(root)?.counter = 41;
+            Ok::<_, Error>(())
+        })
+        .unwrap();
+    }
+    assert!(!staging.exists(), "the staging file took the pool's name");
+    match Pool::create::<Root>(&path, &options()) {
+        Err(Error::Io { source, .. }) => assert_eq!(source.kind(), std::io::ErrorKind::AlreadyExists),
+        other => panic!("create over an existing pool: {other:?}"),
+    }
+    let pool = Pool::open(&path, &options()).unwrap();
+    assert_eq!(pool.get(pool.root::<Root>().unwrap()).unwrap().counter, 41);
+    let names: Vec<String> =
+        std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    assert_eq!(names, vec!["pool".to_string()]);
+}

@@ -302,13 +302,52 @@ unsafe impl Sync for Pool {}
 
 const SIMULATED: &str = "<simulated>";
 
+/// Where `create` builds the pool at `path` before it takes its name.
+fn staging_path(path: &Path) -> PathBuf {
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    path.with_file_name(format!(".{name}.creating"))
+}
+
 impl Pool {
     /// Creates a pool file at `path` (which must not exist) with a zeroed
     /// root object of type `R`.
+    ///
+    /// Atomic: the pool is built under a staging name in the same directory
+    /// and takes `path` only once formatted and durable, so a crash leaves
+    /// either no pool or a whole one (a crash mid-way used to leave a file
+    /// `open` refused as "not a pool"). A staging file left by such a crash
+    /// is removed by the next `create`.
     pub fn create<R: Pod>(path: &Path, options: &PoolOptions) -> Result<Pool> {
         let geometry = Geometry::plan(options.size_bytes, options.log_bytes)?;
-        let region = Region::create_for_stores(path, geometry.pool_bytes as usize, options.durability)?;
-        Self::format::<R>(Media::Mapped(region), path.to_path_buf(), geometry, options)
+        if path.exists() {
+            let source = std::io::Error::from(std::io::ErrorKind::AlreadyExists);
+            return Err(Error::Io { path: path.to_path_buf(), op: "create", source });
+        }
+        let staging = staging_path(path);
+        let _ = std::fs::remove_file(&staging);
+        let created = Region::create_for_stores(&staging, geometry.pool_bytes as usize, options.durability)
+            .and_then(|region| Self::format::<R>(Media::Mapped(region), path.to_path_buf(), geometry, options))
+            .and_then(|mut pool| {
+                if let Media::Mapped(region) = &mut pool.media {
+                    region.rename_noreplace(path)?;
+                }
+                Ok(pool)
+            });
+        let pool = match created {
+            Ok(pool) => pool,
+            Err(error) => {
+                let _ = std::fs::remove_file(&staging);
+                return Err(error);
+            }
+        };
+        if options.durability != Durability::Buffered {
+            let dir = match path.parent() {
+                Some(dir) if !dir.as_os_str().is_empty() => dir,
+                _ => Path::new("."),
+            };
+            crate::sync_dir(dir).map_err(|source| Error::Io { path: dir.to_path_buf(), op: "fsync dir", source })?;
+        }
+        Ok(pool)
     }
 
     /// Opens an existing pool, rolling back a transaction a crash
@@ -391,8 +430,9 @@ impl Pool {
         pool.write_header(options);
         // The file starts zeroed and the root's transaction made its own
         // changes (log generation, chunk table, bitmap, root) durable, so
-        // only the header is left. The magic goes last: a crash before it
-        // leaves a file `open` refuses as "not a pool".
+        // only the header is left. The magic goes last: a file without it
+        // is refused as "not a pool" (`create` also publishes the file
+        // under its name only after this).
         pool.media.write_back(0, HEADER_BYTES)?;
         pool.media.write_back(geometry.log_offset, 8)?;
         pool.media.fence()?;
