@@ -262,8 +262,11 @@ fn open_segments(dir: &Path, options: &Options, report: &mut RecoveryReport) -> 
             Err(error) => {
                 // A crash between creating a segment file and persisting its
                 // header leaves zeros: it never held data.
-                let head = std::fs::read(&path).map_err(Error::io(&path, "read"))?;
-                if head.iter().take(SEGMENT_HEADER_BYTES).all(|b| *b == 0) {
+                let mut head = Vec::with_capacity(SEGMENT_HEADER_BYTES);
+                let file = std::fs::File::open(&path).map_err(Error::io(&path, "open"))?;
+                std::io::Read::read_to_end(&mut std::io::Read::take(file, SEGMENT_HEADER_BYTES as u64), &mut head)
+                    .map_err(Error::io(&path, "read"))?;
+                if head.iter().all(|b| *b == 0) {
                     std::fs::remove_file(&path).map_err(Error::io(&path, "remove"))?;
                     report.removed_segments.push(path);
                 } else {

@@ -229,3 +229,37 @@ proptest! {
         }
     }
 }
+
+/// A crash between creating the next segment's file and persisting its
+/// header leaves a file of zeros (or an empty one): it never held data, so
+/// open removes it and reports it. One with data but a bad header is an
+/// error that names the file.
+#[test]
+fn a_segment_file_without_its_header_is_removed_and_reported() {
+    for contents in [vec![], vec![0u8; 64 * 1024]] {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let db = Db::open(dir.path(), options()).unwrap();
+            for i in 0..FRAMES {
+                db.put(&key(i), &value(i)).unwrap();
+            }
+        }
+        let unfinished = dir.path().join("seg-00000099.log");
+        std::fs::write(&unfinished, &contents).unwrap();
+        let db = Db::open(dir.path(), options()).unwrap();
+        assert_eq!(db.recovery_report().removed_segments, vec![unfinished.clone()]);
+        assert!(!unfinished.exists());
+        for i in 0..FRAMES {
+            assert_eq!(db.get(&key(i)).unwrap(), Some(value(i)), "{} bytes left behind", contents.len());
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    drop(Db::open(dir.path(), options()).unwrap());
+    let garbage = dir.path().join("seg-00000099.log");
+    std::fs::write(&garbage, vec![0x5Au8; 64 * 1024]).unwrap();
+    match Db::open(dir.path(), options()) {
+        Err(Error::Corruption { path, .. }) => assert_eq!(path, garbage),
+        Err(other) => panic!("expected a corruption error naming the file, got {other}"),
+        Ok(_) => panic!("a segment of garbage was accepted"),
+    }
+}
