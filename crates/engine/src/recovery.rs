@@ -262,10 +262,10 @@ fn open_segments(dir: &Path, options: &Options, report: &mut RecoveryReport) -> 
             Err(error) => {
                 // A crash between creating a segment file and persisting its
                 // header leaves zeros: it never held data.
-                let mut head = Vec::with_capacity(SEGMENT_HEADER_BYTES);
+                use std::io::Read;
                 let file = std::fs::File::open(&path).map_err(Error::io(&path, "open"))?;
-                std::io::Read::read_to_end(&mut std::io::Read::take(file, SEGMENT_HEADER_BYTES as u64), &mut head)
-                    .map_err(Error::io(&path, "read"))?;
+                let mut head = Vec::with_capacity(SEGMENT_HEADER_BYTES);
+                file.take(SEGMENT_HEADER_BYTES as u64).read_to_end(&mut head).map_err(Error::io(&path, "read"))?;
                 if head.iter().all(|b| *b == 0) {
                     std::fs::remove_file(&path).map_err(Error::io(&path, "remove"))?;
                     report.removed_segments.push(path);

@@ -136,7 +136,7 @@ fn page_size() -> usize {
     }
 }
 
-fn io_err<'a>(path: &'a Path, op: &'static str) -> impl FnOnce(std::io::Error) -> Error + 'a {
+pub(crate) fn io_err<'a>(path: &'a Path, op: &'static str) -> impl FnOnce(std::io::Error) -> Error + 'a {
     move |source| Error::Io { path: path.to_path_buf(), op, source }
 }
 
@@ -410,11 +410,7 @@ impl Region {
         use std::os::unix::ffi::OsStrExt;
         let cstr = |p: &Path| std::ffi::CString::new(p.as_os_str().as_bytes()).ok();
         let (Some(from_c), Some(to_c)) = (cstr(&self.path), cstr(to)) else {
-            return Err(Error::Io {
-                path: to.to_path_buf(),
-                op: "rename",
-                source: std::io::Error::from(std::io::ErrorKind::InvalidInput),
-            });
+            return Err(io_err(to, "rename")(std::io::ErrorKind::InvalidInput.into()));
         };
         // SAFETY: two NUL-terminated paths that outlive the call.
         let rc = unsafe {
@@ -423,7 +419,7 @@ impl Region {
         if rc != 0 {
             let error = std::io::Error::last_os_error();
             if !matches!(error.raw_os_error(), Some(libc::EINVAL) | Some(libc::ENOSYS)) {
-                return Err(Error::Io { path: to.to_path_buf(), op: "rename", source: error });
+                return Err(io_err(to, "rename")(error));
             }
             std::fs::hard_link(&self.path, to).map_err(io_err(to, "link"))?;
             std::fs::remove_file(&self.path).map_err(io_err(&self.path, "unlink"))?;

@@ -59,11 +59,7 @@ impl Segment {
         let region = Region::create(&path, size_bytes, durability, populate)?;
         // SAFETY: the region is new; nobody else can see it yet.
         unsafe { write_header(&region, id)? };
-        // The file's name must be as durable as the writes it will hold:
-        // fdatasync of the file does not cover its directory entry.
-        if durability != Durability::Buffered {
-            scaledkv_pmem::sync_dir(dir).map_err(Error::io(dir, "fsync dir"))?;
-        }
+        sync_name(dir, durability)?;
         Ok(Segment::new(id, region))
     }
 
@@ -94,9 +90,7 @@ impl Segment {
         // SAFETY: as above.
         unsafe { write_header(&self.region, id)? };
         self.region.rename(&dir.join(segment_file_name(id)))?;
-        if durability != Durability::Buffered {
-            scaledkv_pmem::sync_dir(dir).map_err(Error::io(dir, "fsync dir"))?;
-        }
+        sync_name(dir, durability)?;
         self.id = id;
         self.live_bytes.store(0, Ordering::Relaxed);
         self.written_bytes.store(SEGMENT_HEADER_BYTES as u64, Ordering::Relaxed);
@@ -164,6 +158,15 @@ impl Drop for Segment {
             }
         }
     }
+}
+
+/// Makes a segment file's name as durable as the writes it will hold
+/// (fdatasync of the file does not cover its directory entry).
+fn sync_name(dir: &Path, durability: Durability) -> Result<()> {
+    if durability == Durability::Buffered {
+        return Ok(());
+    }
+    scaledkv_pmem::sync_dir(dir).map_err(Error::io(dir, "fsync dir"))
 }
 
 /// Writes and persists the header of segment `id` at the start of `region`.

@@ -29,6 +29,7 @@ pub use ptr::PPtr;
 pub use tx::Tx;
 
 use crate::error::{Error, Result};
+use crate::region::io_err;
 use crate::sim::SimMedia;
 use crate::{Durability, Region};
 
@@ -320,8 +321,7 @@ impl Pool {
     pub fn create<R: Pod>(path: &Path, options: &PoolOptions) -> Result<Pool> {
         let geometry = Geometry::plan(options.size_bytes, options.log_bytes)?;
         if path.exists() {
-            let source = std::io::Error::from(std::io::ErrorKind::AlreadyExists);
-            return Err(Error::Io { path: path.to_path_buf(), op: "create", source });
+            return Err(io_err(path, "create")(std::io::ErrorKind::AlreadyExists.into()));
         }
         let staging = staging_path(path);
         let _ = std::fs::remove_file(&staging);
@@ -345,7 +345,7 @@ impl Pool {
                 Some(dir) if !dir.as_os_str().is_empty() => dir,
                 _ => Path::new("."),
             };
-            crate::sync_dir(dir).map_err(|source| Error::Io { path: dir.to_path_buf(), op: "fsync dir", source })?;
+            crate::sync_dir(dir).map_err(io_err(dir, "fsync dir"))?;
         }
         Ok(pool)
     }
