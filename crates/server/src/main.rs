@@ -1,3 +1,14 @@
+/// mimalloc, not glibc's malloc (Redis, too, ships its own allocator). A
+/// tokio worker allocates from a glibc thread arena, which grows by
+/// `mprotect`: that needs the process's mmap lock for writing, so it queued
+/// behind the spare-segment thread populating the next segment (which holds
+/// the lock for reading, a 2 MiB step at a time), and every client waited
+/// with it: 174 such stalls in 400k pipelined SETs, SET `-P 16` p99 21-28 ms
+/// with one worker thread. With mimalloc: 6-8 ms, as Redis (BENCHMARKS.md,
+/// eighth session).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use clap::Parser;
 use scaledkv_server::{Cli, Config};
 
