@@ -2,6 +2,7 @@
 //! The procedure is written out step by step in docs/recovery.md.
 
 use std::collections::BTreeMap;
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -262,7 +263,6 @@ fn open_segments(dir: &Path, options: &Options, report: &mut RecoveryReport) -> 
             Err(error) => {
                 // A crash between creating a segment file and persisting its
                 // header leaves zeros: it never held data.
-                use std::io::Read;
                 let file = std::fs::File::open(&path).map_err(Error::io(&path, "open"))?;
                 let mut head = Vec::with_capacity(SEGMENT_HEADER_BYTES);
                 file.take(SEGMENT_HEADER_BYTES as u64).read_to_end(&mut head).map_err(Error::io(&path, "read"))?;
