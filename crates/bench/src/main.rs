@@ -66,6 +66,10 @@ pub struct Flags {
     /// (`Options::point_index`, off by default, as in the engine).
     #[arg(long, default_value = "0", value_parser = flag_bool, action = clap::ArgAction::Set)]
     pub point_index: bool,
+    /// ScaledKV only: background GC waits until the log holds this many
+    /// times the live bytes (`Options::gc_space_amp`; 1 = collect at once).
+    #[arg(long)]
+    pub gc_space_amp: Option<f64>,
     /// Entries per batch in fillbatch.
     #[arg(long, default_value_t = 1000)]
     pub batch_size: usize,
@@ -93,11 +97,13 @@ fn open_store(flags: &Flags, fresh: bool) -> Result<Arc<dyn store::Store>, Strin
         "scaledkv" => {
             let durability =
                 flags.durability.unwrap_or(if flags.sync { Durability::Sync } else { Durability::Buffered });
+            let defaults = scaledkv::Options::default();
             let options = scaledkv::Options {
                 durability,
                 verify_checksums: flags.verify_checksum,
                 point_index: flags.point_index,
-                ..scaledkv::Options::default()
+                gc_space_amp: flags.gc_space_amp.unwrap_or(defaults.gc_space_amp),
+                ..defaults
             };
             Ok(Arc::new(store::ScaledKv::open(&flags.db, options, fresh)?))
         }

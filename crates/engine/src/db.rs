@@ -327,7 +327,7 @@ impl Db {
 
     /// Runs one garbage-collection pass now; returns segments freed.
     pub fn collect_garbage(&self) -> Result<u64> {
-        self.inner.collect_garbage()
+        self.inner.collect_garbage(false)
     }
 
     pub fn stats(&self) -> Stats {
@@ -725,7 +725,7 @@ impl Inner {
         // sustained overwrites, but stop promptly on close. The replay bound
         // is checked on every pass: under sustained overwrites this loop
         // runs for as long as the writers do.
-        while self.collect_garbage()? == crate::gc::SEGMENTS_PER_PASS as u64 && !*self.shutdown.lock() {
+        while self.collect_garbage(true)? == crate::gc::SEGMENTS_PER_PASS as u64 && !*self.shutdown.lock() {
             if self.checkpoint_due(4 * crate::gc::SEGMENTS_PER_PASS) {
                 self.checkpoint()?;
             }

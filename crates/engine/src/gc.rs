@@ -10,8 +10,17 @@
 //! already reflects them.
 //!
 //! Cost: collecting a segment at live ratio r reads the segment and writes
-//! r of it again, so steady-state write amplification is 1 / (1 - r): 2x
-//! at the default threshold of 0.5, and space amplification stays below 2x.
+//! r of it again, so write amplification is 1 / (1 - r): at most 2x at the
+//! default threshold of 0.5.
+//!
+//! When: the background thread collects only while the log holds more than
+//! `gc_space_amp` (default 2) times the live bytes, emptiest segments
+//! first. Collecting every segment as soon as it fell below the threshold
+//! kept the log at 1.3-1.5x, but 1M random 1 KiB SETs into a 1M-key space
+//! (37% overwrites) then copied 31% more bytes than clients wrote, in the
+//! last third of the run: with the budget nothing is copied, and the
+//! server's SET throughput rose 10-15% (tmpfs `-P 1`, disk `-P 16`).
+//! Segments collected later are also emptier, so each copies less.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -32,7 +41,14 @@ pub(crate) const SEGMENTS_PER_PASS: usize = 4;
 const RELOCATION_CHUNK_BYTES: usize = 256 << 10;
 
 impl Inner {
-    pub(crate) fn collect_garbage(&self) -> Result<u64> {
+    /// Collects up to `SEGMENTS_PER_PASS` segments below the live ratio,
+    /// emptiest first; with `within_budget`, only while the log exceeds
+    /// `gc_space_amp` times the live bytes. Returns how many were freed.
+    pub(crate) fn collect_garbage(&self, within_budget: bool) -> Result<u64> {
+        let over_budget = || !within_budget || self.space_amplification() > self.options.gc_space_amp;
+        if !over_budget() {
+            return Ok(0);
+        }
         let active = self.with_log(|log| log.active_id());
         let ratio = |s: &Segment| {
             let written = s.written_bytes.load(Ordering::Relaxed).saturating_sub(SEGMENT_HEADER_BYTES as u64);
@@ -53,6 +69,9 @@ impl Inner {
         candidates.sort_by(|a, b| a.0.total_cmp(&b.0));
         let mut freed = 0;
         for (_, segment) in candidates.into_iter().take(SEGMENTS_PER_PASS) {
+            if freed > 0 && !over_budget() {
+                break;
+            }
             if self.collect_segment(&segment)? {
                 freed += 1;
             }
@@ -61,6 +80,16 @@ impl Inner {
             self.counters.gc_runs.fetch_add(1, Ordering::Relaxed);
         }
         Ok(freed)
+    }
+
+    /// Written log bytes over live bytes, infinite for a log of garbage.
+    fn space_amplification(&self) -> f64 {
+        let (mut written, mut live) = (0u64, 0u64);
+        for segment in self.segments.all() {
+            written += segment.written_bytes.load(Ordering::Relaxed);
+            live += segment.live_bytes.load(Ordering::Relaxed);
+        }
+        written as f64 / live as f64
     }
 
     /// Copies the live entries of `segment` forward; true if it was freed.
@@ -136,4 +165,50 @@ fn chunks_by_bytes(items: &[(Loc, u64)], max_bytes: usize) -> Vec<&[(Loc, u64)]>
         chunks.push(&items[start..]);
     }
     chunks
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{Db, Options};
+
+    #[test]
+    fn background_gc_waits_until_the_log_outgrows_its_space_budget() {
+        let dir = tempfile::tempdir().unwrap();
+        let options =
+            Options { background_work: false, segment_size_bytes: 64 * 1024, gc_space_amp: 3.0, ..Options::default() };
+        let db = Db::open(dir.path(), options).unwrap();
+        // Each round rewrites every key: about 1.6 segments of values.
+        let round = |n: u32| {
+            for key in 0..100u32 {
+                let mut value = vec![(key % 251) as u8; 1000];
+                value[..4].copy_from_slice(&n.to_le_bytes());
+                db.put(&key.to_le_bytes(), &value).unwrap();
+            }
+        };
+        round(0);
+        round(1);
+        // Segments of round 0 are dead, but the log is only ~2x the live data.
+        let before = db.stats();
+        assert!(before.space_amplification < 3.0, "{before:?}");
+        assert_eq!(db.inner.collect_garbage(true).unwrap(), 0);
+        assert_eq!(db.stats().segments, before.segments);
+
+        round(2);
+        round(3);
+        assert!(db.stats().space_amplification > 3.0, "{:?}", db.stats());
+        let mut freed = 0;
+        while let n @ 1.. = db.inner.collect_garbage(true).unwrap() {
+            freed += n;
+        }
+        let within = db.stats();
+        assert!(freed > 0, "{within:?}");
+        // It stops once back within the budget, not at the live ratio.
+        assert!(within.space_amplification > 2.0 && within.space_amplification <= 3.0, "{within:?}");
+        // An explicit collection ignores the budget.
+        while db.collect_garbage().unwrap() > 0 {}
+        assert!(db.stats().space_amplification < within.space_amplification, "{:?}", db.stats());
+        for key in 0..100u32 {
+            assert_eq!(&db.get(&key.to_le_bytes()).unwrap().unwrap()[..4], &3u32.to_le_bytes());
+        }
+    }
 }
