@@ -98,13 +98,17 @@ impl LogWriter {
     fn spawn_spare(&self) -> JoinHandle<Result<Segment>> {
         let (dir, id, size, durability) = (self.dir.clone(), self.next_id, self.segment_size_bytes, self.durability);
         let recycled = self.recycler.take();
-        std::thread::spawn(move || {
-            crate::background::lower_this_thread();
-            match recycled {
-                Some(mut segment) => segment.recycle(&dir, id, durability).map(|()| segment),
-                None => Segment::create(&dir, id, size, durability, true),
-            }
-        })
+        // Named so that profiles tell its page-fault work from the caller's.
+        std::thread::Builder::new()
+            .name("scaledkv-spare".into())
+            .spawn(move || {
+                crate::background::lower_this_thread();
+                match recycled {
+                    Some(mut segment) => segment.recycle(&dir, id, durability).map(|()| segment),
+                    None => Segment::create(&dir, id, size, durability, true),
+                }
+            })
+            .expect("spawn the segment-preparing thread")
     }
 
     pub fn persist_waits_for_device(&self) -> bool {
