@@ -47,6 +47,11 @@ pub struct Cli {
     /// 1); more overlap fdatasync on a disk with serving other clients.
     #[arg(long)]
     pub threads: Option<usize>,
+    /// Let the log grow to this many times the live data before garbage
+    /// collection copies anything (default 2; 1 collects at once, copying
+    /// more and holding less disk; as Redis's auto-aof-rewrite-percentage).
+    #[arg(long = "gc-space-amp")]
+    pub gc_space_amp: Option<f64>,
     /// Write the listening port here once ready (for scripts and tests).
     #[arg(long = "port-file")]
     pub port_file: Option<PathBuf>,
@@ -69,6 +74,7 @@ struct FileConfig {
     client_query_buffer_limit: Option<usize>,
     threads: Option<usize>,
     point_index: Option<bool>,
+    gc_space_amp: Option<f64>,
 }
 
 #[derive(Debug, Clone)]
@@ -92,6 +98,9 @@ pub struct Config {
     /// The engine's hash table for point lookups (`Options::point_index`):
     /// GET without a B-tree descent, for about 28 more bytes per key.
     pub point_index: bool,
+    /// `Options::gc_space_amp`: the log's size over the live bytes above
+    /// which background GC copies live entries forward.
+    pub gc_space_amp: f64,
 }
 
 impl Default for Config {
@@ -114,6 +123,7 @@ impl Default for Config {
             config_file: None,
             threads: None,
             point_index: true,
+            gc_space_amp: scaledkv::Options::default().gc_space_amp,
         }
     }
 }
@@ -146,7 +156,11 @@ impl Config {
             config_file: cli.config,
             threads: cli.threads.or(file.threads).filter(|&n| n > 0),
             point_index: file.point_index.unwrap_or(defaults.point_index),
+            gc_space_amp: cli.gc_space_amp.or(file.gc_space_amp).unwrap_or(defaults.gc_space_amp),
         };
+        if !(config.gc_space_amp >= 1.0 && config.gc_space_amp.is_finite()) {
+            return Err(format!("gc-space-amp {} must be a number of at least 1", config.gc_space_amp));
+        }
         if config.max_bulk_bytes > crate::keyspace::MAX_STRING_BYTES {
             return Err(format!(
                 "proto-max-bulk-len {} is above the engine's value limit of {} bytes",
@@ -178,7 +192,23 @@ mod tests {
         assert_eq!(config.requirepass.as_deref(), Some("pw"));
         assert_eq!(config.bind, "127.0.0.1");
         std::fs::write(&path, "prot = 1\n").unwrap();
-        let error = Config::from_cli(Cli { config: Some(path), ..Cli::default() }).unwrap_err();
+        let error = Config::from_cli(Cli { config: Some(path.clone()), ..Cli::default() }).unwrap_err();
         assert!(error.contains("unknown field"), "{error}");
+    }
+
+    #[test]
+    fn gc_space_amp_comes_from_the_file_or_the_flag_and_is_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("scaledkv.toml");
+        std::fs::write(&path, "gc-space-amp = 1.5\n").unwrap();
+        let from_file = Config::from_cli(Cli { config: Some(path.clone()), ..Cli::default() }).unwrap();
+        assert_eq!(from_file.gc_space_amp, 1.5);
+        let cli = Cli { config: Some(path), gc_space_amp: Some(3.0), ..Cli::default() };
+        assert_eq!(Config::from_cli(cli).unwrap().gc_space_amp, 3.0);
+        assert_eq!(Config::from_cli(Cli::default()).unwrap().gc_space_amp, 2.0);
+        for bad in [0.5, f64::NAN, f64::INFINITY] {
+            let error = Config::from_cli(Cli { gc_space_amp: Some(bad), ..Cli::default() }).unwrap_err();
+            assert!(error.contains("gc-space-amp"), "{error}");
+        }
     }
 }

@@ -100,7 +100,12 @@ impl Shared {
 /// way out every acknowledged write is already durable; the engine then
 /// writes an index checkpoint so the next start is fast.
 pub async fn run(config: Config) -> Result<(), String> {
-    let options = Options { durability: config.durability, point_index: config.point_index, ..Options::default() };
+    let options = Options {
+        durability: config.durability,
+        point_index: config.point_index,
+        gc_space_amp: config.gc_space_amp,
+        ..Options::default()
+    };
     let started = Instant::now();
     let db = Db::open(&config.dir, options).map_err(|e| format!("cannot open {}: {e}", config.dir.display()))?;
     let report = db.recovery_report();

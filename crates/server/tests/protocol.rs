@@ -145,6 +145,20 @@ fn resp3_replies() {
 }
 
 #[test]
+fn config_get_reports_the_gc_space_budget_and_set_refuses_it() {
+    let (_dir, server) = start(&["--gc-space-amp", "1.5"]);
+    let mut stream = server.connect();
+    assert_eq!(
+        request(&mut stream, &encode(&[b"CONFIG", b"GET", b"gc-space-amp"])),
+        b"*2\r\n$12\r\ngc-space-amp\r\n$3\r\n1.5\r\n"
+    );
+    assert_eq!(
+        request(&mut stream, &encode(&[b"CONFIG", b"SET", b"gc-space-amp", b"3"])),
+        b"-ERR CONFIG SET failed (possibly related to argument 'gc-space-amp') - can't set immutable config\r\n"
+    );
+}
+
+#[test]
 fn transactions_are_atomic_and_watch_aborts_on_change() {
     let (_dir, server) = start(&[]);
     let mut con = client(&server);
