@@ -192,7 +192,7 @@ mod tests {
         assert_eq!(config.requirepass.as_deref(), Some("pw"));
         assert_eq!(config.bind, "127.0.0.1");
         std::fs::write(&path, "prot = 1\n").unwrap();
-        let error = Config::from_cli(Cli { config: Some(path.clone()), ..Cli::default() }).unwrap_err();
+        let error = Config::from_cli(Cli { config: Some(path), ..Cli::default() }).unwrap_err();
         assert!(error.contains("unknown field"), "{error}");
     }
 
