@@ -92,7 +92,9 @@ impl Options {
         self
     }
 
-    pub(crate) fn validate(&self) -> Result<()> {
+    /// Checks the options as `Db::open` does, so a caller can report a bad
+    /// setting before it opens anything.
+    pub fn validate(&self) -> Result<()> {
         if !(MIN_SEGMENT_BYTES..=MAX_SEGMENT_BYTES).contains(&self.segment_size_bytes) {
             return Err(Error::InvalidOptions(format!(
                 "segment_size_bytes {} is outside {MIN_SEGMENT_BYTES}..={MAX_SEGMENT_BYTES}",

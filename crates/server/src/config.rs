@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 
 use clap::Parser;
-use scaledkv::Durability;
+use scaledkv::{Durability, Options};
 use serde::Deserialize;
 
 pub const DEFAULT_PORT: u16 = 6379;
@@ -123,7 +123,7 @@ impl Default for Config {
             config_file: None,
             threads: None,
             point_index: true,
-            gc_space_amp: scaledkv::Options::default().gc_space_amp,
+            gc_space_amp: Options::default().gc_space_amp,
         }
     }
 }
@@ -158,9 +158,8 @@ impl Config {
             point_index: file.point_index.unwrap_or(defaults.point_index),
             gc_space_amp: cli.gc_space_amp.or(file.gc_space_amp).unwrap_or(defaults.gc_space_amp),
         };
-        if !(config.gc_space_amp >= 1.0 && config.gc_space_amp.is_finite()) {
-            return Err(format!("gc-space-amp {} must be a number of at least 1", config.gc_space_amp));
-        }
+        // Of the settings passed to the engine only gc-space-amp can be out of range.
+        config.engine_options().validate().map_err(|e| format!("gc-space-amp: {e}"))?;
         if config.max_bulk_bytes > crate::keyspace::MAX_STRING_BYTES {
             return Err(format!(
                 "proto-max-bulk-len {} is above the engine's value limit of {} bytes",
@@ -169,6 +168,16 @@ impl Config {
             ));
         }
         Ok(config)
+    }
+
+    /// What the engine is opened with.
+    pub fn engine_options(&self) -> Options {
+        Options {
+            durability: self.durability,
+            point_index: self.point_index,
+            gc_space_amp: self.gc_space_amp,
+            ..Options::default()
+        }
     }
 }
 

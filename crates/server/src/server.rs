@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::{Mutex, RwLock};
-use scaledkv::{Db, Options};
+use scaledkv::Db;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
@@ -100,14 +100,9 @@ impl Shared {
 /// way out every acknowledged write is already durable; the engine then
 /// writes an index checkpoint so the next start is fast.
 pub async fn run(config: Config) -> Result<(), String> {
-    let options = Options {
-        durability: config.durability,
-        point_index: config.point_index,
-        gc_space_amp: config.gc_space_amp,
-        ..Options::default()
-    };
     let started = Instant::now();
-    let db = Db::open(&config.dir, options).map_err(|e| format!("cannot open {}: {e}", config.dir.display()))?;
+    let db = Db::open(&config.dir, config.engine_options())
+        .map_err(|e| format!("cannot open {}: {e}", config.dir.display()))?;
     let report = db.recovery_report();
     tracing::info!(
         dir = %config.dir.display(),
