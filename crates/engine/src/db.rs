@@ -52,6 +52,8 @@ pub fn now_ms() -> u64 {
 pub struct Db {
     pub(crate) inner: Arc<Inner>,
     background: Option<JoinHandle<()>>,
+    /// Merges deferred index updates (`Options::deferred_index_updates`).
+    merger: Option<JoinHandle<()>>,
 }
 
 pub(crate) struct CheckpointState {
@@ -169,6 +171,7 @@ impl Db {
                 recovered.last_seq,
                 recovered.spilled_key_bytes,
                 options.point_index.then(|| Points::new(options.point_tag_bits)),
+                if options.background_work { options.deferred_index_updates } else { 0 },
             ),
             segments,
             recycler,
@@ -201,7 +204,16 @@ impl Db {
                 })
                 .expect("spawn the background thread")
         });
-        Ok(Db { inner, background })
+        // Not lowered like the background thread: writers wait for it
+        // once it falls behind.
+        let merger = (inner.options.background_work && inner.options.deferred_index_updates > 0).then(|| {
+            let inner = inner.clone();
+            std::thread::Builder::new()
+                .name("scaledkv-merge".into())
+                .spawn(move || inner.index.run_merger(&inner.segments))
+                .expect("spawn the index merger thread")
+        });
+        Ok(Db { inner, background, merger })
     }
 
     pub fn put(&self, key: &[u8], value: &[u8]) -> Result<()> {
@@ -314,7 +326,7 @@ impl Db {
     /// A consistent read view: it sees exactly the writes acknowledged
     /// before it was taken.
     pub fn snapshot(&self) -> Snapshot<'_> {
-        let seq = self.inner.index.register_snapshot();
+        let seq = self.inner.index.register_snapshot(&self.inner.segments);
         Snapshot { db: self, seq, table: self.inner.segments.pin() }
     }
 
@@ -344,7 +356,8 @@ impl Db {
     /// to continue (`None`: the end was reached) and how many it dropped.
     /// Expired keys are invisible anyway; this frees their index memory
     /// and log space sooner, as Redis's active expiry does. Nothing is
-    /// written: an expired entry stays expired after a crash.
+    /// written: an expired entry stays expired after a crash. Keys written
+    /// in the last ~100 ms may be deferred index updates, which it skips.
     pub fn purge_expired(&self, after: Option<&[u8]>, max_keys: usize) -> (Option<Vec<u8>>, usize) {
         let lower = after.map_or(Bound::Unbounded, Bound::Excluded);
         let mut found = Vec::new();
@@ -367,7 +380,7 @@ impl Db {
     /// Number of keys, without walking the index. An expired key counts
     /// until a read, `purge_expired` or GC drops it (as in Redis's DBSIZE).
     pub fn len(&self) -> usize {
-        self.inner.index.len()
+        self.inner.index.len(&self.inner.segments)
     }
 
     pub fn is_empty(&self) -> bool {
@@ -385,6 +398,10 @@ impl Drop for Db {
         self.inner.shutdown_signal.notify_all();
         if let Some(background) = self.background.take() {
             let _ = background.join();
+        }
+        self.inner.index.stop_merger();
+        if let Some(merger) = self.merger.take() {
+            let _ = merger.join();
         }
         if self.inner.poisoned.get().is_some() {
             return;
@@ -666,6 +683,8 @@ impl Inner {
             let (segment, offset) = log.position();
             (segment, offset, log.appended_bytes, log.appended_entries, log.last_seq)
         });
+        // Applied may still mean pending: the scan reads the tree.
+        self.index.settle(&self.segments);
         let freed = std::mem::take(&mut state.pending_free);
         if self.options.durability == Durability::Buffered {
             self.with_log(|log| log.sync_all(&self.segments))?;
@@ -718,6 +737,9 @@ impl Inner {
         if self.poisoned.get().is_some() {
             return Ok(());
         }
+        // Deferred index updates left when writes pause (the merger takes
+        // only full tables): active expiry and GC look at the tree.
+        self.index.settle(&self.segments);
         if self.checkpoint_due(4) {
             self.checkpoint()?;
         }
@@ -748,7 +770,7 @@ impl Inner {
         let live_bytes: u64 = segments.iter().map(|s| s.live_bytes.load(Ordering::Relaxed)).sum();
         let log_bytes: u64 = segments.iter().map(|s| s.written_bytes.load(Ordering::Relaxed)).sum();
         let disk_bytes = segments.iter().map(|s| s.capacity_bytes() as u64).sum::<u64>() + self.recycler.held_bytes();
-        let keys = self.index.len() as u64;
+        let keys = self.index.len(&self.segments) as u64;
         let index_memory_bytes = self.index.memory_bytes();
         let medium = segments.first().map_or("unknown", |s| s.region.medium().name());
         let persist = segments.first().map_or("unknown", |s| s.region.persist_method());

@@ -129,6 +129,9 @@ impl Inner {
             }
             self.commit(Request::new(body, chunk.len() as u32, Some(relocations)))?;
         }
+        // The relocations (and overwrites) may still be pending: the
+        // segment's live bytes drop once they are merged.
+        self.index.settle(&self.segments);
         for (key, loc) in expired {
             self.index.remove_if_at(&key, loc, &self.segments);
         }

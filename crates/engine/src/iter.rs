@@ -64,7 +64,8 @@ impl<'a> Iter<'a> {
         reverse: bool,
     ) -> Iter<'a> {
         let owns_snapshot = snapshot.is_none();
-        let (seq, table) = snapshot.unwrap_or_else(|| (inner.index.register_snapshot(), inner.segments.pin()));
+        let (seq, table) =
+            snapshot.unwrap_or_else(|| (inner.index.register_snapshot(&inner.segments), inner.segments.pin()));
         let (lower, upper) = (owned(range.start_bound()), owned(range.end_bound()));
         // An empty or inverted range yields nothing (BTreeMap would panic).
         let empty = match (&lower, &upper) {

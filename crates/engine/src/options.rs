@@ -56,6 +56,14 @@ pub struct Options {
     /// puts of 16/100 B, 1.26M keys, tmpfs): random gets 1.5 -> 0.8 µs,
     /// random puts 2.4 -> 3.1 µs, 68 -> 96 B/key. The server turns it on.
     pub point_index: bool,
+    /// Index updates recorded in a hash table before a merger thread moves
+    /// them into the ordered index (the B-tree) on another core; 0 applies
+    /// each update to the B-tree on the writer's thread. Deferring takes
+    /// the B-tree descent, a chain of cache misses, off the write path:
+    /// measured in BENCHMARKS.md (eleventh session). Needs
+    /// `background_work`; snapshots, iterators, `len` and checkpoints merge
+    /// whatever is pending first.
+    pub deferred_index_updates: usize,
     /// Bits of the point table's hash tags: 32. Tests narrow it so that
     /// keys share tags and the fallbacks to the ordered index run.
     #[doc(hidden)]
@@ -76,6 +84,7 @@ impl Default for Options {
             gc_space_amp: 2.0,
             background_work: true,
             point_index: false,
+            deferred_index_updates: 16 * 1024,
             point_tag_bits: 32,
         }
     }

@@ -185,6 +185,19 @@ proptest! {
         run_with(ops, Options { point_index: true, point_tag_bits: 2, ..options(Durability::Sync) });
     }
 
+    /// Index updates deferred and merged by the merger thread every three
+    /// keys, while the background thread checkpoints and collects.
+    #[test]
+    fn deferred_index_updates_match_the_model(ops in prop::collection::vec(op(), 1..200)) {
+        run_with(ops, Options { background_work: true, deferred_index_updates: 3, ..options(Durability::Sync) });
+    }
+
+    #[test]
+    fn deferred_updates_with_shared_point_tags_match_the_model(ops in prop::collection::vec(op(), 1..200)) {
+        let deferred = Options { background_work: true, deferred_index_updates: 3, ..options(Durability::Pmem) };
+        run_with(ops, Options { point_index: true, point_tag_bits: 2, ..deferred });
+    }
+
     #[test]
     fn with_the_point_index_matches_the_model(ops in prop::collection::vec(op(), 1..200)) {
         run_with(ops, Options { point_index: true, ..options(Durability::Pmem) });

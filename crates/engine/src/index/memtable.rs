@@ -9,6 +9,17 @@
 //! versions are kept in a side map only while a registered snapshot can
 //! still see them, so without snapshots a key costs one 20-byte slot.
 //!
+//! Deferred updates: with `Options::deferred_index_updates` > 0 the leader
+//! does not descend the B-tree. It records each update in a small hash
+//! table (`pending.rs`) that readers look at first; once the table holds
+//! that many keys it is frozen and a merger thread moves it into the tree
+//! on the other core, a chunk at a time, while the leader fills a new one.
+//! Whatever needs the tree exact (a snapshot or iterator, the checkpoint,
+//! the key count, GC before it frees a segment) first `settle`s: merges all
+//! of it. Snapshots keep older versions in the tree only, so while one is
+//! registered the leader applies to the tree directly, as it does with
+//! deferral off.
+//!
 //! Cost per key (64-bit): key 17 B (16 inline + length) + slot 20 B, in
 //! B-tree leaves of 11 entries that are 50-100% full, plus internal nodes:
 //! about 58 B per key after random inserts (measured by the allocator, 1.26M
@@ -19,13 +30,22 @@ use std::collections::btree_map::Entry;
 use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
 
-use parking_lot::{Mutex, RwLock};
+use parking_lot::{Condvar, Mutex, RwLock};
 
 use crate::log::segment::SegmentSet;
 
 pub use super::key::{Key, KeyRef};
+use super::pending::PendingMap;
 use super::points::{Lookup, Points};
+
+/// Pending updates merged per hold of the tree's write lock: readers whose
+/// key is not pending wait at most this many B-tree inserts (~0.1 ms).
+const MERGE_CHUNK: usize = 256;
+/// The leader merges itself once the active table is this many times the
+/// deferral limit (the merger thread fell behind), so it stays small.
+const OVERFLOW_FACTOR: usize = 4;
 
 /// Where an entry lives in the value log.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -79,6 +99,64 @@ struct Tree {
 }
 
 impl Tree {
+    /// Makes `new` the newest version of `key`. The version it replaces
+    /// stops counting as live and is kept while a snapshot needs it.
+    fn put_head(
+        &mut self,
+        key: &[u8],
+        new: Slot,
+        snapshots: Option<&BTreeMap<u64, usize>>,
+        segments: &SegmentSet,
+        deltas: &mut Deltas,
+    ) {
+        // One descent: keys of up to 16 bytes are built inline.
+        let old = match self.heads.entry(Key::from_slice(key)) {
+            Entry::Occupied(mut head) => {
+                let old = std::mem::replace(head.get_mut(), new);
+                deltas.keys += old.loc.is_tombstone() as i64;
+                add_live(segments, old.loc, -1);
+                retain_for_snapshots(&mut self.older, key, old, new.seq(), snapshots, &mut deltas.chained);
+                Some(old.loc).filter(|loc| !loc.is_tombstone())
+            }
+            Entry::Vacant(slot) => {
+                deltas.keys += 1;
+                deltas.spilled += slot.key().heap_bytes() as i64;
+                slot.insert(new);
+                None
+            }
+        };
+        if let Some(points) = &mut self.points {
+            match old {
+                Some(old) => points.replace(key, old, new.loc),
+                None => points.insert(key, new.loc),
+            }
+        }
+    }
+
+    /// Deletes `key` as of `seq`; the tombstone head stays only while
+    /// older versions do.
+    fn delete_head(
+        &mut self,
+        key: &[u8],
+        seq: u64,
+        snapshots: Option<&BTreeMap<u64, usize>>,
+        segments: &SegmentSet,
+        deltas: &mut Deltas,
+    ) {
+        let Some(head) = self.heads.get_mut(KeyRef::new(key)) else { return };
+        let old = std::mem::replace(head, Slot::new(Loc::TOMBSTONE, seq));
+        deltas.keys -= !old.loc.is_tombstone() as i64;
+        add_live(segments, old.loc, -1);
+        if let Some(points) = self.points.as_mut().filter(|_| !old.loc.is_tombstone()) {
+            points.remove(key, old.loc);
+        }
+        if !retain_for_snapshots(&mut self.older, key, old, seq, snapshots, &mut deltas.chained) {
+            if let Some((key, _)) = self.heads.remove_entry(KeyRef::new(key)) {
+                deltas.spilled -= key.heap_bytes() as i64;
+            }
+        }
+    }
+
     /// The version of `key` (whose newest is `head`) a reader at `at_seq`
     /// sees (`None` = newest).
     fn visible(&self, key: &[u8], head: &Slot, at_seq: Option<u64>) -> Option<Slot> {
@@ -87,6 +165,60 @@ impl Tree {
             _ => Some(*head),
         }
     }
+}
+
+/// Adds (`sign` 1) or removes (-1) `loc`'s bytes from its segment's live count.
+fn add_live(segments: &SegmentSet, loc: Loc, sign: i64) {
+    if !loc.is_tombstone() {
+        segments.with(loc.seg, |s| {
+            if sign > 0 {
+                s.live_bytes.fetch_add(loc.len as u64, Ordering::Relaxed);
+            } else {
+                s.live_bytes.fetch_sub(loc.len as u64, Ordering::Relaxed);
+            }
+        });
+    }
+}
+
+/// Changes to the index's counters made under one lock hold.
+#[derive(Default)]
+struct Deltas {
+    keys: i64,
+    spilled: i64,
+    chained: i64,
+}
+
+/// Updates not yet in the tree (see the module comment).
+#[derive(Default)]
+struct Pending {
+    /// Where the leader records updates.
+    active: PendingMap,
+    /// A full table the merger is moving into the tree; older than `active`.
+    frozen: Option<Arc<PendingMap>>,
+}
+
+impl Pending {
+    /// The newest pending version of `key`.
+    fn get(&self, key: &[u8]) -> Option<Slot> {
+        self.active.get(key).or_else(|| self.frozen.as_ref()?.get(key))
+    }
+
+    fn len(&self) -> usize {
+        self.active.len() + self.frozen.as_ref().map_or(0, |f| f.len())
+    }
+
+    /// Hands the active table to the merger, unless it still has one.
+    fn freeze(&mut self) {
+        if self.frozen.is_none() && !self.active.is_empty() {
+            self.frozen = Some(Arc::new(std::mem::take(&mut self.active)));
+        }
+    }
+}
+
+#[derive(Default)]
+struct MergerState {
+    wanted: bool,
+    stop: bool,
 }
 
 /// One change applied by the group-commit leader.
@@ -123,13 +255,34 @@ pub struct Index {
     /// Heap bytes of keys longer than the inline 16, kept current so that
     /// `memory_bytes` (INFO, metrics) never walks the tree.
     spilled_key_bytes: AtomicU64,
+    /// Updates not yet merged into the tree. Lock order: `merging`, then
+    /// `pending`, then `tree`, then `snapshots`.
+    pending: RwLock<Pending>,
+    /// Keys in `pending`: readers skip its lock when there are none.
+    pending_entries: AtomicUsize,
+    /// Held while moving pending updates into the tree, so merges run one
+    /// at a time and in the order the updates were made.
+    merging: Mutex<()>,
+    /// Keys the active table holds before it is frozen; 0 = apply every
+    /// update to the tree directly.
+    defer_limit: usize,
+    merger: Mutex<MergerState>,
+    merger_signal: Condvar,
 }
 
 impl Index {
     /// An index over `map`, which holds no deletions (recovery drops them)
     /// and whose long keys hold `spilled_key_bytes` of heap. `points` (empty)
-    /// serves point lookups once `fill_points` has filled it.
-    pub fn new(map: BTreeMap<Key, Slot>, visible_seq: u64, spilled_key_bytes: u64, points: Option<Points>) -> Index {
+    /// serves point lookups once `fill_points` has filled it. With
+    /// `defer_limit` > 0 updates are deferred (module comment) and someone
+    /// must run `run_merger`.
+    pub fn new(
+        map: BTreeMap<Key, Slot>,
+        visible_seq: u64,
+        spilled_key_bytes: u64,
+        points: Option<Points>,
+        defer_limit: usize,
+    ) -> Index {
         debug_assert!(map.values().all(|slot| !slot.loc.is_tombstone()));
         debug_assert_eq!(spilled_key_bytes, map.keys().map(Key::heap_bytes).sum::<u64>());
         let live_keys = map.len() as u64;
@@ -141,6 +294,12 @@ impl Index {
             snapshots: Mutex::new(BTreeMap::new()),
             snapshot_count: AtomicUsize::new(0),
             chained_versions: AtomicU64::new(0),
+            pending: RwLock::new(Pending::default()),
+            pending_entries: AtomicUsize::new(0),
+            merging: Mutex::new(()),
+            defer_limit,
+            merger: Mutex::new(MergerState::default()),
+            merger_signal: Condvar::new(),
         }
     }
 
@@ -148,9 +307,19 @@ impl Index {
         self.visible_seq.load(Ordering::Acquire)
     }
 
-    /// Live keys (expired ones included until they are removed).
-    pub fn len(&self) -> usize {
+    /// Live keys (expired ones included until they are removed). Merges
+    /// pending updates first: whether a put adds a key is known only then.
+    pub fn len(&self, segments: &SegmentSet) -> usize {
+        self.settle(segments);
         self.live_keys.load(Ordering::Relaxed) as usize
+    }
+
+    /// The newest pending version of `key`, if it has one.
+    fn pending_get(&self, key: &[u8]) -> Option<Slot> {
+        if self.pending_entries.load(Ordering::Acquire) == 0 {
+            return None;
+        }
+        self.pending.read().get(key)
     }
 
     /// The location of `key` as seen at `at_seq` (`None` = newest). From
@@ -158,6 +327,11 @@ impl Index {
     /// shares the tag: the caller checks the key and, if it differs, asks
     /// `get_ordered`.
     pub fn get(&self, key: &[u8], at_seq: Option<u64>) -> Option<Loc> {
+        // Pending updates are newer than the tree. A snapshot reader finds
+        // none: registering a snapshot merges them all.
+        if let Some(slot) = self.pending_get(key).filter(|_| at_seq.is_none()) {
+            return (!slot.loc.is_tombstone()).then_some(slot.loc);
+        }
         let tree = self.tree.read();
         if let (None, Some(points)) = (at_seq, &tree.points) {
             match points.get(key) {
@@ -171,6 +345,9 @@ impl Index {
 
     /// As `get`, from the B-tree: exact.
     pub fn get_ordered(&self, key: &[u8], at_seq: Option<u64>) -> Option<Loc> {
+        if let Some(slot) = self.pending_get(key).filter(|_| at_seq.is_none()) {
+            return (!slot.loc.is_tombstone()).then_some(slot.loc);
+        }
         Self::get_in(&self.tree.read(), key, at_seq)
     }
 
@@ -182,6 +359,9 @@ impl Index {
     /// Examines up to `max` keys within `(lower, upper)` from the low end
     /// (or the high end when `reverse`), appends those visible at `at_seq`
     /// to `out`, and returns the last key examined (`None`: range exhausted).
+    /// Reads the tree alone: exact under a registered snapshot, which
+    /// merged every pending update; without one, updates still pending are
+    /// missed.
     pub fn range_chunk(
         &self,
         lower: Bound<&[u8]>,
@@ -210,6 +390,10 @@ impl Index {
     /// Removes `key` if its newest version is still the entry at `at` and no
     /// snapshot needs an older one (GC dropping an expired entry).
     pub fn remove_if_at(&self, key: &[u8], at: Loc, segments: &SegmentSet) -> bool {
+        if self.pending_get(key).is_some() {
+            // Lazy expiry of a key just written: rare enough to merge for.
+            self.settle(segments);
+        }
         let mut tree = self.tree.write();
         let removable = tree.heads.get(KeyRef::new(key)).is_some_and(|slot| slot.loc == at)
             && !tree.older.contains_key(KeyRef::new(key));
@@ -226,8 +410,27 @@ impl Index {
         removable
     }
 
-    /// Registers a snapshot at the current visible sequence number.
-    pub fn register_snapshot(&self) -> u64 {
+    /// Registers a snapshot at the current visible sequence number. First
+    /// merges every pending update, as older versions are kept in the tree.
+    pub fn register_snapshot(&self, segments: &SegmentSet) -> u64 {
+        let deferring = self.defer_limit > 0;
+        let _merging = deferring.then(|| self.merging.lock());
+        let _pending = deferring.then(|| {
+            // Most of it without blocking the leader; then what arrived
+            // meanwhile, under the lock that keeps the leader out until the
+            // snapshot counts (from then on it applies to the tree).
+            self.merge_frozen(segments);
+            self.pending.write().freeze();
+            self.merge_frozen(segments);
+            let mut pending = self.pending.write();
+            if let Some(frozen) = pending.frozen.take() {
+                self.merge(&frozen, segments);
+            }
+            let rest = std::mem::take(&mut pending.active);
+            self.merge(&rest, segments);
+            self.pending_entries.store(0, Ordering::Release);
+            pending
+        });
         // Hold the read lock so no group is half applied while we read the
         // visible sequence number and register it.
         let _tree = self.tree.read();
@@ -297,74 +500,85 @@ impl Index {
     /// Applies one group of updates atomically for readers, then publishes
     /// `new_visible_seq`. Keeps live-byte counts of segments current.
     pub fn apply<'a>(&self, updates: impl Iterator<Item = Update<'a>>, new_visible_seq: u64, segments: &SegmentSet) {
+        if self.defer_limit == 0 {
+            return self.apply_to_tree(updates, new_visible_seq, segments);
+        }
+        let mut pending = self.pending.write();
+        if self.snapshot_count.load(Ordering::Acquire) > 0 {
+            // Registering the snapshot emptied `pending` under this lock.
+            debug_assert_eq!(pending.len(), 0);
+            return self.apply_to_tree(updates, new_visible_seq, segments);
+        }
+        for update in updates {
+            let (key, slot) = match update {
+                Update::Put { key, loc, seq } => {
+                    add_live(segments, loc, 1);
+                    (key, Slot::new(loc, seq))
+                }
+                Update::Delete { key, seq } => (key, Slot::new(Loc::TOMBSTONE, seq)),
+                Update::Relocate { key, from, to } => {
+                    let current = pending.get(key).or_else(|| self.tree.read().heads.get(KeyRef::new(key)).copied());
+                    match current {
+                        Some(current) if current.loc == from => {
+                            add_live(segments, to, 1);
+                            (key, Slot::new(to, current.seq()))
+                        }
+                        _ => continue,
+                    }
+                }
+            };
+            // A version superseded before it reached the tree is dead now;
+            // one in the tree or the frozen table, once the merge replaces it.
+            if let Some(old) = pending.active.insert(key, slot) {
+                add_live(segments, old.loc, -1);
+            }
+        }
+        self.pending_entries.store(pending.len(), Ordering::Release);
+        debug_assert!(new_visible_seq >= self.visible_seq());
+        self.visible_seq.store(new_visible_seq, Ordering::Release);
+        let active = pending.active.len();
+        if active < self.defer_limit {
+            return;
+        }
+        if pending.frozen.is_none() {
+            pending.freeze();
+            drop(pending);
+            self.wake_merger();
+        } else if active >= OVERFLOW_FACTOR * self.defer_limit {
+            // The merger fell behind (it shares the cores with everyone):
+            // finish its table here, then hand it this one.
+            drop(pending);
+            let _merging = self.merging.lock();
+            self.merge_frozen(segments);
+            self.pending.write().freeze();
+            self.wake_merger();
+        }
+    }
+
+    fn apply_to_tree<'a>(
+        &self,
+        updates: impl Iterator<Item = Update<'a>>,
+        new_visible_seq: u64,
+        segments: &SegmentSet,
+    ) {
         let mut guard = self.tree.write();
         let tree = &mut *guard;
         let snapshots_guard = (self.snapshot_count.load(Ordering::Acquire) > 0).then(|| self.snapshots.lock());
         let snapshots = snapshots_guard.as_deref();
-        let mut chained_delta: i64 = 0;
-        let mut keys_delta: i64 = 0;
-        let mut spilled_delta: i64 = 0;
-        let add_live = |loc: Loc, sign: i64| {
-            if !loc.is_tombstone() {
-                segments.with(loc.seg, |s| {
-                    if sign > 0 {
-                        s.live_bytes.fetch_add(loc.len as u64, Ordering::Relaxed);
-                    } else {
-                        s.live_bytes.fetch_sub(loc.len as u64, Ordering::Relaxed);
-                    }
-                });
-            }
-        };
+        let mut deltas = Deltas::default();
         for update in updates {
             match update {
                 Update::Put { key, loc, seq } => {
-                    add_live(loc, 1);
-                    let new = Slot::new(loc, seq);
-                    // One descent: keys of up to 16 bytes are built inline.
-                    let old = match tree.heads.entry(Key::from_slice(key)) {
-                        Entry::Occupied(mut head) => {
-                            let old = std::mem::replace(head.get_mut(), new);
-                            keys_delta += old.loc.is_tombstone() as i64;
-                            add_live(old.loc, -1);
-                            retain_for_snapshots(&mut tree.older, key, old, seq, snapshots, &mut chained_delta);
-                            Some(old.loc).filter(|loc| !loc.is_tombstone())
-                        }
-                        Entry::Vacant(slot) => {
-                            keys_delta += 1;
-                            spilled_delta += slot.key().heap_bytes() as i64;
-                            slot.insert(new);
-                            None
-                        }
-                    };
-                    if let Some(points) = &mut tree.points {
-                        match old {
-                            Some(old) => points.replace(key, old, loc),
-                            None => points.insert(key, loc),
-                        }
-                    }
+                    add_live(segments, loc, 1);
+                    tree.put_head(key, Slot::new(loc, seq), snapshots, segments, &mut deltas);
                 }
-                Update::Delete { key, seq } => {
-                    if let Some(head) = tree.heads.get_mut(KeyRef::new(key)) {
-                        let old = std::mem::replace(head, Slot::new(Loc::TOMBSTONE, seq));
-                        keys_delta -= !old.loc.is_tombstone() as i64;
-                        add_live(old.loc, -1);
-                        if let Some(points) = tree.points.as_mut().filter(|_| !old.loc.is_tombstone()) {
-                            points.remove(key, old.loc);
-                        }
-                        // The tombstone head stays only while older versions do.
-                        if !retain_for_snapshots(&mut tree.older, key, old, seq, snapshots, &mut chained_delta) {
-                            if let Some((key, _)) = tree.heads.remove_entry(KeyRef::new(key)) {
-                                spilled_delta -= key.heap_bytes() as i64;
-                            }
-                        }
-                    }
-                }
+                Update::Delete { key, seq } => tree.delete_head(key, seq, snapshots, segments, &mut deltas),
                 Update::Relocate { key, from, to } => {
                     if let Some(head) = tree.heads.get_mut(KeyRef::new(key)) {
                         if head.loc == from {
                             head.loc = to;
-                            add_live(from, -1);
-                            add_live(to, 1);
+                            add_live(segments, from, -1);
+                            add_live(segments, to, 1);
                             if let Some(points) = &mut tree.points {
                                 points.replace(key, from, to);
                             }
@@ -373,17 +587,102 @@ impl Index {
                 }
             }
         }
-        if keys_delta != 0 {
-            self.live_keys.fetch_add(keys_delta as u64, Ordering::Relaxed);
-        }
-        if spilled_delta != 0 {
-            self.spilled_key_bytes.fetch_add(spilled_delta as u64, Ordering::Relaxed);
-        }
-        if chained_delta != 0 {
-            self.chained_versions.fetch_add(chained_delta as u64, Ordering::Relaxed);
-        }
+        self.add_deltas(&deltas);
         debug_assert!(new_visible_seq >= self.visible_seq());
         self.visible_seq.store(new_visible_seq, Ordering::Release);
+    }
+
+    fn add_deltas(&self, deltas: &Deltas) {
+        if deltas.keys != 0 {
+            self.live_keys.fetch_add(deltas.keys as u64, Ordering::Relaxed);
+        }
+        if deltas.spilled != 0 {
+            self.spilled_key_bytes.fetch_add(deltas.spilled as u64, Ordering::Relaxed);
+        }
+        if deltas.chained != 0 {
+            self.chained_versions.fetch_add(deltas.chained as u64, Ordering::Relaxed);
+        }
+    }
+
+    /// Moves `map` into the tree a chunk at a time, so that readers wait
+    /// for one chunk at most. No snapshot is registered: registering one
+    /// needs `merging`, which the caller holds, and nothing is deferred
+    /// while one is.
+    fn merge(&self, map: &PendingMap, segments: &SegmentSet) {
+        let mut deltas = Deltas::default();
+        let mut entries = map.iter();
+        loop {
+            let mut tree = self.tree.write();
+            let mut merged = 0;
+            for (key, slot) in entries.by_ref().take(MERGE_CHUNK) {
+                if slot.loc.is_tombstone() {
+                    tree.delete_head(key, slot.seq(), None, segments, &mut deltas);
+                } else {
+                    tree.put_head(key, *slot, None, segments, &mut deltas);
+                }
+                merged += 1;
+            }
+            drop(tree);
+            if merged < MERGE_CHUNK {
+                break;
+            }
+        }
+        self.add_deltas(&deltas);
+    }
+
+    /// Merges the frozen table, if any, and lets readers stop looking at
+    /// it. The caller holds `merging`.
+    fn merge_frozen(&self, segments: &SegmentSet) {
+        let Some(frozen) = self.pending.read().frozen.clone() else { return };
+        self.merge(&frozen, segments);
+        let mut pending = self.pending.write();
+        pending.frozen = None;
+        self.pending_entries.store(pending.len(), Ordering::Release);
+    }
+
+    /// Merges every pending update: afterwards the tree holds everything
+    /// applied before the call.
+    pub fn settle(&self, segments: &SegmentSet) {
+        if self.pending_entries.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        let _merging = self.merging.lock();
+        self.merge_frozen(segments);
+        // The leader may have frozen the rest meanwhile; `freeze` then
+        // leaves what came after it.
+        self.pending.write().freeze();
+        self.merge_frozen(segments);
+    }
+
+    /// The merger thread's loop: merges each table the leader freezes,
+    /// until `stop_merger`.
+    pub fn run_merger(&self, segments: &SegmentSet) {
+        let mut state = self.merger.lock();
+        loop {
+            while !state.wanted && !state.stop {
+                self.merger_signal.wait(&mut state);
+            }
+            if state.stop {
+                return;
+            }
+            state.wanted = false;
+            drop(state);
+            {
+                let _merging = self.merging.lock();
+                self.merge_frozen(segments);
+            }
+            state = self.merger.lock();
+        }
+    }
+
+    pub fn stop_merger(&self) {
+        self.merger.lock().stop = true;
+        self.merger_signal.notify_all();
+    }
+
+    fn wake_merger(&self) {
+        self.merger.lock().wanted = true;
+        self.merger_signal.notify_one();
     }
 
     /// Calls `f` for every newest, non-deleted entry in key order (a fuzzy
@@ -418,6 +717,9 @@ impl Index {
 
     /// Whether `key`'s newest version is still at `loc` (GC liveness test).
     pub fn points_at(&self, key: &[u8], loc: Loc) -> bool {
+        if let Some(slot) = self.pending_get(key) {
+            return slot.loc == loc;
+        }
         let tree = self.tree.read();
         match tree.points.as_ref().and_then(|points| points.contains(key, loc)) {
             Some(contained) => contained,
@@ -455,7 +757,12 @@ impl Index {
         let entry = std::mem::size_of::<Key>() + std::mem::size_of::<Slot>();
         let chained = self.chained_versions.load(Ordering::Relaxed) as usize * std::mem::size_of::<Slot>();
         let points = tree.points.as_ref().map_or(0, Points::memory_bytes);
-        (entries * entry * 3 / 2 + spilled + chained + points) as u64
+        drop(tree);
+        let pending = {
+            let pending = self.pending.read();
+            pending.active.memory_bytes() + pending.frozen.as_ref().map_or(0, |f| f.memory_bytes())
+        };
+        (entries * entry * 3 / 2 + spilled + chained + points) as u64 + pending
     }
 }
 
@@ -502,10 +809,10 @@ mod tests {
     #[test]
     fn snapshot_keeps_the_version_it_saw_and_only_that() {
         let segments = SegmentSet::default();
-        let index = Index::new(BTreeMap::new(), 0, 0, Some(Points::new(32)));
+        let index = Index::new(BTreeMap::new(), 0, 0, Some(Points::new(32)), 0);
         assert!(index.fill_points(1));
         index.apply([Update::Put { key: b"k", loc: loc(1), seq: 1 }].into_iter(), 1, &segments);
-        let s1 = index.register_snapshot();
+        let s1 = index.register_snapshot(&segments);
         index.apply([Update::Put { key: b"k", loc: loc(2), seq: 2 }].into_iter(), 2, &segments);
         index.apply([Update::Put { key: b"k", loc: loc(3), seq: 3 }].into_iter(), 3, &segments);
         assert_eq!(index.get(b"k", Some(s1)), Some(loc(1)));
@@ -527,7 +834,7 @@ mod tests {
     #[test]
     fn long_keys_are_counted_in_memory_without_a_walk() {
         let segments = SegmentSet::default();
-        let index = Index::new(BTreeMap::new(), 0, 0, Some(Points::new(32)));
+        let index = Index::new(BTreeMap::new(), 0, 0, Some(Points::new(32)), 0);
         assert!(index.fill_points(1));
         let long = [7u8; 40];
         index.apply([Update::Put { key: &long, loc: loc(1), seq: 1 }].into_iter(), 1, &segments);
@@ -541,7 +848,7 @@ mod tests {
     #[test]
     fn relocation_applies_only_if_the_key_did_not_move() {
         let segments = SegmentSet::default();
-        let index = Index::new(BTreeMap::new(), 0, 0, Some(Points::new(32)));
+        let index = Index::new(BTreeMap::new(), 0, 0, Some(Points::new(32)), 0);
         assert!(index.fill_points(1));
         index.apply([Update::Put { key: b"k", loc: loc(1), seq: 1 }].into_iter(), 1, &segments);
         index.apply([Update::Relocate { key: b"k", from: loc(9), to: loc(7) }].into_iter(), 1, &segments);
@@ -555,11 +862,11 @@ mod tests {
     /// with full tags and with tags so narrow that most keys share one.
     #[test]
     fn point_table_agrees_with_the_tree_while_filling() {
-        for tag_bits in [32, 2] {
+        for (tag_bits, defer_limit) in [(32, 0), (2, 0), (32, 5), (2, 5)] {
             let segments = SegmentSet::default();
             let initial: BTreeMap<Key, Slot> =
                 (0u32..300).map(|i| (Key::from_slice(format!("key{i:05}").as_bytes()), Slot::new(loc(i), 1))).collect();
-            let index = Index::new(initial, 1, 0, Some(Points::new(tag_bits)));
+            let index = Index::new(initial, 1, 0, Some(Points::new(tag_bits)), defer_limit);
             let mut state = 12345u64;
             let mut next = |n: u64| {
                 state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
@@ -595,6 +902,86 @@ mod tests {
                 }
             }
             assert!(filled, "20 fills of 16 cover 300 keys");
+        }
+    }
+
+    /// Deferred updates (no merger thread: the leader's overflow merge and
+    /// `settle` do the merging) read like a model at every step, and the
+    /// tree holds exactly the model once settled; a snapshot merges
+    /// everything and sees what it should while writes go to the tree.
+    #[test]
+    fn deferred_updates_match_a_model_before_and_after_merging() {
+        let segments = SegmentSet::default();
+        let index = Index::new(BTreeMap::new(), 0, 0, Some(Points::new(32)), 3);
+        assert!(index.fill_points(1));
+        let mut model: BTreeMap<Vec<u8>, (Loc, u64)> = BTreeMap::new();
+        let mut state = 99u64;
+        let mut next = |n: u64| {
+            state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (state >> 33) % n
+        };
+        let mut seq = 0;
+        type Seen = BTreeMap<Vec<u8>, (Loc, u64)>;
+        let mut snapshot: Option<(u64, Seen)> = None;
+        for round in 0u32..2000 {
+            let key = format!("k{:02}", next(40)).into_bytes();
+            seq += 1;
+            let at = loc(1000 + round);
+            let update = match (next(4), model.get(&key)) {
+                (0, _) => {
+                    model.remove(&key);
+                    Update::Delete { key: &key, seq }
+                }
+                (1, Some(&(from, old_seq))) => {
+                    model.insert(key.clone(), (at, old_seq));
+                    // A relocated entry is the same version: a snapshot
+                    // that sees it finds it at its new place.
+                    if let Some(version) = snapshot.as_mut().and_then(|(_, seen)| seen.get_mut(&key)) {
+                        if version.0 == from {
+                            version.0 = at;
+                        }
+                    }
+                    Update::Relocate { key: &key, from, to: at }
+                }
+                // A relocation of a version that is no longer the newest.
+                (1, None) => Update::Relocate { key: &key, from: loc(1), to: at },
+                _ => {
+                    model.insert(key.clone(), (at, seq));
+                    Update::Put { key: &key, loc: at, seq }
+                }
+            };
+            index.apply([update].into_iter(), seq, &segments);
+            let probe = format!("k{:02}", next(40)).into_bytes();
+            let expected = model.get(&probe).map(|&(l, _)| l);
+            assert_eq!(index.get(&probe, None), expected, "round {round}");
+            assert_eq!(index.get_ordered(&probe, None), expected, "round {round}");
+            assert_eq!(expected.is_some_and(|l| index.points_at(&probe, l)), expected.is_some());
+            // Without a merger the leader merges a frozen table once the active
+            // one reaches the overflow size, then freezes that one.
+            assert!(index.pending_entries.load(Ordering::Relaxed) <= 2 * OVERFLOW_FACTOR * 3);
+            match round % 500 {
+                100 => {
+                    snapshot = Some((index.register_snapshot(&segments), model.clone()));
+                    assert_eq!(index.pending_entries.load(Ordering::Relaxed), 0);
+                }
+                300 => {
+                    let (at_seq, seen) = snapshot.take().unwrap();
+                    for k in 0..40 {
+                        let key = format!("k{k:02}").into_bytes();
+                        assert_eq!(index.get(&key, Some(at_seq)), seen.get(&key).map(|&(l, _)| l), "{k}");
+                    }
+                    index.release_snapshot(at_seq, || {});
+                }
+                499 => {
+                    assert_eq!(index.len(&segments), model.len());
+                    let tree = index.tree.read();
+                    let heads: Vec<(Vec<u8>, Loc, u64)> =
+                        tree.heads.iter().map(|(k, s)| (k.as_slice().to_vec(), s.loc, s.seq())).collect();
+                    let want: Vec<(Vec<u8>, Loc, u64)> = model.iter().map(|(k, &(l, s))| (k.clone(), l, s)).collect();
+                    assert_eq!(heads, want);
+                }
+                _ => {}
+            }
         }
     }
 }
