@@ -70,6 +70,10 @@ pub struct Flags {
     /// times the live bytes (`Options::gc_space_amp`; 1 = collect at once).
     #[arg(long)]
     pub gc_space_amp: Option<f64>,
+    /// ScaledKV only: index updates deferred to the merger thread before
+    /// it merges them (`Options::deferred_index_updates`; 0 = none).
+    #[arg(long)]
+    pub deferred_index_updates: Option<usize>,
     /// Entries per batch in fillbatch.
     #[arg(long, default_value_t = 1000)]
     pub batch_size: usize,
@@ -103,6 +107,7 @@ fn open_store(flags: &Flags, fresh: bool) -> Result<Arc<dyn store::Store>, Strin
                 verify_checksums: flags.verify_checksum,
                 point_index: flags.point_index,
                 gc_space_amp: flags.gc_space_amp.unwrap_or(defaults.gc_space_amp),
+                deferred_index_updates: flags.deferred_index_updates.unwrap_or(defaults.deferred_index_updates),
                 ..defaults
             };
             Ok(Arc::new(store::ScaledKv::open(&flags.db, options, fresh)?))

@@ -176,6 +176,12 @@ impl Config {
             durability: self.durability,
             point_index: self.point_index,
             gc_space_amp: self.gc_space_amp,
+            // The engine's deferred index updates need a core for the
+            // merger thread. Here both cores already run workers and the
+            // clients: SET -P 1 lost 6-8% and its p99 went from 0.9 to
+            // 1.3-2.3 ms, while -P 16 gained 3-6% (BENCHMARKS.md, eleventh
+            // session). The workers apply to the B-tree themselves.
+            deferred_index_updates: 0,
             ..Options::default()
         }
     }
