@@ -766,11 +766,13 @@ impl Inner {
     }
 
     fn stats(&self) -> Stats {
+        // First: merging deferred index updates settles the key count and
+        // the live bytes of the versions they replace.
+        let keys = self.index.len(&self.segments) as u64;
         let segments = self.segments.all();
         let live_bytes: u64 = segments.iter().map(|s| s.live_bytes.load(Ordering::Relaxed)).sum();
         let log_bytes: u64 = segments.iter().map(|s| s.written_bytes.load(Ordering::Relaxed)).sum();
         let disk_bytes = segments.iter().map(|s| s.capacity_bytes() as u64).sum::<u64>() + self.recycler.held_bytes();
-        let keys = self.index.len(&self.segments) as u64;
         let index_memory_bytes = self.index.memory_bytes();
         let medium = segments.first().map_or("unknown", |s| s.region.medium().name());
         let persist = segments.first().map_or("unknown", |s| s.region.persist_method());
