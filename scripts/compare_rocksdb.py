@@ -29,6 +29,10 @@ DURABLE_NUM = int(os.environ.get("DURABLE_NUM", "5000" if QUICK else "50000"))
 # ENGINES (optional): comma-separated peer names to run, see only() below.
 READS = lambda num: min(num, 1_000_000)
 LINE = re.compile(r"^(\w+)\s*:\s*([\d.]+) micros/op (\d+) ops/sec")
+SPACE_AMP = re.compile(r"space-amp=([\d.]+)")
+# (medium, ks, vs) -> engine -> [disk bytes ÷ user bytes after overwrite]; for
+# ScaledKV also its own log ÷ live figure under "<name> (log÷live)".
+SPACE = {}
 
 
 def engines(medium):
@@ -68,7 +72,22 @@ def run(cmd):
         m = LINE.match(line)
         if m:
             results[m.group(1)] = int(m.group(3))
+        m = SPACE_AMP.search(line)
+        if m:
+            results["_space_amp"] = float(m.group(1))  # the last stats line wins
     return results
+
+
+def disk_bytes(path):
+    """Bytes allocated to the files under `path` (what `du` counts)."""
+    total = 0
+    for root, _, files in os.walk(path):
+        for f in files:
+            try:
+                total += os.stat(os.path.join(root, f)).st_blocks * 512
+            except FileNotFoundError:
+                pass
+    return total
 
 
 def phases(ks, vs, num, db):
@@ -92,7 +111,16 @@ def measure(medium, ks, vs, num, peers, phase_list, results):
             for phase, common in phase_list(db):
                 if kind != "skv" and "--durability" in " ".join(extra):
                     continue
-                for bench, ops in run(command(kind, extra, common)).items():
+                measured = run(command(kind, extra, common))
+                if phase == "overwrite":
+                    # After overwrite + readrandom + readseq: GC and compaction
+                    # had the reads' time to catch up.
+                    space = SPACE.setdefault((medium, ks, vs), {})
+                    space.setdefault(name, []).append(disk_bytes(db) / (num * (ks + vs)))
+                    if "_space_amp" in measured:
+                        space.setdefault(f"{name} (log÷live)", []).append(measured["_space_amp"])
+                measured.pop("_space_amp", None)
+                for bench, ops in measured.items():
                     label = bench + ("-2t" if phase == "readrandom-2t" else "")
                     label += "-16t" if "--threads=16" in common else ""
                     results.setdefault((medium, ks, vs, label), {}).setdefault(name, []).append(ops)
@@ -138,6 +166,13 @@ def report(plain, durable, started, complete):
     table(durable, [("skv-sync", "rel-sync"), ("skv-pmem", "rel-sync"), ("skv-sync", "deb-sync"),
                     ("skv-pmem", "deb-sync")],
           f"Durable writes (fillrandom, {DURABLE_NUM} keys): ScaledKV sync/pmem vs RocksDB sync=1", out)
+    if SPACE:
+        out.append("\n### Space after overwrite (+ readrandom, readseq): bytes on the medium ÷ keys × (key + value)\n")
+        out.append("| medium | key/value | medians |")
+        out.append("|---|---|---|")
+        for (medium, ks, vs), by in sorted(SPACE.items()):
+            meds = ", ".join(f"{n} {statistics.median(v):.2f}" for n, v in sorted(by.items()))
+            out.append(f"| {'tmpfs' if medium.startswith('/dev/shm') else 'disk'} | {ks}/{vs} | {meds} |")
     os.makedirs(os.path.dirname(REPORT), exist_ok=True)
     with open(REPORT, "w") as f:
         f.write("\n".join(out) + "\n")
