@@ -31,6 +31,9 @@ fn options(durability: Durability) -> Options {
         checkpoint_interval_bytes: 512 * 1024,
         // Reads after reopen go through the point table while it fills.
         point_index: true,
+        // Index updates handed to the merger thread every 32 keys, so kills
+        // land while merges race checkpoints, GC and segment recycling.
+        deferred_index_updates: 32,
         ..Options::default()
     }
 }
