@@ -377,7 +377,8 @@ impl Db {
         (last.map(|key| key.to_vec()), dropped)
     }
 
-    /// Number of keys, without walking the index. An expired key counts
+    /// Number of keys, without walking the index (deferred index updates
+    /// are merged first). An expired key counts
     /// until a read, `purge_expired` or GC drops it (as in Redis's DBSIZE).
     pub fn len(&self) -> usize {
         self.inner.index.len(&self.inner.segments)
