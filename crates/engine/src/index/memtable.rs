@@ -610,7 +610,12 @@ impl Index {
     /// while one is.
     fn merge(&self, map: &PendingMap, segments: &SegmentSet) {
         let mut deltas = Deltas::default();
-        let mut entries = map.iter();
+        // In key order: consecutive keys share most of their path down the
+        // tree, which stays in cache; hash order scattered them. fillrandom
+        // 4M x 8/256 B gained 5-38% in each of 7 interleaved pairs.
+        let mut sorted: Vec<&(Key, Slot)> = map.iter().collect();
+        sorted.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        let mut entries = sorted.into_iter();
         loop {
             let mut tree = self.tree.write();
             let mut merged = 0;
