@@ -378,8 +378,8 @@ impl Db {
     }
 
     /// Number of keys, without walking the index (deferred index updates
-    /// are merged first). An expired key counts
-    /// until a read, `purge_expired` or GC drops it (as in Redis's DBSIZE).
+    /// are merged first). An expired key counts until a read,
+    /// `purge_expired` or GC drops it (as in Redis's DBSIZE).
     pub fn len(&self) -> usize {
         self.inner.index.len(&self.inner.segments)
     }
