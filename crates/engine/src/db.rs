@@ -206,7 +206,7 @@ impl Db {
         });
         // Not lowered like the background thread: writers wait for it
         // once it falls behind.
-        let merger = (inner.options.background_work && inner.options.deferred_index_updates > 0).then(|| {
+        let merger = inner.index.defers_updates().then(|| {
             let inner = inner.clone();
             std::thread::Builder::new()
                 .name("scaledkv-merge".into())

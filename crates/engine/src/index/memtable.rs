@@ -322,15 +322,21 @@ impl Index {
         self.pending.read().get(key)
     }
 
+    /// `Some(answer)` if a pending update decides what a newest read of
+    /// `key` finds. Pending updates are newer than the tree; a snapshot
+    /// reader finds none, as registering a snapshot merges them all.
+    fn pending_loc(&self, key: &[u8], at_seq: Option<u64>) -> Option<Option<Loc>> {
+        let slot = self.pending_get(key).filter(|_| at_seq.is_none())?;
+        Some((!slot.loc.is_tombstone()).then_some(slot.loc))
+    }
+
     /// The location of `key` as seen at `at_seq` (`None` = newest). From
     /// the point table, the entry there may hold another key whose hash
     /// shares the tag: the caller checks the key and, if it differs, asks
     /// `get_ordered`.
     pub fn get(&self, key: &[u8], at_seq: Option<u64>) -> Option<Loc> {
-        // Pending updates are newer than the tree. A snapshot reader finds
-        // none: registering a snapshot merges them all.
-        if let Some(slot) = self.pending_get(key).filter(|_| at_seq.is_none()) {
-            return (!slot.loc.is_tombstone()).then_some(slot.loc);
+        if let Some(loc) = self.pending_loc(key, at_seq) {
+            return loc;
         }
         let tree = self.tree.read();
         if let (None, Some(points)) = (at_seq, &tree.points) {
@@ -345,8 +351,8 @@ impl Index {
 
     /// As `get`, from the B-tree: exact.
     pub fn get_ordered(&self, key: &[u8], at_seq: Option<u64>) -> Option<Loc> {
-        if let Some(slot) = self.pending_get(key).filter(|_| at_seq.is_none()) {
-            return (!slot.loc.is_tombstone()).then_some(slot.loc);
+        if let Some(loc) = self.pending_loc(key, at_seq) {
+            return loc;
         }
         Self::get_in(&self.tree.read(), key, at_seq)
     }
@@ -413,15 +419,13 @@ impl Index {
     /// Registers a snapshot at the current visible sequence number. First
     /// merges every pending update, as older versions are kept in the tree.
     pub fn register_snapshot(&self, segments: &SegmentSet) -> u64 {
-        let deferring = self.defer_limit > 0;
+        let deferring = self.defers_updates();
         let _merging = deferring.then(|| self.merging.lock());
         let _pending = deferring.then(|| {
             // Most of it without blocking the leader; then what arrived
             // meanwhile, under the lock that keeps the leader out until the
             // snapshot counts (from then on it applies to the tree).
-            self.merge_frozen(segments);
-            self.pending.write().freeze();
-            self.merge_frozen(segments);
+            self.merge_pending(segments);
             let mut pending = self.pending.write();
             if let Some(frozen) = pending.frozen.take() {
                 self.merge(&frozen, segments);
@@ -652,11 +656,22 @@ impl Index {
             return;
         }
         let _merging = self.merging.lock();
+        self.merge_pending(segments);
+    }
+
+    /// Merges the frozen table, then what is active now. The caller holds
+    /// `merging`.
+    fn merge_pending(&self, segments: &SegmentSet) {
         self.merge_frozen(segments);
         // The leader may have frozen the rest meanwhile; `freeze` then
         // leaves what came after it.
         self.pending.write().freeze();
         self.merge_frozen(segments);
+    }
+
+    /// Whether updates are deferred: then someone must run `run_merger`.
+    pub fn defers_updates(&self) -> bool {
+        self.defer_limit > 0
     }
 
     /// The merger thread's loop: merges each table the leader freezes,
