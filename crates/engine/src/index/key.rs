@@ -109,14 +109,33 @@ macro_rules! ordered_by_compare {
     )*};
 }
 
-ordered_by_compare!(Key, KeyRef);
+ordered_by_compare!(KeyRef);
 
-/// Byte equality through [`compare`]: the derived one calls memcmp, and
-/// building the B-tree from a checkpoint compares every neighbouring pair.
+/// The same order as [`compare`]. Two inline keys compare as one 128-bit
+/// integer each, then by length: their bytes are zero-padded, so the
+/// first padded difference is the first real one, and a key that is a
+/// prefix of the other pads equal and sorts first by length. The merger
+/// sorts and inserts by this (11% of a fillseq profile was `Key::cmp`).
+impl Ord for Key {
+    fn cmp(&self, other: &Self) -> Ordering {
+        match (self.inline_word(), other.inline_word()) {
+            (Some(a), Some(b)) => a.cmp(&b).then(self.tag.cmp(&other.tag)),
+            _ => compare(self.as_slice(), other.as_slice()),
+        }
+    }
+}
+
+impl PartialOrd for Key {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+/// Byte equality without memcmp: building the B-tree from a checkpoint
+/// compares every neighbouring pair.
 impl PartialEq for Key {
     fn eq(&self, other: &Self) -> bool {
-        let (a, b) = (self.as_slice(), other.as_slice());
-        a.len() == b.len() && compare(a, b) == Ordering::Equal
+        self.cmp(other) == Ordering::Equal
     }
 }
 
@@ -148,8 +167,11 @@ impl Key {
         Key { body: Body { heap: Heap { ptr, len } }, tag: SPILLED }
     }
 
-    fn as_bytes(&self) -> &[u8] {
-        self.as_slice()
+    /// An inline key's zero-padded bytes as a big-endian integer.
+    fn inline_word(&self) -> Option<u128> {
+        // SAFETY: the tag says `inline` is the live field; it is plain
+        // bytes, copied out of the packed struct.
+        (self.tag != SPILLED).then(|| u128::from_be_bytes(unsafe { self.body.inline }))
     }
 
     pub fn as_slice(&self) -> &[u8] {

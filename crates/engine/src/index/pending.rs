@@ -49,6 +49,12 @@ impl PendingMap {
         None
     }
 
+    /// Empties the table, keeping its buckets for the next keys.
+    pub fn clear(&mut self) {
+        self.table.clear();
+        self.spilled_key_bytes = 0;
+    }
+
     pub fn iter(&self) -> impl Iterator<Item = &(Key, Slot)> {
         self.table.iter()
     }
@@ -78,5 +84,12 @@ mod tests {
         let mut keys: Vec<Vec<u8>> = map.iter().map(|(k, _)| k.as_slice().to_vec()).collect();
         keys.sort();
         assert_eq!(keys, vec![long.to_vec(), b"a".to_vec()]);
+        // Cleared for reuse: no keys, no long-key bytes, the buckets kept.
+        let buckets = map.memory_bytes() - 40;
+        map.clear();
+        assert_eq!((map.len(), map.get(b"a"), map.get(&long)), (0, None, None));
+        assert_eq!(map.memory_bytes(), buckets);
+        assert_eq!(map.insert(b"a", slot(4)), None);
+        assert_eq!(map.get(b"a"), Some(slot(4)));
     }
 }
