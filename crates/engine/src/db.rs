@@ -23,7 +23,7 @@ use crate::log::record::{
     align_up, decode_entry, EntryKind, EntryView, FrameHeader, FLAG_GROUP_START, FLAG_RELOCATED, FRAME_HEADER_BYTES,
 };
 use crate::log::segment::{Recycler, Segment, SegmentSet, SegmentTable, SEGMENT_HEADER_BYTES};
-use crate::log::writer::{LogWriter, GROUP_ALIGN_BYTES};
+use crate::log::writer::{aligns_groups, LogWriter, GROUP_ALIGN_BYTES};
 use crate::manifest::Manifest;
 use crate::options::{Durability, Options};
 use crate::recovery::{self, RecoveryReport, Start};
@@ -151,7 +151,7 @@ impl Db {
         for segment in recovered.segments.iter().chain(std::iter::once(&active)) {
             segments.insert(segment.clone());
         }
-        let offset = if options.durability == Durability::Buffered { end } else { align_up(end, GROUP_ALIGN_BYTES) };
+        let offset = if aligns_groups(&active) { align_up(end, GROUP_ALIGN_BYTES) } else { end };
         let recycler = Arc::new(Recycler::default());
         let log = LogWriter::new(
             dir.clone(),

@@ -253,6 +253,13 @@ impl Region {
         self.persist_path == PersistPath::WriteFdatasync
     }
 
+    /// Whether `persist` writes back cache lines (DAX, or `pmem` mode on
+    /// tmpfs): the case where persisting the same 256-byte block twice
+    /// costs twice on Optane-class memory.
+    pub fn persists_cache_lines(&self) -> bool {
+        matches!(self.persist_path, PersistPath::CacheFlush(_))
+    }
+
     /// The instruction or syscall `persist` uses, for reports.
     pub fn persist_method(&self) -> &'static str {
         match self.persist_path {

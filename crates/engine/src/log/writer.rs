@@ -4,10 +4,13 @@
 //! commit mutex). Bytes it writes are published to readers only after
 //! `finish_group` persisted them and the index was updated.
 //!
-//! In the durable modes every group ends on a 256-byte boundary: persistent
+//! Where a persist writes back cache lines (persistent memory, or `pmem`
+//! mode on tmpfs), every group ends on a 256-byte boundary: persistent
 //! memory writes back in 256-byte blocks, so groups that share a block would
 //! have that block written twice. Padding is left as zeros, which the reader
-//! skips (see `log::reader`).
+//! skips (see `log::reader`). Elsewhere padding only costs: on tmpfs in
+//! `sync` mode a persist writes nothing, and on a page-cache file
+//! fdatasync writes whole 4 KiB pages whatever the padding.
 
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
@@ -196,7 +199,7 @@ impl LogWriter {
         if self.offset > self.group_start {
             self.active.region.persist(self.group_start, self.offset - self.group_start)?;
         }
-        if self.durability != Durability::Buffered {
+        if aligns_groups(&self.active) {
             self.offset = align_up(self.offset, GROUP_ALIGN_BYTES).min(self.active.capacity_bytes());
         }
         self.group_start = self.offset;
@@ -212,6 +215,12 @@ impl LogWriter {
         }
         Ok(())
     }
+}
+
+/// Whether groups written to `segment` start on 256-byte boundaries (see
+/// the module comment).
+pub fn aligns_groups(segment: &Segment) -> bool {
+    segment.region.persists_cache_lines()
 }
 
 impl Drop for LogWriter {
