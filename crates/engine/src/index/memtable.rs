@@ -670,10 +670,14 @@ impl Index {
         self.pending_entries.store(pending.len(), Ordering::Release);
         drop(pending);
         // Readers look at the frozen table only under the `pending` lock,
-        // so the clone above is the last one.
+        // so the clone above is the last one. A table that grew past its
+        // limit (the merger fell behind) is not kept: tables past L2 cost
+        // fillseq and reads (BENCHMARKS.md, eleventh session).
         if let Ok(mut map) = Arc::try_unwrap(frozen) {
-            map.clear();
-            self.pending.write().spare.get_or_insert(map);
+            if map.capacity() <= 2 * self.defer_limit {
+                map.clear();
+                self.pending.write().spare.get_or_insert(map);
+            }
         }
     }
 

@@ -49,6 +49,11 @@ impl PendingMap {
         None
     }
 
+    /// Keys the table holds before it must grow.
+    pub fn capacity(&self) -> usize {
+        self.table.capacity()
+    }
+
     /// Empties the table, keeping its buckets for the next keys.
     pub fn clear(&mut self) {
         self.table.clear();
