@@ -665,19 +665,21 @@ impl Index {
     fn merge_frozen(&self, segments: &SegmentSet) {
         let Some(frozen) = self.pending.read().frozen.clone() else { return };
         self.merge(&frozen, segments);
-        let mut pending = self.pending.write();
-        drop(pending.frozen.take());
-        self.pending_entries.store(pending.len(), Ordering::Release);
-        drop(pending);
+        {
+            let mut pending = self.pending.write();
+            pending.frozen = None;
+            self.pending_entries.store(pending.len(), Ordering::Release);
+        }
         // Readers look at the frozen table only under the `pending` lock,
         // so the clone above is the last one. A table that grew past its
         // limit (the merger fell behind) is not kept: tables past L2 cost
         // fillseq and reads (BENCHMARKS.md, eleventh session).
-        if let Ok(mut map) = Arc::try_unwrap(frozen) {
-            if map.capacity() <= 2 * self.defer_limit {
+        match Arc::try_unwrap(frozen) {
+            Ok(mut map) if map.capacity() <= 2 * self.defer_limit => {
                 map.clear();
                 self.pending.write().spare.get_or_insert(map);
             }
+            _ => {}
         }
     }
 
