@@ -27,52 +27,109 @@ pub fn file_name(generation: u64) -> String {
     format!("index-{generation:08}.ckpt")
 }
 
-struct CrcWriter<W: Write> {
-    inner: W,
+/// Encodes into a buffer and writes it out (and checksums it) a
+/// megabyte at a time: appending an entry is a copy of 42 bytes (8-byte
+/// keys), where a CRC call and a `BufWriter` write per entry cost more.
+struct ChunkWriter {
+    file: std::fs::File,
+    buf: Vec<u8>,
     crc: u32,
+    written_bytes: u64,
 }
 
-impl<W: Write> CrcWriter<W> {
+const CHUNK_BYTES: usize = 1 << 20;
+
+impl ChunkWriter {
+    /// Appends `bytes` (after whatever the caller appended to `buf`).
     fn put(&mut self, bytes: &[u8]) -> std::io::Result<()> {
-        self.crc = crc32c::crc32c_append(self.crc, bytes);
-        self.inner.write_all(bytes)
+        self.buf.extend_from_slice(bytes);
+        if self.buf.len() >= CHUNK_BYTES {
+            self.write_out()?;
+        }
+        Ok(())
+    }
+
+    fn write_out(&mut self) -> std::io::Result<()> {
+        self.crc = crc32c::crc32c_append(self.crc, &self.buf);
+        self.written_bytes += self.buf.len() as u64;
+        self.file.write_all(&self.buf)?;
+        self.buf.clear();
+        Ok(())
+    }
+
+    /// Writes the checksum of everything before it; returns the file and
+    /// its length.
+    fn finish(mut self) -> std::io::Result<(std::fs::File, u64)> {
+        self.write_out()?;
+        self.file.write_all(&self.crc.to_le_bytes())?;
+        Ok((self.file, self.written_bytes + 4))
     }
 }
 
+/// The previous checkpoint, kept once the next one has replaced it so that
+/// the one after that is written over its pages (`retire`, `write`).
+const SPARE_NAME: &str = "index-spare.ckpt";
+
+/// Keeps the replaced checkpoint `generation` as the spare that the next
+/// `write` overwrites. A new file costs fresh pages: on this VM's tmpfs,
+/// writing 168 MB into a new file took 70-590 ms, over an existing one
+/// 10-40 ms (`dd`, 5 runs each), and a fill of 4M keys writes three or
+/// four growing checkpoints. On a disk it saves the block allocation.
+/// The spare costs a checkpoint's size on the medium while the database
+/// is open; `remove_spare` deletes it on close, and open deletes it as a
+/// stale checkpoint after a crash.
+pub fn retire(dir: &Path, generation: u64) {
+    let old = dir.join(file_name(generation));
+    if std::fs::rename(&old, dir.join(SPARE_NAME)).is_err() {
+        let _ = std::fs::remove_file(old);
+    }
+}
+
+/// Deletes the spare (clean close).
+pub fn remove_spare(dir: &Path) {
+    let _ = std::fs::remove_file(dir.join(SPARE_NAME));
+}
+
 /// Writes the index to `dir/index-<generation>.ckpt` (fsynced) and returns
-/// the number of entries written.
+/// the number of entries written. The file is written as `.tmp` (over the
+/// spare's pages if there is one) and renamed into place once durable.
 pub fn write(dir: &Path, generation: u64, index: &Index, last_seq: u64) -> Result<u64> {
     let path = dir.join(file_name(generation));
     let tmp = dir.join(format!("{}.tmp", file_name(generation)));
-    let file = std::fs::File::create(&tmp).map_err(Error::io(&tmp, "create"))?;
-    let mut out = CrcWriter { inner: std::io::BufWriter::with_capacity(1 << 20, file), crc: 0 };
+    // Without a spare, or if it cannot be renamed, start a new file.
+    let reused = std::fs::rename(dir.join(SPARE_NAME), &tmp).is_ok();
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(!reused)
+        .open(&tmp)
+        .map_err(Error::io(&tmp, "create"))?;
+    let mut out = ChunkWriter { file, buf: Vec::with_capacity(CHUNK_BYTES + 4096), crc: 0, written_bytes: 0 };
     let mut header = [0u8; HEADER_BYTES];
     header[..8].copy_from_slice(MAGIC);
     header[8..12].copy_from_slice(&VERSION.to_le_bytes());
     header[16..24].copy_from_slice(&last_seq.to_le_bytes());
     let mut result = out.put(&header);
     let mut count = 0u64;
-    let mut entry = Vec::with_capacity(64);
     index.for_each_chunked(1024, |key, slot| {
         if result.is_err() {
             return;
         }
-        entry.clear();
-        entry.extend_from_slice(&(key.len() as u16).to_le_bytes());
-        entry.extend_from_slice(key);
-        entry.extend_from_slice(&slot.loc.seg.to_le_bytes());
-        entry.extend_from_slice(&slot.loc.off.to_le_bytes());
-        entry.extend_from_slice(&slot.loc.len.to_le_bytes());
-        entry.extend_from_slice(&slot.seq().to_le_bytes());
-        result = out.put(&entry);
+        let mut fixed = [0u8; 20];
+        fixed[..4].copy_from_slice(&slot.loc.seg.to_le_bytes());
+        fixed[4..8].copy_from_slice(&slot.loc.off.to_le_bytes());
+        fixed[8..12].copy_from_slice(&slot.loc.len.to_le_bytes());
+        fixed[12..].copy_from_slice(&slot.seq().to_le_bytes());
+        out.buf.extend_from_slice(&(key.len() as u16).to_le_bytes());
+        out.buf.extend_from_slice(key);
+        result = out.put(&fixed);
         count += 1;
     });
     result.map_err(Error::io(&tmp, "write"))?;
     out.put(&count.to_le_bytes()).map_err(Error::io(&tmp, "write"))?;
-    let crc = out.crc;
-    let mut writer = out.inner;
-    writer.write_all(&crc.to_le_bytes()).map_err(Error::io(&tmp, "write"))?;
-    let file = writer.into_inner().map_err(|e| Error::Io { path: tmp.clone(), op: "flush", source: e.into_error() })?;
+    let (file, len) = out.finish().map_err(Error::io(&tmp, "write"))?;
+    // A reused spare may be longer than this checkpoint: cut its tail.
+    file.set_len(len).map_err(Error::io(&tmp, "truncate"))?;
     file.sync_all().map_err(Error::io(&tmp, "fsync"))?;
     std::fs::rename(&tmp, &path).map_err(Error::io(&path, "rename"))?;
     Ok(count)

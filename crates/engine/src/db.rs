@@ -423,6 +423,7 @@ impl Drop for Db {
         if let Err(error) = result {
             tracing::error!(dir = %self.inner.dir.display(), %error, "clean close failed; the next open replays the log");
         }
+        checkpoint::remove_spare(&self.inner.dir);
     }
 }
 
@@ -701,9 +702,8 @@ impl Inner {
             state.pending_free = freed;
             return Err(error);
         }
-        let old = self.dir.join(checkpoint::file_name(state.generation));
         if state.generation > 0 {
-            let _ = std::fs::remove_file(old);
+            checkpoint::retire(&self.dir, state.generation);
         }
         state.generation = generation;
         state.appended_at_last = appended;

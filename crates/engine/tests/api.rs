@@ -324,6 +324,49 @@ fn background_checkpoints_bound_replay_by_entry_count() {
 }
 
 #[test]
+fn checkpoints_written_over_a_longer_or_shorter_spare_load_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    let spare = dir.path().join("index-spare.ckpt");
+    let checkpoint_bytes = |dir: &std::path::Path| -> u64 {
+        let names: Vec<_> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|n| n.starts_with("index-0") && n.ends_with(".ckpt"))
+            .collect();
+        assert_eq!(names.len(), 1, "one current checkpoint: {names:?}");
+        std::fs::metadata(dir.join(&names[0])).unwrap().len()
+    };
+    let options = Options { background_work: false, ..Options::default() };
+    {
+        let db = Db::open(dir.path(), options.clone()).unwrap();
+        for round in 0..3u32 {
+            for i in round * 2000..(round + 1) * 2000 {
+                db.put(&i.to_be_bytes(), &i.to_le_bytes()).unwrap();
+            }
+            db.flush().unwrap();
+        }
+        // The third checkpoint (6,000 keys) was written over the first
+        // (2,000); the second is now the spare.
+        assert!(spare.exists());
+        assert_eq!(checkpoint_bytes(dir.path()), 24 + 6000 * (2 + 4 + 20) + 12);
+        for i in 0..5000u32 {
+            db.delete(&i.to_be_bytes()).unwrap();
+        }
+        db.flush().unwrap();
+        // 1,000 keys written over the 4,000-key spare: its tail is cut.
+        assert_eq!(checkpoint_bytes(dir.path()), 24 + 1000 * (2 + 4 + 20) + 12);
+    }
+    assert!(!spare.exists(), "close deletes the spare");
+    let db = Db::open(dir.path(), options).unwrap();
+    let report = db.recovery_report();
+    assert_eq!((report.checkpoint_keys, report.replayed_frames), (1000, 0), "{report:?}");
+    for i in 0..6000u32 {
+        let expected = (i >= 5000).then(|| i.to_le_bytes().to_vec());
+        assert_eq!(db.get(&i.to_be_bytes()).unwrap(), expected, "key {i}");
+    }
+}
+
+#[test]
 fn snapshot_survives_gc_of_the_segments_it_reads() {
     let dir = tempfile::tempdir().unwrap();
     let db = Db::open(dir.path(), Options { background_work: false, ..small_segments() }).unwrap();
