@@ -42,9 +42,10 @@ pub struct Cli {
     /// Serve Prometheus metrics over HTTP on this port (off by default).
     #[arg(long = "metrics-port")]
     pub metrics_port: Option<u16>,
-    /// Worker threads of the async runtime (default: one per core). One
+    /// Worker threads of the async runtime (default: one per core, less
+    /// the commit thread's where group commits wait for a disk). One
     /// thread avoids cross-thread wakeups (best on tmpfs at pipeline depth
-    /// 1); more overlap fdatasync on a disk with serving other clients.
+    /// 1); two serve more pipelined requests.
     #[arg(long)]
     pub threads: Option<usize>,
     /// Let the log grow to this many times the live data before garbage
@@ -93,7 +94,7 @@ pub struct Config {
     pub metrics_port: Option<u16>,
     pub port_file: Option<PathBuf>,
     pub config_file: Option<PathBuf>,
-    /// Runtime worker threads; `None`: one per core.
+    /// Runtime worker threads; `None`: `server::default_workers`.
     pub threads: Option<usize>,
     /// The engine's hash table for point lookups (`Options::point_index`):
     /// GET without a B-tree descent, for about 28 more bytes per key.

@@ -7,10 +7,12 @@
 //! - `conn`: one connection's read–execute–reply loop (pipelining);
 //! - `commands`: the command table, the executor and the commands;
 //! - `keyspace`: value encoding, key locks for read-modify-write, globs;
+//! - `committer`: the commit thread, where group commits wait for a disk;
 //! - `expiry`: active expiry; `metrics`: the Prometheus endpoint;
 //! - `server`: shared state, listeners, shutdown; `config`: flags and TOML.
 
 pub mod commands;
+pub mod committer;
 pub mod config;
 pub mod conn;
 pub mod expiry;

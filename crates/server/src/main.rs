@@ -26,12 +26,22 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::from(2);
         }
     };
-    let mut runtime = tokio::runtime::Builder::new_multi_thread();
-    if let Some(threads) = config.threads {
-        runtime.worker_threads(threads);
-    }
-    let runtime = runtime.enable_all().build().expect("start the runtime");
-    match runtime.block_on(scaledkv_server::run(config)) {
+    // Opened before the runtime is built: the medium decides how many
+    // workers it gets (`default_workers`).
+    let db = match scaledkv_server::server::open(&config) {
+        Ok(db) => db,
+        Err(error) => {
+            tracing::error!("{error}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let workers = config.threads.unwrap_or_else(|| scaledkv_server::server::default_workers(&db));
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers)
+        .enable_all()
+        .build()
+        .expect("start the runtime");
+    match runtime.block_on(scaledkv_server::run(config, db)) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(error) => {
             tracing::error!("{error}");

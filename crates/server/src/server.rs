@@ -11,6 +11,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::commands::Cursors;
+use crate::committer::{self, CommitSignal};
 use crate::config::Config;
 use crate::conn::{self, ClientInfo};
 use crate::keyspace::KeyLocks;
@@ -49,9 +50,10 @@ pub struct Shared {
     pub last_save: AtomicU64,
     /// `true` once shutdown starts: connections finish and close.
     pub shutdown: watch::Sender<bool>,
-    /// Whether a write waits a scheduler turn so that the other ready
-    /// clients' writes join its group commit (see `commands::commit`).
-    pub gather_writes: bool,
+    /// Set where each group commit waits for the device: writers queue
+    /// their writes and this thread's leader commits them
+    /// (`committer.rs`).
+    pub commit_thread: Option<CommitSignal>,
 }
 
 impl Shared {
@@ -96,10 +98,8 @@ impl Shared {
     }
 }
 
-/// Opens the database and serves until SIGTERM, SIGINT or SHUTDOWN. On the
-/// way out every acknowledged write is already durable; the engine then
-/// writes an index checkpoint so the next start is fast.
-pub async fn run(config: Config) -> Result<(), String> {
+/// Opens (and recovers) the database the configuration names.
+pub fn open(config: &Config) -> Result<Db, String> {
     let started = Instant::now();
     let db = Db::open(&config.dir, config.engine_options())
         .map_err(|e| format!("cannot open {}: {e}", config.dir.display()))?;
@@ -113,12 +113,34 @@ pub async fn run(config: Config) -> Result<(), String> {
         elapsed_ms = started.elapsed().as_millis() as u64,
         "database open"
     );
+    Ok(db)
+}
+
+/// Runtime worker threads when `--threads` is not given: one per core, but
+/// where a commit thread leads the group commits (`committer.rs`) it takes
+/// a core's place. On the disk, one worker beside the commit thread
+/// against two workers leading their own groups (4 interleaved runs each,
+/// medians): SET 51.6k vs 48.9k at `-P 1` and 364k vs 319k at `-P 16`,
+/// GET 96.9k vs 82.5k and 539k vs 558k, with less server CPU per request.
+pub fn default_workers(db: &Db) -> usize {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if db.persist_waits_for_device() {
+        (cores - 1).max(1)
+    } else {
+        cores
+    }
+}
+
+/// Serves `db` until SIGTERM, SIGINT or SHUTDOWN. On the way out every
+/// acknowledged write is already durable; the engine then writes an index
+/// checkpoint so the next start is fast.
+pub async fn run(config: Config, db: Db) -> Result<(), String> {
     let listener = TcpListener::bind((config.bind.as_str(), config.port))
         .await
         .map_err(|e| format!("cannot listen on {}:{}: {e}", config.bind, config.port))?;
     let port = listener.local_addr().map_err(|e| e.to_string())?.port();
     let (shutdown, _) = watch::channel(false);
-    let gather_writes = db.persist_waits_for_device();
+    let commit_thread = db.persist_waits_for_device().then(CommitSignal::default);
     let shared = Arc::new(Shared {
         db,
         locks: KeyLocks::default(),
@@ -135,7 +157,7 @@ pub async fn run(config: Config) -> Result<(), String> {
         max_bulk_bytes: AtomicUsize::new(config.max_bulk_bytes),
         last_save: AtomicU64::new(scaledkv::now_ms() / 1000),
         shutdown,
-        gather_writes,
+        commit_thread,
         config,
     });
     if let Some(metrics_port) = shared.config.metrics_port {
@@ -149,11 +171,18 @@ pub async fn run(config: Config) -> Result<(), String> {
     if let Some(path) = &shared.config.port_file {
         std::fs::write(path, port.to_string()).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     }
+    let committer = match shared.commit_thread {
+        Some(_) => Some(committer::spawn(shared.clone()).map_err(|e| format!("cannot start the commit thread: {e}"))?),
+        None => None,
+    };
     accept_until_shutdown(&shared, listener).await;
     // Let connections finish the command they are running.
     let deadline = Instant::now() + Duration::from_secs(5);
     while shared.connected.load(Ordering::Acquire) > 0 && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    if let (Some(signal), Some(thread)) = (&shared.commit_thread, committer) {
+        committer::stop(signal, thread);
     }
     tracing::info!("shutting down: writing the index checkpoint");
     shared.db.flush().map_err(|e| format!("final flush failed: {e}"))?;
