@@ -70,7 +70,25 @@ def command(kind, extra, common):
     if kind == "rel":
         return [REL, "--engine=rocksdb", "--progress=never", "--cache_size=8589934592"] + common + extra
     return ["db_bench", "--compression_type=none", "--cache_size=8589934592", "--histogram=1",
-            "--statistics=0"] + common + extra
+            "--statistics=0"] + per_thread(common) + extra
+
+
+def per_thread(common):
+    """db_bench counts --reads and a fill's writes per thread, scaledkv-bench
+    in total: give db_bench each thread's share (a fill's share as --writes,
+    so that the key range stays --num) so that both do the same work."""
+    threads = next((int(a.split("=")[1]) for a in common if a.startswith("--threads=")), 1)
+    if threads == 1:
+        return common
+    out = []
+    for a in common:
+        name, _, value = a.partition("=")
+        if name == "--reads":
+            a = f"--reads={max(1, int(value) // threads)}"
+        elif name == "--num" and any(b.startswith("--benchmarks=fill") for b in common):
+            out.append(f"--writes={max(1, int(value) // threads)}")
+        out.append(a)
+    return out
 
 
 def run(cmd):
