@@ -4,7 +4,7 @@
 //!
 //! Without it, the worker that led a group blocked in fdatasync and served
 //! no connection meanwhile, and the woken members it had queued on itself
-//! waited for its next group too: groups of ~8 SETs from 50 clients at
+//! waited for its next group too: groups of ~15 SETs from 50 clients at
 //! `-P 1`. With it, workers only queue writes and never block; this thread
 //! leads one group after another, and each group takes every write that
 //! arrived during the previous fdatasync.
