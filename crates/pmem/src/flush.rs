@@ -169,6 +169,53 @@ pub unsafe fn write_back_lines(instruction: FlushInstruction, addr: *const u8, l
 #[cfg(not(target_arch = "x86_64"))]
 pub unsafe fn write_back_lines(_instruction: FlushInstruction, _addr: *const u8, _len: usize) {}
 
+/// Copies of at least this many bytes into persistent memory use
+/// non-temporal stores for their whole cache lines. PMDK's `pmem_memcpy`
+/// starts at 256 bytes; here, `pmem` fills of 500,000 writes on tmpfs ran
+/// 16% slower with 256-byte values that way (5 interleaved pairs) and
+/// 5-7% faster with 1 KiB values (4 and 5 pairs).
+pub const NONTEMPORAL_MIN_BYTES: usize = 1024;
+
+/// Copies `len` bytes from `src` to `dst`: the cache lines of `dst` it
+/// covers whole with non-temporal stores, which write the line to memory
+/// without first reading it into the cache, and the partial lines at
+/// either end with plain stores. The plain lines still need a write-back
+/// ([`write_back_lines`]); all of it is durable after the next
+/// [`store_fence`].
+///
+/// # Safety
+/// `src` must be readable and `dst` writable for `len` bytes, and the two
+/// ranges must not overlap.
+pub unsafe fn copy_nontemporal(dst: *mut u8, src: *const u8, len: usize) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_stream_si128};
+        let start = dst as usize;
+        let first_line = start.next_multiple_of(CACHE_LINE_BYTES);
+        let last_line = (start + len) & !(CACHE_LINE_BYTES - 1);
+        if first_line < last_line {
+            let head = first_line - start;
+            std::ptr::copy_nonoverlapping(src, dst, head);
+            let mut at = head;
+            while start + at < last_line {
+                for part in 0..CACHE_LINE_BYTES / 16 {
+                    let offset = at + part * 16;
+                    // SAFETY: in bounds of both ranges (the caller's
+                    // contract); `dst + offset` is 16-byte aligned as it lies
+                    // in a whole line; MOVNTDQ and the unaligned load are
+                    // baseline SSE2.
+                    let value = _mm_loadu_si128(src.add(offset).cast::<__m128i>());
+                    _mm_stream_si128(dst.add(offset).cast::<__m128i>(), value);
+                }
+                at += CACHE_LINE_BYTES;
+            }
+            std::ptr::copy_nonoverlapping(src.add(at), dst.add(at), len - at);
+            return;
+        }
+    }
+    std::ptr::copy_nonoverlapping(src, dst, len);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -184,5 +231,21 @@ mod tests {
             unsafe { flush_range(instruction, buffer.as_ptr().add(3), 900) };
         }
         assert!(buffer.iter().enumerate().all(|(i, b)| *b == i as u8));
+    }
+
+    #[test]
+    fn nontemporal_copy_writes_exactly_its_range_at_any_alignment() {
+        let source: Vec<u8> = (0..700u32).map(|i| (i * 7 + 1) as u8).collect();
+        for dst_offset in 0..CACHE_LINE_BYTES + 1 {
+            for len in [0, 1, 15, 63, 64, 65, 127, 128, 255, 256, 257, 511, 600] {
+                let mut target = vec![0xAAu8; 800];
+                // SAFETY: both ranges are in bounds of their own vectors.
+                unsafe { copy_nontemporal(target.as_mut_ptr().add(dst_offset), source.as_ptr().add(3), len) };
+                store_fence();
+                assert_eq!(&target[dst_offset..dst_offset + len], &source[3..3 + len], "{dst_offset}/{len}");
+                assert!(target[..dst_offset].iter().all(|b| *b == 0xAA), "{dst_offset}/{len}: before");
+                assert!(target[dst_offset + len..].iter().all(|b| *b == 0xAA), "{dst_offset}/{len}: after");
+            }
+        }
     }
 }

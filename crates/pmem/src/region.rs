@@ -306,8 +306,16 @@ impl Region {
             use std::os::unix::fs::FileExt;
             return self.file.write_all_at(data, offset as u64).map_err(io_err(&self.path, "pwrite"));
         }
-        // SAFETY: in bounds; exclusivity of the range is the caller's contract.
-        std::ptr::copy_nonoverlapping(data.as_ptr(), self.ptr.add(offset), data.len());
+        match self.persist_path {
+            // A write-back follows: lines stored non-temporally are in
+            // memory already, and were never read into the cache first.
+            PersistPath::CacheFlush(_) if data.len() >= flush::NONTEMPORAL_MIN_BYTES => {
+                // SAFETY: as below.
+                flush::copy_nontemporal(self.ptr.add(offset), data.as_ptr(), data.len());
+            }
+            // SAFETY: in bounds; exclusivity of the range is the caller's contract.
+            _ => std::ptr::copy_nonoverlapping(data.as_ptr(), self.ptr.add(offset), data.len()),
+        }
         Ok(())
     }
 
