@@ -307,8 +307,8 @@ impl Region {
             return self.file.write_all_at(data, offset as u64).map_err(io_err(&self.path, "pwrite"));
         }
         match self.persist_path {
-            // A write-back follows: lines stored non-temporally are in
-            // memory already, and were never read into the cache first.
+            // Whole lines stored non-temporally go to memory without being
+            // read into the cache first; the persist's SFENCE drains them.
             PersistPath::CacheFlush(_) if data.len() >= flush::NONTEMPORAL_MIN_BYTES => {
                 // SAFETY: as below.
                 flush::copy_nontemporal(self.ptr.add(offset), data.as_ptr(), data.len());
