@@ -306,15 +306,14 @@ impl Region {
             use std::os::unix::fs::FileExt;
             return self.file.write_all_at(data, offset as u64).map_err(io_err(&self.path, "pwrite"));
         }
-        match self.persist_path {
+        // SAFETY (both copies): in bounds; exclusivity of the range is the
+        // caller's contract.
+        if self.persists_cache_lines() && data.len() >= flush::NONTEMPORAL_MIN_BYTES {
             // Whole lines stored non-temporally go to memory without being
             // read into the cache first; the persist's SFENCE drains them.
-            PersistPath::CacheFlush(_) if data.len() >= flush::NONTEMPORAL_MIN_BYTES => {
-                // SAFETY: as below.
-                flush::copy_nontemporal(self.ptr.add(offset), data.as_ptr(), data.len());
-            }
-            // SAFETY: in bounds; exclusivity of the range is the caller's contract.
-            _ => std::ptr::copy_nonoverlapping(data.as_ptr(), self.ptr.add(offset), data.len()),
+            flush::copy_nontemporal(self.ptr.add(offset), data.as_ptr(), data.len());
+        } else {
+            std::ptr::copy_nonoverlapping(data.as_ptr(), self.ptr.add(offset), data.len());
         }
         Ok(())
     }

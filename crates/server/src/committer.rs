@@ -37,7 +37,9 @@ impl CommitSignal {
     /// Once the thread has stopped (shutdown), commits it here instead.
     pub fn queued(&self, db: &Db) {
         self.submitted.fetch_add(1, Ordering::SeqCst);
-        if self.sleeping.swap(false, Ordering::SeqCst) {
+        // The plain load first: while the thread leads (the busy case) no
+        // second locked instruction per write.
+        if self.sleeping.load(Ordering::SeqCst) && self.sleeping.swap(false, Ordering::SeqCst) {
             self.unpark();
         }
         // The thread checks `stop` after `submitted`: if it saw no stop, it
