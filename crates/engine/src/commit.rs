@@ -151,6 +151,17 @@ impl Committer {
 
     /// Queues `request` and returns once it is durable and visible, or failed.
     pub fn commit(&self, request: Arc<Request>, lead: Lead<'_>) -> Result<()> {
+        // Alone: lead a group of one without queueing, which skips the
+        // queue's and the waker's locks and the self-wake. Whoever queues
+        // meanwhile is led by the drain below, as after any group.
+        if self.queue.lock().is_empty() {
+            if let Some(mut log) = self.log.try_lock() {
+                let result = lead(&mut log, std::slice::from_ref(&request));
+                drop(log);
+                self.drain(lead);
+                return result;
+            }
+        }
         *request.waker.lock() = Some(THREAD_WAKER.with(Waker::clone));
         self.enqueue(request.clone());
         loop {
