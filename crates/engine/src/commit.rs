@@ -158,7 +158,9 @@ impl Committer {
             if let Some(mut log) = self.log.try_lock() {
                 let result = lead(&mut log, std::slice::from_ref(&request));
                 drop(log);
-                self.drain(lead);
+                if !self.queue.lock().is_empty() {
+                    self.drain(lead);
+                }
                 return result;
             }
         }
