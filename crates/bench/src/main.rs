@@ -74,6 +74,11 @@ pub struct Flags {
     /// it merges them (`Options::deferred_index_updates`; 0 = none).
     #[arg(long)]
     pub deferred_index_updates: Option<usize>,
+    /// ScaledKV only: 0 stops group-commit leaders from waiting for the
+    /// last group's writers where a persist waits for a device
+    /// (`Options::gather_groups`, on by default).
+    #[arg(long, default_value = "1", value_parser = flag_bool, action = clap::ArgAction::Set)]
+    pub gather_groups: bool,
     /// Entries per batch in fillbatch.
     #[arg(long, default_value_t = 1000)]
     pub batch_size: usize,
@@ -108,6 +113,7 @@ fn open_store(flags: &Flags, fresh: bool) -> Result<Arc<dyn store::Store>, Strin
                 point_index: flags.point_index,
                 gc_space_amp: flags.gc_space_amp.unwrap_or(defaults.gc_space_amp),
                 deferred_index_updates: flags.deferred_index_updates.unwrap_or(defaults.deferred_index_updates),
+                gather_groups: flags.gather_groups,
                 ..defaults
             };
             Ok(Arc::new(store::ScaledKv::open(&flags.db, options, fresh)?))

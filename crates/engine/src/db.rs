@@ -175,7 +175,7 @@ impl Db {
             ),
             segments,
             recycler,
-            committer: Committer::new(log),
+            committer: Committer::new(log, options.gather_groups),
             counters: Counters::default(),
             checkpoints: Mutex::new(CheckpointState {
                 generation: manifest.map_or(0, |m| m.checkpoint_generation),

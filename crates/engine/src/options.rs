@@ -64,6 +64,15 @@ pub struct Options {
     /// `background_work`; snapshots, iterators, `len` and checkpoints merge
     /// whatever is pending first.
     pub deferred_index_updates: usize,
+    /// Where each group commit waits for a device (`sync` mode on a disk's
+    /// file system), a leader whose last group had several writers waits
+    /// briefly (up to a quarter of that group's commit time, at most 1 ms)
+    /// for them to queue again, so that one fdatasync covers all of them.
+    /// Measured (disk, 16 writer threads, 8/256 B): 41k -> ~70k durable
+    /// writes/s, 7 -> 12 writes per group. Off: groups form as writers
+    /// happen to arrive. No effect on tmpfs, persistent memory or
+    /// `buffered` mode, where a group costs little more than its bytes.
+    pub gather_groups: bool,
     /// Bits of the point table's hash tags: 32. Tests narrow it so that
     /// keys share tags and the fallbacks to the ordered index run.
     #[doc(hidden)]
@@ -85,6 +94,7 @@ impl Default for Options {
             background_work: true,
             point_index: false,
             deferred_index_updates: 16 * 1024,
+            gather_groups: true,
             point_tag_bits: 32,
         }
     }
