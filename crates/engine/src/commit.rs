@@ -23,7 +23,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
@@ -52,6 +52,9 @@ pub struct Request {
     /// For GC: one relocation per entry, each written as its own frame.
     pub relocations: Option<Vec<Relocation>>,
     state: AtomicU8,
+    /// Whether a thread blocked in `Committer::commit` waits for it, which
+    /// can be woken to lead (see `drain_as`).
+    blocking: AtomicBool,
     failure: OnceLock<String>,
     /// Set by a pending `WriteFuture` or a blocked writer; woken on
     /// completion.
@@ -65,6 +68,7 @@ impl Request {
             count,
             relocations,
             state: AtomicU8::new(PENDING),
+            blocking: AtomicBool::new(false),
             failure: OnceLock::new(),
             waker: Mutex::new(None),
         })
@@ -136,10 +140,10 @@ impl Committer {
     }
 
     /// Called by a leader holding the log: if the last group had several
-    /// writers, waits until as many more have queued as it had, less the
-    /// leader (they were just woken and are likely to write again; the
-    /// leader cannot queue while it leads), for at most a quarter of
-    /// the last group's commit time. Without the wait, writers split into
+    /// writers, waits until as many more have queued as it had (they were
+    /// just woken and are likely to write again; the last leader handed
+    /// this group over, so it can queue too), for at most half of the last
+    /// group's commit time. Without the wait, writers split into
     /// two cohorts that take turns, each group holding half of them: one
     /// fdatasync per group then covers twice the writers (PostgreSQL's
     /// `commit_delay`, sized by measurement instead of by hand).
@@ -148,8 +152,8 @@ impl Committer {
         if !self.gathers || previous < 2 {
             return;
         }
-        let target = previous - 1 + self.queue.lock().len();
-        let wait = Duration::from_nanos(self.last_lead_ns.load(Ordering::Relaxed) / 4).min(MAX_GATHER);
+        let target = previous + self.queue.lock().len();
+        let wait = Duration::from_nanos(self.last_lead_ns.load(Ordering::Relaxed) / 2).min(MAX_GATHER);
         let deadline = Instant::now() + wait;
         // Yielding, not spinning: on a small machine the writers being
         // waited for need this core to queue.
@@ -195,8 +199,21 @@ impl Committer {
             for member in &group {
                 member.complete(failure.as_ref());
             }
-            if self.queue.lock().is_empty() {
-                return;
+            let next = {
+                let queue = self.queue.lock();
+                if queue.is_empty() {
+                    return;
+                }
+                queue.first().filter(|r| blocking && self.gathers && r.blocking.load(Ordering::Relaxed)).cloned()
+            };
+            if let Some(next) = next {
+                // Hand the next group to a writer that waits for it, so this
+                // thread returns to its caller and can queue its next write
+                // in time for that group (`gather` waits for it).
+                if let Some(waker) = &*next.waker.lock() {
+                    waker.wake_by_ref();
+                    return;
+                }
             }
         }
     }
@@ -230,6 +247,7 @@ impl Committer {
             }
         }
         *request.waker.lock() = Some(THREAD_WAKER.with(Waker::clone));
+        request.blocking.store(true, Ordering::Relaxed);
         self.enqueue(request.clone());
         loop {
             self.drain_as(lead, true);

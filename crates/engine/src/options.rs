@@ -66,7 +66,7 @@ pub struct Options {
     pub deferred_index_updates: usize,
     /// Where each group commit waits for a device (`sync` mode on a disk's
     /// file system), a leader whose last group had several writers waits
-    /// briefly (up to a quarter of that group's commit time, at most 1 ms)
+    /// briefly (up to half of that group's commit time, at most 1 ms)
     /// for them to queue again, so that one fdatasync covers all of them.
     /// Measured (disk, 16 writer threads, 8/256 B): 41k -> ~70k durable
     /// writes/s, 7 -> 12 writes per group. Off: groups form as writers

@@ -180,3 +180,55 @@ fn async_writes_complete_and_are_durable() {
     let db = Db::open(dir.path(), options).unwrap();
     assert_eq!(db.iter().count() as u64, THREADS * ROUNDS * IN_FLIGHT + 500);
 }
+
+/// On a disk's file system, where leaders gather groups and hand the next
+/// group to a blocked writer, many blocking writers and async writers all
+/// complete, and every write is there after reopening.
+#[test]
+fn blocking_and_async_writers_on_a_disk_all_complete() {
+    const WRITERS: u64 = 8;
+    const PUTS: u64 = 60;
+    const ASYNC_ROUNDS: u64 = 5;
+    const IN_FLIGHT: u64 = 16;
+    // Under the target directory: the disk the repository lives on.
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let options = Options { durability: Durability::Sync, segment_size_bytes: 256 * 1024, ..Options::default() };
+    let db = Db::open(dir.path(), options.clone()).unwrap();
+    std::thread::scope(|scope| {
+        for w in 0..WRITERS {
+            let db = &db;
+            scope.spawn(move || {
+                for i in 0..PUTS {
+                    let key = format!("w{w}-{i:03}");
+                    db.put(key.as_bytes(), key.as_bytes()).unwrap();
+                }
+            });
+        }
+        scope.spawn(|| {
+            for round in 0..ASYNC_ROUNDS {
+                let futures: Vec<_> = (0..IN_FLIGHT)
+                    .map(|i| {
+                        let mut batch = WriteBatch::new();
+                        batch.put(format!("a-{round}-{i:02}").as_bytes(), b"async");
+                        db.write_async(batch)
+                    })
+                    .collect();
+                for future in futures {
+                    block_on(future).unwrap();
+                }
+            }
+        });
+    });
+    let stats = db.stats();
+    eprintln!("disk writers: {} requests in {} groups", stats.committed_requests, stats.commit_groups);
+    assert_eq!(stats.committed_requests, WRITERS * PUTS + ASYNC_ROUNDS * IN_FLIGHT);
+    drop(db);
+    let db = Db::open(dir.path(), options).unwrap();
+    for w in 0..WRITERS {
+        for i in 0..PUTS {
+            let key = format!("w{w}-{i:03}");
+            assert_eq!(db.get(key.as_bytes()).unwrap().as_deref(), Some(key.as_bytes()));
+        }
+    }
+    assert_eq!(db.iter().count() as u64, WRITERS * PUTS + ASYNC_ROUNDS * IN_FLIGHT);
+}
