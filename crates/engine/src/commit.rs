@@ -199,26 +199,28 @@ impl Committer {
             // The group is durable and visible: the next one may start
             // while this thread wakes its members.
             drop(log);
+            // Where groups are gathered, hand the next group to a writer
+            // that waits for it, so this thread returns to its caller and
+            // can queue its next write in time for that group. Before the
+            // members are woken, so the next leader gathers meanwhile.
+            let handed_over = blocking && self.gathers && self.hand_over();
             for member in &group {
                 member.complete(failure.as_ref());
             }
-            let next = {
-                let queue = self.queue.lock();
-                if queue.is_empty() {
-                    return;
-                }
-                queue.first().filter(|r| blocking && self.gathers && r.blocking.load(Ordering::Relaxed)).cloned()
-            };
-            if let Some(next) = next {
-                // Hand the next group to a writer that waits for it, so this
-                // thread returns to its caller and can queue its next write
-                // in time for that group (`gather` waits for it).
-                if let Some(waker) = &*next.waker.lock() {
-                    waker.wake_by_ref();
-                    return;
-                }
+            if handed_over || self.queue.lock().is_empty() {
+                return;
             }
         }
+    }
+
+    /// Wakes the first queued writer to lead, if it is a blocked one (an
+    /// async request has no thread that could lead). Returns whether it did.
+    fn hand_over(&self) -> bool {
+        let waker = {
+            let queue = self.queue.lock();
+            queue.first().filter(|r| r.blocking.load(Ordering::Relaxed)).and_then(|r| r.waker.lock().clone())
+        };
+        waker.map(Waker::wake).is_some()
     }
 
     /// Leads `group`; returns its failure, if any. Keeps what `gather`
