@@ -60,7 +60,11 @@ pub struct Flags {
     /// sync with --sync=1).
     #[arg(long)]
     pub durability: Option<Durability>,
-    #[arg(long, default_value = "0", value_parser = flag_bool, action = clap::ArgAction::Set)]
+    /// Verify each entry's checksum on reads (`Options::verify_checksums`).
+    /// On by default, as in db_bench 7.8 (`-verify_checksum` default true)
+    /// and in the `rocksdb` harness's default read options, so that both
+    /// engines check what they read.
+    #[arg(long, default_value = "1", value_parser = flag_bool, action = clap::ArgAction::Set)]
     pub verify_checksum: bool,
     /// ScaledKV only: 1 adds the hash table for point lookups
     /// (`Options::point_index`, off by default, as in the engine).

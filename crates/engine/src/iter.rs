@@ -20,8 +20,12 @@ const MAX_CHUNK: usize = 512;
 /// key order the values are scattered over the log, so each is a cache
 /// (and TLB) miss that the prefetch overlaps with the work on earlier ones.
 const PREFETCH_AHEAD: usize = 8;
-/// Bytes of each prefetched entry: its header, key and the start of its value.
-const PREFETCH_BYTES: usize = 256;
+/// Bytes of each prefetched entry, from its start: whole entries up to
+/// 4 KiB, as the checksum check reads every byte. 256 (header, key and the
+/// value's start) left a 1 KiB value's other lines to miss one by one:
+/// 16/1024 B with checksums verified, readseq 1.8-2.0M -> 2.6-2.8M
+/// entries/s, seekrandom 21-23k -> 37-41k (tmpfs, ABBA order).
+const PREFETCH_BYTES: usize = 4096;
 
 pub struct Iter<'a> {
     inner: &'a Inner,
