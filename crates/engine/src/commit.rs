@@ -144,7 +144,8 @@ impl Committer {
         }
     }
 
-    /// Called by a leader holding the log: if the last group had several
+    /// Called by a leader holding the log where groups are gathered (a
+    /// blocked writer, `gathers`): if the last group had several
     /// writers, waits until three quarters as many more have queued (they
     /// were just woken and are likely to write again; the last leader
     /// handed this group over, so it can queue too), for at most half of
@@ -157,7 +158,7 @@ impl Committer {
     /// clock in over half the groups (16 threads on the disk).
     fn gather(&self) {
         let previous = self.last_group.load(Ordering::Relaxed);
-        if !self.gathers || previous < 2 {
+        if previous < 2 {
             return;
         }
         let target = (previous * 3).div_ceil(4) + self.queue.lock().len();
@@ -191,12 +192,13 @@ impl Committer {
     /// thread) are not gathered for: measured with redis-benchmark on the
     /// disk, waiting there gained nothing and spent CPU yielding.
     fn drain_as(&self, lead: Lead<'_>, blocking: bool) {
+        let gathering = blocking && self.gathers;
         loop {
             let Some(mut log) = self.log.try_lock() else {
                 // The holder drains when it lets go.
                 return;
             };
-            if blocking {
+            if gathering {
                 self.gather();
             }
             let group = std::mem::take(&mut *self.queue.lock());
@@ -208,7 +210,7 @@ impl Committer {
             // that waits for it, so this thread returns to its caller and
             // can queue its next write in time for that group. Before the
             // members are woken, so the next leader gathers meanwhile.
-            let handed_over = blocking && self.gathers && self.hand_over();
+            let handed_over = gathering && self.hand_over();
             for member in &group {
                 member.complete(failure.as_ref());
             }
@@ -251,7 +253,7 @@ impl Committer {
                 let result = lead(&mut log, std::slice::from_ref(&request));
                 drop(log);
                 if !self.queue.lock().is_empty() {
-                    self.drain_as(lead, true);
+                    self.drain(lead);
                 }
                 return result;
             }
