@@ -738,9 +738,8 @@ impl Inner {
         if self.poisoned.get().is_some() {
             return Ok(());
         }
-        // Deferred index updates left when writes pause (the merger takes
-        // only full tables): active expiry and GC look at the tree.
-        self.index.settle(&self.segments);
+        // Active expiry and GC look at the tree; GC settles for itself.
+        self.index.settle_if_idle(&self.segments);
         if self.checkpoint_due(4) {
             self.checkpoint()?;
         }

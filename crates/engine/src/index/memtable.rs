@@ -288,6 +288,8 @@ pub struct Index {
     defer_limit: usize,
     merger: Mutex<MergerState>,
     merger_signal: Condvar,
+    /// `visible_seq` at the background thread's last `settle_if_idle`.
+    seq_at_idle_check: AtomicU64,
 }
 
 impl Index {
@@ -320,6 +322,7 @@ impl Index {
             defer_limit,
             merger: Mutex::new(MergerState::default()),
             merger_signal: Condvar::new(),
+            seq_at_idle_check: AtomicU64::new(visible_seq),
         }
     }
 
@@ -330,7 +333,7 @@ impl Index {
     /// Live keys (expired ones included until they are removed). Merges
     /// pending updates first: whether a put adds a key is known only then.
     pub fn len(&self, segments: &SegmentSet) -> usize {
-        self.settle(segments);
+        self.settle_and_release(segments);
         self.live_keys.load(Ordering::Relaxed) as usize
     }
 
@@ -665,33 +668,58 @@ impl Index {
     fn merge_frozen(&self, segments: &SegmentSet) {
         let Some(frozen) = self.pending.read().frozen.clone() else { return };
         self.merge(&frozen, segments);
-        {
-            let mut pending = self.pending.write();
-            pending.frozen = None;
-            self.pending_entries.store(pending.len(), Ordering::Release);
-        }
+        let mut pending = self.pending.write();
+        pending.frozen = None;
+        self.pending_entries.store(pending.len(), Ordering::Release);
         // Readers look at the frozen table only under the `pending` lock,
-        // so the clone above is the last one. A table that grew past its
-        // limit (the merger fell behind) is not kept: tables past L2 cost
-        // fillseq and reads (BENCHMARKS.md, eleventh session).
-        match Arc::try_unwrap(frozen) {
+        // so the clone above is the last one. It becomes the spare under
+        // this lock: a leader waiting with a full table freezes as soon as
+        // the lock is free, and without a spare it grew a fresh table by
+        // rehashing into new memory (60 of 184 tables in fillseq 4M x
+        // 8/256 B). A table that grew past its limit (the merger fell
+        // behind) is not kept: tables past L2 cost fillseq and reads
+        // (BENCHMARKS.md, eleventh session).
+        let unkept = match Arc::try_unwrap(frozen) {
             Ok(mut map) if map.capacity() <= 2 * self.defer_limit => {
                 map.clear();
-                self.pending.write().spare.get_or_insert(map);
+                pending.spare.get_or_insert(map);
+                None
             }
-            _ => {}
-        }
+            other => Some(other),
+        };
+        drop(pending);
+        drop(unkept);
     }
 
     /// Merges every pending update: afterwards the tree holds everything
-    /// applied before the call. Frees the tables' memory while empty.
+    /// applied before the call.
     pub fn settle(&self, segments: &SegmentSet) {
         if self.pending_entries.load(Ordering::Acquire) > 0 {
             let _merging = self.merging.lock();
             self.merge_pending(segments);
         }
+    }
+
+    /// Settles and frees the tables' memory: a settled index (idle, or
+    /// measured by `stats`) holds none. Not while writes go on: without its
+    /// spare the leader grows each new table by rehashing into fresh
+    /// memory, which the kernel zeroes (7.8% of fillseq's writer).
+    pub fn settle_and_release(&self, segments: &SegmentSet) {
+        self.settle(segments);
         if self.defers_updates() {
             self.pending.write().release_empty_tables();
+        }
+    }
+
+    /// The background thread's call, every step: settles and releases once
+    /// no write was applied since its last call. The updates left when
+    /// writes pause need it (the merger takes only full tables); while
+    /// writes go on the merger keeps up, and a merge every step only cost
+    /// the writers their spare table.
+    pub fn settle_if_idle(&self, segments: &SegmentSet) {
+        let seq = self.visible_seq();
+        if self.seq_at_idle_check.swap(seq, Ordering::Relaxed) == seq {
+            self.settle_and_release(segments);
         }
     }
 
@@ -1036,5 +1064,39 @@ mod tests {
                 _ => {}
             }
         }
+    }
+
+    #[test]
+    fn background_settles_only_once_writes_pause_and_merges_keep_a_spare() {
+        let segments = SegmentSet::default();
+        let index = Index::new(BTreeMap::new(), 0, 0, None, 4);
+        let put = |n: u32| {
+            let key = format!("k{n:03}").into_bytes();
+            index.apply(
+                [Update::Put { key: &key, loc: loc(n), seq: n as u64 + 1 }].into_iter(),
+                n as u64 + 1,
+                &segments,
+            );
+        };
+        for n in 0..6 {
+            put(n);
+        }
+        // The fourth put froze a table; merging it leaves it as the spare.
+        assert!(index.pending.read().frozen.is_some());
+        index.merge_frozen(&segments);
+        assert!(index.pending.read().spare.is_some());
+        assert_eq!(index.pending_entries.load(Ordering::Relaxed), 2);
+        // Writes since the last check: nothing merged, the spare kept.
+        index.settle_if_idle(&segments);
+        assert_eq!(index.pending_entries.load(Ordering::Relaxed), 2);
+        assert!(index.pending.read().spare.is_some());
+        // No write since: all merged, the tables' memory freed.
+        index.settle_if_idle(&segments);
+        assert_eq!(index.pending_entries.load(Ordering::Relaxed), 0);
+        assert!(index.pending.read().spare.is_none());
+        assert_eq!(index.tree.read().heads.len(), 6);
+        put(6);
+        index.settle(&segments);
+        assert_eq!((index.pending_entries.load(Ordering::Relaxed), index.len(&segments)), (0, 7));
     }
 }
