@@ -665,6 +665,12 @@ impl Inner {
         let corrupt =
             |reason: String| Error::Corruption { path: segment.path().to_path_buf(), offset: loc.off as u64, reason };
         let bytes = segment.region.read(loc.off as usize, loc.len as usize).map_err(|e| corrupt(e.to_string()))?;
+        if self.options.verify_checksums {
+            // The checksum reads the entry line by line: asking for every
+            // line first overlaps their misses. readrandom 1M x 8/1024 B,
+            // tmpfs, 4 pairs: p50 0.93-0.97 -> 0.78-0.84 us; 8/256 B even.
+            crate::iter::prefetch_bytes(bytes);
+        }
         let entry = decode_entry(bytes, self.options.verify_checksums).map_err(|e| corrupt(e.to_string()))?;
         if entry.key != key || entry.len != loc.len as usize || entry.kind != EntryKind::Put {
             return Err(corrupt("the entry does not match its index record".into()));

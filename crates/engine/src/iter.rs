@@ -186,6 +186,11 @@ impl Drop for Iter<'_> {
 fn prefetch(table: &SegmentTable, loc: Loc) {
     let Some(Some(segment)) = table.get(loc.seg as usize) else { return };
     let Ok(bytes) = segment.region.read(loc.off as usize, (loc.len as usize).min(PREFETCH_BYTES)) else { return };
+    prefetch_bytes(bytes);
+}
+
+/// Asks the CPU to start loading every cache line of `bytes`.
+pub(crate) fn prefetch_bytes(bytes: &[u8]) {
     #[cfg(target_arch = "x86_64")]
     for line in bytes.chunks(64) {
         // SAFETY: PREFETCHT0 is baseline SSE, never faults, and only hints
