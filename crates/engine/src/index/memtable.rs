@@ -703,7 +703,7 @@ impl Index {
     /// Settles and frees the tables' memory: a settled index (idle, or
     /// measured by `stats`) holds none. Not while writes go on: without its
     /// spare the leader grows each new table by rehashing into fresh
-    /// memory, which the kernel zeroes (7.8% of fillseq's writer).
+    /// memory, which the kernel zeroes (10% of a fillseq profile, 3% after).
     pub fn settle_and_release(&self, segments: &SegmentSet) {
         self.settle(segments);
         if self.defers_updates() {
