@@ -225,10 +225,11 @@ impl LogWriter {
 /// the kernel's dirty limits (10% of memory here, 2.4 GB): after 4M
 /// overwrites of 8/256 B, readers then shared the cores with gigabytes of
 /// writeback of mapped pages, each page write-protected in the reader's
-/// page tables. Measured with early writeback (the system's
-/// `dirty_background_bytes` at 64 MiB, same effect): readrandom 530k ->
-/// 953k and readseq 2.35M -> 6.0M after the overwrite, overwrite itself
-/// 1.38M -> 0.98M (it now pays the writeback it caused).
+/// page tables. Disk, 4M x 8/256 B, `overwrite,readrandom,readseq` after
+/// `fillrandom`, ABBA: readrandom 541-635k -> 1.04-1.06M, readseq
+/// 2.1-2.5M -> 4.4-4.7M; overwrite 1.28-1.41M -> 1.03-1.16M, as the
+/// writes now pay for the writeback they cause (RocksDB syncs each table
+/// file it writes, inside its runs too).
 fn start_write_back(segment: Arc<Segment>) {
     let spawned = std::thread::Builder::new().name("scaledkv-writeback".into()).spawn(move || {
         crate::background::lower_this_thread();
