@@ -408,7 +408,23 @@ impl Region {
     /// without waiting for them or flushing the device's cache
     /// (`sync_file_range` with `SYNC_FILE_RANGE_WRITE`). Not durability:
     /// it only spreads writeback out over time.
+    ///
+    /// A shared mapping's page-table entries are dropped first
+    /// (`MADV_DONTNEED`: the pages stay in the page cache, dirty, and a
+    /// later read faults them back in). Otherwise the writeback
+    /// write-protects every page in them, one TLB-flush interrupt to the
+    /// process's other cores per page: with that, a disk fill of 1M x
+    /// 16/1024 B ran at 370-398k writes/s; without, 907-915k.
     pub fn start_write_back(&self) -> Result<()> {
+        if !self.is_private() {
+            // SAFETY: the range is this region's own shared file mapping;
+            // dropping its entries loses nothing, even under concurrent
+            // stores (they land in the page cache's pages either way), and
+            // leaves the addresses valid: the next access faults them in.
+            if unsafe { libc::madvise(self.ptr.cast(), self.len, libc::MADV_DONTNEED) } != 0 {
+                return Err(io_err(&self.path, "madvise(MADV_DONTNEED)")(std::io::Error::last_os_error()));
+            }
+        }
         // SAFETY: a plain system call on the file this region owns.
         let rc = unsafe { libc::sync_file_range(self.file.as_raw_fd(), 0, 0, libc::SYNC_FILE_RANGE_WRITE) };
         if rc != 0 {

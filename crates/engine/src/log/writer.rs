@@ -224,12 +224,14 @@ impl LogWriter {
 /// own. In `buffered` mode on a disk's file system nothing else does until
 /// the kernel's dirty limits (10% of memory here, 2.4 GB): after 4M
 /// overwrites of 8/256 B, readers then shared the cores with gigabytes of
-/// writeback of mapped pages, each page write-protected in the reader's
-/// page tables. Disk, 4M x 8/256 B, `overwrite,readrandom,readseq` after
-/// `fillrandom`, ABBA: readrandom 541-635k -> 1.04-1.06M, readseq
-/// 2.1-2.5M -> 4.4-4.7M; overwrite 1.28-1.41M -> 1.03-1.16M, as the
-/// writes now pay for the writeback they cause (RocksDB syncs each table
-/// file it writes, inside its runs too).
+/// writeback of mapped pages, each page write-protected in the process's
+/// page tables. Disk, `fillrandom` then `overwrite,readrandom,readseq`,
+/// ABBA: with writeback started here, readrandom 541-635k -> 1.04-1.06M
+/// and readseq 2.1-2.5M -> 4.4-4.7M after 4M x 8/256 B overwrites; with
+/// the segment's page-table entries dropped first as well
+/// (`Region::start_write_back`), the writes gained too: 4M x 8/256 B
+/// fillrandom 1.09-1.20M -> 1.47-1.64M and overwrite 0.90-1.07M ->
+/// 1.45-1.47M, 1M x 16/1024 B fillrandom 370-398k -> 907-915k.
 fn start_write_back(segment: Arc<Segment>) {
     let spawned = std::thread::Builder::new().name("scaledkv-writeback".into()).spawn(move || {
         crate::background::lower_this_thread();
