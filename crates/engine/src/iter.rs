@@ -138,7 +138,7 @@ impl Iter<'_> {
                 if let Some((_, ahead)) = self.chunk.get(self.next_in_chunk + PREFETCH_AHEAD - 1) {
                     prefetch(&self.table, *ahead);
                 }
-                let value = match self.inner.read_at(key, *loc, Some(&self.table), &pin) {
+                let value = match self.inner.read_at(key, *loc, Some(&self.table), true, &pin) {
                     Some(value) => value,
                     // GC moved the entry since the chunk was read: look again.
                     None => self.inner.read(key, Some(self.seq), Some(&self.table), pin),
