@@ -54,7 +54,7 @@ unsafe impl Sync for Key {}
 pub struct KeyRef([u8]);
 
 impl KeyRef {
-    fn as_bytes(&self) -> &[u8] {
+    pub fn as_bytes(&self) -> &[u8] {
         &self.0
     }
 

@@ -3,3 +3,4 @@ pub mod key;
 pub mod memtable;
 pub mod pending;
 pub mod points;
+pub mod runs;
