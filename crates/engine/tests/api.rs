@@ -141,6 +141,53 @@ fn ranges_forward_reverse_and_bounded() {
     }
 }
 
+/// Sequential keys arrive in tables of new keys above every key held,
+/// which the index keeps as runs of their own (index/runs.rs): reads,
+/// scans both ways across the runs' borders, deletions, overwrites and a
+/// reopen all see one ordered map.
+#[test]
+fn sequential_fills_read_as_one_ordered_map() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = Options { deferred_index_updates: 2048, ..Options::default() };
+    let key = |i: u32| format!("seq:{i:06}").into_bytes();
+    let count = 20_000u32;
+    let check = |db: &Db| {
+        let want: Vec<Vec<u8>> = (0..count).filter(|i| i % 97 != 5).map(key).collect();
+        assert_eq!(keys_of(db.iter()), want);
+        let mut rev = keys_of(db.range_rev::<&[u8], _>(..));
+        rev.reverse();
+        assert_eq!(rev, want);
+        // Bounds inside a run and across the borders of the 2048-key tables.
+        for (lo, hi) in [(0, 10), (2040, 2060), (4095, 8193), (19_990, count)] {
+            let (lo_key, hi_key) = (key(lo), key(hi));
+            let inside: Vec<Vec<u8>> = want.iter().filter(|k| **k >= lo_key && **k < hi_key).cloned().collect();
+            assert_eq!(keys_of(db.range(lo_key.as_slice()..hi_key.as_slice())), inside);
+            let mut back = keys_of(db.range_rev(lo_key.as_slice()..hi_key.as_slice()));
+            back.reverse();
+            assert_eq!(back, inside);
+        }
+        for i in (0..count).step_by(7) {
+            let expected = (i % 97 != 5).then(|| if i % 10 == 0 { b"new".to_vec() } else { i.to_le_bytes().to_vec() });
+            assert_eq!(db.get(&key(i)).unwrap(), expected, "{i}");
+        }
+        assert_eq!(db.len(), want.len());
+    };
+    {
+        let db = Db::open(dir.path(), options.clone()).unwrap();
+        for i in 0..count {
+            db.put(&key(i), &i.to_le_bytes()).unwrap();
+        }
+        for i in (0..count).step_by(10) {
+            db.put(&key(i), b"new").unwrap();
+        }
+        for i in (5..count).step_by(97) {
+            db.delete(&key(i)).unwrap();
+        }
+        check(&db);
+    }
+    check(&Db::open(dir.path(), options).unwrap());
+}
+
 #[test]
 fn snapshot_sees_the_past_and_iterators_are_snapshots() {
     let dir = tempfile::tempdir().unwrap();
