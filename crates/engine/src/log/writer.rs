@@ -14,6 +14,7 @@
 
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
+use std::sync::mpsc::{sync_channel, Receiver};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
@@ -42,9 +43,13 @@ pub struct LogWriter {
     staged: Vec<u8>,
     staged_from: usize,
     next_id: u32,
-    /// The next segment, created and prefaulted (or recycled) off the
-    /// critical path (see `prepare_spare_when_due`).
-    spare: Option<JoinHandle<Result<Segment>>>,
+    /// The next segment, created (or recycled) off the critical path (see
+    /// `prepare_spare_when_due`), sent once it is mapped; its thread then
+    /// prefaults it.
+    spare: Option<Spare>,
+    /// Threads still prefaulting segments in use, joined on drop so that
+    /// nothing of this writer outlives it.
+    prefaulting: Vec<JoinHandle<()>>,
     recycler: Arc<Recycler>,
     /// Highest sequence number handed out.
     pub last_seq: u64,
@@ -52,6 +57,12 @@ pub struct LogWriter {
     pub appended_bytes: u64,
     /// Entries appended since open: what a replay after a crash would read.
     pub appended_entries: u64,
+}
+
+/// The next segment, sent by the thread that prepares it.
+struct Spare {
+    segment: Receiver<Result<Arc<Segment>>>,
+    thread: JoinHandle<()>,
 }
 
 impl LogWriter {
@@ -77,6 +88,7 @@ impl LogWriter {
             staged_from: offset,
             next_id,
             spare: None,
+            prefaulting: Vec::new(),
             recycler,
             last_seq,
             appended_bytes: 0,
@@ -98,20 +110,36 @@ impl LogWriter {
         }
     }
 
-    fn spawn_spare(&self) -> JoinHandle<Result<Segment>> {
+    /// Prepares the next segment on a thread of its own. A new one is
+    /// sent as soon as it is mapped and prefaulted after: a writer that
+    /// reaches the end of the active segment first (prefaulting 64 MiB of
+    /// fresh tmpfs took 31-180 ms in this VM, and 1 KiB fills write 1 GB/s)
+    /// starts writing at once, faulting its own pages on the way, instead
+    /// of waiting for the whole segment (190-290 ms of a 0.92 s `fillrandom`
+    /// of 1M x 16/1024 B).
+    fn spawn_spare(&self) -> Spare {
         let (dir, id, size, durability) = (self.dir.clone(), self.next_id, self.segment_size_bytes, self.durability);
         let recycled = self.recycler.take();
+        let (sender, receiver) = sync_channel(1);
         // Named so that profiles tell its page-fault work from the caller's.
-        std::thread::Builder::new()
+        let thread = std::thread::Builder::new()
             .name("scaledkv-spare".into())
             .spawn(move || {
                 crate::background::lower_this_thread();
-                match recycled {
-                    Some(mut segment) => segment.recycle(&dir, id, durability).map(|()| segment),
-                    None => Segment::create(&dir, id, size, durability, true),
+                let (segment, fresh) = match recycled {
+                    Some(mut segment) => (segment.recycle(&dir, id, durability).map(|()| segment), false),
+                    None => (Segment::create(&dir, id, size, durability, false), true),
+                };
+                let segment = segment.map(Arc::new);
+                let prefault = segment.as_ref().ok().filter(|_| fresh).cloned();
+                // A writer that is gone (the database closed) needs nothing.
+                let _ = sender.send(segment);
+                if let Some(segment) = prefault {
+                    segment.region.prefault();
                 }
             })
-            .expect("spawn the segment-preparing thread")
+            .expect("spawn the segment-preparing thread");
+        Spare { segment: receiver, thread }
     }
 
     pub fn persist_waits_for_device(&self) -> bool {
@@ -174,11 +202,13 @@ impl LogWriter {
         self.write_staged()?;
         // Not prepared yet only for a frame larger than three quarters of a segment.
         let spare = self.spare.take().unwrap_or_else(|| self.spawn_spare());
-        let next = match spare.join() {
+        let received = spare.segment.recv();
+        self.prefaulting.retain(|thread| !thread.is_finished());
+        self.prefaulting.push(spare.thread);
+        let next = match received {
             Ok(result) => result?,
             Err(_) => return Err(Error::Poisoned("segment preparation thread panicked".into())),
         };
-        let next = Arc::new(next);
         segments.insert(next.clone());
         let old = std::mem::replace(&mut self.active, next);
         old.written_bytes.store(self.offset as u64, Ordering::Release);
@@ -256,9 +286,15 @@ impl Drop for LogWriter {
         // extra empty segment. A crash leaves it behind, which recovery
         // handles (an empty segment is just empty).
         if let Some(spare) = self.spare.take() {
-            if let Ok(Ok(segment)) = spare.join() {
+            if let Ok(Ok(segment)) = spare.segment.recv() {
                 segment.mark_for_deletion();
             }
+            // Its thread holds the segment while it prefaults: joined, the
+            // file is gone before a reopen could see it.
+            let _ = spare.thread.join();
+        }
+        for thread in self.prefaulting.drain(..) {
+            let _ = thread.join();
         }
     }
 }
