@@ -111,7 +111,7 @@ impl LogWriter {
     }
 
     /// Prepares the next segment on a thread of its own. A new one is
-    /// sent as soon as it is mapped and prefaulted after: a writer that
+    /// sent as soon as it is mapped, then prefaulted: a writer that
     /// reaches the end of the active segment first (prefaulting 64 MiB of
     /// fresh tmpfs took 31-180 ms in this VM, and 1 KiB fills write 1 GB/s)
     /// starts writing at once, faulting its own pages on the way, instead
