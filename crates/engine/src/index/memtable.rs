@@ -872,19 +872,14 @@ impl Index {
     /// Estimated DRAM bytes held by the index.
     pub fn memory_bytes(&self) -> u64 {
         let tree = self.tree.read();
-        let entries = tree.heads.len();
         let spilled = self.spilled_key_bytes.load(Ordering::Relaxed) as usize;
-        // B-tree leaves hold 11 entries and are between half and completely
-        // full, plus internal nodes: after random inserts the allocator
-        // measured 1.54-1.57 times the entries' own bytes (67.7 B for a
-        // 44-byte entry, 58.1 B for a 37-byte one, 1.26M keys); a tree built
-        // from a checkpoint is denser.
         let entry = std::mem::size_of::<Key>() + std::mem::size_of::<Slot>();
+        let nodes = tree.heads.node_bytes(entry);
         let chained = self.chained_versions.load(Ordering::Relaxed) as usize * std::mem::size_of::<Slot>();
         let points = tree.points.as_ref().map_or(0, Points::memory_bytes);
         drop(tree);
         let pending = self.pending.read().memory_bytes();
-        (entries * entry * 3 / 2 + spilled + chained + points) as u64 + pending
+        (nodes + spilled + chained + points) as u64 + pending
     }
 }
 
