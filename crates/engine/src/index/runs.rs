@@ -88,9 +88,9 @@ impl Runs {
 
     /// Estimated heap bytes of the trees' nodes for entries of
     /// `entry_bytes`. Measured with the bench's counting allocator: a
-    /// bulk-built tree holds ~1.06 times its entries' bytes (the engine's
-    /// whole heap after fillseq of 4M 8-byte keys, 39 B per 37-byte
-    /// entry), one grown by inserts 1.54-1.57 times (67.7 B for a 44-byte
+    /// bulk-built tree holds 1.06-1.07 times its entries' bytes (the
+    /// engine's whole heap after fillseq of 4M 8-byte keys, 39 B per
+    /// 37-byte entry), one grown by inserts 1.54-1.57 times (67.7 B for a 44-byte
     /// entry, 58.1 B for a 37-byte one, 1.26M random keys).
     pub fn node_bytes(&self, entry_bytes: usize) -> usize {
         let (dense, grown): (usize, usize) =
@@ -138,6 +138,7 @@ impl Runs {
         lower: Bound<&KeyRef>,
         upper: Bound<&KeyRef>,
     ) -> impl DoubleEndedIterator<Item = (&'a Key, &'a Slot)> + 'a {
+        // Where `BTreeMap::range` would panic: an empty range instead.
         let inverted = match (lower, upper) {
             (Bound::Included(a), Bound::Included(b)) => a > b,
             (Bound::Included(a) | Bound::Excluded(a), Bound::Included(b) | Bound::Excluded(b)) => a >= b,
