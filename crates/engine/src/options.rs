@@ -72,8 +72,9 @@ pub struct Options {
     /// than sleeping, so they queue again at once. Measured (disk, 16
     /// writer threads, 8/256 B, medians): 51k -> 77k durable writes/s, 7 ->
     /// 13 writes per group, then ~112k with the yielding wait. Off: groups
-    /// form as writers happen to arrive, and waiting writers sleep. No effect on tmpfs, persistent memory or
-    /// `buffered` mode, where a group costs little more than its bytes.
+    /// form as writers happen to arrive, and waiting writers sleep. No
+    /// effect on tmpfs, persistent memory or `buffered` mode, where a group
+    /// costs little more than its bytes.
     pub gather_groups: bool,
     /// Bits of the point table's hash tags: 32. Tests narrow it so that
     /// keys share tags and the fallbacks to the ordered index run.

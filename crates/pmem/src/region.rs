@@ -217,21 +217,21 @@ impl Region {
             (Durability::Sync, Medium::Tmpfs) => PersistPath::Nothing,
             (Durability::Sync, Medium::PageCache) => PersistPath::WriteFdatasync,
         };
-        if populate {
-            // SAFETY: `ptr..ptr + len` is the mapping made above.
-            unsafe { populate_in_steps(ptr.cast(), len, medium != Medium::PageCache) };
-        }
         let private = stores == Stores::Mapping && persist_path == PersistPath::WriteFdatasync;
-        Ok(Region { ptr: ptr.cast(), len, file, path: path.to_path_buf(), medium, persist_path, private })
+        let region = Region { ptr: ptr.cast(), len, file, path: path.to_path_buf(), medium, persist_path, private };
+        if populate {
+            region.prefault();
+        }
+        Ok(region)
     }
 
     pub fn len(&self) -> usize {
         self.len
     }
 
-    /// Prefaults the whole mapping, as `create` does with `populate`; for
-    /// owners that start using the region meanwhile (stores to pages not
-    /// yet prefaulted take their own faults; prefaulting changes no byte).
+    /// Prefaults the whole mapping (`create` with `populate` does it
+    /// first). Owners may use the region meanwhile: stores to pages not
+    /// yet prefaulted take their own faults; prefaulting changes no byte.
     pub fn prefault(&self) {
         // SAFETY: `ptr..ptr + len` is this region's own mapping.
         unsafe { populate_in_steps(self.ptr, self.len, self.medium != Medium::PageCache) };

@@ -47,9 +47,9 @@ pub struct LogWriter {
     /// `prepare_spare_when_due`), sent once it is mapped; its thread then
     /// prefaults it.
     spare: Option<Spare>,
-    /// Threads still prefaulting segments in use, joined on drop so that
-    /// nothing of this writer outlives it.
-    prefaulting: Vec<JoinHandle<()>>,
+    /// Threads still prefaulting or writing back segments, joined on drop
+    /// so that nothing of this writer outlives it.
+    helpers: Vec<JoinHandle<()>>,
     recycler: Arc<Recycler>,
     /// Highest sequence number handed out.
     pub last_seq: u64,
@@ -88,7 +88,7 @@ impl LogWriter {
             staged_from: offset,
             next_id,
             spare: None,
-            prefaulting: Vec::new(),
+            helpers: Vec::new(),
             recycler,
             last_seq,
             appended_bytes: 0,
@@ -203,8 +203,8 @@ impl LogWriter {
         // Not prepared yet only for a frame larger than three quarters of a segment.
         let spare = self.spare.take().unwrap_or_else(|| self.spawn_spare());
         let received = spare.segment.recv();
-        self.prefaulting.retain(|thread| !thread.is_finished());
-        self.prefaulting.push(spare.thread);
+        self.helpers.retain(|thread| !thread.is_finished());
+        self.helpers.push(spare.thread);
         let next = match received {
             Ok(result) => result?,
             Err(_) => return Err(Error::Poisoned("segment preparation thread panicked".into())),
@@ -213,7 +213,7 @@ impl LogWriter {
         let old = std::mem::replace(&mut self.active, next);
         old.written_bytes.store(self.offset as u64, Ordering::Release);
         if self.durability == Durability::Buffered && old.region.medium() == Medium::PageCache {
-            start_write_back(old.clone());
+            self.helpers.extend(start_write_back(old.clone()));
         }
         self.sealed_in_group.push((old, self.group_start, self.offset));
         self.offset = crate::log::segment::SEGMENT_HEADER_BYTES;
@@ -262,16 +262,14 @@ impl LogWriter {
 /// (`Region::start_write_back`), the writes gained too: 4M x 8/256 B
 /// fillrandom 1.09-1.20M -> 1.47-1.64M and overwrite 0.90-1.07M ->
 /// 1.45-1.47M, 1M x 16/1024 B fillrandom 370-398k -> 907-915k.
-fn start_write_back(segment: Arc<Segment>) {
+fn start_write_back(segment: Arc<Segment>) -> Option<JoinHandle<()>> {
     let spawned = std::thread::Builder::new().name("scaledkv-writeback".into()).spawn(move || {
         crate::background::lower_this_thread();
         if let Err(error) = segment.region.start_write_back() {
             tracing::warn!(%error, "starting writeback of a full segment failed");
         }
     });
-    if let Err(error) = spawned {
-        tracing::warn!(%error, "cannot spawn the writeback thread");
-    }
+    spawned.map_err(|error| tracing::warn!(%error, "cannot spawn the writeback thread")).ok()
 }
 
 /// Whether groups written to `segment` start on 256-byte boundaries (see
@@ -293,7 +291,7 @@ impl Drop for LogWriter {
             // file is gone before a reopen could see it.
             let _ = spare.thread.join();
         }
-        for thread in self.prefaulting.drain(..) {
+        for thread in self.helpers.drain(..) {
             let _ = thread.join();
         }
     }
