@@ -30,7 +30,7 @@ fn flag_bool(s: &str) -> Result<bool, String> {
 #[command(name = "scaledkv-bench", rename_all = "snake_case", about = "db_bench workloads against ScaledKV")]
 pub struct Flags {
     /// Comma-separated: fillseq,fillrandom,overwrite,readrandom,readseq,
-    /// readreverse,seekrandom,deleterandom,readwhilewriting,fillbatch,stats
+    /// readreverse,seekrandom,deleterandom,readwhilewriting,fillbatch,compact,stats
     #[arg(long, default_value = "fillseq,fillrandom,overwrite,readrandom,readseq,readreverse,seekrandom,deleterandom")]
     pub benchmarks: String,
     /// Number of keys.

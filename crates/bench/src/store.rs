@@ -14,6 +14,9 @@ pub trait Store: Send + Sync {
     /// Visits up to `limit` entries from `start` (or from an end) in key
     /// order; returns (entries, bytes) visited.
     fn scan(&self, start: Option<&[u8]>, limit: usize, reverse: bool) -> Result<(usize, usize), String>;
+    /// Compacts the whole database, as db_bench's `compact` does
+    /// (RocksDB's `CompactRange` over every key).
+    fn compact(&self) -> Result<(), String>;
     /// One line describing engine settings for the report header.
     fn describe(&self) -> String;
     /// Extra lines for the end of the report (statistics).
@@ -58,6 +61,12 @@ impl Store for ScaledKv {
 
     fn delete(&self, key: &[u8]) -> Result<(), String> {
         self.db.delete(key).map_err(|e| e.to_string())
+    }
+
+    /// The index rebuilt with full nodes, and a garbage-collection pass.
+    fn compact(&self) -> Result<(), String> {
+        self.db.compact_index();
+        self.db.collect_garbage().map(|_| ()).map_err(|e| e.to_string())
     }
 
     fn scan(&self, start: Option<&[u8]>, limit: usize, reverse: bool) -> Result<(usize, usize), String> {
@@ -181,6 +190,11 @@ pub mod rocks {
 
         fn delete(&self, key: &[u8]) -> Result<(), String> {
             self.db.delete_opt(key, &self.write_options).map_err(|e| e.to_string())
+        }
+
+        fn compact(&self) -> Result<(), String> {
+            self.db.compact_range::<&[u8], &[u8]>(None, None);
+            Ok(())
         }
 
         fn scan(&self, start: Option<&[u8]>, limit: usize, reverse: bool) -> Result<(usize, usize), String> {

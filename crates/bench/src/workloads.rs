@@ -24,6 +24,7 @@ pub const KNOWN: &[&str] = &[
     "seekrandom",
     "deleterandom",
     "readwhilewriting",
+    "compact",
     "stats",
 ];
 
@@ -312,6 +313,14 @@ pub fn run(name: &str, flags: &Flags, store: &Arc<dyn Store>) -> Result<(), Stri
             report(name, &tally, elapsed, "");
         }
         "readwhilewriting" => readwhilewriting(flags, store, reads)?,
+        "compact" => {
+            let started = Instant::now();
+            store.compact()?;
+            let mut tally = Tally::new();
+            tally.record(started);
+            tally.busy = started.elapsed();
+            report(name, &tally, tally.busy, "");
+        }
         "stats" => {
             for line in store.report() {
                 println!("{line}");

@@ -526,3 +526,56 @@ fn purge_expired_drops_only_expired_keys_and_resumes() {
     let db = Db::open(dir.path(), Options::default()).unwrap();
     assert_eq!(db.iter().count(), 50);
 }
+
+#[test]
+fn compacting_the_index_keeps_every_entry_while_writes_go_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = Options { point_index: true, durability: Durability::Buffered, ..Options::default() };
+    let db = Db::open(dir.path(), options).unwrap();
+    let key = |i: u64| (i.wrapping_mul(0x9E37_79B9_7F4A_7C15) % 200_000).to_be_bytes();
+    for i in 0..60_000u64 {
+        db.put(&key(i), &i.to_le_bytes()).unwrap();
+    }
+    let before = db.stats().index_memory_bytes;
+    let snapshot = db.snapshot();
+    let seen: Vec<(Vec<u8>, Vec<u8>)> = snapshot.range::<&[u8], _>(..).map(|kv| kv.unwrap()).collect();
+    // Overwrites, new keys and deletions race the rebuilds (and make
+    // some of their pieces stale); the model is a BTreeMap.
+    let mut model: std::collections::BTreeMap<Vec<u8>, Vec<u8>> = seen.iter().cloned().collect();
+    std::thread::scope(|scope| {
+        let writer = scope.spawn(|| {
+            let mut writes = Vec::new();
+            for i in 60_000..90_000u64 {
+                if i % 5 == 0 {
+                    db.delete(&key(i / 2)).unwrap();
+                    writes.push((key(i / 2).to_vec(), None));
+                } else {
+                    db.put(&key(i), &i.to_le_bytes()).unwrap();
+                    writes.push((key(i).to_vec(), Some(i.to_le_bytes().to_vec())));
+                }
+            }
+            writes
+        });
+        while !writer.is_finished() {
+            db.compact_index();
+        }
+        for (k, v) in writer.join().unwrap() {
+            match v {
+                Some(v) => model.insert(k, v),
+                None => model.remove(&k),
+            };
+        }
+    });
+    let after_snapshot: Vec<(Vec<u8>, Vec<u8>)> = snapshot.range::<&[u8], _>(..).map(|kv| kv.unwrap()).collect();
+    assert_eq!(after_snapshot, seen, "a snapshot reads what it saw before the rebuilds");
+    drop(snapshot);
+    assert!(db.compact_index(), "nothing races the last rebuild");
+    let all: Vec<(Vec<u8>, Vec<u8>)> = db.iter().map(|kv| kv.unwrap()).collect();
+    assert!(all.iter().map(|(k, v)| (k, v)).eq(model.iter()));
+    for (k, v) in model.iter().step_by(13) {
+        assert_eq!(db.get(k).unwrap().as_ref(), Some(v));
+    }
+    assert_eq!(db.len(), model.len());
+    let after = db.stats().index_memory_bytes;
+    assert!(after < before, "index {after} bytes after the rebuild, {before} before");
+}

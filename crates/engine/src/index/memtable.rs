@@ -30,7 +30,6 @@
 //! leaves: after fillseq of 4M 8-byte keys the engine's whole heap is 39 B
 //! per key (73 B when each key was inserted on its own).
 
-use std::collections::btree_map::Entry;
 use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -48,6 +47,12 @@ use super::runs::{Runs, MIN_RUN_KEYS};
 /// Pending updates merged per hold of the tree's write lock: readers whose
 /// key is not pending wait at most this many B-tree inserts (~0.1 ms).
 const MERGE_CHUNK: usize = 256;
+/// Most entries a compaction rebuilds per piece, copied under one hold of
+/// the tree's read lock and swapped in under one of its write lock.
+const COMPACT_PIECE: usize = 16 * 1024;
+/// Entries the background thread rebuilds per idle step (every 100 ms):
+/// ~10 ms of one core, so 10M keys compact in ~4 s of quiet.
+const COMPACT_PER_IDLE_STEP: usize = 256 * 1024;
 /// The leader merges itself once the active table is this many times the
 /// deferral limit (the merger thread fell behind), so it stays small.
 const OVERFLOW_FACTOR: usize = 4;
@@ -115,18 +120,18 @@ impl Tree {
         deltas: &mut Deltas,
     ) {
         // One descent: keys of up to 16 bytes are built inline.
-        let old = match self.heads.entry(Key::from_slice(key)) {
-            Entry::Occupied(mut head) => {
-                let old = std::mem::replace(head.get_mut(), new);
+        let owned = Key::from_slice(key);
+        let heap_bytes = owned.heap_bytes();
+        let old = match self.heads.insert(owned, new) {
+            Some(old) => {
                 deltas.keys += old.loc.is_tombstone() as i64;
                 add_live(segments, old.loc, -1);
                 retain_for_snapshots(&mut self.older, key, old, new.seq(), snapshots, &mut deltas.chained);
                 Some(old.loc).filter(|loc| !loc.is_tombstone())
             }
-            Entry::Vacant(slot) => {
+            None => {
                 deltas.keys += 1;
-                deltas.spilled += slot.key().heap_bytes() as i64;
-                slot.insert(new);
+                deltas.spilled += heap_bytes as i64;
                 None
             }
         };
@@ -763,7 +768,34 @@ impl Index {
         let seq = self.visible_seq();
         if self.seq_at_idle_check.swap(seq, Ordering::Relaxed) == seq {
             self.settle_and_release(segments);
+            self.compact(COMPACT_PER_IDLE_STEP);
         }
+    }
+
+    /// Rebuilds the parts of the tree that inserts and removals changed,
+    /// with full leaves, a piece at a time, until about `budget` entries
+    /// are rebuilt. Returns whether every part is rebuilt; `false` also
+    /// when a piece changed between its copy and its swap (it is dropped,
+    /// to be copied again later).
+    ///
+    /// Why: `std`'s B-tree splits a full leaf in half, so random inserts
+    /// leave leaves ~70% full, and the engine's heap held 58 B per 8-byte
+    /// key against 39 B for the tree a reopen bulk-builds.
+    pub fn compact(&self, budget: usize) -> bool {
+        let mut rebuilt = 0;
+        while rebuilt < budget {
+            // Merges would only make the piece stale.
+            let _merging = self.merging.lock();
+            let Some((place, entries)) = self.tree.read().heads.compaction_piece(COMPACT_PIECE) else { return true };
+            rebuilt += entries.len();
+            let map: BTreeMap<Key, Slot> = entries.into_iter().collect();
+            let replaced = self.tree.write().heads.replace_piece(place, map);
+            // The old nodes are freed here, after the write lock.
+            if replaced.is_none() {
+                return false;
+            }
+        }
+        false
     }
 
     /// Merges the frozen table, then what is active now. The caller holds
@@ -1183,8 +1215,10 @@ mod tests {
         assert_eq!(index.pending_entries.load(Ordering::Relaxed), 0);
         assert!(index.pending.read().spare.is_none());
         assert_eq!(index.tree.read().heads.len(), 6);
+        assert!(index.tree.read().heads.compaction_piece(1).is_none(), "an idle index is rebuilt dense");
         put(6);
         index.settle(&segments);
         assert_eq!((index.pending_entries.load(Ordering::Relaxed), index.len(&segments)), (0, 7));
+        assert!(index.tree.read().heads.compaction_piece(1).is_some());
     }
 }

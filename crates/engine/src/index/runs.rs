@@ -15,7 +15,6 @@
 //! non-empty.
 
 use std::borrow::Borrow;
-use std::collections::btree_map::Entry;
 use std::collections::BTreeMap;
 use std::ops::Bound;
 
@@ -36,6 +35,18 @@ struct Run {
 
 pub struct Runs {
     runs: Vec<Run>,
+    /// Counts the calls that may change an entry: a compaction replaces
+    /// the entries it copied only if none came between.
+    version: u64,
+}
+
+/// Where the entries of a compaction piece came from.
+pub struct PiecePlace {
+    version: u64,
+    first_run: usize,
+    /// Runs the piece holds whole, from `first_run`; 0 when it is the
+    /// start of a longer run.
+    whole_runs: usize,
 }
 
 impl Default for Runs {
@@ -47,7 +58,7 @@ impl Default for Runs {
 /// A tree that was bulk-built (recovery builds one from the checkpoint).
 impl From<BTreeMap<Key, Slot>> for Runs {
     fn from(map: BTreeMap<Key, Slot>) -> Runs {
-        Runs { runs: vec![Run { lower: Key::default(), map, dense: true }] }
+        Runs { runs: vec![Run { lower: Key::default(), map, dense: true }], version: 0 }
     }
 }
 
@@ -75,15 +86,20 @@ impl Runs {
     }
 
     pub fn get_mut(&mut self, key: &KeyRef) -> Option<&mut Slot> {
+        self.version += 1;
         let run = self.run_of(key);
         self.runs[run].map.get_mut(key)
     }
 
-    pub fn entry(&mut self, key: Key) -> Entry<'_, Key, Slot> {
+    /// Sets `key`'s slot; returns the one it replaced (the key held then
+    /// stays, `key` is dropped).
+    pub fn insert(&mut self, key: Key, slot: Slot) -> Option<Slot> {
+        self.version += 1;
         let index = self.run_of(key.borrow());
         let run = &mut self.runs[index];
-        run.dense = false;
-        run.map.entry(key)
+        let old = run.map.insert(key, slot);
+        run.dense &= old.is_some();
+        old
     }
 
     /// Estimated heap bytes of the trees' nodes for entries of
@@ -101,6 +117,7 @@ impl Runs {
     }
 
     pub fn remove_entry(&mut self, key: &KeyRef) -> Option<(Key, Slot)> {
+        self.version += 1;
         let run = self.run_of(key);
         let removed = self.runs[run].map.remove_entry(key);
         self.runs[run].dense &= removed.is_none();
@@ -123,11 +140,64 @@ impl Runs {
     pub fn append_run(&mut self, map: BTreeMap<Key, Slot>) {
         let Some((first, _)) = map.first_key_value() else { return };
         debug_assert!(self.last_key().is_none_or(|last| last < first));
+        self.version += 1;
         if self.is_empty() {
             self.runs = vec![Run { lower: Key::default(), map, dense: true }];
         } else {
             self.runs.push(Run { lower: first.clone(), map, dense: true });
         }
+    }
+
+    /// A copy of the entries to rebuild next with full leaves: the first
+    /// `max` of the first run that inserts or removals have changed since
+    /// it was built, or that whole run and the whole runs after it that
+    /// fit in `max` as well (so runs emptied by deletions join up). `None`
+    /// when every run is dense.
+    pub fn compaction_piece(&self, max: usize) -> Option<(PiecePlace, Vec<(Key, Slot)>)> {
+        let first_run = self.runs.iter().position(|run| !run.dense && !run.map.is_empty())?;
+        let mut entries: Vec<(Key, Slot)> = Vec::new();
+        let mut whole_runs = 0;
+        for run in &self.runs[first_run..] {
+            if entries.len() + run.map.len() > max {
+                if whole_runs == 0 {
+                    entries.extend(run.map.iter().take(max.max(1)).map(|(key, slot)| (key.clone(), *slot)));
+                }
+                break;
+            }
+            entries.extend(run.map.iter().map(|(key, slot)| (key.clone(), *slot)));
+            whole_runs += 1;
+        }
+        Some((PiecePlace { version: self.version, first_run, whole_runs }, entries))
+    }
+
+    /// Puts `map`, bulk-built from the entries of a `compaction_piece`, in
+    /// their place: as a dense run, followed by the rest of a longer run as
+    /// a run of its own. Returns the trees it replaced, for the caller to
+    /// drop outside its lock, or `None` (and changes nothing) if an entry
+    /// may have changed since the copy.
+    pub fn replace_piece(&mut self, place: PiecePlace, map: BTreeMap<Key, Slot>) -> Option<Vec<BTreeMap<Key, Slot>>> {
+        if place.version != self.version {
+            return None;
+        }
+        let first = place.first_run;
+        let built = Run { lower: self.runs[first].lower.clone(), map, dense: true };
+        if place.whole_runs > 0 {
+            self.version += 1;
+            let replaced = self.runs.splice(first..first + place.whole_runs, [built]);
+            return Some(replaced.map(|run| run.map).collect());
+        }
+        // The piece is the start of run `first`: split the rest off (which
+        // walks the smaller side, the piece) and make it the next run.
+        let (last, _) = built.map.last_key_value()?;
+        let run = &mut self.runs[first];
+        let rest_lower =
+            run.map.range::<KeyRef, _>((Bound::Excluded(last.borrow()), Bound::Unbounded)).next()?.0.clone();
+        self.version += 1;
+        let rest = run.map.split_off::<KeyRef>(rest_lower.borrow());
+        let piece = std::mem::replace(run, built);
+        debug_assert_eq!(piece.map.len(), run.map.len());
+        self.runs.insert(first + 1, Run { lower: rest_lower, map: rest, dense: false });
+        Some(vec![piece.map])
     }
 
     /// Entries within `(lower, upper)` in key order (reversible). The
@@ -201,6 +271,16 @@ mod tests {
         /// Appends this many keys above the largest, spaced this far apart.
         Append(u8, u8),
         Range(u8, u16, u8, u16, bool),
+        /// Compacts in pieces of at most this many entries; with `true`,
+        /// a removal comes between one piece's copy and its replacement.
+        Compact(u8, bool),
+    }
+
+    /// Rebuilds every changed run in pieces of `max` entries.
+    fn compact(runs: &mut Runs, max: usize) {
+        while let Some((place, entries)) = runs.compaction_piece(max) {
+            assert!(runs.replace_piece(place, entries.into_iter().collect()).is_some());
+        }
     }
 
     fn op() -> impl Strategy<Value = Op> {
@@ -210,6 +290,7 @@ mod tests {
             2 => (1u8..40, 1u8..4).prop_map(|(n, gap)| Op::Append(n, gap)),
             2 => (any::<u8>(), any::<u16>(), any::<u8>(), any::<u16>(), any::<bool>())
                 .prop_map(|(a, x, b, y, rev)| Op::Range(a, x, b, y, rev)),
+            1 => (1u8..20, any::<bool>()).prop_map(|(max, stale)| Op::Compact(max, stale)),
         ]
     }
 
@@ -225,11 +306,8 @@ mod tests {
                 match op {
                     Op::Put(k) => {
                         let k = key(k as u32 * 4);
-                        match runs.entry(Key::from_slice(&k)) {
-                            Entry::Occupied(mut e) => { e.insert(slot(step as u32)); }
-                            Entry::Vacant(e) => { e.insert(slot(step as u32)); }
-                        }
-                        model.insert(k, slot(step as u32));
+                        let old = runs.insert(Key::from_slice(&k), slot(step as u32));
+                        prop_assert_eq!(old, model.insert(k, slot(step as u32)));
                     }
                     Op::Remove(k) => {
                         let k = key(k as u32 * 4);
@@ -269,6 +347,19 @@ mod tests {
                         };
                         prop_assert_eq!(got, want);
                     }
+                    Op::Compact(max, stale) => {
+                        if stale {
+                            if let Some((place, entries)) = runs.compaction_piece(max as usize) {
+                                let (key, _) = entries[0].clone();
+                                runs.remove_entry(KeyRef::new(key.as_slice()));
+                                model.remove(key.as_slice());
+                                prop_assert!(runs.replace_piece(place, entries.into_iter().collect()).is_none());
+                            }
+                        }
+                        compact(&mut runs, max as usize);
+                        prop_assert!(runs.runs.iter().all(|run| run.dense || run.map.is_empty()));
+                        prop_assert!(runs.compaction_piece(max as usize).is_none());
+                    }
                 }
                 prop_assert_eq!(runs.len(), model.len());
                 prop_assert_eq!(runs.is_empty(), model.is_empty());
@@ -300,6 +391,34 @@ mod tests {
     }
 
     #[test]
+    fn compaction_rebuilds_changed_runs_in_pieces_and_joins_small_ones() {
+        let key = |n: u32| Key::from_slice(&n.to_be_bytes());
+        let mut runs = Runs::default();
+        // Every other key, then the ones between: a tree grown by inserts.
+        for n in (0..1000).step_by(2).chain((1..1000).step_by(2)) {
+            runs.insert(key(n), slot(n));
+        }
+        runs.append_run((1000..1010).map(|n| (key(n), slot(n))).collect());
+        runs.append_run((1010..1020).map(|n| (key(n), slot(n))).collect());
+        let grown = runs.node_bytes(100);
+        compact(&mut runs, 300);
+        // 1000 keys in pieces of 300, then the last 100 with the two small
+        // appended runs: the last piece holds whole runs only.
+        assert_eq!(runs.run_count(), 4);
+        assert_eq!(runs.len(), 1020);
+        assert!(runs.node_bytes(100) < grown);
+        assert!(runs.iter().map(|(k, _)| k.clone()).eq((0..1020).map(key)));
+        for n in 0..1020u32 {
+            assert_eq!(runs.get(KeyRef::new(&n.to_be_bytes())), Some(&slot(n)));
+        }
+        // A dense run is left alone; a change makes its run a piece again.
+        assert!(runs.compaction_piece(300).is_none());
+        runs.remove_entry(KeyRef::new(&500u32.to_be_bytes()));
+        let (_, entries) = runs.compaction_piece(300).unwrap();
+        assert_eq!(entries.len(), 299);
+    }
+
+    #[test]
     fn bulk_built_runs_are_estimated_dense_until_changed() {
         let key = |n: u32| Key::from_slice(&n.to_be_bytes());
         let mut runs = Runs::from((0..100).map(|n| (key(n), slot(n))).collect::<BTreeMap<_, _>>());
@@ -308,9 +427,9 @@ mod tests {
         // Removing an absent key changes no node.
         runs.remove_entry(KeyRef::new(&1000u32.to_be_bytes()));
         assert_eq!(runs.node_bytes(100), 200 * 107);
-        if let Entry::Vacant(vacant) = runs.entry(key(500)) {
-            vacant.insert(slot(500));
-        }
+        runs.insert(key(100), slot(1));
+        assert_eq!(runs.node_bytes(100), 200 * 107, "replacing a slot changes no node");
+        runs.insert(key(500), slot(500));
         assert_eq!(runs.node_bytes(100), 100 * 107 + 101 * 150, "the run inserted into counts as grown");
         runs.remove_entry(KeyRef::new(&50u32.to_be_bytes()));
         assert_eq!(runs.node_bytes(100), 99 * 150 + 101 * 150);
