@@ -10,6 +10,11 @@
 //! with full leaves. A lookup finds its run by binary search over the
 //! runs' first keys, then descends a smaller tree.
 //!
+//! Random inserts leave a run's leaves ~70% full (`std` splits a full
+//! leaf in half). A compaction rebuilds such runs with full leaves, a piece
+//! of at most a given number of entries at a time, each piece a run of its
+//! own (`compaction_piece`, `replace_piece`).
+//!
 //! Run `i` holds the keys in `[lower(i), lower(i + 1))`; the first run
 //! also holds every key below `lower(1)`. Every run but a lone one is
 //! non-empty.
@@ -186,8 +191,9 @@ impl Runs {
             let replaced = self.runs.splice(first..first + place.whole_runs, [built]);
             return Some(replaced.map(|run| run.map).collect());
         }
-        // The piece is the start of run `first`: split the rest off (which
-        // walks the smaller side, the piece) and make it the next run.
+        // The piece is the start of run `first`: split the rest off and make
+        // it the next run. `split_off` counts the entries of the lower of
+        // the two trees it leaves, here the piece's.
         let (last, _) = built.map.last_key_value()?;
         let run = &mut self.runs[first];
         let rest_lower =
