@@ -770,7 +770,19 @@ impl Index {
         let seq = self.visible_seq();
         if self.seq_at_idle_check.swap(seq, Ordering::Relaxed) == seq {
             self.settle_and_release(segments);
+            self.finish_point_growth();
             self.compact(COMPACT_PER_IDLE_STEP);
+        }
+    }
+
+    /// Completes a growth of the point table that inserts left half done,
+    /// a few thousand buckets per hold of the tree's write lock.
+    fn finish_point_growth(&self) {
+        const BUCKETS_PER_HOLD: usize = 4096;
+        while let Some(points) = &mut self.tree.write().points {
+            if points.finish_growth(BUCKETS_PER_HOLD) {
+                break;
+            }
         }
     }
 

@@ -158,6 +158,15 @@ impl Points {
         self.move_old_buckets(MOVES_PER_INSERT);
     }
 
+    /// Moves up to `buckets` more buckets of the old table, if growing;
+    /// returns whether the growth is complete. Inserts move a few buckets
+    /// each, so without inserts a table stays half grown: every lookup
+    /// probes both tables, and the old one's memory stays allocated.
+    pub fn finish_growth(&mut self, buckets: usize) -> bool {
+        self.move_old_buckets(buckets);
+        self.old.is_none()
+    }
+
     /// Moves up to `buckets` buckets of the old table to the current one.
     fn move_old_buckets(&mut self, buckets: usize) {
         let Some((old, next)) = &mut self.old else { return };
@@ -286,6 +295,23 @@ mod tests {
         }
         assert!(moved_while_growing);
         for i in 0..20_000u32 {
+            assert!(matches!(points.get_tag(i.wrapping_mul(2_654_435_761)), Lookup::At(l) if l == loc(i)), "{i}");
+        }
+    }
+
+    #[test]
+    fn a_growth_left_half_done_is_finished_without_inserts() {
+        let mut points = Points::new(32);
+        let mut inserted = 0u32;
+        while points.old.is_none() || inserted < 1000 {
+            points.insert_tag(inserted.wrapping_mul(2_654_435_761), loc(inserted));
+            inserted += 1;
+        }
+        let grown_to = points.table.capacity();
+        let steps = (0..1000).position(|_| points.finish_growth(100));
+        assert!(steps.is_some_and(|steps| steps > 0), "finished in {steps:?} steps");
+        assert_eq!(points.table.capacity(), grown_to);
+        for i in 0..inserted {
             assert!(matches!(points.get_tag(i.wrapping_mul(2_654_435_761)), Lookup::At(l) if l == loc(i)), "{i}");
         }
     }
