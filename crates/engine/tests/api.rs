@@ -530,13 +530,12 @@ fn purge_expired_drops_only_expired_keys_and_resumes() {
 #[test]
 fn compacting_the_index_keeps_every_entry_while_writes_go_on() {
     let dir = tempfile::tempdir().unwrap();
-    let options = Options { point_index: true, durability: Durability::Buffered, ..Options::default() };
+    let options = Options { durability: Durability::Buffered, ..Options::default() };
     let db = Db::open(dir.path(), options).unwrap();
     let key = |i: u64| (i.wrapping_mul(0x9E37_79B9_7F4A_7C15) % 200_000).to_be_bytes();
     for i in 0..60_000u64 {
         db.put(&key(i), &i.to_le_bytes()).unwrap();
     }
-    let before = db.stats().index_memory_bytes;
     let snapshot = db.snapshot();
     let seen: Vec<(Vec<u8>, Vec<u8>)> = snapshot.range::<&[u8], _>(..).map(|kv| kv.unwrap()).collect();
     // Overwrites, new keys and deletions race the rebuilds (and make
@@ -576,6 +575,9 @@ fn compacting_the_index_keeps_every_entry_while_writes_go_on() {
         assert_eq!(db.get(k).unwrap().as_ref(), Some(v));
     }
     assert_eq!(db.len(), model.len());
-    let after = db.stats().index_memory_bytes;
-    assert!(after < before, "index {after} bytes after the rebuild, {before} before");
+    // `stats` counts a rebuilt run at 1.07 times its 37-byte entries, one
+    // grown by inserts at 1.5 times; after `compact_index` every run is
+    // rebuilt, whatever the background thread did before.
+    let per_key = db.stats().index_bytes_per_key;
+    assert!(per_key < 45.0, "{per_key} B per key");
 }
