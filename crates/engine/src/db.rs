@@ -18,6 +18,7 @@ use crate::commit::{Committer, Request, WriteFuture};
 use crate::error::{Error, Result};
 use crate::index::memtable::{Index, Loc, Update};
 use crate::index::points::Points;
+use crate::index::runs::Rebuild;
 use crate::iter::Iter;
 use crate::log::record::{
     align_up, decode_entry, EntryKind, EntryView, FrameHeader, FLAG_GROUP_START, FLAG_RELOCATED, FRAME_HEADER_BYTES,
@@ -353,7 +354,7 @@ impl Db {
         // Each failed round loses one piece to a concurrent write.
         (0..8).any(|_| {
             index.settle(&self.inner.segments);
-            index.compact(usize::MAX)
+            index.compact(usize::MAX, Rebuild::AnyChanged)
         })
     }
 
@@ -769,7 +770,7 @@ impl Inner {
             return Ok(());
         }
         // Active expiry and GC look at the tree; GC settles for itself.
-        self.index.settle_if_idle(&self.segments);
+        self.index.background_step(&self.segments);
         if self.checkpoint_due(4) {
             self.checkpoint()?;
         }

@@ -217,7 +217,13 @@ fn versions_kept_for_a_snapshot_go_when_it_is_released() {
     for i in 0..1000u32 {
         db.put(&i.to_be_bytes(), b"first").unwrap();
     }
-    let before = db.stats().index_memory_bytes;
+    // Measured with the tree rebuilt dense each time: the background
+    // thread may rebuild it at any moment.
+    let index_bytes = || {
+        db.compact_index();
+        db.stats().index_memory_bytes
+    };
+    let before = index_bytes();
     let snapshot = db.snapshot();
     for i in 0..1000u32 {
         if i % 2 == 0 {
@@ -227,10 +233,10 @@ fn versions_kept_for_a_snapshot_go_when_it_is_released() {
         }
     }
     assert_eq!(snapshot.get(&1u32.to_be_bytes()).unwrap().unwrap(), b"first");
-    let held = db.stats().index_memory_bytes;
+    let held = index_bytes();
     assert!(held > before, "{held} vs {before}: old versions are kept for the snapshot");
     drop(snapshot);
-    let after = db.stats().index_memory_bytes;
+    let after = index_bytes();
     assert!(after < before, "{after} vs {before}: 500 keys fewer, no old versions, no deletion markers");
     assert_eq!(db.stats().keys, 500);
     assert_eq!(db.get(&2u32.to_be_bytes()).unwrap().unwrap(), b"second");
@@ -453,7 +459,8 @@ fn stats_report_sizes_and_amplification() {
     assert_eq!(stats.keys, 1000);
     assert_eq!(stats.live_bytes, 1000 * (12 + 4 + 100));
     assert!(stats.write_amplification >= 1.0 && stats.write_amplification < 1.5, "{stats:?}");
-    assert!(stats.index_bytes_per_key > 40.0 && stats.index_bytes_per_key < 120.0, "{stats:?}");
+    // 39.6 B once the background thread rebuilt the tree dense, ~56 before.
+    assert!(stats.index_bytes_per_key > 35.0 && stats.index_bytes_per_key < 120.0, "{stats:?}");
     assert_eq!(stats.durability, "sync");
 }
 

@@ -44,7 +44,7 @@ use crate::log::segment::SegmentSet;
 pub use super::key::{Key, KeyRef};
 use super::pending::PendingMap;
 use super::points::{Lookup, Points};
-use super::runs::{Runs, MIN_RUN_KEYS};
+use super::runs::{Rebuild, Runs, MIN_RUN_KEYS};
 
 /// Pending updates merged per hold of the tree's write lock: readers whose
 /// key is not pending wait at most this many B-tree inserts (~0.1 ms).
@@ -55,6 +55,12 @@ const COMPACT_PIECE: usize = 16 * 1024;
 /// Entries the background thread rebuilds per idle step (every 100 ms):
 /// ~10 ms of one core, so 10M keys compact in ~4 s of quiet.
 const COMPACT_PER_IDLE_STEP: usize = 256 * 1024;
+/// Most writes in a step (100 ms) under which the background thread still
+/// rebuilds a piece (~1 ms of one core) of a run grown by new keys: under
+/// a steady trickle of writes the index would never be idle, so never
+/// rebuilt. Above it, a piece of 16K keys would often change during its
+/// rebuild, and new keys undo the work as fast.
+const LIGHT_WRITES_PER_STEP: u64 = 2000;
 /// The leader merges itself once the active table is this many times the
 /// deferral limit (the merger thread fell behind), so it stays small.
 const OVERFLOW_FACTOR: usize = 4;
@@ -300,8 +306,8 @@ pub struct Index {
     defer_limit: usize,
     merger: Mutex<MergerState>,
     merger_signal: Condvar,
-    /// `visible_seq` at the background thread's last `settle_if_idle`.
-    seq_at_idle_check: AtomicU64,
+    /// `visible_seq` at the background thread's last `background_step`.
+    seq_at_last_step: AtomicU64,
 }
 
 impl Index {
@@ -334,7 +340,7 @@ impl Index {
             defer_limit,
             merger: Mutex::new(MergerState::default()),
             merger_signal: Condvar::new(),
-            seq_at_idle_check: AtomicU64::new(visible_seq),
+            seq_at_last_step: AtomicU64::new(visible_seq),
         }
     }
 
@@ -761,17 +767,21 @@ impl Index {
         }
     }
 
-    /// The background thread's call, every step: settles and releases once
-    /// no write was applied since its last call. The updates left when
-    /// writes pause need it (the merger takes only full tables); while
-    /// writes go on the merger keeps up, and a merge every step only cost
-    /// the writers their spare table.
-    pub fn settle_if_idle(&self, segments: &SegmentSet) {
+    /// The background thread's call, every step: once no write was
+    /// applied since its last call, settles, releases and rebuilds the
+    /// tree dense. The updates left when writes pause need it (the merger
+    /// takes only full tables); while writes go on the merger keeps up,
+    /// and a merge every step only cost the writers their spare table.
+    /// Under light writes it rebuilds one piece of a grown run.
+    pub fn background_step(&self, segments: &SegmentSet) {
         let seq = self.visible_seq();
-        if self.seq_at_idle_check.swap(seq, Ordering::Relaxed) == seq {
+        let writes = seq.wrapping_sub(self.seq_at_last_step.swap(seq, Ordering::Relaxed));
+        if writes == 0 {
             self.settle_and_release(segments);
             self.finish_point_growth();
-            self.compact(COMPACT_PER_IDLE_STEP);
+            self.compact(COMPACT_PER_IDLE_STEP, Rebuild::AnyChanged);
+        } else if writes <= LIGHT_WRITES_PER_STEP {
+            self.compact(COMPACT_PIECE, Rebuild::Grown);
         }
     }
 
@@ -786,21 +796,28 @@ impl Index {
         }
     }
 
-    /// Rebuilds the parts of the tree that inserts and removals changed,
-    /// with full leaves, a piece at a time, until about `budget` entries
-    /// are rebuilt. Returns whether every part is rebuilt; `false` also
-    /// when a piece changed between its copy and its swap (it is dropped,
-    /// to be copied again later).
+    /// Rebuilds the parts of the tree that inserts and removals changed
+    /// (those `which` selects), with full leaves, a piece at a time, until
+    /// about `budget` entries are rebuilt. Returns whether every part is
+    /// rebuilt; `false` also when a piece changed between its copy and its
+    /// swap (it is dropped, to be copied again later).
     ///
     /// Why: `std`'s B-tree splits a full leaf in half, so random inserts
     /// leave leaves ~70% full, and the engine's heap held 58 B per 8-byte
     /// key against 39 B for the tree a reopen bulk-builds.
-    pub fn compact(&self, budget: usize) -> bool {
+    pub fn compact(&self, budget: usize, which: Rebuild) -> bool {
         let mut rebuilt = 0;
         while rebuilt < budget {
             // Merges would only make the piece stale.
             let _merging = self.merging.lock();
-            let Some((place, entries)) = self.tree.read().heads.compaction_piece(COMPACT_PIECE) else { return true };
+            // Cut under the write lock (a walk of one piece's entries), so
+            // that writes to the rest of a long run do not spoil the copy.
+            if !self.tree.write().heads.cut_piece(COMPACT_PIECE, which) {
+                return true;
+            }
+            let Some((place, entries)) = self.tree.read().heads.compaction_piece(COMPACT_PIECE, which) else {
+                return true;
+            };
             rebuilt += entries.len();
             let map: BTreeMap<Key, Slot> = entries.into_iter().collect();
             let replaced = self.tree.write().heads.replace_piece(place, map);
@@ -1221,18 +1238,56 @@ mod tests {
         assert!(index.pending.read().spare.is_some());
         assert_eq!(index.pending_entries.load(Ordering::Relaxed), 2);
         // Writes since the last check: nothing merged, the spare kept.
-        index.settle_if_idle(&segments);
+        index.background_step(&segments);
         assert_eq!(index.pending_entries.load(Ordering::Relaxed), 2);
         assert!(index.pending.read().spare.is_some());
         // No write since: all merged, the tables' memory freed.
-        index.settle_if_idle(&segments);
+        index.background_step(&segments);
         assert_eq!(index.pending_entries.load(Ordering::Relaxed), 0);
         assert!(index.pending.read().spare.is_none());
         assert_eq!(index.tree.read().heads.len(), 6);
-        assert!(index.tree.read().heads.compaction_piece(1).is_none(), "an idle index is rebuilt dense");
+        assert!(
+            index.tree.read().heads.compaction_piece(1, Rebuild::AnyChanged).is_none(),
+            "an idle index is rebuilt dense"
+        );
         put(6);
         index.settle(&segments);
         assert_eq!((index.pending_entries.load(Ordering::Relaxed), index.len(&segments)), (0, 7));
-        assert!(index.tree.read().heads.compaction_piece(1).is_some());
+        assert!(index.tree.read().heads.compaction_piece(1, Rebuild::AnyChanged).is_some());
+    }
+
+    #[test]
+    fn light_writes_do_not_keep_a_grown_tree_from_being_rebuilt() {
+        let segments = SegmentSet::default();
+        let index = Index::new(BTreeMap::new(), 0, 0, None, 0);
+        let mut seq = 0u64;
+        let mut put = |n: u64| {
+            seq += 1;
+            let key = n.wrapping_mul(0x9E37_79B9_7F4A_7C15).to_be_bytes();
+            index.apply([Update::Put { key: &key, loc: loc(n as u32), seq }].into_iter(), seq, &segments);
+        };
+        let keys = 3 * COMPACT_PIECE as u64;
+        for n in 0..keys {
+            put(n);
+        }
+        let grown = index.memory_bytes();
+        index.background_step(&segments);
+        assert!(index.tree.read().heads.compaction_piece(1, Rebuild::Grown).is_some());
+        // A few new keys between steps: one piece rebuilt per step, never idle.
+        for step in 0..4 {
+            for n in 0..10 {
+                put(keys + step * 10 + n);
+            }
+            index.background_step(&segments);
+        }
+        assert!(index.tree.read().heads.compaction_piece(1, Rebuild::Grown).is_none());
+        let rebuilt = index.memory_bytes();
+        assert!(rebuilt * 10 < grown * 8, "{rebuilt} bytes after the rebuild, {grown} before");
+        // Heavy writes (more than a light step's worth): left alone.
+        for n in 0..LIGHT_WRITES_PER_STEP + 1 {
+            put(keys + 100 + n);
+        }
+        index.background_step(&segments);
+        assert!(index.tree.read().heads.compaction_piece(1, Rebuild::Grown).is_some());
     }
 }

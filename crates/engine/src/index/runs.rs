@@ -13,7 +13,11 @@
 //! Random inserts leave a run's leaves ~70% full (`std` splits a full
 //! leaf in half). A compaction rebuilds such runs with full leaves, a piece
 //! of at most a given number of entries at a time, each piece a run of its
-//! own (`compaction_piece`, `replace_piece`).
+//! own (`cut_piece`, `compaction_piece`, `replace_piece`). A piece is cut
+//! off as a run first and each run counts its own changes, so that only a
+//! change to the piece's keys spoils its rebuild: under a steady trickle of
+//! writes a count over the whole tree, or over a run that holds every key,
+//! changed during most rebuilds (BENCHMARKS.md, eighteenth session).
 //!
 //! Run `i` holds the keys in `[lower(i), lower(i + 1))`; the first run
 //! also holds every key below `lower(1)`. Every run but a lone one is
@@ -30,28 +34,59 @@ use super::memtable::Slot;
 /// held / 1024, so that finding a run stays a short binary search.
 pub const MIN_RUN_KEYS: usize = 1024;
 
+/// Rebuilding a run of `n` entries is worth it once `n / GROWN_SHARE` keys
+/// were inserted or removed since it was built: each insert into a full
+/// leaf splits it, ~10 free slots, so ~3% new keys leave ~30% slack.
+const GROWN_SHARE: usize = 32;
+/// Free entry slots a split leaves (a leaf holds 11 entries).
+const SLACK_PER_SPLIT: usize = 10;
+
 struct Run {
     /// The run's smallest possible key (unused for the first run).
     lower: Key,
     map: BTreeMap<Key, Slot>,
-    /// Bulk-built, with no key inserted or removed since: full leaves.
-    dense: bool,
+    /// Keys inserted or removed since the run was bulk-built (with full
+    /// leaves); 0 means dense.
+    reshaped: usize,
+    /// Counts the calls that may have changed an entry of this run.
+    changes: u64,
+}
+
+impl Run {
+    fn built(lower: Key, map: BTreeMap<Key, Slot>) -> Run {
+        Run { lower, map, reshaped: 0, changes: 0 }
+    }
+
+    fn is_dense(&self) -> bool {
+        self.reshaped == 0
+    }
 }
 
 pub struct Runs {
     runs: Vec<Run>,
-    /// Counts the calls that may change an entry: a compaction replaces
-    /// the entries it copied only if none came between.
-    version: u64,
+    /// Counts the changes to which runs there are and where they start:
+    /// with each run's `changes`, a compaction replaces the entries it
+    /// copied only if none changed between.
+    layout: u64,
+}
+
+/// Which changed runs a compaction rebuilds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rebuild {
+    /// Every run a key was inserted into or removed from.
+    AnyChanged,
+    /// Runs that grew enough slack to be worth rebuilding (`GROWN_SHARE`).
+    Grown,
 }
 
 /// Where the entries of a compaction piece came from.
 pub struct PiecePlace {
-    version: u64,
+    layout: u64,
+    /// The sum of the covered runs' `changes` (each only grows).
+    changes: u64,
     first_run: usize,
-    /// Runs the piece holds whole, from `first_run`; 0 when it is the
-    /// start of a longer run.
-    whole_runs: usize,
+    /// Runs the piece holds, from `first_run`.
+    runs: usize,
 }
 
 impl Default for Runs {
@@ -63,7 +98,7 @@ impl Default for Runs {
 /// A tree that was bulk-built (recovery builds one from the checkpoint).
 impl From<BTreeMap<Key, Slot>> for Runs {
     fn from(map: BTreeMap<Key, Slot>) -> Runs {
-        Runs { runs: vec![Run { lower: Key::default(), map, dense: true }], version: 0 }
+        Runs { runs: vec![Run::built(Key::default(), map)], layout: 0 }
     }
 }
 
@@ -91,19 +126,20 @@ impl Runs {
     }
 
     pub fn get_mut(&mut self, key: &KeyRef) -> Option<&mut Slot> {
-        self.version += 1;
-        let run = self.run_of(key);
-        self.runs[run].map.get_mut(key)
+        let index = self.run_of(key);
+        let run = &mut self.runs[index];
+        run.changes += 1;
+        run.map.get_mut(key)
     }
 
     /// Sets `key`'s slot; returns the one it replaced (the key held then
     /// stays, `key` is dropped).
     pub fn insert(&mut self, key: Key, slot: Slot) -> Option<Slot> {
-        self.version += 1;
         let index = self.run_of(key.borrow());
         let run = &mut self.runs[index];
+        run.changes += 1;
         let old = run.map.insert(key, slot);
-        run.dense &= old.is_some();
+        run.reshaped += old.is_none() as usize;
         old
     }
 
@@ -112,24 +148,32 @@ impl Runs {
     /// bulk-built tree holds 1.06-1.07 times its entries' bytes (the
     /// engine's whole heap after fillseq of 4M 8-byte keys, 39 B per
     /// 37-byte entry), one grown by inserts 1.54-1.57 times (67.7 B for a 44-byte
-    /// entry, 58.1 B for a 37-byte one, 1.26M random keys).
+    /// entry, 58.1 B for a 37-byte one, 1.26M random keys). Between the
+    /// two, each key inserted or removed since the build counts for the
+    /// slots a leaf split frees.
     pub fn node_bytes(&self, entry_bytes: usize) -> usize {
-        let (dense, grown): (usize, usize) =
-            self.runs
-                .iter()
-                .fold((0, 0), |(d, g), run| if run.dense { (d + run.map.len(), g) } else { (d, g + run.map.len()) });
-        dense * entry_bytes * 107 / 100 + grown * entry_bytes * 3 / 2
+        let hundredth_slots: usize = self
+            .runs
+            .iter()
+            .map(|run| {
+                let len = run.map.len();
+                len * 107 + (run.reshaped * SLACK_PER_SPLIT * 100).min(len * 43)
+            })
+            .sum();
+        hundredth_slots * entry_bytes / 100
     }
 
     pub fn remove_entry(&mut self, key: &KeyRef) -> Option<(Key, Slot)> {
-        self.version += 1;
-        let run = self.run_of(key);
-        let removed = self.runs[run].map.remove_entry(key);
-        self.runs[run].dense &= removed.is_none();
-        if self.runs[run].map.is_empty() && self.runs.len() > 1 {
+        let index = self.run_of(key);
+        let run = &mut self.runs[index];
+        run.changes += 1;
+        let removed = run.map.remove_entry(key);
+        run.reshaped += removed.is_some() as usize;
+        if run.map.is_empty() && self.runs.len() > 1 {
             // Its range joins the run before it (or, for the first, the
             // next run takes everything below its own lower bound).
-            self.runs.remove(run);
+            self.runs.remove(index);
+            self.layout += 1;
         }
         removed
     }
@@ -145,65 +189,79 @@ impl Runs {
     pub fn append_run(&mut self, map: BTreeMap<Key, Slot>) {
         let Some((first, _)) = map.first_key_value() else { return };
         debug_assert!(self.last_key().is_none_or(|last| last < first));
-        self.version += 1;
+        self.layout += 1;
         if self.is_empty() {
-            self.runs = vec![Run { lower: Key::default(), map, dense: true }];
+            self.runs = vec![Run::built(Key::default(), map)];
         } else {
-            self.runs.push(Run { lower: first.clone(), map, dense: true });
+            self.runs.push(Run::built(first.clone(), map));
         }
+    }
+
+    /// The first run `which` selects.
+    fn selected(&self, which: Rebuild) -> Option<usize> {
+        self.runs.iter().position(|run| match which {
+            Rebuild::AnyChanged => !run.is_dense() && !run.map.is_empty(),
+            Rebuild::Grown => !run.is_dense() && run.reshaped * GROWN_SHARE >= run.map.len(),
+        })
+    }
+
+    /// Cuts the first `max` entries of the first run `which` selects off
+    /// as a run of their own, if it holds more, so that a piece copied
+    /// from them (`compaction_piece`) is spoiled only by changes to those
+    /// keys, not by writes anywhere in a run that may hold every key.
+    /// Walks `max` entries. Returns whether a run is selected.
+    pub fn cut_piece(&mut self, max: usize, which: Rebuild) -> bool {
+        let Some(index) = self.selected(which) else { return false };
+        let run = &mut self.runs[index];
+        let len = run.map.len();
+        if let Some((rest_lower, _)) = run.map.iter().nth(max.max(1)) {
+            let rest_lower = rest_lower.clone();
+            let rest = run.map.split_off::<KeyRef>(rest_lower.borrow());
+            // Each part takes its share of the keys that reshaped the run,
+            // at least one: both stay selected.
+            let rest_reshaped = (run.reshaped * rest.len() / len).max(1);
+            run.reshaped = run.reshaped.saturating_sub(rest_reshaped).max(1);
+            let rest = Run { lower: rest_lower, map: rest, reshaped: rest_reshaped, changes: 0 };
+            self.runs.insert(index + 1, rest);
+            self.layout += 1;
+        }
+        true
     }
 
     /// A copy of the entries to rebuild next with full leaves: the first
-    /// `max` of the first run that inserts or removals have changed since
-    /// it was built, or that whole run and the whole runs after it that
-    /// fit in `max` as well (so runs emptied by deletions join up). `None`
-    /// when every run is dense.
-    pub fn compaction_piece(&self, max: usize) -> Option<(PiecePlace, Vec<(Key, Slot)>)> {
-        let first_run = self.runs.iter().position(|run| !run.dense && !run.map.is_empty())?;
+    /// run `which` selects (`cut_piece` cuts it to `max` entries), and the
+    /// whole runs after it that fit in `max` as well (so runs emptied by
+    /// deletions join up). `None` when no run is selected.
+    pub fn compaction_piece(&self, max: usize, which: Rebuild) -> Option<(PiecePlace, Vec<(Key, Slot)>)> {
+        let first_run = self.selected(which)?;
         let mut entries: Vec<(Key, Slot)> = Vec::new();
-        let mut whole_runs = 0;
+        let mut changes = 0;
+        let mut runs = 0;
         for run in &self.runs[first_run..] {
-            if entries.len() + run.map.len() > max {
-                if whole_runs == 0 {
-                    entries.extend(run.map.iter().take(max.max(1)).map(|(key, slot)| (key.clone(), *slot)));
-                }
+            if runs > 0 && entries.len() + run.map.len() > max {
                 break;
             }
             entries.extend(run.map.iter().map(|(key, slot)| (key.clone(), *slot)));
-            whole_runs += 1;
+            changes += run.changes;
+            runs += 1;
         }
-        Some((PiecePlace { version: self.version, first_run, whole_runs }, entries))
+        Some((PiecePlace { layout: self.layout, changes, first_run, runs }, entries))
     }
 
     /// Puts `map`, bulk-built from the entries of a `compaction_piece`, in
-    /// their place: as a dense run, followed by the rest of a longer run as
-    /// a run of its own. Returns the trees it replaced, for the caller to
-    /// drop outside its lock, or `None` (and changes nothing) if an entry
-    /// may have changed since the copy.
+    /// their place as one dense run. Returns the trees it replaced, for the
+    /// caller to drop outside its lock, or `None` (and changes nothing) if
+    /// an entry may have changed since the copy.
     pub fn replace_piece(&mut self, place: PiecePlace, map: BTreeMap<Key, Slot>) -> Option<Vec<BTreeMap<Key, Slot>>> {
-        if place.version != self.version {
+        let covered = place.first_run..place.first_run + place.runs;
+        if place.layout != self.layout
+            || self.runs[covered.clone()].iter().map(|run| run.changes).sum::<u64>() != place.changes
+        {
             return None;
         }
-        let first = place.first_run;
-        let built = Run { lower: self.runs[first].lower.clone(), map, dense: true };
-        if place.whole_runs > 0 {
-            self.version += 1;
-            let replaced = self.runs.splice(first..first + place.whole_runs, [built]);
-            return Some(replaced.map(|run| run.map).collect());
-        }
-        // The piece is the start of run `first`: split the rest off and make
-        // it the next run. `split_off` counts the entries of the lower of
-        // the two trees it leaves, here the piece's.
-        let (last, _) = built.map.last_key_value()?;
-        let run = &mut self.runs[first];
-        let rest_lower =
-            run.map.range::<KeyRef, _>((Bound::Excluded(last.borrow()), Bound::Unbounded)).next()?.0.clone();
-        self.version += 1;
-        let rest = run.map.split_off::<KeyRef>(rest_lower.borrow());
-        let piece = std::mem::replace(run, built);
-        debug_assert_eq!(piece.map.len(), run.map.len());
-        self.runs.insert(first + 1, Run { lower: rest_lower, map: rest, dense: false });
-        Some(vec![piece.map])
+        let built = Run::built(self.runs[place.first_run].lower.clone(), map);
+        self.layout += 1;
+        Some(self.runs.splice(covered, [built]).map(|run| run.map).collect())
     }
 
     /// Entries within `(lower, upper)` in key order (reversible). The
@@ -277,14 +335,16 @@ mod tests {
         /// Appends this many keys above the largest, spaced this far apart.
         Append(u8, u8),
         Range(u8, u16, u8, u16, bool),
-        /// Compacts in pieces of at most this many entries; with `true`,
-        /// a removal comes between one piece's copy and its replacement.
-        Compact(u8, bool),
+        /// Compacts in pieces of at most this many entries. Between one
+        /// piece's copy and its replacement come: (kind % 3) 0 nothing,
+        /// 1 the removal of the piece's first key, 2 a put of this key.
+        Compact(u8, u8, u16),
     }
 
     /// Rebuilds every changed run in pieces of `max` entries.
     fn compact(runs: &mut Runs, max: usize) {
-        while let Some((place, entries)) = runs.compaction_piece(max) {
+        while runs.cut_piece(max, Rebuild::AnyChanged) {
+            let (place, entries) = runs.compaction_piece(max, Rebuild::AnyChanged).unwrap();
             assert!(runs.replace_piece(place, entries.into_iter().collect()).is_some());
         }
     }
@@ -296,7 +356,7 @@ mod tests {
             2 => (1u8..40, 1u8..4).prop_map(|(n, gap)| Op::Append(n, gap)),
             2 => (any::<u8>(), any::<u16>(), any::<u8>(), any::<u16>(), any::<bool>())
                 .prop_map(|(a, x, b, y, rev)| Op::Range(a, x, b, y, rev)),
-            1 => (1u8..20, any::<bool>()).prop_map(|(max, stale)| Op::Compact(max, stale)),
+            1 => (1u8..20, any::<u8>(), any::<u16>()).prop_map(|(max, kind, k)| Op::Compact(max, kind, k)),
         ]
     }
 
@@ -353,18 +413,30 @@ mod tests {
                         };
                         prop_assert_eq!(got, want);
                     }
-                    Op::Compact(max, stale) => {
-                        if stale {
-                            if let Some((place, entries)) = runs.compaction_piece(max as usize) {
-                                let (key, _) = entries[0].clone();
-                                runs.remove_entry(KeyRef::new(key.as_slice()));
-                                model.remove(key.as_slice());
-                                prop_assert!(runs.replace_piece(place, entries.into_iter().collect()).is_none());
+                    Op::Compact(max, kind, k) => {
+                        runs.cut_piece(max as usize, Rebuild::AnyChanged);
+                        if let Some((place, entries)) = runs.compaction_piece(max as usize, Rebuild::AnyChanged) {
+                            match kind % 3 {
+                                0 => {}
+                                1 => {
+                                    let (key, _) = entries[0].clone();
+                                    runs.remove_entry(KeyRef::new(key.as_slice()));
+                                    model.remove(key.as_slice());
+                                }
+                                _ => {
+                                    let k = key(k as u32 * 4);
+                                    runs.insert(Key::from_slice(&k), slot(step as u32));
+                                    model.insert(k, slot(step as u32));
+                                }
                             }
+                            // A piece replaced over a change to its runs
+                            // would lose that change: the model tells.
+                            let replaced = runs.replace_piece(place, entries.into_iter().collect());
+                            prop_assert!(replaced.is_none() || kind % 3 != 1);
                         }
                         compact(&mut runs, max as usize);
-                        prop_assert!(runs.runs.iter().all(|run| run.dense || run.map.is_empty()));
-                        prop_assert!(runs.compaction_piece(max as usize).is_none());
+                        prop_assert!(runs.runs.iter().all(|run| run.is_dense() || run.map.is_empty()));
+                        prop_assert!(runs.compaction_piece(max as usize, Rebuild::AnyChanged).is_none());
                     }
                 }
                 prop_assert_eq!(runs.len(), model.len());
@@ -418,10 +490,66 @@ mod tests {
             assert_eq!(runs.get(KeyRef::new(&n.to_be_bytes())), Some(&slot(n)));
         }
         // A dense run is left alone; a change makes its run a piece again.
-        assert!(runs.compaction_piece(300).is_none());
+        assert!(runs.compaction_piece(300, Rebuild::AnyChanged).is_none());
         runs.remove_entry(KeyRef::new(&500u32.to_be_bytes()));
-        let (_, entries) = runs.compaction_piece(300).unwrap();
+        let (_, entries) = runs.compaction_piece(300, Rebuild::AnyChanged).unwrap();
         assert_eq!(entries.len(), 299);
+    }
+
+    #[test]
+    fn a_piece_is_spoiled_only_by_changes_to_its_own_keys() {
+        let key = |n: u32| Key::from_slice(&n.to_be_bytes());
+        let mut runs = Runs::default();
+        for n in (0..1000).rev() {
+            runs.insert(key(n * 2), slot(n));
+        }
+        runs.append_run((2000..2100).map(|n| (key(n), slot(n))).collect());
+        // The first 300 keys are cut off: writes to the rest of their run
+        // and to the other run leave the piece to go in.
+        assert!(runs.cut_piece(300, Rebuild::AnyChanged));
+        let (place, entries) = runs.compaction_piece(300, Rebuild::AnyChanged).unwrap();
+        assert_eq!(entries.len(), 300);
+        assert!(runs.insert(key(1001), slot(1)).is_none());
+        runs.insert(key(2050), slot(1));
+        *runs.get_mut(KeyRef::new(&2060u32.to_be_bytes())).unwrap() = slot(2);
+        assert!(runs.replace_piece(place, entries.into_iter().collect()).is_some());
+        // A new key, a changed slot or a removal within it: it does not.
+        for change in 0..3 {
+            assert!(runs.cut_piece(300, Rebuild::AnyChanged));
+            let (place, entries) = runs.compaction_piece(300, Rebuild::AnyChanged).unwrap();
+            let (first, _) = entries[0].clone();
+            let next = u32::from_be_bytes(first.as_slice().try_into().unwrap()) + 1;
+            match change {
+                0 => assert!(runs.insert(key(next), slot(3)).is_none()),
+                1 => *runs.get_mut(KeyRef::new(first.as_slice())).unwrap() = slot(4),
+                _ => assert!(runs.remove_entry(KeyRef::new(first.as_slice())).is_some()),
+            }
+            assert!(runs.replace_piece(place, entries.into_iter().collect()).is_none(), "change {change}");
+        }
+        // Runs added, cut or dropped: neither.
+        let (place, entries) = runs.compaction_piece(300, Rebuild::AnyChanged).unwrap();
+        runs.append_run((3000..3010).map(|n| (key(n), slot(n))).collect());
+        assert!(runs.replace_piece(place, entries.into_iter().collect()).is_none());
+        compact(&mut runs, 300);
+        // Batches of 100 and 10; two keys added, one removed.
+        assert_eq!(runs.len(), 1000 + 100 + 10 + 1);
+        assert!(runs.compaction_piece(1, Rebuild::AnyChanged).is_none());
+        assert!(runs.iter().map(|(k, _)| k).is_sorted());
+    }
+
+    #[test]
+    fn only_runs_grown_by_enough_new_keys_are_worth_rebuilding_under_writes() {
+        let key = |n: u32| Key::from_slice(&n.to_be_bytes());
+        let mut runs = Runs::from((0..1000).map(|n| (key(n * 2), slot(n))).collect::<BTreeMap<_, _>>());
+        runs.insert(key(1), slot(1));
+        runs.insert(key(2), slot(2));
+        assert!(runs.compaction_piece(2000, Rebuild::Grown).is_none(), "one new key in 1001");
+        assert!(runs.compaction_piece(2000, Rebuild::AnyChanged).is_some());
+        for n in 0..40 {
+            runs.insert(key(n * 2 + 3), slot(n));
+        }
+        let (_, entries) = runs.compaction_piece(2000, Rebuild::Grown).unwrap();
+        assert_eq!(entries.len(), 1041);
     }
 
     #[test]
@@ -436,8 +564,12 @@ mod tests {
         runs.insert(key(100), slot(1));
         assert_eq!(runs.node_bytes(100), 200 * 107, "replacing a slot changes no node");
         runs.insert(key(500), slot(500));
-        assert_eq!(runs.node_bytes(100), 100 * 107 + 101 * 150, "the run inserted into counts as grown");
+        assert_eq!(runs.node_bytes(100), 100 * 107 + 101 * 107 + 1000, "a new key: the slots of one split");
         runs.remove_entry(KeyRef::new(&50u32.to_be_bytes()));
-        assert_eq!(runs.node_bytes(100), 99 * 150 + 101 * 150);
+        assert_eq!(runs.node_bytes(100), 99 * 107 + 1000 + 101 * 107 + 1000);
+        for n in 1000..1100 {
+            runs.insert(key(n), slot(n));
+        }
+        assert_eq!(runs.node_bytes(100), 99 * 107 + 1000 + 201 * 150, "at most as grown as random inserts leave it");
     }
 }
