@@ -1,13 +1,16 @@
-//! Threads that do the engine's own work (checkpoints, GC, preparing the
-//! next segment) run at a lower scheduling priority than the threads that
-//! serve requests.
+//! Threads that do the engine's own work (GC, preparing the next segment)
+//! run at a lower scheduling priority than the threads that serve requests.
 //!
-//! Why: on a small machine a checkpoint or the prefault of a 64 MiB segment
-//! takes a core for tens of milliseconds, and every request queued behind
-//! it shows up in the tail latency. Nice 5 gives such a thread about a third
-//! of a busy core's share against a normal thread, so it still finishes in
-//! time (a segment is prepared well before the active one fills), and it
-//! runs at full speed whenever a core is idle.
+//! Why: on a small machine the prefault of a 64 MiB segment takes a core
+//! for tens of milliseconds, and every request queued behind it shows up
+//! in the tail latency. Nice 5 gives such a thread about a third of a busy
+//! core's share against a normal thread, so it still finishes in time (a
+//! segment is prepared well before the active one fills), and it runs at
+//! full speed whenever a core is idle.
+//!
+//! Checkpoints are not lowered (they have a thread of their own): with a
+//! writer and the index merger on both cores a nice-5 thread got ~11% of
+//! a core, and the replay a crash would leave grew without bound.
 
 /// The nice value of background threads.
 const BACKGROUND_NICE: i32 = 5;

@@ -209,3 +209,54 @@ fn acknowledged_writes_survive_sigkill() {
         assert!(total_recycled > 0, "no kill landed while segments were being recycled");
     }
 }
+
+const TAIL_CHILD_ENV: &str = "SCALEDKV_TAIL_CHILD_DIR";
+const TAIL_WRITES: u32 = 5000;
+
+/// The child of `a_replayed_tail_is_checkpointed_without_new_writes`:
+/// writes with no background thread (so no checkpoint), says so, and
+/// waits to be killed.
+#[test]
+fn tail_child_writer() {
+    let Ok(dir) = std::env::var(TAIL_CHILD_ENV) else { return };
+    let db = Db::open(&dir, Options { background_work: false, ..Options::default() }).unwrap();
+    for i in 0..TAIL_WRITES {
+        db.put(&i.to_be_bytes(), &i.to_le_bytes()).unwrap();
+    }
+    println!("written");
+    std::thread::sleep(Duration::from_secs(60));
+}
+
+/// A tail replayed at open counts toward the next checkpoint's bounds:
+/// before, only writes after the open did, so each crash before the next
+/// checkpoint left the following open more to replay.
+#[test]
+fn a_replayed_tail_is_checkpointed_without_new_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "tail_child_writer", "--nocapture", "--test-threads=1"])
+        .env(TAIL_CHILD_ENV, dir.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let written = BufReader::new(child.stdout.take().unwrap()).lines().any(|line| line.unwrap().ends_with("written"));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(written, "the child wrote its keys");
+    let options =
+        Options { checkpoint_interval_entries: 1000, checkpoint_interval_bytes: u64::MAX, ..Options::default() };
+    let db = Db::open(dir.path(), options.clone()).unwrap();
+    assert_eq!(db.recovery_report().replayed_frames, TAIL_WRITES as u64);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while db.stats().checkpoints == 0 {
+        assert!(Instant::now() < deadline, "no checkpoint of a replayed tail of {TAIL_WRITES} entries");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    drop(db);
+    let db = Db::open(dir.path(), options).unwrap();
+    assert_eq!(db.recovery_report().replayed_frames, 0);
+    for i in (0..TAIL_WRITES).step_by(7) {
+        assert_eq!(db.get(&i.to_be_bytes()).unwrap().unwrap(), i.to_le_bytes());
+    }
+}
