@@ -268,3 +268,26 @@ fn create_publishes_a_whole_pool_and_never_replaces_one() {
         std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
     assert_eq!(names, vec!["pool".to_string()]);
 }
+
+#[test]
+fn a_created_pool_takes_its_name_only_once_initialised() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("pool");
+    // An init that fails (as a crash would stop it): no pool at the name,
+    // no staging file left.
+    let failed = Pool::create_with::<Root>(&path, &options(), |_| Err(Error::Empty { path: "init".into() }));
+    assert!(matches!(failed, Err(Error::Empty { .. })));
+    assert!(!path.exists());
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "the staging file is removed");
+    let pool = Pool::create_with::<Root>(&path, &options(), |pool| {
+        let root = pool.root::<Root>()?;
+        pool.transaction(|tx| {
+            tx.get_mut(root)?.counter = 7;
+            Ok::<_, Error>(())
+        })
+    })
+    .unwrap();
+    drop(pool);
+    let pool = Pool::open(&path, &options()).unwrap();
+    assert_eq!(pool.get(pool.root::<Root>().unwrap()).unwrap().counter, 7);
+}

@@ -122,9 +122,12 @@ impl PHashMap {
         PoolOptions::new(LAYOUT, LAYOUT_VERSION).size_bytes(size_bytes).durability(durability)
     }
 
-    /// Creates a pool file holding an empty map.
+    /// Creates a pool file holding an empty map. Atomic: the file takes
+    /// `path` only with the map in it (a SIGKILL between the pool's
+    /// creation and the map's used to leave a pool `open` refused).
     pub fn create(path: &Path, size_bytes: u64, durability: Durability) -> Result<PHashMap> {
-        Self::init(Pool::create::<MapRoot>(path, &Self::options(size_bytes, durability))?)
+        let options = Self::options(size_bytes, durability);
+        Self::attach(Pool::create_with::<MapRoot>(path, &options, |pool| Self::make_table(pool, INITIAL_CAPACITY))?)
     }
 
     pub fn open(path: &Path, durability: Durability) -> Result<PHashMap> {
@@ -138,13 +141,19 @@ impl PHashMap {
 
     /// As `init`, with room for `capacity_for(n)` entries before it grows.
     pub fn init_with_capacity(mut pool: Pool, capacity: u64) -> Result<PHashMap> {
+        Self::make_table(&mut pool, capacity)?;
+        Self::attach(pool)
+    }
+
+    /// Allocates an empty table of `capacity` (rounded up) slots and points
+    /// the root at it, in one transaction.
+    fn make_table(pool: &mut Pool, capacity: u64) -> Result<()> {
         let capacity = capacity.max(INITIAL_CAPACITY).next_power_of_two();
         let root = pool.root::<MapRoot>()?;
         pool.transaction(|tx| {
             let table = tx.alloc_slice_zeroed::<Slot>(capacity)?;
             tx.set(root, MapRoot { table, capacity })
-        })?;
-        Self::attach(pool)
+        })
     }
 
     /// Opens the map in `pool`, counting its entries.

@@ -319,6 +319,18 @@ impl Pool {
     /// `open` refused as "not a pool"). A staging file left by such a crash
     /// is removed by the next `create`.
     pub fn create<R: Pod>(path: &Path, options: &PoolOptions) -> Result<Pool> {
+        Self::create_with::<R>(path, options, |_| Ok(()))
+    }
+
+    /// As [`Pool::create`], running `init` on the new pool (a transaction
+    /// that fills in the root, say) before it takes its name, so that a
+    /// crash before `init` is done leaves no pool rather than one whose
+    /// root its layout cannot read.
+    pub fn create_with<R: Pod>(
+        path: &Path,
+        options: &PoolOptions,
+        init: impl FnOnce(&mut Pool) -> Result<()>,
+    ) -> Result<Pool> {
         let geometry = Geometry::plan(options.size_bytes, options.log_bytes)?;
         if path.exists() {
             return Err(io_err(path, "create")(std::io::ErrorKind::AlreadyExists.into()));
@@ -328,6 +340,7 @@ impl Pool {
         let created = Region::create_for_stores(&staging, geometry.pool_bytes as usize, options.durability)
             .and_then(|region| Self::format::<R>(Media::Mapped(region), path.to_path_buf(), geometry, options))
             .and_then(|mut pool| {
+                init(&mut pool)?;
                 if let Media::Mapped(region) = &mut pool.media {
                     region.rename_noreplace(path)?;
                 }
