@@ -775,6 +775,15 @@ impl Inner {
         // Small chunks: each holds the index write lock, and this thread
         // runs at a lower priority than the writers waiting for it.
         while !self.index.fill_points(POINT_FILL_CHUNK) && !*self.shutdown.lock() {}
+        self.every_step_until_shutdown(|| {
+            if let Err(error) = self.background_step() {
+                tracing::error!(dir = %self.dir.display(), %error, "background GC failed");
+            }
+        });
+    }
+
+    /// Runs `step` every 100 ms until the database closes.
+    fn every_step_until_shutdown(&self, mut step: impl FnMut()) {
         let mut shutdown = self.shutdown.lock();
         while !*shutdown {
             self.shutdown_signal.wait_for(&mut shutdown, Duration::from_millis(100));
@@ -782,9 +791,7 @@ impl Inner {
                 break;
             }
             drop(shutdown);
-            if let Err(error) = self.background_step() {
-                tracing::error!(dir = %self.dir.display(), %error, "background GC failed");
-            }
+            step();
             shutdown = self.shutdown.lock();
         }
     }
@@ -806,20 +813,13 @@ impl Inner {
     /// the last one outgrew its bounds (which bound the replay after a
     /// crash) or GC's emptied segments wait for one to be freed.
     fn checkpoint_loop(&self) {
-        let mut shutdown = self.shutdown.lock();
-        while !*shutdown {
-            self.shutdown_signal.wait_for(&mut shutdown, Duration::from_millis(100));
-            if *shutdown {
-                break;
-            }
-            drop(shutdown);
+        self.every_step_until_shutdown(|| {
             if self.poisoned.get().is_none() && self.checkpoint_due(4) {
                 if let Err(error) = self.checkpoint() {
                     tracing::error!(dir = %self.dir.display(), %error, "background checkpoint failed");
                 }
             }
-            shutdown = self.shutdown.lock();
-        }
+        });
     }
 
     /// Whether the log written since the last checkpoint has outgrown its
