@@ -199,9 +199,10 @@ impl Runs {
 
     /// The first run `which` selects.
     fn selected(&self, which: Rebuild) -> Option<usize> {
-        self.runs.iter().position(|run| match which {
-            Rebuild::AnyChanged => !run.is_dense() && !run.map.is_empty(),
-            Rebuild::Grown => !run.is_dense() && run.reshaped * GROWN_SHARE >= run.map.len(),
+        self.runs.iter().position(|run| {
+            !run.is_dense()
+                && !run.map.is_empty()
+                && (which == Rebuild::AnyChanged || run.reshaped * GROWN_SHARE >= run.map.len())
         })
     }
 
@@ -209,22 +210,25 @@ impl Runs {
     /// as a run of their own, if it holds more, so that a piece copied
     /// from them (`compaction_piece`) is spoiled only by changes to those
     /// keys, not by writes anywhere in a run that may hold every key.
-    /// Walks `max` entries. Returns whether a run is selected.
+    /// Walks `max` entries, only where it cuts. Returns whether a run is
+    /// selected.
     pub fn cut_piece(&mut self, max: usize, which: Rebuild) -> bool {
         let Some(index) = self.selected(which) else { return false };
         let run = &mut self.runs[index];
-        let len = run.map.len();
-        if let Some((rest_lower, _)) = run.map.iter().nth(max.max(1)) {
-            let rest_lower = rest_lower.clone();
-            let rest = run.map.split_off::<KeyRef>(rest_lower.borrow());
-            // Each part takes its share of the keys that reshaped the run,
-            // at least one: both stay selected.
-            let rest_reshaped = (run.reshaped * rest.len() / len).max(1);
-            run.reshaped = run.reshaped.saturating_sub(rest_reshaped).max(1);
-            let rest = Run { lower: rest_lower, map: rest, reshaped: rest_reshaped, changes: 0 };
-            self.runs.insert(index + 1, rest);
-            self.layout += 1;
+        let (len, max) = (run.map.len(), max.max(1));
+        if len <= max {
+            return true;
         }
+        let (rest_lower, _) = run.map.iter().nth(max).expect("the run holds more than max entries");
+        let rest_lower = rest_lower.clone();
+        let rest = run.map.split_off::<KeyRef>(rest_lower.borrow());
+        // Each part takes its share of the keys that reshaped the run, at
+        // least one: both stay selected.
+        let rest_reshaped = (run.reshaped * rest.len() / len).max(1);
+        run.reshaped = run.reshaped.saturating_sub(rest_reshaped).max(1);
+        let rest = Run { lower: rest_lower, map: rest, reshaped: rest_reshaped, changes: 0 };
+        self.runs.insert(index + 1, rest);
+        self.layout += 1;
         true
     }
 
