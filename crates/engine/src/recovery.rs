@@ -261,8 +261,9 @@ fn open_segments(dir: &Path, options: &Options, report: &mut RecoveryReport) -> 
         match Segment::open(&path, id, options.durability) {
             Ok(segment) => segments.push(Arc::new(segment)),
             Err(error) => {
-                // A crash between creating a segment file and persisting its
-                // header leaves zeros: it never held data.
+                // Before segments were created under a `.tmp` name, a crash
+                // between creating the file and persisting its header left
+                // zeros under the segment's name: it never held data.
                 let file = std::fs::File::open(&path).map_err(Error::io(&path, "open"))?;
                 let mut head = Vec::with_capacity(SEGMENT_HEADER_BYTES);
                 file.take(SEGMENT_HEADER_BYTES as u64).read_to_end(&mut head).map_err(Error::io(&path, "read"))?;

@@ -230,6 +230,43 @@ proptest! {
     }
 }
 
+/// A segment is made under `create-N.tmp` and renamed only once its header
+/// is whole, so a crash mid-header leaves a `.tmp` file with a torn header
+/// (here: magic without its checksum). Open deletes it and the next
+/// segment is created afresh.
+#[test]
+fn a_half_made_segment_under_its_tmp_name_is_deleted_at_open() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let db = Db::open(dir.path(), options()).unwrap();
+        for i in 0..FRAMES {
+            db.put(&key(i), &value(i)).unwrap();
+        }
+    }
+    let torn = dir.path().join("create-00000099.tmp");
+    let mut contents = vec![0u8; 64 * 1024];
+    contents[..8].copy_from_slice(b"SKVLOG\0\0");
+    std::fs::write(&torn, &contents).unwrap();
+    let db = Db::open(dir.path(), options()).unwrap();
+    assert!(!torn.exists(), "open left the half-made segment behind");
+    for i in 0..FRAMES {
+        assert_eq!(db.get(&key(i)).unwrap(), Some(value(i)));
+    }
+    // Enough to roll over two 256 KiB segments: new ones take their names.
+    for i in FRAMES..3000 {
+        db.put(&key(i), &value(i)).unwrap();
+    }
+    drop(db);
+    let names: Vec<String> =
+        std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    assert!(names.iter().filter(|n| n.starts_with("seg-")).count() >= 3, "{names:?}");
+    assert!(!names.iter().any(|n| n.ends_with(".tmp")), "{names:?}");
+    let db = Db::open(dir.path(), options()).unwrap();
+    for i in 0..3000 {
+        assert_eq!(db.get(&key(i)).unwrap(), Some(value(i)));
+    }
+}
+
 /// A crash between creating the next segment's file and persisting its
 /// header leaves a file of zeros (or an empty one): it never held data, so
 /// open removes it and reports it. One with data but a bad header is an

@@ -54,11 +54,18 @@ pub struct Segment {
 }
 
 impl Segment {
+    /// Creates empty segment `id`. The file takes its name only once its
+    /// header is whole and durable: the header is stored through the
+    /// mapping, several instructions that a SIGKILL (or, in `pmem` mode, a
+    /// power loss) can split, and a torn header under a segment's name is
+    /// corruption that open must refuse. Under a `.tmp` name, which open
+    /// deletes, a half-made file is just a file that never existed.
     pub fn create(dir: &Path, id: u32, size_bytes: usize, durability: Durability, populate: bool) -> Result<Segment> {
-        let path = dir.join(segment_file_name(id));
-        let region = Region::create(&path, size_bytes, durability, populate)?;
+        let staging = dir.join(format!("create-{id:08}.tmp"));
+        let mut region = Region::create(&staging, size_bytes, durability, populate)?;
         // SAFETY: the region is new; nobody else can see it yet.
         unsafe { write_header(&region, id)? };
+        region.rename(&dir.join(segment_file_name(id)))?;
         sync_name(dir, durability)?;
         Ok(Segment::new(id, region))
     }
