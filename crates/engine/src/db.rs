@@ -5,7 +5,7 @@
 use std::fs::File;
 use std::ops::{Bound, Deref, RangeBounds};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -85,6 +85,11 @@ pub(crate) struct Inner {
     pub(crate) committer: Committer,
     pub(crate) counters: Counters,
     pub(crate) checkpoints: Mutex<CheckpointState>,
+    /// The segment GC is collecting; its lock makes one collector at a
+    /// time (see `gc.rs`).
+    pub(crate) gc: Mutex<Option<crate::gc::Collecting>>,
+    /// Set while GC is so far behind that writers help it (see `gc.rs`).
+    pub(crate) gc_behind: AtomicBool,
     poisoned: OnceLock<String>,
     report: RecoveryReport,
     shutdown: Mutex<bool>,
@@ -193,6 +198,8 @@ impl Db {
                 replayed_entries: recovered.report.replayed_frames,
                 pending_free: Vec::new(),
             }),
+            gc: Mutex::new(None),
+            gc_behind: AtomicBool::new(false),
             poisoned: OnceLock::new(),
             report: recovered.report,
             shutdown: Mutex::new(false),
@@ -316,6 +323,9 @@ impl Db {
         if batch.body.len() > max {
             return Err(Error::BatchTooLarge { bytes: batch.body.len(), max });
         }
+        if self.inner.gc_behind.load(Ordering::Relaxed) {
+            self.inner.help_collect_garbage();
+        }
         Ok(Some(Request::new(batch.body, batch.count, None)))
     }
 
@@ -359,7 +369,7 @@ impl Db {
 
     /// Runs one garbage-collection pass now; returns segments freed.
     pub fn collect_garbage(&self) -> Result<u64> {
-        self.inner.collect_garbage(false)
+        self.inner.collect_garbage(None, crate::gc::SEGMENTS_PER_PASS)
     }
 
     /// Rebuilds the in-memory index with full B-tree nodes, as the
@@ -805,7 +815,8 @@ impl Inner {
         // Keep collecting while passes come back full, so GC keeps up with
         // sustained overwrites, but stop promptly on close. The segments it
         // empties are freed by the checkpoint thread's next checkpoint.
-        while self.collect_garbage(true)? == crate::gc::SEGMENTS_PER_PASS as u64 && !*self.shutdown.lock() {}
+        let (budget, pass) = (Some(self.options.gc_space_amp), crate::gc::SEGMENTS_PER_PASS);
+        while self.collect_garbage(budget, pass)? == pass as u64 && !*self.shutdown.lock() {}
         Ok(())
     }
 
@@ -814,6 +825,9 @@ impl Inner {
     /// crash) or GC's emptied segments wait for one to be freed.
     fn checkpoint_loop(&self) {
         self.every_step_until_shutdown(|| {
+            if self.poisoned.get().is_none() {
+                self.refresh_gc_behind();
+            }
             if self.poisoned.get().is_none() && self.checkpoint_due(4) {
                 if let Err(error) = self.checkpoint() {
                     tracing::error!(dir = %self.dir.display(), %error, "background checkpoint failed");

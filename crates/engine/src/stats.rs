@@ -10,6 +10,8 @@ pub(crate) struct Counters {
     pub log_bytes_written: AtomicU64,
     pub gc_bytes_written: AtomicU64,
     pub gc_runs: AtomicU64,
+    pub gc_stalled_writes: AtomicU64,
+    pub gc_stall_micros: AtomicU64,
     pub segments_freed: AtomicU64,
     pub checkpoints: AtomicU64,
     /// Groups the committer wrote (each one persist) and the user requests
@@ -26,6 +28,8 @@ impl Counters {
         stats.log_bytes_written = log;
         stats.gc_bytes_written = self.gc_bytes_written.load(Ordering::Relaxed);
         stats.gc_runs = self.gc_runs.load(Ordering::Relaxed);
+        stats.gc_stalled_writes = self.gc_stalled_writes.load(Ordering::Relaxed);
+        stats.gc_stall_micros = self.gc_stall_micros.load(Ordering::Relaxed);
         stats.segments_freed = self.segments_freed.load(Ordering::Relaxed);
         stats.checkpoints = self.checkpoints.load(Ordering::Relaxed);
         stats.commit_groups = self.commit_groups.load(Ordering::Relaxed);
@@ -62,7 +66,13 @@ pub struct Stats {
     pub write_amplification: f64,
     /// log_bytes / live_bytes: how much the log holds per live byte.
     pub space_amplification: f64,
+    /// Since open: segments GC emptied and freed.
     pub gc_runs: u64,
+    /// Since open: writes that first collected a segment, or waited for
+    /// the collector, because GC was far behind (see `gc.rs`), and the
+    /// time they spent so: what RocksDB reports as write stalls.
+    pub gc_stalled_writes: u64,
+    pub gc_stall_micros: u64,
     pub segments_freed: u64,
     /// Since open: freed segments reused as new ones instead of creating
     /// files (tmpfs and DAX only).

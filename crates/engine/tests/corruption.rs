@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 
 use proptest::prelude::*;
-use scaledkv::log::reader::scan;
+use scaledkv::log::reader::{scan, scan_until, ScanEnd};
 use scaledkv::{Db, Durability, Error, Options};
 
 const FRAMES: u32 = 20;
@@ -227,6 +227,32 @@ proptest! {
                 prop_assert_eq!(v, value(i));
             }
         }
+    }
+}
+
+/// GC scans a segment in pieces: whatever the piece size, the pieces
+/// together visit exactly the frames of one whole scan, in order.
+#[test]
+fn a_scan_in_pieces_visits_every_frame_once() {
+    let (_dir, segment, frames) = build(false);
+    let bytes = std::fs::read(segment).unwrap();
+    for piece in [1, 8, 100, 256, 1000, 4096, bytes.len()] {
+        let (mut seen, mut at) = (Vec::new(), 256);
+        loop {
+            let stop = at + piece;
+            // One entry per frame in this log.
+            let end = match scan_until(&bytes, at, stop, |frame_at, header, _, _| {
+                seen.push((frame_at, frame_at + header.frame_len as usize));
+            }) {
+                ScanEnd::Clean { end } => end,
+                bad => panic!("{bad:?}"),
+            };
+            at = end;
+            if end < stop {
+                break;
+            }
+        }
+        assert_eq!(seen, frames, "pieces of {piece} bytes");
     }
 }
 

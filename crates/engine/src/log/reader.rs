@@ -24,10 +24,25 @@ pub enum ScanEnd {
 pub fn scan<'a>(
     bytes: &'a [u8],
     start: usize,
+    on_entry: impl FnMut(usize, &FrameHeader, usize, EntryView<'a>),
+) -> ScanEnd {
+    scan_until(bytes, start, usize::MAX, on_entry)
+}
+
+/// As `scan`, stopping before the first frame at or after `stop`; then
+/// `Clean { end }` is where the next piece starts. `end < stop` means the
+/// data ended (GC scans a segment in pieces).
+pub fn scan_until<'a>(
+    bytes: &'a [u8],
+    start: usize,
+    stop: usize,
     mut on_entry: impl FnMut(usize, &FrameHeader, usize, EntryView<'a>),
 ) -> ScanEnd {
     let mut at = start;
     loop {
+        if at >= stop {
+            return ScanEnd::Clean { end: at };
+        }
         if at + FRAME_HEADER_BYTES > bytes.len() {
             return ScanEnd::Clean { end: at.min(bytes.len()) };
         }
