@@ -108,7 +108,7 @@ impl Store for ScaledKv {
     fn report(&self) -> Vec<String> {
         let s = self.db.stats();
         vec![format!(
-            "stats: keys={} live={:.1}MB log={:.1}MB segments={} (recycled {}) space-amp={:.2} write-amp={:.2} index={:.1}MB ({:.1} B/key est.) gc-copied={:.1}MB gc-stalls={} ({:.2} s) checkpoints={} groups={} ({:.1} writes/group)",
+            "stats: keys={} live={:.1}MB log={:.1}MB segments={} (recycled {}) space-amp={:.2} write-amp={:.2} index={:.1}MB ({:.1} B/key est.) gc-copied={:.1}MB gc-maps={:.1}MB gc-stalls={} ({:.2} s) checkpoints={} groups={} ({:.1} writes/group)",
             s.keys,
             s.live_bytes as f64 / 1e6,
             s.log_bytes as f64 / 1e6,
@@ -119,6 +119,7 @@ impl Store for ScaledKv {
             s.index_memory_bytes as f64 / 1e6,
             s.index_bytes_per_key,
             s.gc_bytes_written as f64 / 1e6,
+            s.gc_map_bytes as f64 / 1e6,
             s.gc_stalled_writes,
             s.gc_stall_micros as f64 / 1e6,
             s.checkpoints,

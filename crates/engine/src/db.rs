@@ -870,6 +870,7 @@ impl Inner {
             medium,
             persist_method: persist,
             segments_recycled: self.recycler.recycled(),
+            gc_map_bytes: segments.iter().map(|s| s.dead.memory_bytes() as u64).sum(),
             ..Stats::default()
         })
     }

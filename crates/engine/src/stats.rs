@@ -56,6 +56,9 @@ pub struct Stats {
     /// Estimated DRAM held by the index (see `index::memtable` for the model).
     pub index_memory_bytes: u64,
     pub index_bytes_per_key: f64,
+    /// DRAM held by GC's maps of dead entries (`log::dead`: at most 1/64
+    /// of the log, and 64 maps).
+    pub gc_map_bytes: u64,
     /// Since open: entry bytes written by users.
     pub user_bytes_written: u64,
     /// Since open: frame bytes appended to the log (users + GC).

@@ -133,7 +133,7 @@ impl Tree {
         let old = match self.heads.insert(owned, new) {
             Some(old) => {
                 deltas.keys += old.loc.is_tombstone() as i64;
-                add_live(segments, old.loc, -1);
+                remove_live(segments, old.loc, &mut deltas.dead);
                 retain_for_snapshots(&mut self.older, key, old, new.seq(), snapshots, &mut deltas.chained);
                 Some(old.loc).filter(|loc| !loc.is_tombstone())
             }
@@ -164,7 +164,7 @@ impl Tree {
         let Some(head) = self.heads.get_mut(KeyRef::new(key)) else { return };
         let old = std::mem::replace(head, Slot::new(Loc::TOMBSTONE, seq));
         deltas.keys -= !old.loc.is_tombstone() as i64;
-        add_live(segments, old.loc, -1);
+        remove_live(segments, old.loc, &mut deltas.dead);
         if let Some(points) = self.points.as_mut().filter(|_| !old.loc.is_tombstone()) {
             points.remove(key, old.loc);
         }
@@ -185,16 +185,29 @@ impl Tree {
     }
 }
 
-/// Adds (`sign` 1) or removes (-1) `loc`'s bytes from its segment's live count.
-fn add_live(segments: &SegmentSet, loc: Loc, sign: i64) {
+/// Adds `loc`'s bytes to its segment's live count.
+fn add_live(segments: &SegmentSet, loc: Loc) {
     if !loc.is_tombstone() {
-        segments.with(loc.seg, |s| {
-            if sign > 0 {
-                s.live_bytes.fetch_add(loc.len as u64, Ordering::Relaxed);
-            } else {
-                s.live_bytes.fetch_sub(loc.len as u64, Ordering::Relaxed);
-            }
-        });
+        segments.with(loc.seg, |s| s.live_bytes.fetch_add(loc.len as u64, Ordering::Relaxed));
+    }
+}
+
+/// Removes `loc`'s bytes from its segment's live count and adds it to
+/// `dead`, for `mark_dead` once the caller's loop is done: the dead-entry
+/// maps are cache misses, which a loop of them overlaps (marking each at
+/// once cost 16% of a pass of overwrites, the merger being the busiest
+/// thread).
+fn remove_live(segments: &SegmentSet, loc: Loc, dead: &mut Vec<Loc>) {
+    if !loc.is_tombstone() {
+        segments.with(loc.seg, |s| s.live_bytes.fetch_sub(loc.len as u64, Ordering::Relaxed));
+        dead.push(loc);
+    }
+}
+
+/// Records `dead` in their segments' dead-entry maps (see `log::dead`).
+fn mark_dead(segments: &SegmentSet, dead: &mut Vec<Loc>) {
+    for loc in dead.drain(..) {
+        segments.with(loc.seg, |s| segments.mark_dead(s, loc.off));
     }
 }
 
@@ -204,6 +217,8 @@ struct Deltas {
     keys: i64,
     spilled: i64,
     chained: i64,
+    /// Versions that stopped being live (see `remove_live`).
+    dead: Vec<Loc>,
 }
 
 /// Updates not yet in the tree (see the module comment).
@@ -452,7 +467,10 @@ impl Index {
                 self.spilled_key_bytes.fetch_sub(key.heap_bytes(), Ordering::Relaxed);
             }
             self.live_keys.fetch_sub(1, Ordering::Relaxed);
-            segments.with(at.seg, |s| s.live_bytes.fetch_sub(at.len as u64, Ordering::Relaxed));
+            segments.with(at.seg, |s| {
+                s.live_bytes.fetch_sub(at.len as u64, Ordering::Relaxed);
+                segments.mark_dead(s, at.off);
+            });
         }
         removable
     }
@@ -555,10 +573,11 @@ impl Index {
             debug_assert_eq!(pending.len(), 0);
             return self.apply_to_tree(updates, new_visible_seq, segments);
         }
+        let mut dead = Vec::new();
         for update in updates {
             let (key, slot) = match update {
                 Update::Put { key, loc, seq } => {
-                    add_live(segments, loc, 1);
+                    add_live(segments, loc);
                     (key, Slot::new(loc, seq))
                 }
                 Update::Delete { key, seq } => (key, Slot::new(Loc::TOMBSTONE, seq)),
@@ -566,7 +585,7 @@ impl Index {
                     let current = pending.get(key).or_else(|| self.tree.read().heads.get(KeyRef::new(key)).copied());
                     match current {
                         Some(current) if current.loc == from => {
-                            add_live(segments, to, 1);
+                            add_live(segments, to);
                             (key, Slot::new(to, current.seq()))
                         }
                         _ => continue,
@@ -576,9 +595,10 @@ impl Index {
             // A version superseded before it reached the tree is dead now;
             // one in the tree or the frozen table, once the merge replaces it.
             if let Some(old) = pending.active.insert(key, slot) {
-                add_live(segments, old.loc, -1);
+                remove_live(segments, old.loc, &mut dead);
             }
         }
+        mark_dead(segments, &mut dead);
         self.pending_entries.store(pending.len(), Ordering::Release);
         debug_assert!(new_visible_seq >= self.visible_seq());
         self.visible_seq.store(new_visible_seq, Ordering::Release);
@@ -615,7 +635,7 @@ impl Index {
         for update in updates {
             match update {
                 Update::Put { key, loc, seq } => {
-                    add_live(segments, loc, 1);
+                    add_live(segments, loc);
                     tree.put_head(key, Slot::new(loc, seq), snapshots, segments, &mut deltas);
                 }
                 Update::Delete { key, seq } => tree.delete_head(key, seq, snapshots, segments, &mut deltas),
@@ -623,8 +643,8 @@ impl Index {
                     if let Some(head) = tree.heads.get_mut(KeyRef::new(key)) {
                         if head.loc == from {
                             head.loc = to;
-                            add_live(segments, from, -1);
-                            add_live(segments, to, 1);
+                            remove_live(segments, from, &mut deltas.dead);
+                            add_live(segments, to);
                             if let Some(points) = &mut tree.points {
                                 points.replace(key, from, to);
                             }
@@ -633,6 +653,8 @@ impl Index {
                 }
             }
         }
+        drop(guard);
+        mark_dead(segments, &mut deltas.dead);
         self.add_deltas(&deltas);
         debug_assert!(new_visible_seq >= self.visible_seq());
         self.visible_seq.store(new_visible_seq, Ordering::Release);
@@ -683,6 +705,7 @@ impl Index {
                 merged += 1;
             }
             drop(tree);
+            mark_dead(segments, &mut deltas.dead);
             if merged < MERGE_CHUNK {
                 break;
             }

@@ -13,13 +13,14 @@
 //! ```
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 use scaledkv_pmem::{Durability, Region};
 
 use crate::error::{Error, Result};
+use crate::log::dead::DeadMap;
 use crate::log::record::FORMAT_VERSION;
 
 pub const SEGMENT_HEADER_BYTES: usize = 256;
@@ -48,6 +49,8 @@ pub struct Segment {
     pub live_bytes: AtomicU64,
     /// Bytes of frames written so far (the segment's logical end).
     pub written_bytes: AtomicU64,
+    /// Entries the index no longer points at (GC skips them).
+    pub dead: DeadMap,
     /// Set when GC has freed the segment: the file is removed once the last
     /// reader or snapshot holding it lets go.
     delete_on_drop: AtomicBool,
@@ -101,6 +104,7 @@ impl Segment {
         self.id = id;
         self.live_bytes.store(0, Ordering::Relaxed);
         self.written_bytes.store(SEGMENT_HEADER_BYTES as u64, Ordering::Relaxed);
+        self.dead = DeadMap::default();
         Ok(())
     }
 
@@ -140,6 +144,7 @@ impl Segment {
             region,
             live_bytes: AtomicU64::new(0),
             written_bytes: AtomicU64::new(SEGMENT_HEADER_BYTES as u64),
+            dead: DeadMap::default(),
             delete_on_drop: AtomicBool::new(false),
         }
     }
@@ -265,11 +270,18 @@ pub struct SegmentSet {
     /// old version in a segment created after it (a GC copy overwritten
     /// later), which its pinned table does not have; reads fall back here.
     retired: parking_lot::Mutex<Vec<Arc<Segment>>>,
+    /// Dead-entry maps allocated by the segments in the table (bounded:
+    /// see `log::dead`).
+    dead_maps: AtomicUsize,
 }
 
 impl Default for SegmentSet {
     fn default() -> Self {
-        SegmentSet { table: ArcSwap::from_pointee(Vec::new()), retired: parking_lot::Mutex::new(Vec::new()) }
+        SegmentSet {
+            table: ArcSwap::from_pointee(Vec::new()),
+            retired: parking_lot::Mutex::new(Vec::new()),
+            dead_maps: AtomicUsize::new(0),
+        }
     }
 }
 
@@ -306,7 +318,16 @@ impl SegmentSet {
             removed = next.get_mut(id as usize).and_then(|s| s.take());
             next
         });
+        if removed.as_ref().is_some_and(|s| s.dead.allocated()) {
+            self.dead_maps.fetch_sub(1, Ordering::Relaxed);
+        }
         removed
+    }
+
+    /// Records that the index no longer points at the entry at `offset`
+    /// of `segment`, a segment of this set.
+    pub fn mark_dead(&self, segment: &Segment, offset: u32) {
+        segment.dead.mark(offset, segment.capacity_bytes(), &self.dead_maps);
     }
 
     pub fn retire(&self, segment: Arc<Segment>) {
