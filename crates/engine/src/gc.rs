@@ -298,20 +298,27 @@ mod tests {
     use super::{SEGMENTS_PER_PASS, WRITERS_HELP_ABOVE};
     use crate::{Db, Options};
 
+    /// A database of 64 KiB segments without background work: GC runs
+    /// only when a test calls it (or a write helps it).
+    fn open(dir: &tempfile::TempDir, gc_space_amp: f64) -> Db {
+        let options =
+            Options { background_work: false, segment_size_bytes: 64 * 1024, gc_space_amp, ..Options::default() };
+        Db::open(dir.path(), options).unwrap()
+    }
+
+    /// Writes `key` with a 1000-byte value that starts with `round`.
+    fn put(db: &Db, key: u32, round: u32) {
+        let mut value = vec![(key % 251) as u8; 1000];
+        value[..4].copy_from_slice(&round.to_le_bytes());
+        db.put(&key.to_le_bytes(), &value).unwrap();
+    }
+
     #[test]
     fn background_gc_waits_until_the_log_outgrows_its_space_budget() {
         let dir = tempfile::tempdir().unwrap();
-        let options =
-            Options { background_work: false, segment_size_bytes: 64 * 1024, gc_space_amp: 3.0, ..Options::default() };
-        let db = Db::open(dir.path(), options).unwrap();
+        let db = open(&dir, 3.0);
         // Each round rewrites every key: about 1.6 segments of values.
-        let round = |n: u32| {
-            for key in 0..100u32 {
-                let mut value = vec![(key % 251) as u8; 1000];
-                value[..4].copy_from_slice(&n.to_le_bytes());
-                db.put(&key.to_le_bytes(), &value).unwrap();
-            }
-        };
+        let round = |n: u32| (0..100).for_each(|key| put(&db, key, n));
         round(0);
         round(1);
         // Segments of round 0 are dead, but the log is only ~2x the live data.
@@ -339,23 +346,16 @@ mod tests {
         }
     }
 
-    /// Writers collect while GC is behind, one segment per write, until the
+    /// Writers collect while GC is behind, one piece per write, until the
     /// log is back within `WRITERS_HELP_ABOVE` times the budget.
     #[test]
     fn writers_collect_while_gc_is_far_behind() {
         let dir = tempfile::tempdir().unwrap();
-        let options =
-            Options { background_work: false, segment_size_bytes: 64 * 1024, gc_space_amp: 2.0, ..Options::default() };
-        let db = Db::open(dir.path(), options).unwrap();
-        let put = |key: u32, round: u32| {
-            let mut value = vec![(key % 251) as u8; 1000];
-            value[..4].copy_from_slice(&round.to_le_bytes());
-            db.put(&key.to_le_bytes(), &value).unwrap();
-        };
+        let db = open(&dir, 2.0);
         // Ten rounds over 100 keys: ~10x the live data, nothing collected.
         for round in 0..10 {
             for key in 0..100 {
-                put(key, round);
+                put(&db, key, round);
             }
         }
         let far_behind = db.stats();
@@ -365,7 +365,7 @@ mod tests {
         assert!(db.inner.gc_behind.load(Ordering::Relaxed));
         let mut writes = 0;
         while db.inner.gc_behind.load(Ordering::Relaxed) {
-            put(writes % 100, 10);
+            put(&db, writes % 100, 10);
             writes += 1;
             assert!(writes < 200, "writers never caught GC up: {:?}", db.stats());
         }
