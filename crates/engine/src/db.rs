@@ -90,6 +90,8 @@ pub(crate) struct Inner {
     pub(crate) gc: Mutex<Option<crate::gc::Collecting>>,
     /// Set while GC is so far behind that writers help it (see `gc.rs`).
     pub(crate) gc_behind: AtomicBool,
+    /// Segments GC found corrupt and no longer tries to collect.
+    pub(crate) gc_refused: Mutex<Vec<u32>>,
     poisoned: OnceLock<String>,
     report: RecoveryReport,
     shutdown: Mutex<bool>,
@@ -200,6 +202,7 @@ impl Db {
             }),
             gc: Mutex::new(None),
             gc_behind: AtomicBool::new(false),
+            gc_refused: Mutex::new(Vec::new()),
             poisoned: OnceLock::new(),
             report: recovered.report,
             shutdown: Mutex::new(false),

@@ -155,15 +155,23 @@ impl Inner {
         if !matches!(scanned, Ok(false)) {
             // Finished, or failed: either way start afresh next turn.
             let segment = collecting.take().expect("set above").segment;
+            if let Err(error @ Error::Corruption { .. }) = &scanned {
+                // Retrying would rescan it on every write that helps GC;
+                // reads of what lies past the damage report it anyway.
+                tracing::error!(segment = segment.id, %error, "GC leaves a damaged segment alone");
+                self.gc_refused.lock().push(segment.id);
+            }
             scanned?;
             return Ok(Turn::Finished { id: segment.id, freed: self.free_if_empty(&segment) });
         }
         Ok(Turn::Piece)
     }
 
-    /// Sealed segments below the live ratio, emptiest first.
+    /// Sealed segments below the live ratio, emptiest first, but for those
+    /// found damaged.
     fn gc_candidates(&self) -> Vec<Arc<Segment>> {
         let active = self.with_log(|log| log.active_id());
+        let refused = self.gc_refused.lock().clone();
         let ratio = |s: &Segment| {
             let written = s.written_bytes.load(Ordering::Relaxed).saturating_sub(SEGMENT_HEADER_BYTES as u64);
             if written == 0 {
@@ -176,7 +184,7 @@ impl Inner {
             .segments
             .all()
             .into_iter()
-            .filter(|s| s.id < active)
+            .filter(|s| s.id < active && !refused.contains(&s.id))
             .map(|s| (ratio(&s), s))
             .filter(|(r, _)| *r < self.options.gc_live_ratio)
             .collect();

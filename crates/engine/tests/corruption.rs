@@ -160,6 +160,32 @@ fn with_a_checkpoint_a_damaged_value_is_a_read_error_not_wrong_data() {
     assert!(db.iter().any(|kv| kv.is_err()), "the iterator reports the damaged entry");
 }
 
+/// GC that meets a damaged frame reports it once, naming the file, and
+/// then leaves that segment alone: writes that help GC would otherwise
+/// rescan it every time.
+#[test]
+fn gc_reports_a_damaged_segment_once_and_then_leaves_it() {
+    let (base, _, frames) = build(false);
+    let copy = copy_dir(base.path());
+    let segment = copy.path().join("seg-00000001.log");
+    edit(&segment, |b| b[frames[3].0 + 24 + 12 + 7 + 2] ^= 1);
+    let db = Db::open(copy.path(), options()).unwrap();
+    // Write 3,000 keys twice, sealing a few segments: segment 1 (which the
+    // log went on filling after the reopen) is then all garbage, the
+    // damaged entry included.
+    for i in (0..3000).chain(0..3000) {
+        db.put(&key(i), &value(i + 1)).unwrap();
+    }
+    match db.collect_garbage() {
+        Err(Error::Corruption { path, .. }) => assert_eq!(path, segment),
+        other => panic!("expected the damaged segment to be reported, got {other:?}"),
+    }
+    assert!(db.collect_garbage().is_ok(), "GC tried the damaged segment again");
+    for i in 0..3000 {
+        assert_eq!(db.get(&key(i)).unwrap().unwrap(), value(i + 1));
+    }
+}
+
 #[test]
 fn damaged_manifest_or_checkpoint_is_a_clear_error() {
     let (base, _, _) = build(false);
