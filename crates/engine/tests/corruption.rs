@@ -148,13 +148,20 @@ fn a_segment_file_cut_short_at_every_boundary_is_a_reported_tail() {
     }
 }
 
-#[test]
-fn with_a_checkpoint_a_damaged_value_is_a_read_error_not_wrong_data() {
+/// A checkpointed database whose key 3 has a flipped bit in its value,
+/// opened; and the damaged segment's path.
+fn open_with_a_damaged_value() -> (tempfile::TempDir, PathBuf, Db) {
     let (base, _, frames) = build(false);
     let copy = copy_dir(base.path());
     let segment = copy.path().join("seg-00000001.log");
     edit(&segment, |b| b[frames[3].0 + 24 + 12 + 7 + 2] ^= 1);
     let db = Db::open(copy.path(), options()).unwrap();
+    (copy, segment, db)
+}
+
+#[test]
+fn with_a_checkpoint_a_damaged_value_is_a_read_error_not_wrong_data() {
+    let (_copy, _, db) = open_with_a_damaged_value();
     assert!(matches!(db.get(&key(3)), Err(Error::Corruption { .. })));
     assert_eq!(db.get(&key(4)).unwrap().unwrap(), value(4));
     assert!(db.iter().any(|kv| kv.is_err()), "the iterator reports the damaged entry");
@@ -165,11 +172,7 @@ fn with_a_checkpoint_a_damaged_value_is_a_read_error_not_wrong_data() {
 /// rescan it every time.
 #[test]
 fn gc_reports_a_damaged_segment_once_and_then_leaves_it() {
-    let (base, _, frames) = build(false);
-    let copy = copy_dir(base.path());
-    let segment = copy.path().join("seg-00000001.log");
-    edit(&segment, |b| b[frames[3].0 + 24 + 12 + 7 + 2] ^= 1);
-    let db = Db::open(copy.path(), options()).unwrap();
+    let (_copy, segment, db) = open_with_a_damaged_value();
     // Write 3,000 keys twice, sealing a few segments: segment 1 (which the
     // log went on filling after the reopen) is then all garbage, the
     // damaged entry included.
