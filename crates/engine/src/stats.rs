@@ -71,7 +71,7 @@ pub struct Stats {
     pub space_amplification: f64,
     /// Since open: segments GC emptied and freed.
     pub gc_runs: u64,
-    /// Since open: writes that first collected a segment, or waited for
+    /// Since open: writes that first collected a piece of a segment, or waited for
     /// the collector, because GC was far behind (see `gc.rs`), and the
     /// time they spent so: what RocksDB reports as write stalls.
     pub gc_stalled_writes: u64,
