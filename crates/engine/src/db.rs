@@ -828,10 +828,11 @@ impl Inner {
     /// crash) or GC's emptied segments wait for one to be freed.
     fn checkpoint_loop(&self) {
         self.every_step_until_shutdown(|| {
-            if self.poisoned.get().is_none() {
-                self.refresh_gc_behind();
+            if self.poisoned.get().is_some() {
+                return;
             }
-            if self.poisoned.get().is_none() && self.checkpoint_due(4) {
+            self.refresh_gc_behind();
+            if self.checkpoint_due(4) {
                 if let Err(error) = self.checkpoint() {
                     tracing::error!(dir = %self.dir.display(), %error, "background checkpoint failed");
                 }

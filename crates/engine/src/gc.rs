@@ -150,28 +150,27 @@ impl Inner {
             };
             *collecting = Some(Collecting { segment, next: SEGMENT_HEADER_BYTES });
         }
-        let current = collecting.as_mut().expect("set above");
-        let scanned = self.collect_piece(current);
-        if !matches!(scanned, Ok(false)) {
-            // Finished, or failed: either way start afresh next turn.
-            let segment = collecting.take().expect("set above").segment;
-            if let Err(error @ Error::Corruption { .. }) = &scanned {
-                // Retrying would rescan it on every write that helps GC;
-                // reads of what lies past the damage report it anyway.
-                tracing::error!(segment = segment.id, %error, "GC leaves a damaged segment alone");
-                self.gc_refused.lock().push(segment.id);
-            }
-            scanned?;
-            return Ok(Turn::Finished { id: segment.id, freed: self.free_if_empty(&segment) });
+        let scanned = self.collect_piece(collecting.as_mut().expect("set above"));
+        if let Ok(false) = scanned {
+            return Ok(Turn::Piece);
         }
-        Ok(Turn::Piece)
+        // Finished, or failed: either way start afresh next turn.
+        let segment = collecting.take().expect("set above").segment;
+        if let Err(error @ Error::Corruption { .. }) = &scanned {
+            // Retrying would rescan it on every write that helps GC; reads
+            // of what lies past the damage report it anyway.
+            tracing::error!(segment = segment.id, %error, "GC leaves a damaged segment alone");
+            self.gc_refused.lock().push(segment.id);
+        }
+        scanned?;
+        Ok(Turn::Finished { id: segment.id, freed: self.free_if_empty(&segment) })
     }
 
     /// Sealed segments below the live ratio, emptiest first, but for those
     /// found damaged.
     fn gc_candidates(&self) -> Vec<Arc<Segment>> {
         let active = self.with_log(|log| log.active_id());
-        let refused = self.gc_refused.lock().clone();
+        let refused = self.gc_refused.lock();
         let ratio = |s: &Segment| {
             let written = s.written_bytes.load(Ordering::Relaxed).saturating_sub(SEGMENT_HEADER_BYTES as u64);
             if written == 0 {
