@@ -78,6 +78,10 @@ pub struct Flags {
     /// it merges them (`Options::deferred_index_updates`; 0 = none).
     #[arg(long)]
     pub deferred_index_updates: Option<usize>,
+    /// ScaledKV only: log entries between index checkpoints
+    /// (`Options::checkpoint_interval_entries`).
+    #[arg(long)]
+    pub checkpoint_interval_entries: Option<u64>,
     /// ScaledKV only: 0 stops group-commit leaders from waiting for the
     /// last group's writers where a persist waits for a device
     /// (`Options::gather_groups`, on by default).
@@ -118,6 +122,9 @@ fn open_store(flags: &Flags, fresh: bool) -> Result<Arc<dyn store::Store>, Strin
                 gc_space_amp: flags.gc_space_amp.unwrap_or(defaults.gc_space_amp),
                 deferred_index_updates: flags.deferred_index_updates.unwrap_or(defaults.deferred_index_updates),
                 gather_groups: flags.gather_groups,
+                checkpoint_interval_entries: flags
+                    .checkpoint_interval_entries
+                    .unwrap_or(defaults.checkpoint_interval_entries),
                 ..defaults
             };
             Ok(Arc::new(store::ScaledKv::open(&flags.db, options, fresh)?))

@@ -303,6 +303,7 @@ mod tests {
     use std::sync::atomic::Ordering;
 
     use super::{SEGMENTS_PER_PASS, WRITERS_HELP_ABOVE};
+    use crate::commit::{Relocation, Request};
     use crate::{Db, Options};
 
     /// A database of 64 KiB segments without background work: GC runs
@@ -384,5 +385,40 @@ mod tests {
             let round: u32 = if key < writes { 10 } else { 9 };
             assert_eq!(&db.get(&key.to_le_bytes()).unwrap().unwrap()[..4], &round.to_le_bytes());
         }
+    }
+
+    /// GC checks that an entry is live, then commits its copy: a delete
+    /// and a checkpoint can land in between. The copy must not bring the
+    /// key back when a crash makes the next open replay it.
+    #[test]
+    fn a_late_copy_of_a_deleted_key_stays_deleted_after_a_crash() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = open(&dir, 3.0);
+        db.put(b"kept", b"value").unwrap();
+        db.put(b"gone", b"old value").unwrap();
+        // What GC noted when it found the entry live.
+        let (loc, seq) = (db.inner.index.get(b"gone", None).unwrap(), db.stats().last_seq);
+        let table = db.inner.segments.pin();
+        let segment = table[loc.seg as usize].as_ref().unwrap();
+        let body = segment.region.read(loc.off as usize, loc.len as usize).unwrap().to_vec();
+        db.delete(b"gone").unwrap();
+        db.inner.checkpoint().unwrap();
+        let copy = Request::new(body, 1, Some(vec![Relocation { seq, from: loc }]));
+        db.inner.commit(copy).unwrap();
+        assert_eq!(db.get(b"gone").unwrap(), None);
+
+        // The files as a crash now would leave them (every write is durable).
+        let crashed = tempfile::tempdir().unwrap();
+        for file in std::fs::read_dir(dir.path()).unwrap() {
+            let path = file.unwrap().path();
+            if path.file_name().unwrap() != "LOCK" {
+                std::fs::copy(&path, crashed.path().join(path.file_name().unwrap())).unwrap();
+            }
+        }
+        drop(db);
+        let reopened = open(&crashed, 3.0);
+        assert_eq!(reopened.get(b"gone").unwrap(), None);
+        assert_eq!(reopened.get(b"kept").unwrap().as_deref(), Some(&b"value"[..]));
+        assert_eq!(reopened.recovery_report().replayed_frames, 1, "the copy was replayed");
     }
 }
