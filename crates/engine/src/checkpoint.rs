@@ -91,9 +91,9 @@ pub fn remove_spare(dir: &Path) {
 }
 
 /// Writes the index to `dir/index-<generation>.ckpt` (fsynced) and returns
-/// the number of entries written. The file is written as `.tmp` (over the
+/// the number of entries and bytes written. The file is written as `.tmp` (over the
 /// spare's pages if there is one) and renamed into place once durable.
-pub fn write(dir: &Path, generation: u64, index: &Index, last_seq: u64) -> Result<u64> {
+pub fn write(dir: &Path, generation: u64, index: &Index, last_seq: u64) -> Result<(u64, u64)> {
     let path = dir.join(file_name(generation));
     let tmp = dir.join(format!("{}.tmp", file_name(generation)));
     // Without a spare, or if it cannot be renamed, start a new file.
@@ -132,14 +132,18 @@ pub fn write(dir: &Path, generation: u64, index: &Index, last_seq: u64) -> Resul
     file.set_len(len).map_err(Error::io(&tmp, "truncate"))?;
     file.sync_all().map_err(Error::io(&tmp, "fsync"))?;
     std::fs::rename(&tmp, &path).map_err(Error::io(&path, "rename"))?;
-    Ok(count)
+    Ok((count, len))
 }
 
-/// About how many entries checkpoint `generation` holds, from its size
-/// (0 if it cannot be read; `load` reports the error).
+/// The size of checkpoint `generation` (0 if it cannot be read; `load`
+/// reports the error).
+pub fn file_bytes(dir: &Path, generation: u64) -> u64 {
+    std::fs::metadata(dir.join(file_name(generation))).map_or(0, |m| m.len())
+}
+
+/// About how many entries checkpoint `generation` holds, from its size.
 pub fn keys_hint(dir: &Path, generation: u64) -> usize {
-    let bytes = std::fs::metadata(dir.join(file_name(generation))).map_or(0, |m| m.len());
-    (bytes / 34) as usize
+    (file_bytes(dir, generation) / 34) as usize
 }
 
 /// A loaded checkpoint: the index entries in key order and the sequence

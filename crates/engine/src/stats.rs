@@ -14,6 +14,7 @@ pub(crate) struct Counters {
     pub gc_stall_micros: AtomicU64,
     pub segments_freed: AtomicU64,
     pub checkpoints: AtomicU64,
+    pub checkpoint_bytes_written: AtomicU64,
     /// Groups the committer wrote (each one persist) and the user requests
     /// in them: their ratio is the group commit's batching.
     pub commit_groups: AtomicU64,
@@ -32,9 +33,11 @@ impl Counters {
         stats.gc_stall_micros = self.gc_stall_micros.load(Ordering::Relaxed);
         stats.segments_freed = self.segments_freed.load(Ordering::Relaxed);
         stats.checkpoints = self.checkpoints.load(Ordering::Relaxed);
+        stats.checkpoint_bytes_written = self.checkpoint_bytes_written.load(Ordering::Relaxed);
         stats.commit_groups = self.commit_groups.load(Ordering::Relaxed);
         stats.committed_requests = self.committed_requests.load(Ordering::Relaxed);
-        stats.write_amplification = if user == 0 { 0.0 } else { log as f64 / user as f64 };
+        let written = log + stats.checkpoint_bytes_written;
+        stats.write_amplification = if user == 0 { 0.0 } else { written as f64 / user as f64 };
         stats.space_amplification =
             if stats.live_bytes == 0 { 0.0 } else { stats.log_bytes as f64 / stats.live_bytes as f64 };
         stats
@@ -65,7 +68,9 @@ pub struct Stats {
     pub log_bytes_written: u64,
     /// Since open: bytes GC copied forward.
     pub gc_bytes_written: u64,
-    /// log_bytes_written / user_bytes_written.
+    /// (log_bytes_written + checkpoint_bytes_written) / user_bytes_written:
+    /// every byte the engine wrote per byte users wrote, as RocksDB counts
+    /// its flushes and compactions.
     pub write_amplification: f64,
     /// log_bytes / live_bytes: how much the log holds per live byte.
     pub space_amplification: f64,
@@ -81,6 +86,8 @@ pub struct Stats {
     /// files (tmpfs and DAX only).
     pub segments_recycled: u64,
     pub checkpoints: u64,
+    /// Since open: bytes of index checkpoints written.
+    pub checkpoint_bytes_written: u64,
     /// Since open: write groups (one persist each) and the user write
     /// requests (puts, deletes, batches) they held.
     pub commit_groups: u64,

@@ -59,7 +59,7 @@ pub fn render(shared: &Shared) -> String {
         ("live_bytes", "Bytes of live log entries", stats.live_bytes as f64),
         ("disk_bytes", "Bytes of segment files", stats.disk_bytes as f64),
         ("index_memory_bytes", "Estimated DRAM held by the index", stats.index_memory_bytes as f64),
-        ("write_amplification", "Log bytes per user byte since start", stats.write_amplification),
+        ("write_amplification", "Log and checkpoint bytes per user byte since start", stats.write_amplification),
         ("uptime_seconds", "Seconds since start", shared.started.elapsed().as_secs_f64()),
     ];
     let mut out = String::new();
