@@ -316,6 +316,13 @@ impl Db {
         }
     }
 
+    /// Whether GC is so far behind that every write first collects a piece
+    /// of a segment (tens of milliseconds; see `gc.rs`): an event loop can
+    /// move such a write off the thread that serves its other clients.
+    pub fn gc_is_behind(&self) -> bool {
+        self.inner.gc_behind.load(Ordering::Relaxed)
+    }
+
     /// Whether each group commit waits for a device (fdatasync on a disk's
     /// file system). Then gathering more writers into one group saves a
     /// device flush per writer; on tmpfs, persistent memory or in

@@ -311,3 +311,31 @@ fn limits_timeouts_metrics_and_active_expiry() {
     assert!(body.starts_with("HTTP/1.1 200 OK"), "{body}");
     assert!(body.contains("\nscaledkv_expired_keys_total 300\n"), "{body}");
 }
+
+/// With `--gc-space-amp 1`, overwriting one key with large values soon
+/// puts the log far over its budget, and then each write first collects a
+/// piece of GC, on a thread the runtime's only worker is handed off from:
+/// replies, values and other connections stay right.
+#[test]
+fn writes_that_first_collect_garbage_keep_working() {
+    let (_dir, server) = start(&["--gc-space-amp", "1", "--durability", "buffered", "--threads", "1"]);
+    let mut con = client(&server);
+    let stalled = |con: &mut redis::Connection| -> u64 {
+        let info: String = redis::cmd("INFO").arg("persistence").query(con).unwrap();
+        let line = info.lines().find_map(|l| l.strip_prefix("gc_stalled_writes:")).unwrap();
+        line.trim().parse().unwrap()
+    };
+    let mut value = vec![b'x'; 60_000];
+    let mut round = 0u32;
+    // Up to ~1 GB of overwrites; the first stalls come after ~130 MB.
+    while round < 16_000 && (!round.is_multiple_of(500) || stalled(&mut con) == 0) {
+        round += 1;
+        value[..4].copy_from_slice(&round.to_le_bytes());
+        let _: () = con.set("k", &value).unwrap();
+    }
+    assert!(stalled(&mut con) > 0, "no write waited for GC in {round} overwrites");
+    let mut other = client(&server);
+    assert_eq!(other.get::<_, Vec<u8>>("k").unwrap(), value);
+    let _: () = con.set("k2", "after").unwrap();
+    assert_eq!(other.get::<_, String>("k2").unwrap(), "after");
+}

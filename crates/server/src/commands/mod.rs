@@ -9,6 +9,7 @@ mod tx;
 
 use bytes::Bytes;
 use smallvec::SmallVec;
+use tokio::runtime::RuntimeFlavor;
 
 use crate::conn::ConnState;
 use crate::keyspace::{KeyLocks, Stripe, Writes};
@@ -412,7 +413,16 @@ impl<'s> Run<'s> {
 /// blocks in fdatasync; elsewhere this task leads its own group (or joins
 /// the one in flight), which costs no hand-off.
 pub async fn commit(shared: &Shared, batch: scaledkv::WriteBatch) -> scaledkv::Result<()> {
-    let done = shared.db.enqueue_write(batch);
+    // While GC is far behind, queueing a write first collects a piece of it
+    // (tens of milliseconds): `block_in_place` hands this worker's other
+    // connections to another thread meanwhile, where blocking it held up
+    // every client it served.
+    let multi_threaded = tokio::runtime::Handle::current().runtime_flavor() == RuntimeFlavor::MultiThread;
+    let done = if shared.db.gc_is_behind() && multi_threaded {
+        tokio::task::block_in_place(|| shared.db.enqueue_write(batch))
+    } else {
+        shared.db.enqueue_write(batch)
+    };
     match &shared.commit_thread {
         Some(signal) => signal.queued(&shared.db),
         None => shared.db.commit_queued(),
