@@ -816,6 +816,7 @@ impl Inner {
         // Small chunks: each holds the index write lock, and this thread
         // runs at a lower priority than the writers waiting for it.
         while !self.index.fill_points(POINT_FILL_CHUNK) && !*self.shutdown.lock() {}
+        self.map_dead_entries();
         self.every_step_until_shutdown(|| {
             if let Err(error) = self.background_step() {
                 tracing::error!(dir = %self.dir.display(), %error, "background GC failed");

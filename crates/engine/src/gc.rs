@@ -37,6 +37,7 @@
 //! entries already replaced, 0.93-1.0M overwrites/s at 3.0x, stalls ~2 s
 //! in all instead of ~9.
 
+use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -44,6 +45,7 @@ use crate::commit::{Relocation, Request};
 use crate::db::{now_ms, Inner};
 use crate::error::{Error, Result};
 use crate::index::memtable::{Key, Loc};
+use crate::log::dead::MAX_MAPS;
 use crate::log::reader::{scan_until, ScanEnd};
 use crate::log::record::EntryKind;
 use crate::log::segment::{Segment, SEGMENT_HEADER_BYTES};
@@ -192,6 +194,28 @@ impl Inner {
             .collect();
         candidates.sort_by(|a, b| a.0.total_cmp(&b.0));
         candidates.into_iter().map(|(_, s)| s).collect()
+    }
+
+    /// Maps the dead entries of GC's candidates after a reopen (the maps
+    /// live in DRAM only): every entry dead but those the index points at,
+    /// found in one pass over it, merged into the marks that overwrites
+    /// made meanwhile. Without it, the first 20M overwrites of 10M x 8/32 B
+    /// after a reopen ran at 0.86-0.93M/s with writes stalled for 3.6-4.6 s,
+    /// as GC looked up every entry; with it 1.06-1.11M/s and 1.0-1.4 s, as
+    /// without a reopen. Sound while writers run: a version the pass finds
+    /// replaced stays replaced, and one replaced after it is marked as usual.
+    pub(crate) fn map_dead_entries(&self) -> usize {
+        let candidates: Vec<Arc<Segment>> = self.gc_candidates().into_iter().take(MAX_MAPS).collect();
+        if candidates.is_empty() {
+            return 0;
+        }
+        let mut live: HashMap<u32, Vec<u32>> = candidates.iter().map(|s| (s.id, Vec::new())).collect();
+        self.index.for_each_chunked(4096, |_, slot| {
+            if let Some(offsets) = live.get_mut(&slot.loc.seg) {
+                offsets.push(slot.loc.off);
+            }
+        });
+        candidates.iter().filter(|s| self.segments.mark_dead_all_but(s, &live[&s.id])).count()
     }
 
     /// Written log bytes over live bytes, infinite for a log of garbage.
@@ -423,5 +447,41 @@ mod tests {
         assert_eq!(reopened.get(b"gone").unwrap(), None);
         assert_eq!(reopened.get(b"kept").unwrap().as_deref(), Some(&b"value"[..]));
         assert_eq!(reopened.recovery_report().replayed_frames, 1, "the copy was replayed");
+    }
+
+    /// A reopened database has no dead-entry maps (they live in DRAM);
+    /// they are rebuilt from the index for GC's candidates, and GC then
+    /// empties those segments with every value intact (debug builds check
+    /// each entry skipped as dead against the index).
+    #[test]
+    fn a_reopened_database_maps_its_dead_entries_again() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let db = open(&dir, 3.0);
+            // Round 0's segments keep keys 60..100 live: GC must copy them.
+            (0..100).for_each(|key| put(&db, key, 0));
+            for round in 1..6 {
+                (0..60).for_each(|key| put(&db, key, round));
+            }
+            assert!(db.stats().gc_map_bytes > 0);
+        }
+        let db = open(&dir, 3.0);
+        assert_eq!(db.stats().gc_map_bytes, 0, "maps are not persisted");
+        put(&db, 61, 6); // marks the old version first, allocating a map
+        assert!(db.inner.map_dead_entries() > 0, "{:?}", db.stats());
+        assert!(db.stats().gc_map_bytes > 0);
+        put(&db, 7, 6); // dies after the pass: marked as usual
+        while db.collect_garbage().unwrap() > 0 {}
+        let stats = db.stats();
+        assert!(stats.gc_runs > 0 && stats.space_amplification < 2.0, "{stats:?}");
+        assert!(stats.gc_bytes_written > 0, "live entries were copied: {stats:?}");
+        for key in 0..100u32 {
+            let round: u32 = match key {
+                7 | 61 => 6,
+                0..=59 => 5,
+                _ => 0,
+            };
+            assert_eq!(&db.get(&key.to_le_bytes()).unwrap().unwrap()[..4], &round.to_le_bytes());
+        }
     }
 }

@@ -9,8 +9,9 @@
 //! two entries start in the same 8 bytes): 1/64 of the segment's size, 1
 //! MiB for 64 MiB, allocated on the first entry that dies. A set bit is
 //! certain (nothing points into a sealed segment anew); a clear one means
-//! "ask the index", which is also what a segment without a map (reopened,
-//! or over `MAX_MAPS`) gets.
+//! "ask the index", which is also what a segment without a map (over
+//! `MAX_MAPS`) gets. A reopened database's maps are rebuilt from the index
+//! by the background thread (`Inner::map_dead_entries`).
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::OnceLock;
@@ -50,6 +51,34 @@ impl DeadMap {
         }
     }
 
+    /// Marks every entry dead but those at `live` (offsets), allocating the
+    /// map as `mark` does; returns whether the segment has a map. For a
+    /// sealed segment whose live entries, as the index saw them, are all in
+    /// `live`: nothing points into it anew. Merged into marks made
+    /// meanwhile, as the first overwrite after a reopen allocates the map.
+    pub fn mark_all_but(&self, live: &[u32], segment_bytes: usize, maps: &AtomicUsize) -> bool {
+        let words = (segment_bytes / 8).div_ceil(64);
+        let bits = match self.bits.get() {
+            Some(bits) => bits,
+            None if maps.load(Ordering::Relaxed) < MAX_MAPS => self.bits.get_or_init(|| {
+                maps.fetch_add(1, Ordering::Relaxed);
+                std::iter::repeat_with(|| AtomicU64::new(0)).take(words).collect()
+            }),
+            None => return false,
+        };
+        let mut dead = vec![u64::MAX; words];
+        for offset in live {
+            let slot = *offset as usize / 8;
+            if let Some(word) = dead.get_mut(slot / 64) {
+                *word &= !(1 << (slot % 64));
+            }
+        }
+        for (word, dead) in bits.iter().zip(dead) {
+            word.fetch_or(dead, Ordering::Relaxed);
+        }
+        true
+    }
+
     /// Whether the entry at `offset` is known dead.
     pub fn is_dead(&self, offset: usize) -> bool {
         let slot = offset / 8;
@@ -85,6 +114,14 @@ mod tests {
         assert!(!map.is_dead(264) && !map.is_dead(248));
         assert_eq!(maps.load(Ordering::Relaxed), 1);
         assert_eq!(map.memory_bytes(), 64 * 1024 / 64);
+
+        // Rebuilt after a reopen, over a mark made meanwhile.
+        let rebuilt = DeadMap::default();
+        rebuilt.mark(512, 64 * 1024, &maps);
+        assert!(rebuilt.mark_all_but(&[256, 512, 4096], 64 * 1024, &maps));
+        assert!(!rebuilt.is_dead(256) && !rebuilt.is_dead(4096));
+        assert!(rebuilt.is_dead(512) && rebuilt.is_dead(264) && rebuilt.is_dead(64 * 1024 - 8));
+        assert_eq!(maps.load(Ordering::Relaxed), 2, "one map per segment");
 
         let full = AtomicUsize::new(MAX_MAPS);
         let unmapped = DeadMap::default();
