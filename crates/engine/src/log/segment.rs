@@ -330,14 +330,12 @@ impl SegmentSet {
         segment.dead.mark(offset, segment.capacity_bytes(), &self.dead_maps);
     }
 
-    /// Segments holding a dead-entry map.
-    pub fn dead_map_count(&self) -> usize {
-        self.dead_maps.load(Ordering::Relaxed)
-    }
     /// Marks every entry of `segment`, a sealed segment of this set, dead
-    /// but those at `live`; see `DeadMap::mark_all_but`.
+    /// but those at `live`; see `DeadMap::mark_all_but`. Not once GC has
+    /// removed it: its map would count toward `MAX_MAPS` for good.
     pub fn mark_dead_all_but(&self, segment: &Segment, live: &[u32]) -> bool {
-        segment.dead.mark_all_but(live, segment.capacity_bytes(), &self.dead_maps)
+        self.with(segment.id, |_| ()).is_some()
+            && segment.dead.mark_all_but(live, segment.capacity_bytes(), &self.dead_maps)
     }
 
     pub fn retire(&self, segment: Arc<Segment>) {
