@@ -185,12 +185,18 @@ fn candidate_wins(kept_seq: u64, candidate_seq: u64) -> bool {
 /// collapsed key needs one record: the winning write, or the newest copy.
 fn fold(kept: &mut TailRecord, candidate: &TailRecord) {
     if candidate.relocated && !kept.relocated {
-        if candidate.seq == kept.seq && !kept.deleted {
+        if copy_moves(kept.seq, kept.deleted, candidate.seq) {
             (kept.seg, kept.off, kept.len) = (candidate.seg, candidate.off, candidate.len);
         }
     } else if candidate_wins(kept.seq, candidate.seq) {
         *kept = *candidate;
     }
+}
+
+/// Whether a GC copy of version `copy_seq` moves the version kept: only
+/// that same version, never a deletion (see `fold`).
+fn copy_moves(kept_seq: u64, kept_deleted: bool, copy_seq: u64) -> bool {
+    copy_seq == kept_seq && !kept_deleted
 }
 
 impl Tail {
@@ -266,7 +272,7 @@ fn merge(checkpoint: Vec<(Key, Slot)>, mut tail: Tail, segments: &[Arc<Segment>]
                 let (key, slot) = older.next().expect("peeked");
                 let record = newer.next().expect("peeked");
                 let moves = if record.relocated {
-                    record.seq == slot.seq() && !slot.loc.is_tombstone()
+                    copy_moves(slot.seq(), slot.loc.is_tombstone(), record.seq)
                 } else {
                     candidate_wins(slot.seq(), record.seq)
                 };

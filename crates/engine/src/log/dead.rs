@@ -29,15 +29,7 @@ impl DeadMap {
     /// Marks the entry at `offset` dead, allocating the map if `maps` (the
     /// database's count of allocated maps) is below `MAX_MAPS`.
     pub fn mark(&self, offset: u32, segment_bytes: usize, maps: &AtomicUsize) {
-        let bits = match self.bits.get() {
-            Some(bits) => bits,
-            None if maps.load(Ordering::Relaxed) < MAX_MAPS => self.bits.get_or_init(|| {
-                maps.fetch_add(1, Ordering::Relaxed);
-                let words = (segment_bytes / 8).div_ceil(64);
-                std::iter::repeat_with(|| AtomicU64::new(0)).take(words).collect()
-            }),
-            None => return,
-        };
+        let Some(bits) = self.bits_or_allocate(segment_bytes, maps) else { return };
         let slot = offset as usize / 8;
         if let Some(word) = bits.get(slot / 64) {
             // Not a locked fetch_or (measured: 16% of a pass of overwrites
@@ -57,16 +49,8 @@ impl DeadMap {
     /// `live`: nothing points into it anew. Merged into marks made
     /// meanwhile, as the first overwrite after a reopen allocates the map.
     pub fn mark_all_but(&self, live: &[u32], segment_bytes: usize, maps: &AtomicUsize) -> bool {
-        let words = (segment_bytes / 8).div_ceil(64);
-        let bits = match self.bits.get() {
-            Some(bits) => bits,
-            None if maps.load(Ordering::Relaxed) < MAX_MAPS => self.bits.get_or_init(|| {
-                maps.fetch_add(1, Ordering::Relaxed);
-                std::iter::repeat_with(|| AtomicU64::new(0)).take(words).collect()
-            }),
-            None => return false,
-        };
-        let mut dead = vec![u64::MAX; words];
+        let Some(bits) = self.bits_or_allocate(segment_bytes, maps) else { return false };
+        let mut dead = vec![u64::MAX; bits.len()];
         for offset in live {
             let slot = *offset as usize / 8;
             if let Some(word) = dead.get_mut(slot / 64) {
@@ -77,6 +61,20 @@ impl DeadMap {
             word.fetch_or(dead, Ordering::Relaxed);
         }
         true
+    }
+
+    /// The map's words, allocated (zeroed) if `maps` (the database's count
+    /// of allocated maps) is below `MAX_MAPS`; `None` over the budget.
+    fn bits_or_allocate(&self, segment_bytes: usize, maps: &AtomicUsize) -> Option<&[AtomicU64]> {
+        match self.bits.get() {
+            Some(bits) => Some(bits),
+            None if maps.load(Ordering::Relaxed) < MAX_MAPS => Some(self.bits.get_or_init(|| {
+                maps.fetch_add(1, Ordering::Relaxed);
+                let words = (segment_bytes / 8).div_ceil(64);
+                std::iter::repeat_with(|| AtomicU64::new(0)).take(words).collect()
+            })),
+            None => None,
+        }
     }
 
     /// Whether the entry at `offset` is known dead.

@@ -417,8 +417,8 @@ pub async fn commit(shared: &Shared, batch: scaledkv::WriteBatch) -> scaledkv::R
     // (tens of milliseconds): `block_in_place` hands this worker's other
     // connections to another thread meanwhile, where blocking it held up
     // every client it served.
-    let multi_threaded = tokio::runtime::Handle::current().runtime_flavor() == RuntimeFlavor::MultiThread;
-    let done = if shared.db.gc_is_behind() && multi_threaded {
+    let in_place = || tokio::runtime::Handle::current().runtime_flavor() == RuntimeFlavor::MultiThread;
+    let done = if shared.db.gc_is_behind() && in_place() {
         tokio::task::block_in_place(|| shared.db.enqueue_write(batch))
     } else {
         shared.db.enqueue_write(batch)
