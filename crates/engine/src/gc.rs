@@ -209,6 +209,11 @@ impl Inner {
         if candidates.is_empty() {
             return 0;
         }
+        // The candidates are sealed, so every write into them was applied
+        // when `gc_candidates` read the active segment under the log lock;
+        // some may still be deferred (the merger's), which the pass below
+        // would miss and take for dead.
+        self.index.settle(&self.segments);
         let mut live: HashMap<u32, Vec<u32>> = candidates.iter().map(|s| (s.id, Vec::new())).collect();
         self.index.for_each_chunked(4096, |_, slot| {
             if let Some(offsets) = live.get_mut(&slot.loc.seg) {
