@@ -82,6 +82,10 @@ pub struct Flags {
     /// (`Options::checkpoint_interval_entries`).
     #[arg(long)]
     pub checkpoint_interval_entries: Option<u64>,
+    /// ScaledKV only: log bytes between index checkpoints
+    /// (`Options::checkpoint_interval_bytes`).
+    #[arg(long)]
+    pub checkpoint_interval_bytes: Option<u64>,
     /// ScaledKV only: 0 stops group-commit leaders from waiting for the
     /// last group's writers where a persist waits for a device
     /// (`Options::gather_groups`, on by default).
@@ -125,6 +129,9 @@ fn open_store(flags: &Flags, fresh: bool) -> Result<Arc<dyn store::Store>, Strin
                 checkpoint_interval_entries: flags
                     .checkpoint_interval_entries
                     .unwrap_or(defaults.checkpoint_interval_entries),
+                checkpoint_interval_bytes: flags
+                    .checkpoint_interval_bytes
+                    .unwrap_or(defaults.checkpoint_interval_bytes),
                 ..defaults
             };
             Ok(Arc::new(store::ScaledKv::open(&flags.db, options, fresh)?))
