@@ -29,7 +29,7 @@ const PREFETCH_AHEAD: usize = 8;
 /// overwrite on tmpfs, 3 interleaved runs: seekrandom(100) 8/256 B
 /// 32-40k -> 41-49k, 16/1024 B 22-25k -> 30-32k seeks/s; readseq the
 /// same (8/256 B, 5 pairs: 2.8-3.3M vs 2.9-3.5M entries/s).
-const TOUCH_AHEAD: usize = 64;
+const FIRST_LINE_AHEAD: usize = 64;
 /// Bytes of each prefetched entry, from its start: whole entries up to
 /// 4 KiB, as the checksum check reads every byte. 256 (header, key and the
 /// value's start) left a 1 KiB value's other lines to miss one by one:
@@ -146,10 +146,10 @@ impl Iter<'_> {
             if let Some((key, loc)) = self.chunk.get(self.next_in_chunk) {
                 self.next_in_chunk += 1;
                 if let Some((_, ahead)) = self.chunk.get(self.next_in_chunk + PREFETCH_AHEAD - 1) {
-                    prefetch(&self.table, *ahead);
+                    prefetch(&self.table, *ahead, PREFETCH_BYTES);
                 }
-                if let Some((_, far)) = self.chunk.get(self.next_in_chunk + TOUCH_AHEAD - 1) {
-                    prefetch_first_line(&self.table, *far);
+                if let Some((_, far)) = self.chunk.get(self.next_in_chunk + FIRST_LINE_AHEAD - 1) {
+                    prefetch(&self.table, *far, 1);
                 }
                 let value = match self.inner.read_at(key, *loc, Some(&self.table), true, &pin) {
                     Some(value) => value,
@@ -169,11 +169,12 @@ impl Iter<'_> {
                 return None;
             }
             self.refill();
-            for (_, loc) in self.chunk.iter().take(TOUCH_AHEAD - 1).skip(PREFETCH_AHEAD - 1) {
-                prefetch_first_line(&self.table, *loc);
-            }
+            // The nearest first: the next call reads the first entry.
             for (_, loc) in self.chunk.iter().take(PREFETCH_AHEAD - 1) {
-                prefetch(&self.table, *loc);
+                prefetch(&self.table, *loc, PREFETCH_BYTES);
+            }
+            for (_, loc) in self.chunk.iter().take(FIRST_LINE_AHEAD - 1).skip(PREFETCH_AHEAD - 1) {
+                prefetch(&self.table, *loc, 1);
             }
         }
         let key = &self.chunk[self.next_in_chunk - 1].0;
@@ -197,18 +198,12 @@ impl Drop for Iter<'_> {
     }
 }
 
-/// Asks the CPU to start loading the entry at `loc` into its caches. A hint
-/// only: a segment missing from the pinned table is simply not prefetched.
-fn prefetch(table: &SegmentTable, loc: Loc) {
+/// Asks the CPU to start loading the first `max_bytes` of the entry at
+/// `loc` into its caches. A hint only: a segment missing from the pinned
+/// table is simply not prefetched.
+fn prefetch(table: &SegmentTable, loc: Loc, max_bytes: usize) {
     let Some(Some(segment)) = table.get(loc.seg as usize) else { return };
-    let Ok(bytes) = segment.region.read(loc.off as usize, (loc.len as usize).min(PREFETCH_BYTES)) else { return };
-    prefetch_bytes(bytes);
-}
-
-/// As `prefetch`, the entry's first cache line only.
-fn prefetch_first_line(table: &SegmentTable, loc: Loc) {
-    let Some(Some(segment)) = table.get(loc.seg as usize) else { return };
-    let Ok(bytes) = segment.region.read(loc.off as usize, 1) else { return };
+    let Ok(bytes) = segment.region.read(loc.off as usize, (loc.len as usize).min(max_bytes)) else { return };
     prefetch_bytes(bytes);
 }
 
