@@ -535,10 +535,15 @@ impl Drop for Snapshot<'_> {
 pub(crate) fn pin(segment: &Arc<Segment>, loc: Loc, entry: &EntryView<'_>) -> PinnedValue {
     PinnedValue {
         segment: segment.clone(),
-        offset: loc.off as usize + entry.len - entry.value.len(),
+        offset: value_offset(loc, entry),
         len: entry.value.len(),
         expiry_ms: entry.expiry_ms,
     }
+}
+
+/// Where in its segment the value of the entry at `loc` starts.
+pub(crate) fn value_offset(loc: Loc, entry: &EntryView<'_>) -> usize {
+    loc.off as usize + entry.len - entry.value.len()
 }
 
 /// Deletes temporary files and checkpoints the manifest no longer names.
@@ -738,7 +743,7 @@ impl Inner {
     }
 
     /// Decodes and checks the entry at `loc`; `None` if it has expired.
-    fn decode_at<'s>(
+    pub(crate) fn decode_at<'s>(
         &self,
         segment: &'s Segment,
         loc: Loc,
