@@ -797,6 +797,7 @@ impl Index {
     /// and a merge every step only cost the writers their spare table.
     /// Under light writes it rebuilds one piece of a grown run.
     pub fn background_step(&self, segments: &SegmentSet) {
+        self.prepare_point_growth();
         let seq = self.visible_seq();
         let writes = seq.wrapping_sub(self.seq_at_last_step.swap(seq, Ordering::Relaxed));
         if writes == 0 {
@@ -806,6 +807,16 @@ impl Index {
         } else if writes <= LIGHT_WRITES_PER_STEP {
             self.compact(COMPACT_PIECE, Rebuild::Grown);
         }
+    }
+
+    /// Builds the point table's next, bigger table without the tree's lock
+    /// once the current one nears full (`Points::growth_wanted`).
+    fn prepare_point_growth(&self) {
+        let Some(capacity) = self.tree.read().points.as_ref().and_then(Points::growth_wanted) else { return };
+        let table = Points::prepared_table(capacity);
+        let unused = self.tree.write().points.as_mut().map(|points| points.give_spare(table));
+        // Dropped here, not under the lock: freeing it may unmap pages.
+        drop(unused);
     }
 
     /// Completes a growth of the point table that inserts left half done,
