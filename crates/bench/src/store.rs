@@ -108,7 +108,7 @@ impl Store for ScaledKv {
     fn report(&self) -> Vec<String> {
         let s = self.db.stats();
         vec![format!(
-            "stats: keys={} live={:.1}MB log={:.1}MB segments={} (recycled {}) space-amp={:.2} write-amp={:.2} index={:.1}MB ({:.1} B/key est.) gc-copied={:.1}MB gc-maps={:.1}MB gc-stalls={} ({:.2} s) checkpoints={} ({:.1}MB) groups={} ({:.1} writes/group)",
+            "stats: keys={} live={:.1}MB log={:.1}MB segments={} (recycled {}) space-amp={:.2} write-amp={:.2} index={:.1}MB ({:.1} B/key est.) gc-copied={:.1}MB gc-maps={:.1}MB gc-stalls={} ({:.2} s) checkpoints={} ({} deltas, {:.1}MB) groups={} ({:.1} writes/group)",
             s.keys,
             s.live_bytes as f64 / 1e6,
             s.log_bytes as f64 / 1e6,
@@ -123,6 +123,7 @@ impl Store for ScaledKv {
             s.gc_stalled_writes,
             s.gc_stall_micros as f64 / 1e6,
             s.checkpoints,
+            s.delta_checkpoints,
             s.checkpoint_bytes_written as f64 / 1e6,
             s.commit_groups,
             s.committed_requests as f64 / s.commit_groups.max(1) as f64,

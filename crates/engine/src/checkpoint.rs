@@ -12,20 +12,59 @@
 //! sequence number wins) makes the result exact. Cost: 22 B + key per entry
 //! on disk; loading 10M keys of 8 bytes reads 300 MB and builds the B-tree
 //! in bulk.
+//!
+//! A *delta* (`index-<generation>.delta`) holds the log between two
+//! checkpoints' replay positions, collapsed to one record per key as replay
+//! folds it (`recovery::collapse_range`), so it costs what was written
+//! since, not the whole index:
+//! ```text
+//! header  [u8; 8] magic "SKVDELTA" | u32 version | u32 reserved | u64 last seq
+//! entries u16 key length | key | u32 segment | u32 offset | u32 length | u64 seq | u8 flags
+//! trailer u64 entry count | u32 crc32c over every byte before it
+//! ```
+//! flags: 1 = a GC copy (it only moves the version of its sequence number).
+//! A deletion has the tombstone location. The manifest names a full
+//! checkpoint and how many deltas follow it (generations base + 1 ...);
+//! open applies them in order (`load`), then replays the log after the last.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
 use crate::index::memtable::{Index, Key, Loc, Slot};
+use crate::manifest::Manifest;
 
 const MAGIC: &[u8; 8] = b"SKVCKPT\0";
+const DELTA_MAGIC: &[u8; 8] = b"SKVDELTA";
 const VERSION: u32 = 1;
 const HEADER_BYTES: usize = 24;
 const TRAILER_BYTES: usize = 12;
+const FLAG_RELOCATED: u8 = 1;
 
 pub fn file_name(generation: u64) -> String {
     format!("index-{generation:08}.ckpt")
+}
+
+pub fn delta_file_name(generation: u64) -> String {
+    format!("index-{generation:08}.delta")
+}
+
+/// The files of the chain `manifest` names: its full checkpoint, then its
+/// deltas in order.
+pub fn chain_file_names(manifest: &Manifest) -> Vec<String> {
+    let base = manifest.checkpoint_generation;
+    let deltas = (1..=manifest.delta_count as u64).map(|i| delta_file_name(base + i));
+    std::iter::once(file_name(base)).chain(deltas).collect()
+}
+
+/// One key's records in a delta, folded: the winning write or deletion,
+/// or the newest GC copy (see `recovery::fold`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeltaEntry {
+    pub key: Key,
+    /// `Loc::TOMBSTONE` for a deletion.
+    pub slot: Slot,
+    pub relocated: bool,
 }
 
 /// Encodes into a buffer and writes it out (and checksums it) a
@@ -71,7 +110,7 @@ impl ChunkWriter {
 /// the one after that is written over its pages (`retire`, `write`).
 const SPARE_NAME: &str = "index-spare.ckpt";
 
-/// Keeps the replaced checkpoint `generation` as the spare that the next
+/// Keeps the replaced full checkpoint of `chain` as the spare that the next
 /// `write` overwrites. A new file costs fresh pages: on this VM's tmpfs,
 /// writing 168 MB into a new file took 70-590 ms, over an existing one
 /// 10-40 ms (`dd`, 5 runs each), and a fill of 4M keys writes three or
@@ -79,10 +118,15 @@ const SPARE_NAME: &str = "index-spare.ckpt";
 /// The spare costs a checkpoint's size on the medium while the database
 /// is open; `remove_spare` deletes it on close, and open deletes it as a
 /// stale checkpoint after a crash.
-pub fn retire(dir: &Path, generation: u64) {
-    let old = dir.join(file_name(generation));
+/// The chain's deltas are deleted.
+pub fn retire(dir: &Path, chain: &Manifest) {
+    let names = chain_file_names(chain);
+    let old = dir.join(&names[0]);
     if std::fs::rename(&old, dir.join(SPARE_NAME)).is_err() {
         let _ = std::fs::remove_file(old);
+    }
+    for delta in &names[1..] {
+        let _ = std::fs::remove_file(dir.join(delta));
     }
 }
 
@@ -95,10 +139,65 @@ pub fn remove_spare(dir: &Path) {
 /// the number of entries and bytes written. The file is written as `.tmp` (over the
 /// spare's pages if there is one) and renamed into place once durable.
 pub fn write(dir: &Path, generation: u64, index: &Index, last_seq: u64) -> Result<(u64, u64)> {
-    let path = dir.join(file_name(generation));
-    let tmp = dir.join(format!("{}.tmp", file_name(generation)));
+    let name = file_name(generation);
+    let tmp = dir.join(format!("{name}.tmp"));
     // Without a spare, or if it cannot be renamed, start a new file.
     let reused = std::fs::rename(dir.join(SPARE_NAME), &tmp).is_ok();
+    write_file(dir, &name, MAGIC, last_seq, reused, |out, count| {
+        let mut result = Ok(());
+        index.for_each_chunked(1024, |key, slot| {
+            if result.is_ok() {
+                result = put_entry(out, key, *slot, None);
+                *count += 1;
+            }
+        });
+        result
+    })
+}
+
+/// Writes `entries` (in key order) as delta `generation`; returns the
+/// number of entries and bytes written.
+pub fn write_delta(dir: &Path, generation: u64, entries: &[DeltaEntry], last_seq: u64) -> Result<(u64, u64)> {
+    write_file(dir, &delta_file_name(generation), DELTA_MAGIC, last_seq, false, |out, count| {
+        for entry in entries {
+            put_entry(out, &entry.key, entry.slot, Some(if entry.relocated { FLAG_RELOCATED } else { 0 }))?;
+            *count += 1;
+        }
+        Ok(())
+    })
+}
+
+/// Appends one entry: key, location, sequence number and, in deltas, flags.
+fn put_entry(out: &mut ChunkWriter, key: &[u8], slot: Slot, flags: Option<u8>) -> std::io::Result<()> {
+    let mut fixed = [0u8; 21];
+    fixed[..4].copy_from_slice(&slot.loc.seg.to_le_bytes());
+    fixed[4..8].copy_from_slice(&slot.loc.off.to_le_bytes());
+    fixed[8..12].copy_from_slice(&slot.loc.len.to_le_bytes());
+    fixed[12..20].copy_from_slice(&slot.seq().to_le_bytes());
+    out.buf.extend_from_slice(&(key.len() as u16).to_le_bytes());
+    out.buf.extend_from_slice(key);
+    match flags {
+        Some(flags) => {
+            fixed[20] = flags;
+            out.put(&fixed)
+        }
+        None => out.put(&fixed[..20]),
+    }
+}
+
+/// Writes `dir/name` through `.tmp` (already there if `reused`): header,
+/// the entries `body` appends (counting them), trailer; fsyncs it and
+/// renames it into place. Returns the entry count and file length.
+fn write_file(
+    dir: &Path,
+    name: &str,
+    magic: &[u8; 8],
+    last_seq: u64,
+    reused: bool,
+    body: impl FnOnce(&mut ChunkWriter, &mut u64) -> std::io::Result<()>,
+) -> Result<(u64, u64)> {
+    let path = dir.join(name);
+    let tmp = dir.join(format!("{name}.tmp"));
     let file = std::fs::OpenOptions::new()
         .write(true)
         .create(true)
@@ -107,27 +206,14 @@ pub fn write(dir: &Path, generation: u64, index: &Index, last_seq: u64) -> Resul
         .map_err(Error::io(&tmp, "create"))?;
     let mut out = ChunkWriter { file, buf: Vec::with_capacity(CHUNK_BYTES + 4096), crc: 0, written_bytes: 0 };
     let mut header = [0u8; HEADER_BYTES];
-    header[..8].copy_from_slice(MAGIC);
+    header[..8].copy_from_slice(magic);
     header[8..12].copy_from_slice(&VERSION.to_le_bytes());
     header[16..24].copy_from_slice(&last_seq.to_le_bytes());
-    let mut result = out.put(&header);
     let mut count = 0u64;
-    index.for_each_chunked(1024, |key, slot| {
-        if result.is_err() {
-            return;
-        }
-        let mut fixed = [0u8; 20];
-        fixed[..4].copy_from_slice(&slot.loc.seg.to_le_bytes());
-        fixed[4..8].copy_from_slice(&slot.loc.off.to_le_bytes());
-        fixed[8..12].copy_from_slice(&slot.loc.len.to_le_bytes());
-        fixed[12..].copy_from_slice(&slot.seq().to_le_bytes());
-        out.buf.extend_from_slice(&(key.len() as u16).to_le_bytes());
-        out.buf.extend_from_slice(key);
-        result = out.put(&fixed);
-        count += 1;
-    });
-    result.map_err(Error::io(&tmp, "write"))?;
-    out.put(&count.to_le_bytes()).map_err(Error::io(&tmp, "write"))?;
+    out.put(&header)
+        .and_then(|()| body(&mut out, &mut count))
+        .and_then(|()| out.put(&count.to_le_bytes()))
+        .map_err(Error::io(&tmp, "write"))?;
     let (file, len) = out.finish().map_err(Error::io(&tmp, "write"))?;
     // A reused spare may be longer than this checkpoint: cut its tail.
     file.set_len(len).map_err(Error::io(&tmp, "truncate"))?;
@@ -155,20 +241,46 @@ pub struct Loaded {
     pub last_seq: u64,
 }
 
-pub fn load(dir: &Path, generation: u64) -> Result<Loaded> {
-    let path = dir.join(file_name(generation));
-    let file = std::fs::File::open(&path).map_err(Error::io(&path, "open"))?;
+/// The bytes of the chain `manifest` names (0 for files that cannot be
+/// read; `load` reports them): its full checkpoint's, and its deltas'.
+pub fn chain_bytes(dir: &Path, manifest: &Manifest) -> (u64, u64) {
+    let size = |name: &String| std::fs::metadata(dir.join(name)).map_or(0, |m| m.len());
+    let names = chain_file_names(manifest);
+    (size(&names[0]), names[1..].iter().map(size).sum())
+}
+
+/// Loads the chain `manifest` names: the full checkpoint with every delta
+/// applied in order.
+pub fn load(dir: &Path, manifest: &Manifest) -> Result<Loaded> {
+    let names = chain_file_names(manifest);
+    let mut loaded = map_and_decode(&dir.join(&names[0]), decode)?;
+    for name in &names[1..] {
+        let delta = map_and_decode(&dir.join(name), decode_delta)?;
+        loaded.last_seq = loaded.last_seq.max(delta.last_seq);
+        loaded.entries = crate::recovery::apply_delta(loaded.entries, delta.entries);
+    }
+    Ok(loaded)
+}
+
+/// A loaded delta: its entries in key order.
+pub struct LoadedDelta {
+    pub entries: Vec<DeltaEntry>,
+    pub last_seq: u64,
+}
+
+fn map_and_decode<T>(path: &Path, decode: impl FnOnce(&[u8], &Path) -> Result<T>) -> Result<T> {
+    let file = std::fs::File::open(path).map_err(Error::io(path, "open"))?;
     // Mapped rather than read: no copy and no buffer the size of the file
     // (190 MB for 6.3M keys), which cost a tenth of the open time.
     // SAFETY: checkpoint files are immutable once renamed into place, and
     // the database directory is locked, so nothing changes the file while
     // it is mapped; a damaged file gives wrong bytes, which decode checks.
-    let len = file.metadata().map_err(Error::io(&path, "stat"))?.len();
+    let len = file.metadata().map_err(Error::io(path, "stat"))?.len();
     if len < (HEADER_BYTES + TRAILER_BYTES) as u64 {
-        return decode(&[], &path); // too short to map usefully: decode reports it
+        return decode(&[], path); // too short to map usefully: decode reports it
     }
-    let bytes = unsafe { memmap2::Mmap::map(&file) }.map_err(Error::io(&path, "mmap"))?;
-    decode(&bytes, &path)
+    let bytes = unsafe { memmap2::Mmap::map(&file) }.map_err(Error::io(path, "mmap"))?;
+    decode(&bytes, path)
 }
 
 /// Asks for transparent huge pages under `entries`' spare capacity: the
@@ -192,13 +304,23 @@ pub(crate) fn advise_huge_pages<T>(entries: &mut Vec<T>) {
     }
 }
 
-fn decode(bytes: &[u8], path: &Path) -> Result<Loaded> {
+/// Checks `bytes` as a file of `magic` (length, magic, checksum, version)
+/// and walks its entries: `on_entry(offset, key, slot, flags)` for each
+/// (`flags` only with `flag_bytes` = 1). Returns the header's last sequence
+/// number.
+fn decode_entries<'a>(
+    bytes: &'a [u8],
+    path: &Path,
+    magic: &[u8; 8],
+    flag_bytes: usize,
+    mut on_entry: impl FnMut(usize, &'a [u8], Slot, u8) -> Result<()>,
+) -> Result<u64> {
     let corrupt = |offset: usize, reason: &str| Error::Corruption {
         path: PathBuf::from(path),
         offset: offset as u64,
         reason: format!("checkpoint: {reason}"),
     };
-    if bytes.len() < HEADER_BYTES + TRAILER_BYTES || &bytes[..8] != MAGIC {
+    if bytes.len() < HEADER_BYTES + TRAILER_BYTES || &bytes[..8] != magic {
         return Err(corrupt(0, "not a checkpoint file (short or bad magic)"));
     }
     let body_end = bytes.len() - 4;
@@ -213,12 +335,12 @@ fn decode(bytes: &[u8], path: &Path) -> Result<Loaded> {
     let last_seq = u64::from_le_bytes(bytes[16..24].try_into().expect("8 bytes"));
     let count_at = bytes.len() - TRAILER_BYTES;
     let count = u64::from_le_bytes(bytes[count_at..count_at + 8].try_into().expect("8 bytes"));
-    let mut entries: Vec<(Key, Slot)> = Vec::with_capacity(count.min(1 << 28) as usize);
-    advise_huge_pages(&mut entries);
     let mut at = HEADER_BYTES;
+    let mut seen = 0u64;
+    let mut previous: Option<&[u8]> = None;
     while at < count_at {
         let key_len = u16::from_le_bytes([bytes[at], bytes.get(at + 1).copied().unwrap_or(0)]) as usize;
-        let fixed = 2 + key_len + 20;
+        let fixed = 2 + key_len + 20 + flag_bytes;
         if at + fixed > count_at {
             return Err(corrupt(at, "entry runs past the end"));
         }
@@ -227,14 +349,127 @@ fn decode(bytes: &[u8], path: &Path) -> Result<Loaded> {
         let u32_at = |i: usize| u32::from_le_bytes(rest[i..i + 4].try_into().expect("4 bytes"));
         let loc = Loc { seg: u32_at(0), off: u32_at(4), len: u32_at(8) };
         let seq = u64::from_le_bytes(rest[12..20].try_into().expect("8 bytes"));
-        if entries.last().is_some_and(|(prev, _)| crate::index::key::compare(prev, key).is_ge()) {
+        if previous.is_some_and(|prev| crate::index::key::compare(prev, key).is_ge()) {
             return Err(corrupt(at, "keys out of order"));
         }
-        entries.push((Key::from_slice(key), Slot::new(loc, seq)));
+        let flags = if flag_bytes == 1 { rest[20] } else { 0 };
+        if flags & !FLAG_RELOCATED != 0 {
+            return Err(corrupt(at, "unknown entry flags"));
+        }
+        on_entry(at, key, Slot::new(loc, seq), flags)?;
+        previous = Some(key);
+        seen += 1;
         at += fixed;
     }
-    if entries.len() as u64 != count {
+    if seen != count {
         return Err(corrupt(count_at, "entry count mismatch"));
     }
+    Ok(last_seq)
+}
+
+/// The trailer's entry count, bounded by what `bytes` can hold at
+/// `min_entry_bytes` each (the trailer is checked once the entries are).
+fn count_hint(bytes: &[u8], min_entry_bytes: usize) -> usize {
+    let Some(count_at) = bytes.len().checked_sub(TRAILER_BYTES).filter(|&at| at >= HEADER_BYTES) else { return 0 };
+    let count = u64::from_le_bytes(bytes[count_at..count_at + 8].try_into().expect("8 bytes"));
+    (count as usize).min((count_at - HEADER_BYTES) / min_entry_bytes)
+}
+
+fn decode(bytes: &[u8], path: &Path) -> Result<Loaded> {
+    let mut entries: Vec<(Key, Slot)> = Vec::with_capacity(count_hint(bytes, 22));
+    advise_huge_pages(&mut entries);
+    let last_seq = decode_entries(bytes, path, MAGIC, 0, |_, key, slot, _| {
+        entries.push((Key::from_slice(key), slot));
+        Ok(())
+    })?;
     Ok(Loaded { entries, last_seq })
+}
+
+fn decode_delta(bytes: &[u8], path: &Path) -> Result<LoadedDelta> {
+    let mut entries = Vec::with_capacity(count_hint(bytes, 23));
+    let last_seq = decode_entries(bytes, path, DELTA_MAGIC, 1, |_, key, slot, flags| {
+        entries.push(DeltaEntry { key: Key::from_slice(key), slot, relocated: flags & FLAG_RELOCATED != 0 });
+        Ok(())
+    })?;
+    Ok(LoadedDelta { entries, last_seq })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    fn slot(off: u32, seq: u64) -> Slot {
+        Slot::new(Loc { seg: 1, off, len: 10 }, seq)
+    }
+
+    /// A full checkpoint of keys "a" and "c" and one delta that deletes
+    /// "a", adds "b" and holds a GC copy of a version of "c" that is gone.
+    fn chain(dir: &Path) -> Manifest {
+        let map: BTreeMap<Key, Slot> =
+            [(Key::from_slice(b"a"), slot(256, 1)), (Key::from_slice(b"c"), slot(512, 2))].into_iter().collect();
+        write(dir, 1, &Index::new(map, 2, 0, None, 0), 2).unwrap();
+        let delta = [
+            DeltaEntry { key: Key::from_slice(b"a"), slot: Slot::new(Loc::TOMBSTONE, 3), relocated: false },
+            DeltaEntry { key: Key::from_slice(b"b"), slot: slot(1024, 4), relocated: false },
+            DeltaEntry { key: Key::from_slice(b"c"), slot: slot(2048, 1), relocated: true },
+        ];
+        assert_eq!(write_delta(dir, 2, &delta, 4).unwrap().0, 3);
+        Manifest { checkpoint_generation: 1, delta_count: 1, replay_segment: 1, replay_offset: 4096 }
+    }
+
+    #[test]
+    fn a_chain_loads_with_its_deltas_applied() {
+        let dir = tempfile::tempdir().unwrap();
+        let manifest = chain(dir.path());
+        let loaded = load(dir.path(), &manifest).unwrap();
+        assert_eq!(loaded.last_seq, 4);
+        let keys: Vec<(&[u8], u32)> = loaded.entries.iter().map(|(k, s)| (&k[..], s.loc.off)).collect();
+        assert_eq!(keys, [(&b"b"[..], 1024), (&b"c"[..], 512)]);
+        assert_eq!(chain_file_names(&manifest), ["index-00000001.ckpt", "index-00000002.delta"]);
+    }
+
+    #[test]
+    fn a_damaged_truncated_or_missing_delta_is_an_error_naming_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let manifest = chain(dir.path());
+        let path = dir.path().join(delta_file_name(2));
+        let good = std::fs::read(&path).unwrap();
+        let damages: Vec<Box<dyn Fn(&mut Vec<u8>)>> = vec![
+            Box::new(|b| b[0] ^= 1),
+            Box::new(|b| b[HEADER_BYTES + 3] ^= 0x10),
+            Box::new(|b| b.truncate(b.len() - 5)),
+            Box::new(|b| b.truncate(10)),
+            Box::new(|b| {
+                let last = b.len() - 1;
+                b[last] ^= 0x80
+            }),
+        ];
+        for (n, damage) in damages.iter().enumerate() {
+            let mut bytes = good.clone();
+            damage(&mut bytes);
+            std::fs::write(&path, &bytes).unwrap();
+            match load(dir.path(), &manifest) {
+                Err(Error::Corruption { path: named, .. }) => assert_eq!(named, path, "damage {n}"),
+                other => panic!("damage {n}: {:?}", other.map(|l| l.entries.len())),
+            }
+        }
+        std::fs::remove_file(&path).unwrap();
+        assert!(matches!(load(dir.path(), &manifest), Err(Error::Io { path: named, .. }) if named == path));
+    }
+
+    proptest::proptest! {
+        /// Any bytes after a valid header decode to an error or to entries,
+        /// never a panic.
+        #[test]
+        fn garbage_deltas_never_panic(body in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..200)) {
+            let mut bytes = DELTA_MAGIC.to_vec();
+            bytes.extend_from_slice(&VERSION.to_le_bytes());
+            bytes.extend_from_slice(&[0; 12]);
+            bytes.extend_from_slice(&body);
+            let crc = crc32c::crc32c(&bytes);
+            bytes.extend_from_slice(&crc.to_le_bytes());
+            let _ = decode_delta(&bytes, Path::new("d"));
+        }
+    }
 }

@@ -9,17 +9,20 @@
 //! 12 u32 replay start: segment id
 //! 16 u64 checkpoint generation (file index-<gen>.ckpt)
 //! 24 u32 replay start: offset in that segment
-//! 28 u32 reserved (zero)
+//! 28 u32 delta checkpoints after it (index-<gen + 1>.delta ...; version 2)
 //! 32 u32 reserved (zero)
 //! 36 u32 crc32c over bytes 0..36
 //! ```
+//! Version 1 (no deltas) is still read; version 2 is written, so a binary
+//! that knows nothing of deltas refuses the database instead of opening it
+//! without them.
 
 use std::path::Path;
 
 use crate::error::{Error, Result};
 
 const MAGIC: &[u8; 8] = b"SKVMANI\0";
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
 const LEN: usize = 40;
 pub const FILE_NAME: &str = "MANIFEST";
 
@@ -28,6 +31,7 @@ pub struct Manifest {
     pub checkpoint_generation: u64,
     pub replay_segment: u32,
     pub replay_offset: u32,
+    pub delta_count: u32,
 }
 
 impl Manifest {
@@ -38,6 +42,7 @@ impl Manifest {
         out[12..16].copy_from_slice(&self.replay_segment.to_le_bytes());
         out[16..24].copy_from_slice(&self.checkpoint_generation.to_le_bytes());
         out[24..28].copy_from_slice(&self.replay_offset.to_le_bytes());
+        out[28..32].copy_from_slice(&self.delta_count.to_le_bytes());
         let crc = crc32c::crc32c(&out[..36]);
         out[36..40].copy_from_slice(&crc.to_le_bytes());
         out
@@ -55,13 +60,14 @@ impl Manifest {
         if crc32c::crc32c(&bytes[..36]) != u32_at(36) {
             return Err(corrupt("manifest checksum mismatch"));
         }
-        if u32_at(8) != VERSION {
+        if !(1..=VERSION).contains(&u32_at(8)) {
             return Err(Error::UnsupportedVersion { path: path.to_path_buf(), found: u32_at(8), expected: VERSION });
         }
         Ok(Manifest {
             replay_segment: u32_at(12),
             checkpoint_generation: u64::from_le_bytes(bytes[16..24].try_into().expect("8 bytes")),
             replay_offset: u32_at(24),
+            delta_count: if u32_at(8) == 1 { 0 } else { u32_at(28) },
         })
     }
 
@@ -97,8 +103,19 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_version_1_manifest_names_no_deltas() {
+        let mut bytes =
+            Manifest { checkpoint_generation: 7, replay_segment: 3, replay_offset: 4096, delta_count: 0 }.encode();
+        bytes[8..12].copy_from_slice(&1u32.to_le_bytes());
+        bytes[28] = 5; // not a field in version 1
+        let crc = crc32c::crc32c(&bytes[..36]);
+        bytes[36..40].copy_from_slice(&crc.to_le_bytes());
+        assert_eq!(Manifest::decode(&bytes, Path::new("M")).unwrap().delta_count, 0);
+    }
+
+    #[test]
     fn roundtrip_and_every_bit_flip_is_detected() {
-        let manifest = Manifest { checkpoint_generation: 7, replay_segment: 3, replay_offset: 4096 };
+        let manifest = Manifest { checkpoint_generation: 7, replay_segment: 3, replay_offset: 4096, delta_count: 2 };
         let bytes = manifest.encode();
         assert_eq!(Manifest::decode(&bytes, Path::new("M")).unwrap(), manifest);
         for bit in 0..LEN * 8 {

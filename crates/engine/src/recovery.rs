@@ -8,11 +8,11 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::checkpoint::Loaded;
+use crate::checkpoint::{DeltaEntry, Loaded};
 use crate::error::{Error, Result};
 use crate::index::key::padded;
 use crate::index::memtable::{Key, Loc, Slot};
-use crate::log::reader::{find_group_start, scan, ScanEnd};
+use crate::log::reader::{find_group_start, scan, scan_until, ScanEnd};
 use crate::log::record::{decode_entry, EntryKind, EntryView, FLAG_RELOCATED};
 use crate::log::segment::{list_segment_files, Segment, SEGMENT_HEADER_BYTES};
 use crate::options::Options;
@@ -222,12 +222,19 @@ impl Tail {
     }
 
     /// One record per key, in key order; equal keys are sorted by log
-    /// position, so the winner rule sees them oldest first.
-    fn collapse(&mut self, segments: &[Arc<Segment>]) {
-        // On all cores: with millions of frames to replay this sort was a
-        // fifth of the open time.
+    /// position, so the winner rule sees them oldest first. `parallel`: at
+    /// open, on all cores (with millions of frames to replay this sort was
+    /// a fifth of the open time); a live database's checkpoint thread
+    /// leaves the other cores to the writers.
+    fn collapse(&mut self, segments: &[Arc<Segment>], parallel: bool) {
         use rayon::slice::ParallelSliceMut;
-        self.records.par_sort_unstable_by(|a, b| a.cmp_key(b, segments).then_with(|| a.position().cmp(&b.position())));
+        let order =
+            |a: &TailRecord, b: &TailRecord| a.cmp_key(b, segments).then_with(|| a.position().cmp(&b.position()));
+        if parallel {
+            self.records.par_sort_unstable_by(order);
+        } else {
+            self.records.sort_unstable_by(order);
+        }
         self.records.dedup_by(|candidate, kept| {
             let same = candidate.cmp_key(kept, segments).is_eq();
             if same {
@@ -239,22 +246,78 @@ impl Tail {
     }
 }
 
+/// A key's record from the log after a checkpoint, as `merge_later`
+/// folds it into the entry before it: a replayed record or a delta's entry.
+trait Later {
+    /// Its key's order against `key`.
+    fn cmp_key(&self, key: &[u8]) -> std::cmp::Ordering;
+    fn seq(&self) -> u64;
+    fn relocated(&self) -> bool;
+    /// Its key and slot (`Loc::TOMBSTONE` for a deletion).
+    fn into_entry(self) -> (Key, Slot);
+}
+
+/// A replayed record with the segments its key can be read back from.
+struct InLog<'a>(TailRecord, &'a [Arc<Segment>]);
+
+impl Later for InLog<'_> {
+    fn cmp_key(&self, key: &[u8]) -> std::cmp::Ordering {
+        self.0.cmp_with(key, self.1)
+    }
+    fn seq(&self) -> u64 {
+        self.0.seq
+    }
+    fn relocated(&self) -> bool {
+        self.0.relocated
+    }
+    fn into_entry(self) -> (Key, Slot) {
+        (self.0.owned_key(self.1), self.0.slot())
+    }
+}
+
+impl Later for DeltaEntry {
+    fn cmp_key(&self, key: &[u8]) -> std::cmp::Ordering {
+        crate::index::key::compare(&self.key, key)
+    }
+    fn seq(&self) -> u64 {
+        self.slot.seq()
+    }
+    fn relocated(&self) -> bool {
+        self.relocated
+    }
+    fn into_entry(self) -> (Key, Slot) {
+        (self.key, self.slot)
+    }
+}
+
 /// Merges the checkpoint's entries with the replayed tail (the tail wins
 /// ties, being later) and drops deletions: the final index, in key order.
 fn merge(checkpoint: Vec<(Key, Slot)>, mut tail: Tail, segments: &[Arc<Segment>]) -> Vec<(Key, Slot)> {
-    tail.collapse(segments);
-    if tail.records.is_empty() {
-        let mut entries = checkpoint;
+    tail.collapse(segments, true);
+    let records = std::mem::take(&mut tail.records);
+    merge_later(checkpoint, records.into_iter().map(|record| InLog(record, segments)))
+}
+
+/// Applies a delta checkpoint to the entries of the checkpoint before it.
+pub(crate) fn apply_delta(entries: Vec<(Key, Slot)>, delta: Vec<DeltaEntry>) -> Vec<(Key, Slot)> {
+    merge_later(entries, delta.into_iter())
+}
+
+/// Folds `newer` (one record per key, in key order) into `older` (entries
+/// in key order) and drops deletions.
+fn merge_later<R: Later>(older: Vec<(Key, Slot)>, newer: impl ExactSizeIterator<Item = R>) -> Vec<(Key, Slot)> {
+    if newer.len() == 0 {
+        let mut entries = older;
         entries.retain(|(_, slot)| !slot.loc.is_tombstone());
         return entries;
     }
-    let mut merged = Vec::with_capacity(checkpoint.len() + tail.records.len());
+    let mut merged = Vec::with_capacity(older.len() + newer.len());
     crate::checkpoint::advise_huge_pages(&mut merged);
-    let mut older = checkpoint.into_iter().peekable();
-    let mut newer = tail.records.into_iter().peekable();
+    let mut older = older.into_iter().peekable();
+    let mut newer = newer.peekable();
     loop {
         let order = match (older.peek(), newer.peek()) {
-            (Some((key, _)), Some(record)) => record.cmp_with(key, segments).reverse(),
+            (Some((key, _)), Some(record)) => record.cmp_key(key).reverse(),
             (Some(_), None) => std::cmp::Ordering::Less,
             (None, Some(_)) => std::cmp::Ordering::Greater,
             (None, None) => break,
@@ -263,21 +326,21 @@ fn merge(checkpoint: Vec<(Key, Slot)>, mut tail: Tail, segments: &[Arc<Segment>]
             std::cmp::Ordering::Less => older.next().expect("peeked"),
             std::cmp::Ordering::Greater => {
                 let record = newer.next().expect("peeked");
-                if record.relocated {
+                if record.relocated() {
                     continue; // a copy of a version that is gone
                 }
-                (record.owned_key(segments), record.slot())
+                record.into_entry()
             }
             std::cmp::Ordering::Equal => {
                 let (key, slot) = older.next().expect("peeked");
                 let record = newer.next().expect("peeked");
-                let moves = if record.relocated {
-                    copy_moves(slot.seq(), slot.loc.is_tombstone(), record.seq)
+                let moves = if record.relocated() {
+                    copy_moves(slot.seq(), slot.loc.is_tombstone(), record.seq())
                 } else {
-                    candidate_wins(slot.seq(), record.seq)
+                    candidate_wins(slot.seq(), record.seq())
                 };
                 if moves {
-                    (key, record.slot())
+                    (key, record.into_entry().1)
                 } else {
                     (key, slot)
                 }
@@ -288,6 +351,51 @@ fn merge(checkpoint: Vec<(Key, Slot)>, mut tail: Tail, segments: &[Arc<Segment>]
         }
     }
     merged
+}
+
+/// The log from `from` to `to` (segment id, offset) of a live database,
+/// collapsed to one record per key as replay folds it: a delta
+/// checkpoint's entries. `segments` (in id order) must hold every segment
+/// in between; those before `to`'s are whole (sealed), and every frame
+/// before `to` is complete. A frame that fails to decode is an error.
+pub(crate) fn collapse_range(
+    segments: &[Arc<Segment>],
+    from: (u32, usize),
+    to: (u32, usize),
+) -> Result<Vec<DeltaEntry>> {
+    let mut tail = Tail::new(0);
+    for id in from.0..=to.0 {
+        let Ok(index) = segments.binary_search_by_key(&id, |s| s.id) else {
+            return Err(Error::Corruption {
+                path: crate::log::segment::segment_file_name(id).into(),
+                offset: 0,
+                reason: "a segment between two checkpoints is missing".into(),
+            });
+        };
+        let segment = &segments[index];
+        let start = if id == from.0 { from.1 } else { SEGMENT_HEADER_BYTES };
+        let stop = if id == to.0 { to.1 } else { usize::MAX };
+        let outcome = scan_until(segment.region.as_slice(), start, stop, |frame_at, header, entry_at, entry| {
+            tail.push(segment.id, frame_at + entry_at, &entry, header.seq, header.flags & FLAG_RELOCATED != 0);
+        });
+        if let ScanEnd::Bad { offset, error } = outcome {
+            return Err(Error::Corruption {
+                path: segment.path().to_path_buf(),
+                offset: offset as u64,
+                reason: format!("{error} (while writing a delta checkpoint)"),
+            });
+        }
+        if tail.wants_collapse() {
+            tail.collapse(segments, false);
+        }
+    }
+    tail.collapse(segments, false);
+    let entries = tail
+        .records
+        .into_iter()
+        .map(|record| DeltaEntry { key: record.owned_key(segments), slot: record.slot(), relocated: record.relocated })
+        .collect();
+    Ok(entries)
 }
 
 fn open_segments(dir: &Path, options: &Options, report: &mut RecoveryReport) -> Result<Vec<Arc<Segment>>> {
@@ -381,7 +489,7 @@ pub fn replay(dir: &Path, options: &Options, start: Option<Start>) -> Result<Rep
             tail.push(segment.id, frame_at + entry_at, &entry, header.seq, header.flags & FLAG_RELOCATED != 0);
         });
         if tail.wants_collapse() {
-            tail.collapse(&segments);
+            tail.collapse(&segments, true);
         }
         match outcome {
             ScanEnd::Clean { end: clean_end } => {
@@ -531,6 +639,17 @@ mod tests {
         TailRecord { relocated: true, ..record(key, off, seq, false) }
     }
 
+    /// The delta checkpoint of `records` (short keys need no segment).
+    fn delta_of(records: &[TailRecord]) -> Vec<DeltaEntry> {
+        let mut tail = Tail::new(0);
+        tail.records.extend_from_slice(records);
+        tail.collapse(&[], false);
+        tail.records
+            .into_iter()
+            .map(|r| DeltaEntry { key: r.owned_key(&[]), slot: r.slot(), relocated: r.relocated })
+            .collect()
+    }
+
     #[test]
     fn a_copy_moves_only_the_version_it_copied_and_never_brings_a_key_back() {
         // "b" is still at version 5 in the checkpoint, "c" at a newer one;
@@ -544,7 +663,7 @@ mod tests {
             record("d", 40, 12, false),
             copy("e", 50, 3), // copied twice, deleted before the checkpoint
         ]);
-        tail.collapse(&[]);
+        tail.collapse(&[], false);
         tail.records.extend([
             copy("d", 41, 12), // moves the write before it in the tail
             copy("e", 51, 3),
@@ -565,7 +684,7 @@ mod tests {
             record("c", 30, 8, false), // older than the checkpoint: loses
             record("e", 40, 10, false),
         ]);
-        tail.collapse(&[]); // a collapse in the middle of replay changes nothing
+        tail.collapse(&[], false); // a collapse in the middle of replay changes nothing
         tail.records.extend([
             record("e", 41, 10, false), // GC relocation: same seq, later copy wins
             record("d", 50, 11, true),
@@ -656,6 +775,7 @@ mod tests {
             cut in 0usize..40,
             seen in proptest::collection::vec(0usize..40, 3),
             collapse_midway in proptest::bool::ANY,
+            delta_cuts in proptest::collection::vec(0usize..40, 0..3),
         ) {
             let mut states: Vec<State> = vec![State::new()];
             let mut records = Vec::new();
@@ -690,12 +810,23 @@ mod tests {
                     checkpoint.push(entry(key, off, seq));
                 }
             }
-            let tail_from = records.iter().position(|r| r.off >= 1000 + cut as u32).unwrap_or(records.len());
+            let mut tail_from = records.iter().position(|r| r.off >= 1000 + cut as u32).unwrap_or(records.len());
+            // Delta checkpoints: the log from the checkpoint up to later
+            // cuts, each collapsed on its own and applied in order.
+            let mut delta_cuts = delta_cuts;
+            delta_cuts.sort_unstable();
+            for delta_cut in delta_cuts {
+                let to = records.iter().position(|r| r.off >= 1000 + delta_cut as u32).unwrap_or(records.len());
+                if to >= tail_from {
+                    checkpoint = apply_delta(checkpoint, delta_of(&records[tail_from..to]));
+                    tail_from = to;
+                }
+            }
             let mut tail = Tail::new(0);
             let (before, after) = records[tail_from..].split_at((records.len() - tail_from) / 2);
             tail.records.extend_from_slice(before);
             if collapse_midway {
-                tail.collapse(&[]);
+                tail.collapse(&[], false);
             }
             tail.records.extend_from_slice(after);
             let merged = merge(checkpoint, tail, &[]);

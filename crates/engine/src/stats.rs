@@ -14,6 +14,7 @@ pub(crate) struct Counters {
     pub gc_stall_micros: AtomicU64,
     pub segments_freed: AtomicU64,
     pub checkpoints: AtomicU64,
+    pub delta_checkpoints: AtomicU64,
     pub checkpoint_bytes_written: AtomicU64,
     /// Groups the committer wrote (each one persist) and the user requests
     /// in them: their ratio is the group commit's batching.
@@ -33,6 +34,7 @@ impl Counters {
         stats.gc_stall_micros = self.gc_stall_micros.load(Ordering::Relaxed);
         stats.segments_freed = self.segments_freed.load(Ordering::Relaxed);
         stats.checkpoints = self.checkpoints.load(Ordering::Relaxed);
+        stats.delta_checkpoints = self.delta_checkpoints.load(Ordering::Relaxed);
         stats.checkpoint_bytes_written = self.checkpoint_bytes_written.load(Ordering::Relaxed);
         stats.commit_groups = self.commit_groups.load(Ordering::Relaxed);
         stats.committed_requests = self.committed_requests.load(Ordering::Relaxed);
@@ -86,6 +88,9 @@ pub struct Stats {
     /// files (tmpfs and DAX only).
     pub segments_recycled: u64,
     pub checkpoints: u64,
+    /// Since open: how many of those checkpoints were deltas (the log since
+    /// the previous checkpoint, collapsed per key).
+    pub delta_checkpoints: u64,
     /// Since open: bytes of index checkpoints written.
     pub checkpoint_bytes_written: u64,
     /// Since open: write groups (one persist each) and the user write

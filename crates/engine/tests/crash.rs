@@ -153,7 +153,7 @@ fn acknowledged_writes_survive_sigkill() {
         std::env::var("SCALEDKV_CRASH_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(7),
     );
     let dirs: Vec<_> = setups.iter().map(|(_, medium)| tempfile::tempdir_in(medium).unwrap()).collect();
-    let (mut total_acks, mut total_recycled) = (0u64, 0u64);
+    let (mut total_acks, mut total_recycled, mut reopened_deltas) = (0u64, 0u64, 0u64);
     let mut previous = vec![vec![0u64; THREADS as usize]; modes.len()];
     for iteration in 0..iterations {
         let which = iteration as usize % modes.len();
@@ -198,15 +198,19 @@ fn acknowledged_writes_survive_sigkill() {
         let (acked, count, recycled) = reader.join().unwrap();
         total_acks += count;
         total_recycled += recycled;
+        let is_delta =
+            |e: std::io::Result<std::fs::DirEntry>| e.unwrap().file_name().to_string_lossy().ends_with(".delta");
+        reopened_deltas += std::fs::read_dir(dir).unwrap().any(is_delta) as u64;
         previous[which] = check(dir, durability, &acked, &previous[which]);
     }
     eprintln!(
         "crash test: {iterations} SIGKILLs, {total_acks} acknowledged batches checked, \
-         {total_recycled} segments recycled while the writers ran"
+         {total_recycled} segments recycled while the writers ran, {reopened_deltas} reopens through delta checkpoints"
     );
     assert!(total_acks > 0, "the child never acknowledged a write: the test checked nothing");
     if iterations >= setups.len() as u64 * 2 {
         assert!(total_recycled > 0, "no kill landed while segments were being recycled");
+        assert!(reopened_deltas > 0, "no reopen went through a delta checkpoint");
     }
 }
 

@@ -312,7 +312,7 @@ pub fn info_text(ctx: &Ctx<'_>, sections: &[String]) -> String {
             "# Persistence\r\nloading:0\r\ndurability:{}\r\naof_enabled:{}\r\nrdb_changes_since_last_save:0\r\n\
              rdb_last_save_time:{}\r\nlog_bytes:{}\r\nlive_bytes:{}\r\ndisk_bytes:{}\r\nsegments:{}\r\n\
              segments_freed:{}\r\nsegments_recycled:{}\r\nwrite_amplification:{:.3}\r\nspace_amplification:{:.3}\r\ngc_runs:{}\r\n\
-             gc_stalled_writes:{}\r\ngc_stall_micros:{}\r\ncheckpoints:{}\r\ncheckpoint_bytes_written:{}\r\n\
+             gc_stalled_writes:{}\r\ngc_stall_micros:{}\r\ncheckpoints:{}\r\ndelta_checkpoints:{}\r\ncheckpoint_bytes_written:{}\r\n\
              commit_groups:{}\r\ncommitted_writes:{}\r\n\r\n",
             config.durability,
             durable as u8,
@@ -329,6 +329,7 @@ pub fn info_text(ctx: &Ctx<'_>, sections: &[String]) -> String {
             stats.gc_stalled_writes,
             stats.gc_stall_micros,
             stats.checkpoints,
+            stats.delta_checkpoints,
             stats.checkpoint_bytes_written,
             stats.commit_groups,
             stats.committed_requests,
