@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::checkpoint::{DeltaEntry, Loaded};
+use crate::checkpoint::{DeltaEntry, Loaded, MappedDelta};
 use crate::error::{Error, Result};
 use crate::index::key::padded;
 use crate::index::memtable::{Key, Loc, Slot};
@@ -184,12 +184,32 @@ fn candidate_wins(kept_seq: u64, candidate_seq: u64) -> bool {
 /// A write is always newer than any version copied before it, so a
 /// collapsed key needs one record: the winning write, or the newest copy.
 fn fold(kept: &mut TailRecord, candidate: &TailRecord) {
-    if candidate.relocated && !kept.relocated {
-        if copy_moves(kept.seq, kept.deleted, candidate.seq) {
-            (kept.seg, kept.off, kept.len) = (candidate.seg, candidate.off, candidate.len);
+    match folded(kept.seq, kept.deleted, kept.relocated, candidate.seq, candidate.relocated) {
+        Folded::Kept => {}
+        Folded::Moved => (kept.seg, kept.off, kept.len) = (candidate.seg, candidate.off, candidate.len),
+        Folded::Replaced => *kept = *candidate,
+    }
+}
+
+/// What folding a later record of a key into the kept one does.
+enum Folded {
+    Kept,
+    /// A GC copy moved the kept version: its location changes.
+    Moved,
+    Replaced,
+}
+
+fn folded(kept_seq: u64, kept_deleted: bool, kept_relocated: bool, seq: u64, relocated: bool) -> Folded {
+    if relocated && !kept_relocated {
+        if copy_moves(kept_seq, kept_deleted, seq) {
+            Folded::Moved
+        } else {
+            Folded::Kept
         }
-    } else if candidate_wins(kept.seq, candidate.seq) {
-        *kept = *candidate;
+    } else if candidate_wins(kept_seq, seq) {
+        Folded::Replaced
+    } else {
+        Folded::Kept
     }
 }
 
@@ -290,67 +310,141 @@ impl Later for DeltaEntry {
     }
 }
 
-/// Merges the checkpoint's entries with the replayed tail (the tail wins
-/// ties, being later) and drops deletions: the final index, in key order.
-fn merge(checkpoint: Vec<(Key, Slot)>, mut tail: Tail, segments: &[Arc<Segment>]) -> Vec<(Key, Slot)> {
+/// Merges the checkpoint's entries, its deltas (folded per key) and the
+/// replayed tail, later ones winning ties, and drops deletions: the final
+/// index, in key order, built in one pass.
+fn merge<I: Iterator<Item = DeltaEntry>>(
+    checkpoint: Vec<(Key, Slot)>,
+    deltas: Vec<I>,
+    mut tail: Tail,
+    segments: &[Arc<Segment>],
+) -> Vec<(Key, Slot)> {
     tail.collapse(segments, true);
     let records = std::mem::take(&mut tail.records);
-    merge_later(checkpoint, records.into_iter().map(|record| InLog(record, segments)))
-}
-
-/// Applies a delta checkpoint to the entries of the checkpoint before it.
-pub(crate) fn apply_delta(entries: Vec<(Key, Slot)>, delta: Vec<DeltaEntry>) -> Vec<(Key, Slot)> {
-    merge_later(entries, delta.into_iter())
-}
-
-/// Folds `newer` (one record per key, in key order) into `older` (entries
-/// in key order) and drops deletions.
-fn merge_later<R: Later>(older: Vec<(Key, Slot)>, newer: impl ExactSizeIterator<Item = R>) -> Vec<(Key, Slot)> {
-    if newer.len() == 0 {
-        let mut entries = older;
+    if deltas.is_empty() && records.is_empty() {
+        let mut entries = checkpoint;
         entries.retain(|(_, slot)| !slot.loc.is_tombstone());
         return entries;
     }
-    let mut merged = Vec::with_capacity(older.len() + newer.len());
+    let delta_len: usize = deltas.iter().map(|delta| delta.size_hint().0).sum();
+    let mut merged = Vec::with_capacity(checkpoint.len() + delta_len + records.len());
     crate::checkpoint::advise_huge_pages(&mut merged);
-    let mut older = older.into_iter().peekable();
-    let mut newer = newer.peekable();
-    loop {
-        let order = match (older.peek(), newer.peek()) {
-            (Some((key, _)), Some(record)) => record.cmp_key(key).reverse(),
-            (Some(_), None) => std::cmp::Ordering::Less,
-            (None, Some(_)) => std::cmp::Ordering::Greater,
-            (None, None) => break,
-        };
-        let entry = match order {
-            std::cmp::Ordering::Less => older.next().expect("peeked"),
-            std::cmp::Ordering::Greater => {
-                let record = newer.next().expect("peeked");
-                if record.relocated() {
-                    continue; // a copy of a version that is gone
+    // Deletions stay until the tail is folded in: a replayed record older
+    // than a deletion must not bring the key back.
+    let with_delta = MergeLater::new(checkpoint.into_iter(), CombinedDeltas::new(deltas), false);
+    let records = records.into_iter().map(|record| InLog(record, segments));
+    merged.extend(MergeLater::new(with_delta, records, true));
+    merged
+}
+
+/// Applies a delta checkpoint to the entries of the checkpoint before it.
+#[cfg(test)]
+pub(crate) fn apply_delta(entries: Vec<(Key, Slot)>, delta: Vec<DeltaEntry>) -> Vec<(Key, Slot)> {
+    MergeLater::new(entries.into_iter(), delta.into_iter(), true).collect()
+}
+
+/// `older` (entries in key order) with `newer` (one record per key, in
+/// key order) folded in, in key order; deletions dropped if
+/// `drop_deletions`.
+struct MergeLater<O: Iterator, N: Iterator> {
+    older: std::iter::Peekable<O>,
+    newer: std::iter::Peekable<N>,
+    drop_deletions: bool,
+}
+
+impl<O: Iterator<Item = (Key, Slot)>, R: Later, N: Iterator<Item = R>> MergeLater<O, N> {
+    fn new(older: O, newer: N, drop_deletions: bool) -> Self {
+        MergeLater { older: older.peekable(), newer: newer.peekable(), drop_deletions }
+    }
+}
+
+impl<O: Iterator<Item = (Key, Slot)>, R: Later, N: Iterator<Item = R>> Iterator for MergeLater<O, N> {
+    type Item = (Key, Slot);
+
+    fn next(&mut self) -> Option<(Key, Slot)> {
+        loop {
+            let order = match (self.older.peek(), self.newer.peek()) {
+                (Some((key, _)), Some(record)) => record.cmp_key(key).reverse(),
+                (Some(_), None) => std::cmp::Ordering::Less,
+                (None, Some(_)) => std::cmp::Ordering::Greater,
+                (None, None) => return None,
+            };
+            let entry = match order {
+                std::cmp::Ordering::Less => self.older.next().expect("peeked"),
+                std::cmp::Ordering::Greater => {
+                    let record = self.newer.next().expect("peeked");
+                    if record.relocated() {
+                        continue; // a copy of a version that is gone
+                    }
+                    record.into_entry()
                 }
-                record.into_entry()
-            }
-            std::cmp::Ordering::Equal => {
-                let (key, slot) = older.next().expect("peeked");
-                let record = newer.next().expect("peeked");
-                let moves = if record.relocated() {
-                    copy_moves(slot.seq(), slot.loc.is_tombstone(), record.seq())
-                } else {
-                    candidate_wins(slot.seq(), record.seq())
-                };
-                if moves {
-                    (key, record.into_entry().1)
-                } else {
-                    (key, slot)
+                std::cmp::Ordering::Equal => {
+                    let (key, slot) = self.older.next().expect("peeked");
+                    let record = self.newer.next().expect("peeked");
+                    let moves = if record.relocated() {
+                        copy_moves(slot.seq(), slot.loc.is_tombstone(), record.seq())
+                    } else {
+                        candidate_wins(slot.seq(), record.seq())
+                    };
+                    if moves {
+                        (key, record.into_entry().1)
+                    } else {
+                        (key, slot)
+                    }
                 }
+            };
+            if !(self.drop_deletions && entry.1.loc.is_tombstone()) {
+                return Some(entry);
             }
-        };
-        if !entry.1.loc.is_tombstone() {
-            merged.push(entry);
         }
     }
-    merged
+}
+
+/// The deltas of a chain (oldest first, each in key order) folded into one
+/// record per key, in key order, lazily: merged into the full checkpoint in
+/// the same pass as the log tail, without a vector of their own.
+struct CombinedDeltas<I: Iterator> {
+    deltas: Vec<std::iter::Peekable<I>>,
+}
+
+impl<I: Iterator<Item = DeltaEntry>> CombinedDeltas<I> {
+    fn new(deltas: impl IntoIterator<Item = I>) -> Self {
+        CombinedDeltas { deltas: deltas.into_iter().map(Iterator::peekable).collect() }
+    }
+}
+
+impl<I: Iterator<Item = DeltaEntry>> Iterator for CombinedDeltas<I> {
+    type Item = DeltaEntry;
+
+    fn next(&mut self) -> Option<DeltaEntry> {
+        // A chain holds at most a few deltas: a scan of their heads.
+        let mut smallest: Option<&Key> = None;
+        for delta in &mut self.deltas {
+            if let Some(head) = delta.peek() {
+                if smallest.is_none_or(|key| crate::index::key::compare(&head.key, key).is_lt()) {
+                    smallest = Some(&head.key);
+                }
+            }
+        }
+        let key = smallest?.clone();
+        let mut kept: Option<DeltaEntry> = None;
+        for delta in &mut self.deltas {
+            let Some(later) = delta.next_if(|head| head.key == key) else { continue };
+            kept = Some(match kept {
+                None => later,
+                Some(mut kept) => {
+                    let kept_deleted = kept.slot.loc.is_tombstone();
+                    match folded(kept.slot.seq(), kept_deleted, kept.relocated, later.slot.seq(), later.relocated) {
+                        Folded::Kept => {}
+                        Folded::Moved => kept.slot = Slot::new(later.slot.loc, kept.slot.seq()),
+                        Folded::Replaced => kept = later,
+                    }
+                    kept
+                }
+            });
+        }
+        kept
+    }
 }
 
 /// The log from `from` to `to` (segment id, offset) of a live database,
@@ -551,9 +645,9 @@ pub fn replay(dir: &Path, options: &Options, start: Option<Start>) -> Result<Rep
 /// Merges the checkpoint (if any) with the replayed tail and builds the index.
 pub fn finish(dir: &Path, checkpoint: Option<Loaded>, replayed: Replayed) -> Result<Recovered> {
     let Replayed { segments, tail, end, mut last_seq, missing_start, after_tail, mut report, started } = replayed;
-    let checkpoint = checkpoint.map_or_else(Vec::new, |loaded| {
+    let (checkpoint, deltas) = checkpoint.map_or_else(Default::default, |loaded| {
         last_seq = last_seq.max(loaded.last_seq);
-        loaded.entries
+        (loaded.entries, loaded.deltas)
     });
     report.checkpoint_keys = checkpoint.len() as u64;
     if let Some(start_segment) = missing_start {
@@ -576,7 +670,7 @@ pub fn finish(dir: &Path, checkpoint: Option<Loaded>, replayed: Replayed) -> Res
         unsafe { last.region.zero(end, tail)? };
         last.region.persist(end, tail)?;
     }
-    let entries = merge(checkpoint, tail, &segments);
+    let entries = merge(checkpoint, deltas.iter().map(MappedDelta::entries).collect(), tail, &segments);
     // Live bytes per segment, through a table indexed by segment id (ids
     // are dense; `segments` is in id order).
     let first_id = segments.first().map_or(0, |s| s.id);
@@ -639,6 +733,10 @@ mod tests {
         TailRecord { relocated: true, ..record(key, off, seq, false) }
     }
 
+    fn no_deltas() -> Vec<std::vec::IntoIter<DeltaEntry>> {
+        Vec::new()
+    }
+
     /// The delta checkpoint of `records` (short keys need no segment).
     fn delta_of(records: &[TailRecord]) -> Vec<DeltaEntry> {
         let mut tail = Tail::new(0);
@@ -670,7 +768,7 @@ mod tests {
             record("f", 60, 13, false),
             copy("f", 61, 11), // an older version's copy: loses
         ]);
-        let merged = merge(checkpoint, tail, &[]);
+        let merged = merge(checkpoint, no_deltas(), tail, &[]);
         let expected = [("b", 20), ("c", 3), ("d", 41), ("f", 60)];
         assert_eq!(summary(&merged), expected.map(|(k, n)| (k.to_string(), n)));
     }
@@ -694,7 +792,7 @@ mod tests {
             record("ab", 70, 15, false), // shares a prefix with "a": ordered after it
             record("", 80, 16, false),
         ]);
-        let merged = merge(checkpoint, tail, &[]);
+        let merged = merge(checkpoint, no_deltas(), tail, &[]);
         let expected = [("", 80), ("a", 1), ("ab", 70), ("b", 20), ("c", 3), ("e", 41), ("f", 62)];
         assert_eq!(summary(&merged), expected.map(|(k, n)| (k.to_string(), n)));
         assert!(merged.iter().all(|(_, slot)| !slot.loc.is_tombstone()));
@@ -704,7 +802,7 @@ mod tests {
     fn without_a_tail_checkpoint_deletions_are_dropped() {
         let mut deleted = entry("b", 0, 6);
         deleted.1 = Slot::new(Loc::TOMBSTONE, 6);
-        let merged = merge(vec![entry("a", 1, 5), deleted], Tail::new(0), &[]);
+        let merged = merge(vec![entry("a", 1, 5), deleted], no_deltas(), Tail::new(0), &[]);
         assert_eq!(summary(&merged), vec![("a".to_string(), 1)]);
     }
 
@@ -734,7 +832,7 @@ mod tests {
                     model.insert(key.clone(), (off, *seq, *deleted));
                 }
             }
-            let merged = merge(entries, replayed, &[]);
+            let merged = merge(entries, no_deltas(), replayed, &[]);
             let expected: Vec<(String, u32)> =
                 model.into_iter().filter(|(_, (_, _, deleted))| !deleted).map(|(k, (off, _, _))| (k, off)).collect();
             proptest::prop_assert_eq!(summary(&merged), expected);
@@ -775,7 +873,8 @@ mod tests {
             cut in 0usize..40,
             seen in proptest::collection::vec(0usize..40, 3),
             collapse_midway in proptest::bool::ANY,
-            delta_cuts in proptest::collection::vec(0usize..40, 0..3),
+            delta_cuts in proptest::collection::vec(0usize..40, 0..4),
+            combine in proptest::bool::ANY,
         ) {
             let mut states: Vec<State> = vec![State::new()];
             let mut records = Vec::new();
@@ -813,15 +912,24 @@ mod tests {
             let mut tail_from = records.iter().position(|r| r.off >= 1000 + cut as u32).unwrap_or(records.len());
             // Delta checkpoints: the log from the checkpoint up to later
             // cuts, each collapsed on its own and applied in order.
+            // Applied one after the other, or folded with the tail in one
+            // merge (as open does).
             let mut delta_cuts = delta_cuts;
             delta_cuts.sort_unstable();
+            let mut combined = Vec::new();
             for delta_cut in delta_cuts {
                 let to = records.iter().position(|r| r.off >= 1000 + delta_cut as u32).unwrap_or(records.len());
                 if to >= tail_from {
-                    checkpoint = apply_delta(checkpoint, delta_of(&records[tail_from..to]));
+                    let delta = delta_of(&records[tail_from..to]);
+                    if combine {
+                        combined.push(delta);
+                    } else {
+                        checkpoint = apply_delta(checkpoint, delta);
+                    }
                     tail_from = to;
                 }
             }
+
             let mut tail = Tail::new(0);
             let (before, after) = records[tail_from..].split_at((records.len() - tail_from) / 2);
             tail.records.extend_from_slice(before);
@@ -829,7 +937,7 @@ mod tests {
                 tail.collapse(&[], false);
             }
             tail.records.extend_from_slice(after);
-            let merged = merge(checkpoint, tail, &[]);
+            let merged = merge(checkpoint, combined.into_iter().map(Vec::into_iter).collect(), tail, &[]);
             let expected: Vec<(String, u32)> =
                 states.last().unwrap().iter().map(|(k, (_, off))| (k.to_string(), *off)).collect();
             proptest::prop_assert_eq!(summary(&merged), expected);
