@@ -25,7 +25,8 @@
 //! flags: 1 = a GC copy (it only moves the version of its sequence number).
 //! A deletion has the tombstone location. The manifest names a full
 //! checkpoint and how many deltas follow it (generations base + 1 ...);
-//! open applies them in order (`load`), then replays the log after the last.
+//! open folds the deltas and the log after the last one into the full
+//! checkpoint in one merge (`recovery::finish`).
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -49,12 +50,16 @@ pub fn delta_file_name(generation: u64) -> String {
     format!("index-{generation:08}.delta")
 }
 
-/// The files of the chain `manifest` names: its full checkpoint, then its
-/// deltas in order.
-pub fn chain_file_names(manifest: &Manifest) -> Vec<String> {
-    let base = manifest.checkpoint_generation;
-    let deltas = (1..=manifest.delta_count as u64).map(|i| delta_file_name(base + i));
+/// The files of a chain: full checkpoint `base`, then its `deltas`
+/// (generations base + 1 ...) in order.
+pub fn chain_file_names(base: u64, deltas: u32) -> Vec<String> {
+    let deltas = (1..=deltas as u64).map(|i| delta_file_name(base + i));
     std::iter::once(file_name(base)).chain(deltas).collect()
+}
+
+/// The files of the chain `manifest` names.
+pub fn manifest_file_names(manifest: &Manifest) -> Vec<String> {
+    chain_file_names(manifest.checkpoint_generation, manifest.delta_count)
 }
 
 /// One key's records in a delta, folded: the winning write or deletion,
@@ -110,17 +115,16 @@ impl ChunkWriter {
 /// the one after that is written over its pages (`retire`, `write`).
 const SPARE_NAME: &str = "index-spare.ckpt";
 
-/// Keeps the replaced full checkpoint of `chain` as the spare that the next
+/// Keeps the replaced full checkpoint `base` as the spare that the next
 /// `write` overwrites. A new file costs fresh pages: on this VM's tmpfs,
 /// writing 168 MB into a new file took 70-590 ms, over an existing one
 /// 10-40 ms (`dd`, 5 runs each), and a fill of 4M keys writes three or
 /// four growing checkpoints. On a disk it saves the block allocation.
 /// The spare costs a checkpoint's size on the medium while the database
 /// is open; `remove_spare` deletes it on close, and open deletes it as a
-/// stale checkpoint after a crash.
-/// The chain's deltas are deleted.
-pub fn retire(dir: &Path, chain: &Manifest) {
-    let names = chain_file_names(chain);
+/// stale checkpoint after a crash. The `deltas` after it are deleted.
+pub fn retire(dir: &Path, base: u64, deltas: u32) {
+    let names = chain_file_names(base, deltas);
     let old = dir.join(&names[0]);
     if std::fs::rename(&old, dir.join(SPARE_NAME)).is_err() {
         let _ = std::fs::remove_file(old);
@@ -248,7 +252,7 @@ pub struct Loaded {
 /// read; `load` reports them): its full checkpoint's, and its deltas'.
 pub fn chain_bytes(dir: &Path, manifest: &Manifest) -> (u64, u64) {
     let size = |name: &String| std::fs::metadata(dir.join(name)).map_or(0, |m| m.len());
-    let names = chain_file_names(manifest);
+    let names = manifest_file_names(manifest);
     (size(&names[0]), names[1..].iter().map(size).sum())
 }
 
@@ -257,7 +261,7 @@ pub fn chain_bytes(dir: &Path, manifest: &Manifest) -> (u64, u64) {
 /// merges the log tail: applied one by one, each pass a new vector of
 /// every entry, three deltas over 10M keys made an open ~0.5 s slower.
 pub fn load(dir: &Path, manifest: &Manifest) -> Result<Loaded> {
-    let names = chain_file_names(manifest);
+    let names = manifest_file_names(manifest);
     let base = dir.join(&names[0]);
     let mut loaded = decode(map_file(&base)?.as_deref().unwrap_or_default(), &base)?;
     for name in &names[1..] {
@@ -479,7 +483,7 @@ mod tests {
         let entries = crate::recovery::apply_delta(loaded.entries, loaded.deltas[0].entries().collect());
         let keys: Vec<(&[u8], u32)> = entries.iter().map(|(k, s)| (&k[..], s.loc.off)).collect();
         assert_eq!(keys, [(&b"b"[..], 1024), (&b"c"[..], 512)]);
-        assert_eq!(chain_file_names(&manifest), ["index-00000001.ckpt", "index-00000002.delta"]);
+        assert_eq!(manifest_file_names(&manifest), ["index-00000001.ckpt", "index-00000002.delta"]);
     }
 
     #[test]

@@ -19,6 +19,11 @@ use scaledkv::{Db, Durability, Options, WriteBatch};
 
 const THREADS: u64 = 3;
 const KEYS_PER_THREAD: u64 = 60;
+/// Keys a child writes once, in chunks, before the threads start: an index
+/// large enough that full checkpoints wait past the interval and deltas
+/// are written between them (a kill then reopens through a chain).
+const STATIC_KEYS: u32 = 40_000;
+const STATIC_CHUNK: u32 = 2_000;
 const CHILD_ENV: &str = "SCALEDKV_CRASH_CHILD_DIR";
 const MODE_ENV: &str = "SCALEDKV_CRASH_CHILD_MODE";
 
@@ -77,6 +82,14 @@ fn crash_child_writer() {
     let Ok(dir) = std::env::var(CHILD_ENV) else { return };
     let durability: Durability = std::env::var(MODE_ENV).unwrap().parse().unwrap();
     let db = Db::open(&dir, options(durability)).unwrap();
+    for chunk in static_chunks(&db)..STATIC_KEYS / STATIC_CHUNK {
+        let mut batch = WriteBatch::new();
+        for i in chunk * STATIC_CHUNK..(chunk + 1) * STATIC_CHUNK {
+            batch.put(&static_key(i), &i.to_le_bytes());
+        }
+        batch.put(b"static-chunks", &(chunk + 1).to_le_bytes());
+        db.write(batch).unwrap();
+    }
     let starts: Vec<u64> = (0..THREADS)
         .map(|t| {
             db.get(format!("t{t}-next").as_bytes()).unwrap().map_or(0, |v| u64::from_le_bytes(v.try_into().unwrap()))
@@ -116,6 +129,15 @@ fn crash_child_writer() {
     });
 }
 
+fn static_key(i: u32) -> Vec<u8> {
+    format!("s{i:06}").into_bytes()
+}
+
+/// How many chunks of static keys the database holds (each is one batch).
+fn static_chunks(db: &Db) -> u32 {
+    db.get(b"static-chunks").unwrap().map_or(0, |v| u32::from_le_bytes(v.try_into().unwrap()))
+}
+
 fn state_of(db: &Db, t: u64) -> BTreeMap<Vec<u8>, Vec<u8>> {
     let prefix = format!("t{t}-k");
     db.range(prefix.as_bytes()..format!("t{t}-l").as_bytes()).map(|kv| kv.unwrap()).collect()
@@ -123,6 +145,11 @@ fn state_of(db: &Db, t: u64) -> BTreeMap<Vec<u8>, Vec<u8>> {
 
 fn check(dir: &Path, durability: Durability, acked: &[Option<u64>], previous: &[u64]) -> Vec<u64> {
     let db = Db::open(dir, options(durability)).expect("reopen after SIGKILL must succeed");
+    let chunks = static_chunks(&db);
+    let statics: Vec<(Vec<u8>, Vec<u8>)> = db.range(&b"s0"[..]..&b"s:"[..]).map(|kv| kv.unwrap()).collect();
+    let expected: Vec<(Vec<u8>, Vec<u8>)> =
+        (0..chunks * STATIC_CHUNK).map(|i| (static_key(i), i.to_le_bytes().to_vec())).collect();
+    assert!(statics == expected, "static keys: {} chunks, {} keys found ({durability})", chunks, statics.len());
     let mut next = Vec::new();
     for t in 0..THREADS {
         let stored =
