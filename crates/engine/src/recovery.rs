@@ -155,6 +155,11 @@ impl TailRecord {
         })
     }
 
+    /// The record as a delta checkpoint holds it.
+    fn to_delta(self, segments: &[Arc<Segment>]) -> DeltaEntry {
+        DeltaEntry { key: self.owned_key(segments), slot: self.slot(), relocated: self.relocated }
+    }
+
     fn owned_key(&self, segments: &[Arc<Segment>]) -> Key {
         if self.key_len <= 16 {
             Key::from_slice(&self.prefix.to_be_bytes()[..self.key_len as usize])
@@ -266,8 +271,8 @@ impl Tail {
     }
 }
 
-/// A key's record from the log after a checkpoint, as `merge_later`
-/// folds it into the entry before it: a replayed record or a delta's entry.
+/// A key's record from the log after a checkpoint, as `MergeLater` folds
+/// it into the entry before it: a replayed record or a delta's entry.
 trait Later {
     /// Its key's order against `key`.
     fn cmp_key(&self, key: &[u8]) -> std::cmp::Ordering;
@@ -484,12 +489,7 @@ pub(crate) fn collapse_range(
         }
     }
     tail.collapse(segments, false);
-    let entries = tail
-        .records
-        .into_iter()
-        .map(|record| DeltaEntry { key: record.owned_key(segments), slot: record.slot(), relocated: record.relocated })
-        .collect();
-    Ok(entries)
+    Ok(tail.records.into_iter().map(|record| record.to_delta(segments)).collect())
 }
 
 fn open_segments(dir: &Path, options: &Options, report: &mut RecoveryReport) -> Result<Vec<Arc<Segment>>> {
@@ -742,10 +742,7 @@ mod tests {
         let mut tail = Tail::new(0);
         tail.records.extend_from_slice(records);
         tail.collapse(&[], false);
-        tail.records
-            .into_iter()
-            .map(|r| DeltaEntry { key: r.owned_key(&[]), slot: r.slot(), relocated: r.relocated })
-            .collect()
+        tail.records.into_iter().map(|r| r.to_delta(&[])).collect()
     }
 
     #[test]
