@@ -226,15 +226,15 @@ fn write_file(
     Ok((count, len))
 }
 
-/// The size of checkpoint `generation` (0 if it cannot be read; `load`
-/// reports the error).
-pub fn file_bytes(dir: &Path, generation: u64) -> u64 {
-    std::fs::metadata(dir.join(file_name(generation))).map_or(0, |m| m.len())
+/// The size of `dir/name` (0 if it cannot be read; `load` reports the
+/// error).
+fn file_bytes(dir: &Path, name: &str) -> u64 {
+    std::fs::metadata(dir.join(name)).map_or(0, |m| m.len())
 }
 
 /// About how many entries checkpoint `generation` holds, from its size.
 pub fn keys_hint(dir: &Path, generation: u64) -> usize {
-    (file_bytes(dir, generation) / 34) as usize
+    (file_bytes(dir, &file_name(generation)) / 34) as usize
 }
 
 /// A loaded checkpoint: the index entries in key order and the sequence
@@ -251,9 +251,8 @@ pub struct Loaded {
 /// The bytes of the chain `manifest` names (0 for files that cannot be
 /// read; `load` reports them): its full checkpoint's, and its deltas'.
 pub fn chain_bytes(dir: &Path, manifest: &Manifest) -> (u64, u64) {
-    let size = |name: &String| std::fs::metadata(dir.join(name)).map_or(0, |m| m.len());
     let names = manifest_file_names(manifest);
-    (size(&names[0]), names[1..].iter().map(size).sum())
+    (file_bytes(dir, &names[0]), names[1..].iter().map(|name| file_bytes(dir, name)).sum())
 }
 
 /// Loads the chain `manifest` names: the full checkpoint and its deltas.
@@ -305,20 +304,10 @@ impl Iterator for DeltaEntries<'_> {
     type Item = DeltaEntry;
 
     fn next(&mut self) -> Option<DeltaEntry> {
-        let bytes = self.bytes.get(self.at..self.end)?;
-        let key_len = u16::from_le_bytes([*bytes.first()?, *bytes.get(1)?]) as usize;
-        let key = bytes.get(2..2 + key_len)?;
-        let fixed = bytes.get(2 + key_len..2 + key_len + 21)?;
-        let u32_at = |i: usize| u32::from_le_bytes(fixed[i..i + 4].try_into().expect("4 bytes"));
-        let loc = Loc { seg: u32_at(0), off: u32_at(4), len: u32_at(8) };
-        let seq = u64::from_le_bytes(fixed[12..20].try_into().expect("8 bytes"));
-        self.at += 2 + key_len + 21;
+        let (key, slot, flags, len) = parse_entry(self.bytes.get(self.at..self.end)?, 1)?;
+        self.at += len;
         self.remaining = self.remaining.saturating_sub(1);
-        Some(DeltaEntry {
-            key: Key::from_slice(key),
-            slot: Slot::new(loc, seq),
-            relocated: fixed[20] & FLAG_RELOCATED != 0,
-        })
+        Some(DeltaEntry { key: Key::from_slice(key), slot, relocated: flags & FLAG_RELOCATED != 0 })
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {
@@ -363,16 +352,29 @@ pub(crate) fn advise_huge_pages<T>(entries: &mut Vec<T>) {
     }
 }
 
+/// The entry at the start of `bytes` (with `flag_bytes` = 1, a delta's):
+/// its key, slot, flags and length; `None` if it runs past the end.
+fn parse_entry(bytes: &[u8], flag_bytes: usize) -> Option<(&[u8], Slot, u8, usize)> {
+    let key_len = u16::from_le_bytes([*bytes.first()?, *bytes.get(1)?]) as usize;
+    let len = 2 + key_len + 20 + flag_bytes;
+    let entry = bytes.get(..len)?;
+    let (key, fixed) = entry[2..].split_at(key_len);
+    let u32_at = |i: usize| u32::from_le_bytes(fixed[i..i + 4].try_into().expect("4 bytes"));
+    let loc = Loc { seg: u32_at(0), off: u32_at(4), len: u32_at(8) };
+    let seq = u64::from_le_bytes(fixed[12..20].try_into().expect("8 bytes"));
+    let flags = fixed.get(20).copied().unwrap_or(0);
+    Some((key, Slot::new(loc, seq), flags, len))
+}
+
 /// Checks `bytes` as a file of `magic` (length, magic, checksum, version)
-/// and walks its entries: `on_entry(offset, key, slot, flags)` for each
-/// (`flags` only with `flag_bytes` = 1). Returns the header's last sequence
-/// number.
+/// and walks its entries: `on_entry(key, slot, flags)` for each (`flags`
+/// only with `flag_bytes` = 1). Returns the header's last sequence number.
 fn decode_entries<'a>(
     bytes: &'a [u8],
     path: &Path,
     magic: &[u8; 8],
     flag_bytes: usize,
-    mut on_entry: impl FnMut(usize, &'a [u8], Slot, u8) -> Result<()>,
+    mut on_entry: impl FnMut(&'a [u8], Slot, u8),
 ) -> Result<u64> {
     let corrupt = |offset: usize, reason: &str| Error::Corruption {
         path: PathBuf::from(path),
@@ -398,27 +400,19 @@ fn decode_entries<'a>(
     let mut seen = 0u64;
     let mut previous: Option<&[u8]> = None;
     while at < count_at {
-        let key_len = u16::from_le_bytes([bytes[at], bytes.get(at + 1).copied().unwrap_or(0)]) as usize;
-        let fixed = 2 + key_len + 20 + flag_bytes;
-        if at + fixed > count_at {
+        let Some((key, slot, flags, len)) = parse_entry(&bytes[at..count_at], flag_bytes) else {
             return Err(corrupt(at, "entry runs past the end"));
-        }
-        let key = &bytes[at + 2..at + 2 + key_len];
-        let rest = &bytes[at + 2 + key_len..at + fixed];
-        let u32_at = |i: usize| u32::from_le_bytes(rest[i..i + 4].try_into().expect("4 bytes"));
-        let loc = Loc { seg: u32_at(0), off: u32_at(4), len: u32_at(8) };
-        let seq = u64::from_le_bytes(rest[12..20].try_into().expect("8 bytes"));
+        };
         if previous.is_some_and(|prev| crate::index::key::compare(prev, key).is_ge()) {
             return Err(corrupt(at, "keys out of order"));
         }
-        let flags = if flag_bytes == 1 { rest[20] } else { 0 };
         if flags & !FLAG_RELOCATED != 0 {
             return Err(corrupt(at, "unknown entry flags"));
         }
-        on_entry(at, key, Slot::new(loc, seq), flags)?;
+        on_entry(key, slot, flags);
         previous = Some(key);
         seen += 1;
-        at += fixed;
+        at += len;
     }
     if seen != count {
         return Err(corrupt(count_at, "entry count mismatch"));
@@ -437,16 +431,13 @@ fn count_hint(bytes: &[u8], min_entry_bytes: usize) -> usize {
 fn decode(bytes: &[u8], path: &Path) -> Result<Loaded> {
     let mut entries: Vec<(Key, Slot)> = Vec::with_capacity(count_hint(bytes, 22));
     advise_huge_pages(&mut entries);
-    let last_seq = decode_entries(bytes, path, MAGIC, 0, |_, key, slot, _| {
-        entries.push((Key::from_slice(key), slot));
-        Ok(())
-    })?;
+    let last_seq = decode_entries(bytes, path, MAGIC, 0, |key, slot, _| entries.push((Key::from_slice(key), slot)))?;
     Ok(Loaded { entries, deltas: Vec::new(), last_seq })
 }
 
 /// Checks a delta's bytes whole; returns its last sequence number.
 fn check_delta(bytes: &[u8], path: &Path) -> Result<u64> {
-    decode_entries(bytes, path, DELTA_MAGIC, 1, |_, _, _, _| Ok(()))
+    decode_entries(bytes, path, DELTA_MAGIC, 1, |_, _, _| {})
 }
 
 #[cfg(test)]

@@ -96,15 +96,13 @@ pub struct Db {
 }
 
 pub(crate) struct CheckpointState {
-    /// The newest checkpoint's generation (full or delta; 0: none yet).
-    generation: u64,
     /// The full checkpoint the chain starts from (0: none), the deltas
-    /// after it and their bytes.
+    /// after it (generations base + 1 ...) and their bytes.
     base_generation: u64,
     deltas: u32,
     delta_bytes: u64,
-    /// Where the newest checkpoint starts replay: a delta covers the log
-    /// from here.
+    /// Where the newest checkpoint starts replay (`None`: no checkpoint
+    /// yet): a delta covers the log from here.
     replay_from: Option<(u32, usize)>,
     /// `LogWriter::appended_bytes` and `appended_entries` when the last
     /// checkpoint started.
@@ -243,7 +241,6 @@ impl Db {
             committer: Committer::new(log, options.gather_groups),
             counters: Counters::default(),
             checkpoints: Mutex::new(CheckpointState {
-                generation: manifest.map_or(0, |m| m.checkpoint_generation + m.delta_count as u64),
                 base_generation: manifest.map_or(0, |m| m.checkpoint_generation),
                 deltas: manifest.map_or(0, |m| m.delta_count),
                 delta_bytes,
@@ -836,8 +833,8 @@ impl Inner {
                 return Err(error);
             }
         }
-        let generation = state.generation + 1;
-        let delta_from = state.replay_from.filter(|_| kind == CheckpointKind::Delta && state.base_generation > 0);
+        let generation = state.base_generation + state.deltas as u64 + 1;
+        let delta_from = state.replay_from.filter(|_| kind == CheckpointKind::Delta);
         let delta =
             delta_from.and_then(|from| match self.write_delta(generation, from, (segment, offset), &freed, last_seq) {
                 Ok(written) => Some(written),
@@ -883,7 +880,6 @@ impl Inner {
             (state.last_keys, state.last_bytes) = (keys, bytes);
             (state.base_generation, state.deltas, state.delta_bytes) = (generation, 0, 0);
         }
-        state.generation = generation;
         state.replay_from = Some((segment, offset));
         state.appended_at_last = appended;
         state.entries_at_last = entries;
@@ -986,8 +982,7 @@ impl Inner {
         let freeing = state.pending_free.len() >= pending_segments;
         let interval = since_bytes >= self.options.checkpoint_interval_bytes
             || since_entries >= self.options.checkpoint_interval_entries;
-        let room = state.base_generation > 0
-            && state.replay_from.is_some()
+        let room = state.replay_from.is_some()
             && state.deltas < MAX_DELTAS
             && state.delta_bytes * DELTA_SHARE < state.last_bytes;
         let max_bytes = self.options.checkpoint_interval_bytes.max(state.last_bytes * CHECKPOINT_GROWTH);

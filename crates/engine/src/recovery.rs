@@ -334,11 +334,15 @@ fn merge<I: Iterator<Item = DeltaEntry>>(
     let delta_len: usize = deltas.iter().map(|delta| delta.size_hint().0).sum();
     let mut merged = Vec::with_capacity(checkpoint.len() + delta_len + records.len());
     crate::checkpoint::advise_huge_pages(&mut merged);
-    // Deletions stay until the tail is folded in: a replayed record older
-    // than a deletion must not bring the key back.
-    let with_delta = MergeLater::new(checkpoint.into_iter(), CombinedDeltas::new(deltas), false);
     let records = records.into_iter().map(|record| InLog(record, segments));
-    merged.extend(MergeLater::new(with_delta, records, true));
+    if deltas.is_empty() {
+        merged.extend(MergeLater::new(checkpoint.into_iter(), records, true));
+    } else {
+        // Deletions stay until the tail is folded in: a replayed record
+        // older than a deletion must not bring the key back.
+        let with_delta = MergeLater::new(checkpoint.into_iter(), CombinedDeltas::new(deltas), false);
+        merged.extend(MergeLater::new(with_delta, records, true));
+    }
     merged
 }
 
