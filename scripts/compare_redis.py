@@ -51,7 +51,13 @@ CONFIGS = {
     "redis-rdb": ["--appendonly", "no", "--save", "3600 1 300 100 60 10000"],
     "scaledkv-sync": [],
     "scaledkv-sync-1t": ["--threads", "1"],
+    "scaledkv-sync-2t": ["--threads", "2"],
 }
+# A/B against another build: BASELINE_SERVER=/path/to/scaledkv-server adds
+# the configuration "scaledkv-base" (that binary, `sync`, default threads).
+BASELINE = os.environ.get("BASELINE_SERVER")
+if BASELINE:
+    CONFIGS["scaledkv-base"] = []
 MAIN = os.environ.get("CONFIGS", "redis-none redis-everysec redis-always scaledkv-sync").split()
 SERIES_CONFIGS = ["redis-rdb", "redis-always", "scaledkv-sync"]
 
@@ -95,7 +101,8 @@ class Server:
         os.makedirs(self.dir)
         self.port = free_port()
         if config.startswith("scaledkv"):
-            cmd = [SERVER, "--port", str(self.port), "--dir", self.dir, "--durability", "sync"] + CONFIGS[config]
+            binary = BASELINE if config == "scaledkv-base" else SERVER
+            cmd = [binary, "--port", str(self.port), "--dir", self.dir, "--durability", "sync"] + CONFIGS[config]
             env = dict(os.environ, RUST_LOG="warn")
         else:
             cmd = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir]

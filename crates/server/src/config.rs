@@ -42,10 +42,9 @@ pub struct Cli {
     /// Serve Prometheus metrics over HTTP on this port (off by default).
     #[arg(long = "metrics-port")]
     pub metrics_port: Option<u16>,
-    /// Worker threads of the async runtime (default: one per core, less
-    /// the commit thread's where group commits wait for a disk). One
-    /// thread avoids cross-thread wakeups (best on tmpfs at pipeline depth
-    /// 1); two serve more pipelined requests.
+    /// I/O threads, each serving its share of the connections (default:
+    /// half the cores, at least one). On 2 cores shared with the load
+    /// generator one is faster at pipeline depth 1, two at depth 16.
     #[arg(long)]
     pub threads: Option<usize>,
     /// Let the log grow to this many times the live data before garbage
@@ -94,7 +93,7 @@ pub struct Config {
     pub metrics_port: Option<u16>,
     pub port_file: Option<PathBuf>,
     pub config_file: Option<PathBuf>,
-    /// Runtime worker threads; `None`: `server::default_workers`.
+    /// I/O threads; `None`: `server::default_io_threads`.
     pub threads: Option<usize>,
     /// The engine's hash table for point lookups (`Options::point_index`):
     /// GET without a B-tree descent, for about 28 more bytes per key.
@@ -177,12 +176,14 @@ impl Config {
             durability: self.durability,
             point_index: self.point_index,
             gc_space_amp: self.gc_space_amp,
-            // The engine's deferred index updates need a core for the
-            // merger thread. Here both cores already run workers and the
-            // clients: SET -P 1 lost 6-8% and its p99 went from 0.9 to
-            // 1.3-2.3 ms, while -P 16 gained 3-6% (BENCHMARKS.md, eleventh
-            // session). The workers apply to the B-tree themselves.
-            deferred_index_updates: 0,
+            // Index updates go to the engine's merger thread (its default),
+            // on the core the I/O threads leave free (`default_io_threads`):
+            // one I/O thread with the merger against one applying to the
+            // B-tree itself (tmpfs, 4 interleaved runs, medians): SET
+            // `-P 16` 417k -> 542k/s and 2.66 -> 2.18 µs of server CPU per
+            // SET, `-P 1` 82k -> 84k/s (BENCHMARKS.md, twenty-third
+            // session). With two workers and no free core it had cost
+            // `-P 1` 6-8% (eleventh session).
             ..Options::default()
         }
     }

@@ -8,6 +8,7 @@
 //! - `commands`: the command table, the executor and the commands;
 //! - `keyspace`: value encoding, key locks for read-modify-write, globs;
 //! - `committer`: the commit thread, where group commits wait for a disk;
+//! - `io_threads`: the threads that serve connections;
 //! - `expiry`: active expiry; `metrics`: the Prometheus endpoint;
 //! - `server`: shared state, listeners, shutdown; `config`: flags and TOML.
 
@@ -16,6 +17,7 @@ pub mod committer;
 pub mod config;
 pub mod conn;
 pub mod expiry;
+pub mod io_threads;
 pub mod keyspace;
 pub mod metrics;
 pub mod resp;

@@ -26,8 +26,6 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::from(2);
         }
     };
-    // Opened before the runtime is built: the medium decides how many
-    // workers it gets (`default_workers`).
     let db = match scaledkv_server::server::open(&config) {
         Ok(db) => db,
         Err(error) => {
@@ -35,12 +33,10 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
-    let workers = config.threads.unwrap_or_else(|| scaledkv_server::server::default_workers(&db));
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(workers)
-        .enable_all()
-        .build()
-        .expect("start the runtime");
+    // This thread only accepts connections, expires keys and answers the
+    // metrics endpoint: the connections are served by the I/O threads
+    // (`io_threads.rs`).
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("start the runtime");
     match runtime.block_on(scaledkv_server::run(config, db)) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(error) => {

@@ -14,6 +14,7 @@ use crate::commands::Cursors;
 use crate::committer::{self, CommitSignal};
 use crate::config::Config;
 use crate::conn::{self, ClientInfo};
+use crate::io_threads::IoThreads;
 use crate::keyspace::KeyLocks;
 
 #[derive(Default)]
@@ -116,19 +117,21 @@ pub fn open(config: &Config) -> Result<Db, String> {
     Ok(db)
 }
 
-/// Runtime worker threads when `--threads` is not given: one per core, but
-/// where a commit thread leads the group commits (`committer.rs`) it takes
-/// a core's place. On the disk, one worker beside the commit thread
-/// against two workers leading their own groups (4 interleaved runs each,
-/// medians): SET 51.6k vs 48.9k at `-P 1` and 364k vs 319k at `-P 16`,
-/// GET 96.9k vs 82.5k and 539k vs 558k, with less server CPU per request.
-pub fn default_workers(db: &Db) -> usize {
+/// I/O threads (`io_threads.rs`) when `--threads` is not given: half the
+/// cores, at least one. Most of a request's server time is the kernel's
+/// (socket calls, the network stack's softirq work: 7-8 of 9-11 µs per
+/// request at `-P 1` here), and the engine's own threads (commit, GC,
+/// checkpoints) need CPU too; an I/O thread per core left none for them.
+/// On 2 cores shared with redis-benchmark, one I/O thread against two
+/// (tmpfs, 4 interleaved runs, medians): `-P 1` SET 88.1k vs 83.2k/s, GET
+/// 90.2k vs 84.8k/s, with 9.7 vs 10.8 µs of server CPU per SET; `-P 16`
+/// SET 405k vs 485k/s (Redis 379k) with a p99 at Redis's instead of 1.6x
+/// it. On the disk the commit thread (`committer.rs`) takes the other core
+/// (one worker beside it against two leading their own groups: SET 51.6k
+/// vs 48.9k at `-P 1`, 364k vs 319k at `-P 16`).
+pub fn default_io_threads() -> usize {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    if db.persist_waits_for_device() {
-        (cores - 1).max(1)
-    } else {
-        cores
-    }
+    (cores / 2).max(1)
 }
 
 /// Serves `db` until SIGTERM, SIGINT or SHUTDOWN. On the way out every
@@ -175,12 +178,15 @@ pub async fn run(config: Config, db: Db) -> Result<(), String> {
         Some(_) => Some(committer::spawn(shared.clone()).map_err(|e| format!("cannot start the commit thread: {e}"))?),
         None => None,
     };
-    accept_until_shutdown(&shared, listener).await;
+    let io_threads = shared.config.threads.unwrap_or_else(default_io_threads);
+    let io = IoThreads::start(io_threads).map_err(|e| format!("cannot start the I/O threads: {e}"))?;
+    accept_until_shutdown(&shared, listener, &io).await;
     // Let connections finish the command they are running.
     let deadline = Instant::now() + Duration::from_secs(5);
     while shared.connected.load(Ordering::Acquire) > 0 && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+    io.stop();
     if let (Some(signal), Some(thread)) = (&shared.commit_thread, committer) {
         committer::stop(signal, thread);
     }
@@ -190,7 +196,7 @@ pub async fn run(config: Config, db: Db) -> Result<(), String> {
     Ok(())
 }
 
-async fn accept_until_shutdown(shared: &Arc<Shared>, listener: TcpListener) {
+async fn accept_until_shutdown(shared: &Arc<Shared>, listener: TcpListener, io: &IoThreads) {
     let mut shutdown = shared.shutdown.subscribe();
     let mut terminate = signal(tokio::signal::unix::SignalKind::terminate());
     let mut interrupt = signal(tokio::signal::unix::SignalKind::interrupt());
@@ -207,7 +213,7 @@ async fn accept_until_shutdown(shared: &Arc<Shared>, listener: TcpListener) {
                         tokio::spawn(conn::refuse(stream));
                         continue;
                     }
-                    tokio::spawn(conn::serve(shared.clone(), stream, addr));
+                    io.serve(shared.clone(), stream, addr);
                 }
                 Err(error) => {
                     // Out of file descriptors and the like: back off, keep serving.

@@ -129,12 +129,22 @@ fn kill_loop(base: &str, iterations: usize, rng: &mut impl Rng) {
 
 fn check(server: &Server, history: &[Vec<Acked>]) {
     let mut stream = server.connect();
-    for (iteration, acked) in history.iter().enumerate() {
-        for (thread, acked) in acked.iter().enumerate() {
-            for seq in 0..acked.sets {
-                let key = format!("i{iteration}:t{thread}:{seq}");
-                assert_eq!(get(&mut stream, &key), bulk(&value(iteration, thread, seq)), "{key} lost or wrong");
-            }
+    let sets = history.iter().enumerate().flat_map(|(iteration, acked)| {
+        acked
+            .iter()
+            .enumerate()
+            .flat_map(move |(thread, acked)| (0..acked.sets).map(move |seq| (iteration, thread, seq)))
+    });
+    // Pipelined: hundreds of thousands of keys after a few lives on tmpfs.
+    let sets: Vec<_> = sets.collect();
+    for chunk in sets.chunks(256) {
+        let keys: Vec<String> =
+            chunk.iter().map(|(iteration, thread, seq)| format!("i{iteration}:t{thread}:{seq}")).collect();
+        let request: Vec<u8> = keys.iter().flat_map(|key| encode(&[b"GET", key.as_bytes()])).collect();
+        stream.write_all(&request).unwrap();
+        for (key, &(iteration, thread, seq)) in keys.iter().zip(chunk) {
+            let reply = common::read_reply(&mut stream);
+            assert_eq!(reply, bulk(&value(iteration, thread, seq)), "{key} lost or wrong");
         }
     }
     if let Some(last) = history.last() {

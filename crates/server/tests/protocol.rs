@@ -160,7 +160,9 @@ fn config_get_reports_the_gc_space_budget_and_set_refuses_it() {
 
 #[test]
 fn transactions_are_atomic_and_watch_aborts_on_change() {
-    let (_dir, server) = start(&[]);
+    // Three I/O threads: the watching client and the writer are served by
+    // different ones (a new connection goes to the least loaded thread).
+    let (_dir, server) = start(&["--threads", "3"]);
     let mut con = client(&server);
     let mut other = client(&server);
     let (a, b): (i64, i64) = redis::pipe().atomic().incr("x", 1).incr("x", 10).query(&mut con).unwrap();
@@ -181,7 +183,8 @@ fn transactions_are_atomic_and_watch_aborts_on_change() {
 
 #[test]
 fn concurrent_increments_are_not_lost() {
-    let (_dir, server) = start(&[]);
+    // The six clients spread over three I/O threads.
+    let (_dir, server) = start(&["--threads", "3"]);
     let threads: Vec<_> = (0..6)
         .map(|_| {
             let mut con = client(&server);
@@ -255,14 +258,18 @@ fn inline_commands_split_requests_and_garbage() {
 fn sigterm_is_a_clean_shutdown_and_data_survives_restart() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("db");
-    let mut server = Server::start(&path, &[]);
+    let mut server = Server::start(&path, &["--threads", "2"]);
     let mut con = client(&server);
+    // Left open on the other I/O thread: shutdown closes it.
+    let mut idle = client(&server);
+    let _: () = redis::cmd("PING").query(&mut idle).unwrap();
     for i in 0..200 {
         let _: () = con.set(format!("k{i}"), format!("v{i}")).unwrap();
     }
     let _: () = con.set_ex("ttl", "x", 1000).unwrap();
     drop(con);
     assert!(server.terminate(), "exit status 0 after SIGTERM");
+    assert!(redis::cmd("PING").query::<String>(&mut idle).is_err(), "the idle connection is closed");
     let server = Server::start(&path, &[]);
     let mut con = client(&server);
     assert_eq!(con.get::<_, String>("k199").unwrap(), "v199");

@@ -1,0 +1,90 @@
+//! The I/O threads: each runs a runtime of its own and serves the
+//! connections handed to it for their whole life, as memcached's worker
+//! threads and Redis's one event loop do.
+//!
+//! One work-stealing runtime for all connections moved ready connections
+//! between its workers: a worker that found work woke its parked sibling
+//! (a futex wake and an inter-processor interrupt, dear in a VM), and both
+//! then competed with the load generator for 2 cores. With a runtime per
+//! thread no connection changes thread: 4 interleaved runs on tmpfs, SET
+//! `-P 16` 475k -> 487k/s, `-P 1` 77k -> 83k/s with less server CPU per
+//! request (BENCHMARKS.md, twenty-third session).
+//!
+//! Each runtime is tokio's multi-thread one with a single worker, not the
+//! current-thread one (which measured the same): `block_in_place` needs it
+//! to move a thread's other connections elsewhere while a write collects a
+//! piece of GC (`commands::commit`).
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use tokio::net::TcpStream;
+use tokio::runtime::Runtime;
+
+use crate::conn;
+use crate::server::Shared;
+
+struct IoThread {
+    runtime: Runtime,
+    /// Connections this thread serves now: a new one goes to the least
+    /// loaded thread.
+    connections: Arc<AtomicUsize>,
+}
+
+pub struct IoThreads {
+    threads: Vec<IoThread>,
+}
+
+impl IoThreads {
+    /// Starts `count` threads (at least one).
+    pub fn start(count: usize) -> std::io::Result<IoThreads> {
+        let threads = (0..count.max(1))
+            .map(|i| {
+                let runtime = tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(1)
+                    .thread_name(format!("scaledkv-io-{i}"))
+                    .enable_all()
+                    .build()?;
+                Ok(IoThread { runtime, connections: Arc::default() })
+            })
+            .collect::<std::io::Result<_>>()?;
+        Ok(IoThreads { threads })
+    }
+
+    /// Hands `stream` (accepted on another runtime) to the least loaded
+    /// thread, which serves it until it closes.
+    pub fn serve(&self, shared: Arc<Shared>, stream: TcpStream, addr: SocketAddr) {
+        let thread = self.threads.iter().min_by_key(|t| t.connections.load(Ordering::Relaxed)).expect("one thread");
+        // The socket leaves the accepting runtime's poller here and joins
+        // the chosen thread's in `from_std`, on that thread.
+        let stream = match stream.into_std() {
+            Ok(stream) => stream,
+            Err(error) => {
+                tracing::warn!(%error, %addr, "cannot hand the connection to an I/O thread");
+                shared.connected.fetch_sub(1, Ordering::AcqRel);
+                return;
+            }
+        };
+        let connections = thread.connections.clone();
+        connections.fetch_add(1, Ordering::Relaxed);
+        thread.runtime.spawn(async move {
+            match TcpStream::from_std(stream) {
+                Ok(stream) => conn::serve(shared, stream, addr).await,
+                Err(error) => {
+                    tracing::warn!(%error, %addr, "cannot register the connection");
+                    shared.connected.fetch_sub(1, Ordering::AcqRel);
+                }
+            }
+            connections.fetch_sub(1, Ordering::Relaxed);
+        });
+    }
+
+    /// Stops every thread; connections still open are dropped. Called once
+    /// they had their chance to finish (`server::run`).
+    pub fn stop(self) {
+        for thread in self.threads {
+            thread.runtime.shutdown_background();
+        }
+    }
+}
