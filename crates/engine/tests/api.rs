@@ -29,6 +29,30 @@ fn put_get_delete_overwrite() {
 }
 
 #[test]
+fn prefetch_is_a_hint_that_changes_no_answer() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = Options { point_index: true, ..small_segments() };
+    let db = Db::open(dir.path(), options).unwrap();
+    let value = |i: u32| vec![i as u8; 900 + i as usize];
+    for i in 0..300u32 {
+        db.put(format!("k{i}").as_bytes(), &value(i)).unwrap();
+    }
+    db.delete(b"k7").unwrap();
+    db.put_with_ttl(b"short", b"v", Duration::from_millis(1)).unwrap();
+    std::thread::sleep(Duration::from_millis(5));
+    // Present, deleted, expired, never written, empty and oversized keys.
+    for key in [b"k1".to_vec(), b"k7".to_vec(), b"short".to_vec(), b"none".to_vec(), vec![], vec![b'x'; 70_000]] {
+        db.prefetch(&key);
+    }
+    for i in 0..300u32 {
+        db.prefetch(format!("k{i}").as_bytes());
+        let expected = (i != 7).then(|| value(i));
+        assert_eq!(db.get(format!("k{i}").as_bytes()).unwrap(), expected, "k{i}");
+    }
+    assert_eq!(db.get(b"short").unwrap(), None);
+}
+
+#[test]
 fn every_write_survives_a_clean_reopen_in_every_mode() {
     for durability in [Durability::Sync, Durability::Buffered, Durability::Pmem] {
         let base = if durability == Durability::Pmem { "/dev/shm" } else { env!("CARGO_TARGET_TMPDIR") };

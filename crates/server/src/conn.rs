@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use parking_lot::Mutex;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -28,6 +28,15 @@ const OUT_FLUSH_BYTES: usize = 256 * 1024;
 /// large pipeline does not keep 256 KiB (as Redis shrinks query buffers).
 const READ_CHUNK: usize = 16 * 1024;
 const READ_MAX: usize = 256 * 1024;
+
+/// Most GETs parsed ahead and prefetched together (`Db::prefetch`): each
+/// GET's entry in the log is a cache miss, and asking for a pipeline's
+/// entries first overlaps them.
+const PREFETCH_RUN: usize = 32;
+
+fn is_get(args: &[Bytes]) -> bool {
+    args.len() == 2 && args[0].eq_ignore_ascii_case(b"get")
+}
 
 /// What CLIENT LIST and INFO show about a connection.
 pub struct ClientInfo {
@@ -164,6 +173,7 @@ async fn run(shared: &Shared, stream: &mut TcpStream, conn: &mut ConnState) -> s
     let mut shutdown = shared.shutdown.subscribe();
     let mut run = commands::Run::default();
     let mut read_size = READ_CHUNK;
+    let mut requests: Vec<Vec<Bytes>> = Vec::new();
     loop {
         loop {
             let limits = resp::Limits {
@@ -172,28 +182,54 @@ async fn run(shared: &Shared, stream: &mut TcpStream, conn: &mut ConnState) -> s
                 max_request_bytes: shared.config.max_request_bytes,
                 authenticated: conn.authenticated,
             };
-            match resp::parse(&mut input, &limits) {
-                Ok(Some(args)) => {
-                    out.protocol = conn.protocol;
-                    commands::execute(shared, conn, &mut out, args, &mut run).await;
-                    if conn.close || *shutdown.borrow() {
-                        run.commit(shared, &mut out).await;
-                        stream.write_all(&out.buf).await?;
-                        return Ok(());
+            // A run of GETs is parsed ahead and prefetched; any other
+            // command ends the run, so that what it changes (AUTH, the
+            // limits CONFIG SET sets) applies to the requests after it.
+            let mut parsed = Ok(());
+            while requests.len() < PREFETCH_RUN {
+                match resp::parse(&mut input, &limits) {
+                    Ok(Some(args)) => {
+                        let get = is_get(&args);
+                        requests.push(args);
+                        if !get {
+                            break;
+                        }
                     }
-                    if out.len() >= OUT_FLUSH_BYTES {
-                        run.commit(shared, &mut out).await;
-                        write_out(shared, stream, &mut out).await?;
+                    Ok(None) => break,
+                    Err(error) => {
+                        parsed = Err(error);
+                        break;
                     }
                 }
-                Ok(None) => break,
-                Err(error) => {
+            }
+            if requests.len() > 1 && conn.authenticated && conn.multi.is_none() {
+                for args in requests.iter().filter(|args| is_get(args)) {
+                    shared.db.prefetch(&args[1]);
+                }
+            }
+            let done = requests.is_empty();
+            for args in requests.drain(..) {
+                out.protocol = conn.protocol;
+                commands::execute(shared, conn, &mut out, args, &mut run).await;
+                if conn.close || *shutdown.borrow() {
                     run.commit(shared, &mut out).await;
-                    out.error(&error.to_string());
                     stream.write_all(&out.buf).await?;
-                    tracing::info!(client = conn.info.id, addr = %conn.info.addr, %error, "closing: protocol error");
                     return Ok(());
                 }
+                if out.len() >= OUT_FLUSH_BYTES {
+                    run.commit(shared, &mut out).await;
+                    write_out(shared, stream, &mut out).await?;
+                }
+            }
+            if let Err(error) = parsed {
+                run.commit(shared, &mut out).await;
+                out.error(&error.to_string());
+                stream.write_all(&out.buf).await?;
+                tracing::info!(client = conn.info.id, addr = %conn.info.addr, %error, "closing: protocol error");
+                return Ok(());
+            }
+            if done {
+                break;
             }
         }
         // Replies go out only once the writes they acknowledge are durable.

@@ -224,6 +224,39 @@ fn auth_gates_every_command_but_auth_hello_quit() {
 }
 
 #[test]
+fn runs_of_gets_read_ahead_keep_order_auth_and_errors() {
+    // GETs are parsed ahead and prefetched in runs of up to 32 that any
+    // other command ends: one write holding every case.
+    let (_dir, server) = start(&["--requirepass", "s3cret", "--proto-max-bulk-len", "1000"]);
+    let mut stream = server.connect();
+    let mut pipeline = b"GET a\r\nGET a\r\nAUTH s3cret\r\nGET a\r\nSET a 1\r\nGET a\r\n".to_vec();
+    for _ in 0..40 {
+        pipeline.extend_from_slice(b"GET a\r\nget b\r\n");
+    }
+    pipeline.extend_from_slice(b"GET\r\nGET a b\r\nCONFIG SET proto-max-bulk-len 2000\r\nGET a\r\n");
+    pipeline.extend_from_slice(&encode(&[b"GET", &[b'k'; 1500]]));
+    pipeline.extend_from_slice(b"GET a\r\n*abc\r\nGET a\r\n");
+    stream.write_all(&pipeline).unwrap();
+    let noauth = b"-NOAUTH Authentication required.\r\n".to_vec();
+    let mut expected: Vec<Vec<u8>> = vec![noauth.clone(), noauth, b"+OK\r\n".to_vec(), b"$-1\r\n".to_vec()];
+    expected.extend([b"+OK\r\n".to_vec(), b"$1\r\n1\r\n".to_vec()]);
+    for _ in 0..40 {
+        expected.extend([b"$1\r\n1\r\n".to_vec(), b"$-1\r\n".to_vec()]);
+    }
+    expected.push(b"-ERR wrong number of arguments for 'get' command\r\n".to_vec());
+    expected.push(b"-ERR wrong number of arguments for 'get' command\r\n".to_vec());
+    // The new limit applies to the request after CONFIG SET.
+    expected.extend([b"+OK\r\n".to_vec(), b"$1\r\n1\r\n".to_vec(), b"$-1\r\n".to_vec()]);
+    expected.push(b"$1\r\n1\r\n".to_vec());
+    expected.push(b"-ERR Protocol error: invalid multibulk length\r\n".to_vec());
+    for (i, want) in expected.iter().enumerate() {
+        assert_eq!(read_reply(&mut stream), *want, "reply {i}");
+    }
+    let mut rest = Vec::new();
+    assert_eq!(stream.read_to_end(&mut rest).unwrap(), 0, "closed after the protocol error");
+}
+
+#[test]
 fn inline_commands_split_requests_and_garbage() {
     let (_dir, server) = start(&["--proto-max-bulk-len", "1000"]);
     let mut stream = server.connect();
