@@ -39,6 +39,14 @@ fn string_and_key_commands_through_a_client() {
     let _: () = con.mset(&[("a", "1"), ("b", "2")]).unwrap();
     let values: Vec<Option<String>> = con.mget(&["a", "b", "missing"]).unwrap();
     assert_eq!(values, vec![Some("1".into()), Some("2".into()), None]);
+    // More keys than MGET prefetches at once (32), every third missing.
+    let keys: Vec<String> = (0..100).map(|i| format!("m{i}")).collect();
+    let pairs: Vec<(String, String)> =
+        (0..100).filter(|i| i % 3 != 0).map(|i| (format!("m{i}"), format!("v{i}"))).collect();
+    let _: () = con.mset(&pairs).unwrap();
+    let values: Vec<Option<String>> = con.mget(&keys).unwrap();
+    assert_eq!(values, (0..100).map(|i| (i % 3 != 0).then(|| format!("v{i}"))).collect::<Vec<_>>());
+    assert_eq!(con.del::<_, i64>(&keys).unwrap(), 66);
     assert_eq!(con.exists::<_, i64>(&["a", "b", "missing", "a"]).unwrap(), 3);
     assert_eq!(con.del::<_, i64>(&["a", "a", "missing"]).unwrap(), 1);
     let error = con.incr::<_, _, i64>("greeting", 1).unwrap_err();
