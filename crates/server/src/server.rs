@@ -125,10 +125,11 @@ pub fn open(config: &Config) -> Result<Db, String> {
 /// On 2 cores shared with redis-benchmark, one I/O thread against two
 /// (tmpfs, 4 interleaved runs, medians): `-P 1` SET 88.1k vs 83.2k/s, GET
 /// 90.2k vs 84.8k/s, with 9.7 vs 10.8 µs of server CPU per SET; `-P 16`
-/// SET 405k vs 485k/s (Redis 379k) with a p99 at Redis's instead of 1.6x
-/// it. On the disk the commit thread (`committer.rs`) takes the other core
-/// (one worker beside it against two leading their own groups: SET 51.6k
-/// vs 48.9k at `-P 1`, 364k vs 319k at `-P 16`).
+/// SET 405k vs 485k/s (Redis 379k), before the merger thread took the
+/// B-tree inserts (then 542k, `config.rs`). On the disk the commit thread
+/// (`committer.rs`) runs beside the one I/O thread (one worker beside it
+/// against two leading their own groups: SET 51.6k vs 48.9k at `-P 1`,
+/// 364k vs 319k at `-P 16`).
 pub fn default_io_threads() -> usize {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     (cores / 2).max(1)
