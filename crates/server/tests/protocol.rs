@@ -173,6 +173,10 @@ fn transactions_are_atomic_and_watch_aborts_on_change() {
     let (_dir, server) = start(&["--threads", "3"]);
     let mut con = client(&server);
     let mut other = client(&server);
+    let threads: Vec<String> = redis::cmd("CONFIG").arg("GET").arg("io-threads").query(&mut con).unwrap();
+    assert_eq!(threads, ["io-threads", "3"]);
+    let error = redis::cmd("CONFIG").arg("SET").arg("io-threads").arg("4").query::<()>(&mut con).unwrap_err();
+    assert!(error.to_string().contains("can't set immutable config"), "{error}");
     let (a, b): (i64, i64) = redis::pipe().atomic().incr("x", 1).incr("x", 10).query(&mut con).unwrap();
     assert_eq!((a, b), (1, 11));
     let _: () = redis::cmd("WATCH").arg("x").query(&mut con).unwrap();
