@@ -26,10 +26,22 @@ use crate::conn;
 use crate::server::Shared;
 
 struct IoThread {
-    runtime: Runtime,
+    /// Taken when the thread stops (`Drop`).
+    runtime: Option<Runtime>,
     /// Connections this thread serves now: a new one goes to the least
     /// loaded thread.
     connections: Arc<AtomicUsize>,
+}
+
+impl Drop for IoThread {
+    /// Stops the thread without waiting for it: dropping a runtime waits
+    /// for its tasks, which panics inside another runtime (`server::run`
+    /// and a half-built `IoThreads::start` both are).
+    fn drop(&mut self) {
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
 }
 
 pub struct IoThreads {
@@ -46,7 +58,7 @@ impl IoThreads {
                     .thread_name(format!("scaledkv-io-{i}"))
                     .enable_all()
                     .build()?;
-                Ok(IoThread { runtime, connections: Arc::default() })
+                Ok(IoThread { runtime: Some(runtime), connections: Arc::default() })
             })
             .collect::<std::io::Result<_>>()?;
         Ok(IoThreads { threads })
@@ -68,7 +80,8 @@ impl IoThreads {
         };
         let connections = thread.connections.clone();
         connections.fetch_add(1, Ordering::Relaxed);
-        thread.runtime.spawn(async move {
+        let runtime = thread.runtime.as_ref().expect("running until dropped");
+        runtime.spawn(async move {
             match TcpStream::from_std(stream) {
                 Ok(stream) => conn::serve(shared, stream, addr).await,
                 Err(error) => {
@@ -83,8 +96,20 @@ impl IoThreads {
     /// Stops every thread; connections still open are dropped. Called once
     /// they had their chance to finish (`server::run`).
     pub fn stop(self) {
-        for thread in self.threads {
-            thread.runtime.shutdown_background();
-        }
+        drop(self);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn threads_stop_inside_another_runtime_without_panicking() {
+        IoThreads::start(2).unwrap().stop();
+        // Dropped without `stop` (an early return) as well.
+        let threads = IoThreads::start(0).unwrap();
+        assert_eq!(threads.threads.len(), 1, "at least one thread");
+        drop(threads);
     }
 }
