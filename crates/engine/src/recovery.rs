@@ -390,15 +390,11 @@ impl<O: Iterator<Item = (Key, Slot)>, R: Later, N: Iterator<Item = R>> Iterator 
                 std::cmp::Ordering::Equal => {
                     let (key, slot) = self.older.next().expect("peeked");
                     let record = self.newer.next().expect("peeked");
-                    let moves = if record.relocated() {
-                        copy_moves(slot.seq(), slot.loc.is_tombstone(), record.seq())
-                    } else {
-                        candidate_wins(slot.seq(), record.seq())
-                    };
-                    if moves {
-                        (key, record.into_entry().1)
-                    } else {
-                        (key, slot)
+                    // An entry before a checkpoint's position is never a
+                    // GC copy of its own.
+                    match folded(slot.seq(), slot.loc.is_tombstone(), false, record.seq(), record.relocated()) {
+                        Folded::Kept => (key, slot),
+                        Folded::Moved | Folded::Replaced => (key, record.into_entry().1),
                     }
                 }
             };

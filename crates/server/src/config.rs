@@ -170,6 +170,12 @@ impl Config {
         Ok(config)
     }
 
+    /// The I/O threads the server runs (`--threads`, else
+    /// `server::default_io_threads`).
+    pub fn io_threads(&self) -> usize {
+        self.threads.unwrap_or_else(crate::server::default_io_threads)
+    }
+
     /// What the engine is opened with.
     pub fn engine_options(&self) -> Options {
         Options {

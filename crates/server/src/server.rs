@@ -179,8 +179,7 @@ pub async fn run(config: Config, db: Db) -> Result<(), String> {
         Some(_) => Some(committer::spawn(shared.clone()).map_err(|e| format!("cannot start the commit thread: {e}"))?),
         None => None,
     };
-    let io_threads = shared.config.threads.unwrap_or_else(default_io_threads);
-    let io = IoThreads::start(io_threads).map_err(|e| format!("cannot start the I/O threads: {e}"))?;
+    let io = IoThreads::start(shared.config.io_threads()).map_err(|e| format!("cannot start the I/O threads: {e}"))?;
     accept_until_shutdown(&shared, listener, &io).await;
     // Let connections finish the command they are running.
     let deadline = Instant::now() + Duration::from_secs(5);

@@ -129,14 +129,17 @@ fn kill_loop(base: &str, iterations: usize, rng: &mut impl Rng) {
 
 fn check(server: &Server, history: &[Vec<Acked>]) {
     let mut stream = server.connect();
-    let sets = history.iter().enumerate().flat_map(|(iteration, acked)| {
-        acked
-            .iter()
-            .enumerate()
-            .flat_map(move |(thread, acked)| (0..acked.sets).map(move |seq| (iteration, thread, seq)))
-    });
     // Pipelined: hundreds of thousands of keys after a few lives on tmpfs.
-    let sets: Vec<_> = sets.collect();
+    let sets: Vec<(usize, usize, u64)> = history
+        .iter()
+        .enumerate()
+        .flat_map(|(iteration, acked)| {
+            acked
+                .iter()
+                .enumerate()
+                .flat_map(move |(thread, acked)| (0..acked.sets).map(move |seq| (iteration, thread, seq)))
+        })
+        .collect();
     for chunk in sets.chunks(256) {
         let keys: Vec<String> =
             chunk.iter().map(|(iteration, thread, seq)| format!("i{iteration}:t{thread}:{seq}")).collect();

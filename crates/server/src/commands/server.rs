@@ -411,7 +411,7 @@ fn parameters(ctx: &Ctx<'_>) -> Vec<(&'static str, String)> {
         ("timeout", shared.timeout_secs().to_string()),
         ("proto-max-bulk-len", shared.max_bulk_bytes().to_string()),
         ("gc-space-amp", config.gc_space_amp.to_string()),
-        ("io-threads", config.threads.unwrap_or_else(crate::server::default_io_threads).to_string()),
+        ("io-threads", config.io_threads().to_string()),
         // What a Redis client asks to learn what a write survives: every
         // write is on the medium before its reply unless `buffered`.
         ("appendonly", if durable { "yes" } else { "no" }.into()),

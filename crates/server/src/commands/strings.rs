@@ -187,16 +187,16 @@ const MGET_PREFETCH: usize = 32;
 
 pub fn mget(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     ctx.out.array(args.len() - 1);
-    for (i, key) in args[1..].iter().enumerate() {
-        if i % MGET_PREFETCH == 0 {
-            // Ask for the next keys' entries first, so that their cache
-            // misses overlap (`Db::prefetch`).
-            args[1 + i..].iter().take(MGET_PREFETCH).for_each(|key| ctx.shared.db.prefetch(key));
-        }
-        match ctx.read(key)? {
-            // MGET answers nil for keys of other types.
-            Some(value) if value.tag() == crate::keyspace::TYPE_STRING => ctx.out.bulk(value.data()),
-            _ => ctx.out.null(),
+    for keys in args[1..].chunks(MGET_PREFETCH) {
+        // Ask for the keys' entries first, so that their cache misses
+        // overlap (`Db::prefetch`).
+        keys.iter().for_each(|key| ctx.shared.db.prefetch(key));
+        for key in keys {
+            match ctx.read(key)? {
+                // MGET answers nil for keys of other types.
+                Some(value) if value.tag() == crate::keyspace::TYPE_STRING => ctx.out.bulk(value.data()),
+                _ => ctx.out.null(),
+            }
         }
     }
     Ok(())
