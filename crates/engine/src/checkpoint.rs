@@ -336,17 +336,22 @@ fn map_file(path: &Path) -> Result<Option<memmap2::Mmap>> {
 /// at a time was a large part of the open time. Only advice: nothing
 /// changes if the kernel declines.
 pub(crate) fn advise_huge_pages<T>(entries: &mut Vec<T>) {
+    advise_huge_pages_in(entries.spare_capacity_mut());
+}
+
+/// Asks for transparent huge pages under the whole 2 MiB pages inside
+/// `memory`. Only advice: nothing changes if the kernel declines.
+pub(crate) fn advise_huge_pages_in<T>(memory: &mut [T]) {
     #[cfg(target_os = "linux")]
     {
         const HUGE: usize = 2 << 20;
-        let spare = entries.spare_capacity_mut();
-        let start = spare.as_mut_ptr() as usize;
-        let end = start + std::mem::size_of_val(spare);
+        let start = memory.as_mut_ptr() as usize;
+        let end = start + std::mem::size_of_val(memory);
         let aligned = start.next_multiple_of(HUGE);
         if end > aligned + HUGE {
             let len = (end - aligned) / HUGE * HUGE;
-            // SAFETY: the range lies inside memory this vector owns and has
-            // not initialised; MADV_HUGEPAGE neither reads nor changes it.
+            // SAFETY: the range lies inside memory the caller owns;
+            // MADV_HUGEPAGE neither reads nor changes it.
             unsafe { libc::madvise(aligned as *mut libc::c_void, len, libc::MADV_HUGEPAGE) };
         }
     }

@@ -400,10 +400,8 @@ impl Db {
     }
 
     /// Starts loading `key`'s newest entry into the CPU caches and returns
-    /// at once: a caller about to read several keys (a pipeline of GETs)
-    /// prefetches them all first, so that their cache misses in the log
-    /// overlap instead of following each other. A hint only: it reads no
-    /// value and never fails.
+    /// at once. A hint only: it reads no value and never fails. For
+    /// several keys, `prefetch_all`.
     pub fn prefetch(&self, key: &[u8]) {
         let Some(loc) = self.inner.index.get(key, None) else { return };
         // The first lines only: they hold the miss that costs (and the
@@ -414,6 +412,22 @@ impl Db {
                 crate::iter::prefetch_bytes(bytes);
             }
         });
+    }
+
+    /// Starts loading the newest entries of `keys` into the CPU caches: a
+    /// caller about to read several keys (a pipeline of GETs) asks for
+    /// them all first, so that their cache misses overlap instead of
+    /// following each other. First the point table's lines of every key
+    /// (with the point index on), then each entry: finding an entry's
+    /// location takes the first miss. A hint only, as `prefetch`.
+    pub fn prefetch_all<'k, I>(&self, keys: I)
+    where
+        I: IntoIterator<Item = &'k [u8]>,
+        I::IntoIter: Clone,
+    {
+        let keys = keys.into_iter();
+        self.inner.index.prefetch_points(keys.clone());
+        keys.for_each(|key| self.prefetch(key));
     }
 
     /// Like `get`, without copying the value.

@@ -243,14 +243,25 @@ fn prefetch(table: &SegmentTable, loc: Loc, max_bytes: usize) {
 
 /// Asks the CPU to start loading every cache line of `bytes`.
 pub(crate) fn prefetch_bytes(bytes: &[u8]) {
-    #[cfg(target_arch = "x86_64")]
     for line in bytes.chunks(64) {
-        // SAFETY: PREFETCHT0 is baseline SSE, never faults, and only hints
-        // the cache; the address is inside a live mapping anyway.
-        unsafe { std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(line.as_ptr().cast()) };
+        prefetch_address(line.as_ptr());
     }
+}
+
+/// Asks the CPU to start loading the cache line where `value` begins.
+pub(crate) fn prefetch_line<T>(value: &T) {
+    prefetch_address((value as *const T).cast());
+}
+
+fn prefetch_address(address: *const u8) {
+    // SAFETY: PREFETCHT0 is baseline SSE, never faults, and only hints the
+    // cache; the address is that of a live reference anyway.
+    #[cfg(target_arch = "x86_64")]
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(address.cast())
+    };
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = bytes;
+    let _ = address;
 }
 
 #[cfg(test)]

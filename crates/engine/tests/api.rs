@@ -41,9 +41,13 @@ fn prefetch_is_a_hint_that_changes_no_answer() {
     db.put_with_ttl(b"short", b"v", Duration::from_millis(1)).unwrap();
     std::thread::sleep(Duration::from_millis(5));
     // Present, deleted, expired, never written, empty and oversized keys.
-    for key in [b"k1".to_vec(), b"k7".to_vec(), b"short".to_vec(), b"none".to_vec(), vec![], vec![b'x'; 70_000]] {
-        db.prefetch(&key);
+    let odd_keys = [b"k1".to_vec(), b"k7".to_vec(), b"short".to_vec(), b"none".to_vec(), vec![], vec![b'x'; 70_000]];
+    for key in &odd_keys {
+        db.prefetch(key);
     }
+    db.prefetch_all(odd_keys.iter().map(|key| &key[..]));
+    let keys: Vec<String> = (0..300).map(|i| format!("k{i}")).collect();
+    db.prefetch_all(keys.iter().map(|key| key.as_bytes()));
     for i in 0..300u32 {
         db.prefetch(format!("k{i}").as_bytes());
         let expected = (i != 7).then(|| value(i));

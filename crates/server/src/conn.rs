@@ -29,7 +29,7 @@ const OUT_FLUSH_BYTES: usize = 256 * 1024;
 const READ_CHUNK: usize = 16 * 1024;
 const READ_MAX: usize = 256 * 1024;
 
-/// Most GETs parsed ahead and prefetched together (`Db::prefetch`): each
+/// Most GETs parsed ahead and prefetched together (`Db::prefetch_all`): each
 /// GET's entry in the log is a cache miss, and asking for a pipeline's
 /// entries first overlaps them.
 const PREFETCH_RUN: usize = 32;
@@ -203,9 +203,7 @@ async fn run(shared: &Shared, stream: &mut TcpStream, conn: &mut ConnState) -> s
                 }
             }
             if requests.len() > 1 && conn.authenticated && conn.multi.is_none() {
-                for args in requests.iter().filter(|args| is_get(args)) {
-                    shared.db.prefetch(&args[1]);
-                }
+                shared.db.prefetch_all(requests.iter().filter(|args| is_get(args)).map(|args| &args[1][..]));
             }
             let done = requests.is_empty();
             for args in requests.drain(..) {

@@ -405,6 +405,14 @@ impl Index {
         Self::get_in(&tree, key, at_seq)
     }
 
+    /// Asks the CPU for the point table's lines of `keys`, which `get`
+    /// reads first: a hint for a caller about to look up all of them.
+    pub fn prefetch_points<'k>(&self, keys: impl Iterator<Item = &'k [u8]>) {
+        if let Some(points) = &self.tree.read().points {
+            keys.for_each(|key| points.prefetch(key));
+        }
+    }
+
     /// As `get`, from the B-tree: exact.
     pub fn get_ordered(&self, key: &[u8], at_seq: Option<u64>) -> Option<Loc> {
         if let Some(loc) = self.pending_loc(key, at_seq) {

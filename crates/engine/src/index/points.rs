@@ -2,9 +2,9 @@
 //!
 //! A B-tree descent over a million keys is a chain of cache misses: it was
 //! 31% of the server's CPU for GET `-P 16` (1M keys, 1 KiB values). A hash
-//! probe is one or two. The table maps a 32-bit tag of each key's hash to
-//! the newest location of the key and holds no key bytes (16 bytes a key,
-//! about 25 with hashbrown's control byte and load factor): the log entry
+//! probe here is one cache line (`Table`). The table maps a 32-bit tag of
+//! each key's hash to the newest location of the key and holds no key
+//! bytes (a 16-byte slot a key, 21-43 bytes with the load factor): the log entry
 //! at that location holds the key, and readers check it there. Tags are
 //! not unique: a lookup that finds two candidates for its tag, or whose
 //! entry turns out to hold another key, asks the B-tree instead.
@@ -14,14 +14,15 @@
 //! lookups for it take the B-tree. It grows the way Redis's dictionaries
 //! do, incrementally: a full table becomes the `old` one, a table twice
 //! its size takes the inserts, and every insert moves a few of the old
-//! buckets over. A hashbrown table rehashes everything at once, under the
-//! index's write lock: tens of milliseconds at a million keys, half a
-//! second at ten million, for every client.
+//! slots over. Rehashing everything at once, as hashbrown (this table's
+//! first form) does, holds the index's write lock for tens of
+//! milliseconds at a million keys, half a second at ten million, for
+//! every client.
 //!
 //! The bigger table is allocated and its pages touched ahead, off the lock
 //! (`growth_wanted`, `prepared_table`, `give_spare`): in this VM the first
 //! touch of fresh memory costs a host fault per page, and the first inserts
-//! into a new 2M-bucket table, each on another page, held the write lock
+//! into a new 2M-slot table, each on another page, held the write lock
 //! for 28-34 ms zeroing 2 MiB pages (redis-benchmark SET `-P 16`, 1M keys:
 //! every client stalled). 100k inserts into a fresh table of 4M entries
 //! took 53-55 ms, into a prepared one 3.5-4 ms.
@@ -29,19 +30,167 @@
 use std::cmp::Ordering;
 use std::hash::BuildHasher;
 
-use hashbrown::HashTable;
+use bytemuck::Zeroable;
 
 use super::key::{compare, Key};
 use super::memtable::Loc;
 
-#[derive(Clone, Copy)]
+/// One slot: a key's tag and the newest location of its entry. All zero
+/// is an empty slot, so a zeroed allocation is an empty table (a point's
+/// `len` is never 0: it counts the entry's header).
+#[derive(Clone, Copy, Zeroable, PartialEq, Eq)]
+#[repr(C)]
 struct Point {
     tag: u32,
-    loc: Loc,
+    seg: u32,
+    off: u32,
+    len: u32,
+}
+
+/// `seg` of a point removed from a table that a growth is emptying: not
+/// an empty slot, so probes for other tags go on past it.
+const GONE: u32 = u32::MAX;
+
+impl Point {
+    const EMPTY: Point = Point { tag: 0, seg: 0, off: 0, len: 0 };
+
+    fn new(tag: u32, loc: Loc) -> Point {
+        debug_assert!(loc.len > 0 && !loc.is_tombstone(), "not an entry: {loc:?}");
+        Point { tag, seg: loc.seg, off: loc.off, len: loc.len }
+    }
+
+    fn loc(&self) -> Loc {
+        Loc { seg: self.seg, off: self.off, len: self.len }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.len == 0 && self.seg != GONE
+    }
+
+    fn holds(&self, tag: u32) -> bool {
+        self.tag == tag && self.len != 0
+    }
+}
+
+const SLOTS_PER_LINE: usize = 4;
+
+/// Four slots on one cache line: a probe that starts at a line's first
+/// slots reads that line alone.
+#[derive(Clone, Copy, Zeroable)]
+#[repr(C, align(64))]
+struct Line([Point; SLOTS_PER_LINE]);
+
+/// Open addressing with linear probing over 16-byte slots, at most three
+/// quarters full. A lookup reads the line of the tag's home slot and, as
+/// often as a run crosses a line, the next one: one cache miss where
+/// hashbrown's separate control bytes and buckets took two (`perf
+/// annotate` of readrandom: the two loads shared 97% of the probe's
+/// samples). Removals shift the points after them back (no tombstones);
+/// only a table being emptied by a growth marks removed points `GONE`.
+struct Table {
+    lines: Box<[Line]>,
+    /// Points held, `GONE` ones not counted.
+    len: usize,
+    /// 64 - log2(slots): a tag's home slot is the top bits of `spread`.
+    shift: u32,
+}
+
+/// Slots of the smallest table.
+const MIN_SLOTS: usize = 16;
+
+impl Table {
+    /// An empty table of `slots` slots (rounded up to a power of two);
+    /// the allocation is zeroed by the system, its pages not yet touched.
+    fn with_slots(slots: usize) -> Table {
+        let slots = slots.next_power_of_two().max(MIN_SLOTS);
+        let mut lines: Box<[Line]> = bytemuck::allocation::zeroed_slice_box(slots / SLOTS_PER_LINE);
+        crate::checkpoint::advise_huge_pages_in(&mut lines);
+        Table { lines, len: 0, shift: 64 - slots.trailing_zeros() }
+    }
+
+    /// The smallest table that holds `points`.
+    fn with_capacity(points: usize) -> Table {
+        Table::with_slots(points.div_ceil(3) * 4)
+    }
+
+    fn slots(&self) -> usize {
+        self.lines.len() * SLOTS_PER_LINE
+    }
+
+    fn capacity(&self) -> usize {
+        self.slots() / 4 * 3
+    }
+
+    fn slot(&self, i: usize) -> &Point {
+        &self.lines[i / SLOTS_PER_LINE].0[i % SLOTS_PER_LINE]
+    }
+
+    fn slot_mut(&mut self, i: usize) -> &mut Point {
+        &mut self.lines[i / SLOTS_PER_LINE].0[i % SLOTS_PER_LINE]
+    }
+
+    fn home(&self, tag: u32) -> usize {
+        (spread(tag) >> self.shift) as usize
+    }
+
+    /// The slots from `tag`'s home up to the first empty one: those where
+    /// a point with `tag` can be.
+    fn probe(&self, tag: u32) -> impl Iterator<Item = usize> + '_ {
+        let mask = self.slots() - 1;
+        let home = self.home(tag);
+        (0..self.slots()).map(move |k| (home + k) & mask).take_while(|&i| !self.slot(i).is_empty())
+    }
+
+    fn find(&self, tag: u32, loc: Loc) -> Option<usize> {
+        self.probe(tag).find(|&i| self.slot(i).holds(tag) && self.slot(i).loc() == loc)
+    }
+
+    /// Puts `point` in the first empty slot from its home. The caller
+    /// keeps the table below its capacity, so there is one.
+    fn insert(&mut self, point: Point) {
+        let mask = self.slots() - 1;
+        let mut i = self.home(point.tag);
+        while !self.slot(i).is_empty() {
+            i = (i + 1) & mask;
+        }
+        *self.slot_mut(i) = point;
+        self.len += 1;
+    }
+
+    /// Empties slot `hole` and moves back each later point of its run that
+    /// may sit there (the hole lies between its home and it), so that no
+    /// probe meets an empty slot before the point it looks for.
+    fn remove_at(&mut self, mut hole: usize) {
+        let mask = self.slots() - 1;
+        let mut i = hole;
+        loop {
+            i = (i + 1) & mask;
+            let point = *self.slot(i);
+            if point.is_empty() {
+                break;
+            }
+            let from_home = i.wrapping_sub(self.home(point.tag)) & mask;
+            if from_home >= (i.wrapping_sub(hole) & mask) {
+                *self.slot_mut(hole) = point;
+                hole = i;
+            }
+        }
+        *self.slot_mut(hole) = Point::EMPTY;
+        self.len -= 1;
+    }
+
+    /// Asks the CPU for the line of `tag`'s home slot.
+    fn prefetch(&self, tag: u32) {
+        crate::iter::prefetch_line(&self.lines[self.home(tag) / SLOTS_PER_LINE]);
+    }
+
+    fn memory_bytes(&self) -> usize {
+        std::mem::size_of_val(&*self.lines)
+    }
 }
 
 /// A table built by `Points::prepared_table`.
-pub struct Prepared(HashTable<Point>);
+pub struct Prepared(Table);
 
 /// What the table knows about a key.
 pub enum Lookup {
@@ -60,8 +209,8 @@ enum Coverage {
     UpTo(Option<Key>),
 }
 
-/// Old buckets moved to the new table per insert while growing: the new
-/// table, twice the old one's capacity, fills no faster than it empties.
+/// Old slots moved to the new table per insert while growing: the new
+/// table, twice the old one's size, fills no faster than it empties.
 const MOVES_PER_INSERT: usize = 8;
 
 /// Smallest capacity whose next table is prepared ahead: below it a new
@@ -69,20 +218,21 @@ const MOVES_PER_INSERT: usize = 8;
 const SPARE_MIN_CAPACITY: usize = 1 << 16;
 
 pub struct Points {
-    table: HashTable<Point>,
-    /// While growing: the previous table and the next bucket to move.
-    old: Option<(HashTable<Point>, usize)>,
+    table: Table,
+    /// While growing: the previous table and the next slot to move. Its
+    /// slots below that one were copied to `table` and are not looked at.
+    old: Option<(Table, usize)>,
     /// An empty table for the next growth, its pages already touched.
-    spare: Option<HashTable<Point>>,
+    spare: Option<Table>,
     hasher: foldhash::quality::RandomState,
     /// All 32 bits but in tests, which narrow it to force shared tags.
     tag_mask: u32,
     coverage: Coverage,
 }
 
-/// hashbrown picks the bucket from the low bits of this and the control
-/// byte from the top 7; derived from the stored tag alone so the table can
-/// grow without the keys.
+/// Mixes a tag into the 64 bits whose top ones pick its home slot;
+/// derived from the stored tag alone so the table can grow without the
+/// keys.
 fn spread(tag: u32) -> u64 {
     (tag as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)
 }
@@ -92,7 +242,7 @@ impl Points {
     /// of `tag_bits` bits (32 but in tests).
     pub fn new(tag_bits: u32) -> Points {
         Points {
-            table: HashTable::new(),
+            table: Table::with_slots(MIN_SLOTS),
             old: None,
             spare: None,
             hasher: Default::default(),
@@ -114,10 +264,15 @@ impl Points {
         }
     }
 
-    /// The tables a point can be in: the current one, and the old one
-    /// while growing.
-    fn tables(&self) -> impl Iterator<Item = &HashTable<Point>> {
-        std::iter::once(&self.table).chain(self.old.as_ref().map(|(old, _)| old))
+    /// The points with `tag`: in the current table, then in the part of
+    /// the old one not moved yet.
+    fn with_tag(&self, tag: u32) -> impl Iterator<Item = &Point> {
+        let current = self.table.probe(tag).map(|i| self.table.slot(i));
+        let old = self
+            .old
+            .iter()
+            .flat_map(move |(old, next)| old.probe(tag).filter(move |i| i >= next).map(move |i| old.slot(i)));
+        current.chain(old).filter(move |point| point.holds(tag))
     }
 
     // The key-level operations below answer `None` for a key the table does
@@ -132,6 +287,19 @@ impl Points {
     /// Whether `key`'s newest entry is at `loc`.
     pub fn contains(&self, key: &[u8], loc: Loc) -> Option<bool> {
         self.covers(key).then(|| self.contains_tag(self.tag(key), loc))
+    }
+
+    /// Asks the CPU for the cache lines where `get(key)` will look first,
+    /// so that a caller about to look up several keys overlaps their
+    /// misses. A hint: it changes nothing.
+    pub fn prefetch(&self, key: &[u8]) {
+        if self.covers(key) {
+            let tag = self.tag(key);
+            self.table.prefetch(tag);
+            if let Some((old, _)) = &self.old {
+                old.prefetch(tag);
+            }
+        }
     }
 
     pub fn insert(&mut self, key: &[u8], loc: Loc) {
@@ -153,10 +321,10 @@ impl Points {
     }
 
     fn get_tag(&self, tag: u32) -> Lookup {
-        let mut found = self.tables().flat_map(|t| t.iter_hash(spread(tag))).filter(|p| p.tag == tag);
+        let mut found = self.with_tag(tag);
         match (found.next(), found.next()) {
             (None, _) => Lookup::Absent,
-            (Some(point), None) => Lookup::At(point.loc),
+            (Some(point), None) => Lookup::At(point.loc()),
             _ => Lookup::Ambiguous,
         }
     }
@@ -164,18 +332,18 @@ impl Points {
     /// Whether some key with `tag` is at `loc`. Exact: only one key's
     /// entry can be at a location.
     fn contains_tag(&self, tag: u32, loc: Loc) -> bool {
-        self.tables().any(|t| t.find(spread(tag), |p| p.tag == tag && p.loc == loc).is_some())
+        self.with_tag(tag).any(|point| point.loc() == loc)
     }
 
     fn insert_tag(&mut self, tag: u32, loc: Loc) {
-        if self.old.is_none() && self.table.len() == self.table.capacity() {
+        if self.old.is_none() && self.table.len >= self.table.capacity() {
             let wanted = self.next_capacity();
             let spare = self.spare.take().filter(|spare| spare.capacity() >= wanted);
-            let bigger = spare.unwrap_or_else(|| HashTable::with_capacity(wanted));
+            let bigger = spare.unwrap_or_else(|| Table::with_capacity(wanted));
             self.old = Some((std::mem::replace(&mut self.table, bigger), 0));
         }
-        self.table.insert_unique(spread(tag), Point { tag, loc }, |p| spread(p.tag));
-        self.move_old_buckets(MOVES_PER_INSERT);
+        self.table.insert(Point::new(tag, loc));
+        self.move_old_slots(MOVES_PER_INSERT);
     }
 
     fn next_capacity(&self) -> usize {
@@ -189,25 +357,21 @@ impl Points {
     pub fn growth_wanted(&self) -> Option<usize> {
         let capacity = self.table.capacity();
         let ready = self.spare.as_ref().is_some_and(|spare| spare.capacity() >= self.next_capacity());
-        let due = self.old.is_none() && capacity >= SPARE_MIN_CAPACITY && self.table.len() >= capacity / 4 * 3;
+        let due = self.old.is_none() && capacity >= SPARE_MIN_CAPACITY && self.table.len >= capacity / 4 * 3;
         (due && !ready).then(|| self.next_capacity())
     }
 
     /// An empty table of `capacity` whose memory is touched, to be built
     /// without the index's lock and handed over with `give_spare`.
     pub fn prepared_table(capacity: usize) -> Prepared {
-        let mut table = HashTable::with_capacity(capacity);
-        // Allocation writes the control bytes; the buckets are touched by
-        // one insert per page. hashbrown starts probing at bucket `hash &
-        // mask` and keeps bucket i's value i + 1 places before the control
-        // bytes, so these hashes land one page apart. (Were that to change,
-        // the pages would only be touched later, under the lock.)
-        let per_page = (4096 / std::mem::size_of::<Point>()).max(1);
-        let point = Point { tag: 0, loc: Loc { seg: 0, off: 0, len: 0 } };
-        for bucket in (0..table.num_buckets()).step_by(per_page) {
-            table.insert_unique(bucket as u64, point, |p| spread(p.tag));
+        let mut table = Table::with_capacity(capacity);
+        let lines_per_page = 4096 / std::mem::size_of::<Line>();
+        for line in table.lines.iter_mut().step_by(lines_per_page) {
+            // SAFETY: a valid, aligned, exclusive reference. The store is
+            // volatile because the memory is known to be zero: a plain
+            // store of zero could be dropped, and the page left untouched.
+            unsafe { std::ptr::write_volatile(line, Line::zeroed()) };
         }
-        table.clear();
         Prepared(table)
     }
 
@@ -222,59 +386,61 @@ impl Points {
         }
     }
 
-    /// Moves up to `buckets` more buckets of the old table, if growing;
-    /// returns whether the growth is complete. Inserts move a few buckets
+    /// Moves up to `slots` more slots of the old table, if growing;
+    /// returns whether the growth is complete. Inserts move a few slots
     /// each, so without inserts a table stays half grown: every lookup
     /// probes both tables, and the old one's memory stays allocated.
-    pub fn finish_growth(&mut self, buckets: usize) -> bool {
-        self.move_old_buckets(buckets);
+    pub fn finish_growth(&mut self, slots: usize) -> bool {
+        self.move_old_slots(slots);
         self.old.is_none()
     }
 
-    /// Moves up to `buckets` buckets of the old table to the current one.
-    fn move_old_buckets(&mut self, buckets: usize) {
+    /// Copies up to `slots` slots of the old table to the current one.
+    /// The copies stay behind, unread (lookups skip the old table's slots
+    /// below `next`): emptying them would cut the runs of later points.
+    fn move_old_slots(&mut self, slots: usize) {
         let Some((old, next)) = &mut self.old else { return };
-        let end = (*next + buckets).min(old.num_buckets());
-        for index in *next..end {
-            if let Ok(entry) = old.get_bucket_entry(index) {
-                let (point, _) = entry.remove();
-                self.table.insert_unique(spread(point.tag), point, |p| spread(p.tag));
+        let end = (*next + slots).min(old.slots());
+        for i in *next..end {
+            let point = *old.slot(i);
+            if point.len != 0 {
+                self.table.insert(point);
             }
         }
         *next = end;
-        if end == old.num_buckets() {
+        if end == old.slots() {
             self.old = None;
-        }
-    }
-
-    fn find_mut(&mut self, tag: u32, loc: Loc) -> Option<&mut Point> {
-        let eq = |p: &Point| p.tag == tag && p.loc == loc;
-        match self.table.find_mut(spread(tag), eq) {
-            Some(point) => Some(point),
-            None => self.old.as_mut()?.0.find_mut(spread(tag), eq),
         }
     }
 
     /// The key with `tag` whose newest entry was at `from` is now at `to`.
     fn replace_tag(&mut self, tag: u32, from: Loc, to: Loc) {
-        match self.find_mut(tag, from) {
-            Some(point) => point.loc = to,
-            None => {
-                debug_assert!(false, "no point at {from:?}");
-                self.insert_tag(tag, to);
-            }
+        let point = Point::new(tag, to);
+        if let Some(i) = self.table.find(tag, from) {
+            *self.table.slot_mut(i) = point;
+        } else if let Some((old, i)) = self.find_in_old(tag, from) {
+            *old.slot_mut(i) = point;
+        } else {
+            debug_assert!(false, "no point at {from:?}");
+            self.insert_tag(tag, to);
         }
     }
 
     fn remove_tag(&mut self, tag: u32, loc: Loc) {
-        let eq = |p: &Point| p.tag == tag && p.loc == loc;
-        if let Ok(entry) = self.table.find_entry(spread(tag), eq) {
-            entry.remove();
-        } else if let Some((old, _)) = &mut self.old {
-            if let Ok(entry) = old.find_entry(spread(tag), eq) {
-                entry.remove();
-            }
+        if let Some(i) = self.table.find(tag, loc) {
+            self.table.remove_at(i);
+        } else if let Some((old, i)) = self.find_in_old(tag, loc) {
+            *old.slot_mut(i) = Point { seg: GONE, ..Point::EMPTY };
+            old.len -= 1;
         }
+    }
+
+    /// The old table and the slot there of the point (`tag`, `loc`), if
+    /// growing and it was not moved yet.
+    fn find_in_old(&mut self, tag: u32, loc: Loc) -> Option<(&mut Table, usize)> {
+        let (old, next) = self.old.as_mut()?;
+        let i = old.probe(tag).filter(|i| i >= next).find(|&i| old.slot(i).holds(tag) && old.slot(i).loc() == loc)?;
+        Some((old, i))
     }
 
     /// Adds the next `max` entries of `heads` (newest locations in key
@@ -289,9 +455,10 @@ impl Points {
             Coverage::All => return true,
             Coverage::UpTo(last) => last.as_ref(),
         };
-        if last.is_none() && self.old.is_none() {
-            // One allocation for the keys there are, not a doubling chain.
-            self.table.reserve(total_keys, |p| spread(p.tag));
+        if last.is_none() && self.old.is_none() && self.table.capacity() < total_keys {
+            // One allocation for the keys there are, not a doubling chain;
+            // the table covers no key yet, so it holds none.
+            self.table = Table::with_capacity(total_keys);
         }
         let mut added = 0;
         let mut newest = None;
@@ -311,7 +478,8 @@ impl Points {
     }
 
     pub fn memory_bytes(&self) -> usize {
-        self.tables().chain(&self.spare).map(HashTable::allocation_size).sum()
+        let old = self.old.as_ref().map(|(old, _)| old);
+        [Some(&self.table), old, self.spare.as_ref()].into_iter().flatten().map(Table::memory_bytes).sum()
     }
 }
 
@@ -344,10 +512,10 @@ mod tests {
         let mut moved_while_growing = false;
         for i in 0..20_000u32 {
             points.insert_tag(i.wrapping_mul(2_654_435_761), loc(i));
-            if let Some((old, _)) = &points.old {
-                moved_while_growing |= old.len() < old.capacity();
+            if let Some((_, next)) = &points.old {
+                moved_while_growing |= *next > 0;
                 // The new table never has to grow before the old is empty.
-                assert!(points.table.len() < points.table.capacity());
+                assert!(points.table.len < points.table.capacity());
             }
             if i % 7 == 0 {
                 // Updates and removals find points in either table.
@@ -375,7 +543,7 @@ mod tests {
         }
         let capacity = points.table.capacity();
         while points.growth_wanted().is_none() {
-            assert!(points.table.len() < capacity / 4 * 3, "wanted once three quarters full");
+            assert!(points.table.len < capacity / 4 * 3, "wanted once three quarters full");
             points.insert_tag(tag(inserted), loc(inserted));
             inserted += 1;
         }
@@ -384,15 +552,15 @@ mod tests {
         // A table too small for the next growth is handed back.
         assert!(points.give_spare(Points::prepared_table(capacity)).is_some());
         let prepared = Points::prepared_table(wanted);
-        let prepared_buckets = prepared.0.num_buckets();
-        assert!(prepared.0.is_empty() && prepared.0.capacity() >= wanted);
+        let prepared_slots = prepared.0.slots();
+        assert!(prepared.0.len == 0 && prepared.0.capacity() >= wanted);
         assert!(points.give_spare(prepared).is_none());
         assert!(points.growth_wanted().is_none(), "a spare is ready");
         while points.old.is_none() {
             points.insert_tag(tag(inserted), loc(inserted));
             inserted += 1;
         }
-        assert_eq!(points.table.num_buckets(), prepared_buckets);
+        assert_eq!(points.table.slots(), prepared_slots);
         assert!(points.spare.is_none(), "the growth took the spare");
         for i in 0..inserted {
             assert!(matches!(points.get_tag(tag(i)), Lookup::At(l) if l == loc(i)), "{i}");
@@ -414,6 +582,61 @@ mod tests {
         for i in 0..inserted {
             assert!(matches!(points.get_tag(i.wrapping_mul(2_654_435_761)), Lookup::At(l) if l == loc(i)), "{i}");
         }
+    }
+
+    /// Random inserts, moves and removals of points with few distinct
+    /// tags (long runs, many shared tags, removals inside runs and across
+    /// the table's end, growths under way) against a model.
+    #[test]
+    fn probes_find_what_a_model_holds_through_removals_and_growths() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(7);
+        let mut points = Points::new(32);
+        let mut model: Vec<(u32, Loc)> = Vec::new();
+        let mut next_off = 0;
+        let check = |points: &Points, model: &[(u32, Loc)], tag: u32| {
+            let held: Vec<Loc> = model.iter().filter(|(t, _)| *t == tag).map(|(_, l)| *l).collect();
+            match (points.get_tag(tag), held.as_slice()) {
+                (Lookup::Absent, []) | (Lookup::Ambiguous, [_, _, ..]) => {}
+                (Lookup::At(found), [only]) => assert_eq!(found, *only),
+                _ => panic!("tag {tag}: the model holds {held:?}"),
+            }
+            assert!(held.iter().all(|loc| points.contains_tag(tag, *loc)));
+        };
+        for step in 0..60_000 {
+            let tag = rng.gen_range(0..3_000u32).wrapping_mul(0x0100_0193);
+            next_off += 1;
+            let op = rng.gen_range(0..10);
+            let held = model.iter().position(|(t, _)| *t == tag);
+            match (op, held) {
+                (0..=5, _) | (_, None) => {
+                    points.insert_tag(tag, loc(next_off));
+                    model.push((tag, loc(next_off)));
+                }
+                (6 | 7, Some(i)) => {
+                    points.replace_tag(tag, model[i].1, loc(next_off));
+                    model[i].1 = loc(next_off);
+                }
+                (_, Some(i)) => {
+                    points.remove_tag(tag, model.swap_remove(i).1);
+                }
+            }
+            check(&points, &model, tag);
+            if step % 1_000 == 0 {
+                points.finish_growth(rng.gen_range(0..64));
+            }
+        }
+        for tag in (0..3_000u32).map(|t| t.wrapping_mul(0x0100_0193)) {
+            check(&points, &model, tag);
+        }
+        assert_eq!(
+            points.table.len
+                + points
+                    .old
+                    .as_ref()
+                    .map_or(0, |(old, next)| { (*next..old.slots()).filter(|&i| old.slot(i).len != 0).count() }),
+            model.len()
+        );
     }
 
     #[test]

@@ -189,8 +189,8 @@ pub fn mget(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     ctx.out.array(args.len() - 1);
     for keys in args[1..].chunks(MGET_PREFETCH) {
         // Ask for the keys' entries first, so that their cache misses
-        // overlap (`Db::prefetch`).
-        keys.iter().for_each(|key| ctx.shared.db.prefetch(key));
+        // overlap.
+        ctx.shared.db.prefetch_all(keys.iter().map(|key| &key[..]));
         for key in keys {
             match ctx.read(key)? {
                 // MGET answers nil for keys of other types.
