@@ -8,6 +8,12 @@
 //! segment is prepared well before the active one fills), and it runs at
 //! full speed whenever a core is idle.
 //!
+//! `Options::background_idle` (the server's choice) runs them under
+//! `SCHED_IDLE` instead: a thread serving a request that wakes takes the
+//! core from them at once, where at nice 5 it could wait for the rest of
+//! their time slice (3-4 ms delays of the I/O thread and redis-benchmark
+//! in `perf sched latency` under SET `-P 1`).
+//!
 //! Checkpoints are not lowered (they have a thread of their own): with a
 //! writer and the index merger on both cores a nice-5 thread got ~11% of
 //! a core, and the replay a crash would leave grew without bound.
@@ -15,14 +21,24 @@
 /// The nice value of background threads.
 const BACKGROUND_NICE: i32 = 5;
 
-/// Lowers the calling thread's priority (Linux nice values are per thread).
-/// Best effort: a failure only leaves the thread at normal priority.
-pub(crate) fn lower_this_thread() {
+/// Lowers the calling thread's priority (Linux nice values and scheduling
+/// policies are per thread): nice 5, or `SCHED_IDLE` if `idle`
+/// (`Options::background_idle`). Best effort: a failure only leaves the
+/// thread at normal priority.
+pub(crate) fn lower_this_thread(idle: bool) {
     #[cfg(target_os = "linux")]
     {
         // SAFETY: gettid has no preconditions; setpriority on our own thread
         // id changes only its scheduling weight.
         let tid = unsafe { libc::syscall(libc::SYS_gettid) } as libc::id_t;
         let _ = unsafe { libc::setpriority(libc::PRIO_PROCESS, tid, BACKGROUND_NICE) };
+        if idle {
+            let param = libc::sched_param { sched_priority: 0 };
+            // SAFETY: pid 0 is the calling thread; SCHED_IDLE needs no
+            // privilege and changes only how it is scheduled.
+            let _ = unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) };
+        }
     }
+    #[cfg(not(target_os = "linux"))]
+    let _ = idle;
 }

@@ -221,8 +221,7 @@ impl Db {
         let recycler = Arc::new(Recycler::default());
         let log = LogWriter::new(
             dir.clone(),
-            options.durability,
-            options.segment_size_bytes,
+            &options,
             active,
             offset.min(options.segment_size_bytes),
             recovered.last_seq,
@@ -275,7 +274,7 @@ impl Db {
             std::thread::Builder::new()
                 .name("scaledkv-bg".into())
                 .spawn(move || {
-                    crate::background::lower_this_thread();
+                    crate::background::lower_this_thread(inner.options.background_idle);
                     inner.background_loop()
                 })
                 .expect("spawn the background thread")

@@ -76,6 +76,18 @@ pub struct Options {
     /// effect on tmpfs, persistent memory or `buffered` mode, where a group
     /// costs little more than its bytes.
     pub gather_groups: bool,
+    /// Run the threads that do the engine's own work (GC, preparing the
+    /// next segment, writeback) under `SCHED_IDLE` instead of nice 5:
+    /// they then get only CPU time no thread serving requests wants, and a
+    /// request's thread that wakes takes the core from them at once. Off
+    /// by default: where the writers keep every core busy (the engine's
+    /// benchmarks) a writer then waits for its next segment instead of
+    /// finding it prepared. The server turns it on: on 2 cores shared
+    /// with redis-benchmark, SET `-P 1` p99 1.06 -> 0.90 ms (BENCHMARKS.md,
+    /// twenty-fourth session). Checkpoints and the index merger keep
+    /// normal priority either way: writers wait for them once they fall
+    /// behind.
+    pub background_idle: bool,
     /// Bits of the point table's hash tags: 32. Tests narrow it so that
     /// keys share tags and the fallbacks to the ordered index run.
     #[doc(hidden)]
@@ -98,6 +110,7 @@ impl Default for Options {
             point_index: false,
             deferred_index_updates: 16 * 1024,
             gather_groups: true,
+            background_idle: false,
             point_tag_bits: 32,
         }
     }

@@ -23,6 +23,7 @@ use scaledkv_pmem::{Durability, Medium};
 use crate::error::{Error, Result};
 use crate::log::record::{align_up, FrameHeader, FRAME_ALIGN_BYTES, FRAME_HEADER_BYTES};
 use crate::log::segment::{Recycler, Segment, SegmentSet};
+use crate::options::Options;
 
 pub const GROUP_ALIGN_BYTES: usize = 256;
 
@@ -30,6 +31,8 @@ pub struct LogWriter {
     dir: PathBuf,
     durability: Durability,
     segment_size_bytes: usize,
+    /// `Options::background_idle`, for the threads this writer starts.
+    background_idle: bool,
     active: Arc<Segment>,
     /// Next write offset in `active`.
     offset: usize,
@@ -68,8 +71,7 @@ struct Spare {
 impl LogWriter {
     pub fn new(
         dir: PathBuf,
-        durability: Durability,
-        segment_size_bytes: usize,
+        options: &Options,
         active: Arc<Segment>,
         offset: usize,
         last_seq: u64,
@@ -78,8 +80,9 @@ impl LogWriter {
         let next_id = active.id + 1;
         let mut writer = LogWriter {
             dir,
-            durability,
-            segment_size_bytes,
+            durability: options.durability,
+            segment_size_bytes: options.segment_size_bytes,
+            background_idle: options.background_idle,
             active,
             offset,
             group_start: offset,
@@ -119,13 +122,14 @@ impl LogWriter {
     /// of 1M x 16/1024 B).
     fn spawn_spare(&self) -> Spare {
         let (dir, id, size, durability) = (self.dir.clone(), self.next_id, self.segment_size_bytes, self.durability);
+        let idle = self.background_idle;
         let recycled = self.recycler.take();
         let (sender, receiver) = sync_channel(1);
         // Named so that profiles tell its page-fault work from the caller's.
         let thread = std::thread::Builder::new()
             .name("scaledkv-spare".into())
             .spawn(move || {
-                crate::background::lower_this_thread();
+                crate::background::lower_this_thread(idle);
                 let (segment, fresh) = match recycled {
                     Some(mut segment) => (segment.recycle(&dir, id, durability).map(|()| segment), false),
                     None => (Segment::create(&dir, id, size, durability, false), true),
@@ -213,7 +217,7 @@ impl LogWriter {
         let old = std::mem::replace(&mut self.active, next);
         old.written_bytes.store(self.offset as u64, Ordering::Release);
         if self.durability == Durability::Buffered && old.region.medium() == Medium::PageCache {
-            self.helpers.extend(start_write_back(old.clone()));
+            self.helpers.extend(start_write_back(old.clone(), self.background_idle));
         }
         self.sealed_in_group.push((old, self.group_start, self.offset));
         self.offset = crate::log::segment::SEGMENT_HEADER_BYTES;
@@ -262,9 +266,9 @@ impl LogWriter {
 /// (`Region::start_write_back`), the writes gained too: 4M x 8/256 B
 /// fillrandom 1.09-1.20M -> 1.47-1.64M and overwrite 0.90-1.07M ->
 /// 1.45-1.47M, 1M x 16/1024 B fillrandom 370-398k -> 907-915k.
-fn start_write_back(segment: Arc<Segment>) -> Option<JoinHandle<()>> {
+fn start_write_back(segment: Arc<Segment>, idle: bool) -> Option<JoinHandle<()>> {
     let spawned = std::thread::Builder::new().name("scaledkv-writeback".into()).spawn(move || {
-        crate::background::lower_this_thread();
+        crate::background::lower_this_thread(idle);
         if let Err(error) = segment.region.start_write_back() {
             tracing::warn!(%error, "starting writeback of a full segment failed");
         }
