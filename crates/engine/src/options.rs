@@ -82,11 +82,15 @@ pub struct Options {
     /// request's thread that wakes takes the core from them at once. Off
     /// by default: where the writers keep every core busy (the engine's
     /// benchmarks) a writer then waits for its next segment instead of
-    /// finding it prepared. The server turns it on: on 2 cores shared
-    /// with redis-benchmark, SET `-P 1` p99 1.06 -> 0.90 ms (BENCHMARKS.md,
-    /// twenty-fourth session). Checkpoints and the index merger keep
-    /// normal priority either way: writers wait for them once they fall
-    /// behind.
+    /// finding it prepared. With deferred index updates, an early merger
+    /// under `SCHED_IDLE` takes each frozen table, and a late one at normal
+    /// priority takes those it leaves behind (once the next table is twice
+    /// the limit), so that with every core busy the writers still need
+    /// not merge themselves. The server turns it on: on 2 cores shared
+    /// with redis-benchmark, SET `-P 1` p99 1.29 -> 0.90 ms, then 0.94 ->
+    /// 0.73 ms with the two mergers (BENCHMARKS.md, twenty-fourth
+    /// session). Checkpoints keep normal priority either way: the replay
+    /// a crash leaves would grow without bound.
     pub background_idle: bool,
     /// Bits of the point table's hash tags: 32. Tests narrow it so that
     /// keys share tags and the fallbacks to the ordered index run.
