@@ -293,10 +293,11 @@ impl Db {
         // once it falls behind. With `background_idle`, an early merger
         // under SCHED_IDLE takes each table on spare time and a late one
         // at normal priority those it leaves behind (`MergerRole`).
+        // Thread names stay within Linux's 15 bytes.
         let roles: &[(MergerRole, &str)] = match (inner.index.defers_updates(), inner.options.background_idle) {
             (false, _) => &[],
             (true, false) => &[(MergerRole::All, "scaledkv-merge")],
-            (true, true) => &[(MergerRole::Early, "scaledkv-merge"), (MergerRole::Late, "scaledkv-merge-late")],
+            (true, true) => &[(MergerRole::Early, "scaledkv-merge"), (MergerRole::Late, "scaledkv-late")],
         };
         let mergers = roles
             .iter()
