@@ -8,11 +8,13 @@
 //! segment is prepared well before the active one fills), and it runs at
 //! full speed whenever a core is idle.
 //!
-//! `Options::background_idle` (the server's choice) runs them under
-//! `SCHED_IDLE` instead: a thread serving a request that wakes takes the
-//! core from them at once, where at nice 5 it could wait for the rest of
-//! their time slice (3-4 ms delays of the I/O thread and redis-benchmark
-//! in `perf sched latency` under SET `-P 1`).
+//! `Options::background_idle` (the server's choice) runs segment
+//! preparation and writeback under `SCHED_IDLE` instead: a thread serving
+//! a request that wakes takes the core from them at once, where at nice 5
+//! it could wait for the rest of their time slice (3-4 ms delays of the
+//! I/O thread and redis-benchmark in `perf sched latency` under SET `-P
+//! 1`). GC stays at nice 5: under `SCHED_IDLE` it fell behind sustained
+//! overwrites on busy cores.
 //!
 //! Checkpoints are not lowered (they have a thread of their own): with a
 //! writer and the index merger on both cores a nice-5 thread got ~11% of

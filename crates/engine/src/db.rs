@@ -16,7 +16,7 @@ use crate::batch::WriteBatch;
 use crate::checkpoint;
 use crate::commit::{Committer, Request, WriteFuture};
 use crate::error::{Error, Result};
-use crate::index::memtable::{Index, Loc, MergerRole, Update};
+use crate::index::memtable::{Index, Loc, Update};
 use crate::index::points::Points;
 use crate::index::runs::Rebuild;
 use crate::iter::Iter;
@@ -94,8 +94,8 @@ pub struct Db {
     background: Option<JoinHandle<()>>,
     /// Writes index checkpoints (`Inner::checkpoint_loop`).
     checkpointer: Option<JoinHandle<()>>,
-    /// Merge deferred index updates (`Options::deferred_index_updates`).
-    mergers: Vec<JoinHandle<()>>,
+    /// Merges deferred index updates (`Options::deferred_index_updates`).
+    merger: Option<JoinHandle<()>>,
 }
 
 pub(crate) struct CheckpointState {
@@ -274,7 +274,9 @@ impl Db {
             std::thread::Builder::new()
                 .name("scaledkv-bg".into())
                 .spawn(move || {
-                    crate::background::lower_this_thread(inner.options.background_idle);
+                    // Nice 5 even with `background_idle`: GC must keep up
+                    // under sustained overwrites on busy cores.
+                    crate::background::lower_this_thread(false);
                     inner.background_loop()
                 })
                 .expect("spawn the background thread")
@@ -290,31 +292,15 @@ impl Db {
                 .expect("spawn the checkpoint thread")
         });
         // Not lowered like the background thread: writers wait for it
-        // once it falls behind. With `background_idle`, an early merger
-        // under SCHED_IDLE takes each table on spare time and a late one
-        // at normal priority those it leaves behind (`MergerRole`).
-        // Thread names stay within Linux's 15 bytes.
-        let roles: &[(MergerRole, &str)] = match (inner.index.defers_updates(), inner.options.background_idle) {
-            (false, _) => &[],
-            (true, false) => &[(MergerRole::All, "scaledkv-merge")],
-            (true, true) => &[(MergerRole::Early, "scaledkv-merge"), (MergerRole::Late, "scaledkv-late")],
-        };
-        let mergers = roles
-            .iter()
-            .map(|&(role, name)| {
-                let inner = inner.clone();
-                std::thread::Builder::new()
-                    .name(name.into())
-                    .spawn(move || {
-                        if role == MergerRole::Early {
-                            crate::background::lower_this_thread(true);
-                        }
-                        inner.index.run_merger(&inner.segments, role)
-                    })
-                    .expect("spawn an index merger thread")
-            })
-            .collect();
-        Ok(Db { inner, background, checkpointer, mergers })
+        // once it falls behind.
+        let merger = inner.index.defers_updates().then(|| {
+            let inner = inner.clone();
+            std::thread::Builder::new()
+                .name("scaledkv-merge".into())
+                .spawn(move || inner.index.run_merger(&inner.segments))
+                .expect("spawn the index merger thread")
+        });
+        Ok(Db { inner, background, checkpointer, merger })
     }
 
     pub fn put(&self, key: &[u8], value: &[u8]) -> Result<()> {
@@ -561,7 +547,7 @@ impl Drop for Db {
             let _ = checkpointer.join();
         }
         self.inner.index.stop_merger();
-        for merger in self.mergers.drain(..) {
+        if let Some(merger) = self.merger.take() {
             let _ = merger.join();
         }
         if self.inner.poisoned.get().is_some() {

@@ -76,21 +76,18 @@ pub struct Options {
     /// effect on tmpfs, persistent memory or `buffered` mode, where a group
     /// costs little more than its bytes.
     pub gather_groups: bool,
-    /// Run the threads that do the engine's own work (GC, preparing the
-    /// next segment, writeback) under `SCHED_IDLE` instead of nice 5:
-    /// they then get only CPU time no thread serving requests wants, and a
-    /// request's thread that wakes takes the core from them at once. Off
-    /// by default: where the writers keep every core busy (the engine's
-    /// benchmarks) a writer then waits for its next segment instead of
-    /// finding it prepared. With deferred index updates, an early merger
-    /// under `SCHED_IDLE` takes each frozen table, and a late one at normal
-    /// priority takes those it leaves behind (once the next table is twice
-    /// the limit), so that with every core busy the writers still need
-    /// not merge themselves. The server turns it on: on 2 cores shared
-    /// with redis-benchmark, SET `-P 1` p99 1.29 -> 0.90 ms, then 0.94 ->
-    /// 0.73 ms with the two mergers (BENCHMARKS.md, twenty-fourth
-    /// session). Checkpoints keep normal priority either way: the replay
-    /// a crash leaves would grow without bound.
+    /// Run the threads that prepare the next segment and start writeback
+    /// under `SCHED_IDLE` instead of nice 5: they then get only CPU time
+    /// no thread serving requests wants, and a request's thread that
+    /// wakes takes the core from them at once (preparing a 64 MiB segment
+    /// on tmpfs is tens of milliseconds of zeroing). Off by default: where
+    /// the writers keep every core busy (the engine's benchmarks) a writer
+    /// then waits for its next segment instead of finding it prepared.
+    /// The server turns it on: on 2 cores shared with redis-benchmark,
+    /// SET `-P 1` p99 1.29 -> 0.90 ms (BENCHMARKS.md, twenty-fourth
+    /// session). GC, checkpoints and the index merger keep their priority:
+    /// under `SCHED_IDLE` on busy cores, GC and the merger fell behind
+    /// sustained overwrites and writes waited for GC 20-50 times as often.
     pub background_idle: bool,
     /// Bits of the point table's hash tags: 32. Tests narrow it so that
     /// keys share tags and the fallbacks to the ordered index run.

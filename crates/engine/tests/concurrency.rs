@@ -19,14 +19,13 @@ fn counter(v: Option<Vec<u8>>) -> u64 {
 #[test]
 fn readers_writers_snapshots_iterators_gc_together() {
     // Deferred index updates handed to the merger every two keys, so that
-    // merges race everything else (one merger, then an early one under
-    // SCHED_IDLE and a late one); and applied to the B-tree directly.
-    for (deferred_index_updates, background_idle) in [(2, false), (2, true), (0, false)] {
-        readers_writers_snapshots_iterators_gc(deferred_index_updates, background_idle);
+    // merges race everything else; and applied to the B-tree directly.
+    for deferred_index_updates in [2, 0] {
+        readers_writers_snapshots_iterators_gc(deferred_index_updates);
     }
 }
 
-fn readers_writers_snapshots_iterators_gc(deferred_index_updates: usize, background_idle: bool) {
+fn readers_writers_snapshots_iterators_gc(deferred_index_updates: usize) {
     let dir = tempfile::tempdir_in("/dev/shm").unwrap();
     let options = Options {
         durability: Durability::Pmem,
@@ -35,7 +34,6 @@ fn readers_writers_snapshots_iterators_gc(deferred_index_updates: usize, backgro
         // Point reads race the writers and GC through the hash table too.
         point_index: true,
         deferred_index_updates,
-        background_idle,
         ..Options::default()
     };
     let db = Db::open(dir.path(), options.clone()).unwrap();

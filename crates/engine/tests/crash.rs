@@ -39,9 +39,6 @@ fn options(durability: Durability) -> Options {
         // Index updates handed to the merger thread every 32 keys, so kills
         // land while merges race checkpoints, GC and segment recycling.
         deferred_index_updates: 32,
-        // In `sync` mode (the server's), the early and late mergers and
-        // background threads under SCHED_IDLE; one merger otherwise.
-        background_idle: durability == Durability::Sync,
         ..Options::default()
     }
 }

@@ -194,13 +194,7 @@ proptest! {
 
     #[test]
     fn deferred_updates_with_shared_point_tags_match_the_model(ops in prop::collection::vec(op(), 1..200)) {
-        // With an early merger under SCHED_IDLE and a late one (`background_idle`).
-        let deferred = Options {
-            background_work: true,
-            deferred_index_updates: 3,
-            background_idle: true,
-            ..options(Durability::Pmem)
-        };
+        let deferred = Options { background_work: true, deferred_index_updates: 3, ..options(Durability::Pmem) };
         run_with(ops, Options { point_index: true, point_tag_bits: 2, ..deferred });
     }
 

@@ -190,10 +190,9 @@ impl Config {
             // SET, `-P 1` 82k -> 84k/s (BENCHMARKS.md, twenty-third
             // session). With two workers and no free core it had cost
             // `-P 1` 6-8% (eleventh session).
-            // GC, segment preparation, writeback and the early index
-            // merger on time no request wants: SET `-P 1` p99 1.29 -> 0.73
-            // ms in two steps, `-P 16` no slower (tmpfs, 5 and 4
-            // interleaved runs each; twenty-fourth session).
+            // Segment preparation and writeback on time no request wants:
+            // SET `-P 1` p99 lower, `-P 16` no slower (tmpfs, interleaved
+            // runs; BENCHMARKS.md, twenty-fourth session).
             background_idle: true,
             ..Options::default()
         }

@@ -64,9 +64,6 @@ const LIGHT_WRITES_PER_STEP: u64 = 2000;
 /// The leader merges itself once the active table is this many times the
 /// deferral limit (the merger thread fell behind), so it stays small.
 const OVERFLOW_FACTOR: usize = 4;
-/// The late merger (`MergerRole::Late`) takes the frozen table once the
-/// active one is this many times the deferral limit.
-const BEHIND_FACTOR: usize = 2;
 
 /// Where an entry lives in the value log.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -273,26 +270,8 @@ impl Pending {
 
 #[derive(Default)]
 struct MergerState {
-    /// A table was frozen.
     wanted: bool,
-    /// A frozen table waits while the active one grew past `BEHIND_FACTOR`.
-    behind: bool,
     stop: bool,
-}
-
-/// Which merges a merger thread takes (`Index::run_merger`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum MergerRole {
-    /// Every frozen table as soon as it is frozen: the one merger.
-    All,
-    /// Tables as soon as they are frozen, on a thread that runs on time
-    /// no request wants (`SCHED_IDLE`, `Options::background_idle`).
-    Early,
-    /// Tables the early merger left frozen while the active table grew to
-    /// `BEHIND_FACTOR` times the limit, at normal priority: with every
-    /// core busy the early merger starves, and without this thread the
-    /// writers would merge themselves (`OVERFLOW_FACTOR`).
-    Late,
 }
 
 /// One change applied by the group-commit leader.
@@ -639,9 +618,6 @@ impl Index {
             pending.freeze();
             drop(pending);
             self.wake_merger();
-        } else if active >= BEHIND_FACTOR * self.defer_limit && active < OVERFLOW_FACTOR * self.defer_limit {
-            drop(pending);
-            self.wake_late_merger();
         } else if active >= OVERFLOW_FACTOR * self.defer_limit {
             // The merger fell behind (it shares the cores with everyone):
             // finish its table here, then hand it this one.
@@ -910,28 +886,18 @@ impl Index {
         self.defer_limit > 0
     }
 
-    /// A merger thread's loop: merges the tables the leader freezes that
-    /// `role` takes, until `stop_merger`.
-    pub fn run_merger(&self, segments: &SegmentSet, role: MergerRole) {
+    /// The merger thread's loop: merges each table the leader freezes,
+    /// until `stop_merger`.
+    pub fn run_merger(&self, segments: &SegmentSet) {
         let mut state = self.merger.lock();
         loop {
-            let due = |state: &MergerState| match role {
-                MergerRole::All => state.wanted || state.behind,
-                MergerRole::Early => state.wanted,
-                MergerRole::Late => state.behind,
-            };
-            while !due(&state) && !state.stop {
+            while !state.wanted && !state.stop {
                 self.merger_signal.wait(&mut state);
             }
             if state.stop {
                 return;
             }
-            if role != MergerRole::Late {
-                state.wanted = false;
-            }
-            if role != MergerRole::Early {
-                state.behind = false;
-            }
+            state.wanted = false;
             drop(state);
             {
                 let _merging = self.merging.lock();
@@ -948,15 +914,7 @@ impl Index {
 
     fn wake_merger(&self) {
         self.merger.lock().wanted = true;
-        self.merger_signal.notify_all();
-    }
-
-    fn wake_late_merger(&self) {
-        let mut state = self.merger.lock();
-        if !state.behind {
-            state.behind = true;
-            self.merger_signal.notify_all();
-        }
+        self.merger_signal.notify_one();
     }
 
     /// Calls `f` for every newest, non-deleted entry in key order (a fuzzy
@@ -1167,50 +1125,6 @@ mod tests {
             }
             assert!(filled, "20 fills of 16 cover 300 keys");
         }
-    }
-
-    /// A late merger leaves a frozen table to the early one until the
-    /// active table reaches `BEHIND_FACTOR` times the limit, then merges it.
-    #[test]
-    fn the_late_merger_takes_only_tables_left_behind() {
-        const LIMIT: usize = 4;
-        let segments = SegmentSet::default();
-        let index = Index::new(BTreeMap::new(), 0, 0, None, LIMIT);
-        let frozen = || index.pending.read().frozen.is_some();
-        let mut seq = 0u64;
-        let mut put = |index: &Index| {
-            seq += 1;
-            let key = format!("k{seq:04}").into_bytes();
-            index.apply([Update::Put { key: &key, loc: loc(seq as u32), seq }].into_iter(), seq, &segments);
-        };
-        /// Stops the merger when dropped, so that a failed assertion ends
-        /// the scope instead of waiting for the thread forever.
-        struct StopOnDrop<'a>(&'a Index);
-        impl Drop for StopOnDrop<'_> {
-            fn drop(&mut self) {
-                self.0.stop_merger();
-            }
-        }
-        std::thread::scope(|scope| {
-            let _stop = StopOnDrop(&index);
-            scope.spawn(|| index.run_merger(&segments, MergerRole::Late));
-            for _ in 0..LIMIT {
-                put(&index);
-            }
-            assert!(frozen(), "the first table is frozen for the early merger");
-            for _ in 0..BEHIND_FACTOR * LIMIT - 1 {
-                put(&index);
-            }
-            std::thread::sleep(std::time::Duration::from_millis(50));
-            assert!(frozen(), "the late merger waits while the active table is below the mark");
-            put(&index);
-            let start = std::time::Instant::now();
-            while frozen() {
-                assert!(start.elapsed() < std::time::Duration::from_secs(5), "the late merger never came");
-                std::thread::sleep(std::time::Duration::from_millis(1));
-            }
-            assert_eq!(index.tree.read().heads.len(), LIMIT, "it merged the frozen table, and only that");
-        });
     }
 
     /// Deferred updates (no merger thread: the leader's overflow merge and
