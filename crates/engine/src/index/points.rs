@@ -67,8 +67,17 @@ impl Point {
         self.len == 0 && self.seg != GONE
     }
 
+    /// Whether the slot holds a point (not empty, not `GONE`).
+    fn is_point(&self) -> bool {
+        self.len != 0
+    }
+
     fn holds(&self, tag: u32) -> bool {
-        self.tag == tag && self.len != 0
+        self.tag == tag && self.is_point()
+    }
+
+    fn is(&self, tag: u32, loc: Loc) -> bool {
+        self.holds(tag) && self.loc() == loc
     }
 }
 
@@ -133,16 +142,21 @@ impl Table {
         (spread(tag) >> self.shift) as usize
     }
 
-    /// The slots from `tag`'s home up to the first empty one: those where
-    /// a point with `tag` can be.
-    fn probe(&self, tag: u32) -> impl Iterator<Item = usize> + '_ {
+    /// The slots from `tag`'s home up to the first empty one, but those
+    /// below `moved` (copied out by a growth, no longer read; 0 for the
+    /// current table): those where a point with `tag` can be.
+    fn probe(&self, tag: u32, moved: usize) -> impl Iterator<Item = usize> + '_ {
         let mask = self.slots() - 1;
         let home = self.home(tag);
-        (0..self.slots()).map(move |k| (home + k) & mask).take_while(|&i| !self.slot(i).is_empty())
+        (0..self.slots())
+            .map(move |k| (home + k) & mask)
+            .take_while(|&i| !self.slot(i).is_empty())
+            .filter(move |&i| i >= moved)
     }
 
-    fn find(&self, tag: u32, loc: Loc) -> Option<usize> {
-        self.probe(tag).find(|&i| self.slot(i).holds(tag) && self.slot(i).loc() == loc)
+    /// The slot of the point (`tag`, `loc`) at or above `moved`.
+    fn find(&self, tag: u32, loc: Loc, moved: usize) -> Option<usize> {
+        self.probe(tag, moved).find(|&i| self.slot(i).is(tag, loc))
     }
 
     /// Puts `point` in the first empty slot from its home. The caller
@@ -267,11 +281,8 @@ impl Points {
     /// The points with `tag`: in the current table, then in the part of
     /// the old one not moved yet.
     fn with_tag(&self, tag: u32) -> impl Iterator<Item = &Point> {
-        let current = self.table.probe(tag).map(|i| self.table.slot(i));
-        let old = self
-            .old
-            .iter()
-            .flat_map(move |(old, next)| old.probe(tag).filter(move |i| i >= next).map(move |i| old.slot(i)));
+        let current = self.table.probe(tag, 0).map(|i| self.table.slot(i));
+        let old = self.old.iter().flat_map(move |(old, next)| old.probe(tag, *next).map(move |i| old.slot(i)));
         current.chain(old).filter(move |point| point.holds(tag))
     }
 
@@ -403,7 +414,7 @@ impl Points {
         let end = (*next + slots).min(old.slots());
         for i in *next..end {
             let point = *old.slot(i);
-            if point.len != 0 {
+            if point.is_point() {
                 self.table.insert(point);
             }
         }
@@ -416,7 +427,7 @@ impl Points {
     /// The key with `tag` whose newest entry was at `from` is now at `to`.
     fn replace_tag(&mut self, tag: u32, from: Loc, to: Loc) {
         let point = Point::new(tag, to);
-        if let Some(i) = self.table.find(tag, from) {
+        if let Some(i) = self.table.find(tag, from, 0) {
             *self.table.slot_mut(i) = point;
         } else if let Some((old, i)) = self.find_in_old(tag, from) {
             *old.slot_mut(i) = point;
@@ -427,7 +438,7 @@ impl Points {
     }
 
     fn remove_tag(&mut self, tag: u32, loc: Loc) {
-        if let Some(i) = self.table.find(tag, loc) {
+        if let Some(i) = self.table.find(tag, loc, 0) {
             self.table.remove_at(i);
         } else if let Some((old, i)) = self.find_in_old(tag, loc) {
             *old.slot_mut(i) = Point { seg: GONE, ..Point::EMPTY };
@@ -439,7 +450,7 @@ impl Points {
     /// growing and it was not moved yet.
     fn find_in_old(&mut self, tag: u32, loc: Loc) -> Option<(&mut Table, usize)> {
         let (old, next) = self.old.as_mut()?;
-        let i = old.probe(tag).filter(|i| i >= next).find(|&i| old.slot(i).holds(tag) && old.slot(i).loc() == loc)?;
+        let i = old.find(tag, loc, *next)?;
         Some((old, i))
     }
 
@@ -634,7 +645,7 @@ mod tests {
                 + points
                     .old
                     .as_ref()
-                    .map_or(0, |(old, next)| { (*next..old.slots()).filter(|&i| old.slot(i).len != 0).count() }),
+                    .map_or(0, |(old, next)| { (*next..old.slots()).filter(|&i| old.slot(i).is_point()).count() }),
             model.len()
         );
     }
