@@ -14,11 +14,14 @@
 //! it could wait for the rest of their time slice (3-4 ms delays of the
 //! I/O thread and redis-benchmark in `perf sched latency` under SET `-P
 //! 1`). GC stays at nice 5: under `SCHED_IDLE` it fell behind sustained
-//! overwrites on busy cores.
+//! overwrites on busy cores. The index merger runs under `SCHED_IDLE` too,
+//! but only until someone waits for it (`IdleUntilNeeded`).
 //!
 //! Checkpoints are not lowered (they have a thread of their own): with a
 //! writer and the index merger on both cores a nice-5 thread got ~11% of
 //! a core, and the replay a crash would leave grew without bound.
+
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 
 /// The nice value of background threads.
 const BACKGROUND_NICE: i32 = 5;
@@ -43,4 +46,162 @@ pub(crate) fn lower_this_thread(idle: bool) {
     }
     #[cfg(not(target_os = "linux"))]
     let _ = idle;
+}
+
+/// A thread that runs under `SCHED_IDLE` (on otherwise idle cores only)
+/// until another thread needs its work, then at its normal priority until
+/// it has caught up and lowers itself again: the index merger
+/// (`Index::run_merger`).
+///
+/// Why not `SCHED_IDLE` throughout: on busy cores it starves, and a merger
+/// starved in the middle of a merge holds the lock a checkpoint needs
+/// before GC may free segments (sustained overwrites waited for GC 4,457
+/// times instead of 60-330). Why not normal priority throughout: each
+/// merge of a full table took a core for milliseconds from the I/O thread
+/// or the load generator, which set SET `-P 1`'s p99 (BENCHMARKS.md,
+/// twenty-fifth session).
+#[derive(Default)]
+pub(crate) struct IdleUntilNeeded {
+    /// The thread's id while it may be under `SCHED_IDLE`; 0 otherwise.
+    tid: AtomicI32,
+    raised: AtomicBool,
+    /// Held while the policy changes, so that `raised` tells the truth.
+    changing: parking_lot::Mutex<()>,
+}
+
+impl IdleUntilNeeded {
+    /// Called by the thread itself: runs it under `SCHED_IDLE`, if it can
+    /// be raised again (that needs root or a high enough `RLIMIT_NICE`;
+    /// otherwise the thread keeps its priority).
+    pub fn enter(&self) {
+        #[cfg(target_os = "linux")]
+        if can_leave_idle() && set_policy(0, libc::SCHED_IDLE) {
+            let _changing = self.changing.lock();
+            // SAFETY: gettid has no preconditions.
+            self.tid.store(unsafe { libc::syscall(libc::SYS_gettid) } as i32, Ordering::Release);
+            self.raised.store(false, Ordering::Release);
+        }
+    }
+
+    /// Called by the thread itself before it ends: its id may be reused.
+    pub fn leave(&self) {
+        let _changing = self.changing.lock();
+        self.tid.store(0, Ordering::Release);
+    }
+
+    /// Gives the thread its normal priority. Any thread may call it; it
+    /// costs an atomic load when the thread is raised already.
+    pub fn raise(&self) {
+        if self.raised.load(Ordering::Acquire) || self.tid.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        let _changing = self.changing.lock();
+        let tid = self.tid.load(Ordering::Acquire);
+        #[cfg(target_os = "linux")]
+        if tid != 0 && !self.raised.load(Ordering::Acquire) && set_policy(tid, libc::SCHED_OTHER) {
+            self.raised.store(true, Ordering::Release);
+        }
+        #[cfg(not(target_os = "linux"))]
+        let _ = tid;
+    }
+
+    /// Called by the thread itself once it has caught up.
+    pub fn lower(&self) {
+        if !self.raised.load(Ordering::Acquire) {
+            return;
+        }
+        let _changing = self.changing.lock();
+        #[cfg(target_os = "linux")]
+        if self.tid.load(Ordering::Acquire) != 0 && set_policy(0, libc::SCHED_IDLE) {
+            self.raised.store(false, Ordering::Release);
+        }
+    }
+}
+
+/// Sets the scheduling policy of thread `tid` (0: the calling thread).
+#[cfg(target_os = "linux")]
+fn set_policy(tid: i32, policy: libc::c_int) -> bool {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: changes only how the thread is scheduled.
+    unsafe { libc::sched_setscheduler(tid, policy, &param) == 0 }
+}
+
+/// Whether a thread of this process may leave `SCHED_IDLE` again, found
+/// out once on a thread of its own.
+#[cfg(target_os = "linux")]
+pub(crate) fn can_leave_idle() -> bool {
+    static CAN: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *CAN.get_or_init(|| {
+        std::thread::Builder::new()
+            .name("scaledkv-probe".into())
+            .spawn(|| set_policy(0, libc::SCHED_IDLE) && set_policy(0, libc::SCHED_OTHER))
+            .ok()
+            .and_then(|probe| probe.join().ok())
+            .unwrap_or(false)
+    })
+}
+
+#[cfg(all(test, target_os = "linux"))]
+pub(crate) mod tests {
+    use std::sync::mpsc::channel;
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    use super::*;
+
+    /// Waits (up to 5 s) until thread `tid` runs under `policy`.
+    pub(crate) fn policy_becomes(tid: i32, policy: libc::c_int) {
+        let start = Instant::now();
+        // SAFETY: reads a thread's policy.
+        while unsafe { libc::sched_getscheduler(tid) } != policy {
+            assert!(start.elapsed() < Duration::from_secs(5), "thread {tid} never took policy {policy}");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// What a thread under `SCHED_IDLE` should run under once `enter`ed:
+    /// it is lowered only if it can be raised again.
+    pub(crate) fn entered_policy() -> libc::c_int {
+        if can_leave_idle() {
+            libc::SCHED_IDLE
+        } else {
+            eprintln!("notice: threads here cannot leave SCHED_IDLE (not root, low RLIMIT_NICE): none enters it");
+            libc::SCHED_OTHER
+        }
+    }
+
+    #[test]
+    fn an_idle_thread_is_raised_by_others_and_lowers_itself() {
+        let priority = Arc::new(IdleUntilNeeded::default());
+        let (to_thread, commands) = channel::<()>();
+        let (to_test, replies) = channel::<i32>();
+        let thread = {
+            let priority = priority.clone();
+            std::thread::spawn(move || {
+                priority.enter();
+                // SAFETY: gettid has no preconditions.
+                to_test.send(unsafe { libc::syscall(libc::SYS_gettid) } as i32).unwrap();
+                commands.recv().unwrap();
+                priority.lower();
+                to_test.send(0).unwrap();
+                commands.recv().unwrap();
+                priority.leave();
+            })
+        };
+        let tid = replies.recv().unwrap();
+        let idle = entered_policy();
+        policy_becomes(tid, idle);
+        priority.raise();
+        priority.raise();
+        policy_becomes(tid, libc::SCHED_OTHER);
+        to_thread.send(()).unwrap();
+        replies.recv().unwrap();
+        policy_becomes(tid, idle);
+        to_thread.send(()).unwrap();
+        thread.join().unwrap();
+        // Its id may belong to another thread now: raising touches nothing.
+        assert_eq!(priority.tid.load(Ordering::Acquire), 0);
+        priority.raise();
+        assert!(!priority.raised.load(Ordering::Acquire));
+    }
 }

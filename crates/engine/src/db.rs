@@ -291,13 +291,14 @@ impl Db {
                 .spawn(move || inner.checkpoint_loop())
                 .expect("spawn the checkpoint thread")
         });
-        // Not lowered like the background thread: writers wait for it
-        // once it falls behind.
+        // Not at nice 5 like the background thread: writers wait for it
+        // once it falls behind. With `background_idle` it runs on idle
+        // cores until someone waits for it (`IdleUntilNeeded`).
         let merger = inner.index.defers_updates().then(|| {
             let inner = inner.clone();
             std::thread::Builder::new()
                 .name("scaledkv-merge".into())
-                .spawn(move || inner.index.run_merger(&inner.segments))
+                .spawn(move || inner.index.run_merger(&inner.segments, inner.options.background_idle))
                 .expect("spawn the index merger thread")
         });
         Ok(Db { inner, background, checkpointer, merger })

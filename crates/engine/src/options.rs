@@ -85,9 +85,13 @@ pub struct Options {
     /// then waits for its next segment instead of finding it prepared.
     /// The server turns it on: on 2 cores shared with redis-benchmark,
     /// SET `-P 1` p99 1.29 -> 0.90 ms (BENCHMARKS.md, twenty-fourth
-    /// session). GC, checkpoints and the index merger keep their priority:
-    /// under `SCHED_IDLE` on busy cores, GC and the merger fell behind
-    /// sustained overwrites and writes waited for GC 20-50 times as often.
+    /// session). The index merger runs under `SCHED_IDLE` too, until a
+    /// writer or a checkpoint finds it behind and raises it to its normal
+    /// priority (where the process may: root or `RLIMIT_NICE`): SET `-P 1`
+    /// p99 1.21 -> 0.70 ms (twenty-fifth session). GC and checkpoints keep
+    /// their priority: under `SCHED_IDLE` on busy cores, GC and the merger
+    /// (when nothing raised it) fell behind sustained overwrites and
+    /// writes waited for GC 20-50 times as often.
     pub background_idle: bool,
     /// Bits of the point table's hash tags: 32. Tests narrow it so that
     /// keys share tags and the fallbacks to the ordered index run.

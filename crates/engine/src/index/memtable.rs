@@ -39,6 +39,7 @@ use std::sync::Arc;
 
 use parking_lot::{Condvar, Mutex, RwLock};
 
+use crate::background::IdleUntilNeeded;
 use crate::log::segment::SegmentSet;
 
 pub use super::key::{Key, KeyRef};
@@ -321,6 +322,8 @@ pub struct Index {
     defer_limit: usize,
     merger: Mutex<MergerState>,
     merger_signal: Condvar,
+    /// The merger's scheduling: on idle cores until someone waits for it.
+    merger_priority: IdleUntilNeeded,
     /// `visible_seq` at the background thread's last `background_step`.
     seq_at_last_step: AtomicU64,
 }
@@ -355,6 +358,7 @@ impl Index {
             defer_limit,
             merger: Mutex::new(MergerState::default()),
             merger_signal: Condvar::new(),
+            merger_priority: IdleUntilNeeded::default(),
             seq_at_last_step: AtomicU64::new(visible_seq),
         }
     }
@@ -487,7 +491,7 @@ impl Index {
     /// merges every pending update, as older versions are kept in the tree.
     pub fn register_snapshot(&self, segments: &SegmentSet) -> u64 {
         let deferring = self.defers_updates();
-        let _merging = deferring.then(|| self.merging.lock());
+        let _merging = deferring.then(|| self.lock_merging());
         let _pending = deferring.then(|| {
             // Most of it without blocking the leader; then what arrived
             // meanwhile, under the lock that keeps the leader out until the
@@ -618,11 +622,14 @@ impl Index {
             pending.freeze();
             drop(pending);
             self.wake_merger();
-        } else if active >= OVERFLOW_FACTOR * self.defer_limit {
-            // The merger fell behind (it shares the cores with everyone):
-            // finish its table here, then hand it this one.
+            return;
+        }
+        // The merger fell behind (it shares the cores with everyone).
+        self.merger_priority.raise();
+        if active >= OVERFLOW_FACTOR * self.defer_limit {
+            // Far behind: finish its table here, then hand it this one.
             drop(pending);
-            let _merging = self.merging.lock();
+            let _merging = self.lock_merging();
             self.merge_frozen(segments);
             self.pending.write().freeze();
             self.wake_merger();
@@ -782,7 +789,7 @@ impl Index {
     /// applied before the call.
     pub fn settle(&self, segments: &SegmentSet) {
         if self.pending_entries.load(Ordering::Acquire) > 0 {
-            let _merging = self.merging.lock();
+            let _merging = self.lock_merging();
             self.merge_pending(segments);
         }
     }
@@ -851,7 +858,7 @@ impl Index {
         let mut rebuilt = 0;
         while rebuilt < budget {
             // Merges would only make the piece stale.
-            let _merging = self.merging.lock();
+            let _merging = self.lock_merging();
             // Cut under the write lock (a walk of one piece's entries), so
             // that writes to the rest of a long run do not spoil the copy.
             if !self.tree.write().heads.cut_piece(COMPACT_PIECE, which) {
@@ -886,15 +893,32 @@ impl Index {
         self.defer_limit > 0
     }
 
+    /// Takes `merging`. If someone holds it (the merger, most often),
+    /// first raises the merger, which may be waiting for an idle core in
+    /// the middle of a merge.
+    fn lock_merging(&self) -> parking_lot::MutexGuard<'_, ()> {
+        self.merging.try_lock().unwrap_or_else(|| {
+            self.merger_priority.raise();
+            self.merging.lock()
+        })
+    }
+
     /// The merger thread's loop: merges each table the leader freezes,
-    /// until `stop_merger`.
-    pub fn run_merger(&self, segments: &SegmentSet) {
+    /// until `stop_merger`. With `idle` (`Options::background_idle`) it
+    /// runs on idle cores only, until the leader or a thread waiting for
+    /// `merging` finds it behind (`IdleUntilNeeded`).
+    pub fn run_merger(&self, segments: &SegmentSet, idle: bool) {
+        if idle {
+            self.merger_priority.enter();
+        }
         let mut state = self.merger.lock();
         loop {
             while !state.wanted && !state.stop {
                 self.merger_signal.wait(&mut state);
             }
             if state.stop {
+                drop(state);
+                self.merger_priority.leave();
                 return;
             }
             state.wanted = false;
@@ -903,6 +927,7 @@ impl Index {
                 let _merging = self.merging.lock();
                 self.merge_frozen(segments);
             }
+            self.merger_priority.lower();
             state = self.merger.lock();
         }
     }
@@ -1125,6 +1150,65 @@ mod tests {
             }
             assert!(filled, "20 fills of 16 cover 300 keys");
         }
+    }
+
+    /// A merger idling in the middle of a merge is raised by whoever waits
+    /// for `merging`, and by a leader that fills a table while the frozen
+    /// one is still unmerged.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn an_idle_merger_is_raised_when_someone_waits_for_it() {
+        use crate::background::tests::{entered_policy, policy_becomes};
+        let segments = SegmentSet::default();
+        let index = Index::new(BTreeMap::new(), 0, 0, None, 3);
+        let idle = entered_policy();
+        let (to_merger, commands) = std::sync::mpsc::channel::<()>();
+        let (to_test, replies) = std::sync::mpsc::channel::<i32>();
+        let index = &index;
+        std::thread::scope(|scope| {
+            // Stands in for `run_merger`: enters, then holds `merging`
+            // from one message to the next, and lowers itself after.
+            scope.spawn(move || {
+                index.merger_priority.enter();
+                // SAFETY: gettid has no preconditions.
+                to_test.send(unsafe { libc::syscall(libc::SYS_gettid) } as i32).unwrap();
+                while commands.recv().is_ok() {
+                    let merging = index.merging.lock();
+                    to_test.send(0).unwrap();
+                    commands.recv().unwrap();
+                    drop(merging);
+                    index.merger_priority.lower();
+                    to_test.send(0).unwrap();
+                }
+                index.merger_priority.leave();
+            });
+            let tid = replies.recv().unwrap();
+            policy_becomes(tid, idle);
+
+            to_merger.send(()).unwrap();
+            replies.recv().unwrap();
+            let waiter = scope.spawn(|| drop(index.lock_merging()));
+            policy_becomes(tid, libc::SCHED_OTHER);
+            to_merger.send(()).unwrap();
+            replies.recv().unwrap();
+            waiter.join().unwrap();
+            policy_becomes(tid, idle);
+
+            // The first full table is frozen; the next one finds it unmerged.
+            for seq in 1..=5u32 {
+                let key = seq.to_be_bytes();
+                index.apply(
+                    [Update::Put { key: &key, loc: loc(seq), seq: seq as u64 }].into_iter(),
+                    seq as u64,
+                    &segments,
+                );
+                // SAFETY: reads a thread's policy.
+                assert_eq!(unsafe { libc::sched_getscheduler(tid) }, idle, "after {seq} puts");
+            }
+            index.apply([Update::Put { key: b"6", loc: loc(6), seq: 6 }].into_iter(), 6, &segments);
+            policy_becomes(tid, libc::SCHED_OTHER);
+            drop(to_merger);
+        });
     }
 
     /// Deferred updates (no merger thread: the leader's overflow merge and
