@@ -1427,7 +1427,7 @@ mod tests {
         assert!(index.tree.read().heads.compaction_piece(1, Rebuild::Grown).is_some());
         index.compact(usize::MAX, Rebuild::Grown);
         // As heavy in a few batches (the server's pipelines): each entry counts.
-        let keys: Vec<[u8; 8]> = (0..LIGHT_WRITES_PER_STEP + 1).map(|n| (n + 1 << 40).to_be_bytes()).collect();
+        let keys: Vec<[u8; 8]> = (0..LIGHT_WRITES_PER_STEP + 1).map(|n| ((n + 1) << 40).to_be_bytes()).collect();
         for (batch, keys) in keys.chunks(keys.len() / 2 + 1).enumerate() {
             let seq = (1 << 40) + batch as u64;
             let updates = keys.iter().enumerate().map(|(i, key)| Update::Put { key, loc: loc(i as u32), seq });
