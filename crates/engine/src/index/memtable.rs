@@ -632,10 +632,10 @@ impl Index {
             return;
         }
         // The merger fell behind (it shares the cores with everyone).
+        drop(pending);
         self.merger_priority.raise();
         if active >= OVERFLOW_FACTOR * self.defer_limit {
             // Far behind: finish its table here, then hand it this one.
-            drop(pending);
             let _merging = self.lock_merging();
             self.merge_frozen(segments);
             self.pending.write().freeze();
