@@ -51,7 +51,8 @@ pub(crate) fn lower_this_thread(idle: bool) {
 /// A thread that runs under `SCHED_IDLE` (on otherwise idle cores only)
 /// until another thread needs its work, then at its normal priority until
 /// it has caught up and lowers itself again: the index merger
-/// (`Index::run_merger`).
+/// (`Index::run_merger`), and the background thread while it rebuilds
+/// the index's tree (`Index::background_step`).
 ///
 /// Why not `SCHED_IDLE` throughout: on busy cores it starves, and a merger
 /// starved in the middle of a merge holds the lock a checkpoint needs
@@ -83,10 +84,16 @@ impl IdleUntilNeeded {
         }
     }
 
-    /// Called by the thread itself before it ends: its id may be reused.
+    /// Called by the thread itself when it stops being this kind of thread
+    /// (before it ends: its id may be reused): back to its normal priority.
     pub fn leave(&self) {
         let _changing = self.changing.lock();
+        #[cfg(target_os = "linux")]
+        if self.tid.load(Ordering::Acquire) != 0 && !self.raised.load(Ordering::Acquire) {
+            set_policy(0, libc::SCHED_OTHER);
+        }
         self.tid.store(0, Ordering::Release);
+        self.raised.store(false, Ordering::Release);
     }
 
     /// Gives the thread its normal priority. Any thread may call it; it
@@ -186,6 +193,8 @@ pub(crate) mod tests {
                 to_test.send(0).unwrap();
                 commands.recv().unwrap();
                 priority.leave();
+                to_test.send(0).unwrap();
+                commands.recv().unwrap();
             })
         };
         let tid = replies.recv().unwrap();
@@ -197,6 +206,10 @@ pub(crate) mod tests {
         to_thread.send(()).unwrap();
         replies.recv().unwrap();
         policy_becomes(tid, idle);
+        to_thread.send(()).unwrap();
+        replies.recv().unwrap();
+        // Leaving puts it back at its normal priority.
+        policy_becomes(tid, libc::SCHED_OTHER);
         to_thread.send(()).unwrap();
         thread.join().unwrap();
         // Its id may belong to another thread now: raising touches nothing.

@@ -978,7 +978,7 @@ impl Inner {
             return Ok(());
         }
         // Active expiry and GC look at the tree; GC settles for itself.
-        self.index.background_step(&self.segments);
+        self.index.background_step(&self.segments, self.options.background_idle);
         // Keep collecting while passes come back full, so GC keeps up with
         // sustained overwrites, but stop promptly on close. The segments it
         // empties are freed by the checkpoint thread's next checkpoint.

@@ -88,10 +88,12 @@ pub struct Options {
     /// session). The index merger runs under `SCHED_IDLE` too, until a
     /// writer or a checkpoint finds it behind and raises it to its normal
     /// priority (where the process may: root or `RLIMIT_NICE`): SET `-P 1`
-    /// p99 1.21 -> 0.70 ms (twenty-fifth session). GC and checkpoints keep
-    /// their priority: under `SCHED_IDLE` on busy cores, GC and the merger
-    /// (when nothing raised it) fell behind sustained overwrites and
-    /// writes waited for GC 20-50 times as often.
+    /// p99 1.21 -> 0.70 ms (twenty-fifth session); and so does the
+    /// background thread while it rebuilds the index's tree after a burst
+    /// of writes. GC and checkpoints keep their priority: under
+    /// `SCHED_IDLE` on busy cores, GC and the merger (when nothing raised
+    /// it) fell behind sustained overwrites and writes waited for GC 20-50
+    /// times as often.
     pub background_idle: bool,
     /// Bits of the point table's hash tags: 32. Tests narrow it so that
     /// keys share tags and the fallbacks to the ordered index run.

@@ -324,6 +324,8 @@ pub struct Index {
     merger_signal: Condvar,
     /// The merger's scheduling: on idle cores until someone waits for it.
     merger_priority: IdleUntilNeeded,
+    /// The background thread's, while it rebuilds the tree (`compact`).
+    compactor_priority: IdleUntilNeeded,
     /// Updates applied since open (a batch counts each of its entries: its
     /// sequence number counts it once, and the server batches pipelines).
     applied_updates: AtomicU64,
@@ -362,6 +364,7 @@ impl Index {
             merger: Mutex::new(MergerState::default()),
             merger_signal: Condvar::new(),
             merger_priority: IdleUntilNeeded::default(),
+            compactor_priority: IdleUntilNeeded::default(),
             applied_updates: AtomicU64::new(0),
             updates_at_last_step: AtomicU64::new(0),
         }
@@ -820,17 +823,31 @@ impl Index {
     /// tree dense. The updates left when writes pause need it (the merger
     /// takes only full tables); while writes go on the merger keeps up,
     /// and a merge every step only cost the writers their spare table.
-    /// Under light writes it rebuilds one piece of a grown run.
-    pub fn background_step(&self, segments: &SegmentSet) {
+    /// Under light writes it rebuilds one piece of a grown run. With
+    /// `idle` (`Options::background_idle`) it rebuilds on idle cores only,
+    /// until someone waits for `merging` (`IdleUntilNeeded`).
+    pub fn background_step(&self, segments: &SegmentSet, idle: bool) {
         self.prepare_point_growth();
         let applied = self.applied_updates.load(Ordering::Relaxed);
         let writes = applied - self.updates_at_last_step.swap(applied, Ordering::Relaxed);
-        if writes == 0 {
-            self.settle_and_release(segments);
-            self.finish_point_growth();
-            self.compact(COMPACT_PER_IDLE_STEP, Rebuild::AnyChanged);
-        } else if writes <= LIGHT_WRITES_PER_STEP {
-            self.compact(COMPACT_PIECE, Rebuild::Grown);
+        let rebuild = match writes {
+            0 => {
+                self.settle_and_release(segments);
+                self.finish_point_growth();
+                Some((COMPACT_PER_IDLE_STEP, Rebuild::AnyChanged))
+            }
+            _ if writes <= LIGHT_WRITES_PER_STEP => Some((COMPACT_PIECE, Rebuild::Grown)),
+            _ => None,
+        };
+        if let Some((budget, which)) = rebuild {
+            // Readers right after a burst of writes share the cores with
+            // it: GET `-P 16` p99 3.0 ms with it at nice 5, 1.9 ms without
+            // it (BENCHMARKS.md, twenty-fifth session).
+            if idle {
+                self.compactor_priority.enter();
+            }
+            self.compact(budget, which);
+            self.compactor_priority.leave();
         }
     }
 
@@ -869,10 +886,13 @@ impl Index {
         while rebuilt < budget {
             // Merges would only make the piece stale.
             let _merging = self.lock_merging();
-            // Cut under the write lock (a walk of one piece's entries), so
-            // that writes to the rest of a long run do not spoil the copy.
-            if !self.tree.write().heads.cut_piece(COMPACT_PIECE, which) {
-                return true;
+            // Cut the piece off as a run of its own, so that writes to the
+            // rest of a long run do not spoil the copy: where, found under
+            // the read lock (a walk of the piece's entries); the cut itself
+            // under the write lock.
+            let Some(point) = self.tree.read().heads.cut_point(COMPACT_PIECE, which) else { return true };
+            if !self.tree.write().heads.cut_at(point) {
+                return false;
             }
             let Some((place, entries)) = self.tree.read().heads.compaction_piece(COMPACT_PIECE, which) else {
                 return true;
@@ -904,11 +924,12 @@ impl Index {
     }
 
     /// Takes `merging`. If someone holds it (the merger, most often),
-    /// first raises the merger, which may be waiting for an idle core in
-    /// the middle of a merge.
+    /// first raises the merger and the compacting background thread, which
+    /// may be waiting for an idle core in the middle of their work.
     fn lock_merging(&self) -> parking_lot::MutexGuard<'_, ()> {
         self.merging.try_lock().unwrap_or_else(|| {
             self.merger_priority.raise();
+            self.compactor_priority.raise();
             self.merging.lock()
         })
     }
@@ -1374,11 +1395,11 @@ mod tests {
         assert!(index.pending.read().spare.is_some());
         assert_eq!(index.pending_entries.load(Ordering::Relaxed), 2);
         // Writes since the last check: nothing merged, the spare kept.
-        index.background_step(&segments);
+        index.background_step(&segments, false);
         assert_eq!(index.pending_entries.load(Ordering::Relaxed), 2);
         assert!(index.pending.read().spare.is_some());
         // No write since: all merged, the tables' memory freed.
-        index.background_step(&segments);
+        index.background_step(&segments, false);
         assert_eq!(index.pending_entries.load(Ordering::Relaxed), 0);
         assert!(index.pending.read().spare.is_none());
         assert_eq!(index.tree.read().heads.len(), 6);
@@ -1407,14 +1428,14 @@ mod tests {
             put(n);
         }
         let grown = index.memory_bytes();
-        index.background_step(&segments);
+        index.background_step(&segments, false);
         assert!(index.tree.read().heads.compaction_piece(1, Rebuild::Grown).is_some());
         // A few new keys between steps: one piece rebuilt per step, never idle.
         for step in 0..4 {
             for n in 0..10 {
                 put(keys + step * 10 + n);
             }
-            index.background_step(&segments);
+            index.background_step(&segments, false);
         }
         assert!(index.tree.read().heads.compaction_piece(1, Rebuild::Grown).is_none());
         let rebuilt = index.memory_bytes();
@@ -1423,7 +1444,7 @@ mod tests {
         for n in 0..LIGHT_WRITES_PER_STEP + 1 {
             put(keys + 100 + n);
         }
-        index.background_step(&segments);
+        index.background_step(&segments, false);
         assert!(index.tree.read().heads.compaction_piece(1, Rebuild::Grown).is_some());
         index.compact(usize::MAX, Rebuild::Grown);
         // As heavy in a few batches (the server's pipelines): each entry counts.
@@ -1434,7 +1455,7 @@ mod tests {
             index.apply(updates, seq, &segments);
         }
         let before = index.memory_bytes();
-        index.background_step(&segments);
+        index.background_step(&segments, false);
         assert_eq!(index.memory_bytes(), before, "nothing rebuilt");
     }
 }
