@@ -841,8 +841,9 @@ impl Index {
         };
         if let Some((budget, which)) = rebuild {
             // Readers right after a burst of writes share the cores with
-            // it: GET `-P 16` p99 3.0 ms with it at nice 5, 1.9 ms without
-            // it (BENCHMARKS.md, twenty-fifth session).
+            // it: GET `-P 16` p99 2.3 ms with it at nice 5, 2.0 ms on idle
+            // cores (1.9 without rebuilds; BENCHMARKS.md, twenty-fifth
+            // session).
             if idle {
                 self.compactor_priority.enter();
             }
