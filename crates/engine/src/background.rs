@@ -76,11 +76,15 @@ impl IdleUntilNeeded {
     /// otherwise the thread keeps its priority).
     pub fn enter(&self) {
         #[cfg(target_os = "linux")]
-        if can_leave_idle() && set_policy(0, libc::SCHED_IDLE) {
+        if can_leave_idle() {
+            // The policy and the recorded id change together, so that a
+            // `raise` meanwhile cannot miss a thread already lowered.
             let _changing = self.changing.lock();
-            // SAFETY: gettid has no preconditions.
-            self.tid.store(unsafe { libc::syscall(libc::SYS_gettid) } as i32, Ordering::Release);
-            self.raised.store(false, Ordering::Release);
+            if set_policy(0, libc::SCHED_IDLE) {
+                // SAFETY: gettid has no preconditions.
+                self.tid.store(unsafe { libc::syscall(libc::SYS_gettid) } as i32, Ordering::Release);
+                self.raised.store(false, Ordering::Release);
+            }
         }
     }
 
