@@ -38,10 +38,8 @@ pub(crate) fn lower_this_thread(idle: bool) {
         let tid = unsafe { libc::syscall(libc::SYS_gettid) } as libc::id_t;
         let _ = unsafe { libc::setpriority(libc::PRIO_PROCESS, tid, BACKGROUND_NICE) };
         if idle {
-            let param = libc::sched_param { sched_priority: 0 };
-            // SAFETY: pid 0 is the calling thread; SCHED_IDLE needs no
-            // privilege and changes only how it is scheduled.
-            let _ = unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) };
+            // SCHED_IDLE needs no privilege.
+            set_policy(0, libc::SCHED_IDLE);
         }
     }
     #[cfg(not(target_os = "linux"))]

@@ -238,8 +238,8 @@ impl Runs {
     /// after a burst of writes set GET `-P 16`'s p99).
     pub fn cut_point(&self, max: usize, which: Rebuild) -> Option<CutPoint> {
         let index = self.selected(which)?;
-        let map = &self.runs[index].map;
-        let at = (map.len() > max.max(1)).then(|| map.keys().nth(max.max(1)).expect("more than max entries").clone());
+        let (map, max) = (&self.runs[index].map, max.max(1));
+        let at = map.keys().nth(max).cloned();
         Some(CutPoint { layout: self.layout, run: index, at })
     }
 
@@ -254,9 +254,9 @@ impl Runs {
         }
         let run = &mut self.runs[point.run];
         let at: &KeyRef = rest_lower.borrow();
-        let below = run.map.range::<KeyRef, _>((Bound::Unbounded, Bound::Excluded(at))).next().is_some();
-        let from = run.map.range::<KeyRef, _>((Bound::Included(at), Bound::Unbounded)).next().is_some();
-        if !(below && from) {
+        let first_below = run.map.first_key_value().is_some_and(|(first, _)| Borrow::<KeyRef>::borrow(first) < at);
+        let last_from = run.map.last_key_value().is_some_and(|(last, _)| Borrow::<KeyRef>::borrow(last) >= at);
+        if !(first_below && last_from) {
             return false;
         }
         let len = run.map.len();
