@@ -1127,15 +1127,24 @@ mod tests {
     }
 
     /// What a crash would leave: the directory's files as they are now.
+    /// The thread preparing the next segment may rename its file between
+    /// the listing and the copy (seen under CPU load): then copy again.
     fn copy_dir(from: &std::path::Path) -> tempfile::TempDir {
-        let to = tempfile::tempdir().unwrap();
-        for entry in std::fs::read_dir(from).unwrap() {
-            let path = entry.unwrap().path();
-            if path.file_name().unwrap() != "LOCK" {
-                std::fs::copy(&path, to.path().join(path.file_name().unwrap())).unwrap();
+        'again: loop {
+            let to = tempfile::tempdir().unwrap();
+            for entry in std::fs::read_dir(from).unwrap() {
+                let path = entry.unwrap().path();
+                if path.file_name().unwrap() == "LOCK" {
+                    continue;
+                }
+                match std::fs::copy(&path, to.path().join(path.file_name().unwrap())) {
+                    Ok(_) => {}
+                    Err(error) if error.kind() == std::io::ErrorKind::NotFound => continue 'again,
+                    Err(error) => panic!("copying {}: {error}", path.display()),
+                }
             }
+            return to;
         }
-        to
     }
 
     /// A chain of deltas, with GC freeing segments between them, deletes,
