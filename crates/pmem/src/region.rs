@@ -105,7 +105,7 @@ unsafe impl Sync for Region {}
 ///
 /// # Safety
 /// `ptr..ptr + len` must be a mapping owned by the caller.
-unsafe fn populate_in_steps(ptr: *mut u8, len: usize, for_writes: bool) {
+unsafe fn populate_in_steps(ptr: *mut u8, len: usize, for_writes: bool, between_steps: &mut dyn FnMut()) {
     const STEP_BYTES: usize = 2 << 20;
     let advice = if for_writes { libc::MADV_POPULATE_WRITE } else { libc::MADV_POPULATE_READ };
     let page = page_size();
@@ -123,6 +123,9 @@ unsafe fn populate_in_steps(ptr: *mut u8, len: usize, for_writes: bool) {
             }
         }
         at += step;
+        if at < len {
+            between_steps();
+        }
     }
 }
 
@@ -233,8 +236,14 @@ impl Region {
     /// first). Owners may use the region meanwhile: stores to pages not
     /// yet prefaulted take their own faults; prefaulting changes no byte.
     pub fn prefault(&self) {
+        self.prefault_pausing(|| {});
+    }
+
+    /// [`Region::prefault`] that calls `between_steps` after each 2 MiB
+    /// step: a background caller may give the core away there.
+    pub fn prefault_pausing(&self, mut between_steps: impl FnMut()) {
         // SAFETY: `ptr..ptr + len` is this region's own mapping.
-        unsafe { populate_in_steps(self.ptr, self.len, self.medium != Medium::PageCache) };
+        unsafe { populate_in_steps(self.ptr, self.len, self.medium != Medium::PageCache, &mut between_steps) };
     }
 
     /// Whether stores through the mapping reach the file only by

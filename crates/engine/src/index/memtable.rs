@@ -722,6 +722,7 @@ impl Index {
         let above = if sorted.len() - within >= MIN_RUN_KEYS { sorted.split_off(within) } else { Vec::new() };
         let mut entries = sorted.into_iter();
         loop {
+            crate::background::pause_point();
             let mut tree = self.tree.write();
             let mut merged = 0;
             for (key, slot) in entries.by_ref().take(MERGE_CHUNK) {
@@ -761,6 +762,7 @@ impl Index {
         };
         self.tree.write().heads.append_run(run);
         for chunk in points.chunks(MERGE_CHUNK) {
+            crate::background::pause_point();
             let mut tree = self.tree.write();
             if let Some(table) = &mut tree.points {
                 for (key, loc) in chunk {
@@ -942,6 +944,7 @@ impl Index {
     pub fn run_merger(&self, segments: &SegmentSet, idle: bool) {
         if idle {
             self.merger_priority.enter();
+            crate::background::pace_this_thread();
         }
         let mut state = self.merger.lock();
         loop {

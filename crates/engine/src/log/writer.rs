@@ -139,7 +139,10 @@ impl LogWriter {
                 // A writer that is gone (the database closed) needs nothing.
                 let _ = sender.send(segment);
                 if let Some(segment) = prefault {
-                    segment.region.prefault();
+                    if idle {
+                        crate::background::pace_this_thread();
+                    }
+                    segment.region.prefault_pausing(crate::background::pause_point);
                 }
             })
             .expect("spawn the segment-preparing thread");
