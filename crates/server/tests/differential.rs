@@ -48,6 +48,9 @@ const SCRIPTS: &[&str] = &[
     "SET k v | PEXPIRE k 100000 | TTL k | EXPIREAT k 1 | EXISTS k | SET k v | PEXPIREAT k 1 | GET k | TTL missing | PTTL missing",
     "SET k v | TTL k | PTTL k | EXPIRETIME k | PEXPIRETIME k | EXPIRETIME missing | SET k v EXAT 4000000000 | EXPIRETIME k",
     "SET a 1 | RENAME a b | GET a | GET b | RENAME missing x | SET c 3 | RENAMENX b c | RENAMENX b d | GET d | RENAME d d",
+    "SET a 1 | COPY a b | GET b | COPY a b | SET a 2 | COPY a b REPLACE | GET b | COPY missing c | COPY a a | COPY a a DB 0",
+    "SET a 1 | COPY a c DB 0 | GET c | COPY a d DB 1 | COPY a d DB x | COPY a d DB -1 | COPY a d FOO | COPY a d DB | COPY a",
+    "SET e v EX 100 | COPY e f | TTL f | SET g w | COPY g f REPLACE | TTL f | GET f | MULTI | SET h 1 | COPY h i | EXEC | GET i",
     "MSET user:1 a user:2 b other c | ~KEYS user:* | ~KEYS * | ~KEYS nomatch | ~KEYS user:[12] | ~KEYS ?ther | DBSIZE",
     "SET only 1 | RANDOMKEY | DEL only | RANDOMKEY | DBSIZE",
     // Transactions.

@@ -1,4 +1,5 @@
-//! Generic key commands: DEL, EXISTS, TYPE, expiry, RENAME, KEYS, SCAN.
+//! Generic key commands: DEL, EXISTS, TYPE, expiry, RENAME, COPY, KEYS,
+//! SCAN.
 
 use std::collections::HashSet;
 use std::ops::Bound;
@@ -175,6 +176,43 @@ pub fn rename(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
 
 pub fn renamenx(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     rename_to(ctx, args, true)
+}
+
+/// COPY source destination [DB destination-db] [REPLACE]: the value and
+/// its expiry time; 0 if the source is missing or the destination exists
+/// (without REPLACE). Only database 0 exists, as for SELECT.
+pub fn copy(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    let mut replace = false;
+    let mut i = 3;
+    while i < args.len() {
+        if eq(&args[i], "replace") {
+            replace = true;
+            i += 1;
+        } else if eq(&args[i], "db") && i + 1 < args.len() {
+            if int(&args[i + 1])? != 0 {
+                return Err(err("ERR DB index is out of range"));
+            }
+            i += 2;
+        } else {
+            return Err(CmdError::Syntax);
+        }
+    }
+    if args[1] == args[2] {
+        return Err(err("ERR source and destination objects are the same"));
+    }
+    let Some(value) = ctx.read(&args[1])? else {
+        ctx.out.int(0);
+        return Ok(());
+    };
+    let (data, expiry) = (value.data().to_vec(), value.expiry_ms());
+    drop(value);
+    if !replace && ctx.read(&args[2])?.is_some() {
+        ctx.out.int(0);
+        return Ok(());
+    }
+    ctx.writes.put_string(&args[2], &data, expiry)?;
+    ctx.out.int(1);
+    Ok(())
 }
 
 pub fn keys(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {

@@ -210,6 +210,7 @@ commands! {
     "persist", 2, WRITE | FAST, ONE, "generic", keys::persist, "Removes the expiration time of a key.";
     "rename", 3, WRITE, (1, 2, 1), "generic", keys::rename, "Renames a key and overwrites the destination.";
     "renamenx", 3, WRITE | FAST, (1, 2, 1), "generic", keys::renamenx, "Renames a key only when the target key name doesn't exist.";
+    "copy", -3, WRITE, (1, 2, 1), "generic", keys::copy, "Copies the value of a key to a new key.";
     "keys", 2, READONLY, NONE, "generic", keys::keys, "Returns all key names that match a pattern.";
     "scan", -2, READONLY, NONE, "generic", keys::scan, "Iterates over the key names in the database.";
     "randomkey", 1, READONLY, NONE, "generic", keys::randomkey, "Returns a random key name from the database.";
