@@ -158,10 +158,10 @@ thread_local! {
 /// core to whoever waits, and a core that naps goes idle and pulls a
 /// waiting thread over. SET `-P 16` p99 on tmpfs, medians of interleaved
 /// runs: 5.3 -> 4.5 ms, same throughput. The price: work a burst leaves
-/// behind finishes later, so GETs right after 1M SETs had a p99 ~12%
-/// higher (2.2 -> 2.45 ms; the same after a 3 s pause), and each nap of
-/// a thread alone on its core halts that core (BENCHMARKS.md,
-/// twenty-sixth session).
+/// behind finishes later, so GETs that follow 1M SETs at once often had
+/// a higher p99 (2.2 -> 2.45 ms in one redis-benchmark `-t set,get`; the
+/// same after a 3 s pause), and each nap of a thread alone on its core
+/// halts that core (BENCHMARKS.md, twenty-sixth session).
 pub(crate) fn pace_this_thread() {
     WORKING_SINCE.set(Some(Instant::now()));
 }

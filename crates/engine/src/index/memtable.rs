@@ -944,7 +944,6 @@ impl Index {
     pub fn run_merger(&self, segments: &SegmentSet, idle: bool) {
         if idle {
             self.merger_priority.enter();
-            crate::background::pace_this_thread();
         }
         let mut state = self.merger.lock();
         loop {
@@ -958,6 +957,10 @@ impl Index {
             }
             state.wanted = false;
             drop(state);
+            if idle {
+                // Paced from here: the time it slept is no work.
+                crate::background::pace_this_thread();
+            }
             {
                 let _merging = self.merging.lock();
                 self.merge_frozen(segments);
