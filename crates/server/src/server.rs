@@ -55,9 +55,26 @@ pub struct Shared {
     /// their writes and this thread's leader commits them
     /// (`committer.rs`).
     pub commit_thread: Option<CommitSignal>,
+    /// The index's bytes per key and when they were read, for MEMORY
+    /// USAGE: reading them (`Db::stats`) settles the index, too much to do
+    /// for every key of `redis-cli --memkeys`.
+    pub index_bytes_per_key: Mutex<Option<(Instant, f64)>>,
 }
 
 impl Shared {
+    /// The index's bytes per key, read at most once a second.
+    pub fn index_bytes_per_key(&self) -> f64 {
+        let mut cached = self.index_bytes_per_key.lock();
+        match *cached {
+            Some((at, bytes)) if at.elapsed() < std::time::Duration::from_secs(1) => bytes,
+            _ => {
+                let bytes = self.db.stats().index_bytes_per_key;
+                *cached = Some((Instant::now(), bytes));
+                bytes
+            }
+        }
+    }
+
     pub fn password(&self) -> Option<String> {
         self.password.read().clone()
     }
@@ -162,6 +179,7 @@ pub async fn run(config: Config, db: Db) -> Result<(), String> {
         last_save: AtomicU64::new(scaledkv::now_ms() / 1000),
         shutdown,
         commit_thread,
+        index_bytes_per_key: Mutex::new(None),
         config,
     });
     if let Some(metrics_port) = shared.config.metrics_port {

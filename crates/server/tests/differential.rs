@@ -51,6 +51,8 @@ const SCRIPTS: &[&str] = &[
     "SET a 1 | COPY a b | GET b | COPY a b | SET a 2 | COPY a b REPLACE | GET b | COPY missing c | COPY a a | COPY a a DB 0",
     "SET a 1 | COPY a c DB 0 | GET c | COPY a d DB 1 | COPY a d DB x | COPY a d DB -1 | COPY a d FOO | COPY a d DB | COPY a",
     "SET e v EX 100 | COPY e f | TTL f | SET g w | COPY g f REPLACE | TTL f | GET f | MULTI | SET h 1 | COPY h i | EXEC | GET i",
+    "SET k v | MEMORY USAGE missing | MEMORY USAGE k SAMPLES x | MEMORY USAGE k SAMPLES -1 | MEMORY USAGE k FOO | MEMORY USAGE k SAMPLES",
+    "MEMORY USAGE | MEMORY NOSUCH | MEMORY | MEMORY HELP x",
     "MSET user:1 a user:2 b other c | ~KEYS user:* | ~KEYS * | ~KEYS nomatch | ~KEYS user:[12] | ~KEYS ?ther | DBSIZE",
     "SET only 1 | RANDOMKEY | DEL only | RANDOMKEY | DBSIZE",
     // Transactions.

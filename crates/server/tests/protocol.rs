@@ -70,6 +70,40 @@ fn string_and_key_commands_through_a_client() {
 }
 
 #[test]
+fn memory_usage_counts_a_key_its_value_and_its_index_share() {
+    let (_dir, server) = start(&[]);
+    let mut con = client(&server);
+    let usage = |con: &mut redis::Connection, key: &str| -> Option<i64> {
+        redis::cmd("MEMORY").arg("USAGE").arg(key).query(con).unwrap()
+    };
+    assert_eq!(usage(&mut con, "missing"), None);
+    let _: () = con.set("small", "x").unwrap();
+    let _: () = con.set("large", "x".repeat(10_000)).unwrap();
+    let _: () = con.set_ex("expiring", "x", 100).unwrap();
+    // One pipeline, so all three see the same index share (read at most
+    // once a second).
+    let (small, large, expiring): (i64, i64, i64) = redis::pipe()
+        .cmd("MEMORY")
+        .arg("USAGE")
+        .arg("small")
+        .cmd("MEMORY")
+        .arg("USAGE")
+        .arg("large")
+        .cmd("MEMORY")
+        .arg("USAGE")
+        .arg("expiring")
+        .query(&mut con)
+        .unwrap();
+    // Entries (12-byte header, key, type byte, value, 8-byte expiry time)
+    // take whole 8-byte steps of the log: 24, 10,024 and 32 bytes.
+    assert_eq!(large - small, 10_000);
+    assert_eq!(expiring - small, 8);
+    assert!(small > 1 + "small".len() as i64, "the index share counts too: {small}");
+    let err = redis::cmd("MEMORY").arg("STATS").query::<Value>(&mut con).unwrap_err();
+    assert!(err.to_string().contains("not supported by ScaledKV yet"), "{err}");
+}
+
+#[test]
 fn scan_visits_every_key_once() {
     let (_dir, server) = start(&[]);
     let mut con = client(&server);

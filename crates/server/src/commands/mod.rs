@@ -168,6 +168,7 @@ commands! {
     "flushall", -1, WRITE | ALL_KEYS, NONE, "server", server::flushall, "Removes all keys from all databases.";
     "info", -1, 0, NONE, "server", server::info, "Returns information and statistics about the server.";
     "config", -2, ADMIN, NONE, "server", server::config, "A container for server configuration commands.";
+    "memory", -2, 0, NONE, "server", server::memory, "A container for memory diagnostics commands.";
     "command", -1, 0, NONE, "server", server::command, "Returns detailed information about all commands.";
     "time", 1, FAST, NONE, "server", server::time, "Returns the server time.";
     "shutdown", -1, ADMIN | NO_MULTI, NONE, "server", server::shutdown, "Synchronously saves the database(s) to disk and shuts down the Redis server.";

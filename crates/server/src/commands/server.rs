@@ -5,6 +5,7 @@ use std::fmt::Write as _;
 use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
+use scaledkv::log::record::{ENTRY_HEADER_BYTES, EXPIRY_BYTES, FRAME_ALIGN_BYTES};
 use scaledkv::{now_ms, Durability, WriteBatch, MAX_BATCH_BYTES};
 
 use super::args::{eq, int};
@@ -183,6 +184,63 @@ pub fn client(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         _ => {
             return Err(err(format!(
                 "ERR unknown subcommand '{}'. Try CLIENT HELP.",
+                String::from_utf8_lossy(&args[1]).chars().take(128).collect::<String>()
+            )))
+        }
+    }
+    Ok(())
+}
+
+/// MEMORY USAGE key [SAMPLES count] and MEMORY HELP. A key's usage is its
+/// entry in the log (header, key, type byte, value, expiry time) plus its
+/// share of the index: an estimate, as Redis's is.
+pub fn memory(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    let sub = String::from_utf8_lossy(&args[1]).to_ascii_lowercase();
+    match sub.as_str() {
+        "usage" if args.len() >= 3 => {
+            let mut i = 3;
+            while i < args.len() {
+                // Every version of a string is one entry: nothing to sample.
+                if eq(&args[i], "samples") && i + 1 < args.len() {
+                    if int(&args[i + 1])? < 0 {
+                        return Err(CmdError::Syntax);
+                    }
+                    i += 2;
+                } else {
+                    return Err(CmdError::Syntax);
+                }
+            }
+            let Some(value) = ctx.read(&args[2])? else {
+                ctx.out.null();
+                return Ok(());
+            };
+            let expiry = if value.expiry_ms().is_some() { EXPIRY_BYTES } else { 0 };
+            let entry = ENTRY_HEADER_BYTES + args[2].len() + 1 + value.data().len() + expiry;
+            let in_log = entry.div_ceil(FRAME_ALIGN_BYTES) * FRAME_ALIGN_BYTES;
+            drop(value);
+            let index = ctx.shared.index_bytes_per_key().round() as usize;
+            ctx.out.int((in_log + index) as i64);
+        }
+        "help" if args.len() == 2 => {
+            let lines = [
+                "MEMORY <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+                "USAGE <key> [SAMPLES <count>]",
+                "    Return the bytes the key takes: its entry in the log and its share of the index.",
+                "HELP",
+                "    Print this help.",
+            ];
+            ctx.out.array(lines.len());
+            for line in lines {
+                ctx.out.simple(line);
+            }
+        }
+        "usage" | "help" => return Err(err(format!("ERR wrong number of arguments for 'memory|{sub}' command"))),
+        "doctor" | "stats" | "malloc-stats" | "purge" => {
+            return Err(err(format!("ERR MEMORY {} is not supported by ScaledKV yet", sub.to_ascii_uppercase())))
+        }
+        _ => {
+            return Err(err(format!(
+                "ERR unknown subcommand '{}'. Try MEMORY HELP.",
                 String::from_utf8_lossy(&args[1]).chars().take(128).collect::<String>()
             )))
         }
