@@ -175,6 +175,13 @@ def main_tables():
                     emit(f"| {config} | {test} | {rps:,.0f} | {median([r['p50'] for r in rs]):.3f} | "
                          f"{median([r['p99'] for r in rs]):.3f} | {median([r['cpu_us'] for r in rs]):.2f} | "
                          f"{ratio(rps, base_none)} | {ratio(rps, base_always)} |")
+            # Every run, in the order they ran: medians hide the spread that
+            # decides whether an A/B means anything.
+            emit("\nEach run (req/s, p99 ms):\n")
+            for test in ("SET", "GET"):
+                for config in MAIN:
+                    runs_text = ", ".join(f"{r['rps']:,.0f} / {r['p99']:.2f}" for r in runs[(config, test)])
+                    emit(f"- {config} {test}: {runs_text}")
 
 
 def series_table():
