@@ -200,12 +200,10 @@ pub fn copy(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     if args[1] == args[2] {
         return Err(err("ERR source and destination objects are the same"));
     }
-    let Some(value) = ctx.read(&args[1])? else {
+    let Some((data, expiry)) = ctx.read_string(&args[1])? else {
         ctx.out.int(0);
         return Ok(());
     };
-    let (data, expiry) = (value.data().to_vec(), value.expiry_ms());
-    drop(value);
     if !replace && ctx.read(&args[2])?.is_some() {
         ctx.out.int(0);
         return Ok(());
