@@ -43,10 +43,9 @@ const BACKGROUND_NICE: i32 = 5;
 pub(crate) fn lower_this_thread(idle: bool) {
     #[cfg(target_os = "linux")]
     {
-        // SAFETY: gettid has no preconditions; setpriority on our own thread
-        // id changes only its scheduling weight.
-        let tid = unsafe { libc::syscall(libc::SYS_gettid) } as libc::id_t;
-        let _ = unsafe { libc::setpriority(libc::PRIO_PROCESS, tid, BACKGROUND_NICE) };
+        // SAFETY: setpriority on our own thread id changes only its
+        // scheduling weight.
+        let _ = unsafe { libc::setpriority(libc::PRIO_PROCESS, this_thread_id() as libc::id_t, BACKGROUND_NICE) };
         if idle {
             // SCHED_IDLE needs no privilege.
             set_policy(0, libc::SCHED_IDLE);
@@ -89,8 +88,7 @@ impl IdleUntilNeeded {
             // `raise` meanwhile cannot miss a thread already lowered.
             let _changing = self.changing.lock();
             if set_policy(0, libc::SCHED_IDLE) {
-                // SAFETY: gettid has no preconditions.
-                self.tid.store(unsafe { libc::syscall(libc::SYS_gettid) } as i32, Ordering::Release);
+                self.tid.store(this_thread_id(), Ordering::Release);
                 self.raised.store(false, Ordering::Release);
             }
         }
@@ -179,6 +177,13 @@ pub(crate) fn pause_point() {
     }
 }
 
+/// The calling thread's kernel id (Linux scheduling calls take it).
+#[cfg(target_os = "linux")]
+pub(crate) fn this_thread_id() -> i32 {
+    // SAFETY: gettid has no preconditions.
+    unsafe { libc::syscall(libc::SYS_gettid) as i32 }
+}
+
 /// Sets the scheduling policy of thread `tid` (0: the calling thread).
 #[cfg(target_os = "linux")]
 fn set_policy(tid: i32, policy: libc::c_int) -> bool {
@@ -206,7 +211,6 @@ pub(crate) fn can_leave_idle() -> bool {
 pub(crate) mod tests {
     use std::sync::mpsc::channel;
     use std::sync::Arc;
-    use std::time::{Duration, Instant};
 
     use super::*;
 
@@ -273,8 +277,7 @@ pub(crate) mod tests {
             let priority = priority.clone();
             std::thread::spawn(move || {
                 priority.enter();
-                // SAFETY: gettid has no preconditions.
-                to_test.send(unsafe { libc::syscall(libc::SYS_gettid) } as i32).unwrap();
+                to_test.send(this_thread_id()).unwrap();
                 commands.recv().unwrap();
                 priority.lower();
                 to_test.send(0).unwrap();

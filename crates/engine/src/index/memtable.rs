@@ -1208,8 +1208,7 @@ mod tests {
             // from one message to the next, and lowers itself after.
             scope.spawn(move || {
                 index.merger_priority.enter();
-                // SAFETY: gettid has no preconditions.
-                to_test.send(unsafe { libc::syscall(libc::SYS_gettid) } as i32).unwrap();
+                to_test.send(crate::background::this_thread_id()).unwrap();
                 while commands.recv().is_ok() {
                     let merging = index.merging.lock();
                     to_test.send(0).unwrap();
