@@ -74,20 +74,29 @@ fn readers_writers_snapshots_iterators_gc(deferred_index_updates: usize) {
         });
         scope.spawn(move || {
             while !stop.load(Ordering::Relaxed) {
+                // What a plain read saw before the snapshot was taken, the
+                // snapshot sees too, or something newer: never a key missing.
+                let before: Vec<u64> =
+                    (0..WRITERS).map(|w| counter(db.get(format!("a{w}").as_bytes()).unwrap())).collect();
                 let snapshot = db.snapshot();
                 for w in 0..WRITERS {
                     let a = counter(snapshot.get(format!("a{w}").as_bytes()).unwrap());
                     let b = counter(snapshot.get(format!("b{w}").as_bytes()).unwrap());
                     assert_eq!(a, b, "snapshot saw half a batch of writer {w}");
+                    assert!(a >= before[w as usize], "snapshot of writer {w} older than a read before it");
                 }
             }
         });
         scope.spawn(move || {
             while !stop.load(Ordering::Relaxed) {
+                let before: Vec<u64> =
+                    (0..WRITERS).map(|w| counter(db.get(format!("a{w}").as_bytes()).unwrap())).collect();
                 let all: Vec<_> = db.iter().map(|kv| kv.unwrap()).collect();
                 let get = |k: &str| counter(all.iter().find(|(key, _)| key == k.as_bytes()).map(|(_, v)| v.clone()));
                 for w in 0..WRITERS {
-                    assert_eq!(get(&format!("a{w}")), get(&format!("b{w}")), "iterator saw half a batch");
+                    let a = get(&format!("a{w}"));
+                    assert_eq!(a, get(&format!("b{w}")), "iterator saw half a batch");
+                    assert!(a >= before[w as usize], "iterator of writer {w} older than a read before it");
                 }
                 db.collect_garbage().unwrap();
             }
