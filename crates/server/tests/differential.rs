@@ -11,8 +11,8 @@ use std::net::TcpStream;
 use common::{encode, read_reply, request, RedisServer, Server};
 
 /// One script per line group; `|` separates commands, words split on
-/// spaces. A command starting with `~` has an unordered array reply
-/// (KEYS): its elements are compared as sets.
+/// spaces (`\\xHH` is a byte). A command starting with `~` has an
+/// unordered array reply (KEYS): its elements are compared as sets.
 const SCRIPTS: &[&str] = &[
     // Connection and errors.
     "PING | PING hello | PING a b | ECHO x | ECHO | NOSUCH a b | SELECT 0 | SELECT 1 | SELECT x | QUIT_NOT",
@@ -40,6 +40,19 @@ const SCRIPTS: &[&str] = &[
     "SET s 0123456789 | GETRANGE s 0 3 | GETRANGE s -3 -1 | GETRANGE s 5 3 | GETRANGE s 100 200 | GETRANGE s -100 -50",
     "SET s 0123456789 | GETRANGE s -100 2 | GETRANGE s 8 100 | GETRANGE missing 0 -1 | SUBSTR s 1 2 | GETRANGE s a b",
     "SETRANGE s 5 xx | GET s | SETRANGE s -1 x | SETRANGE s 0 '' | SETRANGE missing 0 '' | EXISTS missing | SET t abc | SETRANGE t 1 Z | GET t",
+    // Bitmaps.
+    "SETBIT b 7 1 | GETBIT b 7 | GETBIT b 6 | GET b | SETBIT b 7 0 | SETBIT b 100 1 | STRLEN b | GETBIT b 100 | GETBIT b 1000 | GETBIT missing 3",
+    "SETBIT b -1 1 | SETBIT b x 1 | SETBIT b 1 2 | SETBIT b 1 -1 | SETBIT b 1 x | GETBIT b -1 | GETBIT b 4294967296 | SETBIT b 4294967296 1 | EXISTS b",
+    "SET k v EX 100 | SETBIT k 0 1 | TTL k | GET k | SET s abc | GETBIT s 1 | GETBIT s 2 | SET n 42 | SETBIT n 3 1 | GET n",
+    "SET s foobar | BITCOUNT s | BITCOUNT s 0 0 | BITCOUNT s 1 1 | BITCOUNT s 1 -2 | BITCOUNT s -2 -1 | BITCOUNT s 5 30 BIT | BITCOUNT s -100 -50",
+    "SET s foobar | BITCOUNT s 0 | BITCOUNT s 0 1 2 | BITCOUNT s 0 1 FOO | BITCOUNT s a b | BITCOUNT s -1 -2 | BITCOUNT s 0 -1 BIT | BITCOUNT missing | BITCOUNT missing x",
+    "SET e '' | BITCOUNT e | BITCOUNT e 0 -1 | BITPOS e 0 | BITPOS e 1 | SET z 0 | BITCOUNT z 7 7 BIT | BITCOUNT z 10 3 BIT | BITCOUNT z 3 10 byte",
+    "SET s \\xff\\xf0\\x00 | BITPOS s 0 | BITPOS s 1 | BITPOS s 0 2 | BITPOS s 1 2 | BITPOS s 0 0 1 | BITPOS s 1 2 -1 BIT | BITPOS s 0 8 15 BIT",
+    "SET f \\xff\\xff | BITPOS f 0 | BITPOS f 0 0 | BITPOS f 0 0 -1 | BITPOS f 1 3 | BITPOS f 2 | BITPOS f x | BITPOS missing 0 | BITPOS missing 1",
+    "SET s \\x00\\x0f | BITPOS s 1 -1 | BITPOS s 1 0 0 | BITPOS s 0 -3 -1 BIT | BITPOS s 1 7 9 BIT | BITPOS s 1 0 1 FOO | BITPOS s 1 0 1 BIT x | BITPOS s 1 5 2",
+    "SET a abc | SET b xyz12 | BITOP AND d a b | GET d | BITOP OR d a b | GET d | BITOP XOR d a b | GET d | BITOP NOT d a | GET d",
+    "SET a abc | BITOP NOT d a b | BITOP FOO d a | BITOP AND d missing1 missing2 | EXISTS d | SET d v EX 100 | BITOP OR d a | TTL d | BITOP AND d a missing | GET d",
+    "SET d v | BITOP OR d missing | EXISTS d | SET a abc | SET e '' | BITOP XOR d a e | GET d | BITOP AND d",
     // Keys and expiry.
     "SET a 1 | SET b 2 | DEL a a b c | EXISTS a b | UNLINK x | SET a 1 | EXISTS a a a | TYPE a | TYPE missing",
     "SET k v | EXPIRE k 100 | TTL k | EXPIRE k 200 NX | EXPIRE k 200 XX | TTL k | EXPIRE k 100 GT | EXPIRE k 300 GT | TTL k",
@@ -65,10 +78,28 @@ const SCRIPTS: &[&str] = &[
 ];
 
 fn words(command: &str) -> Vec<Vec<u8>> {
-    command
-        .split_whitespace()
-        .map(|w| if w == "''" { Vec::new() } else { w.trim_matches('\'').as_bytes().to_vec() })
-        .collect()
+    command.split_whitespace().map(|w| if w == "''" { Vec::new() } else { unescape(w.trim_matches('\'')) }).collect()
+}
+
+/// A word's bytes, with `\xHH` standing for the byte HH (binary values).
+fn unescape(word: &str) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut rest = word.as_bytes();
+    while let Some((&first, tail)) = rest.split_first() {
+        match (first, tail) {
+            (b'\\', [b'x', hi, lo, ..]) => {
+                let digits = [*hi, *lo];
+                let hex = std::str::from_utf8(&digits).unwrap();
+                out.push(u8::from_str_radix(hex, 16).expect("two hex digits after \\x"));
+                rest = &tail[3..];
+            }
+            _ => {
+                out.push(first);
+                rest = tail;
+            }
+        }
+    }
+    out
 }
 
 /// A multiset comparison for unordered array replies: the elements' bytes,

@@ -2,6 +2,7 @@
 //! queueing, key locks, one atomic batch per command, and replies sent only
 //! once that batch is durable.
 
+mod bits;
 mod keys;
 mod server;
 mod strings;
@@ -196,6 +197,11 @@ commands! {
     "getrange", 4, READONLY, ONE, "string", strings::getrange, "Returns a substring of the string stored at a key.";
     "substr", 4, READONLY, ONE, "string", strings::getrange, "Returns a substring from a string value.";
     "setrange", 4, WRITE, ONE, "string", strings::setrange, "Overwrites a part of a string value with another by an offset.";
+    "setbit", 4, WRITE, ONE, "bitmap", bits::setbit, "Sets or clears the bit at offset of the string value. Creates the key if it doesn't exist.";
+    "getbit", 3, READONLY | FAST, ONE, "bitmap", bits::getbit, "Returns a bit value by offset.";
+    "bitcount", -2, READONLY, ONE, "bitmap", bits::bitcount, "Counts the number of set bits (population counting) in a string.";
+    "bitpos", -3, READONLY, ONE, "bitmap", bits::bitpos, "Finds the first set (1) or clear (0) bit in a string.";
+    "bitop", -4, WRITE, (2, -1, 1), "bitmap", bits::bitop, "Performs bitwise operations on multiple strings, and stores the result.";
     "del", -2, WRITE, ALL_ARGS, "generic", keys::del, "Deletes one or more keys.";
     "unlink", -2, WRITE | FAST, ALL_ARGS, "generic", keys::del, "Asynchronously deletes one or more keys.";
     "exists", -2, READONLY | FAST, ALL_ARGS, "generic", keys::exists, "Determines whether one or more keys exist.";
@@ -284,11 +290,8 @@ const NOT_YET: &[&str] = &[
     "xread",
     "pfadd",
     "pfcount",
-    "setbit",
-    "getbit",
-    "bitcount",
-    "bitpos",
-    "bitop",
+    "bitfield",
+    "bitfield_ro",
     "geoadd",
     "publish",
     "subscribe",
