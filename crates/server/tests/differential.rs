@@ -40,6 +40,13 @@ const SCRIPTS: &[&str] = &[
     "SET s 0123456789 | GETRANGE s 0 3 | GETRANGE s -3 -1 | GETRANGE s 5 3 | GETRANGE s 100 200 | GETRANGE s -100 -50",
     "SET s 0123456789 | GETRANGE s -100 2 | GETRANGE s 8 100 | GETRANGE missing 0 -1 | SUBSTR s 1 2 | GETRANGE s a b",
     "SETRANGE s 5 xx | GET s | SETRANGE s -1 x | SETRANGE s 0 '' | SETRANGE missing 0 '' | EXISTS missing | SET t abc | SETRANGE t 1 Z | GET t",
+    // LCS.
+    "MSET a ohmytext b mynewtext | LCS a b | LCS a b LEN | LCS a b IDX | LCS a b IDX MINMATCHLEN 4 | LCS a b IDX MINMATCHLEN 4 WITHMATCHLEN",
+    "MSET a ohmytext b mynewtext | LCS a b IDX LEN | LCS a b FOO | LCS a b MINMATCHLEN | LCS a b MINMATCHLEN x | LCS a b IDX MINMATCHLEN -3 WITHMATCHLEN",
+    "SET a abc | LCS a missing | LCS missing1 missing2 | LCS missing a LEN | LCS a missing IDX | LCS a | LCS a a IDX WITHMATCHLEN | LCS a a",
+    "MSET a ABCBDAB b BDCABA | LCS a b | LCS b a | LCS a b IDX WITHMATCHLEN | LCS b a IDX | MSET c aaaa d aa | LCS c d IDX | LCS d c IDX WITHMATCHLEN",
+    // The table's bound: (600 + 1)^2 cells of 4 bytes exceed 1 MiB, 401 x 601 do not.
+    "CONFIG SET proto-max-bulk-len 1048576 | SETRANGE a 599 x | SETRANGE b 599 y | LCS a b LEN | SETRANGE c 400 x | LCS a c LEN | CONFIG SET proto-max-bulk-len 16777215",
     // Bitmaps.
     "SETBIT b 7 1 | GETBIT b 7 | GETBIT b 6 | GET b | SETBIT b 7 0 | SETBIT b 100 1 | STRLEN b | GETBIT b 100 | GETBIT b 1000 | GETBIT missing 3",
     "SETBIT b -1 1 | SETBIT b x 1 | SETBIT b 1 2 | SETBIT b 1 -1 | SETBIT b 1 x | GETBIT b -1 | GETBIT b 4294967296 | SETBIT b 4294967296 1 | EXISTS b",

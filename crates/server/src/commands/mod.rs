@@ -197,6 +197,7 @@ commands! {
     "getrange", 4, READONLY, ONE, "string", strings::getrange, "Returns a substring of the string stored at a key.";
     "substr", 4, READONLY, ONE, "string", strings::getrange, "Returns a substring from a string value.";
     "setrange", 4, WRITE, ONE, "string", strings::setrange, "Overwrites a part of a string value with another by an offset.";
+    "lcs", -3, READONLY, (1, 2, 1), "string", strings::lcs, "Finds the longest common substring.";
     "setbit", 4, WRITE, ONE, "bitmap", bits::setbit, "Sets or clears the bit at offset of the string value. Creates the key if it doesn't exist.";
     "getbit", 3, READONLY | FAST, ONE, "bitmap", bits::getbit, "Returns a bit value by offset.";
     "bitcount", -2, READONLY, ONE, "bitmap", bits::bitcount, "Counts the number of set bits (population counting) in a string.";

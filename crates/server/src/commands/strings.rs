@@ -359,3 +359,129 @@ pub fn setrange(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     ctx.out.int(value.len() as i64);
     Ok(())
 }
+
+/// LCS: the longest common subsequence of two strings, by Redis's dynamic
+/// programming table and its walk back through it (which decides the
+/// subsequence and the match ranges reported when several are longest).
+pub fn lcs(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    let mut strings = [Vec::new(), Vec::new()];
+    let mut wrong_type = false;
+    for (string, key) in strings.iter_mut().zip(&args[1..3]) {
+        match ctx.read(key)? {
+            Some(value) if value.tag() == crate::keyspace::TYPE_STRING => *string = value.data().to_vec(),
+            Some(_) => wrong_type = true,
+            None => {}
+        }
+    }
+    if wrong_type {
+        return Err(err("ERR The specified keys must contain string values"));
+    }
+    let (mut get_len, mut get_idx, mut with_match_len, mut min_match_len) = (false, false, false, 0u64);
+    let mut i = 3;
+    while i < args.len() {
+        let more = i + 1 < args.len();
+        if eq(&args[i], "idx") {
+            get_idx = true;
+        } else if eq(&args[i], "len") {
+            get_len = true;
+        } else if eq(&args[i], "withmatchlen") {
+            with_match_len = true;
+        } else if eq(&args[i], "minmatchlen") && more {
+            min_match_len = int(&args[i + 1])?.max(0) as u64;
+            i += 1;
+        } else {
+            return Err(CmdError::Syntax);
+        }
+        i += 1;
+    }
+    if get_idx && get_len {
+        return Err(err("ERR If you want both the length and indexes, please just use IDX."));
+    }
+    let [a, b] = &strings;
+    let (alen, blen) = (a.len(), b.len());
+    // The table is transient memory a client controls: bounded as Redis
+    // bounds it.
+    let cells = (alen as u64 + 1) * (blen as u64 + 1);
+    if cells * 4 > ctx.shared.max_bulk_bytes() as u64 {
+        return Err(err("ERR Insufficient memory, transient memory for LCS exceeds proto-max-bulk-len"));
+    }
+    // table[i * (blen + 1) + j]: the LCS length of a[..i] and b[..j].
+    let width = blen + 1;
+    let mut table = vec![0u32; cells as usize];
+    for i in 1..=alen {
+        for j in 1..=blen {
+            table[i * width + j] = if a[i - 1] == b[j - 1] {
+                table[(i - 1) * width + j - 1] + 1
+            } else {
+                table[(i - 1) * width + j].max(table[i * width + j - 1])
+            };
+        }
+    }
+    let total = table[alen * width + blen] as usize;
+    if get_len {
+        ctx.out.int(total as i64);
+        return Ok(());
+    }
+    // Walk back from the end, collecting the subsequence and the ranges
+    // of consecutive matches (a range closes on a mismatch or at the
+    // start of either string).
+    let mut result = vec![0u8; total];
+    let mut matches: Vec<([usize; 2], [usize; 2])> = Vec::new();
+    let mut range: Option<([usize; 2], [usize; 2])> = None;
+    let (mut i, mut j, mut left) = (alen, blen, total);
+    while i > 0 && j > 0 {
+        let mut emit = false;
+        if a[i - 1] == b[j - 1] {
+            result[left - 1] = a[i - 1];
+            match &mut range {
+                None => range = Some(([i - 1, i - 1], [j - 1, j - 1])),
+                Some((ra, rb)) if ra[0] == i && rb[0] == j => {
+                    ra[0] -= 1;
+                    rb[0] -= 1;
+                }
+                Some(_) => emit = true,
+            }
+            if range.is_some_and(|(ra, rb)| ra[0] == 0 || rb[0] == 0) {
+                emit = true;
+            }
+            left -= 1;
+            i -= 1;
+            j -= 1;
+        } else {
+            if table[(i - 1) * width + j] > table[i * width + j - 1] {
+                i -= 1;
+            } else {
+                j -= 1;
+            }
+            emit = range.is_some();
+        }
+        if emit {
+            if let Some((ra, rb)) = range.take() {
+                if (ra[1] - ra[0] + 1) as u64 >= min_match_len {
+                    matches.push((ra, rb));
+                }
+            }
+        }
+    }
+    if !get_idx {
+        ctx.out.bulk(&result);
+        return Ok(());
+    }
+    ctx.out.map(2);
+    ctx.out.bulk(b"matches");
+    ctx.out.array(matches.len());
+    for (ra, rb) in &matches {
+        ctx.out.array(2 + with_match_len as usize);
+        for r in [ra, rb] {
+            ctx.out.array(2);
+            ctx.out.int(r[0] as i64);
+            ctx.out.int(r[1] as i64);
+        }
+        if with_match_len {
+            ctx.out.int((ra[1] - ra[0] + 1) as i64);
+        }
+    }
+    ctx.out.bulk(b"len");
+    ctx.out.int(total as i64);
+    Ok(())
+}
