@@ -69,6 +69,21 @@ fn string_and_key_commands_through_a_client() {
     assert_eq!(redis::cmd("DBSIZE").query::<i64>(&mut con).unwrap(), 5);
 }
 
+/// What the differential tests cannot compare with Redis: the subcommand
+/// ScaledKV cannot answer says so, and HELP says what each one means here.
+#[test]
+fn object_idletime_is_refused_and_help_says_what_is_answered() {
+    let (_dir, server) = start(&[]);
+    let mut con = client(&server);
+    let _: () = con.set("k", "v").unwrap();
+    let err = redis::cmd("OBJECT").arg("IDLETIME").arg("k").query::<Value>(&mut con).unwrap_err();
+    assert!(err.to_string().contains("not supported by ScaledKV yet"), "{err}");
+    let help: Vec<String> = redis::cmd("OBJECT").arg("HELP").query(&mut con).unwrap();
+    assert!(help.iter().any(|line| line.contains("no per-key access time")), "{help:?}");
+    let encoding: String = redis::cmd("OBJECT").arg("ENCODING").arg("k").query(&mut con).unwrap();
+    assert_eq!(encoding, "embstr");
+}
+
 #[test]
 fn memory_usage_counts_a_key_its_value_and_its_index_share() {
     let (_dir, server) = start(&[]);

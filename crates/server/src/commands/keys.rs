@@ -346,3 +346,65 @@ impl Cursors {
         Some(self.keys[at].1.clone())
     }
 }
+
+/// OBJECT: ScaledKV keeps every string as its bytes in the log, so it has
+/// no encodings or shared objects of its own; ENCODING and REFCOUNT answer
+/// what Redis answers for a string SET to the same bytes (or loaded from
+/// its disk), which is what clients that branch on them expect. IDLETIME
+/// needs per-key access times, which are not kept; FREQ answers Redis's
+/// error for a server without an LFU policy, which ScaledKV is.
+pub fn object(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    let sub = String::from_utf8_lossy(&args[1]).to_ascii_lowercase();
+    match (sub.as_str(), args.len()) {
+        ("help", 2) => {
+            let lines = [
+                "OBJECT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+                "ENCODING <key>",
+                "    Return the kind of internal representation Redis would use for the value",
+                "    associated with a <key> (ScaledKV stores every value as its bytes).",
+                "FREQ <key>",
+                "    Not tracked: ScaledKV has no LFU maxmemory policy.",
+                "IDLETIME <key>",
+                "    Not supported by ScaledKV: it keeps no per-key access time.",
+                "REFCOUNT <key>",
+                "    Return the number of references Redis would keep to the value.",
+                "HELP",
+                "    Print this help.",
+            ];
+            ctx.out.array(lines.len());
+            for line in lines {
+                ctx.out.simple(line);
+            }
+        }
+        ("encoding" | "refcount" | "idletime" | "freq", 3) => {
+            let Some(value) = ctx.read(&args[2])? else {
+                ctx.out.null();
+                return Ok(());
+            };
+            let data = value.string()?;
+            // Redis stores a decimal that fits a long as an integer, and
+            // shares the ones below 10,000 among all keys.
+            let integer = super::args::parse_i64(data);
+            match sub.as_str() {
+                "encoding" => ctx.out.bulk(match integer {
+                    Some(_) => b"int",
+                    None if data.len() <= 44 => b"embstr",
+                    None => b"raw",
+                }),
+                "refcount" => ctx.out.int(if integer.is_some_and(|n| (0..10_000).contains(&n)) { 2147483647 } else { 1 }),
+                "freq" => return Err(err("ERR An LFU maxmemory policy is not selected, access frequency not tracked. Please note that when switching between policies at runtime LRU and LFU data will take some time to adjust.")),
+                _ => return Err(err("ERR OBJECT IDLETIME is not supported by ScaledKV yet (no per-key access times)")),
+            }
+        }
+        ("help" | "encoding" | "refcount" | "idletime" | "freq", _) => {
+            return Err(err(format!("ERR wrong number of arguments for 'object|{sub}' command")))
+        }
+        _ => {
+            return Err(err(format!(
+                "ERR unknown subcommand '{}'. Try OBJECT HELP.",
+                String::from_utf8_lossy(&args[1]).chars().take(128).collect::<String>()
+            )))
+        }
+    }
+    Ok(())
+}

@@ -222,6 +222,7 @@ commands! {
     "keys", 2, READONLY, NONE, "generic", keys::keys, "Returns all key names that match a pattern.";
     "scan", -2, READONLY, NONE, "generic", keys::scan, "Iterates over the key names in the database.";
     "randomkey", 1, READONLY, NONE, "generic", keys::randomkey, "Returns a random key name from the database.";
+    "object", -2, READONLY, NONE, "generic", keys::object, "A container for object introspection commands.";
     "touch", -2, READONLY | FAST, ALL_ARGS, "generic", keys::exists, "Returns the number of existing keys out of those specified after updating the time they were last accessed.";
     "multi", 1, TX_CONTROL | FAST, NONE, "transactions", tx::multi, "Starts a transaction.";
     "exec", 1, TX_CONTROL, NONE, "transactions", tx::exec_placeholder, "Executes all commands in a transaction.";
