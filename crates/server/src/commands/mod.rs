@@ -3,6 +3,7 @@
 //! once that batch is durable.
 
 mod bits;
+mod dump;
 mod keys;
 mod server;
 mod strings;
@@ -222,6 +223,8 @@ commands! {
     "keys", 2, READONLY, NONE, "generic", keys::keys, "Returns all key names that match a pattern.";
     "scan", -2, READONLY, NONE, "generic", keys::scan, "Iterates over the key names in the database.";
     "randomkey", 1, READONLY, NONE, "generic", keys::randomkey, "Returns a random key name from the database.";
+    "dump", 2, READONLY, ONE, "generic", dump::dump, "Returns a serialized representation of the value stored at a key.";
+    "restore", -4, WRITE, ONE, "generic", dump::restore, "Creates a key from the serialized representation of a value.";
     "object", -2, READONLY, NONE, "generic", keys::object, "A container for object introspection commands.";
     "touch", -2, READONLY | FAST, ALL_ARGS, "generic", keys::exists, "Returns the number of existing keys out of those specified after updating the time they were last accessed.";
     "multi", 1, TX_CONTROL | FAST, NONE, "transactions", tx::multi, "Starts a transaction.";
