@@ -8,7 +8,7 @@ use bytes::Bytes;
 use scaledkv::now_ms;
 
 use super::args::{eq, int};
-use super::{err, CmdError, CmdResult, Ctx};
+use super::{err, subcommand_arity, unknown_subcommand, CmdError, CmdResult, Ctx};
 use crate::keyspace::{glob_match, type_name, TYPE_STRING};
 
 pub fn del(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
@@ -371,10 +371,7 @@ pub fn object(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
                 "HELP",
                 "    Print this help.",
             ];
-            ctx.out.array(lines.len());
-            for line in lines {
-                ctx.out.simple(line);
-            }
+            ctx.out.help(&lines);
         }
         ("encoding" | "refcount" | "idletime" | "freq", 3) => {
             let Some(value) = ctx.read(&args[2])? else {
@@ -396,15 +393,8 @@ pub fn object(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
                 _ => return Err(err("ERR OBJECT IDLETIME is not supported by ScaledKV yet (no per-key access times)")),
             }
         }
-        ("help" | "encoding" | "refcount" | "idletime" | "freq", _) => {
-            return Err(err(format!("ERR wrong number of arguments for 'object|{sub}' command")))
-        }
-        _ => {
-            return Err(err(format!(
-                "ERR unknown subcommand '{}'. Try OBJECT HELP.",
-                String::from_utf8_lossy(&args[1]).chars().take(128).collect::<String>()
-            )))
-        }
+        ("help" | "encoding" | "refcount" | "idletime" | "freq", _) => return Err(subcommand_arity("object", &sub)),
+        _ => return Err(unknown_subcommand("object", &args[1])),
     }
     Ok(())
 }

@@ -65,6 +65,18 @@ pub fn err(text: impl Into<String>) -> CmdError {
     CmdError::Msg(text.into())
 }
 
+/// Redis's reply to an unknown subcommand of `container` (CLIENT, CONFIG ...,
+/// named in lower case).
+pub fn unknown_subcommand(container: &str, sub: &[u8]) -> CmdError {
+    let sub: String = String::from_utf8_lossy(sub).chars().take(128).collect();
+    err(format!("ERR unknown subcommand '{sub}'. Try {} HELP.", container.to_ascii_uppercase()))
+}
+
+/// Redis's reply to a known subcommand given the wrong number of arguments.
+pub fn subcommand_arity(container: &str, sub: &str) -> CmdError {
+    err(format!("ERR wrong number of arguments for '{container}|{sub}' command"))
+}
+
 pub type CmdResult = Result<(), CmdError>;
 
 /// Writes keys (takes their locks; its batch is committed before replying).

@@ -9,7 +9,7 @@ use scaledkv::log::record::{ENTRY_HEADER_BYTES, EXPIRY_BYTES, FRAME_ALIGN_BYTES}
 use scaledkv::{now_ms, Durability, WriteBatch, MAX_BATCH_BYTES};
 
 use super::args::{eq, int};
-use super::{err, lookup, CmdError, CmdResult, Command, Ctx, TABLE};
+use super::{err, lookup, subcommand_arity, unknown_subcommand, CmdError, CmdResult, Command, Ctx, TABLE};
 use crate::resp::Protocol;
 
 /// What INFO and HELLO report as the Redis version whose behaviour this
@@ -154,7 +154,7 @@ fn valid_name(name: &[u8]) -> Result<Option<String>, CmdError> {
 
 pub fn client(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let sub = String::from_utf8_lossy(&args[1]).to_ascii_lowercase();
-    let wrong_arity = || err(format!("ERR wrong number of arguments for 'client|{sub}' command"));
+
     match sub.as_str() {
         "id" if args.len() == 2 => ctx.out.int(ctx.conn.info.id as i64),
         "getname" if args.len() == 2 => match ctx.conn.info.name.lock().clone() {
@@ -180,13 +180,8 @@ pub fn client(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         }
         // Sent by redis-py and other clients on connect (Redis 7.2).
         "setinfo" if args.len() == 4 => ctx.out.ok(),
-        "id" | "getname" | "setname" | "info" | "setinfo" => return Err(wrong_arity()),
-        _ => {
-            return Err(err(format!(
-                "ERR unknown subcommand '{}'. Try CLIENT HELP.",
-                String::from_utf8_lossy(&args[1]).chars().take(128).collect::<String>()
-            )))
-        }
+        "id" | "getname" | "setname" | "info" | "setinfo" => return Err(subcommand_arity("client", &sub)),
+        _ => return Err(unknown_subcommand("client", &args[1])),
     }
     Ok(())
 }
@@ -229,21 +224,13 @@ pub fn memory(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
                 "HELP",
                 "    Print this help.",
             ];
-            ctx.out.array(lines.len());
-            for line in lines {
-                ctx.out.simple(line);
-            }
+            ctx.out.help(&lines);
         }
-        "usage" | "help" => return Err(err(format!("ERR wrong number of arguments for 'memory|{sub}' command"))),
+        "usage" | "help" => return Err(subcommand_arity("memory", &sub)),
         "doctor" | "stats" | "malloc-stats" | "purge" => {
             return Err(err(format!("ERR MEMORY {} is not supported by ScaledKV yet", sub.to_ascii_uppercase())))
         }
-        _ => {
-            return Err(err(format!(
-                "ERR unknown subcommand '{}'. Try MEMORY HELP.",
-                String::from_utf8_lossy(&args[1]).chars().take(128).collect::<String>()
-            )))
-        }
+        _ => return Err(unknown_subcommand("memory", &args[1])),
     }
     Ok(())
 }
@@ -512,15 +499,8 @@ pub fn config(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
             ctx.out.ok();
         }
         "rewrite" if args.len() == 2 => return Err(err("ERR The server is running without a config file")),
-        "get" | "set" | "resetstat" | "rewrite" => {
-            return Err(err(format!("ERR wrong number of arguments for 'config|{sub}' command")))
-        }
-        _ => {
-            return Err(err(format!(
-                "ERR unknown subcommand '{}'. Try CONFIG HELP.",
-                String::from_utf8_lossy(&args[1]).chars().take(128).collect::<String>()
-            )))
-        }
+        "get" | "set" | "resetstat" | "rewrite" => return Err(subcommand_arity("config", &sub)),
+        _ => return Err(unknown_subcommand("config", &args[1])),
     }
     Ok(())
 }

@@ -30,6 +30,14 @@ impl Out {
         self.line(b'+', text.as_bytes());
     }
 
+    /// An array of simple strings, as Redis answers HELP subcommands.
+    pub fn help(&mut self, lines: &[&str]) {
+        self.array(lines.len());
+        for line in lines {
+            self.simple(line);
+        }
+    }
+
     pub fn ok(&mut self) {
         self.buf.put_slice(b"+OK\r\n");
     }
