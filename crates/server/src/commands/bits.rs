@@ -221,6 +221,232 @@ pub fn bitop(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     Ok(())
 }
 
+/// How BITFIELD's SET and INCRBY treat a value that does not fit.
+#[derive(Clone, Copy, PartialEq)]
+enum Overflow {
+    Wrap,
+    Sat,
+    Fail,
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum FieldOp {
+    Get,
+    Set,
+    Incrby,
+}
+
+/// One BITFIELD operation: a signed or unsigned field of `bits` bits at
+/// bit `offset`, and the SET value or INCRBY increment.
+struct Field {
+    op: FieldOp,
+    signed: bool,
+    bits: u32,
+    offset: u64,
+    value: i64,
+    overflow: Overflow,
+}
+
+/// `i1`..`i64` or `u1`..`u63`, in lower case only, as Redis.
+fn field_type(arg: &[u8]) -> Result<(bool, u32), CmdError> {
+    let invalid =
+        || err("ERR Invalid bitfield type. Use something like i16 u8. Note that u64 is not supported but i64 is.");
+    let signed = match arg.first() {
+        Some(b'i') => true,
+        Some(b'u') => false,
+        _ => return Err(invalid()),
+    };
+    match super::args::parse_i64(&arg[1..]) {
+        Some(bits) if bits >= 1 && bits <= if signed { 64 } else { 63 } => Ok((signed, bits as u32)),
+        _ => Err(invalid()),
+    }
+}
+
+/// A field's bit offset: a number, or `#n` for the n-th field of its width.
+fn field_offset(ctx: &Ctx<'_>, arg: &[u8], bits: u32) -> Result<u64, CmdError> {
+    let invalid = || err("ERR bit offset is not an integer or out of range");
+    let (text, scale) = match arg.strip_prefix(b"#") {
+        Some(rest) => (rest, bits as i64),
+        None => (arg, 1),
+    };
+    let offset = super::args::parse_i64(text).and_then(|n| n.checked_mul(scale)).ok_or_else(invalid)?;
+    if offset < 0 || (offset as u64 >> 3) >= ctx.shared.max_bulk_bytes() as u64 {
+        return Err(invalid());
+    }
+    Ok(offset as u64)
+}
+
+fn get_field(data: &[u8], offset: u64, bits: u32, signed: bool) -> i64 {
+    let mut value = 0u64;
+    for at in offset..offset + bits as u64 {
+        value = value << 1 | bit_at(data, at) as u64;
+    }
+    if signed && bits < 64 && value >> (bits - 1) & 1 == 1 {
+        value |= u64::MAX << bits;
+    }
+    value as i64
+}
+
+fn set_field(data: &mut [u8], offset: u64, bits: u32, value: u64) {
+    for i in 0..bits as u64 {
+        let at = offset + i;
+        let mask = 1u8 << (7 - (at & 7));
+        let byte = &mut data[(at >> 3) as usize];
+        if value >> (bits as u64 - 1 - i) & 1 == 1 {
+            *byte |= mask;
+        } else {
+            *byte &= !mask;
+        }
+    }
+}
+
+/// Redis's `checkUnsignedBitfieldOverflow`: whether `value + incr` leaves
+/// the field's range, and what to store then (wrapped or saturated).
+fn unsigned_overflow(value: u64, incr: i64, bits: u32, overflow: Overflow) -> Option<u64> {
+    let max = (1u64 << bits) - 1;
+    let max_incr = max.wrapping_sub(value) as i64;
+    let min_incr = 0u64.wrapping_sub(value) as i64;
+    let wrap = || value.wrapping_add(incr as u64) & max;
+    if value > max || (incr > 0 && incr > max_incr) {
+        Some(if overflow == Overflow::Sat { max } else { wrap() })
+    } else if incr < 0 && incr < min_incr {
+        Some(if overflow == Overflow::Sat { 0 } else { wrap() })
+    } else {
+        None
+    }
+}
+
+/// Redis's `checkSignedBitfieldOverflow`, likewise.
+fn signed_overflow(value: i64, incr: i64, bits: u32, overflow: Overflow) -> Option<i64> {
+    let max = if bits == 64 { i64::MAX } else { (1i64 << (bits - 1)) - 1 };
+    let min = -max - 1;
+    let max_incr = (max as u64).wrapping_sub(value as u64) as i64;
+    let min_incr = min.wrapping_sub(value);
+    let wrap = || {
+        let sum = (value as u64).wrapping_add(incr as u64);
+        if bits == 64 {
+            sum as i64
+        } else if sum >> (bits - 1) & 1 == 1 {
+            (sum | u64::MAX << bits) as i64
+        } else {
+            (sum & !(u64::MAX << bits)) as i64
+        }
+    };
+    if value > max || (bits != 64 && incr > max_incr) || (value >= 0 && incr > 0 && incr > max_incr) {
+        Some(if overflow == Overflow::Sat { max } else { wrap() })
+    } else if value < min || (bits != 64 && incr < min_incr) || (value < 0 && incr < 0 && incr < min_incr) {
+        Some(if overflow == Overflow::Sat { min } else { wrap() })
+    } else {
+        None
+    }
+}
+
+pub fn bitfield(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    bitfield_generic(ctx, args, false)
+}
+
+pub fn bitfield_ro(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    bitfield_generic(ctx, args, true)
+}
+
+fn bitfield_generic(ctx: &mut Ctx<'_>, args: &[Bytes], read_only: bool) -> CmdResult {
+    // Every operation is parsed before any runs: an error changes nothing.
+    let mut fields = Vec::new();
+    let mut overflow = Overflow::Wrap;
+    let mut highest_write: Option<u64> = None;
+    let mut i = 2;
+    while i < args.len() {
+        let left = args.len() - i - 1;
+        let op = if eq(&args[i], "get") && left >= 2 {
+            FieldOp::Get
+        } else if eq(&args[i], "set") && left >= 3 {
+            FieldOp::Set
+        } else if eq(&args[i], "incrby") && left >= 3 {
+            FieldOp::Incrby
+        } else if eq(&args[i], "overflow") && left >= 1 {
+            overflow = [("wrap", Overflow::Wrap), ("sat", Overflow::Sat), ("fail", Overflow::Fail)]
+                .into_iter()
+                .find(|(name, _)| eq(&args[i + 1], name))
+                .map(|(_, kind)| kind)
+                .ok_or_else(|| err("ERR Invalid OVERFLOW type specified"))?;
+            i += 2;
+            continue;
+        } else {
+            return Err(CmdError::Syntax);
+        };
+        let (signed, bits) = field_type(&args[i + 1])?;
+        let offset = field_offset(ctx, &args[i + 2], bits)?;
+        let mut value = 0;
+        if op != FieldOp::Get {
+            let last = offset + bits as u64 - 1;
+            highest_write = Some(highest_write.map_or(last, |h| h.max(last)));
+            value = int(&args[i + 3])?;
+        }
+        fields.push(Field { op, signed, bits, offset, value, overflow });
+        i += if op == FieldOp::Get { 3 } else { 4 };
+    }
+    let Some(highest_write) = highest_write else {
+        // GETs only: a missing key reads as zeros.
+        let value = ctx.read(&args[1])?;
+        let data = match &value {
+            Some(value) => value.string()?,
+            None => b"",
+        };
+        ctx.out.array(fields.len());
+        for field in &fields {
+            ctx.out.int(get_field(data, field.offset, field.bits, field.signed));
+        }
+        return Ok(());
+    };
+    if read_only {
+        return Err(err("ERR BITFIELD_RO only supports the GET subcommand"));
+    }
+    // Made long enough for the farthest write first, as Redis does, even
+    // if that write then fails on overflow.
+    let (mut data, expiry) = ctx.read_string(&args[1])?.map_or((Vec::new(), None), |(d, e)| (d, e));
+    let needed = (highest_write >> 3) as usize + 1;
+    if needed > MAX_STRING_BYTES {
+        return Err(CmdError::TooBig);
+    }
+    if data.len() < needed {
+        data.resize(needed, 0);
+    }
+    ctx.out.array(fields.len());
+    for field in &fields {
+        let old = get_field(&data, field.offset, field.bits, field.signed);
+        let (new, overflowed) = match (field.op, field.signed) {
+            (FieldOp::Get, _) => {
+                ctx.out.int(old);
+                continue;
+            }
+            (FieldOp::Incrby, true) => match signed_overflow(old, field.value, field.bits, field.overflow) {
+                Some(limit) => (limit, true),
+                None => (old + field.value, false),
+            },
+            (FieldOp::Set, true) => match signed_overflow(field.value, 0, field.bits, field.overflow) {
+                Some(limit) => (limit, true),
+                None => (field.value, false),
+            },
+            (FieldOp::Incrby, false) => match unsigned_overflow(old as u64, field.value, field.bits, field.overflow) {
+                Some(limit) => (limit as i64, true),
+                None => ((old as u64).wrapping_add(field.value as u64) as i64, false),
+            },
+            (FieldOp::Set, false) => match unsigned_overflow(field.value as u64, 0, field.bits, field.overflow) {
+                Some(limit) => (limit as i64, true),
+                None => (field.value, false),
+            },
+        };
+        if overflowed && field.overflow == Overflow::Fail {
+            ctx.out.null();
+            continue;
+        }
+        ctx.out.int(if field.op == FieldOp::Set { old } else { new });
+        set_field(&mut data, field.offset, field.bits, new as u64);
+    }
+    ctx.writes.put_string(&args[1], &data, expiry)?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -245,6 +471,58 @@ mod tests {
                     let naive = (first..=last).find(|&at| (bit_at(&data, at) == 1) == wanted);
                     assert_eq!(first_bit(&data, first, last, wanted), naive, "{wanted} in [{first}, {last}]");
                 }
+            }
+        }
+    }
+
+    /// INCRBY on fields of 1 to 8 bits against arithmetic in i128:
+    /// wrapped modulo 2^bits, saturated at the range's ends.
+    #[test]
+    fn increments_wrap_and_saturate_like_wide_arithmetic() {
+        for bits in 1..=8u32 {
+            let (lo, hi) = (-(1i128 << (bits - 1)), (1i128 << (bits - 1)) - 1);
+            for value in lo..=hi {
+                for incr in -300i128..=300 {
+                    let sum = value + incr;
+                    let fits = (lo..=hi).contains(&sum);
+                    let wrapped = (sum - lo).rem_euclid(1 << bits) + lo;
+                    let got = |overflow| signed_overflow(value as i64, incr as i64, bits, overflow);
+                    assert_eq!(got(Overflow::Wrap), (!fits).then_some(wrapped as i64), "i{bits} {value}+{incr}");
+                    assert_eq!(
+                        got(Overflow::Sat),
+                        (!fits).then_some(sum.clamp(lo, hi) as i64),
+                        "i{bits} {value}+{incr}"
+                    );
+                }
+            }
+            let max = (1i128 << bits) - 1;
+            for value in 0..=max {
+                for incr in -300i128..=300 {
+                    let sum = value + incr;
+                    let fits = (0..=max).contains(&sum);
+                    let got = |overflow| unsigned_overflow(value as u64, incr as i64, bits, overflow);
+                    let wrapped = sum.rem_euclid(1 << bits) as u64;
+                    assert_eq!(got(Overflow::Wrap), (!fits).then_some(wrapped), "u{bits} {value}+{incr}");
+                    assert_eq!(
+                        got(Overflow::Sat),
+                        (!fits).then_some(sum.clamp(0, max) as u64),
+                        "u{bits} {value}+{incr}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn fields_read_back_what_was_written_at_any_offset() {
+        let mut data = [0u8; 10];
+        for bits in 1..=64u32 {
+            for offset in [0u64, 1, 7, 8, 13] {
+                let value = 0xA5C3_0F1E_5A3C_F0E1u64 >> (64 - bits);
+                set_field(&mut data, offset, bits, value);
+                assert_eq!(get_field(&data, offset, bits, false) as u64, value, "u{bits} at {offset}");
+                let signed = if bits < 64 && value >> (bits - 1) & 1 == 1 { value | u64::MAX << bits } else { value };
+                assert_eq!(get_field(&data, offset, bits, true), signed as i64, "i{bits} at {offset}");
             }
         }
     }

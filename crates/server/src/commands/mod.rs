@@ -216,6 +216,8 @@ commands! {
     "bitcount", -2, READONLY, ONE, "bitmap", bits::bitcount, "Counts the number of set bits (population counting) in a string.";
     "bitpos", -3, READONLY, ONE, "bitmap", bits::bitpos, "Finds the first set (1) or clear (0) bit in a string.";
     "bitop", -4, WRITE, (2, -1, 1), "bitmap", bits::bitop, "Performs bitwise operations on multiple strings, and stores the result.";
+    "bitfield", -2, WRITE, ONE, "bitmap", bits::bitfield, "Performs arbitrary bitfield integer operations on strings.";
+    "bitfield_ro", -2, READONLY | FAST, ONE, "bitmap", bits::bitfield_ro, "Performs arbitrary read-only bitfield integer operations on strings.";
     "del", -2, WRITE, ALL_ARGS, "generic", keys::del, "Deletes one or more keys.";
     "unlink", -2, WRITE | FAST, ALL_ARGS, "generic", keys::del, "Asynchronously deletes one or more keys.";
     "exists", -2, READONLY | FAST, ALL_ARGS, "generic", keys::exists, "Determines whether one or more keys exist.";
@@ -307,8 +309,6 @@ const NOT_YET: &[&str] = &[
     "xread",
     "pfadd",
     "pfcount",
-    "bitfield",
-    "bitfield_ro",
     "geoadd",
     "publish",
     "subscribe",
