@@ -1,6 +1,6 @@
 //! Bitmap commands: strings read and written bit by bit (SETBIT, GETBIT,
-//! BITCOUNT, BITPOS, BITOP), as Redis's bitops.c. Bit 0 is the most
-//! significant bit of the first byte.
+//! BITCOUNT, BITPOS, BITOP, BITFIELD), as Redis's bitops.c. Bit 0 is the
+//! most significant bit of the first byte.
 
 use bytes::Bytes;
 
@@ -8,11 +8,16 @@ use super::args::{eq, int};
 use super::{err, CmdError, CmdResult, Ctx};
 use crate::keyspace::MAX_STRING_BYTES;
 
-/// SETBIT/GETBIT's offset: Redis refuses what does not fit in a string of
-/// `proto-max-bulk-len` bytes with this one message.
-fn bit_offset(ctx: &Ctx<'_>, arg: &[u8]) -> Result<u64, CmdError> {
+/// A bit offset: Redis refuses what does not fit in a string of
+/// `proto-max-bulk-len` bytes with this one message. BITFIELD's fields
+/// (`field_bits`) may also give `#n`: the n-th field of their width.
+fn bit_offset(ctx: &Ctx<'_>, arg: &[u8], field_bits: Option<u32>) -> Result<u64, CmdError> {
     let invalid = || err("ERR bit offset is not an integer or out of range");
-    let offset = super::args::parse_i64(arg).ok_or_else(invalid)?;
+    let (text, scale) = match (field_bits, arg.strip_prefix(b"#")) {
+        (Some(bits), Some(rest)) => (rest, bits as i64),
+        _ => (arg, 1),
+    };
+    let offset = super::args::parse_i64(text).and_then(|n| n.checked_mul(scale)).ok_or_else(invalid)?;
     if offset < 0 || (offset as u64 >> 3) >= ctx.shared.max_bulk_bytes() as u64 {
         return Err(invalid());
     }
@@ -25,7 +30,7 @@ fn bit_at(data: &[u8], offset: u64) -> u8 {
 }
 
 pub fn setbit(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
-    let offset = bit_offset(ctx, &args[2])?;
+    let offset = bit_offset(ctx, &args[2], None)?;
     let on = match super::args::parse_i64(&args[3]) {
         Some(bit @ (0 | 1)) => bit as u8,
         _ => return Err(err("ERR bit is not an integer or out of range")),
@@ -48,7 +53,7 @@ pub fn setbit(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
 }
 
 pub fn getbit(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
-    let offset = bit_offset(ctx, &args[2])?;
+    let offset = bit_offset(ctx, &args[2], None)?;
     let bit = match ctx.read(&args[1])? {
         Some(value) => bit_at(value.string()?, offset),
         None => 0,
@@ -262,20 +267,6 @@ fn field_type(arg: &[u8]) -> Result<(bool, u32), CmdError> {
     }
 }
 
-/// A field's bit offset: a number, or `#n` for the n-th field of its width.
-fn field_offset(ctx: &Ctx<'_>, arg: &[u8], bits: u32) -> Result<u64, CmdError> {
-    let invalid = || err("ERR bit offset is not an integer or out of range");
-    let (text, scale) = match arg.strip_prefix(b"#") {
-        Some(rest) => (rest, bits as i64),
-        None => (arg, 1),
-    };
-    let offset = super::args::parse_i64(text).and_then(|n| n.checked_mul(scale)).ok_or_else(invalid)?;
-    if offset < 0 || (offset as u64 >> 3) >= ctx.shared.max_bulk_bytes() as u64 {
-        return Err(invalid());
-    }
-    Ok(offset as u64)
-}
-
 fn get_field(data: &[u8], offset: u64, bits: u32, signed: bool) -> i64 {
     let mut value = 0u64;
     for at in offset..offset + bits as u64 {
@@ -375,7 +366,7 @@ fn bitfield_generic(ctx: &mut Ctx<'_>, args: &[Bytes], read_only: bool) -> CmdRe
             return Err(CmdError::Syntax);
         };
         let (signed, bits) = field_type(&args[i + 1])?;
-        let offset = field_offset(ctx, &args[i + 2], bits)?;
+        let offset = bit_offset(ctx, &args[i + 2], Some(bits))?;
         let mut value = 0;
         if op != FieldOp::Get {
             let last = offset + bits as u64 - 1;
