@@ -188,6 +188,7 @@ commands! {
     "shutdown", -1, ADMIN | NO_MULTI, NONE, "server", server::shutdown, "Synchronously saves the database(s) to disk and shuts down the Redis server.";
     "save", 1, ADMIN | NO_MULTI, NONE, "server", server::save, "Synchronously saves the database(s) to disk.";
     "bgsave", -1, ADMIN, NONE, "server", server::save, "Asynchronously saves the database(s) to disk.";
+    "wait", 3, 0, NONE, "generic", server::wait, "Blocks until the asynchronous replication of all preceding write commands sent by the connection is completed.";
     "lastsave", 1, FAST, NONE, "server", server::lastsave, "Returns the Unix timestamp of the last successful save to disk.";
     "get", 2, READONLY | FAST, ONE, "string", strings::get, "Returns the string value of a key.";
     "set", -3, WRITE, ONE, "string", strings::set, "Sets the string value of a key, ignoring its type.";
