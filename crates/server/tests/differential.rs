@@ -96,6 +96,9 @@ const SCRIPTS: &[&str] = &[
     "RESTORE k 100000 \\x00\\x05\\x68\\x65\\x6c\\x6c\\x6f\\x0a\\x00\\x63\\x72\\xdf\\x76\\x65\\x34\\x20\\x0a | TTL k | RESTORE e 1 \\x00\\x05\\x68\\x65\\x6c\\x6c\\x6f\\x0a\\x00\\x63\\x72\\xdf\\x76\\x65\\x34\\x20\\x0a ABSTTL | EXISTS e | SET r x | RESTORE r 1 \\x00\\x05\\x68\\x65\\x6c\\x6c\\x6f\\x0a\\x00\\x63\\x72\\xdf\\x76\\x65\\x34\\x20\\x0a ABSTTL REPLACE | EXISTS r | RESTORE t 4000000000000 \\x00\\x05\\x68\\x65\\x6c\\x6c\\x6f\\x0a\\x00\\x63\\x72\\xdf\\x76\\x65\\x34\\x20\\x0a ABSTTL | EXPIRETIME t",
     "MSET user:1 a user:2 b other c | ~KEYS user:* | ~KEYS * | ~KEYS nomatch | ~KEYS user:[12] | ~KEYS ?ther | DBSIZE",
     "SET only 1 | RANDOMKEY | DEL only | RANDOMKEY | DBSIZE",
+    // One database, as Redis with `databases 1`.
+    "SET k v | MOVE k 0 | MOVE k 1 | MOVE k x | MOVE missing 1 | MOVE k 4294967296 | GET k | SWAPDB 0 0 | SWAPDB 0 1 | SWAPDB x 0 | SWAPDB 0 x | SWAPDB -1 0",
+    "SELECT 4294967296 | SELECT -1 | SELECT 00 | SWAPDB 4294967296 0 | MOVE k | SWAPDB 0 | GET k",
     // WAIT with no replicas: 0 (Redis blocks for the timeout first when asked for more).
     "SET k v | WAIT 0 0 | WAIT 0 100 | WAIT -1 0 | WAIT 1 50 | WAIT x 0 | WAIT 0 x | WAIT 0 -1 | WAIT 0 | MULTI | WAIT 1 0 | EXEC",
     // Transactions.

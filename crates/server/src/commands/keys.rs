@@ -347,6 +347,15 @@ impl Cursors {
     }
 }
 
+/// MOVE: with one database (as Redis with `databases 1`) there is nowhere
+/// to move a key; Redis's errors, which it checks before the key.
+pub fn move_(_ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    if super::args::int32(&args[2])? == 0 {
+        return Err(err("ERR source and destination objects are the same"));
+    }
+    Err(err("ERR DB index is out of range"))
+}
+
 /// OBJECT: ScaledKV keeps every string as its bytes in the log, so it has
 /// no encodings or shared objects of its own; ENCODING and REFCOUNT answer
 /// what Redis answers for a string SET to the same bytes (or loaded from

@@ -175,6 +175,7 @@ commands! {
     "hello", -1, NO_AUTH | FAST, NONE, "connection", server::hello, "Handshakes with the server.";
     "auth", -2, NO_AUTH | FAST | NO_MULTI, NONE, "connection", server::auth, "Authenticates the connection.";
     "select", 2, FAST, NONE, "connection", server::select, "Changes the selected database.";
+    "swapdb", 3, WRITE | FAST, NONE, "server", server::swapdb, "Swaps two Redis databases.";
     "client", -2, 0, NONE, "connection", server::client, "A container for client connection commands.";
     "reset", 1, NO_AUTH | TX_CONTROL | FAST, NONE, "connection", server::reset, "Resets the connection.";
     "dbsize", 1, READONLY | FAST, NONE, "server", server::dbsize, "Returns the number of keys in the database.";
@@ -235,6 +236,7 @@ commands! {
     "rename", 3, WRITE, (1, 2, 1), "generic", keys::rename, "Renames a key and overwrites the destination.";
     "renamenx", 3, WRITE | FAST, (1, 2, 1), "generic", keys::renamenx, "Renames a key only when the target key name doesn't exist.";
     "copy", -3, WRITE, (1, 2, 1), "generic", keys::copy, "Copies the value of a key to a new key.";
+    "move", 3, WRITE | FAST, ONE, "generic", keys::move_, "Moves a key to another database.";
     "keys", 2, READONLY, NONE, "generic", keys::keys, "Returns all key names that match a pattern.";
     "scan", -2, READONLY, NONE, "generic", keys::scan, "Iterates over the key names in the database.";
     "randomkey", 1, READONLY, NONE, "generic", keys::randomkey, "Returns a random key name from the database.";
@@ -560,6 +562,15 @@ pub mod args {
     /// Redis's `string2ll`: no spaces, no '+', no leading zeros.
     pub fn int(arg: &[u8]) -> Result<i64, CmdError> {
         parse_i64(arg).ok_or(CmdError::NotInteger)
+    }
+
+    /// Redis's `getIntFromObjectOrReply`: an integer that fits 32 bits,
+    /// with Redis's own text (and typo) for one that does not.
+    pub fn int32(arg: &[u8]) -> Result<i32, CmdError> {
+        let n = int(arg)?;
+        i32::try_from(n).map_err(|_| {
+            super::err(format!("ERR value is out of range, value must between {} and {}", i32::MIN, i32::MAX))
+        })
     }
 
     pub fn parse_i64(text: &[u8]) -> Option<i64> {

@@ -8,7 +8,7 @@ use bytes::Bytes;
 use scaledkv::log::record::{ENTRY_HEADER_BYTES, EXPIRY_BYTES, FRAME_ALIGN_BYTES};
 use scaledkv::{now_ms, Durability, WriteBatch, MAX_BATCH_BYTES};
 
-use super::args::{eq, int};
+use super::args::{eq, int, int32};
 use super::{err, lookup, subcommand_arity, unknown_subcommand, CmdError, CmdResult, Command, Ctx, TABLE};
 use crate::resp::Protocol;
 
@@ -134,7 +134,19 @@ pub fn hello(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
 }
 
 pub fn select(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
-    if int(&args[1])? != 0 {
+    if int32(&args[1])? != 0 {
+        return Err(err("ERR DB index is out of range"));
+    }
+    ctx.out.ok();
+    Ok(())
+}
+
+/// SWAPDB: with one database (as Redis with `databases 1`), only 0 with 0,
+/// which changes nothing.
+pub fn swapdb(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    let first = int32(&args[1]).map_err(|_| err("ERR invalid first DB index"))?;
+    let second = int32(&args[2]).map_err(|_| err("ERR invalid second DB index"))?;
+    if (first, second) != (0, 0) {
         return Err(err("ERR DB index is out of range"));
     }
     ctx.out.ok();
