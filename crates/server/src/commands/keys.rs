@@ -8,7 +8,7 @@ use bytes::Bytes;
 use scaledkv::now_ms;
 
 use super::args::{eq, int};
-use super::{err, subcommand_arity, unknown_subcommand, CmdError, CmdResult, Ctx};
+use super::{err, only_database_zero, subcommand_arity, unknown_subcommand, CmdError, CmdResult, Ctx};
 use crate::keyspace::{glob_match, type_name, TYPE_STRING};
 
 pub fn del(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
@@ -189,9 +189,7 @@ pub fn copy(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
             replace = true;
             i += 1;
         } else if eq(&args[i], "db") && i + 1 < args.len() {
-            if int(&args[i + 1])? != 0 {
-                return Err(err("ERR DB index is out of range"));
-            }
+            only_database_zero(int(&args[i + 1])?)?;
             i += 2;
         } else {
             return Err(CmdError::Syntax);
@@ -350,10 +348,9 @@ impl Cursors {
 /// MOVE: with one database (as Redis with `databases 1`) there is nowhere
 /// to move a key; Redis's errors, which it checks before the key.
 pub fn move_(_ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
-    if super::args::int32(&args[2])? == 0 {
-        return Err(err("ERR source and destination objects are the same"));
-    }
-    Err(err("ERR DB index is out of range"))
+    let index = super::args::int32(&args[2])?;
+    only_database_zero(index as i64)?;
+    Err(err("ERR source and destination objects are the same"))
 }
 
 /// OBJECT: ScaledKV keeps every string as its bytes in the log, so it has

@@ -79,6 +79,15 @@ pub fn subcommand_arity(container: &str, sub: &str) -> CmdError {
 
 pub type CmdResult = Result<(), CmdError>;
 
+/// ScaledKV has one database, as Redis with `databases 1`: any other index
+/// (SELECT, COPY ... DB, MOVE, SWAPDB) gets Redis's error.
+pub fn only_database_zero(index: i64) -> CmdResult {
+    if index != 0 {
+        return Err(err("ERR DB index is out of range"));
+    }
+    Ok(())
+}
+
 /// Writes keys (takes their locks; its batch is committed before replying).
 pub const WRITE: u32 = 1;
 /// Allowed before AUTH when a password is set.

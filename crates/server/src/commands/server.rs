@@ -9,7 +9,9 @@ use scaledkv::log::record::{ENTRY_HEADER_BYTES, EXPIRY_BYTES, FRAME_ALIGN_BYTES}
 use scaledkv::{now_ms, Durability, WriteBatch, MAX_BATCH_BYTES};
 
 use super::args::{eq, int, int32};
-use super::{err, lookup, subcommand_arity, unknown_subcommand, CmdError, CmdResult, Command, Ctx, TABLE};
+use super::{
+    err, lookup, only_database_zero, subcommand_arity, unknown_subcommand, CmdError, CmdResult, Command, Ctx, TABLE,
+};
 use crate::resp::Protocol;
 
 /// What INFO and HELLO report as the Redis version whose behaviour this
@@ -134,9 +136,7 @@ pub fn hello(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
 }
 
 pub fn select(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
-    if int32(&args[1])? != 0 {
-        return Err(err("ERR DB index is out of range"));
-    }
+    only_database_zero(int32(&args[1])? as i64)?;
     ctx.out.ok();
     Ok(())
 }
@@ -146,9 +146,8 @@ pub fn select(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
 pub fn swapdb(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let first = int32(&args[1]).map_err(|_| err("ERR invalid first DB index"))?;
     let second = int32(&args[2]).map_err(|_| err("ERR invalid second DB index"))?;
-    if (first, second) != (0, 0) {
-        return Err(err("ERR DB index is out of range"));
-    }
+    only_database_zero(first as i64)?;
+    only_database_zero(second as i64)?;
     ctx.out.ok();
     Ok(())
 }
@@ -166,7 +165,6 @@ fn valid_name(name: &[u8]) -> Result<Option<String>, CmdError> {
 
 pub fn client(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let sub = String::from_utf8_lossy(&args[1]).to_ascii_lowercase();
-
     match sub.as_str() {
         "id" if args.len() == 2 => ctx.out.int(ctx.conn.info.id as i64),
         "getname" if args.len() == 2 => match ctx.conn.info.name.lock().clone() {
