@@ -13,13 +13,16 @@ use tokio::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use crate::commands::CmdError;
 
+/// Type bytes: Redis's object type numbers (its RDB types 0 and 4).
 pub const TYPE_STRING: u8 = 0;
+pub const TYPE_HASH: u8 = 4;
 /// Longest string value: the engine's limit less the type byte.
 pub const MAX_STRING_BYTES: usize = MAX_VALUE_BYTES - 1;
 
 pub fn type_name(tag: u8) -> &'static str {
     match tag {
         TYPE_STRING => "string",
+        TYPE_HASH => "hash",
         _ => "unknown",
     }
 }
@@ -96,13 +99,22 @@ impl Writes {
     }
 
     pub fn put_string(&mut self, key: &[u8], data: &[u8], expiry_ms: Option<u64>) -> Result<(), CmdError> {
+        if data.len() > MAX_STRING_BYTES {
+            return Err(CmdError::TooBig);
+        }
+        self.put(key, TYPE_STRING, data, expiry_ms)
+    }
+
+    /// Stores `data` as a value of type `tag`: a copy of a value read (COPY,
+    /// RENAME, EXPIRE ...), or a hash whose size its caller checked.
+    pub fn put(&mut self, key: &[u8], tag: u8, data: &[u8], expiry_ms: Option<u64>) -> Result<(), CmdError> {
         check_key(key)?;
         if data.len() > MAX_STRING_BYTES {
             return Err(CmdError::TooBig);
         }
-        self.batch.put_parts(key, &[&[TYPE_STRING], data], expiry_ms);
+        self.batch.put_parts(key, &[&[tag], data], expiry_ms);
         if let Some(overlay) = &mut self.overlay {
-            let encoded = [&[TYPE_STRING], data].concat();
+            let encoded = [&[tag], data].concat();
             overlay.insert(key.to_vec(), Some((encoded, expiry_ms)));
         }
         Ok(())

@@ -7,6 +7,7 @@
 //! - `conn`: one connection's read–execute–reply loop (pipelining);
 //! - `commands`: the command table, the executor and the commands;
 //! - `keyspace`: value encoding, key locks for read-modify-write, globs;
+//! - `hash`: how a hash's fields sit in one engine value;
 //! - `committer`: the commit thread, where group commits wait for a disk;
 //! - `io_threads`: the threads that serve connections;
 //! - `expiry`: active expiry; `metrics`: the Prometheus endpoint;
@@ -17,6 +18,7 @@ pub mod committer;
 pub mod config;
 pub mod conn;
 pub mod expiry;
+pub mod hash;
 pub mod io_threads;
 pub mod keyspace;
 pub mod metrics;

@@ -1,6 +1,6 @@
-//! The server is SIGKILLed while clients write (pipelined SETs, INCRs and
-//! MSETs), then restarted: every acknowledged write must be there byte for
-//! byte, and no MSET may be half applied. In a loop:
+//! The server is SIGKILLed while clients write (pipelined SETs, INCRs,
+//! MSETs, HSETs and HINCRBYs), then restarted: every acknowledged write
+//! must be there byte for byte, and no MSET may be half applied. In a loop:
 //! `SCALEDKV_SERVER_CRASH_ITERATIONS` (default 5) sets the count.
 
 mod common;
@@ -29,6 +29,10 @@ struct Acked {
     sets: u64,
     /// Highest INCR reply received.
     counter: i64,
+    /// HSETs of rounds 0..hash_rounds were acknowledged.
+    hash_rounds: u64,
+    /// Highest HINCRBY reply received.
+    hash_counter: i64,
 }
 
 fn writer(port: u16, iteration: usize, thread: usize, stop: Arc<AtomicBool>) -> Acked {
@@ -47,6 +51,10 @@ fn writer(port: u16, iteration: usize, thread: usize, stop: Arc<AtomicBool>) -> 
         let n = format!("{seq}");
         let (a, b) = (format!("pair:t{thread}:a"), format!("pair:t{thread}:b"));
         request.extend(encode(&[b"MSET", a.as_bytes(), n.as_bytes(), b.as_bytes(), n.as_bytes()]));
+        // One field more per round in this life's hash: each HSET rewrites it.
+        let hash = format!("h:i{iteration}:t{thread}");
+        request.extend(encode(&[b"HSET", hash.as_bytes(), format!("f{seq}").as_bytes(), n.as_bytes()]));
+        request.extend(encode(&[b"HINCRBY", format!("hcount:t{thread}").as_bytes(), b"n", b"1"]));
         if stream.write_all(&request).is_err() {
             return acked;
         }
@@ -59,17 +67,28 @@ fn writer(port: u16, iteration: usize, thread: usize, stop: Arc<AtomicBool>) -> 
         }
         match try_read_reply(&mut stream) {
             Some(reply) => {
-                let text = String::from_utf8_lossy(&reply);
-                acked.counter = text.trim_start_matches(':').trim().parse().expect("INCR reply");
+                acked.counter = integer(&reply);
             }
             None => return acked,
         }
-        if try_read_reply(&mut stream).is_none() {
-            return acked;
+        for _ in 0..2 {
+            if try_read_reply(&mut stream).is_none() {
+                return acked;
+            }
+        }
+        acked.hash_rounds += 1;
+        match try_read_reply(&mut stream) {
+            Some(reply) => acked.hash_counter = integer(&reply),
+            None => return acked,
         }
         seq += PIPELINE as u64;
     }
     acked
+}
+
+fn integer(reply: &[u8]) -> i64 {
+    let text = String::from_utf8_lossy(reply);
+    text.trim_start_matches(':').trim().parse().unwrap_or_else(|_| panic!("not an integer reply: {text:?}"))
 }
 
 fn get(stream: &mut TcpStream, key: &str) -> Vec<u8> {
@@ -102,7 +121,7 @@ fn kill_loop(base: &str, iterations: usize, rng: &mut impl Rng) {
     let dir = tempfile::tempdir_in(base).unwrap();
     let path = dir.path().join("db");
     let mut history: Vec<Vec<Acked>> = Vec::new();
-    let mut total_acked = 0;
+    let (mut total_acked, mut total_hsets) = (0, 0);
     for iteration in 0..iterations {
         let mut server = Server::start(&path, &["--durability", "sync"]);
         // Everything acknowledged in earlier lives is still there.
@@ -119,11 +138,14 @@ fn kill_loop(base: &str, iterations: usize, rng: &mut impl Rng) {
         stop.store(true, Ordering::Relaxed);
         let acked: Vec<Acked> = writers.into_iter().map(|w| w.join().unwrap()).collect();
         total_acked += acked.iter().map(|a| a.sets).sum::<u64>();
+        total_hsets += acked.iter().map(|a| a.hash_rounds).sum::<u64>();
         history.push(acked);
     }
     let server = Server::start(&path, &[]);
     check(&server, &history);
-    eprintln!("server crash test in {base}: {total_acked} acknowledged SETs checked after {iterations} kills");
+    eprintln!(
+        "server crash test in {base}: {total_acked} acknowledged SETs and {total_hsets} HSETs checked after {iterations} kills"
+    );
     assert!(total_acked > 0, "the writers never got an acknowledgement");
 }
 
@@ -156,6 +178,31 @@ fn check(server: &Server, history: &[Vec<Acked>]) {
             let counter: i64 = String::from_utf8_lossy(&reply).lines().nth(1).map_or(0, |v| v.parse().unwrap());
             // At most the one INCR in flight when the server died is extra.
             assert!(counter >= acked.counter && counter <= acked.counter + 1, "counter {counter} vs {acked:?}");
+            let reply = common::request(&mut stream, &encode(&[b"HGET", format!("hcount:t{thread}").as_bytes(), b"n"]));
+            let counter: i64 = String::from_utf8_lossy(&reply).lines().nth(1).map_or(0, |v| v.parse().unwrap());
+            let acked_count = acked.hash_counter;
+            assert!(counter >= acked_count && counter <= acked_count + 1, "HINCRBY {counter} vs {acked:?}");
+        }
+    }
+    for (iteration, acked) in history.iter().enumerate() {
+        for (thread, acked) in acked.iter().enumerate() {
+            let hash = format!("h:i{iteration}:t{thread}");
+            if acked.hash_rounds == 0 {
+                continue;
+            }
+            let seqs: Vec<String> = (0..acked.hash_rounds).map(|round| (round * PIPELINE as u64).to_string()).collect();
+            let fields: Vec<String> = seqs.iter().map(|seq| format!("f{seq}")).collect();
+            let mut hmget: Vec<&[u8]> = vec![b"HMGET", hash.as_bytes()];
+            hmget.extend(fields.iter().map(String::as_bytes));
+            let mut expected = format!("*{}\r\n", seqs.len()).into_bytes();
+            for seq in &seqs {
+                expected.extend(bulk(seq.as_bytes()));
+            }
+            assert_eq!(
+                String::from_utf8_lossy(&common::request(&mut stream, &encode(&hmget))),
+                String::from_utf8_lossy(&expected),
+                "{hash}: an acknowledged HSET lost"
+            );
         }
     }
     for thread in 0..THREADS {

@@ -95,6 +95,7 @@ const SCRIPTS: &[&str] = &[
     "RESTORE k 0 \\x00\\x05\\x68\\x65\\x6c\\x6c\\x6f\\x0a\\x00\\x63\\x72\\xdf\\x76\\x65\\x34\\x20\\x0a FREQ 256 | RESTORE k 0 \\x00\\x05\\x68\\x65\\x6c\\x6c\\x6f\\x0a\\x00\\x63\\x72\\xdf\\x76\\x65\\x34\\x20\\x0a IDLETIME 5 FREQ 5 | RESTORE k 0 \\x00\\x05\\x68\\x65\\x6c\\x6c\\x6f\\x0a\\x00\\x63\\x72\\xdf\\x76\\x65\\x34\\x20\\x0a FREQ x | RESTORE k 0 \\x00\\x05\\x68\\x65\\x6c\\x6c\\x6f\\x0a\\x00\\x63\\x72\\xdf\\x76\\x65\\x34\\x20\\x0a IDLETIME 5 | RESTORE l 0 \\x00\\x05\\x68\\x65\\x6c\\x6c\\x6f\\x0a\\x00\\x63\\x72\\xdf\\x76\\x65\\x34\\x20\\x0a FREQ 7 REPLACE | GET l | RESTORE k",
     "RESTORE k 100000 \\x00\\x05\\x68\\x65\\x6c\\x6c\\x6f\\x0a\\x00\\x63\\x72\\xdf\\x76\\x65\\x34\\x20\\x0a | TTL k | RESTORE e 1 \\x00\\x05\\x68\\x65\\x6c\\x6c\\x6f\\x0a\\x00\\x63\\x72\\xdf\\x76\\x65\\x34\\x20\\x0a ABSTTL | EXISTS e | SET r x | RESTORE r 1 \\x00\\x05\\x68\\x65\\x6c\\x6c\\x6f\\x0a\\x00\\x63\\x72\\xdf\\x76\\x65\\x34\\x20\\x0a ABSTTL REPLACE | EXISTS r | RESTORE t 4000000000000 \\x00\\x05\\x68\\x65\\x6c\\x6c\\x6f\\x0a\\x00\\x63\\x72\\xdf\\x76\\x65\\x34\\x20\\x0a ABSTTL | EXPIRETIME t",
     "MSET user:1 a user:2 b other c | ~KEYS user:* | ~KEYS * | ~KEYS nomatch | ~KEYS user:[12] | ~KEYS ?ther | DBSIZE",
+    "SCAN x | SCAN - | SCAN 1x | SCAN 18446744073709551616 | SCAN '' | SCAN +0 | SCAN -0",
     "SET only 1 | RANDOMKEY | DEL only | RANDOMKEY | DBSIZE",
     // One database, as Redis with `databases 1`.
     "SET k v | MOVE k 0 | MOVE k 1 | MOVE k x | MOVE missing 1 | MOVE k 4294967296 | GET k | SWAPDB 0 0 | SWAPDB 0 1 | SWAPDB x 0 | SWAPDB 0 x | SWAPDB -1 0",
@@ -107,7 +108,19 @@ const SCRIPTS: &[&str] = &[
     "MULTI | SET a 1 | NOSUCH | EXEC | GET a | MULTI | GET | EXEC",
     "MULTI | WATCH a | EXEC | WATCH a | UNWATCH | MULTI | INCR s | SET s x | INCR s | EXEC",
     "SET s x | MULTI | INCR s | SET s 5 | INCR s | EXEC | GET s",
-    // Types not supported by ScaledKV yet are left out on purpose.
+    // Hashes (small ones: Redis keeps them as a listpack, in insertion order).
+    "HSET h a 1 b 2 c 3 | HGET h a | HGET h z | HGET nokey a | HSET h a 10 d 4 | HGETALL h | HLEN h | HLEN nokey | TYPE h | HSET h a | HSET h | HMSET h x 1 y | HMSET h x 1 y 2 | HKEYS h | HVALS h | HGETALL nokey | HKEYS nokey",
+    "HSETNX h f v | HSETNX h f w | HGET h f | HSTRLEN h f | HSTRLEN h zz | HSTRLEN nokey f | HEXISTS h f | HEXISTS h g | HEXISTS nokey f | HMGET h f g f | HMGET nokey a b | HSET h '' '' | HGET h '' | HGETALL h",
+    "HSET h a 1 b 2 c 3 | HDEL h a z | HGETALL h | HDEL h b c | EXISTS h | HDEL h b | HGETALL h | HKEYS h | HLEN h | HSET h a 1 b 2 | HDEL h a a b | EXISTS h | HSET h a 1 b 2 c 3 | HDEL h b | HSET h b 9 | HGETALL h",
+    "SET s v | HSET s f v | HGET s f | HGETALL s | HLEN s | HDEL s f | HINCRBY s f 1 | HINCRBYFLOAT s f 1 | HRANDFIELD s | HRANDFIELD s 2 | HSCAN s 0 | HSETNX s f v | HMGET s f | HEXISTS s f | HSTRLEN s f | HKEYS s | HVALS s",
+    "HSET h f v | GET h | INCR h | APPEND h x | STRLEN h | MGET h s | GETRANGE h 0 1 | SETRANGE h 0 x | GETDEL h | GETEX h | BITCOUNT h | SETBIT h 1 1 | LCS h h | TYPE h | SET h str | TYPE h | GET h",
+    "HINCRBY h n 5 | HINCRBY h n -10 | HINCRBY h n x | HSET h s abc | HINCRBY h s 1 | HSET h big 9223372036854775807 | HINCRBY h big 1 | HINCRBY h big -1 | HINCRBYFLOAT h f 1.5 | HINCRBYFLOAT h f 2.0e2 | HINCRBY h f 1 | HINCRBYFLOAT h s 1 | HINCRBYFLOAT h f x | HINCRBYFLOAT h f inf | HINCRBYFLOAT h f -inf | HINCRBYFLOAT h n 0.1 | HINCRBYFLOAT h f 5.0e3 | HINCRBY h newint 0 | HGETALL h",
+    "HSET h f v | EXPIRE h 100 | HSET h g w | TTL h | HDEL h f | TTL h | HINCRBY h n 1 | TTL h | PERSIST h | TTL h | PEXPIRE h 100000 | RENAME h h2 | HGETALL h2 | TTL h2 | COPY h2 h3 | HGETALL h3 | TYPE h3 | RENAMENX h3 h2 | HDEL h2 g n | EXISTS h2 | TTL h2",
+    "HSET h a 1 | SET s x | ~SCAN 0 TYPE hash | ~SCAN 0 TYPE string | ~KEYS * | DBSIZE | OBJECT ENCODING h | OBJECT REFCOUNT h | OBJECT FREQ h | HSET h long aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa | OBJECT ENCODING h | DEL h | EXISTS h | HGET h a",
+    "HRANDFIELD nokey | HRANDFIELD nokey 3 | HRANDFIELD nokey 3 WITHVALUES | HSET h a 1 b 2 c 3 | HRANDFIELD h 3 | HRANDFIELD h 5 WITHVALUES | HRANDFIELD h 0 | HRANDFIELD h 0 WITHVALUES | HRANDFIELD h x | HRANDFIELD h 1 x | HRANDFIELD h 1 WITHVALUES x | HRANDFIELD h -9223372036854775808 | HRANDFIELD h 9223372036854775807 | HRANDFIELD h 9223372036854775807 WITHVALUES | HRANDFIELD h 4611686018427387903 WITHVALUES | HRANDFIELD h -4611686018427387904 WITHVALUES | HRANDFIELD nokey -9223372036854775808",
+    "HSET one f v | HRANDFIELD one | HRANDFIELD one -3 | HRANDFIELD one -2 WITHVALUES | HRANDFIELD one 1 | HRANDFIELD one 1 WITHVALUES | HRANDFIELD one -1",
+    "HSET h a 1 b 2 c 3 ab 4 | HSCAN h 0 | HSCAN h 0 MATCH a* | HSCAN h 0 COUNT 1 | HSCAN h 5 | HSCAN h x | HSCAN h -1 | HSCAN h '' | HSCAN h + | HSCAN h 18446744073709551616 | HSCAN h 0 COUNT 0 | HSCAN h 0 COUNT x | HSCAN h 0 NOVALUES | HSCAN h 0 MATCH | HSCAN nokey 0 COUNT 0 | HSCAN nokey x | HSCAN h 0 TYPE string | HSCAN h 0 MATCH [ab] COUNT 100",
+    "MULTI | HSET h a 1 | HINCRBY h a 2 | HGET h a | HGETALL h | HDEL h a | EXISTS h | HSET h b 2 | EXEC | HGETALL h | WATCH h | HSET h c 3 | MULTI | HGET h c | EXEC",
 ];
 
 fn words(command: &str) -> Vec<Vec<u8>> {
@@ -259,6 +272,156 @@ fn dump_and_restore_move_strings_between_redis_and_scaledkv() {
             let way = if redis_to_ours { "Redis to ScaledKV" } else { "ScaledKV to Redis" };
             assert_eq!(restored, b"+OK\r\n", "value {i}, {way}: {:?}", String::from_utf8_lossy(&restored));
             assert_eq!(&bulk(&request(to, &encode(&[b"GET", key.as_bytes()]))), value, "value {i}, {way}");
+        }
+    }
+}
+
+/// Every bulk string of a reply, nested arrays and maps flattened, in
+/// order; a nil bulk is None.
+fn bulks(reply: &[u8]) -> Vec<Option<Vec<u8>>> {
+    let mut out = Vec::new();
+    let mut rest = reply;
+    while !rest.is_empty() {
+        let line_end = rest.windows(2).position(|w| w == b"\r\n").expect("a complete line");
+        let (kind, number) = (rest[0], std::str::from_utf8(&rest[1..line_end]).unwrap());
+        rest = &rest[line_end + 2..];
+        if kind == b'$' {
+            match number.parse::<i64>().unwrap() {
+                -1 => out.push(None),
+                len => {
+                    out.push(Some(rest[..len as usize].to_vec()));
+                    rest = &rest[len as usize + 2..];
+                }
+            }
+        } else if kind == b'_' {
+            out.push(None);
+        }
+    }
+    out
+}
+
+/// Hashes past Redis's listpack limits (more than 512 fields, values over
+/// 64 bytes), which Redis keeps in a hash table: the same contents, field
+/// for field, though Redis lists them in its table's order.
+#[test]
+fn large_hashes_hold_what_redis_holds() {
+    let Some(redis) = RedisServer::start() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("db"), &[]);
+    let mut ours = server.connect();
+    let mut theirs = TcpStream::connect(("127.0.0.1", redis.port)).unwrap();
+    let names: Vec<Vec<u8>> = (0..700).map(|i| format!("field:{i}").into_bytes()).collect();
+    let value = |i: usize| format!("{i}:{}", "v".repeat(i % 90)).into_bytes();
+    let mut script: Vec<Vec<Vec<u8>>> = Vec::new();
+    for chunk in (0..600).collect::<Vec<_>>().chunks(100) {
+        let mut hset = vec![b"HSET".to_vec(), b"big".to_vec()];
+        for &i in chunk {
+            hset.extend([names[i].clone(), value(i)]);
+        }
+        script.push(hset);
+    }
+    let mut hdel = vec![b"HDEL".to_vec(), b"big".to_vec()];
+    hdel.extend((0..700).step_by(3).map(|i| names[i].clone()));
+    script.push(hdel);
+    script.push([&b"HSET"[..], b"big", b"counter", b"41"].map(<[u8]>::to_vec).to_vec());
+    script.push([&b"HINCRBY"[..], b"big", b"counter", b"1"].map(<[u8]>::to_vec).to_vec());
+    script.push([&b"HSETNX"[..], b"big", b"field:5", b"x"].map(<[u8]>::to_vec).to_vec());
+    script.push([&b"HSETNX"[..], b"big", b"field:6", b"x"].map(<[u8]>::to_vec).to_vec());
+    // Short fields: a listpack up to 512 of them, then a hash table.
+    let mut many = vec![b"HSET".to_vec(), b"many".to_vec()];
+    many.extend((0..512).flat_map(|i| [names[i].clone(), b"v".to_vec()]));
+    script.push(many);
+    script.push([&b"OBJECT"[..], b"ENCODING", b"many"].map(<[u8]>::to_vec).to_vec());
+    script.push([&b"HSET"[..], b"many", b"one", b"more"].map(<[u8]>::to_vec).to_vec());
+    script.push([&b"OBJECT"[..], b"ENCODING", b"many"].map(<[u8]>::to_vec).to_vec());
+    for command in &script {
+        let refs: Vec<&[u8]> = command.iter().map(Vec::as_slice).collect();
+        let (a, b) = (request(&mut ours, &encode(&refs)), request(&mut theirs, &encode(&refs)));
+        assert_eq!(String::from_utf8_lossy(&a), String::from_utf8_lossy(&b), "{}", String::from_utf8_lossy(refs[0]));
+    }
+    let mut hmget: Vec<&[u8]> = vec![b"HMGET", b"big"];
+    hmget.extend(names.iter().map(Vec::as_slice));
+    hmget.push(b"counter");
+    for command in
+        [&hmget[..], &[b"HLEN", b"big"], &[b"OBJECT", b"ENCODING", b"big"], &[b"HSTRLEN", b"big", b"field:299"]]
+    {
+        let (a, b) = (request(&mut ours, &encode(command)), request(&mut theirs, &encode(command)));
+        assert_eq!(String::from_utf8_lossy(&a), String::from_utf8_lossy(&b), "{}", String::from_utf8_lossy(command[0]));
+    }
+    // Unordered: as sets of (field, value) pairs.
+    let pairs = |stream: &mut TcpStream, command: &[&[u8]]| -> Vec<(Vec<u8>, Vec<u8>)> {
+        let items: Vec<Vec<u8>> = bulks(&request(stream, &encode(command))).into_iter().map(Option::unwrap).collect();
+        let mut pairs: Vec<_> = items.chunks(2).map(|p| (p[0].clone(), p[1].clone())).collect();
+        pairs.sort();
+        pairs
+    };
+    let all = pairs(&mut theirs, &[b"HGETALL", b"big"]);
+    assert_eq!(all.len(), 402);
+    assert_eq!(pairs(&mut ours, &[b"HGETALL", b"big"]), all);
+    assert_eq!(pairs(&mut ours, &[b"HRANDFIELD", b"big", b"1000", b"WITHVALUES"]), all);
+    // HSCAN: Redis walks its table with a cursor; ScaledKV answers whole.
+    let mut scanned = Vec::new();
+    let mut cursor = b"0".to_vec();
+    loop {
+        let mut items = bulks(&request(&mut theirs, &encode(&[b"HSCAN", b"big", &cursor, b"COUNT", b"50"])));
+        cursor = items.remove(0).unwrap();
+        scanned.extend(items.chunks(2).map(|p| (p[0].clone().unwrap(), p[1].clone().unwrap())));
+        if cursor == b"0" {
+            break;
+        }
+    }
+    scanned.sort();
+    scanned.dedup();
+    assert_eq!(scanned, all);
+    let mut ours_scan = bulks(&request(&mut ours, &encode(&[b"HSCAN", b"big", b"0", b"COUNT", b"50"])));
+    assert_eq!(ours_scan.remove(0), Some(b"0".to_vec()));
+    let mut ours_scan: Vec<_> = ours_scan.chunks(2).map(|p| (p[0].clone().unwrap(), p[1].clone().unwrap())).collect();
+    ours_scan.sort();
+    assert_eq!(ours_scan, all);
+    // A sample: distinct fields of the hash.
+    let sample = pairs(&mut ours, &[b"HRANDFIELD", b"big", b"20", b"WITHVALUES"]);
+    assert_eq!(sample.len(), 20);
+    assert!(sample.windows(2).all(|w| w[0] != w[1]), "a field twice: {sample:?}");
+    assert!(sample.iter().all(|pair| all.binary_search(pair).is_ok()), "{sample:?}");
+}
+
+/// DUMP and RESTORE of hashes both ways: Redis dumps a small hash as a
+/// listpack and a big one (over 512 fields) as a list of pairs; ScaledKV
+/// dumps pairs.
+#[test]
+fn dump_and_restore_move_hashes_between_redis_and_scaledkv() {
+    let Some(redis) = RedisServer::start() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("db"), &[]);
+    let mut ours = server.connect();
+    let mut theirs = TcpStream::connect(("127.0.0.1", redis.port)).unwrap();
+    let small: Vec<Vec<u8>> =
+        ["a", "1", "b", "hello", "c", "-300", "d", "100000", "e", "", "f", "x".repeat(60).as_str()]
+            .iter()
+            .map(|s| s.as_bytes().to_vec())
+            .collect();
+    let big: Vec<Vec<u8>> =
+        (0..600).flat_map(|i| [format!("f{i}").into_bytes(), format!("{}", i * 7919).into_bytes()]).collect();
+    for (name, pairs) in [("small", &small), ("big", &big)] {
+        for redis_to_ours in [true, false] {
+            let (from, to) = if redis_to_ours { (&mut theirs, &mut ours) } else { (&mut ours, &mut theirs) };
+            let mut hset: Vec<&[u8]> = vec![b"HSET", name.as_bytes()];
+            hset.extend(pairs.iter().map(Vec::as_slice));
+            request(from, &encode(&hset));
+            let payload = bulk(&request(from, &encode(&[b"DUMP", name.as_bytes()])));
+            // RDB_TYPE_HASH_LISTPACK from Redis for the small one, else
+            // RDB_TYPE_HASH.
+            assert_eq!(payload[0], if redis_to_ours && name == "small" { 16 } else { 4 }, "{name}");
+            let restored = request(to, &encode(&[b"RESTORE", name.as_bytes(), b"0", &payload, b"REPLACE"]));
+            let way = if redis_to_ours { "Redis to ScaledKV" } else { "ScaledKV to Redis" };
+            assert_eq!(restored, b"+OK\r\n", "{name}, {way}: {:?}", String::from_utf8_lossy(&restored));
+            let mut expected: Vec<&[u8]> = vec![b"HMGET", name.as_bytes()];
+            expected.extend(pairs.iter().step_by(2).map(Vec::as_slice));
+            let values: Vec<Vec<u8>> =
+                bulks(&request(to, &encode(&expected))).into_iter().map(Option::unwrap).collect();
+            assert_eq!(values, pairs.iter().skip(1).step_by(2).cloned().collect::<Vec<_>>(), "{name}, {way}");
+            let len = request(to, &encode(&[b"HLEN", name.as_bytes()]));
+            assert_eq!(len, format!(":{}\r\n", pairs.len() / 2).into_bytes(), "{name}, {way}");
         }
     }
 }

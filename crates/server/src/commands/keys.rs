@@ -9,7 +9,7 @@ use scaledkv::now_ms;
 
 use super::args::{eq, int};
 use super::{err, only_database_zero, subcommand_arity, unknown_subcommand, CmdError, CmdResult, Ctx};
-use crate::keyspace::{glob_match, type_name, TYPE_STRING};
+use crate::keyspace::{glob_match, type_name, TYPE_HASH, TYPE_STRING};
 
 pub fn del(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let mut seen = HashSet::new();
@@ -84,10 +84,7 @@ fn set_expiry(ctx: &mut Ctx<'_>, args: &[Bytes], command: &str, at_ms: impl Fn(i
     if at <= now_ms() as i64 {
         ctx.writes.delete(&args[1]);
     } else {
-        let (tag, data) = (value.tag(), value.data().to_vec());
-        debug_assert_eq!(tag, TYPE_STRING);
-        drop(value);
-        ctx.writes.put_string(&args[1], &data, Some(at as u64))?;
+        ctx.writes.put(&args[1], value.tag(), value.data(), Some(at as u64))?;
     }
     ctx.out.int(1);
     Ok(())
@@ -138,9 +135,7 @@ pub fn pexpiretime(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
 pub fn persist(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     match ctx.read(&args[1])? {
         Some(value) if value.expiry_ms().is_some() => {
-            let data = value.data().to_vec();
-            drop(value);
-            ctx.writes.put_string(&args[1], &data, None)?;
+            ctx.writes.put(&args[1], value.tag(), value.data(), None)?;
             ctx.out.int(1);
         }
         _ => ctx.out.int(0),
@@ -157,10 +152,8 @@ fn rename_to(ctx: &mut Ctx<'_>, args: &[Bytes], only_if_new: bool) -> CmdResult 
         return Ok(());
     }
     if args[1] != args[2] {
-        let (data, expiry) = (value.data().to_vec(), value.expiry_ms());
-        drop(value);
         ctx.writes.delete(&args[1]);
-        ctx.writes.put_string(&args[2], &data, expiry)?;
+        ctx.writes.put(&args[2], value.tag(), value.data(), value.expiry_ms())?;
     }
     if only_if_new {
         ctx.out.int(1);
@@ -198,7 +191,7 @@ pub fn copy(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     if args[1] == args[2] {
         return Err(err("ERR source and destination objects are the same"));
     }
-    let Some((data, expiry)) = ctx.read_string(&args[1])? else {
+    let Some(value) = ctx.read(&args[1])? else {
         ctx.out.int(0);
         return Ok(());
     };
@@ -206,7 +199,7 @@ pub fn copy(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         ctx.out.int(0);
         return Ok(());
     }
-    ctx.writes.put_string(&args[2], &data, expiry)?;
+    ctx.writes.put(&args[2], value.tag(), value.data(), value.expiry_ms())?;
     ctx.out.int(1);
     Ok(())
 }
@@ -230,12 +223,31 @@ pub fn keys(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     Ok(())
 }
 
+/// A SCAN-family cursor as Redis reads one (`strtoul`): an optional sign
+/// (a negative number wraps around), decimal digits, nothing else; an
+/// empty argument is 0.
+pub fn scan_cursor(arg: &[u8]) -> Result<u64, CmdError> {
+    let invalid = || err("ERR invalid cursor");
+    let (negative, digits) = match arg.first() {
+        Some(b'-') => (true, &arg[1..]),
+        Some(b'+') => (false, &arg[1..]),
+        _ => (false, arg),
+    };
+    if digits.is_empty() != arg.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
+        return Err(invalid());
+    }
+    let mut value: u64 = 0;
+    for &digit in digits {
+        value = value.checked_mul(10).and_then(|v| v.checked_add((digit - b'0') as u64)).ok_or_else(invalid)?;
+    }
+    Ok(if negative { value.wrapping_neg() } else { value })
+}
+
 /// SCAN walks the ordered key space. The cursor is a number (clients parse
 /// it as one); the server maps it to the last key returned. Cursors are
 /// kept for the most recent `MAX_CURSORS` scans.
 pub fn scan(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
-    let cursor = std::str::from_utf8(&args[1]).ok().and_then(|c| c.parse::<u64>().ok());
-    let Some(cursor) = cursor else { return Err(err("ERR invalid cursor")) };
+    let cursor = scan_cursor(&args[1])?;
     let mut count = 10usize;
     let mut pattern: Option<&Bytes> = None;
     let mut type_filter: Option<&Bytes> = None;
@@ -384,6 +396,15 @@ pub fn object(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
                 ctx.out.null();
                 return Ok(());
             };
+            if value.tag() == TYPE_HASH {
+                match sub.as_str() {
+                    "encoding" => ctx.out.bulk(super::hashes::encoding(value.data())?.as_bytes()),
+                    "refcount" => ctx.out.int(1),
+                    "freq" => return Err(no_lfu()),
+                    _ => return Err(no_idletime()),
+                }
+                return Ok(());
+            }
             let data = value.string()?;
             // Redis stores a decimal that fits a long as an integer, and
             // shares the ones below 10,000 among all keys.
@@ -394,13 +415,23 @@ pub fn object(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
                     None if data.len() <= 44 => b"embstr",
                     None => b"raw",
                 }),
-                "refcount" => ctx.out.int(if integer.is_some_and(|n| (0..10_000).contains(&n)) { 2147483647 } else { 1 }),
-                "freq" => return Err(err("ERR An LFU maxmemory policy is not selected, access frequency not tracked. Please note that when switching between policies at runtime LRU and LFU data will take some time to adjust.")),
-                _ => return Err(err("ERR OBJECT IDLETIME is not supported by ScaledKV yet (no per-key access times)")),
+                "refcount" => {
+                    ctx.out.int(if integer.is_some_and(|n| (0..10_000).contains(&n)) { 2147483647 } else { 1 })
+                }
+                "freq" => return Err(no_lfu()),
+                _ => return Err(no_idletime()),
             }
         }
         ("help" | "encoding" | "refcount" | "idletime" | "freq", _) => return Err(subcommand_arity("object", &sub)),
         _ => return Err(unknown_subcommand("object", &args[1])),
     }
     Ok(())
+}
+
+fn no_lfu() -> CmdError {
+    err("ERR An LFU maxmemory policy is not selected, access frequency not tracked. Please note that when switching between policies at runtime LRU and LFU data will take some time to adjust.")
+}
+
+fn no_idletime() -> CmdError {
+    err("ERR OBJECT IDLETIME is not supported by ScaledKV yet (no per-key access times)")
 }

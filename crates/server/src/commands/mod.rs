@@ -4,6 +4,7 @@
 
 mod bits;
 mod dump;
+mod hashes;
 mod keys;
 mod server;
 mod strings;
@@ -229,6 +230,22 @@ commands! {
     "bitop", -4, WRITE, (2, -1, 1), "bitmap", bits::bitop, "Performs bitwise operations on multiple strings, and stores the result.";
     "bitfield", -2, WRITE, ONE, "bitmap", bits::bitfield, "Performs arbitrary bitfield integer operations on strings.";
     "bitfield_ro", -2, READONLY | FAST, ONE, "bitmap", bits::bitfield_ro, "Performs arbitrary read-only bitfield integer operations on strings.";
+    "hset", -4, WRITE | FAST, ONE, "hash", hashes::hset, "Creates or modifies the value of a field in a hash.";
+    "hsetnx", 4, WRITE | FAST, ONE, "hash", hashes::hsetnx, "Sets the value of a field in a hash only when the field doesn't exist.";
+    "hmset", -4, WRITE | FAST, ONE, "hash", hashes::hmset, "Sets the values of multiple fields.";
+    "hget", 3, READONLY | FAST, ONE, "hash", hashes::hget, "Returns the value of a field in a hash.";
+    "hmget", -3, READONLY | FAST, ONE, "hash", hashes::hmget, "Returns the values of all fields in a hash.";
+    "hgetall", 2, READONLY, ONE, "hash", hashes::hgetall, "Returns all fields and values in a hash.";
+    "hkeys", 2, READONLY, ONE, "hash", hashes::hkeys, "Returns all fields in a hash.";
+    "hvals", 2, READONLY, ONE, "hash", hashes::hvals, "Returns all values in a hash.";
+    "hdel", -3, WRITE | FAST, ONE, "hash", hashes::hdel, "Deletes one or more fields and their values from a hash. Deletes the hash if no fields remain.";
+    "hlen", 2, READONLY | FAST, ONE, "hash", hashes::hlen, "Returns the number of fields in a hash.";
+    "hstrlen", 3, READONLY | FAST, ONE, "hash", hashes::hstrlen, "Returns the length of the value of a field.";
+    "hexists", 3, READONLY | FAST, ONE, "hash", hashes::hexists, "Determines whether a field exists in a hash.";
+    "hincrby", 4, WRITE | FAST, ONE, "hash", hashes::hincrby, "Increments the integer value of a field in a hash by a number. Uses 0 as initial value if the field doesn't exist.";
+    "hincrbyfloat", 4, WRITE | FAST, ONE, "hash", hashes::hincrbyfloat, "Increments the floating point value of a field by a number. Uses 0 as initial value if the field doesn't exist.";
+    "hrandfield", -2, READONLY, ONE, "hash", hashes::hrandfield, "Returns one or more random fields from a hash.";
+    "hscan", -3, READONLY, ONE, "hash", hashes::hscan, "Iterates over fields and values of a hash.";
     "del", -2, WRITE, ALL_ARGS, "generic", keys::del, "Deletes one or more keys.";
     "unlink", -2, WRITE | FAST, ALL_ARGS, "generic", keys::del, "Asynchronously deletes one or more keys.";
     "exists", -2, READONLY | FAST, ALL_ARGS, "generic", keys::exists, "Determines whether one or more keys exist.";
@@ -262,19 +279,6 @@ commands! {
 
 /// Types that are not built yet: a clear error, never a crash.
 const NOT_YET: &[&str] = &[
-    "hset",
-    "hget",
-    "hmset",
-    "hmget",
-    "hgetall",
-    "hdel",
-    "hlen",
-    "hexists",
-    "hincrby",
-    "hkeys",
-    "hvals",
-    "hsetnx",
-    "hscan",
     "lpush",
     "rpush",
     "lpop",
@@ -365,7 +369,9 @@ fn unknown_command(args: &[Bytes]) -> String {
     let name: String = String::from_utf8_lossy(&args[0]).chars().take(128).collect();
     let lower = name.to_ascii_lowercase();
     if NOT_YET.contains(&lower.as_str()) {
-        return format!("ERR '{lower}' is not supported by ScaledKV yet (strings and keys only; see the README)");
+        return format!(
+            "ERR '{lower}' is not supported by ScaledKV yet (strings, hashes and keys only; see the README)"
+        );
     }
     format!("ERR unknown command '{name}', with args beginning with: {quoted}")
 }
