@@ -64,6 +64,18 @@ impl WriteBatch {
         }
     }
 
+    /// Moves every entry of `other` to the end of this batch, in order: a
+    /// caller that builds a piece it may still drop (a command that can
+    /// fail half-way) appends it once it succeeded.
+    pub fn append(&mut self, other: &mut WriteBatch) {
+        if self.invalid.is_none() {
+            self.invalid = other.invalid.take();
+        }
+        self.body.append(&mut other.body);
+        self.count += other.count;
+        other.clear();
+    }
+
     pub fn len(&self) -> usize {
         self.count as usize
     }
@@ -103,5 +115,35 @@ fn check_sizes(key: usize, value: usize) -> Option<Error> {
         Some(Error::ValueTooLarge { len: value, max: MAX_VALUE_BYTES })
     } else {
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_appended_batch_commits_with_the_first_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = crate::Db::open(dir.path(), crate::Options::default()).unwrap();
+        let mut first = WriteBatch::new();
+        first.put(b"a", b"1");
+        first.put(b"b", b"1");
+        let mut second = WriteBatch::new();
+        second.delete(b"a");
+        second.put(b"b", b"2");
+        second.put(b"c", b"2");
+        first.append(&mut second);
+        assert_eq!((first.len(), second.len(), second.size_bytes()), (5, 0, 0));
+        db.write(first).unwrap();
+        assert_eq!(db.get(b"a").unwrap(), None);
+        assert_eq!(db.get(b"b").unwrap().as_deref(), Some(&b"2"[..]));
+        assert_eq!(db.get(b"c").unwrap().as_deref(), Some(&b"2"[..]));
+        // A limit violation travels with the entries.
+        let mut bad = WriteBatch::new();
+        bad.put(&vec![0; MAX_KEY_BYTES + 1], b"v");
+        let mut batch = WriteBatch::new();
+        batch.append(&mut bad);
+        assert!(db.write(batch).is_err());
     }
 }

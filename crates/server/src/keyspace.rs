@@ -72,22 +72,58 @@ impl Value {
 /// deleted.
 type Pending = Option<(Vec<u8>, Option<u64>)>;
 
+type Overlay = HashMap<Vec<u8>, Pending>;
+
 /// Reads through to the engine and collects the writes of one command (or
-/// one transaction) into a single atomic batch.
+/// one transaction, or one run of a pipeline's writes) into a single atomic
+/// batch.
 pub struct Writes {
     pub batch: WriteBatch,
-    /// In a transaction, later commands read earlier ones' writes from here
-    /// (the batch is not visible until it is committed as a whole).
-    overlay: Option<HashMap<Vec<u8>, Pending>>,
+    /// In a transaction or a run, later commands read earlier ones' writes
+    /// from here (the batch is not visible until it is committed whole).
+    overlay: Option<Overlay>,
+    /// A branch's view of the writes it branched from (`branch`): read
+    /// after `overlay`, before the engine.
+    base: Option<Overlay>,
 }
 
 impl Writes {
     pub fn new(transaction: bool) -> Writes {
-        Writes { batch: WriteBatch::new(), overlay: transaction.then(HashMap::new) }
+        Writes { batch: WriteBatch::new(), overlay: transaction.then(HashMap::new), base: None }
+    }
+
+    /// Whether later commands can read these writes before they commit.
+    pub fn has_overlay(&self) -> bool {
+        self.overlay.is_some()
+    }
+
+    /// Keeps the pending values of writes added from now on, so later
+    /// commands read them.
+    pub fn keep_overlay(&mut self) {
+        self.overlay.get_or_insert_with(HashMap::new);
+    }
+
+    /// Writes for one more command that reads these ones (moved in, not
+    /// copied); `merge` adds its writes here if it succeeds, `abandon`
+    /// drops them if it fails half-way.
+    pub fn branch(&mut self) -> Writes {
+        Writes { batch: WriteBatch::new(), overlay: Some(HashMap::new()), base: self.overlay.take() }
+    }
+
+    pub fn merge(&mut self, mut branch: Writes) {
+        self.batch.append(&mut branch.batch);
+        let mut overlay = branch.base.take().unwrap_or_default();
+        overlay.extend(branch.overlay.take().unwrap_or_default());
+        self.overlay = Some(overlay);
+    }
+
+    pub fn abandon(&mut self, mut branch: Writes) {
+        self.overlay = branch.base.take();
     }
 
     pub fn get(&self, db: &Db, key: &[u8]) -> Result<Option<Value>, CmdError> {
-        if let Some(pending) = self.overlay.as_ref().and_then(|o| o.get(key)) {
+        let pending = self.overlay.as_ref().and_then(|o| o.get(key));
+        if let Some(pending) = pending.or_else(|| self.base.as_ref().and_then(|b| b.get(key))) {
             return Ok(match pending {
                 Some((bytes, expiry)) if expiry.is_none_or(|at| at > now_ms()) => {
                     Some(Value::Pending(bytes.clone(), *expiry))
@@ -138,7 +174,9 @@ impl Writes {
     /// batch starts with room for as many bytes (up to 64 KiB), since a
     /// pipeline's runs tend to be alike (a run of 16 1 KiB SETs grew its
     /// buffer five times, copying it each time).
+    /// The next run starts without an overlay (blind writes need none).
     pub fn take_run_batch(&mut self) -> WriteBatch {
+        self.overlay = None;
         let hint = self.batch.size_bytes().min(64 << 10);
         std::mem::replace(&mut self.batch, WriteBatch::with_capacity(hint))
     }
@@ -222,6 +260,10 @@ impl KeyLocks {
 
     pub fn try_share(&self, stripe: Stripe) -> Option<RwLockReadGuard<'_, ()>> {
         self.stripes[stripe as usize].try_read().ok()
+    }
+
+    pub fn try_lock(&self, stripe: Stripe) -> Option<RwLockWriteGuard<'_, ()>> {
+        self.stripes[stripe as usize].try_write().ok()
     }
 
     pub fn version(&self, stripe: Stripe) -> u64 {

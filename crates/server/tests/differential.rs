@@ -208,8 +208,63 @@ fn run(protocol: u8) -> Vec<String> {
             ));
         }
     }
-    let _ = read_reply;
     mismatches
+}
+
+/// Every script again, each sent as one pipeline: consecutive writes then
+/// share one run and one commit (`commands::Run`), and must still answer
+/// exactly as Redis does command by command.
+fn run_pipelined(protocol: u8) -> Vec<String> {
+    let Some(redis) = RedisServer::start() else { return Vec::new() };
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("db"), &[]);
+    let mut mismatches = Vec::new();
+    for script in SCRIPTS {
+        let commands: Vec<(bool, &str)> = script
+            .split('|')
+            .map(str::trim)
+            .filter(|c| *c != "QUIT_NOT")
+            .map(|c| c.strip_prefix('~').map_or((false, c), |rest| (true, rest)))
+            .collect();
+        let mut pipeline = Vec::new();
+        for (_, command) in &commands {
+            let args = words(command);
+            let refs: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
+            pipeline.extend(encode(&refs));
+        }
+        let mut replies = Vec::new();
+        for port in [None, Some(redis.port)] {
+            let mut stream = match port {
+                None => server.connect(),
+                Some(port) => TcpStream::connect(("127.0.0.1", port)).unwrap(),
+            };
+            assert_eq!(request(&mut stream, b"FLUSHALL\r\n"), b"+OK\r\n");
+            if protocol == 3 {
+                request(&mut stream, &encode(&[b"HELLO", b"3"]));
+            }
+            std::io::Write::write_all(&mut stream, &pipeline).unwrap();
+            replies.push(commands.iter().map(|_| read_reply(&mut stream)).collect::<Vec<_>>());
+        }
+        for ((unordered, command), (a, b)) in commands.iter().zip(replies[0].iter().zip(&replies[1])) {
+            let same = if *unordered { sorted_elements(a) == sorted_elements(b) } else { a == b };
+            if !same {
+                mismatches.push(format!(
+                    "pipelined RESP{protocol} `{command}`:\n  scaledkv: {:?}\n  redis:    {:?}",
+                    String::from_utf8_lossy(a),
+                    String::from_utf8_lossy(b)
+                ));
+            }
+        }
+    }
+    mismatches
+}
+
+#[test]
+fn same_replies_as_redis_pipelined() {
+    for protocol in [2, 3] {
+        let mismatches = run_pipelined(protocol);
+        assert!(mismatches.is_empty(), "{} mismatches:\n{}", mismatches.len(), mismatches.join("\n"));
+    }
 }
 
 #[test]

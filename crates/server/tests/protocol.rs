@@ -296,6 +296,74 @@ fn concurrent_increments_are_not_lost() {
     assert_eq!(con.strlen::<_, i64>("log").unwrap(), 1800);
 }
 
+/// Read-modify-writes in pipelines join one run and commit once: each
+/// reads the run's earlier writes (its own counter counts 1, 2, 3 ... in
+/// one pipeline), and across six clients on three I/O threads no update
+/// is lost, with blind writes, reads and errors between them.
+#[test]
+fn pipelined_read_modify_writes_are_not_lost() {
+    let (_dir, server) = start(&["--threads", "3"]);
+    const ROUNDS: usize = 200;
+    let threads: Vec<_> = (0..6)
+        .map(|client| {
+            let mut stream = server.connect();
+            std::thread::spawn(move || {
+                let own = format!("own:{client}");
+                let mut count = 0;
+                for round in 0..ROUNDS {
+                    let mut pipeline = Vec::new();
+                    let mut expected: Vec<Vec<u8>> = Vec::new();
+                    for i in 0..4 {
+                        count += 1;
+                        pipeline.extend(encode(&[b"INCR", own.as_bytes()]));
+                        expected.push(format!(":{count}\r\n").into_bytes());
+                        pipeline.extend(encode(&[b"INCR", b"shared"]));
+                        expected.push(Vec::new());
+                        pipeline.extend(encode(&[b"HINCRBY", b"h", b"shared", b"2"]));
+                        expected.push(Vec::new());
+                        pipeline.extend(encode(&[b"APPEND", b"log", b"x"]));
+                        expected.push(Vec::new());
+                        // A blind write, an error and a read between them.
+                        let key = format!("blind:{client}:{i}");
+                        pipeline.extend(encode(&[b"SET", key.as_bytes(), round.to_string().as_bytes()]));
+                        expected.push(b"+OK\r\n".to_vec());
+                        if i == 3 {
+                            pipeline.extend(encode(&[b"HINCRBY", key.as_bytes(), b"f", b"1"]));
+                            expected.push(
+                                b"-WRONGTYPE Operation against a key holding the wrong kind of value\r\n".to_vec(),
+                            );
+                        }
+                        if i == 1 {
+                            pipeline.extend(encode(&[b"GET", own.as_bytes()]));
+                            expected.push(format!("${}\r\n{count}\r\n", count.to_string().len()).into_bytes());
+                        }
+                    }
+                    stream.write_all(&pipeline).unwrap();
+                    for want in expected {
+                        let reply = read_reply(&mut stream);
+                        if !want.is_empty() {
+                            assert_eq!(String::from_utf8_lossy(&reply), String::from_utf8_lossy(&want));
+                        } else {
+                            assert_eq!(reply[0], b':', "{}", String::from_utf8_lossy(&reply));
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    for thread in threads {
+        thread.join().unwrap();
+    }
+    let mut con = client(&server);
+    let total = (6 * ROUNDS * 4) as i64;
+    assert_eq!(con.get::<_, i64>("shared").unwrap(), total);
+    assert_eq!(con.hget::<_, _, i64>("h", "shared").unwrap(), 2 * total);
+    assert_eq!(con.strlen::<_, i64>("log").unwrap(), total);
+    for client in 0..6 {
+        assert_eq!(con.get::<_, i64>(format!("own:{client}")).unwrap(), (ROUNDS * 4) as i64);
+    }
+}
+
 #[test]
 fn auth_gates_every_command_but_auth_hello_quit() {
     let (_dir, server) = start(&["--requirepass", "s3cret"]);

@@ -376,18 +376,30 @@ fn unknown_command(args: &[Bytes]) -> String {
     format!("ERR unknown command '{name}', with args beginning with: {quoted}")
 }
 
-/// Consecutive blind writes of one connection's pipeline (SET, MSET ...,
-/// which read nothing), gathered into one engine batch: one commit for the
-/// run instead of one per command. Their key locks are held until the run
-/// is committed, and their replies wait in the output buffer until then.
-/// Anything else commits the run first, so every command still sees the
-/// writes before it.
+/// Consecutive writes of one connection's pipeline, gathered into one
+/// engine batch: one commit for the run instead of one per command. Their
+/// key locks are held until the run is committed, and their replies wait in
+/// the output buffer until then. Blind writes (SET, MSET ..., which read
+/// nothing) share their stripes with other connections' blind writes; a
+/// read-modify-write (INCR, HSET ...) locks its stripes and reads the run's
+/// earlier writes from its overlay, which a run of blind writes does
+/// without. Anything else (reads, transactions) commits the run first, so
+/// every command still sees the writes before it.
+///
+/// Why read-modify-writes join: each used to wait for its own commit
+/// before the next command of the pipeline ran, so `INCR` at `-P 16` made
+/// 16 commits per pipeline (0.38x Redis's rate at 100,000 keys).
 pub struct Run<'s> {
     writes: Writes,
-    guards: Vec<(Stripe, tokio::sync::RwLockReadGuard<'s, ()>)>,
+    guards: Vec<(Stripe, Guard<'s>)>,
     /// Where the run's replies start in the output buffer.
     mark: usize,
     commands: usize,
+}
+
+enum Guard<'s> {
+    Shared(#[allow(dead_code)] tokio::sync::RwLockReadGuard<'s, ()>),
+    Exclusive(#[allow(dead_code)] tokio::sync::RwLockWriteGuard<'s, ()>),
 }
 
 impl Default for Run<'_> {
@@ -427,20 +439,32 @@ impl<'s> Run<'s> {
         self.commands = 0;
     }
 
-    /// Takes the locks of `stripes` (sorted) that the run does not hold yet.
-    /// Waiting while holding locks could deadlock, so if one is taken the
-    /// run is committed first and the locks are then taken in order.
-    async fn lock(&mut self, shared: &'s Shared, out: &mut Out, stripes: &[Stripe]) {
+    /// Takes the locks of `stripes` (sorted) that the run does not hold yet,
+    /// `exclusive` ones for a read-modify-write. Waiting while holding
+    /// locks could deadlock, so if one is taken (or held only shared where
+    /// an exclusive one is needed) the run is committed first and the locks
+    /// are then taken in order.
+    async fn lock(&mut self, shared: &'s Shared, out: &mut Out, stripes: &[Stripe], exclusive: bool) {
         for &stripe in stripes {
-            if self.guards.iter().any(|(held, _)| *held == stripe) {
-                continue;
-            }
-            match shared.locks.try_share(stripe) {
+            let held = self.guards.iter().find(|(held, _)| *held == stripe).map(|(_, guard)| guard);
+            let guard = match held {
+                Some(Guard::Exclusive(_)) => continue,
+                Some(Guard::Shared(_)) if !exclusive => continue,
+                Some(Guard::Shared(_)) => None,
+                None if exclusive => shared.locks.try_lock(stripe).map(Guard::Exclusive),
+                None => shared.locks.try_share(stripe).map(Guard::Shared),
+            };
+            match guard {
                 Some(guard) => self.guards.push((stripe, guard)),
                 None => {
                     self.commit(shared, out).await;
-                    let guards = shared.locks.share(stripes).await;
-                    self.guards.extend(stripes.iter().copied().zip(guards));
+                    if exclusive {
+                        let guards = shared.locks.lock(stripes).await;
+                        self.guards.extend(stripes.iter().copied().zip(guards.into_iter().map(Guard::Exclusive)));
+                    } else {
+                        let guards = shared.locks.share(stripes).await;
+                        self.guards.extend(stripes.iter().copied().zip(guards.into_iter().map(Guard::Shared)));
+                    }
                     return;
                 }
             }
@@ -470,7 +494,7 @@ pub async fn commit(shared: &Shared, batch: scaledkv::WriteBatch) -> scaledkv::R
     done.await
 }
 
-/// A write that reads nothing, so it can join a run.
+/// A write that reads nothing: it joins a run sharing its stripes.
 fn is_blind(command: &Command, args: &[Bytes]) -> bool {
     match command.name {
         "mset" | "setex" | "psetex" => true,
@@ -520,13 +544,32 @@ pub async fn execute<'s>(shared: &'s Shared, conn: &mut ConnState, out: &mut Out
         stripes.sort_unstable();
         stripes.dedup();
     }
-    if conn.multi.is_none() && is_blind(command, &args) {
-        run.lock(shared, out, &stripes).await;
+    let blind = is_blind(command, &args);
+    // Every other write but FLUSHALL's (which locks every stripe) keeps its
+    // effects in its batch, so it can join a run too.
+    if conn.multi.is_none() && command.has(WRITE) && !command.has(ALL_KEYS) {
+        if !blind && run.commands > 0 && !run.writes.has_overlay() {
+            // Blind writes kept no overlay for this one to read.
+            run.commit(shared, out).await;
+        }
+        run.lock(shared, out, &stripes, !blind).await;
         if run.commands == 0 {
             run.mark = out.len();
         }
         let before = out.len();
-        let result = (command.run)(&mut Ctx { shared, conn, out, writes: &mut run.writes }, &args);
+        let result = if blind {
+            // It validates before it writes: a failure leaves nothing.
+            (command.run)(&mut Ctx { shared, conn, out, writes: &mut run.writes }, &args)
+        } else {
+            run.writes.keep_overlay();
+            let mut branch = run.writes.branch();
+            let result = (command.run)(&mut Ctx { shared, conn, out, writes: &mut branch }, &args);
+            match result {
+                Ok(()) => run.writes.merge(branch),
+                Err(_) => run.writes.abandon(branch),
+            }
+            result
+        };
         match result {
             Ok(()) => run.commands += 1,
             Err(error) => {
