@@ -2,7 +2,7 @@
 //! batch is there or none of it.
 
 use crate::error::Error;
-use crate::log::record::{encode_entry, encode_entry_parts, EntryKind};
+use crate::log::record::{decode_entry, encode_entry, encode_entry_parts, EntryKind};
 use crate::options::{MAX_KEY_BYTES, MAX_VALUE_BYTES};
 
 /// Entries are encoded (CRC included) as they are added, on the caller's
@@ -71,9 +71,23 @@ impl WriteBatch {
         if self.invalid.is_none() {
             self.invalid = other.invalid.take();
         }
-        self.body.append(&mut other.body);
+        if self.body.is_empty() {
+            // Nothing to keep in front: take the other's bytes, uncopied.
+            std::mem::swap(&mut self.body, &mut other.body);
+        } else {
+            self.body.append(&mut other.body);
+        }
         self.count += other.count;
         other.clear();
+    }
+
+    /// The value and expiry time of the put that starts at `offset` (the
+    /// `size_bytes()` taken just before it was added), None for a delete:
+    /// a caller reads back what it wrote before the batch commits, with no
+    /// copy kept beside the batch.
+    pub fn value_at(&self, offset: usize) -> Option<(&[u8], Option<u64>)> {
+        let entry = decode_entry(self.body.get(offset..)?, false).ok()?;
+        (entry.kind == EntryKind::Put).then_some((entry.value, entry.expiry_ms))
     }
 
     pub fn len(&self) -> usize {
@@ -133,8 +147,15 @@ mod tests {
         second.delete(b"a");
         second.put(b"b", b"2");
         second.put(b"c", b"2");
+        let appended_at = first.size_bytes();
         first.append(&mut second);
         assert_eq!((first.len(), second.len(), second.size_bytes()), (5, 0, 0));
+        // Read back by offset: the first put, the appended delete and put.
+        assert_eq!(first.value_at(0), Some((&b"1"[..], None)));
+        assert_eq!(first.value_at(appended_at), None);
+        let next = appended_at + crate::log::record::entry_len(1, 0, false);
+        assert_eq!(first.value_at(next), Some((&b"2"[..], None)));
+        assert_eq!(first.value_at(first.size_bytes()), None);
         db.write(first).unwrap();
         assert_eq!(db.get(b"a").unwrap(), None);
         assert_eq!(db.get(b"b").unwrap().as_deref(), Some(&b"2"[..]));

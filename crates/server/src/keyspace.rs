@@ -68,11 +68,11 @@ impl Value {
     }
 }
 
-/// A transaction's pending value for a key: encoded value and expiry, or
-/// deleted.
-type Pending = Option<(Vec<u8>, Option<u64>)>;
-
-type Overlay = HashMap<Vec<u8>, Pending>;
+/// Keys written but not yet committed → where their last entry starts in
+/// the batch. The value is read back from the batch when a later command
+/// asks for it, so a write keeps no second copy (a copy of each value cost
+/// a third of the rate of HSETs on a 100 KB hash).
+type Overlay = HashMap<Vec<u8>, usize>;
 
 /// Reads through to the engine and collects the writes of one command (or
 /// one transaction, or one run of a pipeline's writes) into a single atomic
@@ -80,11 +80,11 @@ type Overlay = HashMap<Vec<u8>, Pending>;
 pub struct Writes {
     pub batch: WriteBatch,
     /// In a transaction or a run, later commands read earlier ones' writes
-    /// from here (the batch is not visible until it is committed whole).
+    /// through here (the batch is not visible until it is committed whole).
     overlay: Option<Overlay>,
     /// A branch's view of the writes it branched from (`branch`): read
     /// after `overlay`, before the engine.
-    base: Option<Overlay>,
+    base: Option<(Overlay, WriteBatch)>,
 }
 
 impl Writes {
@@ -97,8 +97,7 @@ impl Writes {
         self.overlay.is_some()
     }
 
-    /// Keeps the pending values of writes added from now on, so later
-    /// commands read them.
+    /// Tracks writes added from now on, so later commands read them.
     pub fn keep_overlay(&mut self) {
         self.overlay.get_or_insert_with(HashMap::new);
     }
@@ -107,26 +106,30 @@ impl Writes {
     /// copied); `merge` adds its writes here if it succeeds, `abandon`
     /// drops them if it fails half-way.
     pub fn branch(&mut self) -> Writes {
-        Writes { batch: WriteBatch::new(), overlay: Some(HashMap::new()), base: self.overlay.take() }
+        let base = (self.overlay.take().unwrap_or_default(), std::mem::take(&mut self.batch));
+        Writes { batch: WriteBatch::new(), overlay: Some(HashMap::new()), base: Some(base) }
     }
 
     pub fn merge(&mut self, mut branch: Writes) {
-        self.batch.append(&mut branch.batch);
-        let mut overlay = branch.base.take().unwrap_or_default();
-        overlay.extend(branch.overlay.take().unwrap_or_default());
-        self.overlay = Some(overlay);
+        let (mut overlay, mut batch) = branch.base.take().expect("a branch");
+        let shift = batch.size_bytes();
+        batch.append(&mut branch.batch);
+        overlay.extend(branch.overlay.take().unwrap_or_default().into_iter().map(|(key, at)| (key, at + shift)));
+        (self.overlay, self.batch) = (Some(overlay), batch);
     }
 
     pub fn abandon(&mut self, mut branch: Writes) {
-        self.overlay = branch.base.take();
+        let (overlay, batch) = branch.base.take().expect("a branch");
+        (self.overlay, self.batch) = (Some(overlay), batch);
     }
 
     pub fn get(&self, db: &Db, key: &[u8]) -> Result<Option<Value>, CmdError> {
-        let pending = self.overlay.as_ref().and_then(|o| o.get(key));
-        if let Some(pending) = pending.or_else(|| self.base.as_ref().and_then(|b| b.get(key))) {
-            return Ok(match pending {
+        let mine = self.overlay.as_ref().and_then(|o| o.get(key)).map(|&at| (&self.batch, at));
+        let base = || self.base.as_ref().and_then(|(o, batch)| Some((batch, *o.get(key)?)));
+        if let Some((batch, at)) = mine.or_else(base) {
+            return Ok(match batch.value_at(at) {
                 Some((bytes, expiry)) if expiry.is_none_or(|at| at > now_ms()) => {
-                    Some(Value::Pending(bytes.clone(), *expiry))
+                    Some(Value::Pending(bytes.to_vec(), expiry))
                 }
                 _ => None,
             });
@@ -148,18 +151,19 @@ impl Writes {
         if data.len() > MAX_STRING_BYTES {
             return Err(CmdError::TooBig);
         }
+        let at = self.batch.size_bytes();
         self.batch.put_parts(key, &[&[tag], data], expiry_ms);
         if let Some(overlay) = &mut self.overlay {
-            let encoded = [&[tag], data].concat();
-            overlay.insert(key.to_vec(), Some((encoded, expiry_ms)));
+            overlay.insert(key.to_vec(), at);
         }
         Ok(())
     }
 
     pub fn delete(&mut self, key: &[u8]) {
+        let at = self.batch.size_bytes();
         self.batch.delete(key);
         if let Some(overlay) = &mut self.overlay {
-            overlay.insert(key.to_vec(), None);
+            overlay.insert(key.to_vec(), at);
         }
     }
 

@@ -78,7 +78,7 @@ const SCRIPTS: &[&str] = &[
     "SET k v | TTL k | PTTL k | EXPIRETIME k | PEXPIRETIME k | EXPIRETIME missing | SET k v EXAT 4000000000 | EXPIRETIME k",
     "SET a 1 | RENAME a b | GET a | GET b | RENAME missing x | SET c 3 | RENAMENX b c | RENAMENX b d | GET d | RENAME d d",
     "SET a 1 | COPY a b | GET b | COPY a b | SET a 2 | COPY a b REPLACE | GET b | COPY missing c | COPY a a | COPY a a DB 0",
-    "SET a 1 | COPY a c DB 0 | GET c | COPY a d DB 1 | COPY a d DB x | COPY a d DB -1 | COPY a d FOO | COPY a d DB | COPY a",
+    "SET a 1 | COPY a c DB 0 | GET c | COPY a d DB 1 | COPY a d DB x | COPY a d DB -1 | COPY a d FOO | COPY a d DB | COPY a | COPY a d DB 4294967296 | COPY a d DB -2147483649 | COPY a d DB 2147483647",
     "SET e v EX 100 | COPY e f | TTL f | SET g w | COPY g f REPLACE | TTL f | GET f | MULTI | SET h 1 | COPY h i | EXEC | GET i",
     "SET k v | MEMORY USAGE missing | MEMORY USAGE k SAMPLES x | MEMORY USAGE k SAMPLES -1 | MEMORY USAGE k FOO | MEMORY USAGE k SAMPLES",
     "MEMORY USAGE | MEMORY NOSUCH | MEMORY | MEMORY HELP x",

@@ -182,7 +182,7 @@ pub fn copy(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
             replace = true;
             i += 1;
         } else if eq(&args[i], "db") && i + 1 < args.len() {
-            only_database_zero(int(&args[i + 1])?)?;
+            only_database_zero(super::args::int32(&args[i + 1])? as i64)?;
             i += 2;
         } else {
             return Err(CmdError::Syntax);
