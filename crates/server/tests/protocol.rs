@@ -232,6 +232,21 @@ fn hashes_through_a_client_library() {
     assert_eq!(all, HashMap::from([("visits".into(), "42".into())]));
 }
 
+/// A hash is rewritten whole by every write, so one that would pass 1 MiB
+/// is refused with a clear error, and the hash stays as it was.
+#[test]
+fn a_hash_past_its_limit_is_refused_whole() {
+    let (_dir, server) = start(&[]);
+    let mut stream = server.connect();
+    let big = vec![b'x'; 600 << 10];
+    assert_eq!(request(&mut stream, &encode(&[b"HSET", b"h", b"a", &big])), b":1\r\n");
+    let refused = request(&mut stream, &encode(&[b"HSET", b"h", b"b", b"small", b"c", &big]));
+    assert!(refused.starts_with(b"-ERR hash would exceed 1048576 bytes"), "{}", String::from_utf8_lossy(&refused));
+    assert_eq!(request(&mut stream, &encode(&[b"HLEN", b"h"])), b":1\r\n");
+    assert_eq!(request(&mut stream, &encode(&[b"HGET", b"h", b"b"])), b"$-1\r\n");
+    assert_eq!(request(&mut stream, &encode(&[b"HSET", b"h", b"b", b"small"])), b":1\r\n");
+}
+
 #[test]
 fn config_get_reports_the_gc_space_budget_and_set_refuses_it() {
     let (_dir, server) = start(&["--gc-space-amp", "1.5"]);

@@ -107,6 +107,7 @@ pub enum Refused {
     BadFormat,
     OtherType,
     TooBig,
+    HashTooBig,
 }
 
 /// The value a payload holds: its keyspace type and encoded data.
@@ -155,8 +156,8 @@ fn hash_of<'a>(strings: impl Iterator<Item = &'a [u8]>) -> Result<Vec<u8>, Refus
         }
     }
     let data = fields.encode();
-    if data.len() > MAX_STRING_BYTES {
-        return Err(Refused::TooBig);
+    if data.len() > crate::hash::MAX_HASH_BYTES {
+        return Err(Refused::HashTooBig);
     }
     Ok(data)
 }
@@ -382,6 +383,7 @@ pub fn restore(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
             err("ERR RESTORE of a value other than a string or a hash is not supported by ScaledKV yet")
         }
         Refused::TooBig => CmdError::TooBig,
+        Refused::HashTooBig => err(crate::hash::too_large()),
     })?;
     let expiry = match ttl {
         0 => None,
@@ -516,6 +518,9 @@ mod tests {
         assert_eq!(deserialize(&framed(&[], 0)), Err(Refused::BadFormat));
         assert_eq!(deserialize(&framed(&[b"f", b"1", b"f", b"2"], 2)), Err(Refused::BadFormat));
         assert_eq!(deserialize(&framed(&[b"f", b"1", b"g", b"2"], 2)), Ok(hash(&[(b"f", b"1"), (b"g", b"2")])));
+        // Past the largest hash kept: refused as HSET would refuse it.
+        let big = vec![b'v'; 600 << 10];
+        assert_eq!(deserialize(&framed(&[b"f", &big, b"g", &big], 2)), Err(Refused::HashTooBig));
     }
 
     fn hex(bytes: &[u8]) -> String {

@@ -10,7 +10,7 @@ use rand::Rng;
 use super::args::{eq, float, int, parse_i64};
 use super::{err, CmdError, CmdResult, Ctx};
 use crate::hash::{self, Corrupt, Fields};
-use crate::keyspace::{Value, MAX_STRING_BYTES, TYPE_HASH};
+use crate::keyspace::{Value, TYPE_HASH};
 use crate::resp::reply::format_double;
 use crate::resp::Protocol;
 
@@ -36,10 +36,8 @@ fn write_hash(ctx: &mut Ctx<'_>, key: &[u8], fields: &Fields<'_>, expiry: Option
         return Ok(());
     }
     let data = fields.encode();
-    if data.len() > MAX_STRING_BYTES {
-        return Err(err(format!(
-            "ERR hash is too large: ScaledKV keeps a hash in one value of at most {MAX_STRING_BYTES} bytes"
-        )));
+    if data.len() > hash::MAX_HASH_BYTES {
+        return Err(err(hash::too_large()));
     }
     ctx.writes.put(key, TYPE_HASH, &data, expiry)
 }
