@@ -5,28 +5,12 @@
 //! endian), then per field its length (LEB128), its bytes, the value's
 //! length (LEB128) and its bytes. A write reads the whole value and writes
 //! it back whole, so a command costs O(size of the hash), as Redis's
-//! listpack does for hashes of up to 512 short fields; a hash of many
-//! thousands of fields costs more here than in Redis's hash table, and one
-//! can hold at most the engine's largest value. An encoding that gives
-//! each field an engine entry of its own can come later under another type
-//! tag, with no change to this one.
+//! listpack does; like a listpack it holds at most 512 fields of up to 64
+//! bytes, and a bigger hash becomes a table with an engine entry per field
+//! (`commands::hash_table`).
 
 use std::borrow::Cow;
 use std::collections::HashMap;
-
-/// The largest encoded hash kept. Every write rewrites the whole hash, so
-/// a bigger one would write megabytes to the log per changed field; one
-/// that would grow past this is refused with `too_large` rather than
-/// slowed to a crawl (HSET of 1 KiB values into a 1 MB hash: 2.3k/s, into a
-/// 100 KB one 15.7k/s; Redis 85-90k).
-pub const MAX_HASH_BYTES: usize = 1 << 20;
-
-/// The error for a hash that would pass `MAX_HASH_BYTES`.
-pub fn too_large() -> String {
-    format!(
-        "ERR hash would exceed {MAX_HASH_BYTES} bytes: ScaledKV rewrites a hash whole on every write and keeps none larger yet"
-    )
-}
 
 /// The value of a hash is not in the layout above (it never is unless the
 /// log returned wrong bytes, which its checksums rule out).

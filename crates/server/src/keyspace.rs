@@ -5,7 +5,8 @@
 //! works today and hashes, lists and sets can be added without a format
 //! change. Expiry is the engine's per-entry expiry time.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
+use std::ops::Bound;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use scaledkv::{now_ms, Db, PinnedValue, WriteBatch, MAX_KEY_BYTES, MAX_VALUE_BYTES};
@@ -13,18 +14,57 @@ use tokio::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use crate::commands::CmdError;
 
-/// Type bytes: Redis's object type numbers (its RDB types 0 and 4).
+/// Type bytes: Redis's object type numbers (its RDB types 0 and 4), with
+/// the high bit set for a big collection's stub (`commands::hash_table`).
 pub const TYPE_STRING: u8 = 0;
 pub const TYPE_HASH: u8 = 4;
+pub const TYPE_HASH_TABLE: u8 = 0x84;
 /// Longest string value: the engine's limit less the type byte.
 pub const MAX_STRING_BYTES: usize = MAX_VALUE_BYTES - 1;
 
 pub fn type_name(tag: u8) -> &'static str {
     match tag {
         TYPE_STRING => "string",
-        TYPE_HASH => "hash",
+        TYPE_HASH | TYPE_HASH_TABLE => "hash",
         _ => "unknown",
     }
+}
+
+/// Engine keys that start with these two bytes are the server's own (the
+/// members of big collections, the format marker), never a client's: a
+/// client key that starts with them is refused, reads of one find
+/// nothing, and SCAN, KEYS, RANDOMKEY and DBSIZE leave them out. They sort
+/// after every client key; a 0xFF byte never occurs in UTF-8 text.
+pub const RESERVED: &[u8] = b"\xff\xff";
+/// Written once into every database this server opens: a database without
+/// it was written before keys were reserved and must hold none of them.
+pub const FORMAT_MARKER: &[u8] = b"\xff\xff\x00format";
+
+pub fn is_reserved(key: &[u8]) -> bool {
+    key.starts_with(RESERVED)
+}
+
+/// Checks the reserved keys of a database being opened and writes the
+/// marker into a new one; returns how many reserved entries it holds (what
+/// DBSIZE leaves out).
+pub fn prepare(db: &Db) -> Result<u64, String> {
+    if db.get(FORMAT_MARKER).map_err(|e| e.to_string())?.is_none() {
+        if let Some(item) = db.range::<&[u8], _>(RESERVED..).next() {
+            let (key, _) = item.map_err(|e| e.to_string())?;
+            return Err(format!(
+                "the database holds the key {:?}, which starts with the bytes 0xFF 0xFF that this version of \
+                 ScaledKV reserves for itself; rename it with the version that wrote it first",
+                String::from_utf8_lossy(&key)
+            ));
+        }
+        db.put(FORMAT_MARKER, b"1").map_err(|e| e.to_string())?;
+    }
+    let mut count = 0;
+    for item in db.range::<&[u8], _>(RESERVED..) {
+        item.map_err(|e| e.to_string())?;
+        count += 1;
+    }
+    Ok(count)
 }
 
 /// A value read from the engine (borrowed from the log) or from the
@@ -85,11 +125,24 @@ pub struct Writes {
     /// A branch's view of the writes it branched from (`branch`): read
     /// after `overlay`, before the engine.
     base: Option<(Overlay, WriteBatch)>,
+    /// Entries under `RESERVED` these writes add (or, negative, remove):
+    /// applied to `Shared::reserved_entries` once they commit.
+    reserved_delta: i64,
+}
+
+/// Owned (key, value) pairs, in key order.
+pub type Entries = Vec<(Vec<u8>, Vec<u8>)>;
+
+/// A batch ready to commit, and what it changes in the count of the
+/// server's own entries (`Shared::reserved_entries`).
+pub struct Ready {
+    pub batch: WriteBatch,
+    pub reserved_delta: i64,
 }
 
 impl Writes {
     pub fn new(transaction: bool) -> Writes {
-        Writes { batch: WriteBatch::new(), overlay: transaction.then(HashMap::new), base: None }
+        Writes { batch: WriteBatch::new(), overlay: transaction.then(HashMap::new), base: None, reserved_delta: 0 }
     }
 
     /// Whether later commands can read these writes before they commit.
@@ -107,7 +160,7 @@ impl Writes {
     /// drops them if it fails half-way.
     pub fn branch(&mut self) -> Writes {
         let base = (self.overlay.take().unwrap_or_default(), std::mem::take(&mut self.batch));
-        Writes { batch: WriteBatch::new(), overlay: Some(HashMap::new()), base: Some(base) }
+        Writes { batch: WriteBatch::new(), overlay: Some(HashMap::new()), base: Some(base), reserved_delta: 0 }
     }
 
     pub fn merge(&mut self, mut branch: Writes) {
@@ -116,6 +169,7 @@ impl Writes {
         batch.append(&mut branch.batch);
         overlay.extend(branch.overlay.take().unwrap_or_default().into_iter().map(|(key, at)| (key, at + shift)));
         (self.overlay, self.batch) = (Some(overlay), batch);
+        self.reserved_delta += branch.reserved_delta;
     }
 
     pub fn abandon(&mut self, mut branch: Writes) {
@@ -123,7 +177,16 @@ impl Writes {
         (self.overlay, self.batch) = (Some(overlay), batch);
     }
 
+    /// A client's key (reserved keys hold nothing a client can see).
     pub fn get(&self, db: &Db, key: &[u8]) -> Result<Option<Value>, CmdError> {
+        if is_reserved(key) {
+            return Ok(None);
+        }
+        self.get_internal(db, key)
+    }
+
+    /// Any key, the server's own included.
+    pub fn get_internal(&self, db: &Db, key: &[u8]) -> Result<Option<Value>, CmdError> {
         let mine = self.overlay.as_ref().and_then(|o| o.get(key)).map(|&at| (&self.batch, at));
         let base = || self.base.as_ref().and_then(|(o, batch)| Some((batch, *o.get(key)?)));
         if let Some((batch, at)) = mine.or_else(base) {
@@ -137,6 +200,58 @@ impl Writes {
         Ok(db.get_pinned(key)?.map(Value::Stored))
     }
 
+    /// Up to `limit` entries under `prefix` (one of the server's own
+    /// ranges), after `after` if given, in key order: the engine's merged
+    /// with these writes' pending ones. Values without their type byte.
+    pub fn scan_internal(
+        &self,
+        db: &Db,
+        prefix: &[u8],
+        after: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<Entries, CmdError> {
+        let in_range = |key: &[u8]| key.starts_with(prefix) && after.is_none_or(|a| key > a);
+        // Pending writes win over the engine's entries; the branch's own
+        // over its base's.
+        let mut pending: BTreeMap<Vec<u8>, Option<Vec<u8>>> = BTreeMap::new();
+        let sources = self.base.iter().map(|(o, b)| (o, b)).chain(self.overlay.iter().map(|o| (o, &self.batch)));
+        for (overlay, batch) in sources {
+            for (key, &at) in overlay.iter().filter(|(key, _)| in_range(key)) {
+                let value = batch.value_at(at).map(|(v, _)| v.get(1..).unwrap_or_default().to_vec());
+                pending.insert(key.clone(), value);
+            }
+        }
+        let upper = prefix_end(prefix);
+        let lower = match after {
+            Some(after) => Bound::Excluded(after),
+            None => Bound::Included(prefix),
+        };
+        let upper = match &upper {
+            Some(upper) => Bound::Excluded(upper.as_slice()),
+            None => Bound::Unbounded,
+        };
+        // The first `limit` of the merge are among the engine's first
+        // `limit + pending` and the pending puts.
+        let mut merged: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+        let mut iter = db.range::<&[u8], _>((lower, upper));
+        while merged.len() < limit.saturating_add(pending.len()) {
+            let Some(item) = iter.next_ref() else { break };
+            let (key, value) = item?;
+            merged.insert(key.to_vec(), value.get(1..).unwrap_or_default().to_vec());
+        }
+        drop(iter);
+        // At most `pending` of those are deleted, so `limit` of them are
+        // left and the take below never passes the last one read: a pending
+        // put beyond it is never taken before an unread engine entry.
+        for (key, value) in pending {
+            match value {
+                Some(value) => merged.insert(key, value),
+                None => merged.remove(&key),
+            };
+        }
+        Ok(merged.into_iter().take(limit).collect())
+    }
+
     pub fn put_string(&mut self, key: &[u8], data: &[u8], expiry_ms: Option<u64>) -> Result<(), CmdError> {
         if data.len() > MAX_STRING_BYTES {
             return Err(CmdError::TooBig);
@@ -148,6 +263,11 @@ impl Writes {
     /// RENAME, EXPIRE ...), or a hash whose size its caller checked.
     pub fn put(&mut self, key: &[u8], tag: u8, data: &[u8], expiry_ms: Option<u64>) -> Result<(), CmdError> {
         check_key(key)?;
+        self.put_internal(key, tag, data, expiry_ms)
+    }
+
+    /// As `put`, for any key, the server's own included.
+    pub fn put_internal(&mut self, key: &[u8], tag: u8, data: &[u8], expiry_ms: Option<u64>) -> Result<(), CmdError> {
         if data.len() > MAX_STRING_BYTES {
             return Err(CmdError::TooBig);
         }
@@ -167,11 +287,16 @@ impl Writes {
         }
     }
 
-    pub fn take_batch(&mut self) -> WriteBatch {
+    /// Counts entries under `RESERVED` these writes add or remove.
+    pub fn note_reserved(&mut self, delta: i64) {
+        self.reserved_delta += delta;
+    }
+
+    pub fn take_batch(&mut self) -> Ready {
         if let Some(overlay) = &mut self.overlay {
             overlay.clear();
         }
-        std::mem::take(&mut self.batch)
+        Ready { batch: std::mem::take(&mut self.batch), reserved_delta: std::mem::take(&mut self.reserved_delta) }
     }
 
     /// As `take_batch`, for a connection's next run of writes: the new
@@ -179,16 +304,33 @@ impl Writes {
     /// pipeline's runs tend to be alike (a run of 16 1 KiB SETs grew its
     /// buffer five times, copying it each time).
     /// The next run starts without an overlay (blind writes need none).
-    pub fn take_run_batch(&mut self) -> WriteBatch {
+    pub fn take_run_batch(&mut self) -> Ready {
         self.overlay = None;
         let hint = self.batch.size_bytes().min(64 << 10);
-        std::mem::replace(&mut self.batch, WriteBatch::with_capacity(hint))
+        let batch = std::mem::replace(&mut self.batch, WriteBatch::with_capacity(hint));
+        Ready { batch, reserved_delta: std::mem::take(&mut self.reserved_delta) }
     }
+}
+
+/// The first key after every key that starts with `prefix`; None if
+/// there is none (a prefix of 0xFF bytes only).
+pub fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xFF {
+            end.push(last + 1);
+            return Some(end);
+        }
+    }
+    None
 }
 
 pub fn check_key(key: &[u8]) -> Result<(), CmdError> {
     if key.len() > MAX_KEY_BYTES {
         return Err(CmdError::Msg(format!("ERR key is too large (max {MAX_KEY_BYTES} bytes)")));
+    }
+    if is_reserved(key) {
+        return Err(CmdError::Msg("ERR keys starting with the bytes 0xFF 0xFF are reserved by ScaledKV".into()));
     }
     Ok(())
 }

@@ -55,7 +55,7 @@ pub fn render(shared: &Shared) -> String {
     ];
     let gauges: [(&str, &str, f64); 7] = [
         ("connected_clients", "Open client connections", shared.clients.lock().len() as f64),
-        ("keys", "Keys in the database", shared.db.len() as f64),
+        ("keys", "Keys in the database", shared.user_keys() as f64),
         ("live_bytes", "Bytes of live log entries", stats.live_bytes as f64),
         ("disk_bytes", "Bytes of segment files", stats.disk_bytes as f64),
         ("index_memory_bytes", "Estimated DRAM held by the index", stats.index_memory_bytes as f64),

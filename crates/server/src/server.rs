@@ -59,6 +59,12 @@ pub struct Shared {
     /// USAGE: reading them (`Db::stats`) settles the index, too much to do
     /// for every key of `redis-cli --memkeys`.
     pub index_bytes_per_key: Mutex<Option<(Instant, f64)>>,
+    /// Entries under `keyspace::RESERVED` (the server's own), which DBSIZE
+    /// leaves out: counted at open, kept up to date by the commands that
+    /// add or remove them.
+    pub reserved_entries: AtomicU64,
+    /// The id the next big hash gets (`commands::hash_table`).
+    pub next_table_id: AtomicU64,
 }
 
 impl Shared {
@@ -73,6 +79,11 @@ impl Shared {
                 bytes
             }
         }
+    }
+
+    /// The clients' keys: the engine's entries less the server's own.
+    pub fn user_keys(&self) -> u64 {
+        (self.db.len() as u64).saturating_sub(self.reserved_entries.load(Ordering::Relaxed))
     }
 
     pub fn password(&self) -> Option<String> {
@@ -162,7 +173,11 @@ pub async fn run(config: Config, db: Db) -> Result<(), String> {
     let port = listener.local_addr().map_err(|e| e.to_string())?.port();
     let (shutdown, _) = watch::channel(false);
     let commit_thread = db.persist_waits_for_device().then(CommitSignal::default);
+    let reserved_entries = crate::keyspace::prepare(&db)?;
+    let next_table_id = crate::commands::hash_table::next_id(&db)?;
     let shared = Arc::new(Shared {
+        reserved_entries: AtomicU64::new(reserved_entries),
+        next_table_id: AtomicU64::new(next_table_id),
         db,
         locks: KeyLocks::default(),
         stats: ServerStats::default(),
@@ -189,6 +204,7 @@ pub async fn run(config: Config, db: Db) -> Result<(), String> {
         tokio::spawn(crate::metrics::serve(shared.clone(), metrics));
     }
     tokio::spawn(crate::expiry::active_expiry(shared.clone()));
+    tokio::spawn(crate::commands::hash_table::sweeper(shared.clone()));
     tracing::info!(bind = %shared.config.bind, port, "ready to accept connections");
     if let Some(path) = &shared.config.port_file {
         std::fs::write(path, port.to_string()).map_err(|e| format!("cannot write {}: {e}", path.display()))?;

@@ -51,7 +51,8 @@ fn writer(port: u16, iteration: usize, thread: usize, stop: Arc<AtomicBool>) -> 
         let n = format!("{seq}");
         let (a, b) = (format!("pair:t{thread}:a"), format!("pair:t{thread}:b"));
         request.extend(encode(&[b"MSET", a.as_bytes(), n.as_bytes(), b.as_bytes(), n.as_bytes()]));
-        // One field more per round in this life's hash: each HSET rewrites it.
+        // One field more per round in this life's hash: each HSET rewrites
+        // it while it is a listpack, then writes one entry of its table.
         let hash = format!("h:i{iteration}:t{thread}");
         request.extend(encode(&[b"HSET", hash.as_bytes(), format!("f{seq}").as_bytes(), n.as_bytes()]));
         request.extend(encode(&[b"HINCRBY", format!("hcount:t{thread}").as_bytes(), b"n", b"1"]));
@@ -203,6 +204,12 @@ fn check(server: &Server, history: &[Vec<Acked>]) {
                 String::from_utf8_lossy(&expected),
                 "{hash}: an acknowledged HSET lost"
             );
+            // Past 512 fields a hash is a table with an entry per field
+            // (at 512 acknowledged, the HSET in flight may have made it one).
+            let encoding = common::request(&mut stream, &encode(&[b"OBJECT", b"ENCODING", hash.as_bytes()]));
+            let table = encoding.ends_with(b"hashtable\r\n");
+            assert!(table || encoding.ends_with(b"listpack\r\n"), "{hash}");
+            assert!(acked.hash_rounds == 512 || table == (acked.hash_rounds > 512), "{hash}: {acked:?}");
         }
     }
     for thread in 0..THREADS {

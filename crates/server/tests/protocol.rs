@@ -232,19 +232,105 @@ fn hashes_through_a_client_library() {
     assert_eq!(all, HashMap::from([("visits".into(), "42".into())]));
 }
 
-/// A hash is rewritten whole by every write, so one that would pass 1 MiB
-/// is refused with a clear error, and the hash stays as it was.
+/// The server's own entries (a big hash's fields, its owner record, the
+/// format marker), from INFO.
+fn reserved_entries(stream: &mut std::net::TcpStream) -> u64 {
+    let info = request(stream, &encode(&[b"INFO", b"persistence"]));
+    let info = String::from_utf8_lossy(&info);
+    let line = info.lines().find_map(|l| l.strip_prefix("reserved_entries:")).expect("reserved_entries in INFO");
+    line.trim().parse().unwrap()
+}
+
+/// Waits until the sweep brings the server's own entries down to `want`.
+fn swept_to(stream: &mut std::net::TcpStream, want: u64) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while reserved_entries(stream) != want {
+        assert!(std::time::Instant::now() < deadline, "not swept: {} entries, want {want}", reserved_entries(stream));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// A hash past Redis's listpack limits becomes a table with an entry per
+/// field: DBSIZE and SCAN count only its key, RENAME and COPY keep it
+/// whole, and once its key goes (DEL, an overwrite, expiry) the sweep
+/// deletes its fields; what is left survives a restart.
 #[test]
-fn a_hash_past_its_limit_is_refused_whole() {
-    let (_dir, server) = start(&[]);
+fn big_hashes_live_in_tables_swept_once_their_key_goes() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    let mut server = Server::start(&path, &[]);
     let mut stream = server.connect();
+    // The format marker only.
+    assert_eq!(reserved_entries(&mut stream), 1);
     let big = vec![b'x'; 600 << 10];
-    assert_eq!(request(&mut stream, &encode(&[b"HSET", b"h", b"a", &big])), b":1\r\n");
-    let refused = request(&mut stream, &encode(&[b"HSET", b"h", b"b", b"small", b"c", &big]));
-    assert!(refused.starts_with(b"-ERR hash would exceed 1048576 bytes"), "{}", String::from_utf8_lossy(&refused));
-    assert_eq!(request(&mut stream, &encode(&[b"HLEN", b"h"])), b":1\r\n");
-    assert_eq!(request(&mut stream, &encode(&[b"HGET", b"h", b"b"])), b"$-1\r\n");
-    assert_eq!(request(&mut stream, &encode(&[b"HSET", b"h", b"b", b"small"])), b":1\r\n");
+    assert_eq!(request(&mut stream, &encode(&[b"HSET", b"h", b"small", b"v"])), b":1\r\n");
+    assert_eq!(request(&mut stream, &encode(&[b"OBJECT", b"ENCODING", b"h"])), b"$8\r\nlistpack\r\n");
+    assert_eq!(request(&mut stream, &encode(&[b"HSET", b"h", b"a", &big, b"b", &big])), b":2\r\n");
+    assert_eq!(request(&mut stream, &encode(&[b"OBJECT", b"ENCODING", b"h"])), b"$9\r\nhashtable\r\n");
+    // Three fields and the owner record.
+    assert_eq!(reserved_entries(&mut stream), 5);
+    assert_eq!(request(&mut stream, &encode(&[b"HLEN", b"h"])), b":3\r\n");
+    assert_eq!(request(&mut stream, &encode(&[b"HSTRLEN", b"h", b"b"])), b":614400\r\n");
+    assert_eq!(request(&mut stream, &encode(&[b"DBSIZE"])), b":1\r\n");
+    assert_eq!(request(&mut stream, &encode(&[b"SCAN", b"0"])), b"*2\r\n$1\r\n0\r\n*1\r\n$1\r\nh\r\n");
+    assert_eq!(request(&mut stream, &encode(&[b"KEYS", b"*"])), b"*1\r\n$1\r\nh\r\n");
+    // Reserved keys are nobody's to write or read.
+    let refused = request(&mut stream, &encode(&[b"SET", b"\xff\xffx", b"v"]));
+    assert!(refused.starts_with(b"-ERR keys starting with the bytes 0xFF 0xFF are reserved"), "{refused:?}");
+    assert_eq!(request(&mut stream, &encode(&[b"GET", b"\xff\xff\x00format"])), b"$-1\r\n");
+    // RENAME moves the stub and the owner record: the sweep keeps it.
+    assert_eq!(request(&mut stream, &encode(&[b"RENAME", b"h", b"h2"])), b"+OK\r\n");
+    // COPY makes a table of its own.
+    assert_eq!(request(&mut stream, &encode(&[b"COPY", b"h2", b"h3"])), b":1\r\n");
+    assert_eq!(reserved_entries(&mut stream), 9);
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(reserved_entries(&mut stream), 9);
+    assert_eq!(request(&mut stream, &encode(&[b"HGET", b"h2", b"small"])), b"$1\r\nv\r\n");
+    // DEL leaves h2's fields to the sweep; h3 keeps its own.
+    assert_eq!(request(&mut stream, &encode(&[b"DEL", b"h2"])), b":1\r\n");
+    swept_to(&mut stream, 5);
+    assert_eq!(request(&mut stream, &encode(&[b"HSTRLEN", b"h3", b"a"])), b":614400\r\n");
+    // An overwrite by SET, and expiry, leave theirs too.
+    assert_eq!(request(&mut stream, &encode(&[b"COPY", b"h3", b"h4"])), b":1\r\n");
+    assert_eq!(request(&mut stream, &encode(&[b"SET", b"h3", b"now a string"])), b"+OK\r\n");
+    swept_to(&mut stream, 5);
+    assert_eq!(request(&mut stream, &encode(&[b"COPY", b"h4", b"h5"])), b":1\r\n");
+    assert_eq!(request(&mut stream, &encode(&[b"PEXPIRE", b"h5", b"100"])), b":1\r\n");
+    swept_to(&mut stream, 5);
+    // HDEL of every field removes the key and the table at once.
+    assert_eq!(request(&mut stream, &encode(&[b"COPY", b"h4", b"h6"])), b":1\r\n");
+    assert_eq!(request(&mut stream, &encode(&[b"HDEL", b"h6", b"a", b"b", b"small"])), b":3\r\n");
+    assert_eq!(request(&mut stream, &encode(&[b"EXISTS", b"h6"])), b":0\r\n");
+    assert_eq!(reserved_entries(&mut stream), 5);
+    assert_eq!(request(&mut stream, &encode(&[b"DBSIZE"])), b":2\r\n");
+    assert!(server.terminate());
+    let server = Server::start(&path, &[]);
+    let mut stream = server.connect();
+    assert_eq!(reserved_entries(&mut stream), 5);
+    assert_eq!(request(&mut stream, &encode(&[b"DBSIZE"])), b":2\r\n");
+    assert_eq!(request(&mut stream, &encode(&[b"HSTRLEN", b"h4", b"b"])), b":614400\r\n");
+    assert_eq!(request(&mut stream, &encode(&[b"HSET", b"h4", b"c", b"new"])), b":1\r\n");
+    assert_eq!(request(&mut stream, &encode(&[b"HLEN", b"h4"])), b":4\r\n");
+}
+
+/// A database written before keys starting with 0xFF 0xFF were reserved
+/// and holding one is refused at start, naming the key, not misread.
+#[test]
+fn a_database_holding_a_reserved_key_is_refused_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    {
+        let db = scaledkv::Db::open(&path, scaledkv::Options::default()).unwrap();
+        db.put(b"\xff\xffold", b"\x00v").unwrap();
+    }
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_scaledkv-server"))
+        .args(["--port", "0", "--dir"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("0xFF 0xFF") && stderr.contains("old"), "{stderr}");
 }
 
 #[test]

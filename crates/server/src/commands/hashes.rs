@@ -1,6 +1,9 @@
-//! Hash commands, with Redis 7.0's replies and errors. Each hash is one
-//! engine value (`crate::hash`): a write decodes it, changes it and writes
-//! it back whole in the command's batch, keeping its expiry time.
+//! Hash commands, with Redis 7.0's replies and errors. A hash within
+//! Redis's listpack limits is one engine value (`crate::hash`): a write
+//! decodes it, changes it and writes it back whole. One past them (more
+//! than 512 fields, or a field or value over 64 bytes) becomes a table
+//! with an engine entry per field (`hash_table`), as Redis turns it into a
+//! hash table; it never goes back. Both keep the hash's expiry time.
 
 use std::borrow::Cow;
 
@@ -8,9 +11,10 @@ use bytes::Bytes;
 use rand::Rng;
 
 use super::args::{eq, float, int, parse_i64};
+use super::hash_table::{self, Table};
 use super::{err, CmdError, CmdResult, Ctx};
 use crate::hash::{self, Corrupt, Fields};
-use crate::keyspace::{Value, TYPE_HASH};
+use crate::keyspace::{Entries, Value, TYPE_HASH, TYPE_HASH_TABLE};
 use crate::resp::reply::format_double;
 use crate::resp::Protocol;
 
@@ -20,33 +24,97 @@ impl From<Corrupt> for CmdError {
     }
 }
 
+/// Redis's defaults for `hash-max-listpack-entries` and `-value`: past
+/// them a hash becomes a table.
+const LISTPACK_ENTRIES: usize = 512;
+const LISTPACK_VALUE: usize = 64;
+
 /// The hash at `key`: None if missing, WRONGTYPE for another type.
 fn read_hash(ctx: &mut Ctx<'_>, key: &[u8]) -> Result<Option<Value>, CmdError> {
     match ctx.read(key)? {
-        Some(value) if value.tag() != TYPE_HASH => Err(CmdError::WrongType),
+        Some(value) if value.tag() != TYPE_HASH && value.tag() != TYPE_HASH_TABLE => Err(CmdError::WrongType),
         other => Ok(other),
     }
 }
 
-/// Writes `fields` back to `key` (deletes the key once the hash is empty,
-/// as Redis does), keeping `expiry`.
-fn write_hash(ctx: &mut Ctx<'_>, key: &[u8], fields: &Fields<'_>, expiry: Option<u64>) -> CmdResult {
-    if fields.is_empty() {
-        ctx.writes.delete(key);
-        return Ok(());
-    }
-    let data = fields.encode();
-    if data.len() > hash::MAX_HASH_BYTES {
-        return Err(err(hash::too_large()));
-    }
-    ctx.writes.put(key, TYPE_HASH, &data, expiry)
+/// (field, value) pairs borrowed from a listpack or read from a table.
+type Pairs<'a> = Vec<(Cow<'a, [u8]>, Cow<'a, [u8]>)>;
+
+/// A hash a command reads or changes, in either encoding (a missing key is
+/// an empty listpack).
+enum Open<'v> {
+    Listpack(Fields<'v>),
+    Table(Table),
 }
 
-fn decode(value: &Option<Value>) -> Result<Fields<'_>, CmdError> {
-    Ok(match value {
-        Some(value) => Fields::decode(value.data())?,
-        None => Fields::default(),
-    })
+impl<'v> Open<'v> {
+    fn of(value: &'v Option<Value>) -> Result<Open<'v>, CmdError> {
+        Ok(match value {
+            Some(value) if value.tag() == TYPE_HASH_TABLE => Open::Table(Table::decode(value.data())?),
+            Some(value) => Open::Listpack(Fields::decode(value.data())?),
+            None => Open::Listpack(Fields::default()),
+        })
+    }
+
+    fn get(&self, ctx: &mut Ctx<'_>, field: &[u8]) -> Result<Option<Cow<'_, [u8]>>, CmdError> {
+        Ok(match self {
+            Open::Listpack(fields) => fields.get(field).map(Cow::Borrowed),
+            Open::Table(table) => hash_table::get(ctx, table, field)?.map(Cow::Owned),
+        })
+    }
+
+    /// Sets `field`; true if it is new.
+    fn set(&mut self, ctx: &mut Ctx<'_>, field: &'v [u8], value: Cow<'v, [u8]>) -> Result<bool, CmdError> {
+        match self {
+            Open::Listpack(fields) => Ok(fields.set(field, value)),
+            Open::Table(table) => hash_table::set(ctx, table, field, &value),
+        }
+    }
+
+    /// Removes `field`; true if it was there.
+    fn remove(&mut self, ctx: &mut Ctx<'_>, field: &[u8]) -> Result<bool, CmdError> {
+        match self {
+            Open::Listpack(fields) => Ok(fields.remove(field)),
+            Open::Table(table) => hash_table::remove(ctx, table, field),
+        }
+    }
+
+    /// Every (field, value) pair: a listpack's in insertion order, a
+    /// table's in field order.
+    fn pairs(&self, ctx: &mut Ctx<'_>) -> Result<Pairs<'_>, CmdError> {
+        Ok(match self {
+            Open::Listpack(fields) => fields.iter().map(|(f, v)| (Cow::Borrowed(f), Cow::Borrowed(v))).collect(),
+            Open::Table(table) => hash_table::entries(ctx, table, None, usize::MAX)?
+                .into_iter()
+                .map(|(f, v)| (Cow::Owned(f), Cow::Owned(v)))
+                .collect(),
+        })
+    }
+
+    /// Writes the hash back to `key` with `expiry`: a listpack past
+    /// Redis's limits becomes a table, an empty hash goes.
+    fn store(self, ctx: &mut Ctx<'_>, key: &[u8], expiry: Option<u64>) -> CmdResult {
+        match self {
+            Open::Table(table) => hash_table::store(ctx, key, &table, expiry),
+            Open::Listpack(fields) if fields.is_empty() => {
+                ctx.writes.delete(key);
+                Ok(())
+            }
+            Open::Listpack(fields) if !fits_listpack(fields.len(), fields.iter()) => {
+                hash_table::create(ctx, key, fields.iter(), expiry)
+            }
+            Open::Listpack(fields) => ctx.writes.put(key, TYPE_HASH, &fields.encode(), expiry),
+        }
+    }
+}
+
+/// Whether Redis would keep these pairs in a listpack.
+pub fn fits_listpack<'p>(len: usize, mut pairs: impl Iterator<Item = (&'p [u8], &'p [u8])>) -> bool {
+    len <= LISTPACK_ENTRIES && pairs.all(|(f, v)| f.len() <= LISTPACK_VALUE && v.len() <= LISTPACK_VALUE)
+}
+
+fn expiry(value: &Option<Value>) -> Option<u64> {
+    value.as_ref().and_then(Value::expiry_ms)
 }
 
 /// HSET and HMSET: sets every field/value pair; the number of new fields.
@@ -56,12 +124,12 @@ fn set_pairs(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Result<i64, CmdError> {
         return Err(err(format!("ERR wrong number of arguments for '{name}' command")));
     }
     let value = read_hash(ctx, &args[1])?;
-    let mut fields = decode(&value)?;
+    let mut hash = Open::of(&value)?;
     let mut added = 0;
     for pair in args[2..].chunks(2) {
-        added += fields.set(&pair[0], Cow::Borrowed(&pair[1])) as i64;
+        added += hash.set(ctx, &pair[0], Cow::Borrowed(&pair[1]))? as i64;
     }
-    write_hash(ctx, &args[1], &fields, value.as_ref().and_then(Value::expiry_ms))?;
+    hash.store(ctx, &args[1], expiry(&value))?;
     Ok(added)
 }
 
@@ -79,44 +147,53 @@ pub fn hmset(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
 
 pub fn hsetnx(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let value = read_hash(ctx, &args[1])?;
-    let mut fields = decode(&value)?;
-    if fields.get(&args[2]).is_some() {
+    let mut hash = Open::of(&value)?;
+    if hash.get(ctx, &args[2])?.is_some() {
         ctx.out.int(0);
         return Ok(());
     }
-    fields.set(&args[2], Cow::Borrowed(&args[3]));
-    write_hash(ctx, &args[1], &fields, value.as_ref().and_then(Value::expiry_ms))?;
+    hash.set(ctx, &args[2], Cow::Borrowed(&args[3]))?;
+    hash.store(ctx, &args[1], expiry(&value))?;
     ctx.out.int(1);
     Ok(())
 }
 
 pub fn hget(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
-    match read_hash(ctx, &args[1])? {
-        Some(value) => ctx.out.bulk_opt(hash::get(value.data(), &args[2])?),
-        None => ctx.out.null(),
+    let value = read_hash(ctx, &args[1])?;
+    match &value {
+        Some(v) if v.tag() == TYPE_HASH => ctx.out.bulk_opt(hash::get(v.data(), &args[2])?),
+        _ => {
+            let hash = Open::of(&value)?;
+            let found = hash.get(ctx, &args[2])?.map(Cow::into_owned);
+            ctx.out.bulk_opt(found.as_deref());
+        }
     }
     Ok(())
 }
 
 pub fn hmget(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let value = read_hash(ctx, &args[1])?;
-    let fields = decode(&value)?;
-    ctx.out.array(args.len() - 2);
+    let hash = Open::of(&value)?;
+    let mut found = Vec::with_capacity(args.len() - 2);
     for field in &args[2..] {
-        ctx.out.bulk_opt(fields.get(field));
+        found.push(hash.get(ctx, field)?.map(Cow::into_owned));
+    }
+    ctx.out.array(found.len());
+    for value in &found {
+        ctx.out.bulk_opt(value.as_deref());
     }
     Ok(())
 }
 
 pub fn hdel(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let value = read_hash(ctx, &args[1])?;
-    let mut fields = decode(&value)?;
+    let mut hash = Open::of(&value)?;
     let mut deleted = 0;
     for field in &args[2..] {
-        deleted += fields.remove(field) as i64;
+        deleted += hash.remove(ctx, field)? as i64;
     }
     if deleted > 0 {
-        write_hash(ctx, &args[1], &fields, value.as_ref().and_then(Value::expiry_ms))?;
+        hash.store(ctx, &args[1], expiry(&value))?;
     }
     ctx.out.int(deleted);
     Ok(())
@@ -124,19 +201,20 @@ pub fn hdel(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
 
 pub fn hlen(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let len = match read_hash(ctx, &args[1])? {
-        Some(value) => hash::count(value.data())?,
+        Some(value) if value.tag() == TYPE_HASH => hash::count(value.data())?,
+        Some(value) => Table::decode(value.data())?.count as usize,
         None => 0,
     };
     ctx.out.int(len as i64);
     Ok(())
 }
 
-/// The value of one field, for HSTRLEN and HEXISTS.
+/// The length of one field's value, for HSTRLEN and HEXISTS.
 fn field_len(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Result<Option<usize>, CmdError> {
-    Ok(match read_hash(ctx, &args[1])? {
-        Some(value) => hash::get(value.data(), &args[2])?.map(<[u8]>::len),
-        None => None,
-    })
+    let value = read_hash(ctx, &args[1])?;
+    let hash = Open::of(&value)?;
+    let len = hash.get(ctx, &args[2])?.map(|v| v.len());
+    Ok(len)
 }
 
 pub fn hstrlen(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
@@ -160,24 +238,14 @@ enum Part {
 }
 
 fn list(ctx: &mut Ctx<'_>, key: &[u8], part: Part) -> CmdResult {
-    let Some(value) = read_hash(ctx, key)? else {
-        match part {
-            Part::Both => ctx.out.map(0),
-            _ => ctx.out.array(0),
-        }
-        return Ok(());
-    };
-    let data = value.data();
-    // Check the whole value before the reply starts.
-    let len = hash::count(data)?;
-    if hash::pairs(data).any(|pair| pair.is_err()) {
-        return Err(Corrupt.into());
-    }
+    let value = read_hash(ctx, key)?;
+    let hash = Open::of(&value)?;
+    let pairs = hash.pairs(ctx)?;
     match part {
-        Part::Both => ctx.out.map(len),
-        _ => ctx.out.array(len),
+        Part::Both => ctx.out.map(pairs.len()),
+        _ => ctx.out.array(pairs.len()),
     }
-    for (field, value) in hash::pairs(data).flatten() {
+    for (field, value) in &pairs {
         if part != Part::Values {
             ctx.out.bulk(field);
         }
@@ -203,15 +271,15 @@ pub fn hgetall(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
 pub fn hincrby(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let delta = int(&args[3])?;
     let value = read_hash(ctx, &args[1])?;
-    let mut fields = decode(&value)?;
-    let current = match fields.get(&args[2]) {
-        Some(text) => parse_i64(text).ok_or_else(|| err("ERR hash value is not an integer"))?,
+    let mut hash = Open::of(&value)?;
+    let current = match hash.get(ctx, &args[2])? {
+        Some(text) => parse_i64(&text).ok_or_else(|| err("ERR hash value is not an integer"))?,
         None => 0,
     };
     let new = current.checked_add(delta).ok_or_else(|| err("ERR increment or decrement would overflow"))?;
     let text = itoa::Buffer::new().format(new).as_bytes().to_vec();
-    fields.set(&args[2], Cow::Owned(text));
-    write_hash(ctx, &args[1], &fields, value.as_ref().and_then(Value::expiry_ms))?;
+    hash.set(ctx, &args[2], Cow::Owned(text))?;
+    hash.store(ctx, &args[1], expiry(&value))?;
     ctx.out.int(new);
     Ok(())
 }
@@ -222,9 +290,9 @@ pub fn hincrbyfloat(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         return Err(err("ERR value is NaN or Infinity"));
     }
     let value = read_hash(ctx, &args[1])?;
-    let mut fields = decode(&value)?;
-    let current = match fields.get(&args[2]) {
-        Some(text) => float(text).map_err(|_| err("ERR hash value is not a float"))?,
+    let mut hash = Open::of(&value)?;
+    let current = match hash.get(ctx, &args[2])? {
+        Some(text) => float(&text).map_err(|_| err("ERR hash value is not a float"))?,
         None => 0.0,
     };
     let new = current + delta;
@@ -232,26 +300,31 @@ pub fn hincrbyfloat(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         return Err(err("ERR increment would produce NaN or Infinity"));
     }
     let text = format_double(new);
-    fields.set(&args[2], Cow::Owned(text.clone().into_bytes()));
-    write_hash(ctx, &args[1], &fields, value.as_ref().and_then(Value::expiry_ms))?;
+    hash.set(ctx, &args[2], Cow::Owned(text.clone().into_bytes()))?;
+    hash.store(ctx, &args[1], expiry(&value))?;
     ctx.out.bulk(text.as_bytes());
     Ok(())
 }
 
 /// HRANDFIELD key [count [WITHVALUES]]: Redis 7.0's cases. A positive
-/// count gives distinct fields (the whole hash, in order, when the count
-/// reaches its size; else a sample kept in the hash's order, as Redis
-/// samples a listpack), a negative one allows repeats.
+/// count gives distinct fields (the whole hash, in its order, when the
+/// count reaches its size; else a sample kept in that order, as Redis
+/// samples a listpack), a negative one allows repeats. A table is read
+/// whole for it.
 pub fn hrandfield(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     if args.len() == 2 {
-        let Some(value) = read_hash(ctx, &args[1])? else {
+        let value = read_hash(ctx, &args[1])?;
+        if value.is_none() {
             ctx.out.null();
             return Ok(());
-        };
-        let fields = Fields::decode(value.data())?;
-        let pick = rand::thread_rng().gen_range(0..fields.len());
-        let (field, _) = fields.iter().nth(pick).expect("a stored hash is never empty");
-        ctx.out.bulk(field);
+        }
+        let hash = Open::of(&value)?;
+        let pairs = hash.pairs(ctx)?;
+        let pick = rand::thread_rng().gen_range(0..pairs.len().max(1));
+        match pairs.get(pick) {
+            Some((field, _)) => ctx.out.bulk(field),
+            None => ctx.out.null(),
+        }
         return Ok(());
     }
     let count = int(&args[2])?;
@@ -266,14 +339,13 @@ pub fn hrandfield(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     if with_values && !(-i64::MAX / 2..=i64::MAX / 2).contains(&count) {
         return Err(err("ERR value is out of range"));
     }
-    let Some(value) = read_hash(ctx, &args[1])? else {
-        ctx.out.array(0);
-        return Ok(());
-    };
-    let fields = Fields::decode(value.data())?;
-    let pairs: Vec<(&[u8], &[u8])> = fields.iter().collect();
+    let value = read_hash(ctx, &args[1])?;
+    let hash = Open::of(&value)?;
+    let pairs = if count == 0 { Vec::new() } else { hash.pairs(ctx)? };
     let size = pairs.len();
-    let picks: Vec<usize> = if count < 0 {
+    let picks: Vec<usize> = if size == 0 {
+        Vec::new()
+    } else if count < 0 {
         let mut rng = rand::thread_rng();
         (0..count.unsigned_abs()).map(|_| rng.gen_range(0..size)).collect()
     } else if count as u64 >= size as u64 {
@@ -286,7 +358,7 @@ pub fn hrandfield(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let nested = with_values && ctx.out.protocol == Protocol::Resp3;
     ctx.out.array(if with_values && !nested { picks.len() * 2 } else { picks.len() });
     for at in picks {
-        let (field, value) = pairs[at];
+        let (field, value) = &pairs[at];
         if nested {
             ctx.out.array(2);
         }
@@ -298,28 +370,33 @@ pub fn hrandfield(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     Ok(())
 }
 
-/// HSCAN key cursor [MATCH pattern] [COUNT count]: the whole hash in one
-/// reply with cursor 0, as Redis answers for a hash kept as a listpack
-/// (COUNT is a hint that SCAN may exceed).
+/// HSCAN key cursor [MATCH pattern] [COUNT count]. A listpack comes whole
+/// in one reply with cursor 0, as Redis answers for one; a table in pages
+/// of COUNT fields (default 10) in field order, the cursor standing for
+/// the last field returned (`keys::Cursors`, as SCAN's).
 pub fn hscan(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
-    super::keys::scan_cursor(&args[2])?;
+    let cursor = super::keys::scan_cursor(&args[2])?;
     // Redis looks the key up before it reads the options.
-    let Some(value) = read_hash(ctx, &args[1])? else {
+    let value = read_hash(ctx, &args[1])?;
+    if value.is_none() {
         ctx.out.array(2);
         ctx.out.bulk(b"0");
         ctx.out.array(0);
         return Ok(());
-    };
+    }
     let mut pattern: Option<&Bytes> = None;
+    let mut count = 10usize;
     let mut i = 3;
     while i < args.len() {
         if i + 1 >= args.len() {
             return Err(CmdError::Syntax);
         }
         if eq(&args[i], "count") {
-            if int(&args[i + 1])? < 1 {
+            let n = int(&args[i + 1])?;
+            if n < 1 {
                 return Err(CmdError::Syntax);
             }
+            count = n.min(1 << 20) as usize;
         } else if eq(&args[i], "match") {
             pattern = Some(&args[i + 1]);
         } else {
@@ -327,11 +404,25 @@ pub fn hscan(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         }
         i += 2;
     }
-    let fields = Fields::decode(value.data())?;
-    let matched: Vec<(&[u8], &[u8])> =
-        fields.iter().filter(|(field, _)| pattern.is_none_or(|p| crate::keyspace::glob_match(p, field))).collect();
+    let (next, pairs): (u64, Entries) = match Open::of(&value)? {
+        Open::Listpack(fields) => (0, fields.iter().map(|(f, v)| (f.to_vec(), v.to_vec())).collect()),
+        Open::Table(table) => {
+            let after = match cursor {
+                0 => None,
+                n => Some(ctx.shared.cursors.lock().get(n).ok_or_else(|| err("ERR invalid cursor"))?),
+            };
+            let page = hash_table::entries(ctx, &table, after.as_deref(), count)?;
+            let next = match page.last() {
+                Some((field, _)) if page.len() == count => ctx.shared.cursors.lock().insert(field.clone()),
+                _ => 0,
+            };
+            (next, page)
+        }
+    };
+    let matched: Vec<&(Vec<u8>, Vec<u8>)> =
+        pairs.iter().filter(|(field, _)| pattern.is_none_or(|p| crate::keyspace::glob_match(p, field))).collect();
     ctx.out.array(2);
-    ctx.out.bulk(b"0");
+    ctx.out.bulk(next.to_string().as_bytes());
     ctx.out.array(matched.len() * 2);
     for (field, value) in matched {
         ctx.out.bulk(field);
@@ -340,14 +431,16 @@ pub fn hscan(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     Ok(())
 }
 
-/// What OBJECT ENCODING answers for a hash: Redis keeps one of up to 512
-/// fields, none longer than 64 bytes, as a listpack (its defaults for
-/// `hash-max-listpack-entries` and `-value`), a bigger one as a hash table.
-pub fn encoding(data: &[u8]) -> Result<&'static str, CmdError> {
-    let mut small = hash::count(data)? <= 512;
-    for pair in hash::pairs(data) {
-        let (field, value) = pair?;
-        small &= field.len() <= 64 && value.len() <= 64;
+/// What OBJECT ENCODING answers for a hash: `listpack` for one within
+/// Redis's limits, `hashtable` for a table.
+pub fn encoding(value: &Value) -> Result<&'static str, CmdError> {
+    if value.tag() == TYPE_HASH_TABLE {
+        return Ok("hashtable");
     }
-    Ok(if small { "listpack" } else { "hashtable" })
+    let data = value.data();
+    let mut pairs = Vec::new();
+    for pair in hash::pairs(data) {
+        pairs.push(pair?);
+    }
+    Ok(if fits_listpack(pairs.len(), pairs.into_iter()) { "listpack" } else { "hashtable" })
 }

@@ -8,8 +8,9 @@ use bytes::Bytes;
 use scaledkv::now_ms;
 
 use super::args::{eq, int};
+use super::hash_table::Table;
 use super::{err, only_database_zero, subcommand_arity, unknown_subcommand, CmdError, CmdResult, Ctx};
-use crate::keyspace::{glob_match, type_name, TYPE_HASH, TYPE_STRING};
+use crate::keyspace::{glob_match, is_reserved, type_name, RESERVED, TYPE_HASH, TYPE_HASH_TABLE, TYPE_STRING};
 
 pub fn del(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let mut seen = HashSet::new();
@@ -154,6 +155,9 @@ fn rename_to(ctx: &mut Ctx<'_>, args: &[Bytes], only_if_new: bool) -> CmdResult 
     if args[1] != args[2] {
         ctx.writes.delete(&args[1]);
         ctx.writes.put(&args[2], value.tag(), value.data(), value.expiry_ms())?;
+        if value.tag() == TYPE_HASH_TABLE {
+            super::hash_table::moved(ctx.writes, &args[2], &Table::decode(value.data())?)?;
+        }
     }
     if only_if_new {
         ctx.out.int(1);
@@ -199,6 +203,14 @@ pub fn copy(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         ctx.out.int(0);
         return Ok(());
     }
+    if value.tag() == TYPE_HASH_TABLE {
+        // A table of its own, field by field, as Redis copies a hash.
+        let table = Table::decode(value.data())?;
+        let pairs = super::hash_table::entries(ctx, &table, None, usize::MAX)?;
+        super::hash_table::create(ctx, &args[2], pairs.iter().map(|(f, v)| (&f[..], &v[..])), value.expiry_ms())?;
+        ctx.out.int(1);
+        return Ok(());
+    }
     ctx.writes.put(&args[2], value.tag(), value.data(), value.expiry_ms())?;
     ctx.out.int(1);
     Ok(())
@@ -208,7 +220,7 @@ pub fn keys(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let pattern = &args[1];
     let all = pattern.as_ref() == b"*";
     let mut matched = Vec::new();
-    let mut iter = ctx.db().iter();
+    let mut iter = ctx.db().range::<&[u8], _>(..RESERVED);
     while let Some(item) = iter.next_ref() {
         let (key, _) = item?;
         if all || glob_match(pattern, key) {
@@ -283,7 +295,7 @@ pub fn scan(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let mut last: Option<Vec<u8>> = None;
     let mut examined = 0;
     let lower = if cursor == 0 { Bound::Unbounded } else { Bound::Excluded(start.as_slice()) };
-    let mut iter = ctx.db().range::<&[u8], _>((lower, Bound::Unbounded));
+    let mut iter = ctx.db().range::<&[u8], _>((lower, Bound::Excluded(RESERVED)));
     while let Some(item) = iter.next_ref() {
         let (key, value) = item?;
         examined += 1;
@@ -316,7 +328,8 @@ pub fn scan(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
 pub fn randomkey(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let _ = args;
     let probe: [u8; 8] = rand_bytes();
-    let found = ctx.db().range::<&[u8], _>(&probe[..]..).next().or_else(|| ctx.db().iter().next());
+    let after = (!is_reserved(&probe)).then(|| ctx.db().range::<&[u8], _>(&probe[..]..RESERVED).next()).flatten();
+    let found = after.or_else(|| ctx.db().range::<&[u8], _>(..RESERVED).next());
     match found {
         Some(item) => ctx.out.bulk(&item?.0),
         None => ctx.out.null(),
@@ -396,9 +409,9 @@ pub fn object(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
                 ctx.out.null();
                 return Ok(());
             };
-            if value.tag() == TYPE_HASH {
+            if value.tag() == TYPE_HASH || value.tag() == TYPE_HASH_TABLE {
                 match sub.as_str() {
-                    "encoding" => ctx.out.bulk(super::hashes::encoding(value.data())?.as_bytes()),
+                    "encoding" => ctx.out.bulk(super::hashes::encoding(&value)?.as_bytes()),
                     "refcount" => ctx.out.int(1),
                     "freq" => return Err(no_lfu()),
                     _ => return Err(no_idletime()),

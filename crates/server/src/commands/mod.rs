@@ -4,6 +4,7 @@
 
 mod bits;
 mod dump;
+pub mod hash_table;
 mod hashes;
 mod keys;
 mod server;
@@ -15,9 +16,10 @@ use smallvec::SmallVec;
 use tokio::runtime::RuntimeFlavor;
 
 use crate::conn::ConnState;
-use crate::keyspace::{KeyLocks, Stripe, Writes};
+use crate::keyspace::{KeyLocks, Ready, Stripe, Writes};
 use crate::resp::Out;
 use crate::server::Shared;
+use std::sync::atomic::Ordering;
 
 pub use keys::Cursors;
 pub use tx::exec;
@@ -420,8 +422,8 @@ impl<'s> Run<'s> {
             self.guards.clear();
             return;
         }
-        let batch = self.writes.take_run_batch();
-        match commit(shared, batch).await {
+        let ready = self.writes.take_run_batch();
+        match commit(shared, ready).await {
             Ok(()) => {
                 for (stripe, _) in &self.guards {
                     shared.locks.bump(*stripe);
@@ -472,11 +474,23 @@ impl<'s> Run<'s> {
     }
 }
 
+/// Makes `ready`'s batch durable and visible, then counts the server's own
+/// entries it added or removed.
+pub async fn commit(shared: &Shared, ready: Ready) -> scaledkv::Result<()> {
+    commit_batch(shared, ready.batch).await?;
+    if ready.reserved_delta != 0 {
+        let count = &shared.reserved_entries;
+        let delta = ready.reserved_delta;
+        let _ = count.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| Some(n.saturating_add_signed(delta)));
+    }
+    Ok(())
+}
+
 /// Makes `batch` durable and visible. Where each group commit waits for
 /// the device, the commit thread leads it (`committer.rs`), so no worker
 /// blocks in fdatasync; elsewhere this task leads its own group (or joins
 /// the one in flight), which costs no hand-off.
-pub async fn commit(shared: &Shared, batch: scaledkv::WriteBatch) -> scaledkv::Result<()> {
+async fn commit_batch(shared: &Shared, batch: scaledkv::WriteBatch) -> scaledkv::Result<()> {
     // While GC is far behind, queueing a write first collects a piece of it
     // (tens of milliseconds): `block_in_place` hands this worker's other
     // connections to another thread meanwhile, where blocking it held up

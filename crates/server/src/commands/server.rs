@@ -246,7 +246,7 @@ pub fn memory(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
 }
 
 pub fn dbsize(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
-    ctx.out.int(ctx.db().len() as i64);
+    ctx.out.int(ctx.shared.user_keys() as i64);
     Ok(())
 }
 
@@ -258,7 +258,10 @@ pub fn flushall(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     }
     // One atomic batch when it fits (the usual case); a huge database is
     // cleared in several batches, each durable before the next.
+    // Everything but the format marker: the server's own entries go with
+    // the keys they belong to.
     let keys: Vec<Vec<u8>> = ctx.db().iter().map(|item| item.map(|(k, _)| k)).collect::<Result<_, _>>()?;
+    let keys = keys.into_iter().filter(|key| key != crate::keyspace::FORMAT_MARKER);
     let mut bytes = 0;
     for key in keys {
         bytes += key.len() + 32;
@@ -266,6 +269,9 @@ pub fn flushall(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
             let batch = std::mem::replace(&mut ctx.writes.batch, WriteBatch::new());
             ctx.db().write(batch)?;
             bytes = key.len() + 32;
+        }
+        if crate::keyspace::is_reserved(&key) {
+            ctx.writes.note_reserved(-1);
         }
         ctx.writes.delete(&key);
     }
@@ -384,7 +390,7 @@ pub fn info_text(ctx: &Ctx<'_>, sections: &[String]) -> String {
              rdb_last_save_time:{}\r\nlog_bytes:{}\r\nlive_bytes:{}\r\ndisk_bytes:{}\r\nsegments:{}\r\n\
              segments_freed:{}\r\nsegments_recycled:{}\r\nwrite_amplification:{:.3}\r\nspace_amplification:{:.3}\r\ngc_runs:{}\r\n\
              gc_stalled_writes:{}\r\ngc_stall_micros:{}\r\ncheckpoints:{}\r\ndelta_checkpoints:{}\r\ncheckpoint_bytes_written:{}\r\n\
-             commit_groups:{}\r\ncommitted_writes:{}\r\n\r\n",
+             commit_groups:{}\r\ncommitted_writes:{}\r\nreserved_entries:{}\r\n\r\n",
             config.durability,
             durable as u8,
             shared.last_save.load(Ordering::Relaxed),
@@ -404,6 +410,7 @@ pub fn info_text(ctx: &Ctx<'_>, sections: &[String]) -> String {
             stats.checkpoint_bytes_written,
             stats.commit_groups,
             stats.committed_requests,
+            shared.reserved_entries.load(Ordering::Relaxed),
         );
     }
     if wanted("stats") {
@@ -432,7 +439,7 @@ pub fn info_text(ctx: &Ctx<'_>, sections: &[String]) -> String {
     }
     if wanted("keyspace") {
         text.push_str("# Keyspace\r\n");
-        let keys = shared.db.len();
+        let keys = shared.user_keys();
         if keys > 0 {
             let _ = write!(text, "db0:keys={keys},expires=0,avg_ttl=0\r\n");
         }

@@ -1,0 +1,252 @@
+//! Big hashes: Redis keeps a hash past its listpack limits (512 fields, 64
+//! bytes) in a hash table; ScaledKV gives each of its fields an engine
+//! entry of its own, so a write costs one field, not the whole hash.
+//!
+//! The client's key holds a stub (type `TYPE_HASH_TABLE`): the table's id
+//! and field count, and the hash's expiry time. Under the server's reserved
+//! keys (`keyspace::RESERVED`) live
+//! - `RESERVED 01 id field` → the field's value, one per field;
+//! - `RESERVED 02 id` → the key that holds the stub (its owner).
+//!
+//! Every change to a table (fields, count, owner) is in the command's one
+//! batch, so a crash leaves a table whole. A stub that goes away without
+//! its fields (DEL, an overwrite, expiry, FLUSHALL of a crashed half) leaves
+//! them behind: `sweep` finds such tables by their owner records and
+//! deletes them, as Redis frees a big value in the background (UNLINK).
+
+use std::sync::atomic::Ordering;
+
+use super::{err, CmdError, CmdResult, Ctx};
+use crate::hash::Corrupt;
+use crate::keyspace::{Entries, KeyLocks, Ready, Writes, RESERVED, TYPE_HASH_TABLE};
+use crate::server::Shared;
+
+const MEMBERS: u8 = 0x01;
+const OWNERS: u8 = 0x02;
+/// The type byte of a field's value (`Value::data` strips the first byte).
+const TYPE_FIELD: u8 = 0x01;
+
+/// A table's stub: its id and how many fields it holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Table {
+    pub id: u64,
+    pub count: u64,
+}
+
+impl Table {
+    pub fn decode(data: &[u8]) -> Result<Table, Corrupt> {
+        let data: &[u8; 16] = data.try_into().map_err(|_| Corrupt)?;
+        let id = u64::from_le_bytes(data[..8].try_into().expect("8"));
+        let count = u64::from_le_bytes(data[8..].try_into().expect("8"));
+        Ok(Table { id, count })
+    }
+
+    fn encode(&self) -> [u8; 16] {
+        let mut out = [0; 16];
+        out[..8].copy_from_slice(&self.id.to_le_bytes());
+        out[8..].copy_from_slice(&self.count.to_le_bytes());
+        out
+    }
+}
+
+/// Where the fields of table `id` sort, field by field.
+pub fn members_prefix(id: u64) -> Vec<u8> {
+    let mut key = Vec::with_capacity(11);
+    key.extend_from_slice(RESERVED);
+    key.push(MEMBERS);
+    key.extend_from_slice(&id.to_be_bytes());
+    key
+}
+
+fn member_key(id: u64, field: &[u8]) -> Vec<u8> {
+    let mut key = members_prefix(id);
+    key.extend_from_slice(field);
+    key
+}
+
+fn owners_prefix() -> Vec<u8> {
+    [RESERVED, &[OWNERS]].concat()
+}
+
+fn owner_key(id: u64) -> Vec<u8> {
+    [RESERVED, &[OWNERS], &id.to_be_bytes()].concat()
+}
+
+/// The id the next table gets: one past the highest owner record (a table
+/// whose owner record is gone has no fields left either).
+pub fn next_id(db: &scaledkv::Db) -> Result<u64, String> {
+    let prefix = owners_prefix();
+    let end = crate::keyspace::prefix_end(&prefix).expect("ends below 0xFF");
+    match db.range_rev::<&[u8], _>(prefix.as_slice()..end.as_slice()).next() {
+        Some(item) => {
+            let (key, _) = item.map_err(|e| e.to_string())?;
+            let id: [u8; 8] = key.get(prefix.len()..).and_then(|id| id.try_into().ok()).ok_or("a bad owner record")?;
+            Ok(u64::from_be_bytes(id) + 1)
+        }
+        None => Ok(1),
+    }
+}
+
+pub fn get(ctx: &mut Ctx<'_>, table: &Table, field: &[u8]) -> Result<Option<Vec<u8>>, CmdError> {
+    Ok(ctx.writes.get_internal(ctx.db(), &member_key(table.id, field))?.map(|value| value.data().to_vec()))
+}
+
+/// Sets `field`; true if it is new.
+pub fn set(ctx: &mut Ctx<'_>, table: &mut Table, field: &[u8], value: &[u8]) -> Result<bool, CmdError> {
+    let key = member_key(table.id, field);
+    check_field(&key)?;
+    let new = ctx.writes.get_internal(ctx.db(), &key)?.is_none();
+    ctx.writes.put_internal(&key, TYPE_FIELD, value, None)?;
+    if new {
+        table.count += 1;
+        ctx.writes.note_reserved(1);
+    }
+    Ok(new)
+}
+
+/// Removes `field`; true if it was there.
+pub fn remove(ctx: &mut Ctx<'_>, table: &mut Table, field: &[u8]) -> Result<bool, CmdError> {
+    let key = member_key(table.id, field);
+    if ctx.writes.get_internal(ctx.db(), &key)?.is_none() {
+        return Ok(false);
+    }
+    ctx.writes.delete(&key);
+    table.count -= 1;
+    ctx.writes.note_reserved(-1);
+    Ok(true)
+}
+
+/// A field's engine key must fit the engine's key limit.
+fn check_field(key: &[u8]) -> CmdResult {
+    if key.len() > scaledkv::MAX_KEY_BYTES {
+        let most = scaledkv::MAX_KEY_BYTES - members_prefix(0).len();
+        return Err(err(format!("ERR hash field is too large (max {most} bytes in a big hash)")));
+    }
+    Ok(())
+}
+
+/// Writes the stub back; a table left empty goes, with its owner record,
+/// as Redis deletes an empty hash.
+pub fn store(ctx: &mut Ctx<'_>, key: &[u8], table: &Table, expiry: Option<u64>) -> CmdResult {
+    if table.count == 0 {
+        ctx.writes.delete(key);
+        ctx.writes.delete(&owner_key(table.id));
+        ctx.writes.note_reserved(-1);
+        return Ok(());
+    }
+    ctx.writes.put(key, TYPE_HASH_TABLE, &table.encode(), expiry)
+}
+
+/// A new table at `key` holding `pairs` (a hash grown past the listpack
+/// limits, a RESTORE, a COPY).
+pub fn create<'p>(
+    ctx: &mut Ctx<'_>,
+    key: &[u8],
+    pairs: impl Iterator<Item = (&'p [u8], &'p [u8])>,
+    expiry: Option<u64>,
+) -> CmdResult {
+    let id = ctx.shared.next_table_id.fetch_add(1, Ordering::Relaxed);
+    let mut table = Table { id, count: 0 };
+    for (field, value) in pairs {
+        let member = member_key(id, field);
+        check_field(&member)?;
+        ctx.writes.put_internal(&member, TYPE_FIELD, value, None)?;
+        table.count += 1;
+    }
+    ctx.writes.put_internal(&owner_key(id), TYPE_FIELD, key, None)?;
+    ctx.writes.note_reserved(table.count as i64 + 1);
+    store(ctx, key, &table, expiry)
+}
+
+/// Records `key` as the owner of `table` (RENAME moved its stub there).
+pub fn moved(writes: &mut Writes, key: &[u8], table: &Table) -> CmdResult {
+    writes.put_internal(&owner_key(table.id), TYPE_FIELD, key, None)
+}
+
+/// Up to `limit` (field, value) pairs after the field `after`, in field
+/// order.
+pub fn entries(ctx: &mut Ctx<'_>, table: &Table, after: Option<&[u8]>, limit: usize) -> Result<Entries, CmdError> {
+    let prefix = members_prefix(table.id);
+    let after = after.map(|field| member_key(table.id, field));
+    let found = ctx.writes.scan_internal(ctx.db(), &prefix, after.as_deref(), limit)?;
+    Ok(found.into_iter().map(|(key, value)| (key[prefix.len()..].to_vec(), value)).collect())
+}
+
+/// How often `sweeper` looks for tables whose stubs are gone.
+const SWEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Runs `sweep` until shutdown.
+pub async fn sweeper(shared: std::sync::Arc<Shared>) {
+    let mut shutdown = shared.shutdown.subscribe();
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(SWEEP_EVERY) => {}
+            _ = shutdown.changed() => return,
+        }
+        if let Err(error) = sweep(&shared).await {
+            tracing::warn!(error = %error.text(), "sweeping the fields of deleted big hashes failed");
+        }
+    }
+}
+
+/// Deletes the fields of tables whose stubs are gone; returns how many
+/// entries went. Each owner record is checked under its key's lock, after
+/// reading it again there: RENAME changes the owner and the stub together
+/// under the locks of both keys.
+pub async fn sweep(shared: &Shared) -> Result<u64, CmdError> {
+    let prefix = owners_prefix();
+    let end = crate::keyspace::prefix_end(&prefix).expect("ends below 0xFF");
+    let owners: Vec<(Vec<u8>, Vec<u8>)> =
+        shared.db.range::<&[u8], _>(prefix.as_slice()..end.as_slice()).collect::<Result<_, _>>()?;
+    let mut deleted = 0;
+    for (owner, key) in owners {
+        let Some(key) = key.get(1..) else { continue };
+        let guard = shared.locks.lock(&[KeyLocks::stripe(key)]).await;
+        let still = shared.db.get(&owner)?;
+        if still.as_deref().and_then(|v| v.get(1..)) != Some(key) {
+            continue;
+        }
+        let id: [u8; 8] = owner[prefix.len()..].try_into().map_err(|_| Corrupt)?;
+        let id = u64::from_be_bytes(id);
+        let live = match shared.db.get(key)? {
+            Some(stub) if stub.first() == Some(&TYPE_HASH_TABLE) => Table::decode(&stub[1..])?.id == id,
+            _ => false,
+        };
+        drop(guard);
+        if !live {
+            deleted += drop_table(shared, id, &owner).await?;
+        }
+    }
+    Ok(deleted)
+}
+
+/// Deletes an orphaned table's fields in batches of bounded size, then its
+/// owner record, so a crash half-way leaves the owner for the next sweep.
+async fn drop_table(shared: &Shared, id: u64, owner: &[u8]) -> Result<u64, CmdError> {
+    const BATCH: usize = 4096;
+    let prefix = members_prefix(id);
+    let end = crate::keyspace::prefix_end(&prefix).expect("ends below 0xFF");
+    let mut deleted = 0;
+    loop {
+        let keys: Vec<Vec<u8>> = shared
+            .db
+            .range::<&[u8], _>(prefix.as_slice()..end.as_slice())
+            .take(BATCH)
+            .map(|item| item.map(|(key, _)| key))
+            .collect::<Result<_, _>>()?;
+        let mut batch = scaledkv::WriteBatch::new();
+        let last = keys.len() < BATCH;
+        for key in &keys {
+            batch.delete(key);
+        }
+        if last {
+            batch.delete(owner);
+        }
+        let count = keys.len() as u64 + last as u64;
+        super::commit(shared, Ready { batch, reserved_delta: -(count as i64) }).await?;
+        deleted += count;
+        if last {
+            return Ok(deleted);
+        }
+    }
+}
