@@ -121,6 +121,11 @@ const SCRIPTS: &[&str] = &[
     "HSET one f v | HRANDFIELD one | HRANDFIELD one -3 | HRANDFIELD one -2 WITHVALUES | HRANDFIELD one 1 | HRANDFIELD one 1 WITHVALUES | HRANDFIELD one -1",
     "HSET h a 1 b 2 c 3 ab 4 | HSCAN h 0 | HSCAN h 0 MATCH a* | HSCAN h 0 COUNT 1 | HSCAN h 5 | HSCAN h x | HSCAN h -1 | HSCAN h '' | HSCAN h + | HSCAN h 18446744073709551616 | HSCAN h 0 COUNT 0 | HSCAN h 0 COUNT x | HSCAN h 0 NOVALUES | HSCAN h 0 MATCH | HSCAN nokey 0 COUNT 0 | HSCAN nokey x | HSCAN h 0 TYPE string | HSCAN h 0 MATCH [ab] COUNT 100",
     "MULTI | HSET h a 1 | HINCRBY h a 2 | HGET h a | HGETALL h | HDEL h a | EXISTS h | HSET h b 2 | EXEC | HGETALL h | WATCH h | HSET h c 3 | MULTI | HGET h c | EXEC",
+    // Past the listpack limits: a table here, a hash table in Redis (both
+    // list fields in their own order: compared unordered).
+    "HSET t a xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx b 1 c 2 | OBJECT ENCODING t | HSET t a 1 a 2 d 3 | HLEN t | HGET t a | ~HGETALL t | ~HKEYS t | ~HVALS t | HMGET t a b z | HDEL t a a z | HLEN t | HEXISTS t b | HEXISTS t a | HSTRLEN t c | HINCRBY t n 5 | HINCRBY t c x | HINCRBYFLOAT t f 1.5 | HSETNX t b x | HSETNX t q x | OBJECT ENCODING t | TYPE t | GET t | EXPIRE t 100 | HSET t z 1 | TTL t | HDEL t b c d n f q z | EXISTS t | DBSIZE",
+    "HSET t a xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx b 1 | MULTI | HSET t c 3 | HGET t c | ~HGETALL t | HDEL t a | HLEN t | ~HKEYS t | ~EXEC | ~HGETALL t | ~HRANDFIELD t 5 | HRANDFIELD t 0 | ~HSCAN t 0 COUNT 100 | HSCAN t 0 MATCH c",
+    "HSET t a xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx b 1 | RENAME t u | ~HGETALL u | COPY u v | HSET v b 2 | HGET u b | HGET v b | DEL u | EXISTS u | ~HGETALL v | RENAME v v | SET v str | HGET v b | DBSIZE | ~KEYS *",
 ];
 
 fn words(command: &str) -> Vec<Vec<u8>> {

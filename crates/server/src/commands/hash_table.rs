@@ -95,6 +95,9 @@ pub fn get(ctx: &mut Ctx<'_>, table: &Table, field: &[u8]) -> Result<Option<Vec<
 pub fn set(ctx: &mut Ctx<'_>, table: &mut Table, field: &[u8], value: &[u8]) -> Result<bool, CmdError> {
     let key = member_key(table.id, field);
     check_field(&key)?;
+    // A field set twice in one command (HSET k f 1 f 2) must read its
+    // first write to count it once.
+    ctx.writes.keep_overlay();
     let new = ctx.writes.get_internal(ctx.db(), &key)?.is_none();
     ctx.writes.put_internal(&key, TYPE_FIELD, value, None)?;
     if new {
@@ -107,6 +110,7 @@ pub fn set(ctx: &mut Ctx<'_>, table: &mut Table, field: &[u8], value: &[u8]) -> 
 /// Removes `field`; true if it was there.
 pub fn remove(ctx: &mut Ctx<'_>, table: &mut Table, field: &[u8]) -> Result<bool, CmdError> {
     let key = member_key(table.id, field);
+    ctx.writes.keep_overlay();
     if ctx.writes.get_internal(ctx.db(), &key)?.is_none() {
         return Ok(false);
     }
