@@ -176,33 +176,57 @@ pub fn entries(ctx: &mut Ctx<'_>, table: &Table, after: Option<&[u8]>, limit: us
     Ok(found.into_iter().map(|(key, value)| (key[prefix.len()..].to_vec(), value)).collect())
 }
 
-/// How often `sweeper` looks for tables whose stubs are gone.
-const SWEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+/// Owner records `sweeper` checks per step, and the pause after a step
+/// that found few orphans: a million big hashes take 100 s a pass, at a
+/// few milliseconds of CPU per step, as Redis's active expiry cycle paces
+/// itself.
+const SWEEP_STEP: usize = 1000;
+const SWEEP_PAUSE: std::time::Duration = std::time::Duration::from_millis(100);
 
-/// Runs `sweep` until shutdown.
+/// Runs `sweep` a step at a time until shutdown, going on at once while a
+/// step finds many orphans.
 pub async fn sweeper(shared: std::sync::Arc<Shared>) {
     let mut shutdown = shared.shutdown.subscribe();
+    let mut cursor: Option<Vec<u8>> = None;
     loop {
-        tokio::select! {
-            _ = tokio::time::sleep(SWEEP_EVERY) => {}
-            _ = shutdown.changed() => return,
+        let mut busy = false;
+        match sweep(&shared, cursor.take(), SWEEP_STEP).await {
+            Ok((next, orphans)) => {
+                busy = orphans * 4 > SWEEP_STEP;
+                cursor = next;
+            }
+            Err(error) => tracing::warn!(error = %error.text(), "sweeping the fields of deleted big hashes failed"),
         }
-        if let Err(error) = sweep(&shared).await {
-            tracing::warn!(error = %error.text(), "sweeping the fields of deleted big hashes failed");
+        if busy {
+            tokio::task::yield_now().await;
+            continue;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(SWEEP_PAUSE) => {}
+            _ = shutdown.changed() => return,
         }
     }
 }
 
-/// Deletes the fields of tables whose stubs are gone; returns how many
-/// entries went. Each owner record is checked under its key's lock, after
-/// reading it again there: RENAME changes the owner and the stub together
-/// under the locks of both keys.
-pub async fn sweep(shared: &Shared) -> Result<u64, CmdError> {
+/// Checks up to `step` owner records after `after` and deletes the fields
+/// of tables whose stubs are gone; returns where to go on (None at the
+/// end) and how many tables went. Each owner record is checked under its
+/// key's lock, after reading it again there: RENAME changes the owner and
+/// the stub together under the locks of both keys.
+pub async fn sweep(shared: &Shared, after: Option<Vec<u8>>, step: usize) -> Result<(Option<Vec<u8>>, usize), CmdError> {
     let prefix = owners_prefix();
     let end = crate::keyspace::prefix_end(&prefix).expect("ends below 0xFF");
-    let owners: Vec<(Vec<u8>, Vec<u8>)> =
-        shared.db.range::<&[u8], _>(prefix.as_slice()..end.as_slice()).collect::<Result<_, _>>()?;
-    let mut deleted = 0;
+    let lower = match &after {
+        Some(after) => std::ops::Bound::Excluded(after.as_slice()),
+        None => std::ops::Bound::Included(prefix.as_slice()),
+    };
+    let owners: Vec<(Vec<u8>, Vec<u8>)> = shared
+        .db
+        .range::<&[u8], _>((lower, std::ops::Bound::Excluded(end.as_slice())))
+        .take(step)
+        .collect::<Result<_, _>>()?;
+    let next = if owners.len() == step { owners.last().map(|(owner, _)| owner.clone()) } else { None };
+    let mut orphans = 0;
     for (owner, key) in owners {
         let Some(key) = key.get(1..) else { continue };
         let guard = shared.locks.lock(&[KeyLocks::stripe(key)]).await;
@@ -218,10 +242,11 @@ pub async fn sweep(shared: &Shared) -> Result<u64, CmdError> {
         };
         drop(guard);
         if !live {
-            deleted += drop_table(shared, id, &owner).await?;
+            drop_table(shared, id, &owner).await?;
+            orphans += 1;
         }
     }
-    Ok(deleted)
+    Ok((next, orphans))
 }
 
 /// Deletes an orphaned table's fields in batches of bounded size, then its
