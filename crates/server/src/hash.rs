@@ -18,6 +18,25 @@ use std::collections::HashMap;
 pub struct Corrupt;
 
 const COUNT_BYTES: usize = 4;
+/// Set in the count's header once the hash has passed Redis's listpack
+/// limits (512 fields, a field or value over 64 bytes): Redis then keeps
+/// it as a hash table for good, and OBJECT ENCODING says so.
+const HASHTABLE_BIT: u32 = 1 << 31;
+
+/// Redis's defaults for `hash-max-listpack-entries` and `-value`.
+pub const LISTPACK_ENTRIES: usize = 512;
+pub const LISTPACK_VALUE: usize = 64;
+
+fn header(data: &[u8]) -> Result<u32, Corrupt> {
+    let header: [u8; COUNT_BYTES] = data.get(..COUNT_BYTES).ok_or(Corrupt)?.try_into().map_err(|_| Corrupt)?;
+    Ok(u32::from_le_bytes(header))
+}
+
+/// Whether Redis would keep this hash as a hash table (it has passed the
+/// listpack limits at some point).
+pub fn is_hashtable(data: &[u8]) -> Result<bool, Corrupt> {
+    Ok(header(data)? & HASHTABLE_BIT != 0)
+}
 
 /// Above this many fields a lookup goes through a hash map instead of a
 /// scan (built once per command that changes several fields).
@@ -25,8 +44,7 @@ const INDEX_FROM: usize = 16;
 
 /// The number of fields, from the header alone.
 pub fn count(data: &[u8]) -> Result<usize, Corrupt> {
-    let header: [u8; COUNT_BYTES] = data.get(..COUNT_BYTES).ok_or(Corrupt)?.try_into().map_err(|_| Corrupt)?;
-    Ok(u32::from_le_bytes(header) as usize)
+    Ok((header(data)? & !HASHTABLE_BIT) as usize)
 }
 
 /// The (field, value) pairs of an encoded hash, in order.
@@ -110,11 +128,17 @@ pub struct Fields<'a> {
     live: usize,
     /// Field → position in `entries`, once there are many.
     index: Option<HashMap<&'a [u8], usize>>,
+    /// Past Redis's listpack limits, now or before (`is_hashtable`).
+    pub hashtable: bool,
 }
 
 impl<'a> Fields<'a> {
     pub fn decode(data: &'a [u8]) -> Result<Fields<'a>, Corrupt> {
-        let mut fields = Fields { entries: Vec::with_capacity(count(data)?.min(data.len())), ..Fields::default() };
+        let mut fields = Fields {
+            entries: Vec::with_capacity(count(data)?.min(data.len())),
+            hashtable: is_hashtable(data)?,
+            ..Fields::default()
+        };
         for pair in pairs(data) {
             let (field, value) = pair?;
             fields.entries.push((field, Some(Cow::Borrowed(value))));
@@ -150,6 +174,7 @@ impl<'a> Fields<'a> {
 
     /// Sets `field`; true if it is new.
     pub fn set(&mut self, field: &'a [u8], value: Cow<'a, [u8]>) -> bool {
+        self.hashtable |= field.len() > LISTPACK_VALUE || value.len() > LISTPACK_VALUE;
         if let Some(at) = self.position(field) {
             self.entries[at].1 = Some(value);
             return false;
@@ -159,6 +184,7 @@ impl<'a> Fields<'a> {
         }
         self.entries.push((field, Some(value)));
         self.live += 1;
+        self.hashtable |= self.live > LISTPACK_ENTRIES;
         if self.index.is_none() && self.live > INDEX_FROM {
             self.index = Some(
                 self.entries.iter().enumerate().filter(|(_, (_, v))| v.is_some()).map(|(i, (f, _))| (*f, i)).collect(),
@@ -185,14 +211,20 @@ impl<'a> Fields<'a> {
     pub fn encode(&self) -> Vec<u8> {
         let size: usize = self.iter().map(|(f, v)| f.len() + v.len() + 4).sum();
         let mut out = Vec::with_capacity(COUNT_BYTES + size);
-        encode_into(&mut out, self.live, self.iter());
+        encode_into(&mut out, self.live, self.hashtable, self.iter());
         out
     }
 }
 
 /// Appends the encoding of `count` pairs to `out`.
-pub fn encode_into<'p>(out: &mut Vec<u8>, count: usize, pairs: impl Iterator<Item = (&'p [u8], &'p [u8])>) {
-    out.extend_from_slice(&(count as u32).to_le_bytes());
+pub fn encode_into<'p>(
+    out: &mut Vec<u8>,
+    count: usize,
+    hashtable: bool,
+    pairs: impl Iterator<Item = (&'p [u8], &'p [u8])>,
+) {
+    let flag = if hashtable { HASHTABLE_BIT } else { 0 };
+    out.extend_from_slice(&(count as u32 | flag).to_le_bytes());
     for (field, value) in pairs {
         for bytes in [field, value] {
             let mut len = bytes.len() as u64;
@@ -213,7 +245,7 @@ mod tests {
 
     fn encoded(pairs: &[(&[u8], &[u8])]) -> Vec<u8> {
         let mut out = Vec::new();
-        encode_into(&mut out, pairs.len(), pairs.iter().copied());
+        encode_into(&mut out, pairs.len(), false, pairs.iter().copied());
         out
     }
 
@@ -233,6 +265,31 @@ mod tests {
         assert_eq!(count(&after), Ok(4));
         assert_eq!(get(&after, b"c"), Ok(Some(&b"3"[..])));
         assert_eq!(get(&after, b"x"), Ok(None));
+    }
+
+    #[test]
+    fn passing_the_listpack_limits_is_remembered() {
+        let mut data = encoded(&[(b"a", b"1")]);
+        assert_eq!(is_hashtable(&data), Ok(false));
+        let long = [b'v'; LISTPACK_VALUE + 1];
+        for value in [&long[..], b"short"] {
+            let mut fields = Fields::decode(&data).unwrap();
+            fields.set(b"a", Cow::Borrowed(value));
+            data = fields.encode();
+            // Redis keeps a hash table once it made one.
+            assert_eq!((is_hashtable(&data), count(&data)), (Ok(true), Ok(1)));
+        }
+        let names: Vec<Vec<u8>> = (0..=LISTPACK_ENTRIES).map(|i| i.to_string().into_bytes()).collect();
+        let mut fields = Fields::default();
+        for name in &names[..LISTPACK_ENTRIES] {
+            fields.set(name, Cow::Borrowed(b"v"));
+        }
+        assert!(!fields.hashtable);
+        fields.set(&names[LISTPACK_ENTRIES], Cow::Borrowed(b"v"));
+        assert!(fields.hashtable);
+        let data = fields.encode();
+        assert_eq!((is_hashtable(&data), count(&data)), (Ok(true), Ok(LISTPACK_ENTRIES + 1)));
+        assert_eq!(pairs(&data).count(), LISTPACK_ENTRIES + 1);
     }
 
     #[test]

@@ -413,11 +413,11 @@ pub fn restore(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     Ok(())
 }
 
-/// Stores a restored value; a hash past the listpack limits as a table.
+/// Stores a restored value; a big hash as a table.
 fn store(ctx: &mut Ctx<'_>, key: &[u8], tag: u8, data: &[u8], expiry: Option<u64>) -> CmdResult {
     if tag == TYPE_HASH {
         let pairs: Vec<(&[u8], &[u8])> = crate::hash::pairs(data).collect::<Result<_, _>>()?;
-        if !super::hashes::fits_listpack(pairs.len(), pairs.iter().copied()) {
+        if !super::hashes::stays_one_value(crate::hash::is_hashtable(data)?, data.len()) {
             // A table the key held (REPLACE) is left to the sweep.
             return super::hash_table::create(ctx, key, pairs.into_iter(), expiry);
         }
@@ -464,7 +464,7 @@ mod tests {
 
     fn hash(pairs: &[(&[u8], &[u8])]) -> (u8, Vec<u8>) {
         let mut data = Vec::new();
-        crate::hash::encode_into(&mut data, pairs.len(), pairs.iter().copied());
+        crate::hash::encode_into(&mut data, pairs.len(), false, pairs.iter().copied());
         (TYPE_HASH, data)
     }
 
