@@ -18,7 +18,14 @@ use crate::commands::CmdError;
 /// the high bit set for a big collection's stub (`commands::hash_table`).
 pub const TYPE_STRING: u8 = 0;
 pub const TYPE_HASH: u8 = 4;
+pub const TYPE_SET: u8 = 2;
 pub const TYPE_HASH_TABLE: u8 = 0x84;
+pub const TYPE_SET_TABLE: u8 = 0x82;
+
+/// Whether a value of type `tag` is a table's stub (`commands::table`).
+pub fn is_table(tag: u8) -> bool {
+    tag == TYPE_HASH_TABLE || tag == TYPE_SET_TABLE
+}
 /// Longest string value: the engine's limit less the type byte.
 pub const MAX_STRING_BYTES: usize = MAX_VALUE_BYTES - 1;
 
@@ -26,6 +33,7 @@ pub fn type_name(tag: u8) -> &'static str {
     match tag {
         TYPE_STRING => "string",
         TYPE_HASH | TYPE_HASH_TABLE => "hash",
+        TYPE_SET | TYPE_SET_TABLE => "set",
         _ => "unknown",
     }
 }

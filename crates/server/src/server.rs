@@ -63,7 +63,7 @@ pub struct Shared {
     /// leaves out: counted at open, kept up to date by the commands that
     /// add or remove them.
     pub reserved_entries: AtomicU64,
-    /// The id the next big hash gets (`commands::hash_table`).
+    /// The id the next big hash gets (`commands::table`).
     pub next_table_id: AtomicU64,
 }
 
@@ -174,7 +174,7 @@ pub async fn run(config: Config, db: Db) -> Result<(), String> {
     let (shutdown, _) = watch::channel(false);
     let commit_thread = db.persist_waits_for_device().then(CommitSignal::default);
     let reserved_entries = crate::keyspace::prepare(&db)?;
-    let next_table_id = crate::commands::hash_table::next_id(&db)?;
+    let next_table_id = crate::commands::table::next_id(&db)?;
     let shared = Arc::new(Shared {
         reserved_entries: AtomicU64::new(reserved_entries),
         next_table_id: AtomicU64::new(next_table_id),
@@ -204,7 +204,7 @@ pub async fn run(config: Config, db: Db) -> Result<(), String> {
         tokio::spawn(crate::metrics::serve(shared.clone(), metrics));
     }
     tokio::spawn(crate::expiry::active_expiry(shared.clone()));
-    tokio::spawn(crate::commands::hash_table::sweeper(shared.clone()));
+    tokio::spawn(crate::commands::table::sweeper(shared.clone()));
     tracing::info!(bind = %shared.config.bind, port, "ready to accept connections");
     if let Some(path) = &shared.config.port_file {
         std::fs::write(path, port.to_string()).map_err(|e| format!("cannot write {}: {e}", path.display()))?;

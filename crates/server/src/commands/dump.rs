@@ -17,7 +17,7 @@ use bytes::Bytes;
 use scaledkv::now_ms;
 
 use super::args::{eq, int, parse_i64};
-use super::hash_table::Table;
+use super::table::Table;
 use super::{err, CmdError, CmdResult, Ctx};
 use crate::hash::Fields;
 use crate::keyspace::{Value, MAX_STRING_BYTES, TYPE_HASH, TYPE_HASH_TABLE};
@@ -48,8 +48,8 @@ fn serialize(ctx: &mut Ctx<'_>, value: &Value) -> Result<Vec<u8>, CmdError> {
             Ok(serialize_hash(pairs.into_iter()))
         }
         TYPE_HASH_TABLE => {
-            let table = Table::decode(value.data())?;
-            let pairs = super::hash_table::entries(ctx, &table, None, usize::MAX)?;
+            let table = Table::of(&value)?;
+            let pairs = super::table::entries(ctx, &table, None, usize::MAX)?;
             Ok(serialize_hash(pairs.iter().map(|(f, v)| (&f[..], &v[..]))))
         }
         _ => Ok(serialize_string(value.string()?)),
@@ -419,7 +419,7 @@ fn store(ctx: &mut Ctx<'_>, key: &[u8], tag: u8, data: &[u8], expiry: Option<u64
         let pairs: Vec<(&[u8], &[u8])> = crate::hash::pairs(data).collect::<Result<_, _>>()?;
         if !super::hashes::stays_one_value(crate::hash::is_hashtable(data)?, data.len()) {
             // A table the key held (REPLACE) is left to the sweep.
-            return super::hash_table::create(ctx, key, pairs.into_iter(), expiry);
+            return super::table::create(ctx, key, TYPE_HASH_TABLE, pairs.into_iter(), expiry);
         }
     }
     ctx.writes.put(key, tag, data, expiry)

@@ -3,7 +3,7 @@
 //! (`crate::hash`): a write decodes it, changes it and writes it back
 //! whole. One past both (more than 512 fields, or a field or value over 64
 //! bytes, and more than 8 KiB) becomes a table with an engine entry per
-//! field (`hash_table`), as Redis turns it into a hash table; it never goes
+//! field (`table`), as Redis turns it into a hash table; it never goes
 //! back. Both keep the hash's expiry time.
 
 use std::borrow::Cow;
@@ -12,7 +12,7 @@ use bytes::Bytes;
 use rand::Rng;
 
 use super::args::{eq, float, int, parse_i64};
-use super::hash_table::{self, Table};
+use super::table::{self, Table};
 use super::{err, CmdError, CmdResult, Ctx};
 use crate::hash::{self, Corrupt, Fields};
 use crate::keyspace::{Entries, Value, TYPE_HASH, TYPE_HASH_TABLE};
@@ -46,7 +46,7 @@ enum Open<'v> {
 impl<'v> Open<'v> {
     fn of(value: &'v Option<Value>) -> Result<Open<'v>, CmdError> {
         Ok(match value {
-            Some(value) if value.tag() == TYPE_HASH_TABLE => Open::Table(Table::decode(value.data())?),
+            Some(value) if value.tag() == TYPE_HASH_TABLE => Open::Table(Table::of(&value)?),
             Some(value) => Open::Listpack(Fields::decode(value.data())?),
             None => Open::Listpack(Fields::default()),
         })
@@ -55,7 +55,7 @@ impl<'v> Open<'v> {
     fn get(&self, ctx: &mut Ctx<'_>, field: &[u8]) -> Result<Option<Cow<'_, [u8]>>, CmdError> {
         Ok(match self {
             Open::Listpack(fields) => fields.get(field).map(Cow::Borrowed),
-            Open::Table(table) => hash_table::get(ctx, table, field)?.map(Cow::Owned),
+            Open::Table(table) => table::get(ctx, table, field)?.map(Cow::Owned),
         })
     }
 
@@ -63,7 +63,7 @@ impl<'v> Open<'v> {
     fn set(&mut self, ctx: &mut Ctx<'_>, field: &'v [u8], value: Cow<'v, [u8]>) -> Result<bool, CmdError> {
         match self {
             Open::Listpack(fields) => Ok(fields.set(field, value)),
-            Open::Table(table) => hash_table::set(ctx, table, field, &value),
+            Open::Table(table) => table::set(ctx, table, field, &value),
         }
     }
 
@@ -71,7 +71,7 @@ impl<'v> Open<'v> {
     fn remove(&mut self, ctx: &mut Ctx<'_>, field: &[u8]) -> Result<bool, CmdError> {
         match self {
             Open::Listpack(fields) => Ok(fields.remove(field)),
-            Open::Table(table) => hash_table::remove(ctx, table, field),
+            Open::Table(table) => table::remove(ctx, table, field),
         }
     }
 
@@ -80,7 +80,7 @@ impl<'v> Open<'v> {
     fn pairs(&self, ctx: &mut Ctx<'_>) -> Result<Pairs<'_>, CmdError> {
         Ok(match self {
             Open::Listpack(fields) => fields.iter().map(|(f, v)| (Cow::Borrowed(f), Cow::Borrowed(v))).collect(),
-            Open::Table(table) => hash_table::entries(ctx, table, None, usize::MAX)?
+            Open::Table(table) => table::entries(ctx, table, None, usize::MAX)?
                 .into_iter()
                 .map(|(f, v)| (Cow::Owned(f), Cow::Owned(v)))
                 .collect(),
@@ -91,7 +91,7 @@ impl<'v> Open<'v> {
     /// Redis's limits becomes a table, an empty hash goes.
     fn store(self, ctx: &mut Ctx<'_>, key: &[u8], expiry: Option<u64>) -> CmdResult {
         match self {
-            Open::Table(table) => hash_table::store(ctx, key, &table, expiry),
+            Open::Table(table) => table::store(ctx, key, &table, expiry),
             Open::Listpack(fields) if fields.is_empty() => {
                 ctx.writes.delete(key);
                 Ok(())
@@ -101,7 +101,7 @@ impl<'v> Open<'v> {
                 if stays_one_value(fields.hashtable, data.len()) {
                     ctx.writes.put(key, TYPE_HASH, &data, expiry)
                 } else {
-                    hash_table::create(ctx, key, fields.iter(), expiry)
+                    table::create(ctx, key, TYPE_HASH_TABLE, fields.iter(), expiry)
                 }
             }
         }
@@ -210,7 +210,7 @@ pub fn hdel(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
 pub fn hlen(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let len = match read_hash(ctx, &args[1])? {
         Some(value) if value.tag() == TYPE_HASH => hash::count(value.data())?,
-        Some(value) => Table::decode(value.data())?.count as usize,
+        Some(value) => Table::of(&value)?.count as usize,
         None => 0,
     };
     ctx.out.int(len as i64);
@@ -419,7 +419,7 @@ pub fn hscan(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
                 0 => None,
                 n => Some(ctx.shared.cursors.lock().get(n).ok_or_else(|| err("ERR invalid cursor"))?),
             };
-            let page = hash_table::entries(ctx, &table, after.as_deref(), count)?;
+            let page = table::entries(ctx, &table, after.as_deref(), count)?;
             let next = match page.last() {
                 Some((field, _)) if page.len() == count => ctx.shared.cursors.lock().insert(field.clone()),
                 _ => 0,

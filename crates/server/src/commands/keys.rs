@@ -8,9 +8,11 @@ use bytes::Bytes;
 use scaledkv::now_ms;
 
 use super::args::{eq, int};
-use super::hash_table::Table;
+use super::table::Table;
 use super::{err, only_database_zero, subcommand_arity, unknown_subcommand, CmdError, CmdResult, Ctx};
-use crate::keyspace::{glob_match, is_reserved, type_name, RESERVED, TYPE_HASH, TYPE_HASH_TABLE, TYPE_STRING};
+use crate::keyspace::{
+    glob_match, is_reserved, is_table, type_name, RESERVED, TYPE_HASH, TYPE_HASH_TABLE, TYPE_STRING,
+};
 
 pub fn del(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let mut seen = HashSet::new();
@@ -155,8 +157,8 @@ fn rename_to(ctx: &mut Ctx<'_>, args: &[Bytes], only_if_new: bool) -> CmdResult 
     if args[1] != args[2] {
         ctx.writes.delete(&args[1]);
         ctx.writes.put(&args[2], value.tag(), value.data(), value.expiry_ms())?;
-        if value.tag() == TYPE_HASH_TABLE {
-            super::hash_table::moved(ctx.writes, &args[2], &Table::decode(value.data())?)?;
+        if is_table(value.tag()) {
+            super::table::moved(ctx.writes, &args[2], &Table::of(&value)?)?;
         }
     }
     if only_if_new {
@@ -203,11 +205,11 @@ pub fn copy(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         ctx.out.int(0);
         return Ok(());
     }
-    if value.tag() == TYPE_HASH_TABLE {
+    if is_table(value.tag()) {
         // A table of its own, field by field, as Redis copies a hash.
-        let table = Table::decode(value.data())?;
-        let pairs = super::hash_table::entries(ctx, &table, None, usize::MAX)?;
-        super::hash_table::create(ctx, &args[2], pairs.iter().map(|(f, v)| (&f[..], &v[..])), value.expiry_ms())?;
+        let table = Table::of(&value)?;
+        let pairs = super::table::entries(ctx, &table, None, usize::MAX)?;
+        super::table::create(ctx, &args[2], table.tag, pairs.iter().map(|(f, v)| (&f[..], &v[..])), value.expiry_ms())?;
         ctx.out.int(1);
         return Ok(());
     }

@@ -4,11 +4,11 @@
 
 mod bits;
 mod dump;
-pub mod hash_table;
 mod hashes;
 mod keys;
 mod server;
 mod strings;
+pub mod table;
 mod tx;
 
 use bytes::Bytes;

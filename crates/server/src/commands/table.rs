@@ -1,11 +1,14 @@
-//! Big hashes: Redis keeps a hash past its listpack limits (512 fields, 64
-//! bytes) in a hash table; ScaledKV gives each of its fields an engine
-//! entry of its own, so a write costs one field, not the whole hash.
+//! Big collections as tables. Redis keeps a hash past its listpack limits
+//! in a hash table, and a set past its intset limits likewise; ScaledKV
+//! gives each field (or member) of such a collection past 8 KiB an engine
+//! entry of its own, so a write costs one field, not the whole collection.
 //!
-//! The client's key holds a stub (type `TYPE_HASH_TABLE`): the table's id
-//! and field count, and the hash's expiry time. Under the server's reserved
-//! keys (`keyspace::RESERVED`) live
-//! - `RESERVED 01 id field` → the field's value, one per field;
+//! The client's key holds a stub (type `TYPE_HASH_TABLE` or
+//! `TYPE_SET_TABLE`): the table's id and field count, and the collection's
+//! expiry time. Under the server's reserved keys (`keyspace::RESERVED`)
+//! live
+//! - `RESERVED 01 id field` → the field's value (empty for a set), one per
+//!   field;
 //! - `RESERVED 02 id` → the key that holds the stub (its owner).
 //!
 //! Every change to a table (fields, count, owner) is in the command's one
@@ -18,7 +21,7 @@ use std::sync::atomic::Ordering;
 
 use super::{err, CmdError, CmdResult, Ctx};
 use crate::hash::Corrupt;
-use crate::keyspace::{Entries, KeyLocks, Ready, Writes, RESERVED, TYPE_HASH_TABLE};
+use crate::keyspace::{is_table, Entries, KeyLocks, Ready, Writes, RESERVED};
 use crate::server::Shared;
 
 const MEMBERS: u8 = 0x01;
@@ -26,19 +29,25 @@ const OWNERS: u8 = 0x02;
 /// The type byte of a field's value (`Value::data` strips the first byte).
 const TYPE_FIELD: u8 = 0x01;
 
-/// A table's stub: its id and how many fields it holds.
+/// A table's stub: its type, its id and how many fields it holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Table {
+    pub tag: u8,
     pub id: u64,
     pub count: u64,
 }
 
 impl Table {
-    pub fn decode(data: &[u8]) -> Result<Table, Corrupt> {
+    /// The stub of a value of type `tag` (one of the table types).
+    pub fn decode(tag: u8, data: &[u8]) -> Result<Table, Corrupt> {
         let data: &[u8; 16] = data.try_into().map_err(|_| Corrupt)?;
         let id = u64::from_le_bytes(data[..8].try_into().expect("8"));
         let count = u64::from_le_bytes(data[8..].try_into().expect("8"));
-        Ok(Table { id, count })
+        Ok(Table { tag, id, count })
+    }
+
+    pub fn of(value: &crate::keyspace::Value) -> Result<Table, Corrupt> {
+        Table::decode(value.tag(), value.data())
     }
 
     fn encode(&self) -> [u8; 16] {
@@ -138,19 +147,20 @@ pub fn store(ctx: &mut Ctx<'_>, key: &[u8], table: &Table, expiry: Option<u64>) 
         ctx.writes.note_reserved(-1);
         return Ok(());
     }
-    ctx.writes.put(key, TYPE_HASH_TABLE, &table.encode(), expiry)
+    ctx.writes.put(key, table.tag, &table.encode(), expiry)
 }
 
-/// A new table at `key` holding `pairs` (a hash grown past the listpack
-/// limits, a RESTORE, a COPY).
+/// A new table of type `tag` at `key` holding `pairs` (a collection grown
+/// past its limits, a RESTORE, a COPY).
 pub fn create<'p>(
     ctx: &mut Ctx<'_>,
     key: &[u8],
+    tag: u8,
     pairs: impl Iterator<Item = (&'p [u8], &'p [u8])>,
     expiry: Option<u64>,
 ) -> CmdResult {
     let id = ctx.shared.next_table_id.fetch_add(1, Ordering::Relaxed);
-    let mut table = Table { id, count: 0 };
+    let mut table = Table { tag, id, count: 0 };
     for (field, value) in pairs {
         let member = member_key(id, field);
         check_field(&member)?;
@@ -177,7 +187,7 @@ pub fn entries(ctx: &mut Ctx<'_>, table: &Table, after: Option<&[u8]>, limit: us
 }
 
 /// Owner records `sweeper` checks per step, and the pause after a step
-/// that found few orphans: a million big hashes take 100 s a pass, at a
+/// that found few orphans: a million big collections take 100 s a pass, at a
 /// few milliseconds of CPU per step, as Redis's active expiry cycle paces
 /// itself.
 const SWEEP_STEP: usize = 1000;
@@ -195,7 +205,9 @@ pub async fn sweeper(shared: std::sync::Arc<Shared>) {
                 busy = orphans * 4 > SWEEP_STEP;
                 cursor = next;
             }
-            Err(error) => tracing::warn!(error = %error.text(), "sweeping the fields of deleted big hashes failed"),
+            Err(error) => {
+                tracing::warn!(error = %error.text(), "sweeping the fields of deleted big collections failed")
+            }
         }
         if busy {
             tokio::task::yield_now().await;
@@ -237,7 +249,9 @@ pub async fn sweep(shared: &Shared, after: Option<Vec<u8>>, step: usize) -> Resu
         let id: [u8; 8] = owner[prefix.len()..].try_into().map_err(|_| Corrupt)?;
         let id = u64::from_be_bytes(id);
         let live = match shared.db.get(key)? {
-            Some(stub) if stub.first() == Some(&TYPE_HASH_TABLE) => Table::decode(&stub[1..])?.id == id,
+            Some(stub) if stub.first().is_some_and(|&tag| is_table(tag)) => {
+                Table::decode(stub[0], &stub[1..])?.id == id
+            }
             _ => false,
         };
         drop(guard);
