@@ -7,7 +7,7 @@
 //! it back whole, so a command costs O(size of the hash), as Redis's
 //! listpack does; like a listpack it holds at most 512 fields of up to 64
 //! bytes, and a bigger hash becomes a table with an engine entry per field
-//! (`commands::hash_table`).
+//! (`commands::table`).
 
 use std::borrow::Cow;
 use std::collections::HashMap;

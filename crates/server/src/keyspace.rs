@@ -15,7 +15,7 @@ use tokio::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 use crate::commands::CmdError;
 
 /// Type bytes: Redis's object type numbers (its RDB types 0 and 4), with
-/// the high bit set for a big collection's stub (`commands::hash_table`).
+/// the high bit set for a big collection's stub (`commands::table`).
 pub const TYPE_STRING: u8 = 0;
 pub const TYPE_HASH: u8 = 4;
 pub const TYPE_SET: u8 = 2;

@@ -48,7 +48,7 @@ fn serialize(ctx: &mut Ctx<'_>, value: &Value) -> Result<Vec<u8>, CmdError> {
             Ok(serialize_hash(pairs.into_iter()))
         }
         TYPE_HASH_TABLE => {
-            let table = Table::of(&value)?;
+            let table = Table::of(value)?;
             let pairs = super::table::entries(ctx, &table, None, usize::MAX)?;
             Ok(serialize_hash(pairs.iter().map(|(f, v)| (&f[..], &v[..]))))
         }
