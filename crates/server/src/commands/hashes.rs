@@ -46,7 +46,7 @@ enum Open<'v> {
 impl<'v> Open<'v> {
     fn of(value: &'v Option<Value>) -> Result<Open<'v>, CmdError> {
         Ok(match value {
-            Some(value) if value.tag() == TYPE_HASH_TABLE => Open::Table(Table::of(&value)?),
+            Some(value) if value.tag() == TYPE_HASH_TABLE => Open::Table(Table::of(value)?),
             Some(value) => Open::Listpack(Fields::decode(value.data())?),
             None => Open::Listpack(Fields::default()),
         })
