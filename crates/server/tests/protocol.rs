@@ -201,6 +201,36 @@ fn resp3_replies() {
     );
 }
 
+/// Sets through the `redis` crate's typed API, in RESP2 and RESP3 (where
+/// SMEMBERS is a set), and across a restart.
+#[test]
+fn sets_through_a_client_library() {
+    use std::collections::HashSet;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    let mut server = Server::start(&path, &[]);
+    for protocol in ["", "?protocol=resp3"] {
+        let url = format!("{}{protocol}", server.url());
+        let mut con = redis::Client::open(url).unwrap().get_connection().unwrap();
+        let key = format!("tags{protocol}");
+        let added: i64 = con.sadd(&key, &["rust", "db", "kv", "db"]).unwrap();
+        assert_eq!(added, 3);
+        let members: HashSet<String> = con.smembers(&key).unwrap();
+        assert_eq!(members, HashSet::from(["rust".into(), "db".into(), "kv".into()]));
+        assert!(con.sismember::<_, _, bool>(&key, "kv").unwrap());
+        let _: i64 = con.sadd("other", &["kv", "redis"]).unwrap();
+        let both: HashSet<String> = con.sinter(&[&key, "other"]).unwrap();
+        assert_eq!(both, HashSet::from(["kv".into()]));
+        let removed: i64 = con.srem(&key, "db").unwrap();
+        assert_eq!(removed, 1);
+    }
+    assert!(server.terminate());
+    let server = Server::start(&path, &[]);
+    let mut con = client(&server);
+    let members: HashSet<String> = con.smembers("tags").unwrap();
+    assert_eq!(members, HashSet::from(["rust".into(), "kv".into()]));
+}
+
 /// Hashes through the `redis` crate's typed API, as an application uses
 /// them, in RESP2 and RESP3 (where HGETALL is a map), and across a
 /// restart.
@@ -303,6 +333,18 @@ fn big_hashes_live_in_tables_swept_once_their_key_goes() {
     assert_eq!(request(&mut stream, &encode(&[b"EXISTS", b"h6"])), b":0\r\n");
     assert_eq!(reserved_entries(&mut stream), 5);
     assert_eq!(request(&mut stream, &encode(&[b"DBSIZE"])), b":2\r\n");
+    // A big set is a table too, swept alike once its key goes.
+    let mut sadd: Vec<Vec<u8>> = vec![b"SADD".to_vec(), b"set".to_vec()];
+    sadd.extend((0..400).map(|i| format!("member-{i:0>30}").into_bytes()));
+    let refs: Vec<&[u8]> = sadd.iter().map(Vec::as_slice).collect();
+    assert_eq!(request(&mut stream, &encode(&refs)), b":400\r\n");
+    assert_eq!(request(&mut stream, &encode(&[b"OBJECT", b"ENCODING", b"set"])), b"$9\r\nhashtable\r\n");
+    assert_eq!(reserved_entries(&mut stream), 5 + 401);
+    assert_eq!(request(&mut stream, &encode(&[b"RENAME", b"set", b"set2"])), b"+OK\r\n");
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(request(&mut stream, &encode(&[b"SCARD", b"set2"])), b":400\r\n");
+    assert_eq!(request(&mut stream, &encode(&[b"UNLINK", b"set2"])), b":1\r\n");
+    swept_to(&mut stream, 5);
     assert!(server.terminate());
     let server = Server::start(&path, &[]);
     let mut stream = server.connect();

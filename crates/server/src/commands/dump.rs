@@ -20,21 +20,23 @@ use super::args::{eq, int, parse_i64};
 use super::table::Table;
 use super::{err, CmdError, CmdResult, Ctx};
 use crate::hash::Fields;
-use crate::keyspace::{Value, MAX_STRING_BYTES, TYPE_HASH, TYPE_HASH_TABLE};
+use crate::keyspace::{Value, MAX_STRING_BYTES, TYPE_HASH, TYPE_HASH_TABLE, TYPE_SET, TYPE_SET_TABLE};
 
 /// RDB object types: RDB_TYPE_STRING, RDB_TYPE_HASH and
-/// RDB_TYPE_HASH_LISTPACK.
+/// RDB_TYPE_HASH_LISTPACK; RDB_TYPE_SET and RDB_TYPE_SET_INTSET.
 const TYPE_STRING: u8 = 0;
 const TYPE_HASH_PAIRS: u8 = 4;
 const TYPE_HASH_LISTPACK: u8 = 16;
+const TYPE_SET_MEMBERS: u8 = 2;
+const TYPE_SET_INTSET: u8 = 11;
 /// The RDB version DUMP writes: Redis 7.0's, which every Redis since reads.
 const RDB_VERSION: u16 = 10;
 /// The newest RDB version RESTORE reads: Redis 7.4's. Strings are written
 /// alike in 10, 11 and 12.
 const NEWEST_RDB_VERSION: u16 = 12;
-/// RDB object types Redis has and ScaledKV does not restore (lists, sets,
-/// sorted sets, modules, streams, and hashes in the encodings of Redis
-/// before 7).
+/// RDB object types Redis has and ScaledKV does not restore (lists, sorted
+/// sets, modules, streams, and hashes and sets in the encodings of Redis
+/// before 7 or after 7.0).
 const OTHER_TYPES: std::ops::RangeInclusive<u8> = 1..=21;
 
 const CRC64: crc::Crc<u64> = crc::Crc::<u64>::new(&crc::CRC_64_REDIS);
@@ -51,6 +53,16 @@ fn serialize(ctx: &mut Ctx<'_>, value: &Value) -> Result<Vec<u8>, CmdError> {
             let table = Table::of(value)?;
             let pairs = super::table::entries(ctx, &table, None, usize::MAX)?;
             Ok(serialize_hash(pairs.iter().map(|(f, v)| (&f[..], &v[..]))))
+        }
+        TYPE_SET | TYPE_SET_TABLE => {
+            let members = super::sets::members_of(ctx, value)?;
+            let mut out = vec![TYPE_SET_MEMBERS];
+            write_length(&mut out, members.len() as u64);
+            for member in &members {
+                write_length(&mut out, member.len() as u64);
+                out.extend_from_slice(member);
+            }
+            Ok(with_footer(out))
         }
         _ => Ok(serialize_string(value.string()?)),
     }
@@ -145,6 +157,21 @@ pub fn deserialize(payload: &[u8]) -> Result<(u8, Vec<u8>), Refused> {
             }
             Ok((TYPE_HASH, hash_of(strings.iter().map(Vec::as_slice))?))
         }
+        TYPE_SET_MEMBERS => {
+            let count = object.plain_length()?;
+            let mut members = Vec::with_capacity(count.min(object.bytes.len()));
+            for _ in 0..count {
+                members.push(object.string()?);
+            }
+            let data = super::sets::encode_members(members.iter().map(Vec::as_slice)).ok_or(Refused::BadFormat)?;
+            Ok((TYPE_SET, data))
+        }
+        TYPE_SET_INTSET => {
+            let intset = object.string()?;
+            let members = intset_members(&intset)?;
+            let data = super::sets::encode_members(members.iter().map(Vec::as_slice)).ok_or(Refused::BadFormat)?;
+            Ok((TYPE_SET, data))
+        }
         TYPE_HASH_LISTPACK => {
             let listpack = object.string()?;
             Ok((TYPE_HASH, hash_of(listpack_entries(&listpack)?.iter().map(|entry| &entry[..]))?))
@@ -169,6 +196,28 @@ fn hash_of<'a>(strings: impl Iterator<Item = &'a [u8]>) -> Result<Vec<u8>, Refus
     }
     // RESTORE makes a table of it if it passes the listpack limits.
     Ok(fields.encode())
+}
+
+/// The members of an intset (Redis's `intset.c`: the integers' width in
+/// bytes, their count, then the integers, little endian), in decimal.
+fn intset_members(intset: &[u8]) -> Result<Vec<Vec<u8>>, Refused> {
+    let header = intset.get(..8).ok_or(Refused::BadFormat)?;
+    let width = u32::from_le_bytes(header[..4].try_into().expect("4")) as usize;
+    let count = u32::from_le_bytes(header[4..].try_into().expect("4")) as usize;
+    if ![2, 4, 8].contains(&width) || intset.len() != 8 + width * count {
+        return Err(Refused::BadFormat);
+    }
+    Ok(intset[8..]
+        .chunks(width)
+        .map(|bytes| {
+            let value = match width {
+                2 => i16::from_le_bytes(bytes.try_into().expect("2")) as i64,
+                4 => i32::from_le_bytes(bytes.try_into().expect("4")) as i64,
+                _ => i64::from_le_bytes(bytes.try_into().expect("8")),
+            };
+            itoa::Buffer::new().format(value).as_bytes().to_vec()
+        })
+        .collect())
 }
 
 /// The entries of a listpack (Redis's `listpack.c` layout: total bytes and
@@ -413,16 +462,19 @@ pub fn restore(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     Ok(())
 }
 
-/// Stores a restored value; a big hash as a table.
+/// Stores a restored value; a big hash or set as a table.
 fn store(ctx: &mut Ctx<'_>, key: &[u8], tag: u8, data: &[u8], expiry: Option<u64>) -> CmdResult {
-    if tag == TYPE_HASH {
-        let pairs: Vec<(&[u8], &[u8])> = crate::hash::pairs(data).collect::<Result<_, _>>()?;
-        if !super::hashes::stays_one_value(crate::hash::is_hashtable(data)?, data.len()) {
-            // A table the key held (REPLACE) is left to the sweep.
-            return super::table::create(ctx, key, TYPE_HASH_TABLE, pairs.into_iter(), expiry);
-        }
+    let table = match tag {
+        TYPE_HASH => TYPE_HASH_TABLE,
+        TYPE_SET => TYPE_SET_TABLE,
+        _ => return ctx.writes.put(key, tag, data, expiry),
+    };
+    if super::hashes::stays_one_value(crate::hash::is_hashtable(data)?, data.len()) {
+        return ctx.writes.put(key, tag, data, expiry);
     }
-    ctx.writes.put(key, tag, data, expiry)
+    let pairs: Vec<(&[u8], &[u8])> = crate::hash::pairs(data).collect::<Result<_, _>>()?;
+    // A table the key held (REPLACE) is left to the sweep.
+    super::table::create(ctx, key, table, pairs.into_iter(), expiry)
 }
 
 #[cfg(test)]
@@ -476,6 +528,30 @@ mod tests {
         let expected = hash(&[(b"a", b"1"), (b"b", b"hello"), (b"c", b"-300"), (b"d", b"100000")]);
         assert_eq!(deserialize(payload), Ok(expected));
         damaged_copies_are_refused(payload);
+    }
+
+    fn set(members: &[&[u8]]) -> (u8, Vec<u8>) {
+        (TYPE_SET, super::super::sets::encode_members(members.iter().copied()).unwrap())
+    }
+
+    #[test]
+    fn reads_the_sets_redis_dumps() {
+        // Redis 7.0.15: SADD s 1 2 300 -70000 (an intset of 4-byte
+        // integers, in order), SADD t a b (a hash table), DUMP each.
+        let intset = b"\x0b\x18\x04\x00\x00\x00\x04\x00\x00\x00\x90\xee\xfe\xff\x01\x00\x00\x00\x02\x00\x00\x00,\x01\x00\x00\n\x00\x04\xe8\x9c\x07l\xd6X\xd5";
+        assert_eq!(deserialize(intset), Ok(set(&[b"-70000", b"1", b"2", b"300"])));
+        damaged_copies_are_refused(intset);
+        let members = b"\x02\x02\x01a\x01b\n\x00\xfed!%\xeb\x03=\r";
+        assert_eq!(deserialize(members), Ok(set(&[b"a", b"b"])));
+        damaged_copies_are_refused(members);
+        // A member twice, or none, is bad data, as Redis has it.
+        assert_eq!(deserialize(&with_footer(b"\x02\x02\x01a\x01a".to_vec())), Err(Refused::BadFormat));
+        assert_eq!(deserialize(&with_footer(b"\x02\x00".to_vec())), Err(Refused::BadFormat));
+        // An intset whose length does not match its count.
+        let mut short = b"\x0b\x0c\x02\x00\x00\x00\x03\x00\x00\x00\x01\x00\x02\x00".to_vec();
+        assert_eq!(deserialize(&with_footer(short.clone())), Err(Refused::BadFormat));
+        short[6] = 2;
+        assert_eq!(deserialize(&with_footer(short)), Ok(set(&[b"1", b"2"])));
     }
 
     #[test]
@@ -597,6 +673,7 @@ mod tests {
             // Most cases start as a string, plain or LZF, to reach deep.
             prefix in proptest::sample::select(vec![
                 vec![], vec![0u8], vec![0, 0xC3], vec![0, 0xC3, 0x05, 0x20], vec![4, 1], vec![16], vec![16, 0x20],
+                vec![2, 2], vec![11, 0x10],
             ]),
             object in proptest::collection::vec(proptest::num::u8::ANY, 0..64),
         ) {

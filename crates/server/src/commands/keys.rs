@@ -411,9 +411,12 @@ pub fn object(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
                 ctx.out.null();
                 return Ok(());
             };
-            if value.tag() == TYPE_HASH || value.tag() == TYPE_HASH_TABLE {
+            if value.tag() != TYPE_STRING {
                 match sub.as_str() {
-                    "encoding" => ctx.out.bulk(super::hashes::encoding(&value)?.as_bytes()),
+                    "encoding" if value.tag() == TYPE_HASH || value.tag() == TYPE_HASH_TABLE => {
+                        ctx.out.bulk(super::hashes::encoding(&value)?.as_bytes())
+                    }
+                    "encoding" => ctx.out.bulk(super::sets::encoding(&value)?.as_bytes()),
                     "refcount" => ctx.out.int(1),
                     "freq" => return Err(no_lfu()),
                     _ => return Err(no_idletime()),

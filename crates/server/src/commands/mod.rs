@@ -7,6 +7,7 @@ mod dump;
 mod hashes;
 mod keys;
 mod server;
+mod sets;
 mod strings;
 pub mod table;
 mod tx;
@@ -248,6 +249,23 @@ commands! {
     "hincrbyfloat", 4, WRITE | FAST, ONE, "hash", hashes::hincrbyfloat, "Increments the floating point value of a field by a number. Uses 0 as initial value if the field doesn't exist.";
     "hrandfield", -2, READONLY, ONE, "hash", hashes::hrandfield, "Returns one or more random fields from a hash.";
     "hscan", -3, READONLY, ONE, "hash", hashes::hscan, "Iterates over fields and values of a hash.";
+    "sadd", -3, WRITE | FAST, ONE, "set", sets::sadd, "Adds one or more members to a set. Creates the key if it doesn't exist.";
+    "srem", -3, WRITE | FAST, ONE, "set", sets::srem, "Removes one or more members from a set. Deletes the set if the last member was removed.";
+    "smembers", 2, READONLY, ONE, "set", sets::smembers, "Returns all members of a set.";
+    "sismember", 3, READONLY | FAST, ONE, "set", sets::sismember, "Determines whether a member belongs to a set.";
+    "smismember", -3, READONLY | FAST, ONE, "set", sets::smismember, "Determines whether multiple members belong to a set.";
+    "scard", 2, READONLY | FAST, ONE, "set", sets::scard, "Returns the number of members in a set.";
+    "spop", -2, WRITE | FAST, ONE, "set", sets::spop, "Returns one or more random members from a set after removing them. Deletes the set if the last member was popped.";
+    "srandmember", -2, READONLY, ONE, "set", sets::srandmember, "Get one or multiple random members from a set";
+    "sinter", -2, READONLY, ALL_ARGS, "set", sets::sinter, "Returns the intersect of multiple sets.";
+    "sintercard", -3, READONLY, NONE, "set", sets::sintercard, "Returns the number of members of the intersect of multiple sets.";
+    "sinterstore", -3, WRITE, ALL_ARGS, "set", sets::sinterstore, "Stores the intersect of multiple sets in a key.";
+    "sunion", -2, READONLY, ALL_ARGS, "set", sets::sunion, "Returns the union of multiple sets.";
+    "sunionstore", -3, WRITE, ALL_ARGS, "set", sets::sunionstore, "Stores the union of multiple sets in a key.";
+    "sdiff", -2, READONLY, ALL_ARGS, "set", sets::sdiff, "Returns the difference of multiple sets.";
+    "sdiffstore", -3, WRITE, ALL_ARGS, "set", sets::sdiffstore, "Stores the difference of multiple sets in a key.";
+    "smove", 4, WRITE | FAST, (1, 2, 1), "set", sets::smove, "Moves a member from one set to another.";
+    "sscan", -3, READONLY, ONE, "set", sets::sscan, "Iterates over members of a set.";
     "del", -2, WRITE, ALL_ARGS, "generic", keys::del, "Deletes one or more keys.";
     "unlink", -2, WRITE | FAST, ALL_ARGS, "generic", keys::del, "Asynchronously deletes one or more keys.";
     "exists", -2, READONLY | FAST, ALL_ARGS, "generic", keys::exists, "Determines whether one or more keys exist.";
@@ -296,18 +314,6 @@ const NOT_YET: &[&str] = &[
     "lmove",
     "blpop",
     "brpop",
-    "sadd",
-    "srem",
-    "smembers",
-    "sismember",
-    "scard",
-    "spop",
-    "srandmember",
-    "sinter",
-    "sunion",
-    "sdiff",
-    "sscan",
-    "smove",
     "zadd",
     "zrem",
     "zrange",
@@ -372,7 +378,7 @@ fn unknown_command(args: &[Bytes]) -> String {
     let lower = name.to_ascii_lowercase();
     if NOT_YET.contains(&lower.as_str()) {
         return format!(
-            "ERR '{lower}' is not supported by ScaledKV yet (strings, hashes and keys only; see the README)"
+            "ERR '{lower}' is not supported by ScaledKV yet (strings, hashes, sets and keys only; see the README)"
         );
     }
     format!("ERR unknown command '{name}', with args beginning with: {quoted}")
