@@ -387,55 +387,20 @@ pub fn hscan(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     // Redis looks the key up before it reads the options.
     let value = read_hash(ctx, &args[1])?;
     if value.is_none() {
-        ctx.out.array(2);
-        ctx.out.bulk(b"0");
-        ctx.out.array(0);
+        super::keys::scan_reply(ctx.out, 0, 0, []);
         return Ok(());
     }
-    let mut pattern: Option<&Bytes> = None;
-    let mut count = 10usize;
-    let mut i = 3;
-    while i < args.len() {
-        if i + 1 >= args.len() {
-            return Err(CmdError::Syntax);
-        }
-        if eq(&args[i], "count") {
-            let n = int(&args[i + 1])?;
-            if n < 1 {
-                return Err(CmdError::Syntax);
-            }
-            count = n.min(1 << 20) as usize;
-        } else if eq(&args[i], "match") {
-            pattern = Some(&args[i + 1]);
-        } else {
-            return Err(CmdError::Syntax);
-        }
-        i += 2;
-    }
+    let options = super::keys::scan_options(&args[3..], false)?;
     let (next, pairs): (u64, Entries) = match Open::of(&value)? {
         Open::Listpack(fields) => (0, fields.iter().map(|(f, v)| (f.to_vec(), v.to_vec())).collect()),
-        Open::Table(table) => {
-            let after = match cursor {
-                0 => None,
-                n => Some(ctx.shared.cursors.lock().get(n).ok_or_else(|| err("ERR invalid cursor"))?),
-            };
-            let page = table::entries(ctx, &table, after.as_deref(), count)?;
-            let next = match page.last() {
-                Some((field, _)) if page.len() == count => ctx.shared.cursors.lock().insert(field.clone()),
-                _ => 0,
-            };
-            (next, page)
-        }
+        Open::Table(table) => table::page(ctx, &table, cursor, options.count)?,
     };
-    let matched: Vec<&(Vec<u8>, Vec<u8>)> =
-        pairs.iter().filter(|(field, _)| pattern.is_none_or(|p| crate::keyspace::glob_match(p, field))).collect();
-    ctx.out.array(2);
-    ctx.out.bulk(next.to_string().as_bytes());
-    ctx.out.array(matched.len() * 2);
-    for (field, value) in matched {
-        ctx.out.bulk(field);
-        ctx.out.bulk(value);
-    }
+    let matched: Vec<&(Vec<u8>, Vec<u8>)> = pairs
+        .iter()
+        .filter(|(field, _)| options.pattern.is_none_or(|p| crate::keyspace::glob_match(p, field)))
+        .collect();
+    let items = matched.iter().flat_map(|(field, value)| [&field[..], &value[..]]);
+    super::keys::scan_reply(ctx.out, next, matched.len() * 2, items);
     Ok(())
 }
 

@@ -257,34 +257,54 @@ pub fn scan_cursor(arg: &[u8]) -> Result<u64, CmdError> {
     Ok(if negative { value.wrapping_neg() } else { value })
 }
 
+/// The options of SCAN (`with_type`), HSCAN and SSCAN.
+pub struct ScanOptions<'a> {
+    /// COUNT, 10 unless given: how many entries a page examines.
+    pub count: usize,
+    pub pattern: Option<&'a Bytes>,
+    pub type_filter: Option<&'a Bytes>,
+}
+
+/// Parses `options` (COUNT n, MATCH pattern, and TYPE t for SCAN) as Redis
+/// does: a COUNT below 1, or anything else, is a syntax error.
+pub fn scan_options(options: &[Bytes], with_type: bool) -> Result<ScanOptions<'_>, CmdError> {
+    let mut parsed = ScanOptions { count: 10, pattern: None, type_filter: None };
+    for pair in options.chunks(2) {
+        let [option, value] = pair else { return Err(CmdError::Syntax) };
+        if eq(option, "count") {
+            let n = int(value)?;
+            if n < 1 {
+                return Err(CmdError::Syntax);
+            }
+            parsed.count = n.min(1 << 20) as usize;
+        } else if eq(option, "match") {
+            parsed.pattern = Some(value);
+        } else if eq(option, "type") && with_type {
+            parsed.type_filter = Some(value);
+        } else {
+            return Err(CmdError::Syntax);
+        }
+    }
+    Ok(parsed)
+}
+
+/// A SCAN-family reply: the next cursor, then `items` (each one bulk
+/// string or more).
+pub fn scan_reply<'i, I: IntoIterator<Item = &'i [u8]>>(out: &mut crate::resp::Out, next: u64, len: usize, items: I) {
+    out.array(2);
+    out.bulk(next.to_string().as_bytes());
+    out.array(len);
+    for item in items {
+        out.bulk(item);
+    }
+}
+
 /// SCAN walks the ordered key space. The cursor is a number (clients parse
 /// it as one); the server maps it to the last key returned. Cursors are
 /// kept for the most recent `MAX_CURSORS` scans.
 pub fn scan(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let cursor = scan_cursor(&args[1])?;
-    let mut count = 10usize;
-    let mut pattern: Option<&Bytes> = None;
-    let mut type_filter: Option<&Bytes> = None;
-    let mut i = 2;
-    while i < args.len() {
-        if i + 1 >= args.len() {
-            return Err(CmdError::Syntax);
-        }
-        if eq(&args[i], "count") {
-            let n = int(&args[i + 1])?;
-            if n < 1 {
-                return Err(CmdError::Syntax);
-            }
-            count = n.min(1 << 20) as usize;
-        } else if eq(&args[i], "match") {
-            pattern = Some(&args[i + 1]);
-        } else if eq(&args[i], "type") {
-            type_filter = Some(&args[i + 1]);
-        } else {
-            return Err(CmdError::Syntax);
-        }
-        i += 2;
-    }
+    let ScanOptions { count, pattern, type_filter } = scan_options(&args[2..], true)?;
     let start = if cursor == 0 {
         Vec::new()
     } else {
@@ -316,12 +336,7 @@ pub fn scan(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         Some(key) if examined >= count => ctx.shared.cursors.lock().insert(key),
         _ => 0,
     };
-    ctx.out.array(2);
-    ctx.out.bulk(next.to_string().as_bytes());
-    ctx.out.array(keys.len());
-    for key in &keys {
-        ctx.out.bulk(key);
-    }
+    scan_reply(ctx.out, next, keys.len(), keys.iter().map(Vec::as_slice));
     Ok(())
 }
 

@@ -478,54 +478,23 @@ pub fn sscan(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let cursor = super::keys::scan_cursor(&args[2])?;
     let value = read_set(ctx, &args[1])?;
     if value.is_none() {
-        ctx.out.array(2);
-        ctx.out.bulk(b"0");
-        ctx.out.array(0);
+        super::keys::scan_reply(ctx.out, 0, 0, []);
         return Ok(());
     }
-    let mut pattern: Option<&Bytes> = None;
-    let mut count = 10usize;
-    let mut i = 3;
-    while i < args.len() {
-        if i + 1 >= args.len() {
-            return Err(CmdError::Syntax);
-        }
-        if eq(&args[i], "count") {
-            let n = int(&args[i + 1])?;
-            if n < 1 {
-                return Err(CmdError::Syntax);
-            }
-            count = n.min(1 << 20) as usize;
-        } else if eq(&args[i], "match") {
-            pattern = Some(&args[i + 1]);
-        } else {
-            return Err(CmdError::Syntax);
-        }
-        i += 2;
-    }
+    let options = super::keys::scan_options(&args[3..], false)?;
     let (next, members): (u64, Vec<Vec<u8>>) = match Open::of(value.as_ref())? {
         Open::Table(table) => {
-            let after = match cursor {
-                0 => None,
-                n => Some(ctx.shared.cursors.lock().get(n).ok_or_else(|| err("ERR invalid cursor"))?),
-            };
-            let page = table::entries(ctx, &table, after.as_deref(), count)?;
-            let next = match page.last() {
-                Some((member, _)) if page.len() == count => ctx.shared.cursors.lock().insert(member.clone()),
-                _ => 0,
-            };
+            let (next, page) = table::page(ctx, &table, cursor, options.count)?;
             (next, page.into_iter().map(|(m, _)| m).collect())
         }
         set => (0, set.members(ctx)?),
     };
-    let matched: Vec<&Vec<u8>> =
-        members.iter().filter(|m| pattern.is_none_or(|p| crate::keyspace::glob_match(p, m))).collect();
-    ctx.out.array(2);
-    ctx.out.bulk(next.to_string().as_bytes());
-    ctx.out.array(matched.len());
-    for member in matched {
-        ctx.out.bulk(member);
-    }
+    let matched: Vec<&[u8]> = members
+        .iter()
+        .map(Vec::as_slice)
+        .filter(|m| options.pattern.is_none_or(|p| crate::keyspace::glob_match(p, m)))
+        .collect();
+    super::keys::scan_reply(ctx.out, next, matched.len(), matched.iter().copied());
     Ok(())
 }
 

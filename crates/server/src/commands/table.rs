@@ -186,6 +186,22 @@ pub fn entries(ctx: &mut Ctx<'_>, table: &Table, after: Option<&[u8]>, limit: us
     Ok(found.into_iter().map(|(key, value)| (key[prefix.len()..].to_vec(), value)).collect())
 }
 
+/// A SCAN-family page of a table: up to `count` entries after the one
+/// `cursor` stands for (0: from the start), and the cursor that stands for
+/// the last of them (0 when the table is done).
+pub fn page(ctx: &mut Ctx<'_>, table: &Table, cursor: u64, count: usize) -> Result<(u64, Entries), CmdError> {
+    let after = match cursor {
+        0 => None,
+        n => Some(ctx.shared.cursors.lock().get(n).ok_or_else(|| err("ERR invalid cursor"))?),
+    };
+    let page = entries(ctx, table, after.as_deref(), count)?;
+    let next = match page.last() {
+        Some((field, _)) if page.len() == count => ctx.shared.cursors.lock().insert(field.clone()),
+        _ => 0,
+    };
+    Ok((next, page))
+}
+
 /// Owner records `sweeper` checks per step, and the pause after a step
 /// that found few orphans: a million big collections take 100 s a pass, at a
 /// few milliseconds of CPU per step, as Redis's active expiry cycle paces
