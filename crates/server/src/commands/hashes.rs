@@ -335,10 +335,7 @@ pub fn hrandfield(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         }
         return Ok(());
     }
-    let count = int(&args[2])?;
-    if count == i64::MIN {
-        return Err(err(format!("ERR value is out of range, value must between {} and {}", -i64::MAX, i64::MAX)));
-    }
+    let count = super::args::random_count(&args[2])?;
     let with_values = match args.len() {
         3 => false,
         4 if eq(&args[3], "withvalues") => true,
@@ -350,19 +347,7 @@ pub fn hrandfield(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let value = read_hash(ctx, &args[1])?;
     let hash = Open::of(&value)?;
     let pairs = if count == 0 { Vec::new() } else { hash.pairs(ctx)? };
-    let size = pairs.len();
-    let picks: Vec<usize> = if size == 0 {
-        Vec::new()
-    } else if count < 0 {
-        let mut rng = rand::thread_rng();
-        (0..count.unsigned_abs()).map(|_| rng.gen_range(0..size)).collect()
-    } else if count as u64 >= size as u64 {
-        (0..size).collect()
-    } else {
-        let mut picks = rand::seq::index::sample(&mut rand::thread_rng(), size, count as usize).into_vec();
-        picks.sort_unstable();
-        picks
-    };
+    let picks = super::random_picks(pairs.len(), count);
     let nested = with_values && ctx.out.protocol == Protocol::Resp3;
     ctx.out.array(if with_values && !nested { picks.len() * 2 } else { picks.len() });
     for at in picks {

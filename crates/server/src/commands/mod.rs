@@ -633,6 +633,25 @@ pub async fn execute<'s>(shared: &'s Shared, conn: &mut ConnState, out: &mut Out
     }
 }
 
+/// HRANDFIELD's and SRANDMEMBER's picks among `size` entries, in the
+/// collection's order: for a positive `count`, distinct ones (all of them
+/// once it reaches `size`), for a negative one, `-count` with repeats.
+pub fn random_picks(size: usize, count: i64) -> Vec<usize> {
+    use rand::Rng;
+    let mut rng = rand::thread_rng();
+    if size == 0 {
+        Vec::new()
+    } else if count < 0 {
+        (0..count.unsigned_abs()).map(|_| rng.gen_range(0..size)).collect()
+    } else if count as u64 >= size as u64 {
+        (0..size).collect()
+    } else {
+        let mut picks = rand::seq::index::sample(&mut rng, size, count as usize).into_vec();
+        picks.sort_unstable();
+        picks
+    }
+}
+
 /// Argument helpers with Redis's parsing rules and error texts.
 pub mod args {
     use super::CmdError;
@@ -649,6 +668,17 @@ pub mod args {
         i32::try_from(n).map_err(|_| {
             super::err(format!("ERR value is out of range, value must between {} and {}", i32::MIN, i32::MAX))
         })
+    }
+
+    /// A random-pick count (HRANDFIELD, SRANDMEMBER): any 64-bit integer
+    /// but the one whose negation does not fit, with Redis's range text.
+    pub fn random_count(arg: &[u8]) -> Result<i64, CmdError> {
+        match int(arg)? {
+            i64::MIN => {
+                Err(super::err(format!("ERR value is out of range, value must between {} and {}", -i64::MAX, i64::MAX)))
+            }
+            n => Ok(n),
+        }
     }
 
     pub fn parse_i64(text: &[u8]) -> Option<i64> {

@@ -286,17 +286,7 @@ pub fn spop(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
 pub fn srandmember(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let count = match args.len() {
         2 => None,
-        3 => {
-            let n = int(&args[2])?;
-            if n == i64::MIN {
-                return Err(err(format!(
-                    "ERR value is out of range, value must between {} and {}",
-                    -i64::MAX,
-                    i64::MAX
-                )));
-            }
-            Some(n)
-        }
+        3 => Some(super::args::random_count(&args[2])?),
         _ => return Err(CmdError::Syntax),
     };
     let value = read_set(ctx, &args[1])?;
@@ -309,19 +299,7 @@ pub fn srandmember(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         }
         return Ok(());
     };
-    let size = members.len();
-    let picks: Vec<usize> = if size == 0 {
-        Vec::new()
-    } else if count < 0 {
-        let mut rng = rand::thread_rng();
-        (0..count.unsigned_abs()).map(|_| rng.gen_range(0..size)).collect()
-    } else if count as u64 >= size as u64 {
-        (0..size).collect()
-    } else {
-        let mut picks = rand::seq::index::sample(&mut rand::thread_rng(), size, count as usize).into_vec();
-        picks.sort_unstable();
-        picks
-    };
+    let picks = super::random_picks(members.len(), count);
     ctx.out.array(picks.len());
     for at in picks {
         ctx.out.bulk(&members[at]);
