@@ -18,13 +18,15 @@ use crate::commands::CmdError;
 /// the high bit set for a big collection's stub (`commands::table`).
 pub const TYPE_STRING: u8 = 0;
 pub const TYPE_HASH: u8 = 4;
+pub const TYPE_LIST: u8 = 1;
 pub const TYPE_SET: u8 = 2;
-pub const TYPE_HASH_TABLE: u8 = 0x84;
+pub const TYPE_LIST_TABLE: u8 = 0x81;
 pub const TYPE_SET_TABLE: u8 = 0x82;
+pub const TYPE_HASH_TABLE: u8 = 0x84;
 
 /// Whether a value of type `tag` is a table's stub (`commands::table`).
 pub fn is_table(tag: u8) -> bool {
-    tag == TYPE_HASH_TABLE || tag == TYPE_SET_TABLE
+    matches!(tag, TYPE_LIST_TABLE | TYPE_SET_TABLE | TYPE_HASH_TABLE)
 }
 /// Longest string value: the engine's limit less the type byte.
 pub const MAX_STRING_BYTES: usize = MAX_VALUE_BYTES - 1;
@@ -34,6 +36,7 @@ pub fn type_name(tag: u8) -> &'static str {
         TYPE_STRING => "string",
         TYPE_HASH | TYPE_HASH_TABLE => "hash",
         TYPE_SET | TYPE_SET_TABLE => "set",
+        TYPE_LIST | TYPE_LIST_TABLE => "list",
         _ => "unknown",
     }
 }

@@ -20,7 +20,9 @@ use super::args::{eq, int, parse_i64};
 use super::table::Table;
 use super::{err, CmdError, CmdResult, Ctx};
 use crate::hash::Fields;
-use crate::keyspace::{Value, MAX_STRING_BYTES, TYPE_HASH, TYPE_HASH_TABLE, TYPE_SET, TYPE_SET_TABLE};
+use crate::keyspace::{
+    Value, MAX_STRING_BYTES, TYPE_HASH, TYPE_HASH_TABLE, TYPE_LIST, TYPE_LIST_TABLE, TYPE_SET, TYPE_SET_TABLE,
+};
 
 /// RDB object types: RDB_TYPE_STRING, RDB_TYPE_HASH and
 /// RDB_TYPE_HASH_LISTPACK; RDB_TYPE_SET and RDB_TYPE_SET_INTSET.
@@ -29,13 +31,17 @@ const TYPE_HASH_PAIRS: u8 = 4;
 const TYPE_HASH_LISTPACK: u8 = 16;
 const TYPE_SET_MEMBERS: u8 = 2;
 const TYPE_SET_INTSET: u8 = 11;
+/// RDB_TYPE_LIST (what DUMP writes) and RDB_TYPE_LIST_QUICKLIST_2 (what
+/// Redis 7 writes: nodes of listpacks, or of one plain element).
+const TYPE_LIST_ELEMENTS: u8 = 1;
+const TYPE_LIST_QUICKLIST: u8 = 18;
 /// The RDB version DUMP writes: Redis 7.0's, which every Redis since reads.
 const RDB_VERSION: u16 = 10;
 /// The newest RDB version RESTORE reads: Redis 7.4's. Strings are written
 /// alike in 10, 11 and 12.
 const NEWEST_RDB_VERSION: u16 = 12;
-/// RDB object types Redis has and ScaledKV does not restore (lists, sorted
-/// sets, modules, streams, and hashes and sets in the encodings of Redis
+/// RDB object types Redis has and ScaledKV does not restore (sorted sets,
+/// modules, streams, and lists, hashes and sets in the encodings of Redis
 /// before 7 or after 7.0).
 const OTHER_TYPES: std::ops::RangeInclusive<u8> = 1..=21;
 
@@ -54,18 +60,24 @@ fn serialize(ctx: &mut Ctx<'_>, value: &Value) -> Result<Vec<u8>, CmdError> {
             let pairs = super::table::entries(ctx, &table, None, usize::MAX)?;
             Ok(serialize_hash(pairs.iter().map(|(f, v)| (&f[..], &v[..]))))
         }
-        TYPE_SET | TYPE_SET_TABLE => {
-            let members = super::sets::members_of(ctx, value)?;
-            let mut out = vec![TYPE_SET_MEMBERS];
-            write_length(&mut out, members.len() as u64);
-            for member in &members {
-                write_length(&mut out, member.len() as u64);
-                out.extend_from_slice(member);
-            }
-            Ok(with_footer(out))
+        TYPE_SET | TYPE_SET_TABLE => Ok(serialize_strings(TYPE_SET_MEMBERS, &super::sets::members_of(ctx, value)?)),
+        TYPE_LIST | TYPE_LIST_TABLE => {
+            Ok(serialize_strings(TYPE_LIST_ELEMENTS, &super::lists::elements_of(ctx, value)?))
         }
         _ => Ok(serialize_string(value.string()?)),
     }
+}
+
+/// An object of type `kind` that is a count and as many strings (a set's
+/// members, a list's elements).
+fn serialize_strings(kind: u8, strings: &[Vec<u8>]) -> Vec<u8> {
+    let mut out = vec![kind];
+    write_length(&mut out, strings.len() as u64);
+    for string in strings {
+        write_length(&mut out, string.len() as u64);
+        out.extend_from_slice(string);
+    }
+    with_footer(out)
 }
 
 /// A hash as RDB_TYPE_HASH: its length, then each field and value.
@@ -157,6 +169,29 @@ pub fn deserialize(payload: &[u8]) -> Result<(u8, Vec<u8>), Refused> {
             }
             Ok((TYPE_HASH, hash_of(strings.iter().map(Vec::as_slice))?))
         }
+        TYPE_LIST_ELEMENTS => {
+            let count = object.plain_length()?;
+            let mut elements = Vec::with_capacity(count.min(object.bytes.len()));
+            for _ in 0..count {
+                elements.push(object.string()?);
+            }
+            list_of(elements)
+        }
+        TYPE_LIST_QUICKLIST => {
+            let nodes = object.plain_length()?;
+            let mut elements = Vec::new();
+            for _ in 0..nodes {
+                let container = object.plain_length()?;
+                let node = object.string()?;
+                match container {
+                    // QUICKLIST_NODE_CONTAINER_PLAIN: one element.
+                    1 => elements.push(node),
+                    2 => elements.extend(listpack_entries(&node)?.into_iter().map(Cow::into_owned)),
+                    _ => return Err(Refused::BadFormat),
+                }
+            }
+            list_of(elements)
+        }
         TYPE_SET_MEMBERS => {
             let count = object.plain_length()?;
             let mut members = Vec::with_capacity(count.min(object.bytes.len()));
@@ -179,6 +214,17 @@ pub fn deserialize(payload: &[u8]) -> Result<(u8, Vec<u8>), Refused> {
         kind if OTHER_TYPES.contains(&kind) => Err(Refused::OtherType),
         _ => Err(Refused::BadFormat),
     }
+}
+
+/// A list's encoding as one value; RESTORE makes a table of a long one.
+/// Redis refuses an empty list as bad data.
+fn list_of(elements: Vec<Vec<u8>>) -> Result<(u8, Vec<u8>), Refused> {
+    if elements.is_empty() {
+        return Err(Refused::BadFormat);
+    }
+    let mut data = Vec::new();
+    crate::hash::encode_into(&mut data, elements.len(), false, elements.iter().map(|e| (&e[..], &b""[..])));
+    Ok((TYPE_LIST, data))
 }
 
 /// A hash's encoding from its fields and values in turn. Redis refuses an
@@ -467,6 +513,11 @@ fn store(ctx: &mut Ctx<'_>, key: &[u8], tag: u8, data: &[u8], expiry: Option<u64
     let table = match tag {
         TYPE_HASH => TYPE_HASH_TABLE,
         TYPE_SET => TYPE_SET_TABLE,
+        TYPE_LIST => {
+            let elements: Vec<Vec<u8>> =
+                crate::hash::pairs(data).map(|p| p.map(|(e, _)| e.to_vec())).collect::<Result<_, _>>()?;
+            return super::lists::store_new(ctx, key, &elements, expiry);
+        }
         _ => return ctx.writes.put(key, tag, data, expiry),
     };
     if super::hashes::stays_one_value(crate::hash::is_hashtable(data)?, data.len()) {
@@ -503,8 +554,9 @@ mod tests {
             payload.extend_from_slice(&crc.to_le_bytes());
             payload
         };
-        // A list of one element "a" (RDB_TYPE_LIST), and an unknown type.
-        assert_eq!(deserialize(&framed(b"\x01\x01\x01a")), Err(Refused::OtherType));
+        // A sorted set of one member "a" with score 1 (RDB_TYPE_ZSET_2),
+        // and an unknown type.
+        assert_eq!(deserialize(&framed(b"\x05\x01\x01a\x00\x00\x00\x00\x00\x00\xf0\x3f")), Err(Refused::OtherType));
         assert_eq!(deserialize(&framed(b"\x63\x01a")), Err(Refused::BadFormat));
         // A plain length past the largest value is refused before reading.
         assert_eq!(deserialize(&framed(b"\x00\x81\x00\x00\x00\x01\x00\x00\x00\x00")), Err(Refused::TooBig));
@@ -552,6 +604,35 @@ mod tests {
         assert_eq!(deserialize(&with_footer(short.clone())), Err(Refused::BadFormat));
         short[6] = 2;
         assert_eq!(deserialize(&with_footer(short)), Ok(set(&[b"1", b"2"])));
+    }
+
+    #[test]
+    fn reads_the_quicklist_redis_dumps_a_list_as() {
+        // Redis 7.0.15: RPUSH l a 1 -300 hello, DUMP l (one packed node).
+        let payload = b"\x12\x01\x02\x16\x16\x00\x00\x00\x04\x00\x81a\x02\x01\x01\xde\xd4\x02\x85hello\x06\xff\n\x00F\x8a\xdd\xe3d\xcc@\xe7";
+        let mut expected = Vec::new();
+        let elements: [&[u8]; 4] = [b"a", b"1", b"-300", b"hello"];
+        crate::hash::encode_into(&mut expected, 4, false, elements.iter().map(|e| (*e, &b""[..])));
+        assert_eq!(deserialize(payload), Ok((TYPE_LIST, expected.clone())));
+        damaged_copies_are_refused(payload);
+        // A plain node (one element) and a packed one; a bad container.
+        let mut nodes = vec![TYPE_LIST_QUICKLIST, 2, 1];
+        write_length(&mut nodes, 1);
+        nodes.push(b'a');
+        nodes.push(2);
+        let listpack = &payload[4..4 + 0x16];
+        write_length(&mut nodes, listpack.len() as u64);
+        nodes.extend_from_slice(listpack);
+        let (tag, data) = deserialize(&with_footer(nodes.clone())).unwrap();
+        assert_eq!((tag, crate::hash::count(&data)), (TYPE_LIST, Ok(5)));
+        nodes[2] = 3;
+        assert_eq!(deserialize(&with_footer(nodes)), Err(Refused::BadFormat));
+        // What DUMP writes (RDB_TYPE_LIST) reads back; an empty list is bad data.
+        assert_eq!(
+            deserialize(&serialize_strings(TYPE_LIST_ELEMENTS, &[b"x".to_vec()])).map(|(t, _)| t),
+            Ok(TYPE_LIST)
+        );
+        assert_eq!(deserialize(&serialize_strings(TYPE_LIST_ELEMENTS, &[])), Err(Refused::BadFormat));
     }
 
     #[test]
@@ -673,7 +754,7 @@ mod tests {
             // Most cases start as a string, plain or LZF, to reach deep.
             prefix in proptest::sample::select(vec![
                 vec![], vec![0u8], vec![0, 0xC3], vec![0, 0xC3, 0x05, 0x20], vec![4, 1], vec![16], vec![16, 0x20],
-                vec![2, 2], vec![11, 0x10],
+                vec![2, 2], vec![11, 0x10], vec![1, 2], vec![18, 1, 2, 0x20],
             ]),
             object in proptest::collection::vec(proptest::num::u8::ANY, 0..64),
         ) {

@@ -11,7 +11,8 @@ use super::args::{eq, int};
 use super::table::Table;
 use super::{err, only_database_zero, subcommand_arity, unknown_subcommand, CmdError, CmdResult, Ctx};
 use crate::keyspace::{
-    glob_match, is_reserved, is_table, type_name, RESERVED, TYPE_HASH, TYPE_HASH_TABLE, TYPE_STRING,
+    glob_match, is_reserved, is_table, type_name, RESERVED, TYPE_HASH, TYPE_HASH_TABLE, TYPE_LIST, TYPE_LIST_TABLE,
+    TYPE_STRING,
 };
 
 pub fn del(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
@@ -203,6 +204,13 @@ pub fn copy(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     };
     if !replace && ctx.read(&args[2])?.is_some() {
         ctx.out.int(0);
+        return Ok(());
+    }
+    if value.tag() == TYPE_LIST_TABLE {
+        // Renumbered from the first position.
+        let elements = super::lists::elements_of(ctx, &value)?;
+        super::lists::store_new(ctx, &args[2], &elements, value.expiry_ms())?;
+        ctx.out.int(1);
         return Ok(());
     }
     if is_table(value.tag()) {
@@ -430,6 +438,10 @@ pub fn object(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
                 match sub.as_str() {
                     "encoding" if value.tag() == TYPE_HASH || value.tag() == TYPE_HASH_TABLE => {
                         ctx.out.bulk(super::hashes::encoding(&value)?.as_bytes())
+                    }
+                    // Redis 7.0 keeps every list as a quicklist.
+                    "encoding" if value.tag() == TYPE_LIST || value.tag() == TYPE_LIST_TABLE => {
+                        ctx.out.bulk(b"quicklist")
                     }
                     "encoding" => ctx.out.bulk(super::sets::encoding(&value)?.as_bytes()),
                     "refcount" => ctx.out.int(1),

@@ -6,6 +6,7 @@ mod bits;
 mod dump;
 mod hashes;
 mod keys;
+mod lists;
 mod server;
 mod sets;
 mod strings;
@@ -249,6 +250,21 @@ commands! {
     "hincrbyfloat", 4, WRITE | FAST, ONE, "hash", hashes::hincrbyfloat, "Increments the floating point value of a field by a number. Uses 0 as initial value if the field doesn't exist.";
     "hrandfield", -2, READONLY, ONE, "hash", hashes::hrandfield, "Returns one or more random fields from a hash.";
     "hscan", -3, READONLY, ONE, "hash", hashes::hscan, "Iterates over fields and values of a hash.";
+    "lpush", -3, WRITE | FAST, ONE, "list", lists::lpush, "Prepends one or more elements to a list. Creates the key if it doesn't exist.";
+    "rpush", -3, WRITE | FAST, ONE, "list", lists::rpush, "Appends one or more elements to a list. Creates the key if it doesn't exist.";
+    "lpushx", -3, WRITE | FAST, ONE, "list", lists::lpushx, "Prepends one or more elements to a list only when the list exists.";
+    "rpushx", -3, WRITE | FAST, ONE, "list", lists::rpushx, "Appends an element to a list only when the list exists.";
+    "lpop", -2, WRITE | FAST, ONE, "list", lists::lpop, "Returns the first elements in a list after removing it. Deletes the list if the last element was popped.";
+    "rpop", -2, WRITE | FAST, ONE, "list", lists::rpop, "Returns and removes the last elements of a list. Deletes the list if the last element was popped.";
+    "llen", 2, READONLY | FAST, ONE, "list", lists::llen, "Returns the length of a list.";
+    "lrange", 4, READONLY, ONE, "list", lists::lrange, "Returns a range of elements from a list.";
+    "lindex", 3, READONLY, ONE, "list", lists::lindex, "Returns an element from a list by its index.";
+    "lset", 4, WRITE, ONE, "list", lists::lset, "Sets the value of an element in a list by its index.";
+    "ltrim", 4, WRITE, ONE, "list", lists::ltrim, "Removes elements from both ends a list. Deletes the list if all elements were trimmed.";
+    "lrem", 4, WRITE, ONE, "list", lists::lrem, "Removes elements from a list. Deletes the list if the last element was removed.";
+    "linsert", 5, WRITE, ONE, "list", lists::linsert, "Inserts an element before or after another element in a list.";
+    "rpoplpush", 3, WRITE, (1, 2, 1), "list", lists::rpoplpush, "Returns the last element of a list after removing and pushing it to another list. Deletes the list if the last element was popped.";
+    "lmove", 5, WRITE, (1, 2, 1), "list", lists::lmove, "Returns an element after popping it from one list and pushing it to another. Deletes the list if the last element was moved.";
     "sadd", -3, WRITE | FAST, ONE, "set", sets::sadd, "Adds one or more members to a set. Creates the key if it doesn't exist.";
     "srem", -3, WRITE | FAST, ONE, "set", sets::srem, "Removes one or more members from a set. Deletes the set if the last member was removed.";
     "smembers", 2, READONLY, ONE, "set", sets::smembers, "Returns all members of a set.";
@@ -299,19 +315,11 @@ commands! {
 
 /// Types that are not built yet: a clear error, never a crash.
 const NOT_YET: &[&str] = &[
-    "lpush",
-    "rpush",
-    "lpop",
-    "rpop",
-    "llen",
-    "lrange",
-    "lindex",
-    "lset",
-    "lrem",
-    "ltrim",
-    "linsert",
-    "rpoplpush",
-    "lmove",
+    "lpos",
+    "lmpop",
+    "blmove",
+    "brpoplpush",
+    "blmpop",
     "blpop",
     "brpop",
     "zadd",
@@ -378,7 +386,7 @@ fn unknown_command(args: &[Bytes]) -> String {
     let lower = name.to_ascii_lowercase();
     if NOT_YET.contains(&lower.as_str()) {
         return format!(
-            "ERR '{lower}' is not supported by ScaledKV yet (strings, hashes, sets and keys only; see the README)"
+            "ERR '{lower}' is not supported by ScaledKV yet (strings, lists, hashes, sets and keys only; see the README)"
         );
     }
     format!("ERR unknown command '{name}', with args beginning with: {quoted}")

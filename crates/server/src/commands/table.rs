@@ -27,33 +27,43 @@ use crate::server::Shared;
 const MEMBERS: u8 = 0x01;
 const OWNERS: u8 = 0x02;
 /// The type byte of a field's value (`Value::data` strips the first byte).
-const TYPE_FIELD: u8 = 0x01;
+pub const TYPE_FIELD: u8 = 0x01;
 
-/// A table's stub: its type, its id and how many fields it holds.
+/// A table's stub: its type, its id, how many fields it holds, and for a
+/// list the position of its first element (`commands::lists`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Table {
     pub tag: u8,
     pub id: u64,
     pub count: u64,
+    pub head: i64,
 }
 
 impl Table {
     /// The stub of a value of type `tag` (one of the table types).
     pub fn decode(tag: u8, data: &[u8]) -> Result<Table, Corrupt> {
-        let data: &[u8; 16] = data.try_into().map_err(|_| Corrupt)?;
-        let id = u64::from_le_bytes(data[..8].try_into().expect("8"));
-        let count = u64::from_le_bytes(data[8..].try_into().expect("8"));
-        Ok(Table { tag, id, count })
+        let word = |at: usize| -> Result<[u8; 8], Corrupt> {
+            data.get(at..at + 8).and_then(|w| w.try_into().ok()).ok_or(Corrupt)
+        };
+        let head = match data.len() {
+            16 => 0,
+            24 => i64::from_le_bytes(word(16)?),
+            _ => return Err(Corrupt),
+        };
+        Ok(Table { tag, id: u64::from_le_bytes(word(0)?), count: u64::from_le_bytes(word(8)?), head })
     }
 
     pub fn of(value: &crate::keyspace::Value) -> Result<Table, Corrupt> {
         Table::decode(value.tag(), value.data())
     }
 
-    fn encode(&self) -> [u8; 16] {
-        let mut out = [0; 16];
-        out[..8].copy_from_slice(&self.id.to_le_bytes());
-        out[8..].copy_from_slice(&self.count.to_le_bytes());
+    fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(24);
+        out.extend_from_slice(&self.id.to_le_bytes());
+        out.extend_from_slice(&self.count.to_le_bytes());
+        if self.tag == crate::keyspace::TYPE_LIST_TABLE {
+            out.extend_from_slice(&self.head.to_le_bytes());
+        }
         out
     }
 }
@@ -67,7 +77,7 @@ pub fn members_prefix(id: u64) -> Vec<u8> {
     key
 }
 
-fn member_key(id: u64, field: &[u8]) -> Vec<u8> {
+pub fn member_key(id: u64, field: &[u8]) -> Vec<u8> {
     let mut key = members_prefix(id);
     key.extend_from_slice(field);
     key
@@ -130,7 +140,7 @@ pub fn remove(ctx: &mut Ctx<'_>, table: &mut Table, field: &[u8]) -> Result<bool
 }
 
 /// A field's engine key must fit the engine's key limit.
-fn check_field(key: &[u8]) -> CmdResult {
+pub fn check_field(key: &[u8]) -> CmdResult {
     if key.len() > scaledkv::MAX_KEY_BYTES {
         let most = scaledkv::MAX_KEY_BYTES - members_prefix(0).len();
         return Err(err(format!("ERR hash field is too large (max {most} bytes in a big hash)")));
@@ -160,7 +170,7 @@ pub fn create<'p>(
     expiry: Option<u64>,
 ) -> CmdResult {
     let id = ctx.shared.next_table_id.fetch_add(1, Ordering::Relaxed);
-    let mut table = Table { tag, id, count: 0 };
+    let mut table = Table { tag, id, count: 0, head: 0 };
     for (field, value) in pairs {
         let member = member_key(id, field);
         check_field(&member)?;

@@ -1,0 +1,463 @@
+//! List commands, with Redis 7.0's replies and errors. A list of at most
+//! 8 KiB is one engine value (its elements in order, in `crate::hash`'s
+//! layout with empty values); a longer one a table (`table`) whose
+//! elements sit at consecutive positions from the stub's `head`, so a push
+//! or a pop at either end, LINDEX and LSET touch one entry, and LRANGE
+//! reads its range in order. LREM and LINSERT rewrite the list, O(n) as
+//! in Redis. Blocking pops are not supported yet.
+
+use std::borrow::Cow;
+
+use bytes::Bytes;
+
+use super::args::{eq, int};
+use super::table::{self, Table};
+use super::{err, CmdError, CmdResult, Ctx};
+use crate::hash;
+use crate::keyspace::{Value, TYPE_LIST, TYPE_LIST_TABLE};
+
+/// Up to this many bytes a list stays one value.
+const VALUE_BYTES: usize = 8 << 10;
+
+/// The list at `key`: None if missing, WRONGTYPE for another type.
+fn read_list(ctx: &mut Ctx<'_>, key: &[u8]) -> Result<Option<Value>, CmdError> {
+    match ctx.read(key)? {
+        Some(value) if value.tag() != TYPE_LIST && value.tag() != TYPE_LIST_TABLE => Err(CmdError::WrongType),
+        other => Ok(other),
+    }
+}
+
+/// A table element's key suffix: its position, ordered as a signed number.
+fn position(at: i64) -> [u8; 8] {
+    ((at as u64) ^ (1 << 63)).to_be_bytes()
+}
+
+fn element_key(table: &Table, index: usize) -> Vec<u8> {
+    table::member_key(table.id, &position(table.head + index as i64))
+}
+
+/// A list a command reads or changes, in either encoding (a missing key is
+/// an empty one).
+enum Open<'v> {
+    Value(Vec<Cow<'v, [u8]>>),
+    Table(Table),
+}
+
+impl<'v> Open<'v> {
+    fn of(value: Option<&'v Value>) -> Result<Open<'v>, CmdError> {
+        Ok(match value {
+            Some(value) if value.tag() == TYPE_LIST_TABLE => Open::Table(Table::of(value)?),
+            Some(value) => {
+                let elements: Vec<&[u8]> =
+                    hash::pairs(value.data()).map(|p| p.map(|(e, _)| e)).collect::<Result<_, _>>()?;
+                Open::Value(elements.into_iter().map(Cow::Borrowed).collect())
+            }
+            None => Open::Value(Vec::new()),
+        })
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Open::Value(elements) => elements.len(),
+            Open::Table(table) => table.count as usize,
+        }
+    }
+
+    /// `n` elements from `start` (both within the list).
+    fn range(&self, ctx: &mut Ctx<'_>, start: usize, n: usize) -> Result<Vec<Vec<u8>>, CmdError> {
+        Ok(match self {
+            Open::Value(elements) => elements[start..start + n].iter().map(|e| e.to_vec()).collect(),
+            Open::Table(table) => {
+                let prefix = table::members_prefix(table.id);
+                let after = (start > 0).then(|| element_key(table, start - 1));
+                let found = ctx.writes.scan_internal(ctx.db(), &prefix, after.as_deref(), n)?;
+                found.into_iter().map(|(_, element)| element).collect()
+            }
+        })
+    }
+
+    fn get(&self, ctx: &mut Ctx<'_>, index: usize) -> Result<Vec<u8>, CmdError> {
+        Ok(self.range(ctx, index, 1)?.pop().unwrap_or_default())
+    }
+
+    fn push(&mut self, ctx: &mut Ctx<'_>, front: bool, element: &'v [u8]) -> CmdResult {
+        match self {
+            Open::Value(elements) if front => elements.insert(0, Cow::Borrowed(element)),
+            Open::Value(elements) => elements.push(Cow::Borrowed(element)),
+            Open::Table(table) => {
+                if front {
+                    table.head -= 1;
+                }
+                let at = if front { 0 } else { table.count as usize };
+                let key = element_key(table, at);
+                table::check_field(&key)?;
+                ctx.writes.put_internal(&key, table::TYPE_FIELD, element, None)?;
+                table.count += 1;
+                ctx.writes.note_reserved(1);
+            }
+        }
+        Ok(())
+    }
+
+    fn pop(&mut self, ctx: &mut Ctx<'_>, front: bool) -> Result<Option<Vec<u8>>, CmdError> {
+        let len = self.len();
+        if len == 0 {
+            return Ok(None);
+        }
+        if let Open::Value(elements) = self {
+            return Ok(Some(if front { elements.remove(0) } else { elements.pop().expect("not empty") }.into_owned()));
+        }
+        let at = if front { 0 } else { len - 1 };
+        let element = self.get(ctx, at)?;
+        let Open::Table(table) = self else { unreachable!("a list is a value or a table") };
+        ctx.writes.delete(&element_key(table, at));
+        ctx.writes.note_reserved(-1);
+        table.count -= 1;
+        if front {
+            table.head += 1;
+        }
+        Ok(Some(element))
+    }
+
+    fn set(&mut self, ctx: &mut Ctx<'_>, index: usize, element: &'v [u8]) -> CmdResult {
+        match self {
+            Open::Value(elements) => elements[index] = Cow::Borrowed(element),
+            Open::Table(table) => {
+                let key = element_key(table, index);
+                ctx.writes.put_internal(&key, table::TYPE_FIELD, element, None)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Keeps the elements `start..start + n` only.
+    fn trim(&mut self, ctx: &mut Ctx<'_>, start: usize, n: usize) {
+        match self {
+            Open::Value(elements) => {
+                elements.truncate(start + n);
+                elements.drain(..start);
+            }
+            Open::Table(table) => {
+                for index in (0..start).chain(start + n..table.count as usize) {
+                    ctx.writes.delete(&element_key(table, index));
+                }
+                ctx.writes.note_reserved(n as i64 - table.count as i64);
+                table.head += start as i64;
+                table.count = n as u64;
+            }
+        }
+    }
+
+    /// Replaces every element (LREM, LINSERT: O(n), as in Redis).
+    fn replace(&mut self, ctx: &mut Ctx<'_>, new: Vec<Vec<u8>>) -> CmdResult {
+        if let Open::Value(elements) = self {
+            *elements = new.into_iter().map(Cow::Owned).collect();
+            return Ok(());
+        }
+        self.trim(ctx, 0, 0);
+        let Open::Table(table) = self else { unreachable!("a list is a value or a table") };
+        for element in &new {
+            let key = element_key(table, table.count as usize);
+            ctx.writes.put_internal(&key, table::TYPE_FIELD, element, None)?;
+            table.count += 1;
+        }
+        ctx.writes.note_reserved(new.len() as i64);
+        Ok(())
+    }
+
+    /// Writes the list back to `key` with `expiry`: one past 8 KiB becomes
+    /// a table; an empty list goes.
+    fn store(self, ctx: &mut Ctx<'_>, key: &[u8], expiry: Option<u64>) -> CmdResult {
+        match self {
+            Open::Table(table) => table::store(ctx, key, &table, expiry),
+            Open::Value(elements) if elements.is_empty() => {
+                ctx.writes.delete(key);
+                Ok(())
+            }
+            Open::Value(elements) => {
+                let mut data = Vec::new();
+                hash::encode_into(&mut data, elements.len(), false, elements.iter().map(|e| (&e[..], &b""[..])));
+                if data.len() <= VALUE_BYTES {
+                    return ctx.writes.put(key, TYPE_LIST, &data, expiry);
+                }
+                let positions: Vec<[u8; 8]> = (0..elements.len() as i64).map(position).collect();
+                let pairs = positions.iter().zip(&elements).map(|(p, e)| (&p[..], &e[..]));
+                table::create(ctx, key, TYPE_LIST_TABLE, pairs, expiry)
+            }
+        }
+    }
+}
+
+fn expiry(value: &Option<Value>) -> Option<u64> {
+    value.as_ref().and_then(Value::expiry_ms)
+}
+
+/// Redis's clamp of a [start, stop] range over `len` elements: the first
+/// index and how many, or None for an empty range.
+fn clamp(start: i64, stop: i64, len: usize) -> Option<(usize, usize)> {
+    let len = len as i64;
+    let start = if start < 0 { (len + start).max(0) } else { start };
+    let stop = if stop < 0 { len + stop } else { stop };
+    if start > stop || start >= len {
+        return None;
+    }
+    let stop = stop.min(len - 1);
+    Some((start as usize, (stop - start + 1) as usize))
+}
+
+/// An index from the head (negative: from the tail), if within the list.
+fn index(arg: i64, len: usize) -> Option<usize> {
+    let at = if arg < 0 { len as i64 + arg } else { arg };
+    (0..len as i64).contains(&at).then_some(at as usize)
+}
+
+fn push(ctx: &mut Ctx<'_>, args: &[Bytes], front: bool, only_existing: bool) -> CmdResult {
+    let value = read_list(ctx, &args[1])?;
+    if only_existing && value.is_none() {
+        ctx.out.int(0);
+        return Ok(());
+    }
+    let mut list = Open::of(value.as_ref())?;
+    for element in &args[2..] {
+        list.push(ctx, front, element)?;
+    }
+    let len = list.len();
+    list.store(ctx, &args[1], expiry(&value))?;
+    ctx.out.int(len as i64);
+    Ok(())
+}
+
+pub fn lpush(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    push(ctx, args, true, false)
+}
+
+pub fn rpush(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    push(ctx, args, false, false)
+}
+
+pub fn lpushx(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    push(ctx, args, true, true)
+}
+
+pub fn rpushx(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    push(ctx, args, false, true)
+}
+
+fn pop(ctx: &mut Ctx<'_>, args: &[Bytes], front: bool) -> CmdResult {
+    if args.len() > 3 {
+        let name = String::from_utf8_lossy(&args[0]).to_ascii_lowercase();
+        return Err(err(format!("ERR wrong number of arguments for '{name}' command")));
+    }
+    let count = match args.get(2) {
+        Some(arg) => {
+            let n = int(arg).ok().filter(|&n| n >= 0);
+            Some(n.ok_or_else(|| err("ERR value is out of range, must be positive"))? as usize)
+        }
+        None => None,
+    };
+    let value = read_list(ctx, &args[1])?;
+    if value.is_none() {
+        match count {
+            Some(_) => ctx.out.null_array(),
+            None => ctx.out.null(),
+        }
+        return Ok(());
+    }
+    if count == Some(0) {
+        ctx.out.array(0);
+        return Ok(());
+    }
+    let mut list = Open::of(value.as_ref())?;
+    let mut popped = Vec::new();
+    for _ in 0..count.unwrap_or(1) {
+        match list.pop(ctx, front)? {
+            Some(element) => popped.push(element),
+            None => break,
+        }
+    }
+    list.store(ctx, &args[1], expiry(&value))?;
+    match count {
+        None => ctx.out.bulk(&popped[0]),
+        Some(_) => {
+            ctx.out.array(popped.len());
+            for element in &popped {
+                ctx.out.bulk(element);
+            }
+        }
+    }
+    Ok(())
+}
+
+pub fn lpop(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    pop(ctx, args, true)
+}
+
+pub fn rpop(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    pop(ctx, args, false)
+}
+
+pub fn llen(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    let value = read_list(ctx, &args[1])?;
+    let len = Open::of(value.as_ref())?.len();
+    ctx.out.int(len as i64);
+    Ok(())
+}
+
+pub fn lrange(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    let (start, stop) = (int(&args[2])?, int(&args[3])?);
+    let value = read_list(ctx, &args[1])?;
+    let list = Open::of(value.as_ref())?;
+    let elements = match clamp(start, stop, list.len()) {
+        Some((first, n)) => list.range(ctx, first, n)?,
+        None => Vec::new(),
+    };
+    ctx.out.array(elements.len());
+    for element in &elements {
+        ctx.out.bulk(element);
+    }
+    Ok(())
+}
+
+pub fn lindex(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    let at = int(&args[2])?;
+    let value = read_list(ctx, &args[1])?;
+    let list = Open::of(value.as_ref())?;
+    match index(at, list.len()) {
+        Some(at) => {
+            let element = list.get(ctx, at)?;
+            ctx.out.bulk(&element);
+        }
+        None => ctx.out.null(),
+    }
+    Ok(())
+}
+
+pub fn lset(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    let at = int(&args[2])?;
+    let value = read_list(ctx, &args[1])?;
+    if value.is_none() {
+        return Err(err("ERR no such key"));
+    }
+    let mut list = Open::of(value.as_ref())?;
+    let at = index(at, list.len()).ok_or_else(|| err("ERR index out of range"))?;
+    list.set(ctx, at, &args[3])?;
+    list.store(ctx, &args[1], expiry(&value))?;
+    ctx.out.ok();
+    Ok(())
+}
+
+pub fn ltrim(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    let (start, stop) = (int(&args[2])?, int(&args[3])?);
+    let value = read_list(ctx, &args[1])?;
+    if value.is_some() {
+        let mut list = Open::of(value.as_ref())?;
+        let (first, n) = clamp(start, stop, list.len()).unwrap_or((0, 0));
+        if (first, n) != (0, list.len()) {
+            list.trim(ctx, first, n);
+            list.store(ctx, &args[1], expiry(&value))?;
+        }
+    }
+    ctx.out.ok();
+    Ok(())
+}
+
+pub fn lrem(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    let count = int(&args[2])?;
+    let value = read_list(ctx, &args[1])?;
+    let mut list = Open::of(value.as_ref())?;
+    let mut elements = list.range(ctx, 0, list.len())?;
+    let limit = if count == 0 { usize::MAX } else { count.unsigned_abs() as usize };
+    let mut removed = 0;
+    let mut keep = |element: &Vec<u8>| {
+        let drop = removed < limit && element[..] == args[3][..];
+        removed += drop as usize;
+        !drop
+    };
+    if count < 0 {
+        elements.reverse();
+        elements.retain(&mut keep);
+        elements.reverse();
+    } else {
+        elements.retain(&mut keep);
+    }
+    if removed > 0 {
+        list.replace(ctx, elements)?;
+        list.store(ctx, &args[1], expiry(&value))?;
+    }
+    ctx.out.int(removed as i64);
+    Ok(())
+}
+
+pub fn linsert(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    let after = match () {
+        _ if eq(&args[2], "after") => true,
+        _ if eq(&args[2], "before") => false,
+        _ => return Err(CmdError::Syntax),
+    };
+    let value = read_list(ctx, &args[1])?;
+    if value.is_none() {
+        ctx.out.int(0);
+        return Ok(());
+    }
+    let mut list = Open::of(value.as_ref())?;
+    let mut elements = list.range(ctx, 0, list.len())?;
+    let Some(at) = elements.iter().position(|e| e[..] == args[3][..]) else {
+        ctx.out.int(-1);
+        return Ok(());
+    };
+    elements.insert(at + after as usize, args[4].to_vec());
+    let len = elements.len();
+    list.replace(ctx, elements)?;
+    list.store(ctx, &args[1], expiry(&value))?;
+    ctx.out.int(len as i64);
+    Ok(())
+}
+
+/// LMOVE and RPOPLPUSH: pops from one end of `source`, pushes to one end
+/// of `destination` (the same list rotates).
+fn lmove_between(ctx: &mut Ctx<'_>, args: &[Bytes], from_front: bool, to_front: bool) -> CmdResult {
+    let source = read_list(ctx, &args[1])?;
+    if source.is_none() {
+        ctx.out.null();
+        return Ok(());
+    }
+    let destination = read_list(ctx, &args[2])?;
+    let mut from = Open::of(source.as_ref())?;
+    let element = from.pop(ctx, from_front)?.expect("a stored list is never empty");
+    if args[1] == args[2] {
+        from.push(ctx, to_front, &element)?;
+        from.store(ctx, &args[1], expiry(&source))?;
+    } else {
+        from.store(ctx, &args[1], expiry(&source))?;
+        let mut to = Open::of(destination.as_ref())?;
+        to.push(ctx, to_front, &element)?;
+        to.store(ctx, &args[2], expiry(&destination))?;
+    }
+    ctx.out.bulk(&element);
+    Ok(())
+}
+
+pub fn rpoplpush(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    lmove_between(ctx, args, false, true)
+}
+
+pub fn lmove(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    let side = |arg: &[u8]| match () {
+        _ if eq(arg, "left") => Ok(true),
+        _ if eq(arg, "right") => Ok(false),
+        _ => Err(CmdError::Syntax),
+    };
+    let (from_front, to_front) = (side(&args[3])?, side(&args[4])?);
+    lmove_between(ctx, args, from_front, to_front)
+}
+
+/// Every element of the list `value` (DUMP, COPY).
+pub fn elements_of(ctx: &mut Ctx<'_>, value: &Value) -> Result<Vec<Vec<u8>>, CmdError> {
+    let list = Open::of(Some(value))?;
+    list.range(ctx, 0, list.len())
+}
+
+/// A new list at `key` holding `elements` (COPY, RESTORE).
+pub fn store_new(ctx: &mut Ctx<'_>, key: &[u8], elements: &[Vec<u8>], expiry: Option<u64>) -> CmdResult {
+    Open::Value(elements.iter().map(|e| Cow::Borrowed(&e[..])).collect()).store(ctx, key, expiry)
+}
