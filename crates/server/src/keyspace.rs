@@ -241,10 +241,21 @@ impl Writes {
             Some(upper) => Bound::Excluded(upper.as_slice()),
             None => Bound::Unbounded,
         };
+        let mut iter = db.range::<&[u8], _>((lower, upper));
+        if pending.is_empty() {
+            // The usual case (a read outside a transaction or run): the
+            // engine's entries as they come.
+            let mut found = Vec::with_capacity(limit.min(1024));
+            while found.len() < limit {
+                let Some(item) = iter.next_ref() else { break };
+                let (key, value) = item?;
+                found.push((key.to_vec(), value.get(1..).unwrap_or_default().to_vec()));
+            }
+            return Ok(found);
+        }
         // The first `limit` of the merge are among the engine's first
         // `limit + pending` and the pending puts.
         let mut merged: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
-        let mut iter = db.range::<&[u8], _>((lower, upper));
         while merged.len() < limit.saturating_add(pending.len()) {
             let Some(item) = iter.next_ref() else { break };
             let (key, value) = item?;
