@@ -93,6 +93,9 @@ pub struct ConnState {
     pub watched: Vec<(Stripe, u64)>,
     /// Close after sending the pending replies (QUIT).
     pub close: bool,
+    /// A blocking command (BLPOP ...) that found nothing, and how long it
+    /// may wait (None: for ever): `wait_blocked` runs it again.
+    pub blocked: Option<(Vec<bytes::Bytes>, Option<std::time::Duration>)>,
     /// Counted here and added to the shared statistics once per reply
     /// flush: shared counters bumped per command by every worker would
     /// bounce their cache line between cores.
@@ -157,6 +160,7 @@ pub async fn serve(shared: Arc<Shared>, mut stream: TcpStream, addr: SocketAddr)
         multi_failed: false,
         watched: Vec::new(),
         close: false,
+        blocked: None,
         counts: LocalCounts::default(),
     };
     if let Err(error) = run(&shared, &mut stream, &mut conn).await {
@@ -166,6 +170,61 @@ pub async fn serve(shared: Arc<Shared>, mut stream: TcpStream, addr: SocketAddr)
     shared.clients.lock().remove(&id);
     shared.connected.fetch_sub(1, Ordering::AcqRel);
 }
+
+/// A blocking command found nothing: sends the replies before it, then
+/// runs it again after each push to a list (and at least every 100 ms)
+/// until it takes an element or its timeout passes (a null array). A
+/// client that hangs up while it waits takes nothing: false, and the
+/// connection ends.
+async fn wait_blocked<'s>(
+    shared: &'s Shared,
+    stream: &mut TcpStream,
+    conn: &mut ConnState,
+    out: &mut Out,
+    run: &mut commands::Run<'s>,
+) -> std::io::Result<bool> {
+    let Some((args, timeout)) = conn.blocked.take() else { return Ok(true) };
+    let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
+    run.commit(shared, out).await;
+    write_out(shared, stream, out).await?;
+    let mut shutdown = shared.shutdown.subscribe();
+    // Once the client sends more while it waits, only its hanging up is
+    // left to notice, which a read would show: stop peeking then.
+    let mut peek = true;
+    loop {
+        // Listening before looking again: a push that commits after the
+        // look wakes this wait.
+        let pushed = shared.list_pushed.notified();
+        tokio::pin!(pushed);
+        pushed.as_mut().enable();
+        // Looking again is not another command.
+        conn.counts.commands -= 1;
+        commands::execute(shared, conn, out, args.clone(), run).await;
+        if conn.blocked.take().is_none() {
+            return Ok(true);
+        }
+        let now = tokio::time::Instant::now();
+        if deadline.is_some_and(|d| now >= d) {
+            out.null_array();
+            return Ok(true);
+        }
+        let wake = deadline.map_or(now + POLL_BLOCKED, |d| d.min(now + POLL_BLOCKED));
+        let mut probe = [0u8; 1];
+        tokio::select! {
+            _ = &mut pushed => {}
+            _ = tokio::time::sleep_until(wake) => {}
+            _ = shutdown.changed() => return Ok(false),
+            peeked = stream.peek(&mut probe), if peek => match peeked {
+                Ok(0) | Err(_) => return Ok(false),
+                Ok(_) => peek = false,
+            },
+        }
+    }
+}
+
+/// How often a blocked client looks again without a push (a safety net:
+/// pushes wake it).
+const POLL_BLOCKED: std::time::Duration = std::time::Duration::from_millis(100);
 
 async fn run(shared: &Shared, stream: &mut TcpStream, conn: &mut ConnState) -> std::io::Result<()> {
     let mut input = BytesMut::with_capacity(READ_CHUNK);
@@ -209,6 +268,9 @@ async fn run(shared: &Shared, stream: &mut TcpStream, conn: &mut ConnState) -> s
             for args in requests.drain(..) {
                 out.protocol = conn.protocol;
                 commands::execute(shared, conn, &mut out, args, &mut run).await;
+                if conn.blocked.is_some() && !wait_blocked(shared, stream, conn, &mut out, &mut run).await? {
+                    return Ok(());
+                }
                 if conn.close || *shutdown.borrow() {
                     run.commit(shared, &mut out).await;
                     stream.write_all(&out.buf).await?;

@@ -139,6 +139,9 @@ pub struct Writes {
     /// Entries under `RESERVED` these writes add (or, negative, remove):
     /// applied to `Shared::reserved_entries` once they commit.
     reserved_delta: i64,
+    /// Elements were pushed to a list: clients blocked in BLPOP and the
+    /// like look again once these writes commit.
+    pushed: bool,
 }
 
 /// Owned (key, value) pairs, in key order.
@@ -149,11 +152,18 @@ pub type Entries = Vec<(Vec<u8>, Vec<u8>)>;
 pub struct Ready {
     pub batch: WriteBatch,
     pub reserved_delta: i64,
+    pub pushed: bool,
 }
 
 impl Writes {
     pub fn new(transaction: bool) -> Writes {
-        Writes { batch: WriteBatch::new(), overlay: transaction.then(HashMap::new), base: None, reserved_delta: 0 }
+        Writes {
+            batch: WriteBatch::new(),
+            overlay: transaction.then(HashMap::new),
+            base: None,
+            reserved_delta: 0,
+            pushed: false,
+        }
     }
 
     /// Whether later commands can read these writes before they commit.
@@ -171,7 +181,13 @@ impl Writes {
     /// drops them if it fails half-way.
     pub fn branch(&mut self) -> Writes {
         let base = (self.overlay.take().unwrap_or_default(), std::mem::take(&mut self.batch));
-        Writes { batch: WriteBatch::new(), overlay: Some(HashMap::new()), base: Some(base), reserved_delta: 0 }
+        Writes {
+            batch: WriteBatch::new(),
+            overlay: Some(HashMap::new()),
+            base: Some(base),
+            reserved_delta: 0,
+            pushed: false,
+        }
     }
 
     pub fn merge(&mut self, mut branch: Writes) {
@@ -181,6 +197,7 @@ impl Writes {
         overlay.extend(branch.overlay.take().unwrap_or_default().into_iter().map(|(key, at)| (key, at + shift)));
         (self.overlay, self.batch) = (Some(overlay), batch);
         self.reserved_delta += branch.reserved_delta;
+        self.pushed |= branch.pushed;
     }
 
     pub fn abandon(&mut self, mut branch: Writes) {
@@ -314,11 +331,20 @@ impl Writes {
         self.reserved_delta += delta;
     }
 
+    /// Notes that these writes push to a list.
+    pub fn note_pushed(&mut self) {
+        self.pushed = true;
+    }
+
     pub fn take_batch(&mut self) -> Ready {
         if let Some(overlay) = &mut self.overlay {
             overlay.clear();
         }
-        Ready { batch: std::mem::take(&mut self.batch), reserved_delta: std::mem::take(&mut self.reserved_delta) }
+        Ready {
+            batch: std::mem::take(&mut self.batch),
+            reserved_delta: std::mem::take(&mut self.reserved_delta),
+            pushed: std::mem::take(&mut self.pushed),
+        }
     }
 
     /// As `take_batch`, for a connection's next run of writes: the new
@@ -330,7 +356,11 @@ impl Writes {
         self.overlay = None;
         let hint = self.batch.size_bytes().min(64 << 10);
         let batch = std::mem::replace(&mut self.batch, WriteBatch::with_capacity(hint));
-        Ready { batch, reserved_delta: std::mem::take(&mut self.reserved_delta) }
+        Ready {
+            batch,
+            reserved_delta: std::mem::take(&mut self.reserved_delta),
+            pushed: std::mem::take(&mut self.pushed),
+        }
     }
 }
 

@@ -63,8 +63,11 @@ pub struct Shared {
     /// leaves out: counted at open, kept up to date by the commands that
     /// add or remove them.
     pub reserved_entries: AtomicU64,
-    /// The id the next big hash gets (`commands::table`).
+    /// The id the next big collection gets (`commands::table`).
     pub next_table_id: AtomicU64,
+    /// Woken after a commit that pushed to a list: clients blocked in
+    /// BLPOP and the like look again (`conn::wait_blocked`).
+    pub list_pushed: tokio::sync::Notify,
 }
 
 impl Shared {
@@ -178,6 +181,7 @@ pub async fn run(config: Config, db: Db) -> Result<(), String> {
     let shared = Arc::new(Shared {
         reserved_entries: AtomicU64::new(reserved_entries),
         next_table_id: AtomicU64::new(next_table_id),
+        list_pushed: tokio::sync::Notify::new(),
         db,
         locks: KeyLocks::default(),
         stats: ServerStats::default(),

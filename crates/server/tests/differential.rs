@@ -130,6 +130,10 @@ const SCRIPTS: &[&str] = &[
     "RPUSH l a b c | LINSERT l BEFORE b x | LINSERT l AFTER c y | LINSERT l after a z | LRANGE l 0 -1 | LINSERT l BEFORE nope q | LINSERT nokey BEFORE a b | LINSERT l MIDDLE a b | LRANGE l 0 -1",
     "RPUSH a 1 2 3 | RPUSH b x | RPOPLPUSH a b | LRANGE a 0 -1 | LRANGE b 0 -1 | RPOPLPUSH a a | LRANGE a 0 -1 | LMOVE a b LEFT RIGHT | LMOVE b a RIGHT LEFT | LRANGE a 0 -1 | LRANGE b 0 -1 | LMOVE a b UP LEFT | RPOPLPUSH nokey b | SET s v | RPOPLPUSH a s | RPOPLPUSH s a | RPOPLPUSH nokey s | LMOVE a c LEFT LEFT | LMOVE a c LEFT LEFT | LMOVE a c LEFT LEFT | EXISTS a | LRANGE c 0 -1",
     "SET s v | LPUSH s a | LRANGE s 0 1 | LLEN s | LPOP s | RPUSH l a | GET l | EXPIRE l 100 | RPUSH l b | TTL l | RENAME l m | LRANGE m 0 -1 | COPY m n | RPUSH n c | LRANGE m 0 -1 | LRANGE n 0 -1 | MULTI | RPUSH q 1 | LPUSH q 0 | LRANGE q 0 -1 | RPOP q | EXEC | LRANGE q 0 -1",
+    // Blocking pops that find an element, time out, or fail.
+    "RPUSH l a b c | BLPOP l 0 | BRPOP l 0 | BLPOP nokey l 0 | BLPOP nokey 0.01 | BRPOP nokey other 0.02 | BLPOP l x | BLPOP l -1 | BLPOP l | EXISTS l",
+    "SET s v | BLPOP s 0 | BLPOP nokey s 0 | RPUSH l a | BLPOP l s 0 | MULTI | BLPOP nokey 0 | BRPOPLPUSH nokey x 0 | RPUSH m 1 | BLPOP m 0 | EXEC",
+    "RPUSH a 1 2 | BRPOPLPUSH a b 0 | BLMOVE a b LEFT RIGHT 0 | LRANGE b 0 -1 | BLMOVE b b RIGHT LEFT 0 | LRANGE b 0 -1 | BRPOPLPUSH nokey b 0.01 | BLMOVE nokey b LEFT LEFT 0.01 | BLMOVE a b UP LEFT 0 | BLMOVE a b LEFT LEFT x | SET s v | BRPOPLPUSH b s 0",
     // Sets: integers in an intset (listed in numeric order, as here), other
     // members in Redis's hash table (compared unordered).
     "SADD s 3 1 2 | SADD s 2 10 -5 | SMEMBERS s | SCARD s | SISMEMBER s 10 | SISMEMBER s 11 | SMISMEMBER s 1 9 -5 | SREM s 1 9 | SMEMBERS s | OBJECT ENCODING s | TYPE s | SADD s x | OBJECT ENCODING s | SREM s x | OBJECT ENCODING s | ~SMEMBERS s | SCARD nokey | SMEMBERS nokey | SISMEMBER nokey a",

@@ -201,6 +201,46 @@ fn resp3_replies() {
     );
 }
 
+/// Blocking pops: a client waiting in BLPOP gets what another pushes
+/// (at once, not at its timeout), BLMOVE moves as it wakes, a timeout
+/// answers a null array, a client that hangs up while it waits takes
+/// nothing, and replies pipelined before a blocking pop come first.
+#[test]
+fn blocking_pops_wait_for_a_push() {
+    use std::time::Instant;
+    let (_dir, server) = start(&["--threads", "2"]);
+    let mut pusher = server.connect();
+    // Woken by a push from another connection.
+    let mut waiter = server.connect();
+    waiter.write_all(&[encode(&[b"SET", b"k", b"v"]), encode(&[b"BLPOP", b"queue", b"other", b"5"])].concat()).unwrap();
+    assert_eq!(read_reply(&mut waiter), b"+OK\r\n", "the reply before the blocking pop comes first");
+    std::thread::sleep(Duration::from_millis(200));
+    let pushed = Instant::now();
+    assert_eq!(request(&mut pusher, &encode(&[b"RPUSH", b"queue", b"job1", b"job2"])), b":2\r\n");
+    assert_eq!(read_reply(&mut waiter), b"*2\r\n$5\r\nqueue\r\n$4\r\njob1\r\n");
+    assert!(pushed.elapsed() < Duration::from_secs(1), "woken by the push: {:?}", pushed.elapsed());
+    assert_eq!(request(&mut pusher, &encode(&[b"LRANGE", b"queue", b"0", b"-1"])), b"*1\r\n$4\r\njob2\r\n");
+    // BLMOVE waits on an empty source, then moves.
+    waiter.write_all(&encode(&[b"BLMOVE", b"src", b"dst", b"LEFT", b"RIGHT", b"0"])).unwrap();
+    std::thread::sleep(Duration::from_millis(150));
+    assert_eq!(request(&mut pusher, &encode(&[b"LPUSH", b"src", b"x"])), b":1\r\n");
+    assert_eq!(read_reply(&mut waiter), b"$1\r\nx\r\n");
+    assert_eq!(request(&mut pusher, &encode(&[b"LRANGE", b"dst", b"0", b"-1"])), b"*1\r\n$1\r\nx\r\n");
+    // A timeout.
+    let asked = Instant::now();
+    assert_eq!(request(&mut waiter, &encode(&[b"BRPOP", b"none", b"0.3"])), b"*-1\r\n");
+    assert!(asked.elapsed() >= Duration::from_millis(300), "{:?}", asked.elapsed());
+    // A client that hangs up while it waits takes nothing.
+    let mut gone = server.connect();
+    gone.write_all(&encode(&[b"BLPOP", b"later", b"0"])).unwrap();
+    std::thread::sleep(Duration::from_millis(150));
+    drop(gone);
+    std::thread::sleep(Duration::from_millis(150));
+    assert_eq!(request(&mut pusher, &encode(&[b"RPUSH", b"later", b"kept"])), b":1\r\n");
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(request(&mut pusher, &encode(&[b"LLEN", b"later"])), b":1\r\n");
+}
+
 /// Sets through the `redis` crate's typed API, in RESP2 and RESP3 (where
 /// SMEMBERS is a set), and across a restart.
 #[test]

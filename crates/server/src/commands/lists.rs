@@ -4,9 +4,11 @@
 //! elements sit at consecutive positions from the stub's `head`, so a push
 //! or a pop at either end, LINDEX and LSET touch one entry, and LRANGE
 //! reads its range in order. LREM and LINSERT rewrite the list, O(n) as
-//! in Redis. Blocking pops are not supported yet.
+//! in Redis. A blocking pop that finds nothing returns `CmdError::Blocked`
+//! and its connection waits for a push (`conn::wait_blocked`).
 
 use std::borrow::Cow;
+use std::time::Duration;
 
 use bytes::Bytes;
 
@@ -81,6 +83,7 @@ impl<'v> Open<'v> {
     }
 
     fn push(&mut self, ctx: &mut Ctx<'_>, front: bool, element: &'v [u8]) -> CmdResult {
+        ctx.writes.note_pushed();
         match self {
             Open::Value(elements) if front => elements.insert(0, Cow::Borrowed(element)),
             Open::Value(elements) => elements.push(Cow::Borrowed(element)),
@@ -413,11 +416,21 @@ pub fn linsert(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     Ok(())
 }
 
-/// LMOVE and RPOPLPUSH: pops from one end of `source`, pushes to one end
-/// of `destination` (the same list rotates).
-fn lmove_between(ctx: &mut Ctx<'_>, args: &[Bytes], from_front: bool, to_front: bool) -> CmdResult {
+/// LMOVE and RPOPLPUSH (and their blocking forms, which `block` with a
+/// timeout when the source is empty): pops from one end of `source`,
+/// pushes to one end of `destination` (the same list rotates).
+fn lmove_between(
+    ctx: &mut Ctx<'_>,
+    args: &[Bytes],
+    from_front: bool,
+    to_front: bool,
+    block: Option<Option<Duration>>,
+) -> CmdResult {
     let source = read_list(ctx, &args[1])?;
     if source.is_none() {
+        if let Some(timeout) = block {
+            return Err(CmdError::Blocked(timeout, true));
+        }
         ctx.out.null();
         return Ok(());
     }
@@ -438,17 +451,75 @@ fn lmove_between(ctx: &mut Ctx<'_>, args: &[Bytes], from_front: bool, to_front: 
 }
 
 pub fn rpoplpush(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
-    lmove_between(ctx, args, false, true)
+    lmove_between(ctx, args, false, true, None)
 }
 
-pub fn lmove(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
-    let side = |arg: &[u8]| match () {
+/// LEFT or RIGHT: whether the front.
+fn side(arg: &[u8]) -> Result<bool, CmdError> {
+    match () {
         _ if eq(arg, "left") => Ok(true),
         _ if eq(arg, "right") => Ok(false),
         _ => Err(CmdError::Syntax),
-    };
+    }
+}
+
+pub fn lmove(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let (from_front, to_front) = (side(&args[3])?, side(&args[4])?);
-    lmove_between(ctx, args, from_front, to_front)
+    lmove_between(ctx, args, from_front, to_front, None)
+}
+
+/// A blocking command's timeout in seconds, as Redis reads it: a
+/// non-negative decimal; 0 waits for ever.
+fn timeout(arg: &[u8]) -> Result<Option<Duration>, CmdError> {
+    let seconds = super::args::float(arg).map_err(|_| err("ERR timeout is not a float or out of range"))?;
+    if seconds < 0.0 {
+        return Err(err("ERR timeout is negative"));
+    }
+    let millis = (seconds * 1000.0).round();
+    // float() refuses NaN, so this is the only way out of range.
+    if millis >= i64::MAX as f64 / 2.0 {
+        return Err(err("ERR timeout is out of range"));
+    }
+    Ok((millis > 0.0).then(|| Duration::from_millis(millis as u64)))
+}
+
+/// BLPOP and BRPOP: the first non-empty list among the keys gives its
+/// element, as [key, element].
+fn blocking_pop(ctx: &mut Ctx<'_>, args: &[Bytes], front: bool) -> CmdResult {
+    let timeout = timeout(&args[args.len() - 1])?;
+    for key in &args[1..args.len() - 1] {
+        let value = read_list(ctx, key)?;
+        if value.is_none() {
+            continue;
+        }
+        let mut list = Open::of(value.as_ref())?;
+        let element = list.pop(ctx, front)?.expect("a stored list is never empty");
+        list.store(ctx, key, expiry(&value))?;
+        ctx.out.array(2);
+        ctx.out.bulk(key);
+        ctx.out.bulk(&element);
+        return Ok(());
+    }
+    Err(CmdError::Blocked(timeout, false))
+}
+
+pub fn blpop(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    blocking_pop(ctx, args, true)
+}
+
+pub fn brpop(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    blocking_pop(ctx, args, false)
+}
+
+pub fn brpoplpush(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    let timeout = timeout(&args[3])?;
+    lmove_between(ctx, args, false, true, Some(timeout))
+}
+
+pub fn blmove(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    let (from_front, to_front) = (side(&args[3])?, side(&args[4])?);
+    let timeout = timeout(&args[5])?;
+    lmove_between(ctx, args, from_front, to_front, Some(timeout))
 }
 
 /// Every element of the list `value` (DUMP, COPY).

@@ -36,6 +36,11 @@ pub enum CmdError {
     WrongType,
     TooBig,
     Engine(scaledkv::Error),
+    /// A blocking command found nothing to take: the connection waits (at
+    /// most this long; None: until something comes) and runs it again.
+    /// Inside MULTI it answers at once: a null bulk string where the flag
+    /// says so (BRPOPLPUSH, BLMOVE), else a null array.
+    Blocked(Option<std::time::Duration>, bool),
 }
 
 impl CmdError {
@@ -48,6 +53,7 @@ impl CmdError {
             CmdError::WrongType => "WRONGTYPE Operation against a key holding the wrong kind of value".into(),
             CmdError::TooBig => "ERR string exceeds maximum allowed size (proto-max-bulk-len)".into(),
             CmdError::Engine(error) => engine_error_text(error),
+            CmdError::Blocked(..) => "ERR nothing to pop".into(),
         }
     }
 }
@@ -106,6 +112,8 @@ pub const ADMIN: u32 = 1 << 5;
 pub const FAST: u32 = 1 << 6;
 /// Not allowed inside MULTI (Redis's CMD_NO_MULTI).
 pub const NO_MULTI: u32 = 1 << 7;
+/// May wait for another client's write (BLPOP ...); never part of a run.
+pub const BLOCKING: u32 = 1 << 8;
 
 pub type Handler = fn(&mut Ctx<'_>, &[Bytes]) -> CmdResult;
 
@@ -265,6 +273,10 @@ commands! {
     "linsert", 5, WRITE, ONE, "list", lists::linsert, "Inserts an element before or after another element in a list.";
     "rpoplpush", 3, WRITE, (1, 2, 1), "list", lists::rpoplpush, "Returns the last element of a list after removing and pushing it to another list. Deletes the list if the last element was popped.";
     "lmove", 5, WRITE, (1, 2, 1), "list", lists::lmove, "Returns an element after popping it from one list and pushing it to another. Deletes the list if the last element was moved.";
+    "blpop", -3, WRITE | BLOCKING, (1, -2, 1), "list", lists::blpop, "Removes and returns the first element in a list. Blocks until an element is available otherwise. Deletes the list if the last element was popped.";
+    "brpop", -3, WRITE | BLOCKING, (1, -2, 1), "list", lists::brpop, "Removes and returns the last element in a list. Blocks until an element is available otherwise. Deletes the list if the last element was popped.";
+    "brpoplpush", 4, WRITE | BLOCKING, (1, 2, 1), "list", lists::brpoplpush, "Pops an element from a list, pushes it to another list and returns it. Block until an element is available otherwise. Deletes the list if the last element was popped.";
+    "blmove", 6, WRITE | BLOCKING, (1, 2, 1), "list", lists::blmove, "Pops an element from a list, pushes it to another list and returns it. Blocks until an element is available otherwise. Deletes the list if the last element was moved.";
     "sadd", -3, WRITE | FAST, ONE, "set", sets::sadd, "Adds one or more members to a set. Creates the key if it doesn't exist.";
     "srem", -3, WRITE | FAST, ONE, "set", sets::srem, "Removes one or more members from a set. Deletes the set if the last member was removed.";
     "smembers", 2, READONLY, ONE, "set", sets::smembers, "Returns all members of a set.";
@@ -317,11 +329,7 @@ commands! {
 const NOT_YET: &[&str] = &[
     "lpos",
     "lmpop",
-    "blmove",
-    "brpoplpush",
     "blmpop",
-    "blpop",
-    "brpop",
     "zadd",
     "zrem",
     "zrange",
@@ -492,6 +500,9 @@ impl<'s> Run<'s> {
 /// entries it added or removed.
 pub async fn commit(shared: &Shared, ready: Ready) -> scaledkv::Result<()> {
     commit_batch(shared, ready.batch).await?;
+    if ready.pushed {
+        shared.list_pushed.notify_waiters();
+    }
     if ready.reserved_delta != 0 {
         let count = &shared.reserved_entries;
         let delta = ready.reserved_delta;
@@ -575,7 +586,7 @@ pub async fn execute<'s>(shared: &'s Shared, conn: &mut ConnState, out: &mut Out
     let blind = is_blind(command, &args);
     // Every other write but FLUSHALL's (which locks every stripe) keeps its
     // effects in its batch, so it can join a run too.
-    if conn.multi.is_none() && command.has(WRITE) && !command.has(ALL_KEYS) {
+    if conn.multi.is_none() && command.has(WRITE) && !command.has(ALL_KEYS) && !command.has(BLOCKING) {
         if !blind && run.commands > 0 && !run.writes.has_overlay() {
             // Blind writes kept no overlay for this one to read.
             run.commit(shared, out).await;
@@ -622,6 +633,12 @@ pub async fn execute<'s>(shared: &'s Shared, conn: &mut ConnState, out: &mut Out
     let mark = out.len();
     let mut writes = Writes::new(false);
     let result = (command.run)(&mut Ctx { shared, conn, out, writes: &mut writes }, &args);
+    if let Err(CmdError::Blocked(timeout, _)) = result {
+        // The connection waits and runs it again (`conn::wait_blocked`).
+        out.truncate(mark);
+        conn.blocked = Some((args, timeout));
+        return;
+    }
     if let Err(error) = result {
         out.truncate(mark);
         out.error(&error.text());

@@ -92,9 +92,22 @@ pub async fn exec(shared: &Shared, conn: &mut ConnState, out: &mut Out) {
         conn.counts.commands += 1;
         let before = out.len();
         let result = (command.run)(&mut Ctx { shared, conn: &mut *conn, out: &mut *out, writes: &mut writes }, args);
-        if let Err(error) = result {
-            out.truncate(before);
-            out.error(&error.text());
+        match result {
+            Ok(()) => {}
+            // Inside MULTI a blocking pop that finds nothing answers at
+            // once, as in Redis.
+            Err(super::CmdError::Blocked(_, bulk)) => {
+                out.truncate(before);
+                if bulk {
+                    out.null();
+                } else {
+                    out.null_array();
+                }
+            }
+            Err(error) => {
+                out.truncate(before);
+                out.error(&error.text());
+            }
         }
     }
     if !writes.batch.is_empty() {
