@@ -212,27 +212,32 @@ pub fn page(ctx: &mut Ctx<'_>, table: &Table, cursor: u64, count: usize) -> Resu
     Ok((next, page))
 }
 
-/// Owner records `sweeper` checks per step, and the pause after a step
-/// that found few orphans: a million big collections take 100 s a pass, at a
-/// few milliseconds of CPU per step, as Redis's active expiry cycle paces
-/// itself.
-const SWEEP_STEP: usize = 1000;
+/// Table ids `sweeper` checks per step, and the pause after a step that
+/// found few orphans: ids are handed out in order, so a pass probes every
+/// id given so far with point reads (10,000 per step, a few milliseconds),
+/// never an iterator: making one every 100 ms had the index merge its
+/// pending updates each time, which doubled SET's p99 at `-P 1` (0.58-0.70
+/// against 0.98-1.58 ms).
+const SWEEP_STEP: u64 = 10_000;
 const SWEEP_PAUSE: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// Runs `sweep` a step at a time until shutdown, going on at once while a
-/// step finds many orphans.
+/// step finds many orphans; idle while the database holds no table.
 pub async fn sweeper(shared: std::sync::Arc<Shared>) {
     let mut shutdown = shared.shutdown.subscribe();
-    let mut cursor: Option<Vec<u8>> = None;
+    let mut next_id = 1;
     loop {
         let mut busy = false;
-        match sweep(&shared, cursor.take(), SWEEP_STEP).await {
-            Ok((next, orphans)) => {
-                busy = orphans * 4 > SWEEP_STEP;
-                cursor = next;
-            }
-            Err(error) => {
-                tracing::warn!(error = %error.text(), "sweeping the fields of deleted big collections failed")
+        // The format marker alone: no table to look at.
+        if shared.reserved_entries.load(Ordering::Relaxed) > 1 {
+            match sweep(&shared, next_id, SWEEP_STEP).await {
+                Ok((next, orphans)) => {
+                    busy = orphans * 4 > SWEEP_STEP;
+                    next_id = next;
+                }
+                Err(error) => {
+                    tracing::warn!(error = %error.text(), "sweeping the fields of deleted big collections failed")
+                }
             }
         }
         if busy {
@@ -246,34 +251,25 @@ pub async fn sweeper(shared: std::sync::Arc<Shared>) {
     }
 }
 
-/// Checks up to `step` owner records after `after` and deletes the fields
-/// of tables whose stubs are gone; returns where to go on (None at the
-/// end) and how many tables went. Each owner record is checked under its
-/// key's lock, after reading it again there: RENAME changes the owner and
-/// the stub together under the locks of both keys.
-pub async fn sweep(shared: &Shared, after: Option<Vec<u8>>, step: usize) -> Result<(Option<Vec<u8>>, usize), CmdError> {
-    let prefix = owners_prefix();
-    let end = crate::keyspace::prefix_end(&prefix).expect("ends below 0xFF");
-    let lower = match &after {
-        Some(after) => std::ops::Bound::Excluded(after.as_slice()),
-        None => std::ops::Bound::Included(prefix.as_slice()),
-    };
-    let owners: Vec<(Vec<u8>, Vec<u8>)> = shared
-        .db
-        .range::<&[u8], _>((lower, std::ops::Bound::Excluded(end.as_slice())))
-        .take(step)
-        .collect::<Result<_, _>>()?;
-    let next = if owners.len() == step { owners.last().map(|(owner, _)| owner.clone()) } else { None };
+/// Checks the owner records of up to `step` table ids from `from` and
+/// deletes the fields of tables whose stubs are gone; returns the id to go
+/// on from (back to 1 after the last id handed out) and how many tables
+/// went. Each owner record is checked under its key's lock, after reading
+/// it again there: RENAME changes the owner and the stub together under
+/// the locks of both keys.
+pub async fn sweep(shared: &Shared, from: u64, step: u64) -> Result<(u64, u64), CmdError> {
+    let end = shared.next_table_id.load(Ordering::Relaxed);
+    let to = from.saturating_add(step).min(end);
     let mut orphans = 0;
-    for (owner, key) in owners {
-        let Some(key) = key.get(1..) else { continue };
+    for id in from..to {
+        let owner = owner_key(id);
+        let Some(record) = shared.db.get(&owner)? else { continue };
+        let Some(key) = record.get(1..) else { continue };
         let guard = shared.locks.lock(&[KeyLocks::stripe(key)]).await;
         let still = shared.db.get(&owner)?;
         if still.as_deref().and_then(|v| v.get(1..)) != Some(key) {
             continue;
         }
-        let id: [u8; 8] = owner[prefix.len()..].try_into().map_err(|_| Corrupt)?;
-        let id = u64::from_be_bytes(id);
         let live = match shared.db.get(key)? {
             Some(stub) if stub.first().is_some_and(|&tag| is_table(tag)) => {
                 Table::decode(stub[0], &stub[1..])?.id == id
@@ -286,7 +282,7 @@ pub async fn sweep(shared: &Shared, after: Option<Vec<u8>>, step: usize) -> Resu
             orphans += 1;
         }
     }
-    Ok((next, orphans))
+    Ok((if to >= end { 1 } else { to }, orphans))
 }
 
 /// Deletes an orphaned table's fields in batches of bounded size, then its
