@@ -244,8 +244,10 @@ pub async fn sweeper(shared: std::sync::Arc<Shared>) {
             tokio::task::yield_now().await;
             continue;
         }
+        // A pass done: rest longer before the next.
+        let pause = if next_id == 1 { SWEEP_PAUSE * 10 } else { SWEEP_PAUSE };
         tokio::select! {
-            _ = tokio::time::sleep(SWEEP_PAUSE) => {}
+            _ = tokio::time::sleep(pause) => {}
             _ = shutdown.changed() => return,
         }
     }
