@@ -1,9 +1,10 @@
 //! How Redis values sit in the engine, and the locks that make
 //! read-modify-write commands atomic.
 //!
-//! An engine value is one type byte followed by the payload, so `TYPE`
-//! works today and hashes, lists and sets can be added without a format
-//! change. Expiry is the engine's per-entry expiry time.
+//! An engine value is one type byte followed by the payload: a string's
+//! bytes, a small list's, set's or hash's encoding (`crate::hash`), or a
+//! big one's stub (`commands::table`), whose members live under keys
+//! reserved for the server. Expiry is the engine's per-entry expiry time.
 
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Bound;
@@ -14,12 +15,12 @@ use tokio::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use crate::commands::CmdError;
 
-/// Type bytes: Redis's object type numbers (its RDB types 0 and 4), with
+/// Type bytes: Redis's object type numbers (its RDB types 0, 1, 2, 4), with
 /// the high bit set for a big collection's stub (`commands::table`).
 pub const TYPE_STRING: u8 = 0;
-pub const TYPE_HASH: u8 = 4;
 pub const TYPE_LIST: u8 = 1;
 pub const TYPE_SET: u8 = 2;
+pub const TYPE_HASH: u8 = 4;
 pub const TYPE_LIST_TABLE: u8 = 0x81;
 pub const TYPE_SET_TABLE: u8 = 0x82;
 pub const TYPE_HASH_TABLE: u8 = 0x84;
