@@ -436,7 +436,8 @@ fn lmove_between(
     }
     let destination = read_list(ctx, &args[2])?;
     let mut from = Open::of(source.as_ref())?;
-    let element = from.pop(ctx, from_front)?.expect("a stored list is never empty");
+    // A stored list is never empty; a stub that says otherwise is damage.
+    let element = from.pop(ctx, from_front)?.ok_or(crate::hash::Corrupt)?;
     if args[1] == args[2] {
         from.push(ctx, to_front, &element)?;
         from.store(ctx, &args[1], expiry(&source))?;
@@ -493,7 +494,7 @@ fn blocking_pop(ctx: &mut Ctx<'_>, args: &[Bytes], front: bool) -> CmdResult {
             continue;
         }
         let mut list = Open::of(value.as_ref())?;
-        let element = list.pop(ctx, front)?.expect("a stored list is never empty");
+        let element = list.pop(ctx, front)?.ok_or(crate::hash::Corrupt)?;
         list.store(ctx, key, expiry(&value))?;
         ctx.out.array(2);
         ctx.out.bulk(key);

@@ -257,6 +257,10 @@ pub fn spop(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     };
     let mut set = Open::of(value.as_ref())?;
     let members = set.members(ctx)?;
+    if members.is_empty() {
+        // A stored set is never empty; a stub that says otherwise is damage.
+        return Err(crate::hash::Corrupt.into());
+    }
     let picks: Vec<usize> = match count {
         None => vec![rand::thread_rng().gen_range(0..members.len())],
         Some(n) if n >= members.len() as u64 => (0..members.len()).collect(),
