@@ -130,6 +130,8 @@ const SCRIPTS: &[&str] = &[
     "RPUSH l a b c | LINSERT l BEFORE b x | LINSERT l AFTER c y | LINSERT l after a z | LRANGE l 0 -1 | LINSERT l BEFORE nope q | LINSERT nokey BEFORE a b | LINSERT l MIDDLE a b | LRANGE l 0 -1",
     "RPUSH a 1 2 3 | RPUSH b x | RPOPLPUSH a b | LRANGE a 0 -1 | LRANGE b 0 -1 | RPOPLPUSH a a | LRANGE a 0 -1 | LMOVE a b LEFT RIGHT | LMOVE b a RIGHT LEFT | LRANGE a 0 -1 | LRANGE b 0 -1 | LMOVE a b UP LEFT | RPOPLPUSH nokey b | SET s v | RPOPLPUSH a s | RPOPLPUSH s a | RPOPLPUSH nokey s | LMOVE a c LEFT LEFT | LMOVE a c LEFT LEFT | LMOVE a c LEFT LEFT | EXISTS a | LRANGE c 0 -1",
     "SET s v | LPUSH s a | LRANGE s 0 1 | LLEN s | LPOP s | RPUSH l a | GET l | EXPIRE l 100 | RPUSH l b | TTL l | RENAME l m | LRANGE m 0 -1 | COPY m n | RPUSH n c | LRANGE m 0 -1 | LRANGE n 0 -1 | MULTI | RPUSH q 1 | LPUSH q 0 | LRANGE q 0 -1 | RPOP q | EXEC | LRANGE q 0 -1",
+    "RPUSH l a b c a b a | LPOS l a | LPOS l b | LPOS l z | LPOS l a RANK 2 | LPOS l a RANK -1 | LPOS l a RANK -2 | LPOS l a COUNT 0 | LPOS l a COUNT 2 | LPOS l a RANK -1 COUNT 0 | LPOS l a MAXLEN 3 COUNT 0 | LPOS l a RANK 4 | LPOS l a RANK 0 | LPOS l a RANK x | LPOS l a COUNT -1 | LPOS l a COUNT x | LPOS l a MAXLEN -1 | LPOS l a FOO 1 | LPOS l a RANK | LPOS nokey a | LPOS nokey a COUNT 1 | SET s v | LPOS s a | LPOS l a RANK -9223372036854775808",
+    "RPUSH a 1 2 3 | RPUSH b x | LMPOP 2 nokey a LEFT | LMPOP 2 a b RIGHT COUNT 5 | EXISTS a | LMPOP 2 a b LEFT COUNT 2 | LMPOP 1 nokey LEFT | LMPOP 0 a LEFT | LMPOP x a LEFT | LMPOP 3 a b LEFT | LMPOP 1 a UP | LMPOP 1 a LEFT COUNT 0 | LMPOP 1 a LEFT COUNT x | LMPOP 1 a LEFT FOO 1 | LMPOP 1 a LEFT COUNT 1 COUNT 2 | SET s v | LMPOP 2 nokey s LEFT | RPUSH c 1 | MULTI | LMPOP 1 c LEFT | EXEC",
     // Blocking pops that find an element, time out, or fail.
     "RPUSH l a b c | BLPOP l 0 | BRPOP l 0 | BLPOP nokey l 0 | BLPOP nokey 0.01 | BRPOP nokey other 0.02 | BLPOP l x | BLPOP l -1 | BLPOP l | EXISTS l",
     "SET s v | BLPOP s 0 | BLPOP nokey s 0 | RPUSH l a | BLPOP l s 0 | MULTI | BLPOP nokey 0 | BRPOPLPUSH nokey x 0 | RPUSH m 1 | BLPOP m 0 | EXEC",
@@ -860,6 +862,16 @@ fn random_list_commands_match_redis() {
             16 => (false, vec![b"RPOPLPUSH".to_vec(), key, pick(next, &keys)]),
             17 => (false, vec![b"SADD".to_vec(), key, b"m".to_vec()]),
             18 => (false, vec![b"LRANGE".to_vec(), key, b"0".to_vec(), b"-1".to_vec()]),
+            19 => {
+                let rank = (next(5) as i64 - 2).max(1) * if next(2) == 0 { 1 } else { -1 };
+                let (rank, count) = (rank.to_string().into_bytes(), next(4).to_string().into_bytes());
+                (false, vec![b"LPOS".to_vec(), key, element(next), b"RANK".to_vec(), rank, b"COUNT".to_vec(), count])
+            }
+            20 if next(10) == 0 => {
+                let side = [&b"LEFT"[..], b"RIGHT"][next(2) as usize].to_vec();
+                let count = (1 + next(3)).to_string().into_bytes();
+                (false, vec![b"LMPOP".to_vec(), b"2".to_vec(), key, pick(next, &keys), side, b"COUNT".to_vec(), count])
+            }
             _ => (false, vec![b"TYPE".to_vec(), key]),
         }
     });

@@ -523,6 +523,111 @@ pub fn blmove(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     lmove_between(ctx, args, from_front, to_front, Some(timeout))
 }
 
+/// LPOS key element [RANK rank] [COUNT count] [MAXLEN len]: the indexes
+/// of matches, from the head (or the tail for a negative rank), skipping
+/// the first |rank| - 1, comparing at most MAXLEN elements (0: all).
+pub fn lpos(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    let (mut rank, mut count, mut maxlen) = (1i64, None::<u64>, 0u64);
+    let non_negative =
+        |arg: &[u8], text: &str| int(arg).ok().filter(|&n| n >= 0).map(|n| n as u64).ok_or_else(|| err(text));
+    for pair in args[3..].chunks(2) {
+        let [option, value] = pair else { return Err(CmdError::Syntax) };
+        if eq(option, "rank") {
+            rank = int(value)?;
+            if rank == 0 {
+                return Err(err("ERR RANK can't be zero: use 1 to start from the first match, 2 from the second ... or use negative to start from the end of the list"));
+            }
+        } else if eq(option, "count") {
+            count = Some(non_negative(value, "ERR COUNT can't be negative")?);
+        } else if eq(option, "maxlen") {
+            maxlen = non_negative(value, "ERR MAXLEN can't be negative")?;
+        } else {
+            return Err(CmdError::Syntax);
+        }
+    }
+    let value = read_list(ctx, &args[1])?;
+    let list = Open::of(value.as_ref())?;
+    let elements = list.range(ctx, 0, list.len())?;
+    let len = elements.len();
+    let order: Box<dyn Iterator<Item = usize>> = if rank > 0 { Box::new(0..len) } else { Box::new((0..len).rev()) };
+    let limit = if maxlen == 0 { len } else { maxlen.min(len as u64) as usize };
+    let want = match count {
+        Some(0) => usize::MAX,
+        Some(n) => n as usize,
+        None => 1,
+    };
+    // Redis negates the rank in a C long: the lowest one stays negative and
+    // then counts as -1.
+    let mut skip = if rank == i64::MIN { 0 } else { rank.unsigned_abs() - 1 };
+    let mut found = Vec::new();
+    for at in order.take(limit) {
+        if elements[at][..] != args[2][..] {
+            continue;
+        }
+        if skip > 0 {
+            skip -= 1;
+            continue;
+        }
+        found.push(at as i64);
+        if found.len() >= want {
+            break;
+        }
+    }
+    match count {
+        Some(_) => {
+            ctx.out.array(found.len());
+            for at in found {
+                ctx.out.int(at);
+            }
+        }
+        None => match found.first() {
+            Some(&at) => ctx.out.int(at),
+            None => ctx.out.null(),
+        },
+    }
+    Ok(())
+}
+
+/// LMPOP numkeys key [key ...] LEFT|RIGHT [COUNT count]: pops up to
+/// `count` elements from the first non-empty list, as [key, [elements]].
+pub fn lmpop(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    let numkeys = int(&args[1]).ok().filter(|&n| n > 0).ok_or_else(|| err("ERR numkeys should be greater than 0"))?;
+    let side_at =
+        (numkeys as u64).checked_add(2).filter(|&at| at < args.len() as u64).ok_or(CmdError::Syntax)? as usize;
+    let front = side(&args[side_at])?;
+    let count = match &args[side_at + 1..] {
+        [] => 1,
+        [option, value] if eq(option, "count") => {
+            int(value).ok().filter(|&n| n > 0).ok_or_else(|| err("ERR count should be greater than 0"))? as usize
+        }
+        _ => return Err(CmdError::Syntax),
+    };
+    for key in &args[2..side_at] {
+        let value = read_list(ctx, key)?;
+        if value.is_none() {
+            continue;
+        }
+        let mut list = Open::of(value.as_ref())?;
+        let mut popped = Vec::new();
+        while popped.len() < count {
+            match list.pop(ctx, front)? {
+                Some(element) => popped.push(element),
+                None => break,
+            }
+        }
+        list.store(ctx, key, expiry(&value))?;
+        ctx.out.array(2);
+        ctx.out.bulk(key);
+        ctx.out.array(popped.len());
+        for element in &popped {
+            ctx.out.bulk(element);
+        }
+        return Ok(());
+    }
+    ctx.out.null_array();
+    Ok(())
+}
+
 /// Every element of the list `value` (DUMP, COPY).
 pub fn elements_of(ctx: &mut Ctx<'_>, value: &Value) -> Result<Vec<Vec<u8>>, CmdError> {
     let list = Open::of(Some(value))?;

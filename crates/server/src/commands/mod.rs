@@ -273,6 +273,9 @@ commands! {
     "linsert", 5, WRITE, ONE, "list", lists::linsert, "Inserts an element before or after another element in a list.";
     "rpoplpush", 3, WRITE, (1, 2, 1), "list", lists::rpoplpush, "Returns the last element of a list after removing and pushing it to another list. Deletes the list if the last element was popped.";
     "lmove", 5, WRITE, (1, 2, 1), "list", lists::lmove, "Returns an element after popping it from one list and pushing it to another. Deletes the list if the last element was moved.";
+    "lpos", -3, READONLY, ONE, "list", lists::lpos, "Returns the index of matching elements in a list.";
+    // Its keys move with numkeys: every argument's stripe is locked.
+    "lmpop", -4, WRITE, ALL_ARGS, "list", lists::lmpop, "Returns multiple elements from a list after removing them. Deletes the list if the last element was popped.";
     "blpop", -3, WRITE | BLOCKING, (1, -2, 1), "list", lists::blpop, "Removes and returns the first element in a list. Blocks until an element is available otherwise. Deletes the list if the last element was popped.";
     "brpop", -3, WRITE | BLOCKING, (1, -2, 1), "list", lists::brpop, "Removes and returns the last element in a list. Blocks until an element is available otherwise. Deletes the list if the last element was popped.";
     "brpoplpush", 4, WRITE | BLOCKING, (1, 2, 1), "list", lists::brpoplpush, "Pops an element from a list, pushes it to another list and returns it. Block until an element is available otherwise. Deletes the list if the last element was popped.";
@@ -327,8 +330,6 @@ commands! {
 
 /// Types that are not built yet: a clear error, never a crash.
 const NOT_YET: &[&str] = &[
-    "lpos",
-    "lmpop",
     "blmpop",
     "zadd",
     "zrem",
