@@ -323,11 +323,8 @@ fn bulk(reply: &[u8]) -> Vec<u8> {
 /// reads.
 #[test]
 fn dump_and_restore_move_strings_between_redis_and_scaledkv() {
-    let Some(redis) = RedisServer::start() else { return };
-    let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(&dir.path().join("db"), &[]);
-    let mut ours = server.connect();
-    let mut theirs = TcpStream::connect(("127.0.0.1", redis.port)).unwrap();
+    let Some(mut servers) = Servers::start() else { return };
+    let Servers { ours, theirs, .. } = &mut servers;
     let mut noise = 0x9E37_79B9_7F4A_7C15u64;
     let random: Vec<u8> = (0..5000)
         .map(|_| {
@@ -350,7 +347,7 @@ fn dump_and_restore_move_strings_between_redis_and_scaledkv() {
     ];
     for (i, value) in values.iter().enumerate() {
         for redis_to_ours in [true, false] {
-            let (from, to) = if redis_to_ours { (&mut theirs, &mut ours) } else { (&mut ours, &mut theirs) };
+            let (from, to) = if redis_to_ours { (&mut *theirs, &mut *ours) } else { (&mut *ours, &mut *theirs) };
             let key = format!("k{i}");
             assert_eq!(request(from, &encode(&[b"SET", key.as_bytes(), value])), b"+OK\r\n");
             let payload = bulk(&request(from, &encode(&[b"DUMP", key.as_bytes()])));
@@ -386,16 +383,44 @@ fn bulks(reply: &[u8]) -> Vec<Option<Vec<u8>>> {
     out
 }
 
+/// A real redis-server and a ScaledKV server, each with a connection;
+/// None (with a notice) without redis-server.
+struct Servers {
+    ours: TcpStream,
+    theirs: TcpStream,
+    _redis: RedisServer,
+    _server: Server,
+    _dir: tempfile::TempDir,
+}
+
+impl Servers {
+    fn start() -> Option<Servers> {
+        let redis = RedisServer::start()?;
+        let dir = tempfile::tempdir().unwrap();
+        let server = Server::start(&dir.path().join("db"), &[]);
+        let ours = server.connect();
+        let theirs = TcpStream::connect(("127.0.0.1", redis.port)).unwrap();
+        Some(Servers { ours, theirs, _redis: redis, _server: server, _dir: dir })
+    }
+}
+
+/// Sends each command of `script` to both servers in turn and requires
+/// byte-identical replies.
+fn same_replies(ours: &mut TcpStream, theirs: &mut TcpStream, script: &[Vec<Vec<u8>>]) {
+    for command in script {
+        let refs: Vec<&[u8]> = command.iter().map(Vec::as_slice).collect();
+        let (a, b) = (request(ours, &encode(&refs)), request(theirs, &encode(&refs)));
+        assert_eq!(String::from_utf8_lossy(&a), String::from_utf8_lossy(&b), "{}", String::from_utf8_lossy(refs[0]));
+    }
+}
+
 /// Hashes past Redis's listpack limits (more than 512 fields, values over
 /// 64 bytes), which Redis keeps in a hash table: the same contents, field
 /// for field, though Redis lists them in its table's order.
 #[test]
 fn large_hashes_hold_what_redis_holds() {
-    let Some(redis) = RedisServer::start() else { return };
-    let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(&dir.path().join("db"), &[]);
-    let mut ours = server.connect();
-    let mut theirs = TcpStream::connect(("127.0.0.1", redis.port)).unwrap();
+    let Some(mut servers) = Servers::start() else { return };
+    let Servers { ours, theirs, .. } = &mut servers;
     let names: Vec<Vec<u8>> = (0..700).map(|i| format!("field:{i}").into_bytes()).collect();
     let value = |i: usize| format!("{i}:{}", "v".repeat(i % 90)).into_bytes();
     let mut script: Vec<Vec<Vec<u8>>> = Vec::new();
@@ -420,18 +445,14 @@ fn large_hashes_hold_what_redis_holds() {
     script.push([&b"OBJECT"[..], b"ENCODING", b"many"].map(<[u8]>::to_vec).to_vec());
     script.push([&b"HSET"[..], b"many", b"one", b"more"].map(<[u8]>::to_vec).to_vec());
     script.push([&b"OBJECT"[..], b"ENCODING", b"many"].map(<[u8]>::to_vec).to_vec());
-    for command in &script {
-        let refs: Vec<&[u8]> = command.iter().map(Vec::as_slice).collect();
-        let (a, b) = (request(&mut ours, &encode(&refs)), request(&mut theirs, &encode(&refs)));
-        assert_eq!(String::from_utf8_lossy(&a), String::from_utf8_lossy(&b), "{}", String::from_utf8_lossy(refs[0]));
-    }
+    same_replies(&mut *ours, &mut *theirs, &script);
     let mut hmget: Vec<&[u8]> = vec![b"HMGET", b"big"];
     hmget.extend(names.iter().map(Vec::as_slice));
     hmget.push(b"counter");
     for command in
         [&hmget[..], &[b"HLEN", b"big"], &[b"OBJECT", b"ENCODING", b"big"], &[b"HSTRLEN", b"big", b"field:299"]]
     {
-        let (a, b) = (request(&mut ours, &encode(command)), request(&mut theirs, &encode(command)));
+        let (a, b) = (request(&mut *ours, &encode(command)), request(&mut *theirs, &encode(command)));
         assert_eq!(String::from_utf8_lossy(&a), String::from_utf8_lossy(&b), "{}", String::from_utf8_lossy(command[0]));
     }
     // Unordered: as sets of (field, value) pairs.
@@ -441,10 +462,10 @@ fn large_hashes_hold_what_redis_holds() {
         pairs.sort();
         pairs
     };
-    let all = pairs(&mut theirs, &[b"HGETALL", b"big"]);
+    let all = pairs(&mut *theirs, &[b"HGETALL", b"big"]);
     assert_eq!(all.len(), 402);
-    assert_eq!(pairs(&mut ours, &[b"HGETALL", b"big"]), all);
-    assert_eq!(pairs(&mut ours, &[b"HRANDFIELD", b"big", b"1000", b"WITHVALUES"]), all);
+    assert_eq!(pairs(&mut *ours, &[b"HGETALL", b"big"]), all);
+    assert_eq!(pairs(&mut *ours, &[b"HRANDFIELD", b"big", b"1000", b"WITHVALUES"]), all);
     // HSCAN: both walk the table with a cursor, in pages of COUNT.
     let hscan_all = |stream: &mut TcpStream| {
         let mut scanned = Vec::new();
@@ -464,12 +485,12 @@ fn large_hashes_hold_what_redis_holds() {
         scanned.dedup();
         (scanned, len, pages)
     };
-    assert_eq!(hscan_all(&mut theirs).0, all);
-    let (scanned, len, pages) = hscan_all(&mut ours);
+    assert_eq!(hscan_all(&mut *theirs).0, all);
+    let (scanned, len, pages) = hscan_all(&mut *ours);
     assert_eq!(scanned, all);
     assert_eq!((len, pages), (all.len(), all.len().div_ceil(50)), "every field once, in pages of 50");
     // A sample: distinct fields of the hash.
-    let sample = pairs(&mut ours, &[b"HRANDFIELD", b"big", b"20", b"WITHVALUES"]);
+    let sample = pairs(&mut *ours, &[b"HRANDFIELD", b"big", b"20", b"WITHVALUES"]);
     assert_eq!(sample.len(), 20);
     assert!(sample.windows(2).all(|w| w[0] != w[1]), "a field twice: {sample:?}");
     assert!(sample.iter().all(|pair| all.binary_search(pair).is_ok()), "{sample:?}");
@@ -480,11 +501,8 @@ fn large_hashes_hold_what_redis_holds() {
 /// dumps pairs.
 #[test]
 fn dump_and_restore_move_hashes_between_redis_and_scaledkv() {
-    let Some(redis) = RedisServer::start() else { return };
-    let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(&dir.path().join("db"), &[]);
-    let mut ours = server.connect();
-    let mut theirs = TcpStream::connect(("127.0.0.1", redis.port)).unwrap();
+    let Some(mut servers) = Servers::start() else { return };
+    let Servers { ours, theirs, .. } = &mut servers;
     let small: Vec<Vec<u8>> =
         ["a", "1", "b", "hello", "c", "-300", "d", "100000", "e", "", "f", "x".repeat(60).as_str()]
             .iter()
@@ -494,7 +512,7 @@ fn dump_and_restore_move_hashes_between_redis_and_scaledkv() {
         (0..600).flat_map(|i| [format!("f{i}").into_bytes(), format!("{}", i * 7919).into_bytes()]).collect();
     for (name, pairs) in [("small", &small), ("big", &big)] {
         for redis_to_ours in [true, false] {
-            let (from, to) = if redis_to_ours { (&mut theirs, &mut ours) } else { (&mut ours, &mut theirs) };
+            let (from, to) = if redis_to_ours { (&mut *theirs, &mut *ours) } else { (&mut *ours, &mut *theirs) };
             let mut hset: Vec<&[u8]> = vec![b"HSET", name.as_bytes()];
             hset.extend(pairs.iter().map(Vec::as_slice));
             request(from, &encode(&hset));
@@ -721,11 +739,8 @@ fn random_set_commands_match_redis() {
 /// RESTORE both ways (Redis dumps an intset as such, other sets as a list).
 #[test]
 fn large_sets_hold_what_redis_holds() {
-    let Some(redis) = RedisServer::start() else { return };
-    let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(&dir.path().join("db"), &[]);
-    let mut ours = server.connect();
-    let mut theirs = TcpStream::connect(("127.0.0.1", redis.port)).unwrap();
+    let Some(mut servers) = Servers::start() else { return };
+    let Servers { ours, theirs, .. } = &mut servers;
     let big: Vec<Vec<u8>> = (0..2000).map(|i| format!("member:{i}").into_bytes()).collect();
     let ints: Vec<Vec<u8>> = (0..600).map(|i| (i * 7 - 300).to_string().into_bytes()).collect();
     let mut script: Vec<Vec<Vec<u8>>> = Vec::new();
@@ -750,11 +765,7 @@ fn large_sets_hold_what_redis_holds() {
     script.push([&b"SCARD"[..], b"rest"].map(<[u8]>::to_vec).to_vec());
     script.push([&b"SMOVE"[..], b"big", b"few", b"member:5"].map(<[u8]>::to_vec).to_vec());
     script.push([&b"DBSIZE"[..]].map(<[u8]>::to_vec).to_vec());
-    for command in &script {
-        let refs: Vec<&[u8]> = command.iter().map(Vec::as_slice).collect();
-        let (a, b) = (request(&mut ours, &encode(&refs)), request(&mut theirs, &encode(&refs)));
-        assert_eq!(String::from_utf8_lossy(&a), String::from_utf8_lossy(&b), "{}", String::from_utf8_lossy(refs[0]));
-    }
+    same_replies(&mut *ours, &mut *theirs, &script);
     let members = |stream: &mut TcpStream, command: &[&[u8]]| -> Vec<Vec<u8>> {
         let mut all: Vec<Vec<u8>> = bulks(&request(stream, &encode(command))).into_iter().map(Option::unwrap).collect();
         all.sort();
@@ -769,18 +780,18 @@ fn large_sets_hold_what_redis_holds() {
         &[b"SMEMBERS", b"rest"],
         &[b"SRANDMEMBER", b"big", b"5000"],
     ] {
-        let expected = members(&mut theirs, command);
-        assert_eq!(members(&mut ours, command), expected, "{}", String::from_utf8_lossy(command[0]));
+        let expected = members(&mut *theirs, command);
+        assert_eq!(members(&mut *ours, command), expected, "{}", String::from_utf8_lossy(command[0]));
     }
     // `big` is a table here: an entry per member under the server's keys.
-    let info = String::from_utf8_lossy(&request(&mut ours, b"INFO persistence\r\n")).into_owned();
+    let info = String::from_utf8_lossy(&request(&mut *ours, b"INFO persistence\r\n")).into_owned();
     let reserved: u64 = info.lines().find_map(|l| l.strip_prefix("reserved_entries:")).unwrap().trim().parse().unwrap();
     assert!(reserved > 1300, "{reserved} reserved entries");
-    let all = members(&mut theirs, &[b"SMEMBERS", b"big"]);
+    let all = members(&mut *theirs, &[b"SMEMBERS", b"big"]);
     let mut scanned = Vec::new();
     let mut cursor = b"0".to_vec();
     loop {
-        let mut items = bulks(&request(&mut ours, &encode(&[b"SSCAN", b"big", &cursor, b"COUNT", b"100"])));
+        let mut items = bulks(&request(&mut *ours, &encode(&[b"SSCAN", b"big", &cursor, b"COUNT", b"100"])));
         cursor = items.remove(0).unwrap();
         scanned.extend(items.into_iter().map(Option::unwrap));
         if cursor == b"0" {
@@ -792,7 +803,7 @@ fn large_sets_hold_what_redis_holds() {
     // DUMP on one, RESTORE on the other, both ways.
     for key in [&b"big"[..], b"ints", b"few", b"both"] {
         for redis_to_ours in [true, false] {
-            let (from, to) = if redis_to_ours { (&mut theirs, &mut ours) } else { (&mut ours, &mut theirs) };
+            let (from, to) = if redis_to_ours { (&mut *theirs, &mut *ours) } else { (&mut *ours, &mut *theirs) };
             let payload = bulk(&request(from, &encode(&[b"DUMP", key])));
             let restored = request(to, &encode(&[b"RESTORE", b"copy", b"0", &payload, b"REPLACE"]));
             assert_eq!(
@@ -883,11 +894,8 @@ fn random_list_commands_match_redis() {
 /// (Redis dumps its quicklist, ScaledKV a plain list).
 #[test]
 fn big_lists_and_dump_and_restore_of_lists() {
-    let Some(redis) = RedisServer::start() else { return };
-    let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(&dir.path().join("db"), &[]);
-    let mut ours = server.connect();
-    let mut theirs = TcpStream::connect(("127.0.0.1", redis.port)).unwrap();
+    let Some(mut servers) = Servers::start() else { return };
+    let Servers { ours, theirs, .. } = &mut servers;
     let elements: Vec<Vec<u8>> = (0..1000).map(|i| format!("{i}:{}", "e".repeat(i % 50)).into_bytes()).collect();
     let mut script: Vec<Vec<Vec<u8>>> = Vec::new();
     script.push([vec![b"RPUSH".to_vec(), b"big".to_vec()], elements[..600].to_vec()].concat());
@@ -912,16 +920,12 @@ fn big_lists_and_dump_and_restore_of_lists() {
     ] {
         script.push(words.iter().map(|w| w.as_bytes().to_vec()).collect());
     }
-    for command in &script {
-        let refs: Vec<&[u8]> = command.iter().map(Vec::as_slice).collect();
-        let (a, b) = (request(&mut ours, &encode(&refs)), request(&mut theirs, &encode(&refs)));
-        assert_eq!(String::from_utf8_lossy(&a), String::from_utf8_lossy(&b), "{}", String::from_utf8_lossy(refs[0]));
-    }
+    same_replies(&mut *ours, &mut *theirs, &script);
     let whole = |stream: &mut TcpStream, key: &[u8]| request(stream, &encode(&[b"LRANGE", key, b"0", b"-1"]));
-    assert_eq!(whole(&mut ours, b"big"), whole(&mut theirs, b"big"));
+    assert_eq!(whole(&mut *ours, b"big"), whole(&mut *theirs, b"big"));
     for key in [&b"big"[..], b"small"] {
         for redis_to_ours in [true, false] {
-            let (from, to) = if redis_to_ours { (&mut theirs, &mut ours) } else { (&mut ours, &mut theirs) };
+            let (from, to) = if redis_to_ours { (&mut *theirs, &mut *ours) } else { (&mut *ours, &mut *theirs) };
             let payload = bulk(&request(from, &encode(&[b"DUMP", key])));
             let restored = request(to, &encode(&[b"RESTORE", b"copy", b"0", &payload, b"REPLACE"]));
             assert_eq!(
