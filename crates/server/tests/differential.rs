@@ -135,6 +135,7 @@ const SCRIPTS: &[&str] = &[
     // Blocking pops that find an element, time out, or fail.
     "RPUSH l a b c | BLPOP l 0 | BRPOP l 0 | BLPOP nokey l 0 | BLPOP nokey 0.01 | BRPOP nokey other 0.02 | BLPOP l x | BLPOP l -1 | BLPOP l | EXISTS l",
     "SET s v | BLPOP s 0 | BLPOP nokey s 0 | RPUSH l a | BLPOP l s 0 | MULTI | BLPOP nokey 0 | BRPOPLPUSH nokey x 0 | RPUSH m 1 | BLPOP m 0 | EXEC",
+    "RPUSH a 1 2 3 | BLMPOP 0 2 nokey a RIGHT COUNT 2 | BLMPOP 0.01 1 nokey LEFT | BLMPOP x 1 a LEFT | BLMPOP -1 1 a LEFT | BLMPOP 0 0 a LEFT | BLMPOP 0 2 a LEFT | BLMPOP 0 1 a UP | BLMPOP 0 1 a LEFT COUNT 0 | MULTI | BLMPOP 0 1 nokey LEFT | BLMPOP 0 1 a LEFT | EXEC",
     "RPUSH a 1 2 | BRPOPLPUSH a b 0 | BLMOVE a b LEFT RIGHT 0 | LRANGE b 0 -1 | BLMOVE b b RIGHT LEFT 0 | LRANGE b 0 -1 | BRPOPLPUSH nokey b 0.01 | BLMOVE nokey b LEFT LEFT 0.01 | BLMOVE a b UP LEFT 0 | BLMOVE a b LEFT LEFT x | SET s v | BRPOPLPUSH b s 0",
     // Sets: integers in an intset (listed in numeric order, as here), other
     // members in Redis's hash table (compared unordered).

@@ -226,6 +226,11 @@ fn blocking_pops_wait_for_a_push() {
     assert_eq!(request(&mut pusher, &encode(&[b"LPUSH", b"src", b"x"])), b":1\r\n");
     assert_eq!(read_reply(&mut waiter), b"$1\r\nx\r\n");
     assert_eq!(request(&mut pusher, &encode(&[b"LRANGE", b"dst", b"0", b"-1"])), b"*1\r\n$1\r\nx\r\n");
+    // BLMPOP wakes alike, with every element it may take.
+    waiter.write_all(&encode(&[b"BLMPOP", b"5", b"2", b"none", b"mq", b"LEFT", b"COUNT", b"3"])).unwrap();
+    std::thread::sleep(Duration::from_millis(150));
+    assert_eq!(request(&mut pusher, &encode(&[b"RPUSH", b"mq", b"a", b"b"])), b":2\r\n");
+    assert_eq!(read_reply(&mut waiter), b"*2\r\n$2\r\nmq\r\n*2\r\n$1\r\na\r\n$1\r\nb\r\n");
     // A timeout.
     let asked = Instant::now();
     assert_eq!(request(&mut waiter, &encode(&[b"BRPOP", b"none", b"0.3"])), b"*-1\r\n");

@@ -591,9 +591,21 @@ pub fn lpos(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
 /// LMPOP numkeys key [key ...] LEFT|RIGHT [COUNT count]: pops up to
 /// `count` elements from the first non-empty list, as [key, [elements]].
 pub fn lmpop(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
-    let numkeys = int(&args[1]).ok().filter(|&n| n > 0).ok_or_else(|| err("ERR numkeys should be greater than 0"))?;
+    mpop(ctx, &args[1..], None)
+}
+
+/// BLMPOP timeout numkeys key [key ...] LEFT|RIGHT [COUNT count].
+pub fn blmpop(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    let timeout = timeout(&args[1])?;
+    mpop(ctx, &args[2..], Some(timeout))
+}
+
+/// LMPOP's work from its numkeys on (`args[0]`); with `block`, nothing to
+/// pop blocks instead of answering a null array.
+fn mpop(ctx: &mut Ctx<'_>, args: &[Bytes], block: Option<Option<Duration>>) -> CmdResult {
+    let numkeys = int(&args[0]).ok().filter(|&n| n > 0).ok_or_else(|| err("ERR numkeys should be greater than 0"))?;
     let side_at =
-        (numkeys as u64).checked_add(2).filter(|&at| at < args.len() as u64).ok_or(CmdError::Syntax)? as usize;
+        (numkeys as u64).checked_add(1).filter(|&at| at < args.len() as u64).ok_or(CmdError::Syntax)? as usize;
     let front = side(&args[side_at])?;
     let count = match &args[side_at + 1..] {
         [] => 1,
@@ -602,7 +614,7 @@ pub fn lmpop(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         }
         _ => return Err(CmdError::Syntax),
     };
-    for key in &args[2..side_at] {
+    for key in &args[1..side_at] {
         let value = read_list(ctx, key)?;
         if value.is_none() {
             continue;
@@ -623,6 +635,9 @@ pub fn lmpop(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
             ctx.out.bulk(element);
         }
         return Ok(());
+    }
+    if let Some(timeout) = block {
+        return Err(CmdError::Blocked(timeout, false));
     }
     ctx.out.null_array();
     Ok(())

@@ -276,6 +276,7 @@ commands! {
     "lpos", -3, READONLY, ONE, "list", lists::lpos, "Returns the index of matching elements in a list.";
     // Its keys move with numkeys: every argument's stripe is locked.
     "lmpop", -4, WRITE, ALL_ARGS, "list", lists::lmpop, "Returns multiple elements from a list after removing them. Deletes the list if the last element was popped.";
+    "blmpop", -5, WRITE | BLOCKING, ALL_ARGS, "list", lists::blmpop, "Pops the first element from one of multiple lists. Blocks until an element is available otherwise. Deletes the list if the last element was popped.";
     "blpop", -3, WRITE | BLOCKING, (1, -2, 1), "list", lists::blpop, "Removes and returns the first element in a list. Blocks until an element is available otherwise. Deletes the list if the last element was popped.";
     "brpop", -3, WRITE | BLOCKING, (1, -2, 1), "list", lists::brpop, "Removes and returns the last element in a list. Blocks until an element is available otherwise. Deletes the list if the last element was popped.";
     "brpoplpush", 4, WRITE | BLOCKING, (1, 2, 1), "list", lists::brpoplpush, "Pops an element from a list, pushes it to another list and returns it. Block until an element is available otherwise. Deletes the list if the last element was popped.";
@@ -330,7 +331,6 @@ commands! {
 
 /// Types that are not built yet: a clear error, never a crash.
 const NOT_YET: &[&str] = &[
-    "blmpop",
     "zadd",
     "zrem",
     "zrange",
