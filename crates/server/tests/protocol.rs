@@ -385,6 +385,18 @@ fn big_hashes_live_in_tables_swept_once_their_key_goes() {
     assert_eq!(request(&mut stream, &encode(&refs)), b":400\r\n");
     assert_eq!(request(&mut stream, &encode(&[b"OBJECT", b"ENCODING", b"set"])), b"$9\r\nhashtable\r\n");
     assert_eq!(reserved_entries(&mut stream), 5 + 401);
+    // MEMORY USAGE counts a table's entries (from a sample, or all).
+    let usage = |stream: &mut std::net::TcpStream, extra: &[&[u8]]| -> i64 {
+        let mut command: Vec<&[u8]> = vec![b"MEMORY", b"USAGE", b"set"];
+        command.extend_from_slice(extra);
+        let reply = request(stream, &encode(&command));
+        String::from_utf8_lossy(&reply[1..]).trim().parse().unwrap()
+    };
+    // 400 entries of at least a 12-byte header, an 11-byte prefix and
+    // 37 bytes of member.
+    let (sampled, exact) = (usage(&mut stream, &[]), usage(&mut stream, &[b"SAMPLES", b"0"]));
+    assert!(exact >= 400 * 60 && sampled >= 400 * 60, "{sampled} {exact}");
+    assert!((sampled - exact).abs() * 10 < exact, "a sample of alike members estimates within 10%: {sampled} {exact}");
     assert_eq!(request(&mut stream, &encode(&[b"RENAME", b"set", b"set2"])), b"+OK\r\n");
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(request(&mut stream, &encode(&[b"SCARD", b"set2"])), b":400\r\n");

@@ -203,13 +203,17 @@ pub fn memory(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let sub = String::from_utf8_lossy(&args[1]).to_ascii_lowercase();
     match sub.as_str() {
         "usage" if args.len() >= 3 => {
+            // Redis's default: 5 elements of a collection are sampled, 0
+            // means all of them.
+            let mut samples = 5usize;
             let mut i = 3;
             while i < args.len() {
-                // Every version of a string is one entry: nothing to sample.
                 if eq(&args[i], "samples") && i + 1 < args.len() {
-                    if int(&args[i + 1])? < 0 {
+                    let n = int(&args[i + 1])?;
+                    if n < 0 {
                         return Err(CmdError::Syntax);
                     }
+                    samples = if n == 0 { usize::MAX } else { n as usize };
                     i += 2;
                 } else {
                     return Err(CmdError::Syntax);
@@ -219,18 +223,33 @@ pub fn memory(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
                 ctx.out.null();
                 return Ok(());
             };
-            let expiry = if value.expiry_ms().is_some() { EXPIRY_BYTES } else { 0 };
-            let entry = ENTRY_HEADER_BYTES + args[2].len() + 1 + value.data().len() + expiry;
-            let in_log = entry.div_ceil(FRAME_ALIGN_BYTES) * FRAME_ALIGN_BYTES;
-            drop(value);
+            let in_log = |key: usize, value: usize, expiry: bool| {
+                let entry = ENTRY_HEADER_BYTES + key + 1 + value + if expiry { EXPIRY_BYTES } else { 0 };
+                entry.div_ceil(FRAME_ALIGN_BYTES) * FRAME_ALIGN_BYTES
+            };
             let index = ctx.shared.index_bytes_per_key().round() as usize;
-            ctx.out.int((in_log + index) as i64);
+            let mut bytes = in_log(args[2].len(), value.data().len(), value.expiry_ms().is_some()) + index;
+            if crate::keyspace::is_table(value.tag()) {
+                // A table's entries, estimated from the first `samples` of
+                // them as Redis estimates a collection from a sample.
+                let table = super::table::Table::of(&value)?;
+                drop(value);
+                let sample = super::table::entries(ctx, &table, None, samples)?;
+                if !sample.is_empty() {
+                    let prefix = super::table::members_prefix(table.id).len();
+                    let sampled: usize =
+                        sample.iter().map(|(f, v)| in_log(prefix + f.len(), v.len(), false) + index).sum();
+                    bytes += sampled * table.count as usize / sample.len();
+                }
+            }
+            ctx.out.int(bytes as i64);
         }
         "help" if args.len() == 2 => {
             let lines = [
                 "MEMORY <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
                 "USAGE <key> [SAMPLES <count>]",
-                "    Return the bytes the key takes: its entry in the log and its share of the index.",
+                "    Return the bytes the key takes: its entries in the log and their share of the index",
+                "    (a big collection's estimated from <count> of its elements, 5 by default, 0 for all).",
                 "HELP",
                 "    Print this help.",
             ];
