@@ -15,6 +15,11 @@ use tokio::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use crate::commands::CmdError;
 
+/// The expiry time of a value that may be missing.
+pub fn expiry_of(value: &Option<Value>) -> Option<u64> {
+    value.as_ref().and_then(Value::expiry_ms)
+}
+
 /// Type bytes: Redis's object type numbers (its RDB types 0, 1, 2, 4), with
 /// the high bit set for a big collection's stub (`commands::table`).
 pub const TYPE_STRING: u8 = 0;
@@ -293,6 +298,7 @@ impl Writes {
     }
 
     pub fn put_string(&mut self, key: &[u8], data: &[u8], expiry_ms: Option<u64>) -> Result<(), CmdError> {
+        // The value's size is judged before the key's, as it always was.
         if data.len() > MAX_STRING_BYTES {
             return Err(CmdError::TooBig);
         }

@@ -520,7 +520,7 @@ fn store(ctx: &mut Ctx<'_>, key: &[u8], tag: u8, data: &[u8], expiry: Option<u64
         }
         _ => return ctx.writes.put(key, tag, data, expiry),
     };
-    if super::hashes::stays_one_value(crate::hash::is_hashtable(data)?, data.len()) {
+    if super::table::stays_one_value(crate::hash::is_hashtable(data)?, data.len()) {
         return ctx.writes.put(key, tag, data, expiry);
     }
     let pairs: Vec<(&[u8], &[u8])> = crate::hash::pairs(data).collect::<Result<_, _>>()?;

@@ -15,9 +15,9 @@ use super::args::{eq, float, int, parse_i64};
 use super::table::{self, Table};
 use super::{err, CmdError, CmdResult, Ctx};
 use crate::hash::{self, Corrupt, Fields};
-use crate::keyspace::{Entries, Value, TYPE_HASH, TYPE_HASH_TABLE};
+use crate::keyspace::{expiry_of, Entries, Value, TYPE_HASH, TYPE_HASH_TABLE};
 use crate::resp::reply::format_double;
-use crate::resp::Protocol;
+use crate::resp::{Out, Protocol};
 
 impl From<Corrupt> for CmdError {
     fn from(_: Corrupt) -> Self {
@@ -27,10 +27,7 @@ impl From<Corrupt> for CmdError {
 
 /// The hash at `key`: None if missing, WRONGTYPE for another type.
 fn read_hash(ctx: &mut Ctx<'_>, key: &[u8]) -> Result<Option<Value>, CmdError> {
-    match ctx.read(key)? {
-        Some(value) if value.tag() != TYPE_HASH && value.tag() != TYPE_HASH_TABLE => Err(CmdError::WrongType),
-        other => Ok(other),
-    }
+    ctx.read_collection(key, TYPE_HASH, TYPE_HASH_TABLE)
 }
 
 /// (field, value) pairs borrowed from a listpack or read from a table.
@@ -98,7 +95,7 @@ impl<'v> Open<'v> {
             }
             Open::Listpack(fields) => {
                 let data = fields.encode();
-                if stays_one_value(fields.hashtable, data.len()) {
+                if table::stays_one_value(fields.hashtable, data.len()) {
                     ctx.writes.put(key, TYPE_HASH, &data, expiry)
                 } else {
                     table::create(ctx, key, TYPE_HASH_TABLE, fields.iter(), expiry)
@@ -106,23 +103,6 @@ impl<'v> Open<'v> {
             }
         }
     }
-}
-
-/// Up to this many bytes a hash stays one value even past Redis's listpack
-/// limits: rewriting 8 KiB costs a few microseconds, less than the index
-/// updates of a table's entries (a YCSB record, 10 fields of 100 bytes, as
-/// a table: HSET of all ten at 0.35x Redis's rate).
-const VALUE_BYTES: usize = 8 << 10;
-
-/// Whether a hash stays one value: Redis keeps it a listpack (so it lists
-/// its fields in insertion order exactly as Redis does), or it is small.
-/// OBJECT ENCODING still answers by Redis's limits alone.
-pub fn stays_one_value(hashtable: bool, encoded: usize) -> bool {
-    encoded <= VALUE_BYTES || !hashtable
-}
-
-fn expiry(value: &Option<Value>) -> Option<u64> {
-    value.as_ref().and_then(Value::expiry_ms)
 }
 
 /// HSET and HMSET: sets every field/value pair; the number of new fields.
@@ -137,7 +117,7 @@ fn set_pairs(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Result<i64, CmdError> {
     for pair in args[2..].chunks(2) {
         added += hash.set(ctx, &pair[0], Cow::Borrowed(&pair[1]))? as i64;
     }
-    hash.store(ctx, &args[1], expiry(&value))?;
+    hash.store(ctx, &args[1], expiry_of(&value))?;
     Ok(added)
 }
 
@@ -161,22 +141,28 @@ pub fn hsetnx(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         return Ok(());
     }
     hash.set(ctx, &args[2], Cow::Borrowed(&args[3]))?;
-    hash.store(ctx, &args[1], expiry(&value))?;
+    hash.store(ctx, &args[1], expiry_of(&value))?;
     ctx.out.int(1);
     Ok(())
 }
 
-pub fn hget(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+/// Hands the field `args[2]` of the hash at `args[1]` to `reply`: read in
+/// place from a listpack (nothing decoded), by a point read from a table.
+fn with_field(ctx: &mut Ctx<'_>, args: &[Bytes], reply: impl FnOnce(&mut Out, Option<&[u8]>)) -> CmdResult {
     let value = read_hash(ctx, &args[1])?;
     match &value {
-        Some(v) if v.tag() == TYPE_HASH => ctx.out.bulk_opt(hash::get(v.data(), &args[2])?),
-        _ => {
-            let hash = Open::of(&value)?;
-            let found = hash.get(ctx, &args[2])?.map(Cow::into_owned);
-            ctx.out.bulk_opt(found.as_deref());
+        Some(v) if v.tag() == TYPE_HASH => reply(ctx.out, hash::get(v.data(), &args[2])?),
+        Some(v) => {
+            let found = table::get(ctx, &Table::of(v)?, &args[2])?;
+            reply(ctx.out, found.as_deref());
         }
+        None => reply(ctx.out, None),
     }
     Ok(())
+}
+
+pub fn hget(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    with_field(ctx, args, |out, value| out.bulk_opt(value))
 }
 
 pub fn hmget(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
@@ -201,7 +187,7 @@ pub fn hdel(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         deleted += hash.remove(ctx, field)? as i64;
     }
     if deleted > 0 {
-        hash.store(ctx, &args[1], expiry(&value))?;
+        hash.store(ctx, &args[1], expiry_of(&value))?;
     }
     ctx.out.int(deleted);
     Ok(())
@@ -217,24 +203,12 @@ pub fn hlen(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     Ok(())
 }
 
-/// The length of one field's value, for HSTRLEN and HEXISTS.
-fn field_len(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Result<Option<usize>, CmdError> {
-    let value = read_hash(ctx, &args[1])?;
-    let hash = Open::of(&value)?;
-    let len = hash.get(ctx, &args[2])?.map(|v| v.len());
-    Ok(len)
-}
-
 pub fn hstrlen(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
-    let len = field_len(ctx, args)?.unwrap_or(0);
-    ctx.out.int(len as i64);
-    Ok(())
+    with_field(ctx, args, |out, value| out.int(value.map_or(0, <[u8]>::len) as i64))
 }
 
 pub fn hexists(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
-    let found = field_len(ctx, args)?.is_some();
-    ctx.out.int(found as i64);
-    Ok(())
+    with_field(ctx, args, |out, value| out.int(value.is_some() as i64))
 }
 
 /// HKEYS, HVALS and HGETALL: what of each pair goes into the reply.
@@ -287,7 +261,7 @@ pub fn hincrby(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let new = current.checked_add(delta).ok_or_else(|| err("ERR increment or decrement would overflow"))?;
     let text = itoa::Buffer::new().format(new).as_bytes().to_vec();
     hash.set(ctx, &args[2], Cow::Owned(text))?;
-    hash.store(ctx, &args[1], expiry(&value))?;
+    hash.store(ctx, &args[1], expiry_of(&value))?;
     ctx.out.int(new);
     Ok(())
 }
@@ -309,7 +283,7 @@ pub fn hincrbyfloat(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     }
     let text = format_double(new);
     hash.set(ctx, &args[2], Cow::Owned(text.clone().into_bytes()))?;
-    hash.store(ctx, &args[1], expiry(&value))?;
+    hash.store(ctx, &args[1], expiry_of(&value))?;
     ctx.out.bulk(text.as_bytes());
     Ok(())
 }

@@ -16,17 +16,11 @@ use super::args::{eq, int};
 use super::table::{self, Table};
 use super::{err, CmdError, CmdResult, Ctx};
 use crate::hash;
-use crate::keyspace::{Value, TYPE_LIST, TYPE_LIST_TABLE};
-
-/// Up to this many bytes a list stays one value.
-const VALUE_BYTES: usize = 8 << 10;
+use crate::keyspace::{expiry_of, Value, TYPE_LIST, TYPE_LIST_TABLE};
 
 /// The list at `key`: None if missing, WRONGTYPE for another type.
 fn read_list(ctx: &mut Ctx<'_>, key: &[u8]) -> Result<Option<Value>, CmdError> {
-    match ctx.read(key)? {
-        Some(value) if value.tag() != TYPE_LIST && value.tag() != TYPE_LIST_TABLE => Err(CmdError::WrongType),
-        other => Ok(other),
-    }
+    ctx.read_collection(key, TYPE_LIST, TYPE_LIST_TABLE)
 }
 
 /// A table element's key suffix: its position, ordered as a signed number.
@@ -78,8 +72,17 @@ impl<'v> Open<'v> {
         })
     }
 
+    /// The element at `index` (within the list). A table's is a point
+    /// read: an iterator per LPOP, RPOP or LINDEX would have the index
+    /// merge its pending updates each time.
     fn get(&self, ctx: &mut Ctx<'_>, index: usize) -> Result<Vec<u8>, CmdError> {
-        Ok(self.range(ctx, index, 1)?.pop().unwrap_or_default())
+        match self {
+            Open::Value(elements) => Ok(elements[index].to_vec()),
+            Open::Table(table) => {
+                let found = ctx.writes.get_internal(ctx.db(), &element_key(table, index))?;
+                Ok(found.ok_or(crate::hash::Corrupt)?.data().to_vec())
+            }
+        }
     }
 
     fn push(&mut self, ctx: &mut Ctx<'_>, front: bool, element: &'v [u8]) -> CmdResult {
@@ -180,7 +183,8 @@ impl<'v> Open<'v> {
             Open::Value(elements) => {
                 let mut data = Vec::new();
                 hash::encode_into(&mut data, elements.len(), false, elements.iter().map(|e| (&e[..], &b""[..])));
-                if data.len() <= VALUE_BYTES {
+                // Redis 7.0 has no compact list: the size alone decides.
+                if table::stays_one_value(true, data.len()) {
                     return ctx.writes.put(key, TYPE_LIST, &data, expiry);
                 }
                 let positions: Vec<[u8; 8]> = (0..elements.len() as i64).map(position).collect();
@@ -189,10 +193,6 @@ impl<'v> Open<'v> {
             }
         }
     }
-}
-
-fn expiry(value: &Option<Value>) -> Option<u64> {
-    value.as_ref().and_then(Value::expiry_ms)
 }
 
 /// Redis's clamp of a [start, stop] range over `len` elements: the first
@@ -225,7 +225,7 @@ fn push(ctx: &mut Ctx<'_>, args: &[Bytes], front: bool, only_existing: bool) -> 
         list.push(ctx, front, element)?;
     }
     let len = list.len();
-    list.store(ctx, &args[1], expiry(&value))?;
+    list.store(ctx, &args[1], expiry_of(&value))?;
     ctx.out.int(len as i64);
     Ok(())
 }
@@ -278,7 +278,7 @@ fn pop(ctx: &mut Ctx<'_>, args: &[Bytes], front: bool) -> CmdResult {
             None => break,
         }
     }
-    list.store(ctx, &args[1], expiry(&value))?;
+    list.store(ctx, &args[1], expiry_of(&value))?;
     match count {
         None => ctx.out.bulk(&popped[0]),
         Some(_) => {
@@ -344,7 +344,7 @@ pub fn lset(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let mut list = Open::of(value.as_ref())?;
     let at = index(at, list.len()).ok_or_else(|| err("ERR index out of range"))?;
     list.set(ctx, at, &args[3])?;
-    list.store(ctx, &args[1], expiry(&value))?;
+    list.store(ctx, &args[1], expiry_of(&value))?;
     ctx.out.ok();
     Ok(())
 }
@@ -357,7 +357,7 @@ pub fn ltrim(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         let (first, n) = clamp(start, stop, list.len()).unwrap_or((0, 0));
         if (first, n) != (0, list.len()) {
             list.trim(ctx, first, n);
-            list.store(ctx, &args[1], expiry(&value))?;
+            list.store(ctx, &args[1], expiry_of(&value))?;
         }
     }
     ctx.out.ok();
@@ -385,7 +385,7 @@ pub fn lrem(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     }
     if removed > 0 {
         list.replace(ctx, elements)?;
-        list.store(ctx, &args[1], expiry(&value))?;
+        list.store(ctx, &args[1], expiry_of(&value))?;
     }
     ctx.out.int(removed as i64);
     Ok(())
@@ -411,7 +411,7 @@ pub fn linsert(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     elements.insert(at + after as usize, args[4].to_vec());
     let len = elements.len();
     list.replace(ctx, elements)?;
-    list.store(ctx, &args[1], expiry(&value))?;
+    list.store(ctx, &args[1], expiry_of(&value))?;
     ctx.out.int(len as i64);
     Ok(())
 }
@@ -440,12 +440,12 @@ fn lmove_between(
     let element = from.pop(ctx, from_front)?.ok_or(crate::hash::Corrupt)?;
     if args[1] == args[2] {
         from.push(ctx, to_front, &element)?;
-        from.store(ctx, &args[1], expiry(&source))?;
+        from.store(ctx, &args[1], expiry_of(&source))?;
     } else {
-        from.store(ctx, &args[1], expiry(&source))?;
+        from.store(ctx, &args[1], expiry_of(&source))?;
         let mut to = Open::of(destination.as_ref())?;
         to.push(ctx, to_front, &element)?;
-        to.store(ctx, &args[2], expiry(&destination))?;
+        to.store(ctx, &args[2], expiry_of(&destination))?;
     }
     ctx.out.bulk(&element);
     Ok(())
@@ -495,7 +495,7 @@ fn blocking_pop(ctx: &mut Ctx<'_>, args: &[Bytes], front: bool) -> CmdResult {
         }
         let mut list = Open::of(value.as_ref())?;
         let element = list.pop(ctx, front)?.ok_or(crate::hash::Corrupt)?;
-        list.store(ctx, key, expiry(&value))?;
+        list.store(ctx, key, expiry_of(&value))?;
         ctx.out.array(2);
         ctx.out.bulk(key);
         ctx.out.bulk(&element);
@@ -627,7 +627,7 @@ fn mpop(ctx: &mut Ctx<'_>, args: &[Bytes], block: Option<Option<Duration>>) -> C
                 None => break,
             }
         }
-        list.store(ctx, key, expiry(&value))?;
+        list.store(ctx, key, expiry_of(&value))?;
         ctx.out.array(2);
         ctx.out.bulk(key);
         ctx.out.array(popped.len());

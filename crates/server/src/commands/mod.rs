@@ -584,10 +584,10 @@ pub async fn execute<'s>(shared: &'s Shared, conn: &mut ConnState, out: &mut Out
         stripes.sort_unstable();
         stripes.dedup();
     }
-    let blind = is_blind(command, &args);
-    // Every other write but FLUSHALL's (which locks every stripe) keeps its
-    // effects in its batch, so it can join a run too.
+    // Every write but FLUSHALL's (which locks every stripe) and a blocking
+    // one keeps its effects in its batch, so it can join a run.
     if conn.multi.is_none() && command.has(WRITE) && !command.has(ALL_KEYS) && !command.has(BLOCKING) {
+        let blind = is_blind(command, &args);
         if !blind && run.commands > 0 && !run.writes.has_overlay() {
             // Blind writes kept no overlay for this one to read.
             run.commit(shared, out).await;

@@ -15,7 +15,7 @@ use super::args::{eq, int, parse_i64};
 use super::table::{self, Table};
 use super::{err, CmdError, CmdResult, Ctx};
 use crate::hash::{self, Fields};
-use crate::keyspace::{Value, TYPE_SET, TYPE_SET_TABLE};
+use crate::keyspace::{expiry_of, Value, TYPE_SET, TYPE_SET_TABLE};
 use crate::resp::Out;
 
 /// Redis's default `set-max-intset-entries`.
@@ -23,10 +23,7 @@ const INTSET_ENTRIES: usize = 512;
 
 /// The set at `key`: None if missing, WRONGTYPE for another type.
 fn read_set(ctx: &mut Ctx<'_>, key: &[u8]) -> Result<Option<Value>, CmdError> {
-    match ctx.read(key)? {
-        Some(value) if value.tag() != TYPE_SET && value.tag() != TYPE_SET_TABLE => Err(CmdError::WrongType),
-        other => Ok(other),
-    }
+    ctx.read_collection(key, TYPE_SET, TYPE_SET_TABLE)
 }
 
 /// A set a command reads or changes, in either encoding (a missing key is
@@ -109,7 +106,7 @@ impl<'v> Open<'v> {
                 }
                 let mut data = Vec::new();
                 hash::encode_into(&mut data, pairs.len(), members.hashtable, pairs.iter().copied());
-                if super::hashes::stays_one_value(members.hashtable, data.len()) {
+                if table::stays_one_value(members.hashtable, data.len()) {
                     ctx.writes.put(key, TYPE_SET, &data, expiry)
                 } else {
                     table::create(ctx, key, TYPE_SET_TABLE, pairs.into_iter(), expiry)
@@ -143,10 +140,6 @@ pub fn encode_members<'m>(members: impl Iterator<Item = &'m [u8]>) -> Option<Vec
     Some(data)
 }
 
-fn expiry(value: &Option<Value>) -> Option<u64> {
-    value.as_ref().and_then(Value::expiry_ms)
-}
-
 /// A fresh set at `key` holding `members` (the *STORE commands), or none
 /// if there are none.
 fn store_new(ctx: &mut Ctx<'_>, key: &[u8], members: &[Vec<u8>]) -> CmdResult {
@@ -177,7 +170,7 @@ pub fn sadd(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         added += set.add(ctx, member)? as i64;
     }
     if added > 0 {
-        set.store(ctx, &args[1], expiry(&value))?;
+        set.store(ctx, &args[1], expiry_of(&value))?;
     }
     ctx.out.int(added);
     Ok(())
@@ -191,7 +184,7 @@ pub fn srem(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         removed += set.remove(ctx, member)? as i64;
     }
     if removed > 0 {
-        set.store(ctx, &args[1], expiry(&value))?;
+        set.store(ctx, &args[1], expiry_of(&value))?;
     }
     ctx.out.int(removed);
     Ok(())
@@ -270,7 +263,7 @@ pub fn spop(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         set.remove(ctx, &members[at])?;
     }
     if !picks.is_empty() {
-        set.store(ctx, &args[1], expiry(&value))?;
+        set.store(ctx, &args[1], expiry_of(&value))?;
     }
     match count {
         None => ctx.out.bulk(&members[picks[0]]),
@@ -445,9 +438,9 @@ pub fn smove(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     if args[1] != args[2] {
         let mut to = Open::of(destination.as_ref())?;
         from.remove(ctx, &args[3])?;
-        from.store(ctx, &args[1], expiry(&source))?;
+        from.store(ctx, &args[1], expiry_of(&source))?;
         if to.add(ctx, &args[3])? {
-            to.store(ctx, &args[2], expiry(&destination))?;
+            to.store(ctx, &args[2], expiry_of(&destination))?;
         }
     }
     ctx.out.int(1);

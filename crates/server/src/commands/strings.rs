@@ -23,6 +23,15 @@ impl Ctx<'_> {
         Ok(value)
     }
 
+    /// The collection at `key` kept as one value (`small`) or as a table
+    /// (`table`): None if missing, WRONGTYPE for another type.
+    pub fn read_collection(&mut self, key: &[u8], small: u8, table: u8) -> Result<Option<Value>, CmdError> {
+        match self.read(key)? {
+            Some(value) if value.tag() != small && value.tag() != table => Err(CmdError::WrongType),
+            other => Ok(other),
+        }
+    }
+
     /// The string at `key` (WRONGTYPE for other types), copied.
     pub fn read_string(&mut self, key: &[u8]) -> Result<Option<OwnedString>, CmdError> {
         match self.read(key)? {
