@@ -603,6 +603,16 @@ fn random_commands_match_redis(
     tables
 }
 
+/// RENAME or COPY ... REPLACE of `key` onto one of `keys`, or DEL of it.
+fn moves_or_ends(next: &mut dyn FnMut(u64) -> u64, key: Vec<u8>, keys: &[&str]) -> (bool, Vec<Vec<u8>>) {
+    let other = pick(next, keys);
+    match next(3) {
+        0 => (false, vec![b"RENAME".to_vec(), key, other]),
+        1 => (false, vec![b"COPY".to_vec(), key, other, b"REPLACE".to_vec()]),
+        _ => (false, vec![b"DEL".to_vec(), key]),
+    }
+}
+
 /// One of `keys`, at random.
 fn pick(next: &mut dyn FnMut(u64) -> u64, keys: &[&str]) -> Vec<u8> {
     keys[next(keys.len() as u64) as usize].as_bytes().to_vec()
@@ -657,14 +667,7 @@ fn random_hash_commands_match_redis() {
             12 => (false, vec![b"HINCRBY".to_vec(), key, b"n".to_vec(), next(100).to_string().into_bytes()]),
             13 => (true, vec![[&b"HGETALL"[..], b"HKEYS", b"HVALS"][next(3) as usize].to_vec(), key]),
             14 => (false, vec![b"OBJECT".to_vec(), b"ENCODING".to_vec(), key]),
-            15 => {
-                let other = pick(next, &keys);
-                match next(3) {
-                    0 => (false, vec![b"RENAME".to_vec(), key, other]),
-                    1 => (false, vec![b"COPY".to_vec(), key, other, b"REPLACE".to_vec()]),
-                    _ => (false, vec![b"DEL".to_vec(), key]),
-                }
-            }
+            15 => moves_or_ends(next, key, &keys),
             16 => (false, vec![b"SET".to_vec(), key, b"a string".to_vec()]),
             17 => (false, vec![b"EXPIRE".to_vec(), key, b"100".to_vec()]),
             18 => (false, vec![b"TTL".to_vec(), key]),
@@ -716,14 +719,7 @@ fn random_set_commands_match_redis() {
                 (false, vec![op, pick(next, &keys), key, pick(next, &keys)])
             }
             13 => (false, vec![b"SMOVE".to_vec(), key, pick(next, &keys), member(next)]),
-            14 => {
-                let other = pick(next, &keys);
-                match next(3) {
-                    0 => (false, vec![b"RENAME".to_vec(), key, other]),
-                    1 => (false, vec![b"COPY".to_vec(), key, other, b"REPLACE".to_vec()]),
-                    _ => (false, vec![b"DEL".to_vec(), key]),
-                }
-            }
+            14 => moves_or_ends(next, key, &keys),
             15 => (false, vec![b"HSET".to_vec(), key, b"f".to_vec(), b"v".to_vec()]),
             16 => (true, vec![b"SPOP".to_vec(), key, b"100000".to_vec()]),
             17 => (false, vec![b"OBJECT".to_vec(), b"ENCODING".to_vec(), key]),
@@ -859,14 +855,7 @@ fn random_list_commands_match_redis() {
             }
             12 => (false, vec![b"LREM".to_vec(), key, (next(5) as i64 - 2).to_string().into_bytes(), element(next)]),
             13 => (false, vec![b"LTRIM".to_vec(), key, index(next), index(next)]),
-            14 => {
-                let other = pick(next, &keys);
-                match next(3) {
-                    0 => (false, vec![b"RENAME".to_vec(), key, other]),
-                    1 => (false, vec![b"COPY".to_vec(), key, other, b"REPLACE".to_vec()]),
-                    _ => (false, vec![b"DEL".to_vec(), key]),
-                }
-            }
+            14 => moves_or_ends(next, key, &keys),
             15 => {
                 let side = [&b"BEFORE"[..], b"AFTER"][next(2) as usize].to_vec();
                 (false, vec![b"LINSERT".to_vec(), key, side, element(next), element(next)])
