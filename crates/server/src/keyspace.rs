@@ -20,19 +20,21 @@ pub fn expiry_of(value: &Option<Value>) -> Option<u64> {
     value.as_ref().and_then(Value::expiry_ms)
 }
 
-/// Type bytes: Redis's object type numbers (its RDB types 0, 1, 2, 4), with
+/// Type bytes: Redis's object type numbers (0 to 4), with
 /// the high bit set for a big collection's stub (`commands::table`).
 pub const TYPE_STRING: u8 = 0;
 pub const TYPE_LIST: u8 = 1;
 pub const TYPE_SET: u8 = 2;
+pub const TYPE_ZSET: u8 = 3;
 pub const TYPE_HASH: u8 = 4;
 pub const TYPE_LIST_TABLE: u8 = 0x81;
 pub const TYPE_SET_TABLE: u8 = 0x82;
+pub const TYPE_ZSET_TABLE: u8 = 0x83;
 pub const TYPE_HASH_TABLE: u8 = 0x84;
 
 /// Whether a value of type `tag` is a table's stub (`commands::table`).
 pub fn is_table(tag: u8) -> bool {
-    matches!(tag, TYPE_LIST_TABLE | TYPE_SET_TABLE | TYPE_HASH_TABLE)
+    matches!(tag, TYPE_LIST_TABLE | TYPE_SET_TABLE | TYPE_ZSET_TABLE | TYPE_HASH_TABLE)
 }
 /// Longest string value: the engine's limit less the type byte.
 pub const MAX_STRING_BYTES: usize = MAX_VALUE_BYTES - 1;
@@ -43,6 +45,7 @@ pub fn type_name(tag: u8) -> &'static str {
         TYPE_HASH | TYPE_HASH_TABLE => "hash",
         TYPE_SET | TYPE_SET_TABLE => "set",
         TYPE_LIST | TYPE_LIST_TABLE => "list",
+        TYPE_ZSET | TYPE_ZSET_TABLE => "zset",
         _ => "unknown",
     }
 }
@@ -244,27 +247,39 @@ impl Writes {
         after: Option<&[u8]>,
         limit: usize,
     ) -> Result<Entries, CmdError> {
-        let in_range = |key: &[u8]| key.starts_with(prefix) && after.is_none_or(|a| key > a);
-        // Pending writes win over the engine's entries; the branch's own
-        // over its base's.
-        let mut pending: BTreeMap<Vec<u8>, Option<Vec<u8>>> = BTreeMap::new();
-        let sources = self.base.iter().map(|(o, b)| (o, b)).chain(self.overlay.iter().map(|o| (o, &self.batch)));
-        for (overlay, batch) in sources {
-            for (key, &at) in overlay.iter().filter(|(key, _)| in_range(key)) {
-                let value = batch.value_at(at).map(|(v, _)| v.get(1..).unwrap_or_default().to_vec());
-                pending.insert(key.clone(), value);
-            }
-        }
         let upper = prefix_end(prefix);
         let lower = match after {
             Some(after) => Bound::Excluded(after),
             None => Bound::Included(prefix),
         };
-        let upper = match &upper {
-            Some(upper) => Bound::Excluded(upper.as_slice()),
-            None => Bound::Unbounded,
-        };
-        let mut iter = db.range::<&[u8], _>((lower, upper));
+        let upper = upper.as_deref().map_or(Bound::Unbounded, Bound::Excluded);
+        self.scan_range(db, (lower, upper), false, limit)
+    }
+
+    /// Up to `limit` entries within `bounds` (inside one of the server's
+    /// own ranges), from the low end or (`reverse`) the high one: the
+    /// engine's merged with these writes' pending ones. Values without
+    /// their type byte.
+    pub fn scan_range(
+        &self,
+        db: &Db,
+        bounds: (Bound<&[u8]>, Bound<&[u8]>),
+        reverse: bool,
+        limit: usize,
+    ) -> Result<Entries, CmdError> {
+        use std::ops::RangeBounds;
+        // Pending writes win over the engine's entries; the branch's own
+        // over its base's.
+        let mut pending: BTreeMap<Vec<u8>, Option<Vec<u8>>> = BTreeMap::new();
+        let sources = self.base.iter().map(|(o, b)| (o, b)).chain(self.overlay.iter().map(|o| (o, &self.batch)));
+        for (overlay, batch) in sources {
+            for (key, &at) in overlay.iter().filter(|(key, _)| RangeBounds::<&[u8]>::contains(&bounds, &key.as_slice()))
+            {
+                let value = batch.value_at(at).map(|(v, _)| v.get(1..).unwrap_or_default().to_vec());
+                pending.insert(key.clone(), value);
+            }
+        }
+        let mut iter = if reverse { db.range_rev::<&[u8], _>(bounds) } else { db.range::<&[u8], _>(bounds) };
         if pending.is_empty() {
             // The usual case (a read outside a transaction or run): the
             // engine's entries as they come.
@@ -294,7 +309,10 @@ impl Writes {
                 None => merged.remove(&key),
             };
         }
-        Ok(merged.into_iter().take(limit).collect())
+        Ok(match reverse {
+            false => merged.into_iter().take(limit).collect(),
+            true => merged.into_iter().rev().take(limit).collect(),
+        })
     }
 
     pub fn put_string(&mut self, key: &[u8], data: &[u8], expiry_ms: Option<u64>) -> Result<(), CmdError> {

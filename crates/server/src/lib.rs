@@ -24,6 +24,7 @@ pub mod keyspace;
 pub mod metrics;
 pub mod resp;
 pub mod server;
+pub mod zset;
 
 pub use config::{Cli, Config};
 pub use server::run;

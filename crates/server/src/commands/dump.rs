@@ -2,14 +2,15 @@
 //! RDB version and a CRC-64), so that tools that move keys between servers
 //! with these two commands work between Redis and ScaledKV.
 //!
-//! Strings and hashes. DUMP writes what Redis 7.0 writes for a string but
+//! Strings, hashes, sets, lists and sorted sets. DUMP writes what Redis 7.0 writes for a string but
 //! for LZF compression, which it never applies (Redis compresses values
 //! over 20 bytes when that saves at least 4): the payload is longer, and
 //! Redis and ScaledKV restore it alike; a hash it writes as a plain list
-//! of fields and values (RDB_TYPE_HASH, what Redis writes for a big hash).
-//! RESTORE reads every string encoding Redis writes (plain, integer, LZF)
-//! and hashes as Redis 7 writes them (RDB_TYPE_HASH, and the listpack of a
-//! small hash).
+//! of fields and values (RDB_TYPE_HASH, what Redis writes for a big hash),
+//! and likewise the plain forms of the other types (a sorted set as
+//! RDB_TYPE_ZSET_2). RESTORE reads every string encoding Redis writes
+//! (plain, integer, LZF) and the collections as Redis 7 writes them (plain,
+//! listpack, intset, quicklist).
 
 use std::borrow::Cow;
 
@@ -22,6 +23,7 @@ use super::{err, CmdError, CmdResult, Ctx};
 use crate::hash::Fields;
 use crate::keyspace::{
     Value, MAX_STRING_BYTES, TYPE_HASH, TYPE_HASH_TABLE, TYPE_LIST, TYPE_LIST_TABLE, TYPE_SET, TYPE_SET_TABLE,
+    TYPE_ZSET, TYPE_ZSET_TABLE,
 };
 
 /// RDB object types: RDB_TYPE_STRING, RDB_TYPE_HASH and
@@ -35,14 +37,20 @@ const TYPE_SET_INTSET: u8 = 11;
 /// Redis 7 writes: nodes of listpacks, or of one plain element).
 const TYPE_LIST_ELEMENTS: u8 = 1;
 const TYPE_LIST_QUICKLIST: u8 = 18;
+/// RDB_TYPE_ZSET_2 (binary scores: what DUMP writes, and Redis for a big
+/// sorted set), RDB_TYPE_ZSET (scores as text, before Redis 4) and
+/// RDB_TYPE_ZSET_LISTPACK (a small one in Redis 7).
+const TYPE_ZSET_BINARY: u8 = 5;
+const TYPE_ZSET_TEXT: u8 = 3;
+const TYPE_ZSET_LISTPACK: u8 = 17;
 /// The RDB version DUMP writes: Redis 7.0's, which every Redis since reads.
 const RDB_VERSION: u16 = 10;
 /// The newest RDB version RESTORE reads: Redis 7.4's. Strings are written
 /// alike in 10, 11 and 12.
 const NEWEST_RDB_VERSION: u16 = 12;
-/// RDB object types Redis has and ScaledKV does not restore (sorted sets,
-/// modules, streams, and lists, hashes and sets in the encodings of Redis
-/// before 7 or after 7.0).
+/// RDB object types Redis has and ScaledKV does not restore (modules,
+/// streams, and collections in the encodings of Redis before 7 or after
+/// 7.0).
 const OTHER_TYPES: std::ops::RangeInclusive<u8> = 1..=21;
 
 const CRC64: crc::Crc<u64> = crc::Crc::<u64>::new(&crc::CRC_64_REDIS);
@@ -64,6 +72,7 @@ fn serialize(ctx: &mut Ctx<'_>, value: &Value) -> Result<Vec<u8>, CmdError> {
         TYPE_LIST | TYPE_LIST_TABLE => {
             Ok(serialize_strings(TYPE_LIST_ELEMENTS, &super::lists::elements_of(ctx, value)?))
         }
+        TYPE_ZSET | TYPE_ZSET_TABLE => Ok(serialize_zset(&super::zsets::members_of(ctx, value)?)),
         _ => Ok(serialize_string(value.string()?)),
     }
 }
@@ -76,6 +85,19 @@ fn serialize_strings(kind: u8, strings: &[Vec<u8>]) -> Vec<u8> {
     for string in strings {
         write_length(&mut out, string.len() as u64);
         out.extend_from_slice(string);
+    }
+    with_footer(out)
+}
+
+/// A sorted set as RDB_TYPE_ZSET_2: its length, then each member and its
+/// score (a double, little endian).
+fn serialize_zset(members: &[(Vec<u8>, f64)]) -> Vec<u8> {
+    let mut out = vec![TYPE_ZSET_BINARY];
+    write_length(&mut out, members.len() as u64);
+    for (member, score) in members {
+        write_length(&mut out, member.len() as u64);
+        out.extend_from_slice(member);
+        out.extend_from_slice(&score.to_le_bytes());
     }
     with_footer(out)
 }
@@ -211,9 +233,44 @@ pub fn deserialize(payload: &[u8]) -> Result<(u8, Vec<u8>), Refused> {
             let listpack = object.string()?;
             Ok((TYPE_HASH, hash_of(listpack_entries(&listpack)?.iter().map(|entry| &entry[..]))?))
         }
+        kind @ (TYPE_ZSET_BINARY | TYPE_ZSET_TEXT) => {
+            let count = object.plain_length()?;
+            // Each member takes at least two bytes: no allocation past that.
+            let mut members = Vec::with_capacity(count.min(object.bytes.len() / 2));
+            for _ in 0..count {
+                let member = object.string()?;
+                let score = match kind {
+                    TYPE_ZSET_BINARY => f64::from_le_bytes(object.take(8)?.try_into().expect("8")),
+                    _ => object.text_score()?,
+                };
+                members.push((member, score));
+            }
+            Ok((TYPE_ZSET, super::zsets::encode_members(&members).ok_or(Refused::BadFormat)?))
+        }
+        TYPE_ZSET_LISTPACK => {
+            let listpack = object.string()?;
+            let entries = listpack_entries(&listpack)?;
+            if !entries.len().is_multiple_of(2) {
+                return Err(Refused::BadFormat);
+            }
+            let members = entries
+                .chunks(2)
+                .map(|pair| Ok((pair[0].to_vec(), text_score(&pair[1])?)))
+                .collect::<Result<Vec<_>, Refused>>()?;
+            Ok((TYPE_ZSET, super::zsets::encode_members(&members).ok_or(Refused::BadFormat)?))
+        }
         kind if OTHER_TYPES.contains(&kind) => Err(Refused::OtherType),
         _ => Err(Refused::BadFormat),
     }
+}
+
+/// A score written as text (a listpack's, RDB_TYPE_ZSET's).
+fn text_score(text: &[u8]) -> Result<f64, Refused> {
+    let score: f64 = std::str::from_utf8(text).ok().and_then(|t| t.parse().ok()).ok_or(Refused::BadFormat)?;
+    if score.is_nan() {
+        return Err(Refused::BadFormat);
+    }
+    Ok(score)
 }
 
 /// A list's encoding as one value; RESTORE makes a table of a long one.
@@ -378,6 +435,17 @@ impl<'a> Reader<'a> {
         }
     }
 
+    /// RDB_TYPE_ZSET's score: a length byte and that much text, or 253,
+    /// 254, 255 for NaN, inf and -inf.
+    fn text_score(&mut self) -> Result<f64, Refused> {
+        match self.byte()? {
+            254 => Ok(f64::INFINITY),
+            255 => Ok(f64::NEG_INFINITY),
+            253 => Err(Refused::BadFormat),
+            len => text_score(self.take(len as usize)?),
+        }
+    }
+
     fn string(&mut self) -> Result<Vec<u8>, Refused> {
         let integer = match self.length()? {
             Length::Plain(len) if len > MAX_STRING_BYTES as u64 => return Err(Refused::TooBig),
@@ -487,7 +555,7 @@ pub fn restore(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         Refused::VersionOrChecksum => err("ERR DUMP payload version or checksum are wrong"),
         Refused::BadFormat => err("ERR Bad data format"),
         Refused::OtherType => {
-            err("ERR RESTORE of a value other than a string or a hash is not supported by ScaledKV yet")
+            err("ERR RESTORE of this type (a stream, a module's, or an encoding from before Redis 7) is not supported by ScaledKV yet")
         }
         Refused::TooBig => CmdError::TooBig,
     })?;
@@ -517,6 +585,11 @@ fn store(ctx: &mut Ctx<'_>, key: &[u8], tag: u8, data: &[u8], expiry: Option<u64
             let elements: Vec<Vec<u8>> =
                 crate::hash::pairs(data).map(|p| p.map(|(e, _)| e.to_vec())).collect::<Result<_, _>>()?;
             return super::lists::store_new(ctx, key, &elements, expiry);
+        }
+        TYPE_ZSET => {
+            let (members, _) = crate::zset::decode(data)?;
+            let members: Vec<(Vec<u8>, f64)> = members.into_iter().map(|(m, s)| (m.to_vec(), s)).collect();
+            return super::zsets::store_members(ctx, key, &members, expiry);
         }
         _ => return ctx.writes.put(key, tag, data, expiry),
     };
@@ -554,9 +627,8 @@ mod tests {
             payload.extend_from_slice(&crc.to_le_bytes());
             payload
         };
-        // A sorted set of one member "a" with score 1 (RDB_TYPE_ZSET_2),
-        // and an unknown type.
-        assert_eq!(deserialize(&framed(b"\x05\x01\x01a\x00\x00\x00\x00\x00\x00\xf0\x3f")), Err(Refused::OtherType));
+        // A stream (RDB_TYPE_STREAM_LISTPACKS), and an unknown type.
+        assert_eq!(deserialize(&framed(b"\x0f\x00")), Err(Refused::OtherType));
         assert_eq!(deserialize(&framed(b"\x63\x01a")), Err(Refused::BadFormat));
         // A plain length past the largest value is refused before reading.
         assert_eq!(deserialize(&framed(b"\x00\x81\x00\x00\x00\x01\x00\x00\x00\x00")), Err(Refused::TooBig));

@@ -352,7 +352,7 @@ pub fn hscan(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let options = super::keys::scan_options(&args[3..], false)?;
     let (next, pairs): (u64, Entries) = match Open::of(&value)? {
         Open::Listpack(fields) => (0, fields.iter().map(|(f, v)| (f.to_vec(), v.to_vec())).collect()),
-        Open::Table(table) => table::page(ctx, &table, cursor, options.count)?,
+        Open::Table(table) => table::page(ctx, &table, b"", cursor, options.count)?,
     };
     let matched: Vec<&(Vec<u8>, Vec<u8>)> = pairs
         .iter()

@@ -12,7 +12,7 @@ use super::table::Table;
 use super::{err, only_database_zero, subcommand_arity, unknown_subcommand, CmdError, CmdResult, Ctx};
 use crate::keyspace::{
     glob_match, is_reserved, is_table, type_name, RESERVED, TYPE_HASH, TYPE_HASH_TABLE, TYPE_LIST, TYPE_LIST_TABLE,
-    TYPE_STRING,
+    TYPE_STRING, TYPE_ZSET, TYPE_ZSET_TABLE,
 };
 
 pub fn del(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
@@ -442,6 +442,9 @@ pub fn object(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
                     // Redis 7.0 keeps every list as a quicklist.
                     "encoding" if value.tag() == TYPE_LIST || value.tag() == TYPE_LIST_TABLE => {
                         ctx.out.bulk(b"quicklist")
+                    }
+                    "encoding" if value.tag() == TYPE_ZSET || value.tag() == TYPE_ZSET_TABLE => {
+                        ctx.out.bulk(super::zsets::encoding(&value)?.as_bytes())
                     }
                     "encoding" => ctx.out.bulk(super::sets::encoding(&value)?.as_bytes()),
                     "refcount" => ctx.out.int(1),

@@ -471,7 +471,7 @@ pub fn lmove(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
 
 /// A blocking command's timeout in seconds, as Redis reads it: a
 /// non-negative decimal; 0 waits for ever.
-fn timeout(arg: &[u8]) -> Result<Option<Duration>, CmdError> {
+pub(super) fn timeout(arg: &[u8]) -> Result<Option<Duration>, CmdError> {
     let seconds = super::args::float(arg).map_err(|_| err("ERR timeout is not a float or out of range"))?;
     if seconds < 0.0 {
         return Err(err("ERR timeout is negative"));

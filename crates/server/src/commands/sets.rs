@@ -459,7 +459,7 @@ pub fn sscan(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let options = super::keys::scan_options(&args[3..], false)?;
     let (next, members): (u64, Vec<Vec<u8>>) = match Open::of(value.as_ref())? {
         Open::Table(table) => {
-            let (next, page) = table::page(ctx, &table, cursor, options.count)?;
+            let (next, page) = table::page(ctx, &table, b"", cursor, options.count)?;
             (next, page.into_iter().map(|(m, _)| m).collect())
         }
         set => (0, set.members(ctx)?),

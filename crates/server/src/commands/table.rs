@@ -157,7 +157,7 @@ pub fn remove(ctx: &mut Ctx<'_>, table: &mut Table, field: &[u8]) -> Result<bool
 pub fn check_field(key: &[u8]) -> CmdResult {
     if key.len() > scaledkv::MAX_KEY_BYTES {
         let most = scaledkv::MAX_KEY_BYTES - members_prefix(0).len();
-        return Err(err(format!("ERR hash field is too large (max {most} bytes in a big hash)")));
+        return Err(err(format!("ERR field is too large (max {most} bytes in a big collection)")));
     }
     Ok(())
 }
@@ -183,6 +183,18 @@ pub fn create<'p>(
     pairs: impl Iterator<Item = (&'p [u8], &'p [u8])>,
     expiry: Option<u64>,
 ) -> CmdResult {
+    let table = fill(ctx, key, tag, pairs)?;
+    store(ctx, key, &table, expiry)
+}
+
+/// A new table's entries and owner record, without its stub (which its
+/// command writes once done).
+pub fn fill<'p>(
+    ctx: &mut Ctx<'_>,
+    key: &[u8],
+    tag: u8,
+    pairs: impl Iterator<Item = (&'p [u8], &'p [u8])>,
+) -> Result<Table, CmdError> {
     let id = ctx.shared.next_table_id.fetch_add(1, Ordering::Relaxed);
     let mut table = Table { tag, id, count: 0, head: 0 };
     for (field, value) in pairs {
@@ -193,7 +205,32 @@ pub fn create<'p>(
     }
     ctx.writes.put_internal(&owner_key(id), TYPE_FIELD, key, None)?;
     ctx.writes.note_reserved(table.count as i64 + 1);
-    store(ctx, key, &table, expiry)
+    Ok(table)
+}
+
+/// Adds `field`, known to be new (no read to find out).
+pub fn insert(ctx: &mut Ctx<'_>, table: &mut Table, field: &[u8], value: &[u8]) -> CmdResult {
+    overwrite(ctx, table, field, value)?;
+    table.count += 1;
+    ctx.writes.note_reserved(1);
+    Ok(())
+}
+
+/// Replaces the value of `field`, known to be there.
+pub fn overwrite(ctx: &mut Ctx<'_>, table: &Table, field: &[u8], value: &[u8]) -> CmdResult {
+    let key = member_key(table.id, field);
+    check_field(&key)?;
+    // A later read in the same command must find it.
+    ctx.writes.keep_overlay();
+    ctx.writes.put_internal(&key, TYPE_FIELD, value, None)
+}
+
+/// Removes `field`, known to be there.
+pub fn delete(ctx: &mut Ctx<'_>, table: &mut Table, field: &[u8]) {
+    ctx.writes.keep_overlay();
+    ctx.writes.delete(&member_key(table.id, field));
+    table.count -= 1;
+    ctx.writes.note_reserved(-1);
 }
 
 /// Records `key` as the owner of `table` (RENAME moved its stub there).
@@ -210,15 +247,25 @@ pub fn entries(ctx: &mut Ctx<'_>, table: &Table, after: Option<&[u8]>, limit: us
     Ok(found.into_iter().map(|(key, value)| (key[prefix.len()..].to_vec(), value)).collect())
 }
 
-/// A SCAN-family page of a table: up to `count` entries after the one
-/// `cursor` stands for (0: from the start), and the cursor that stands for
-/// the last of them (0 when the table is done).
-pub fn page(ctx: &mut Ctx<'_>, table: &Table, cursor: u64, count: usize) -> Result<(u64, Entries), CmdError> {
+/// A SCAN-family page of a table's fields that start with `under` (given
+/// without it): up to `count` after the one `cursor` stands for (0: from
+/// the start), and the cursor that stands for the last of them (0 when the
+/// table is done).
+pub fn page(
+    ctx: &mut Ctx<'_>,
+    table: &Table,
+    under: &[u8],
+    cursor: u64,
+    count: usize,
+) -> Result<(u64, Entries), CmdError> {
     let after = match cursor {
         0 => None,
         n => Some(ctx.shared.cursors.lock().get(n).ok_or_else(|| err("ERR invalid cursor"))?),
     };
-    let page = entries(ctx, table, after.as_deref(), count)?;
+    let prefix = [&members_prefix(table.id), under].concat();
+    let after = after.map(|field| [&prefix, &field[..]].concat());
+    let found = ctx.writes.scan_internal(ctx.db(), &prefix, after.as_deref(), count)?;
+    let page: Entries = found.into_iter().map(|(key, value)| (key[prefix.len()..].to_vec(), value)).collect();
     let next = match page.last() {
         Some((field, _)) if page.len() == count => ctx.shared.cursors.lock().insert(field.clone()),
         _ => 0,

@@ -124,9 +124,10 @@ impl Out {
         }
     }
 
-    /// A double: `,` in RESP3, a bulk string in RESP2.
+    /// A double as Redis 7.0 replies one (`%.17g`): `,` in RESP3, a bulk
+    /// string in RESP2.
     pub fn double(&mut self, value: f64) {
-        let text = format_double(value);
+        let text = crate::zset::format_score(value);
         match self.protocol {
             Protocol::Resp2 => self.bulk(text.as_bytes()),
             Protocol::Resp3 => self.line(b',', text.as_bytes()),
