@@ -951,3 +951,187 @@ fn big_lists_and_dump_and_restore_of_lists() {
         }
     }
 }
+
+/// Random sorted set commands: sets grow past Redis's listpack limits and
+/// ScaledKV's 8 KiB into tables, with tied scores (ordered by member),
+/// ranges by rank and score from both ends, pops, set algebra into them,
+/// renames, copies, deletes, overwrites. Ranges by member run on their own
+/// keys, whose scores are all 0 (Redis leaves mixed scores unspecified).
+#[test]
+fn random_sorted_set_commands_match_redis() {
+    let keys = ["z0", "z1", "z2", "s"];
+    let lex_keys = ["lex0", "lex1"];
+    let tables = random_commands_match_redis("sorted set", |next| {
+        let key = pick(next, &keys);
+        // Words long enough that about 200 of them pass 8 KiB.
+        let member = |next: &mut dyn FnMut(u64) -> u64| format!("member-{:0>30}", next(500)).into_bytes();
+        let score = |next: &mut dyn FnMut(u64) -> u64| match next(12) {
+            0 => b"1.5".to_vec(),
+            1 => b"-2.25".to_vec(),
+            2 if next(4) == 0 => [&b"inf"[..], b"-inf"][next(2) as usize].to_vec(),
+            _ => (next(40) as i64 - 10).to_string().into_bytes(),
+        };
+        let bound = |next: &mut dyn FnMut(u64) -> u64| match next(6) {
+            0 => b"-inf".to_vec(),
+            1 => b"+inf".to_vec(),
+            2 => format!("({}", next(40) as i64 - 10).into_bytes(),
+            _ => (next(40) as i64 - 10).to_string().into_bytes(),
+        };
+        let rank = |next: &mut dyn FnMut(u64) -> u64| (next(500) as i64 - 250).to_string().into_bytes();
+        let words = |list: &[&str]| list.iter().map(|w| w.as_bytes().to_vec()).collect::<Vec<_>>();
+        // Commands that end or replace a set come a tenth as often.
+        let choice = match next(30) {
+            16..=19 if next(10) != 0 => 0,
+            n => n,
+        };
+        match choice {
+            0..=5 => {
+                let mut command = vec![b"ZADD".to_vec(), key];
+                let flags = [&[][..], &["NX"], &["XX"], &["GT", "CH"], &["LT"], &["CH"], &["XX", "GT"]];
+                command.extend(words(flags[next(flags.len() as u64) as usize]));
+                for _ in 0..1 + next(6) {
+                    command.push(score(next));
+                    command.push(member(next));
+                }
+                (false, command)
+            }
+            6 => (false, vec![b"ZADD".to_vec(), key, b"INCR".to_vec(), score(next), member(next)]),
+            7 => (false, vec![b"ZINCRBY".to_vec(), key, score(next), member(next)]),
+            8 => {
+                let mut command = vec![b"ZREM".to_vec(), key];
+                command.extend((0..1 + next(3)).map(|_| member(next)));
+                (false, command)
+            }
+            9 => (false, vec![b"ZSCORE".to_vec(), key, member(next)]),
+            10 => (false, vec![b"ZMSCORE".to_vec(), key, member(next), member(next)]),
+            11 => (false, vec![[&b"ZRANK"[..], b"ZREVRANK"][next(2) as usize].to_vec(), key, member(next)]),
+            12 => {
+                let op = [&b"ZRANGE"[..], b"ZREVRANGE"][next(2) as usize].to_vec();
+                let mut command = vec![op, key, rank(next), rank(next)];
+                if next(2) == 0 {
+                    command.push(b"WITHSCORES".to_vec());
+                }
+                (false, command)
+            }
+            13 => {
+                let op = [&b"ZRANGEBYSCORE"[..], b"ZREVRANGEBYSCORE"][next(2) as usize].to_vec();
+                let mut command = vec![op, key, bound(next), bound(next)];
+                if next(2) == 0 {
+                    command.push(b"WITHSCORES".to_vec());
+                }
+                if next(2) == 0 {
+                    command.extend([b"LIMIT".to_vec(), next(20).to_string().into_bytes()]);
+                    command.push((next(30) as i64 - 5).to_string().into_bytes());
+                }
+                (false, command)
+            }
+            14 => (false, vec![b"ZCOUNT".to_vec(), key, bound(next), bound(next)]),
+            15 => (false, vec![b"ZCARD".to_vec(), key]),
+            16 => moves_or_ends(next, key, &keys),
+            17 => match next(3) {
+                0 => (false, vec![b"ZREMRANGEBYRANK".to_vec(), key, rank(next), rank(next)]),
+                1 => (false, vec![b"ZREMRANGEBYSCORE".to_vec(), key, bound(next), bound(next)]),
+                _ => (false, vec![[&b"ZPOPMIN"[..], b"ZPOPMAX"][next(2) as usize].to_vec(), key, b"3".to_vec()]),
+            },
+            18 => {
+                let op = [&b"ZUNIONSTORE"[..], b"ZINTERSTORE", b"ZDIFFSTORE"][next(3) as usize].to_vec();
+                (false, vec![op, key, b"2".to_vec(), pick(next, &keys), pick(next, &keys)])
+            }
+            19 => (false, vec![b"SET".to_vec(), key, b"a string".to_vec()]),
+            20 => (false, vec![[&b"ZPOPMIN"[..], b"ZPOPMAX"][next(2) as usize].to_vec(), key]),
+            21 => {
+                let op = [&b"ZUNION"[..], b"ZINTER", b"ZDIFF"][next(3) as usize].to_vec();
+                (false, vec![op, b"2".to_vec(), key, pick(next, &keys), b"WITHSCORES".to_vec()])
+            }
+            22 => (false, vec![b"OBJECT".to_vec(), b"ENCODING".to_vec(), key]),
+            23 => (false, vec![b"EXPIRE".to_vec(), key, b"100".to_vec()]),
+            24..=26 => {
+                // Ranges by member, on sets whose scores are all 0.
+                let key = pick(next, &lex_keys);
+                let end = |next: &mut dyn FnMut(u64) -> u64| match next(5) {
+                    0 => b"-".to_vec(),
+                    1 => b"+".to_vec(),
+                    n => [&[if n == 2 { b'(' } else { b'[' }][..], &member(next)].concat(),
+                };
+                match next(6) {
+                    0 | 1 => {
+                        let mut command = vec![b"ZADD".to_vec(), key];
+                        for _ in 0..1 + next(8) {
+                            command.extend([b"0".to_vec(), member(next)]);
+                        }
+                        (false, command)
+                    }
+                    2 => {
+                        let op = [&b"ZRANGEBYLEX"[..], b"ZREVRANGEBYLEX"][next(2) as usize].to_vec();
+                        (false, vec![op, key, end(next), end(next), b"LIMIT".to_vec(), b"0".to_vec(), b"20".to_vec()])
+                    }
+                    3 => (false, vec![b"ZLEXCOUNT".to_vec(), key, end(next), end(next)]),
+                    4 => (false, vec![b"ZREMRANGEBYLEX".to_vec(), key, end(next), end(next)]),
+                    _ => (false, vec![b"ZREM".to_vec(), key, member(next)]),
+                }
+            }
+            _ => (false, vec![[&b"TYPE"[..], b"EXISTS"][next(2) as usize].to_vec(), key]),
+        }
+    });
+    assert!(tables > 0, "no sorted set became a table");
+}
+
+/// A big sorted set (a table here, a skiplist in Redis) answers ranks,
+/// ranges and pops as Redis does, and DUMP/RESTORE move sorted sets of
+/// both sizes between the two servers.
+#[test]
+fn big_sorted_sets_and_dump_and_restore_of_sorted_sets() {
+    let Some(mut servers) = Servers::start() else { return };
+    let Servers { ours, theirs, .. } = &mut servers;
+    let mut zadd = vec![b"ZADD".to_vec(), b"big".to_vec()];
+    for i in 0..3000 {
+        // Ties in every score, so members order them.
+        zadd.push(format!("{}", (i * 7919) % 1000).into_bytes());
+        zadd.push(format!("m{i}:{}", "x".repeat(i % 40)).into_bytes());
+    }
+    let mut script: Vec<Vec<Vec<u8>>> =
+        vec![zadd, vec![b"ZADD".to_vec(), b"small".to_vec(), b"1.5".to_vec(), b"a".to_vec()]];
+    for words in [
+        &["ZCARD", "big"][..],
+        &["ZRANGE", "big", "0", "9", "WITHSCORES"],
+        &["ZRANGE", "big", "-5", "-1", "WITHSCORES"],
+        &["ZRANGE", "big", "1495", "1505"],
+        &["ZREVRANGE", "big", "1000", "1010"],
+        &["ZRANK", "big", "m1234:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"],
+        &["ZREVRANK", "big", "m1234:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"],
+        &["ZRANGEBYSCORE", "big", "(500", "502", "WITHSCORES", "LIMIT", "2", "5"],
+        &["ZREVRANGEBYSCORE", "big", "+inf", "(998", "WITHSCORES"],
+        &["ZCOUNT", "big", "100", "(200"],
+        &["ZINCRBY", "big", "-1000", "m7:xxxxxxx"],
+        &["ZPOPMIN", "big", "3"],
+        &["ZPOPMAX", "big", "2"],
+        &["ZREMRANGEBYRANK", "big", "100", "199"],
+        &["ZREMRANGEBYSCORE", "big", "300", "(400"],
+        &["ZCARD", "big"],
+        &["ZRANGE", "big", "95", "105", "WITHSCORES"],
+        &["OBJECT", "ENCODING", "big"],
+        &["ZRANGESTORE", "part", "big", "0", "99"],
+        &["OBJECT", "ENCODING", "part"],
+        &["ZINTERSTORE", "both", "2", "big", "part", "WEIGHTS", "1", "2"],
+        &["ZRANGE", "both", "0", "4", "WITHSCORES"],
+    ] {
+        script.push(words.iter().map(|w| w.as_bytes().to_vec()).collect());
+    }
+    same_replies(&mut *ours, &mut *theirs, &script);
+    let whole =
+        |stream: &mut TcpStream, key: &[u8]| request(stream, &encode(&[b"ZRANGE", key, b"0", b"-1", b"WITHSCORES"]));
+    assert_eq!(whole(&mut *ours, b"big"), whole(&mut *theirs, b"big"));
+    for key in [&b"big"[..], b"small"] {
+        for redis_to_ours in [true, false] {
+            let (from, to) = if redis_to_ours { (&mut *theirs, &mut *ours) } else { (&mut *ours, &mut *theirs) };
+            let payload = bulk(&request(from, &encode(&[b"DUMP", key])));
+            let restored = request(to, &encode(&[b"RESTORE", b"copy", b"0", &payload, b"REPLACE"]));
+            let name = String::from_utf8_lossy(key);
+            assert_eq!(restored, b"+OK\r\n", "{name}: {:?}", String::from_utf8_lossy(&restored));
+            assert_eq!(whole(to, b"copy"), whole(from, key), "{name} restored");
+            let encoding =
+                |stream: &mut TcpStream, key: &[u8]| request(stream, &encode(&[b"OBJECT", b"ENCODING", key]));
+            assert_eq!(encoding(to, b"copy"), encoding(from, key), "{name} restored");
+        }
+    }
+}
