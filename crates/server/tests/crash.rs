@@ -1,5 +1,5 @@
 //! The server is SIGKILLed while clients write (pipelined SETs, INCRs,
-//! MSETs, HSETs and HINCRBYs), then restarted: every acknowledged write
+//! MSETs, HSETs, HINCRBYs and ZADDs), then restarted: every acknowledged write
 //! must be there byte for byte, and no MSET may be half applied. In a loop:
 //! `SCALEDKV_SERVER_CRASH_ITERATIONS` (default 5) sets the count.
 
@@ -33,6 +33,14 @@ struct Acked {
     hash_rounds: u64,
     /// Highest HINCRBY reply received.
     hash_counter: i64,
+    /// ZADDs of rounds 0..zset_rounds were acknowledged.
+    zset_rounds: u64,
+}
+
+/// The member a round adds to its life's sorted set (long enough that a
+/// few hundred rounds make it a table).
+fn zset_member(seq: u64) -> String {
+    format!("member-{seq:0>24}")
 }
 
 fn writer(port: u16, iteration: usize, thread: usize, stop: Arc<AtomicBool>) -> Acked {
@@ -56,6 +64,8 @@ fn writer(port: u16, iteration: usize, thread: usize, stop: Arc<AtomicBool>) -> 
         let hash = format!("h:i{iteration}:t{thread}");
         request.extend(encode(&[b"HSET", hash.as_bytes(), format!("f{seq}").as_bytes(), n.as_bytes()]));
         request.extend(encode(&[b"HINCRBY", format!("hcount:t{thread}").as_bytes(), b"n", b"1"]));
+        let zset = format!("z:i{iteration}:t{thread}");
+        request.extend(encode(&[b"ZADD", zset.as_bytes(), n.as_bytes(), zset_member(seq).as_bytes()]));
         if stream.write_all(&request).is_err() {
             return acked;
         }
@@ -80,6 +90,11 @@ fn writer(port: u16, iteration: usize, thread: usize, stop: Arc<AtomicBool>) -> 
         acked.hash_rounds += 1;
         match try_read_reply(&mut stream) {
             Some(reply) => acked.hash_counter = integer(&reply),
+            None => return acked,
+        }
+        match try_read_reply(&mut stream) {
+            Some(reply) if reply == b":1\r\n" => acked.zset_rounds += 1,
+            Some(reply) => panic!("unexpected ZADD reply {:?}", String::from_utf8_lossy(&reply)),
             None => return acked,
         }
         seq += PIPELINE as u64;
@@ -126,7 +141,7 @@ fn kill_loop(base: &str, iterations: usize, rng: &mut impl Rng) {
     for iteration in 0..iterations {
         let mut server = Server::start(&path, &["--durability", "sync"]);
         // Everything acknowledged in earlier lives is still there.
-        check(&server, &history);
+        let _ = check(&server, &history);
         let stop = Arc::new(AtomicBool::new(false));
         let writers: Vec<_> = (0..THREADS)
             .map(|thread| {
@@ -143,14 +158,18 @@ fn kill_loop(base: &str, iterations: usize, rng: &mut impl Rng) {
         history.push(acked);
     }
     let server = Server::start(&path, &[]);
-    check(&server, &history);
+    let zadds = check(&server, &history);
+    let tables = history.iter().flatten().filter(|acked| acked.zset_rounds > 250).count();
     eprintln!(
-        "server crash test in {base}: {total_acked} acknowledged SETs and {total_hsets} HSETs checked after {iterations} kills"
+        "server crash test in {base}: {total_acked} acknowledged SETs, {total_hsets} HSETs and {zadds} ZADDs \
+         ({tables} sorted sets grown into tables) checked after {iterations} kills"
     );
     assert!(total_acked > 0, "the writers never got an acknowledgement");
 }
 
-fn check(server: &Server, history: &[Vec<Acked>]) {
+/// Checks every acknowledged write of `history`; returns how many ZADDs.
+fn check(server: &Server, history: &[Vec<Acked>]) -> u64 {
+    let mut zsets_checked = 0;
     let mut stream = server.connect();
     // Pipelined: hundreds of thousands of keys after a few lives on tmpfs.
     let sets: Vec<(usize, usize, u64)> = history
@@ -210,11 +229,38 @@ fn check(server: &Server, history: &[Vec<Acked>]) {
             let table = encoding.ends_with(b"hashtable\r\n");
             assert!(table || encoding.ends_with(b"listpack\r\n"), "{hash}");
             assert!(acked.hash_rounds == 512 || table == (acked.hash_rounds > 512), "{hash}: {acked:?}");
+            // Every acknowledged ZADD, in score order (the one in flight
+            // may follow them).
+            let zset = format!("z:i{iteration}:t{thread}");
+            let last = (acked.zset_rounds as i64 - 1).to_string();
+            let range = common::request(
+                &mut stream,
+                &encode(&[b"ZRANGE", zset.as_bytes(), b"0", last.as_bytes(), b"WITHSCORES"]),
+            );
+            let mut expected = format!("*{}\r\n", acked.zset_rounds * 2).into_bytes();
+            for round in 0..acked.zset_rounds {
+                let seq = round * PIPELINE as u64;
+                expected.extend(bulk(zset_member(seq).as_bytes()));
+                expected.extend(bulk(seq.to_string().as_bytes()));
+            }
+            assert_eq!(
+                String::from_utf8_lossy(&range),
+                String::from_utf8_lossy(&expected),
+                "{zset}: an acknowledged ZADD lost"
+            );
+            let card = integer(&common::request(&mut stream, &encode(&[b"ZCARD", zset.as_bytes()])));
+            assert!(
+                card as u64 == acked.zset_rounds || card as u64 == acked.zset_rounds + 1,
+                "{zset}: {card} {acked:?}"
+            );
+            zsets_checked += acked.zset_rounds;
         }
     }
+
     for thread in 0..THREADS {
         let a = get(&mut stream, &format!("pair:t{thread}:a"));
         let b = get(&mut stream, &format!("pair:t{thread}:b"));
         assert_eq!(a, b, "MSET half applied for thread {thread}");
     }
+    zsets_checked
 }

@@ -739,3 +739,77 @@ fn writes_that_first_collect_garbage_keep_working() {
     let _: () = con.set("k2", "after").unwrap();
     assert_eq!(other.get::<_, String>("k2").unwrap(), "after");
 }
+
+/// Sorted sets through the `redis` crate's typed API (a leaderboard), in
+/// RESP2 and RESP3 (where WITHSCORES gives pairs and scores are doubles),
+/// a big one as a table (two entries per member) swept once its key goes,
+/// and both across a restart.
+#[test]
+fn sorted_sets_through_a_client_library() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    let mut server = Server::start(&path, &[]);
+    for protocol in ["", "?protocol=resp3"] {
+        let url = format!("{}{protocol}", server.url());
+        let mut con = redis::Client::open(url).unwrap().get_connection().unwrap();
+        let key = format!("board{protocol}");
+        let added: i64 = con.zadd_multiple(&key, &[(10.5, "ann"), (7.0, "bob"), (12.0, "cy")]).unwrap();
+        assert_eq!(added, 3);
+        let top: Vec<(String, f64)> = con.zrevrange_withscores(&key, 0, 1).unwrap();
+        assert_eq!(top, vec![("cy".to_string(), 12.0), ("ann".to_string(), 10.5)]);
+        let bob: f64 = con.zincr(&key, "bob", 6.5).unwrap();
+        assert_eq!(bob, 13.5);
+        let rank: Option<i64> = con.zrevrank(&key, "bob").unwrap();
+        assert_eq!(rank, Some(0));
+        let between: Vec<String> = con.zrangebyscore(&key, 10, 13).unwrap();
+        assert_eq!(between, vec!["ann".to_string(), "cy".to_string()]);
+        let score: Option<f64> = con.zscore(&key, "nobody").unwrap();
+        assert_eq!(score, None);
+    }
+    let mut stream = server.connect();
+    assert_eq!(reserved_entries(&mut stream), 1);
+    let mut zadd: Vec<Vec<u8>> = vec![b"ZADD".to_vec(), b"big".to_vec()];
+    for i in 0..400 {
+        zadd.push(format!("{}", i % 37).into_bytes());
+        zadd.push(format!("member-{i:0>30}").into_bytes());
+    }
+    let refs: Vec<&[u8]> = zadd.iter().map(Vec::as_slice).collect();
+    assert_eq!(request(&mut stream, &encode(&refs)), b":400\r\n");
+    assert_eq!(request(&mut stream, &encode(&[b"OBJECT", b"ENCODING", b"big"])), b"$8\r\nskiplist\r\n");
+    // A member entry and a score entry per member, and the owner record.
+    assert_eq!(reserved_entries(&mut stream), 1 + 800 + 1);
+    assert_eq!(request(&mut stream, &encode(&[b"ZCARD", b"big"])), b":400\r\n");
+    assert_eq!(request(&mut stream, &encode(&[b"COPY", b"big", b"gone"])), b":1\r\n");
+    assert_eq!(request(&mut stream, &encode(&[b"DEL", b"gone"])), b":1\r\n");
+    swept_to(&mut stream, 802);
+    assert_eq!(request(&mut stream, &encode(&[b"DBSIZE"])), b":3\r\n");
+    assert!(server.terminate());
+    let server = Server::start(&path, &[]);
+    let mut con = client(&server);
+    let top: Vec<String> = con.zrevrange("board", 0, -1).unwrap();
+    assert_eq!(top, vec!["bob", "cy", "ann"]);
+    let lowest: Vec<(String, f64)> = con.zrange_withscores("big", 0, 1).unwrap();
+    assert_eq!(lowest, vec![(format!("member-{:0>30}", 0), 0.0), (format!("member-{:0>30}", 37), 0.0)]);
+    let card: i64 = con.zcard("big").unwrap();
+    assert_eq!(card, 400);
+}
+
+/// BZPOPMIN waits for a ZADD from another client, and wakes at once.
+#[test]
+fn blocking_sorted_set_pops_wait_for_an_add() {
+    use std::time::Instant;
+    let (_dir, server) = start(&["--threads", "2"]);
+    let mut adder = server.connect();
+    let mut waiter = server.connect();
+    waiter.write_all(&encode(&[b"BZPOPMIN", b"none", b"jobs", b"5"])).unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let added = Instant::now();
+    assert_eq!(request(&mut adder, &encode(&[b"ZADD", b"jobs", b"2", b"later", b"1", b"first"])), b":2\r\n");
+    assert_eq!(read_reply(&mut waiter), b"*3\r\n$4\r\njobs\r\n$5\r\nfirst\r\n$1\r\n1\r\n");
+    assert!(added.elapsed() < Duration::from_secs(1), "woken by the add: {:?}", added.elapsed());
+    waiter.write_all(&encode(&[b"BZMPOP", b"5", b"1", b"jobs2", b"MAX", b"COUNT", b"2"])).unwrap();
+    std::thread::sleep(Duration::from_millis(150));
+    assert_eq!(request(&mut adder, &encode(&[b"ZINCRBY", b"jobs2", b"3", b"x"])), b"$1\r\n3\r\n");
+    assert_eq!(read_reply(&mut waiter), b"*2\r\n$5\r\njobs2\r\n*1\r\n*2\r\n$1\r\nx\r\n$1\r\n3\r\n");
+    assert_eq!(request(&mut adder, &encode(&[b"ZRANGE", b"jobs", b"0", b"-1"])), b"*1\r\n$5\r\nlater\r\n");
+}
