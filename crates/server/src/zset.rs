@@ -41,8 +41,13 @@ pub fn format_score(score: f64) -> String {
     if score == 0.0 {
         return if score.is_sign_negative() { "-0".into() } else { "0".into() };
     }
-    // 17 significant digits: the exponent of that rounding decides between
-    // the fixed and the exponent form, as %g does.
+    // Whole scores (the usual kind) print as integers, with no float
+    // formatting: %.17g does so below 10^17.
+    if score.fract() == 0.0 && score.abs() < 1e17 {
+        return itoa::Buffer::new().format(score as i64).to_string();
+    }
+    // 17 significant digits, rounded once: the exponent of that rounding
+    // decides between the fixed and the exponent form, as %g does.
     let scientific = format!("{score:.16e}");
     let (mantissa, exponent) = scientific.split_once('e').expect("{:e} has an exponent");
     let exponent: i32 = exponent.parse().expect("{:e}'s exponent is a number");
@@ -50,7 +55,18 @@ pub fn format_score(score: f64) -> String {
         let sign = if exponent < 0 { '-' } else { '+' };
         return format!("{}e{sign}{:02}", trim_zeros(mantissa), exponent.abs());
     }
-    trim_zeros(&format!("{score:.*}", (16 - exponent) as usize)).to_string()
+    let (sign, mantissa) = match mantissa.strip_prefix('-') {
+        Some(rest) => ("-", rest),
+        None => ("", mantissa),
+    };
+    let digits: String = mantissa.chars().filter(char::is_ascii_digit).collect();
+    let fixed = if exponent >= 0 {
+        let (whole, fraction) = digits.split_at(exponent as usize + 1);
+        format!("{sign}{whole}.{fraction}")
+    } else {
+        format!("{sign}0.{}{digits}", "0".repeat((-exponent - 1) as usize))
+    };
+    trim_zeros(&fixed).to_string()
 }
 
 fn trim_zeros(number: &str) -> &str {
@@ -199,6 +215,9 @@ mod tests {
             (f64::NEG_INFINITY, "-inf"),
             (-0.0, "-0"),
             (123456789.125, "123456789.125"),
+            (-0.00012345, "-0.00012344999999999999"),
+            (99999999999999999.0, "1e+17"),
+            (-12345678901234567.0, "-12345678901234568"),
             (f64::MAX, "1.7976931348623157e+308"),
             (5e-324, "4.9406564584124654e-324"),
         ];
@@ -236,6 +255,20 @@ mod tests {
             let expected = a.partial_cmp(&b).unwrap();
             prop_assert_eq!(score_key(a).cmp(&score_key(b)), expected);
             prop_assert_eq!(score_from_key(score_key(a)), if a == 0.0 { 0.0 } else { a });
+        }
+
+        /// libc's own `%.17g`, which Redis 7.0 prints with, is the oracle.
+        #[test]
+        fn scores_print_as_libc_prints_them(score in any::<f64>(), whole in -1_000_000i64..1_000_000) {
+            for score in [score, whole as f64, whole as f64 / 8.0] {
+                prop_assume!(!score.is_nan());
+                let mut buf = [0u8; 64];
+                // SAFETY: the buffer is 64 bytes and %.17g of a double takes at most 25.
+                let len = unsafe {
+                    libc::snprintf(buf.as_mut_ptr().cast(), buf.len(), c"%.17g".as_ptr(), score)
+                };
+                prop_assert_eq!(format_score(score), std::str::from_utf8(&buf[..len as usize]).unwrap());
+            }
         }
 
         #[test]
