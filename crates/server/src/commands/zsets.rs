@@ -187,17 +187,19 @@ impl<'v> Open<'v> {
     }
 
     /// Calls `visit` with each member and score from `from` on, in Redis's
-    /// order or (`reverse`) against it, until it returns false.
+    /// order or (`reverse`) against it, until it returns false; `wanted`
+    /// guesses how many it will take (a table reads that many at first).
     fn walk(
         &self,
         ctx: &mut Ctx<'_>,
         from: From<'_>,
         reverse: bool,
+        wanted: usize,
         mut visit: impl FnMut(&[u8], f64) -> bool,
     ) -> CmdResult {
         let entries = match self {
             Open::Value { entries, .. } => entries,
-            Open::Table(table) => return walk_table(ctx, table, from, reverse, visit),
+            Open::Table(table) => return walk_table(ctx, table, from, reverse, wanted, visit),
         };
         let n = entries.len();
         // The position to start from, counted from the front.
@@ -238,7 +240,10 @@ impl<'v> Open<'v> {
         if limit == 0 {
             return Ok(found);
         }
-        self.walk(ctx, from, reverse, |m, s| {
+        // A table reads the members asked for at first (each is a read of
+        // the log), or a first chunk when the end is a score or member.
+        let wanted = if limit == usize::MAX { 64 } else { limit.saturating_add(offset as usize) };
+        self.walk(ctx, from, reverse, wanted, |m, s| {
             if !within(m, s) {
                 return false;
             }
@@ -263,7 +268,7 @@ impl<'v> Open<'v> {
             return Ok(if reverse { entries.len() - 1 - at } else { at } as u64);
         }
         let mut rank = 0;
-        self.walk(ctx, From::Rank(0), reverse, |m, s| {
+        self.walk(ctx, From::Rank(0), reverse, 4096, |m, s| {
             if m == member && s == score {
                 return false;
             }
@@ -313,6 +318,7 @@ fn walk_table(
     table: &Table,
     from: From<'_>,
     reverse: bool,
+    wanted: usize,
     mut visit: impl FnMut(&[u8], f64) -> bool,
 ) -> CmdResult {
     let prefix = table::member_key(table.id, &[INDEX]);
@@ -351,7 +357,7 @@ fn walk_table(
         }
     }
     const MOST: usize = 4096;
-    let mut chunk = 64usize.max(skip.min(MOST as u64) as usize);
+    let mut chunk = skip.saturating_add(wanted as u64).clamp(1, MOST as u64) as usize;
     loop {
         let found = ctx.writes.scan_range(ctx.db(), (as_ref(&lower), as_ref(&upper)), reverse, chunk)?;
         for (key, _) in &found {
@@ -749,7 +755,7 @@ fn count_range(ctx: &mut Ctx<'_>, key: &[u8], range: Range) -> CmdResult {
         Range::Rank(..) => From::Rank(0),
     };
     if !empty {
-        set.walk(ctx, from, false, |m, s| {
+        set.walk(ctx, from, false, 64, |m, s| {
             count += within(m, s) as i64;
             within(m, s)
         })?;
