@@ -1135,3 +1135,48 @@ fn big_sorted_sets_and_dump_and_restore_of_sorted_sets() {
         }
     }
 }
+
+/// Ranks in big sorted sets: thousands of members added and removed in
+/// bulk, so the blocks that count ranks split and empty, while ZRANK,
+/// ZREVRANK and ranges from far ranks are compared with Redis.
+#[test]
+fn random_ranks_in_big_sorted_sets_match_redis() {
+    let keys = ["big0", "big1"];
+    random_commands_match_redis("rank", |next| {
+        let key = pick(next, &keys);
+        let member = |next: &mut dyn FnMut(u64) -> u64| format!("m{}", next(6000)).into_bytes();
+        let score = |next: &mut dyn FnMut(u64) -> u64| next(2000).to_string().into_bytes();
+        let rank = |next: &mut dyn FnMut(u64) -> u64| (next(8000) as i64 - 4000).to_string().into_bytes();
+        match next(16) {
+            0..=4 => {
+                let mut command = vec![b"ZADD".to_vec(), key];
+                for _ in 0..1 + next(40) {
+                    command.extend([score(next), member(next)]);
+                }
+                (false, command)
+            }
+            5 | 6 => {
+                let mut command = vec![b"ZREM".to_vec(), key];
+                command.extend((0..1 + next(30)).map(|_| member(next)));
+                (false, command)
+            }
+            7 => {
+                let low = next(2000);
+                let range = [low.to_string().into_bytes(), (low + next(40)).to_string().into_bytes()];
+                (false, [vec![b"ZREMRANGEBYSCORE".to_vec(), key], range.to_vec()].concat())
+            }
+            8..=10 => (false, vec![[&b"ZRANK"[..], b"ZREVRANK"][next(2) as usize].to_vec(), key, member(next)]),
+            11 | 12 => {
+                let op = [&b"ZRANGE"[..], b"ZREVRANGE"][next(2) as usize].to_vec();
+                let start = rank(next);
+                let stop = (String::from_utf8(start.clone()).unwrap().parse::<i64>().unwrap() + next(5) as i64)
+                    .to_string()
+                    .into_bytes();
+                (false, vec![op, key, start, stop, b"WITHSCORES".to_vec()])
+            }
+            13 => (false, vec![b"ZREMRANGEBYRANK".to_vec(), key, rank(next), rank(next)]),
+            14 => (false, vec![b"ZINCRBY".to_vec(), key, score(next), member(next)]),
+            _ => (false, vec![b"ZCARD".to_vec(), key]),
+        }
+    });
+}

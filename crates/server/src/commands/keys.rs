@@ -217,7 +217,10 @@ pub fn copy(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         // A table of its own, field by field, as Redis copies a hash.
         let table = Table::of(&value)?;
         let pairs = super::table::entries(ctx, &table, None, usize::MAX)?;
-        super::table::create(ctx, &args[2], table.tag, pairs.iter().map(|(f, v)| (&f[..], &v[..])), value.expiry_ms())?;
+        let mut copy = super::table::fill(ctx, &args[2], table.tag, pairs.iter().map(|(f, v)| (&f[..], &v[..])))?;
+        // A sorted set's member count comes along.
+        copy.head = table.head;
+        super::table::store(ctx, &args[2], &copy, value.expiry_ms())?;
         ctx.out.int(1);
         return Ok(());
     }

@@ -43,8 +43,9 @@ const OWNERS: u8 = 0x02;
 /// The type byte of a field's value (`Value::data` strips the first byte).
 pub const TYPE_FIELD: u8 = 0x01;
 
-/// A table's stub: its type, its id, how many fields it holds, and for a
-/// list the position of its first element (`commands::lists`).
+/// A table's stub: its type, its id, how many fields it holds, and a third
+/// word: a list's position of its first element (`commands::lists`), a
+/// sorted set's member count (`commands::zsets`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Table {
     pub tag: u8,
@@ -75,7 +76,7 @@ impl Table {
         let mut out = Vec::with_capacity(24);
         out.extend_from_slice(&self.id.to_le_bytes());
         out.extend_from_slice(&self.count.to_le_bytes());
-        if self.tag == crate::keyspace::TYPE_LIST_TABLE {
+        if matches!(self.tag, crate::keyspace::TYPE_LIST_TABLE | crate::keyspace::TYPE_ZSET_TABLE) {
             out.extend_from_slice(&self.head.to_le_bytes());
         }
         out

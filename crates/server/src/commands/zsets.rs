@@ -1,15 +1,20 @@
 //! Sorted set commands, with Redis 7.0's replies and errors. A sorted set
 //! is one engine value (`crate::zset`) while Redis would keep it a
 //! listpack (128 members of up to 64 bytes) or while it is at most 8 KiB;
-//! past both it becomes a table (`table`) with two entries per member:
+//! past both it becomes a table (`table`) with two entries per member and
+//! one per block of members:
 //! - `MEMBER member` → its score (8 bytes), for ZSCORE and updates;
 //! - `INDEX score_key member` → nothing, in Redis's order (score, then
-//!   member), for ranges by score, rank and member.
+//!   member), for ranges by score, rank and member;
+//! - `BLOCK fence` → how many index entries lie from `INDEX fence` up to
+//!   the next block's fence (the first block's fence is empty): ranks.
 //!
-//! The stub's count is the table's entries, twice the members. A range by
-//! score or member starts with one seek; a range by rank (and ZRANK)
-//! walks from the nearer end, O(rank) where Redis's skiplist is
-//! O(log n).
+//! The stub's count is the table's entries, its third word the members. A
+//! range by score or member starts with one seek; a rank (ZRANK, ZRANGE
+//! from a far index) sums the counts of the blocks before it and counts
+//! within its block: O(n / 512 + 1024) entries where Redis's skiplist
+//! takes O(log n) steps. A block splits in two past 1,024 members; one
+//! left empty goes.
 
 use std::borrow::Cow;
 use std::cmp::Ordering;
@@ -28,13 +33,32 @@ use crate::zset::{self, format_score, order, parse_bound, parse_score, score_fro
 
 const MEMBER: u8 = 0;
 const INDEX: u8 = 1;
+const BLOCK: u8 = 2;
+/// A block holds at most this many members; past it, it splits in two.
+const BLOCK_MOST: u64 = 1024;
+/// Ranks below this are walked to from the end; farther ones are found
+/// through the blocks.
+const RANK_SEEK: u64 = 256;
 
 fn member_field(member: &[u8]) -> Vec<u8> {
     [&[MEMBER], member].concat()
 }
 
+/// Where a member sorts in the index (its entry's key after `INDEX`).
+fn place(score: f64, member: &[u8]) -> Vec<u8> {
+    [&score_key(score)[..], member].concat()
+}
+
 fn index_field(score: f64, member: &[u8]) -> Vec<u8> {
-    [&[INDEX][..], &score_key(score), member].concat()
+    [&[INDEX][..], &place(score, member)].concat()
+}
+
+fn block_field(fence: &[u8]) -> Vec<u8> {
+    [&[BLOCK], fence].concat()
+}
+
+fn block_count(bytes: &[u8]) -> Result<u64, Corrupt> {
+    Ok(u64::from_le_bytes(bytes.try_into().map_err(|_| Corrupt)?))
 }
 
 fn stored_score(bytes: &[u8]) -> Result<f64, Corrupt> {
@@ -112,7 +136,7 @@ impl<'v> Open<'v> {
     fn len(&self) -> usize {
         match self {
             Open::Value { entries, .. } => entries.len(),
-            Open::Table(table) => (table.count / 2) as usize,
+            Open::Table(table) => table.head as usize,
         }
     }
 
@@ -152,11 +176,16 @@ impl<'v> Open<'v> {
                 match old {
                     Some(old) => {
                         table::delete(ctx, table, &index_field(old, member));
+                        count_in_block(ctx, table, &place(old, member), -1)?;
                         table::overwrite(ctx, table, &member_field(member), &score.to_le_bytes())?;
                     }
-                    None => table::insert(ctx, table, &member_field(member), &score.to_le_bytes())?,
+                    None => {
+                        table::insert(ctx, table, &member_field(member), &score.to_le_bytes())?;
+                        table.head += 1;
+                    }
                 }
                 table::insert(ctx, table, &index_field(score, member), b"")?;
+                count_in_block(ctx, table, &place(score, member), 1)?;
             }
         }
         Ok(())
@@ -173,6 +202,8 @@ impl<'v> Open<'v> {
             Open::Table(table) => {
                 table::delete(ctx, table, &member_field(member));
                 table::delete(ctx, table, &index_field(score, member));
+                count_in_block(ctx, table, &place(score, member), -1)?;
+                table.head -= 1;
             }
         }
         Ok(())
@@ -180,9 +211,7 @@ impl<'v> Open<'v> {
 
     fn make_table(&mut self, ctx: &mut Ctx<'_>, key: &[u8]) -> CmdResult {
         let Open::Value { entries, .. } = self else { return Ok(()) };
-        let fields = table_fields(entries.iter().map(|(m, s)| (&m[..], *s)));
-        let table = table::fill(ctx, key, TYPE_ZSET_TABLE, fields.iter().map(|(f, v)| (&f[..], &v[..])))?;
-        *self = Open::Table(table);
+        *self = Open::Table(new_table(ctx, key, entries)?);
         Ok(())
     }
 
@@ -263,19 +292,11 @@ impl<'v> Open<'v> {
 
     /// `member`'s rank (its score is `score`) from the low end or the high.
     fn rank(&self, ctx: &mut Ctx<'_>, member: &[u8], score: f64, reverse: bool) -> Result<u64, CmdError> {
-        if let Open::Value { entries, .. } = self {
-            let at = position(entries, score, member).ok_or(Corrupt)?;
-            return Ok(if reverse { entries.len() - 1 - at } else { at } as u64);
-        }
-        let mut rank = 0;
-        self.walk(ctx, From::Rank(0), reverse, 4096, |m, s| {
-            if m == member && s == score {
-                return false;
-            }
-            rank += 1;
-            true
-        })?;
-        Ok(rank)
+        let (len, at) = match self {
+            Open::Value { entries, .. } => (entries.len(), position(entries, score, member).ok_or(Corrupt)? as u64),
+            Open::Table(table) => (table.head as usize, table_rank(ctx, table, &place(score, member))?),
+        };
+        Ok(if reverse { (len as u64).checked_sub(at + 1).ok_or(Corrupt)? } else { at })
     }
 
     /// Writes the set back to `key` with `expiry`; an empty set goes.
@@ -285,7 +306,13 @@ impl<'v> Open<'v> {
             ctx.writes.note_pushed();
         }
         match self {
-            Open::Table(table) => table::store(ctx, key, &table, expiry),
+            Open::Table(mut table) => {
+                if table.head == 0 {
+                    // The first block stays while any member does.
+                    table::delete(ctx, &mut table, &block_field(b""));
+                }
+                table::store(ctx, key, &table, expiry)
+            }
             Open::Value { entries, .. } if entries.is_empty() => {
                 ctx.writes.delete(key);
                 Ok(())
@@ -295,8 +322,8 @@ impl<'v> Open<'v> {
                 if table::stays_one_value(skiplist, data.len()) {
                     return ctx.writes.put(key, TYPE_ZSET, &data, expiry);
                 }
-                let fields = table_fields(entries.iter().map(|(m, s)| (&m[..], *s)));
-                table::create(ctx, key, TYPE_ZSET_TABLE, fields.iter().map(|(f, v)| (&f[..], &v[..])), expiry)
+                let table = new_table(ctx, key, &entries)?;
+                table::store(ctx, key, &table, expiry)
             }
         }
     }
@@ -308,9 +335,118 @@ fn position(entries: &[(Cow<'_, [u8]>, f64)], score: f64, member: &[u8]) -> Opti
     entries.get(at).filter(|(m, _)| m[..] == *member).map(|_| at)
 }
 
-/// A table's two entries per member.
-fn table_fields<'m>(entries: impl Iterator<Item = (&'m [u8], f64)>) -> Vec<(Vec<u8>, Vec<u8>)> {
-    entries.flat_map(|(m, s)| [(member_field(m), s.to_le_bytes().to_vec()), (index_field(s, m), Vec::new())]).collect()
+/// A new table at `key` holding `entries` (in order), without its stub:
+/// two entries per member, and blocks half full.
+fn new_table(ctx: &mut Ctx<'_>, key: &[u8], entries: &[(Cow<'_, [u8]>, f64)]) -> Result<Table, CmdError> {
+    let mut fields: Vec<(Vec<u8>, Vec<u8>)> = Vec::with_capacity(entries.len() * 2 + 1);
+    for (at, (member, score)) in entries.iter().enumerate() {
+        fields.push((member_field(member), score.to_le_bytes().to_vec()));
+        fields.push((index_field(*score, member), Vec::new()));
+        if at as u64 % (BLOCK_MOST / 2) == 0 {
+            let fence = if at == 0 { Vec::new() } else { place(*score, member) };
+            let count = (entries.len() - at).min(BLOCK_MOST as usize / 2) as u64;
+            fields.push((block_field(&fence), count.to_le_bytes().to_vec()));
+        }
+    }
+    let mut table = table::fill(ctx, key, TYPE_ZSET_TABLE, fields.iter().map(|(f, v)| (&f[..], &v[..])))?;
+    table.head = entries.len() as i64;
+    Ok(table)
+}
+
+/// The block whose range holds the index entry at `place`: its fence and
+/// count.
+fn block_of(ctx: &mut Ctx<'_>, table: &Table, place: &[u8]) -> Result<(Vec<u8>, u64), CmdError> {
+    let first = table::member_key(table.id, &[BLOCK]);
+    let at = table::member_key(table.id, &block_field(place));
+    let found = ctx.writes.scan_range(ctx.db(), (Bound::Included(&first[..]), Bound::Included(&at[..])), true, 1)?;
+    let (key, count) = found.into_iter().next().ok_or(Corrupt)?;
+    Ok((key[first.len()..].to_vec(), block_count(&count)?))
+}
+
+/// Counts the index entry at `place` into its block (`delta` 1, after
+/// inserting it) or out of it (-1): a block grown past `BLOCK_MOST`
+/// splits at its middle entry, one left empty goes (but the first).
+fn count_in_block(ctx: &mut Ctx<'_>, table: &mut Table, place: &[u8], delta: i64) -> CmdResult {
+    let (fence, count) = block_of(ctx, table, place)?;
+    let count = count.checked_add_signed(delta).ok_or(Corrupt)?;
+    let field = block_field(&fence);
+    if count == 0 && !fence.is_empty() {
+        table::delete(ctx, table, &field);
+        return Ok(());
+    }
+    if count <= BLOCK_MOST {
+        return table::overwrite(ctx, table, &field, &count.to_le_bytes());
+    }
+    let half = count / 2;
+    let index = table::member_key(table.id, &[INDEX]);
+    let start = [&index[..], &fence].concat();
+    let end = prefix_end(&index).expect("ends below 0xFF");
+    let bounds = (Bound::Included(&start[..]), Bound::Excluded(&end[..]));
+    let found = ctx.writes.scan_range(ctx.db(), bounds, false, half as usize + 1)?;
+    let middle = found.get(half as usize).ok_or(Corrupt)?.0[index.len()..].to_vec();
+    table::overwrite(ctx, table, &field, &half.to_le_bytes())?;
+    table::insert(ctx, table, &block_field(&middle), &(count - half).to_le_bytes())
+}
+
+/// The blocks in order (fence, count), until `visit` says stop.
+fn each_block(ctx: &mut Ctx<'_>, table: &Table, mut visit: impl FnMut(&[u8], u64) -> bool) -> CmdResult {
+    const CHUNK: usize = 1024;
+    let first = table::member_key(table.id, &[BLOCK]);
+    let end = prefix_end(&first).expect("ends below 0xFF");
+    let mut lower = Bound::Included(first.clone());
+    loop {
+        let found = ctx.writes.scan_range(ctx.db(), (as_ref(&lower), Bound::Excluded(&end[..])), false, CHUNK)?;
+        for (key, count) in &found {
+            if !visit(&key[first.len()..], block_count(count)?) {
+                return Ok(());
+            }
+        }
+        match found.into_iter().next_back() {
+            Some((key, _)) => lower = Bound::Excluded(key),
+            None => return Ok(()),
+        }
+    }
+}
+
+/// The forward rank of the index entry at `place` (present): the counts
+/// of the blocks before its own, and its position in its own.
+fn table_rank(ctx: &mut Ctx<'_>, table: &Table, place: &[u8]) -> Result<u64, CmdError> {
+    let (mut before, mut own) = (0u64, None::<(Vec<u8>, u64)>);
+    each_block(ctx, table, |fence, count| {
+        if fence > place {
+            return false;
+        }
+        if let Some((_, previous)) = own.replace((fence.to_vec(), count)) {
+            before += previous;
+        }
+        true
+    })?;
+    let (fence, count) = own.ok_or(Corrupt)?;
+    let index = table::member_key(table.id, &[INDEX]);
+    let (from, to) = ([&index[..], &fence].concat(), [&index[..], place].concat());
+    let bounds = (Bound::Included(&from[..]), Bound::Excluded(&to[..]));
+    let within = ctx.writes.scan_range(ctx.db(), bounds, false, count as usize)?;
+    Ok(before + within.len() as u64)
+}
+
+/// Where the member of forward rank `rank` (below the member count) sorts.
+fn place_of_rank(ctx: &mut Ctx<'_>, table: &Table, rank: u64) -> Result<Vec<u8>, CmdError> {
+    let (mut before, mut found) = (0u64, None::<(Vec<u8>, u64)>);
+    each_block(ctx, table, |fence, count| {
+        if before + count > rank {
+            found = Some((fence.to_vec(), rank - before));
+            return false;
+        }
+        before += count;
+        true
+    })?;
+    let (fence, offset) = found.ok_or(Corrupt)?;
+    let index = table::member_key(table.id, &[INDEX]);
+    let from = [&index[..], &fence].concat();
+    let end = prefix_end(&index).expect("ends below 0xFF");
+    let bounds = (Bound::Included(&from[..]), Bound::Excluded(&end[..]));
+    let entries = ctx.writes.scan_range(ctx.db(), bounds, false, offset as usize + 1)?;
+    Ok(entries.get(offset as usize).ok_or(Corrupt)?.0[index.len()..].to_vec())
 }
 
 fn walk_table(
@@ -328,7 +464,17 @@ fn walk_table(
     let mut skip = 0u64;
     let at_score = |score: f64| [&prefix[..], &score_key(score)].concat();
     match from {
-        From::Rank(n) => skip = n,
+        From::Rank(n) if n < RANK_SEEK => skip = n,
+        From::Rank(n) => {
+            let Some(forward) = (table.head as u64).checked_sub(n + 1) else { return Ok(()) };
+            let rank = if reverse { forward } else { n };
+            let at = [&prefix[..], &place_of_rank(ctx, table, rank)?].concat();
+            if reverse {
+                upper = Bound::Included(at);
+            } else {
+                lower = Bound::Included(at);
+            }
+        }
         From::Score(score, exclusive) => {
             let at = at_score(score);
             let after = prefix_end(&at).expect("ends below 0xFF");
