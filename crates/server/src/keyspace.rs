@@ -151,6 +151,10 @@ pub struct Writes {
     /// Elements were pushed to a list: clients blocked in BLPOP and the
     /// like look again once these writes commit.
     pushed: bool,
+    /// A sorted set's rank blocks were split or dropped: the fences cached
+    /// in `Shared::rank_fences` go once these writes commit, and until then
+    /// these writes' commands look the blocks up in the engine.
+    blocks_changed: bool,
 }
 
 /// Owned (key, value) pairs, in key order.
@@ -162,6 +166,7 @@ pub struct Ready {
     pub batch: WriteBatch,
     pub reserved_delta: i64,
     pub pushed: bool,
+    pub blocks_changed: bool,
 }
 
 impl Writes {
@@ -172,6 +177,7 @@ impl Writes {
             base: None,
             reserved_delta: 0,
             pushed: false,
+            blocks_changed: false,
         }
     }
 
@@ -196,6 +202,8 @@ impl Writes {
             base: Some(base),
             reserved_delta: 0,
             pushed: false,
+            // Known to the branch too: its base's blocks are not the cached.
+            blocks_changed: self.blocks_changed,
         }
     }
 
@@ -207,6 +215,7 @@ impl Writes {
         (self.overlay, self.batch) = (Some(overlay), batch);
         self.reserved_delta += branch.reserved_delta;
         self.pushed |= branch.pushed;
+        self.blocks_changed |= branch.blocks_changed;
     }
 
     pub fn abandon(&mut self, mut branch: Writes) {
@@ -361,6 +370,14 @@ impl Writes {
         self.pushed = true;
     }
 
+    pub fn note_blocks_changed(&mut self) {
+        self.blocks_changed = true;
+    }
+
+    pub fn blocks_changed(&self) -> bool {
+        self.blocks_changed
+    }
+
     pub fn take_batch(&mut self) -> Ready {
         if let Some(overlay) = &mut self.overlay {
             overlay.clear();
@@ -369,6 +386,7 @@ impl Writes {
             batch: std::mem::take(&mut self.batch),
             reserved_delta: std::mem::take(&mut self.reserved_delta),
             pushed: std::mem::take(&mut self.pushed),
+            blocks_changed: std::mem::take(&mut self.blocks_changed),
         }
     }
 
@@ -385,6 +403,7 @@ impl Writes {
             batch,
             reserved_delta: std::mem::take(&mut self.reserved_delta),
             pushed: std::mem::take(&mut self.pushed),
+            blocks_changed: std::mem::take(&mut self.blocks_changed),
         }
     }
 }

@@ -14,16 +14,10 @@ use rand::Rng;
 use super::args::{eq, float, int, parse_i64};
 use super::table::{self, Table};
 use super::{err, CmdError, CmdResult, Ctx};
-use crate::hash::{self, Corrupt, Fields};
+use crate::hash::{self, Fields};
 use crate::keyspace::{expiry_of, Entries, Value, TYPE_HASH, TYPE_HASH_TABLE};
 use crate::resp::reply::format_double;
 use crate::resp::{Out, Protocol};
-
-impl From<Corrupt> for CmdError {
-    fn from(_: Corrupt) -> Self {
-        err("ERR corrupt hash value (the stored bytes are not a hash)")
-    }
-}
 
 /// The hash at `key`: None if missing, WRONGTYPE for another type.
 fn read_hash(ctx: &mut Ctx<'_>, key: &[u8]) -> Result<Option<Value>, CmdError> {

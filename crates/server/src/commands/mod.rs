@@ -67,6 +67,14 @@ pub fn engine_error_text(error: &scaledkv::Error) -> String {
     }
 }
 
+/// A collection's stored bytes that are not in its layout (a damaged
+/// value, which the log's checksums leave to a bug): an error, not a panic.
+impl From<crate::hash::Corrupt> for CmdError {
+    fn from(_: crate::hash::Corrupt) -> Self {
+        err("ERR corrupt value (the stored bytes are not in the layout of their type)")
+    }
+}
+
 impl From<scaledkv::Error> for CmdError {
     fn from(error: scaledkv::Error) -> Self {
         CmdError::Engine(error)
@@ -527,6 +535,11 @@ pub async fn commit(shared: &Shared, ready: Ready) -> scaledkv::Result<()> {
     commit_batch(shared, ready.batch).await?;
     if ready.pushed {
         shared.list_pushed.notify_waiters();
+    }
+    if ready.blocks_changed {
+        // Before the batch's key locks go: the next writer of that sorted
+        // set reads its new fences.
+        shared.rank_fences.lock().clear();
     }
     if ready.reserved_delta != 0 {
         let count = &shared.reserved_entries;

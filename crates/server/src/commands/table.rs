@@ -372,7 +372,8 @@ async fn drop_table(shared: &Shared, id: u64, owner: &[u8]) -> Result<u64, CmdEr
             batch.delete(owner);
         }
         let count = keys.len() as u64 + last as u64;
-        super::commit(shared, Ready { batch, reserved_delta: -(count as i64), pushed: false }).await?;
+        super::commit(shared, Ready { batch, reserved_delta: -(count as i64), pushed: false, blocks_changed: false })
+            .await?;
         deleted += count;
         if last {
             return Ok(deleted);

@@ -354,13 +354,48 @@ fn new_table(ctx: &mut Ctx<'_>, key: &[u8], entries: &[(Cow<'_, [u8]>, f64)]) ->
 }
 
 /// The block whose range holds the index entry at `place`: its fence and
-/// count.
+/// count. Its fence comes from the fences cached for the table (read whole
+/// once after every change to them), unless these writes changed them.
 fn block_of(ctx: &mut Ctx<'_>, table: &Table, place: &[u8]) -> Result<(Vec<u8>, u64), CmdError> {
+    if !ctx.writes.blocks_changed() {
+        let fences = cached_fences(ctx, table)?;
+        let fence = &fences[fences.partition_point(|fence| fence.as_slice() <= place).max(1) - 1];
+        let key = table::member_key(table.id, &block_field(fence));
+        if let Some(count) = ctx.writes.get_internal(ctx.db(), &key)? {
+            return Ok((fence.clone(), block_count(count.data())?));
+        }
+        // Not as cached (never so unless the cache is wrong): the engine's.
+        ctx.shared.rank_fences.lock().clear();
+    }
     let first = table::member_key(table.id, &[BLOCK]);
     let at = table::member_key(table.id, &block_field(place));
     let found = ctx.writes.scan_range(ctx.db(), (Bound::Included(&first[..]), Bound::Included(&at[..])), true, 1)?;
     let (key, count) = found.into_iter().next().ok_or(Corrupt)?;
     Ok((key[first.len()..].to_vec(), block_count(&count)?))
+}
+
+/// The fences of `table`'s blocks, in order (the first, empty, included).
+fn cached_fences(ctx: &mut Ctx<'_>, table: &Table) -> Result<std::sync::Arc<Vec<Vec<u8>>>, CmdError> {
+    /// Tables whose fences are kept at most (ids of deleted ones linger).
+    const TABLES_MOST: usize = 4096;
+    if let Some(fences) = ctx.shared.rank_fences.lock().get(&table.id) {
+        return Ok(fences.clone());
+    }
+    let mut fences = Vec::new();
+    each_block(ctx, table, |fence, _| {
+        fences.push(fence.to_vec());
+        true
+    })?;
+    if fences.first().is_none_or(|first| !first.is_empty()) {
+        return Err(Corrupt.into());
+    }
+    let fences = std::sync::Arc::new(fences);
+    let mut cache = ctx.shared.rank_fences.lock();
+    if cache.len() >= TABLES_MOST {
+        cache.clear();
+    }
+    cache.insert(table.id, fences.clone());
+    Ok(fences)
 }
 
 /// Counts the index entry at `place` into its block (`delta` 1, after
@@ -372,6 +407,7 @@ fn count_in_block(ctx: &mut Ctx<'_>, table: &mut Table, place: &[u8], delta: i64
     let field = block_field(&fence);
     if count == 0 && !fence.is_empty() {
         table::delete(ctx, table, &field);
+        ctx.writes.note_blocks_changed();
         return Ok(());
     }
     if count <= BLOCK_MOST {
@@ -385,6 +421,7 @@ fn count_in_block(ctx: &mut Ctx<'_>, table: &mut Table, place: &[u8], delta: i64
     let found = ctx.writes.scan_range(ctx.db(), bounds, false, half as usize + 1)?;
     let middle = found.get(half as usize).ok_or(Corrupt)?.0[index.len()..].to_vec();
     table::overwrite(ctx, table, &field, &half.to_le_bytes())?;
+    ctx.writes.note_blocks_changed();
     table::insert(ctx, table, &block_field(&middle), &(count - half).to_le_bytes())
 }
 
