@@ -447,6 +447,44 @@ impl Db {
         Iter::new(&self.inner, None, range, true)
     }
 
+    /// How many keys `range` holds, counted in the index alone: no value
+    /// is read, so an entry that expired but is not yet removed counts.
+    /// Exact for keys that never expire, and far cheaper than iterating
+    /// (an iterator reads and checks every entry in the log).
+    pub fn count_keys<K: AsRef<[u8]>, R: RangeBounds<K>>(&self, range: R) -> usize {
+        let mut count = 0;
+        self.keys_in(range, |_| {
+            count += 1;
+            true
+        });
+        count
+    }
+
+    /// The `n`th key (from 0) of `range`, from the index alone, as
+    /// `count_keys` counts them.
+    pub fn nth_key<K: AsRef<[u8]>, R: RangeBounds<K>>(&self, range: R, n: usize) -> Option<Vec<u8>> {
+        let (mut left, mut found) = (n, None);
+        self.keys_in(range, |key| {
+            if left == 0 {
+                found = Some(key.as_slice().to_vec());
+                return false;
+            }
+            left -= 1;
+            true
+        });
+        found
+    }
+
+    fn keys_in<K: AsRef<[u8]>, R: RangeBounds<K>>(&self, range: R, visit: impl FnMut(&crate::index::key::Key) -> bool) {
+        fn bound<K: AsRef<[u8]>>(b: Bound<&K>) -> Bound<&[u8]> {
+            b.map(|k| k.as_ref())
+        }
+        // A snapshot merges the pending updates into the tree first.
+        let seq = self.inner.index.register_snapshot(&self.inner.segments);
+        self.inner.index.keys_in(bound(range.start_bound()), bound(range.end_bound()), seq, visit);
+        self.inner.release_snapshot(seq);
+    }
+
     /// Every key, ascending.
     pub fn iter(&self) -> Iter<'_> {
         self.range::<&[u8], _>(..)

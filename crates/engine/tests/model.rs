@@ -78,6 +78,16 @@ fn check_range(db: &Db, model: &Model, lo: Option<u8>, hi: Option<u8>, reverse: 
     let iter = if reverse { db.range_rev::<&[u8], _>(bounds) } else { db.range::<&[u8], _>(bounds) };
     let got: Vec<_> = iter.map(|kv| kv.unwrap()).collect();
     assert_eq!(got, expected);
+    // Counted and indexed from the index alone, as iterated.
+    assert_eq!(db.count_keys::<&[u8], _>(bounds), expected.len());
+    let forward: Vec<&Vec<u8>> = if reverse {
+        expected.iter().rev().map(|(k, _)| k).collect()
+    } else {
+        expected.iter().map(|(k, _)| k).collect()
+    };
+    for n in [0, 1, forward.len() / 2, forward.len().saturating_sub(1), forward.len()] {
+        assert_eq!(db.nth_key::<&[u8], _>(bounds, n).as_ref(), forward.get(n).copied(), "key {n}");
+    }
 }
 
 fn run(ops: Vec<Op>, durability: Durability) {

@@ -265,6 +265,36 @@ impl Writes {
         self.scan_range(db, (lower, upper), false, limit)
     }
 
+    /// How many entries `bounds` holds (inside one of the server's own
+    /// ranges, whose entries never expire): from the engine's index alone
+    /// unless these writes have entries pending there.
+    pub fn count_range(&self, db: &Db, bounds: (Bound<&[u8]>, Bound<&[u8]>)) -> Result<usize, CmdError> {
+        if !self.pending_within(bounds) {
+            return Ok(db.count_keys::<&[u8], _>(bounds));
+        }
+        Ok(self.scan_range(db, bounds, false, usize::MAX)?.len())
+    }
+
+    /// The key of the `n`th entry (from 0) within `bounds`, as
+    /// `count_range` counts them.
+    pub fn nth_in_range(
+        &self,
+        db: &Db,
+        bounds: (Bound<&[u8]>, Bound<&[u8]>),
+        n: usize,
+    ) -> Result<Option<Vec<u8>>, CmdError> {
+        if !self.pending_within(bounds) {
+            return Ok(db.nth_key::<&[u8], _>(bounds, n));
+        }
+        Ok(self.scan_range(db, bounds, false, n.saturating_add(1))?.into_iter().nth(n).map(|(key, _)| key))
+    }
+
+    fn pending_within(&self, bounds: (Bound<&[u8]>, Bound<&[u8]>)) -> bool {
+        use std::ops::RangeBounds;
+        let overlays = self.base.iter().map(|(o, _)| o).chain(self.overlay.iter());
+        overlays.flat_map(|o| o.keys()).any(|key| RangeBounds::<&[u8]>::contains(&bounds, &key.as_slice()))
+    }
+
     /// Up to `limit` entries within `bounds` (inside one of the server's
     /// own ranges), from the low end or (`reverse`) the high one: the
     /// engine's merged with these writes' pending ones. Values without

@@ -468,6 +468,29 @@ impl Index {
         last.cloned()
     }
 
+    /// Visits the keys within `(lower, upper)` visible at `at_seq` (a
+    /// registered snapshot's), in order, from the index alone, until
+    /// `visit` returns false.
+    pub fn keys_in(&self, lower: Bound<&[u8]>, upper: Bound<&[u8]>, at_seq: u64, mut visit: impl FnMut(&Key) -> bool) {
+        // An empty or inverted range holds nothing (BTreeMap would panic).
+        let empty = match (lower, upper) {
+            (Bound::Included(a), Bound::Included(b)) => a > b,
+            (Bound::Included(a) | Bound::Excluded(a), Bound::Excluded(b))
+            | (Bound::Excluded(a), Bound::Included(b)) => a >= b,
+            _ => false,
+        };
+        if empty {
+            return;
+        }
+        let tree = self.tree.read();
+        for (key, slot) in tree.heads.range(lower.map(KeyRef::new), upper.map(KeyRef::new)) {
+            let live = tree.visible(key, slot, Some(at_seq)).is_some_and(|version| !version.loc.is_tombstone());
+            if live && !visit(key) {
+                return;
+            }
+        }
+    }
+
     /// Removes `key` if its newest version is still the entry at `at` and no
     /// snapshot needs an older one (GC dropping an expired entry).
     pub fn remove_if_at(&self, key: &[u8], at: Loc, segments: &SegmentSet) -> bool {

@@ -418,8 +418,7 @@ fn count_in_block(ctx: &mut Ctx<'_>, table: &mut Table, place: &[u8], delta: i64
     let start = [&index[..], &fence].concat();
     let end = prefix_end(&index).expect("ends below 0xFF");
     let bounds = (Bound::Included(&start[..]), Bound::Excluded(&end[..]));
-    let found = ctx.writes.scan_range(ctx.db(), bounds, false, half as usize + 1)?;
-    let middle = found.get(half as usize).ok_or(Corrupt)?.0[index.len()..].to_vec();
+    let middle = ctx.writes.nth_in_range(ctx.db(), bounds, half as usize)?.ok_or(Corrupt)?[index.len()..].to_vec();
     table::overwrite(ctx, table, &field, &half.to_le_bytes())?;
     ctx.writes.note_blocks_changed();
     table::insert(ctx, table, &block_field(&middle), &(count - half).to_le_bytes())
@@ -462,8 +461,11 @@ fn table_rank(ctx: &mut Ctx<'_>, table: &Table, place: &[u8]) -> Result<u64, Cmd
     let index = table::member_key(table.id, &[INDEX]);
     let (from, to) = ([&index[..], &fence].concat(), [&index[..], place].concat());
     let bounds = (Bound::Included(&from[..]), Bound::Excluded(&to[..]));
-    let within = ctx.writes.scan_range(ctx.db(), bounds, false, count as usize)?;
-    Ok(before + within.len() as u64)
+    let within = ctx.writes.count_range(ctx.db(), bounds)? as u64;
+    if within > count {
+        return Err(Corrupt.into());
+    }
+    Ok(before + within)
 }
 
 /// Where the member of forward rank `rank` (below the member count) sorts.
@@ -482,8 +484,8 @@ fn place_of_rank(ctx: &mut Ctx<'_>, table: &Table, rank: u64) -> Result<Vec<u8>,
     let from = [&index[..], &fence].concat();
     let end = prefix_end(&index).expect("ends below 0xFF");
     let bounds = (Bound::Included(&from[..]), Bound::Excluded(&end[..]));
-    let entries = ctx.writes.scan_range(ctx.db(), bounds, false, offset as usize + 1)?;
-    Ok(entries.get(offset as usize).ok_or(Corrupt)?.0[index.len()..].to_vec())
+    let key = ctx.writes.nth_in_range(ctx.db(), bounds, offset as usize)?.ok_or(Corrupt)?;
+    Ok(key[index.len()..].to_vec())
 }
 
 fn walk_table(
