@@ -939,7 +939,15 @@ fn count_range(ctx: &mut Ctx<'_>, key: &[u8], range: Range) -> CmdResult {
         Range::Lex(min, _) => From::Lex(min),
         Range::Rank(..) => From::Rank(0),
     };
-    if !empty {
+    if let (false, Open::Table(table), Range::Score(min, max)) = (empty, &set, &range) {
+        // From the index alone: the scores bound the index's keys.
+        let index = table::member_key(table.id, &[INDEX]);
+        let at = |score: f64| [&index[..], &score_key(score)].concat();
+        let past = |score: f64| prefix_end(&at(score)).expect("ends below 0xFF");
+        let lower = if min.1 { past(min.0) } else { at(min.0) };
+        let upper = if max.1 { at(max.0) } else { past(max.0) };
+        count = ctx.writes.count_range(ctx.db(), (Bound::Included(&lower[..]), Bound::Excluded(&upper[..])))? as i64;
+    } else if !empty {
         set.walk(ctx, from, false, 64, |m, s| {
             count += within(m, s) as i64;
             within(m, s)
