@@ -447,26 +447,26 @@ impl Db {
         Iter::new(&self.inner, None, range, true)
     }
 
-    /// How many keys `range` holds, counted in the index alone: no value
-    /// is read, so an entry that expired but is not yet removed counts.
-    /// Exact for keys that never expire, and far cheaper than iterating
-    /// (an iterator reads and checks every entry in the log).
+    /// How many keys `range` holds now, counted in the index alone: no
+    /// value is read, so an entry that expired but is not yet removed
+    /// counts. Exact for keys that never expire, and far cheaper than
+    /// iterating (an iterator takes a snapshot, which first merges the
+    /// pending index updates, and reads every entry from the log).
     pub fn count_keys<K: AsRef<[u8]>, R: RangeBounds<K>>(&self, range: R) -> usize {
         let mut count = 0;
-        self.keys_in(range, |_| {
+        self.keys_in(range, false, |_| {
             count += 1;
             true
         });
         count
     }
 
-    /// The `n`th key (from 0) of `range`, from the index alone, as
-    /// `count_keys` counts them.
+    /// The `n`th key (from 0) of `range` now, as `count_keys` counts them.
     pub fn nth_key<K: AsRef<[u8]>, R: RangeBounds<K>>(&self, range: R, n: usize) -> Option<Vec<u8>> {
         let (mut left, mut found) = (n, None);
-        self.keys_in(range, |key| {
+        self.keys_in(range, false, |key| {
             if left == 0 {
-                found = Some(key.as_slice().to_vec());
+                found = Some(key.to_vec());
                 return false;
             }
             left -= 1;
@@ -475,14 +475,33 @@ impl Db {
         found
     }
 
-    fn keys_in<K: AsRef<[u8]>, R: RangeBounds<K>>(&self, range: R, visit: impl FnMut(&crate::index::key::Key) -> bool) {
+    /// The last key of `range` now, as `count_keys` counts them.
+    pub fn last_key<K: AsRef<[u8]>, R: RangeBounds<K>>(&self, range: R) -> Option<Vec<u8>> {
+        let mut found = None;
+        self.keys_in(range, true, |key| {
+            found = Some(key.to_vec());
+            false
+        });
+        found
+    }
+
+    /// Visits the keys of `range` now, in order (or in reverse), from the
+    /// index alone, as `count_keys` counts them, until `visit` returns
+    /// false. The index is held for the walk: keep `visit` short.
+    pub fn visit_keys<K: AsRef<[u8]>, R: RangeBounds<K>>(
+        &self,
+        range: R,
+        reverse: bool,
+        visit: impl FnMut(&[u8]) -> bool,
+    ) {
+        self.keys_in(range, reverse, visit)
+    }
+
+    fn keys_in<K: AsRef<[u8]>, R: RangeBounds<K>>(&self, range: R, reverse: bool, visit: impl FnMut(&[u8]) -> bool) {
         fn bound<K: AsRef<[u8]>>(b: Bound<&K>) -> Bound<&[u8]> {
             b.map(|k| k.as_ref())
         }
-        // A snapshot merges the pending updates into the tree first.
-        let seq = self.inner.index.register_snapshot(&self.inner.segments);
-        self.inner.index.keys_in(bound(range.start_bound()), bound(range.end_bound()), seq, visit);
-        self.inner.release_snapshot(seq);
+        self.inner.index.newest_keys_in(bound(range.start_bound()), bound(range.end_bound()), reverse, visit);
     }
 
     /// Every key, ascending.

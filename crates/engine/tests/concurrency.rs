@@ -55,6 +55,9 @@ fn readers_writers_snapshots_iterators_gc(deferred_index_updates: usize) {
                         let mut batch = WriteBatch::new();
                         batch.put(format!("a{w}").as_bytes(), &value);
                         batch.put(format!("b{w}").as_bytes(), &value);
+                        // Exactly one key under c{w}: moved in each batch.
+                        batch.delete(format!("c{w}:{:020}", n - 1).as_bytes());
+                        batch.put(format!("c{w}:{n:020}").as_bytes(), b"");
                         db.write(batch).unwrap();
                     }
                     n
@@ -69,6 +72,22 @@ fn readers_writers_snapshots_iterators_gc(deferred_index_updates: usize) {
                     let now = counter(db.get(format!("a{w}").as_bytes()).unwrap());
                     assert!(now >= last[w as usize], "counter of writer {w} went back");
                     last[w as usize] = now;
+                }
+            }
+        });
+        scope.spawn(move || {
+            // Counted from the index with the pending updates read in
+            // place: a batch all or nothing, so one key under each c{w}:
+            // once the writer has written.
+            while !stop.load(Ordering::Relaxed) {
+                for w in 0..WRITERS {
+                    let started = counter(db.get(format!("a{w}").as_bytes()).unwrap()) > 0;
+                    let range = format!("c{w}:").into_bytes()..format!("c{w};").into_bytes();
+                    let count = db.count_keys(range.clone());
+                    assert!(count == 1 || (count == 0 && !started), "{count} keys under c{w}:");
+                    let (first, last) = (db.nth_key(range.clone(), 0), db.last_key(range.clone()));
+                    assert!(first.is_some() || !started, "no first key under c{w}:");
+                    assert!(last >= first, "last key {last:?} before the first {first:?}");
                 }
             }
         });

@@ -88,6 +88,7 @@ fn check_range(db: &Db, model: &Model, lo: Option<u8>, hi: Option<u8>, reverse: 
     for n in [0, 1, forward.len() / 2, forward.len().saturating_sub(1), forward.len()] {
         assert_eq!(db.nth_key::<&[u8], _>(bounds, n).as_ref(), forward.get(n).copied(), "key {n}");
     }
+    assert_eq!(db.last_key::<&[u8], _>(bounds).as_ref(), forward.last().copied());
 }
 
 fn run(ops: Vec<Op>, durability: Durability) {

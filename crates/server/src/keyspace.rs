@@ -266,33 +266,100 @@ impl Writes {
     }
 
     /// How many entries `bounds` holds (inside one of the server's own
-    /// ranges, whose entries never expire): from the engine's index alone
-    /// unless these writes have entries pending there.
-    pub fn count_range(&self, db: &Db, bounds: (Bound<&[u8]>, Bound<&[u8]>)) -> Result<usize, CmdError> {
-        if !self.pending_within(bounds) {
-            return Ok(db.count_keys::<&[u8], _>(bounds));
-        }
-        Ok(self.scan_range(db, bounds, false, usize::MAX)?.len())
+    /// ranges, whose entries never expire), from the engine's index alone
+    /// and these writes.
+    pub fn count_range(&self, db: &Db, bounds: (Bound<&[u8]>, Bound<&[u8]>)) -> usize {
+        let mut count = 0;
+        self.walk_keys(db, bounds, false, |_| {
+            count += 1;
+            true
+        });
+        count
     }
 
     /// The key of the `n`th entry (from 0) within `bounds`, as
     /// `count_range` counts them.
-    pub fn nth_in_range(
+    pub fn nth_in_range(&self, db: &Db, bounds: (Bound<&[u8]>, Bound<&[u8]>), n: usize) -> Option<Vec<u8>> {
+        let (mut left, mut found) = (n, None);
+        self.walk_keys(db, bounds, false, |key| {
+            if left == 0 {
+                found = Some(key.to_vec());
+                return false;
+            }
+            left -= 1;
+            true
+        });
+        found
+    }
+
+    /// The last key within `bounds`, as `count_range` counts them.
+    pub fn last_in_range(&self, db: &Db, bounds: (Bound<&[u8]>, Bound<&[u8]>)) -> Option<Vec<u8>> {
+        let mut found = None;
+        self.walk_keys(db, bounds, true, |key| {
+            found = Some(key.to_vec());
+            false
+        });
+        found
+    }
+
+    /// Visits the keys within `bounds`, in order or in reverse: the
+    /// engine's index merged with these writes' pending entries, until
+    /// `visit` returns false. Reads no value and takes no snapshot.
+    pub fn walk_keys(
         &self,
         db: &Db,
         bounds: (Bound<&[u8]>, Bound<&[u8]>),
-        n: usize,
-    ) -> Result<Option<Vec<u8>>, CmdError> {
-        if !self.pending_within(bounds) {
-            return Ok(db.nth_key::<&[u8], _>(bounds, n));
+        reverse: bool,
+        mut visit: impl FnMut(&[u8]) -> bool,
+    ) {
+        let pending = self.pending_in(bounds);
+        let mut puts: Box<dyn Iterator<Item = &Vec<u8>>> = {
+            let puts = pending.iter().filter(|(_, value)| value.is_some()).map(|(key, _)| key);
+            if reverse {
+                Box::new(puts.rev())
+            } else {
+                Box::new(puts)
+            }
+        };
+        let mut next_put = puts.next();
+        let mut going = true;
+        db.visit_keys::<&[u8], _>(bounds, reverse, |key| {
+            // Pending puts that come first in the walk's order.
+            while let Some(put) = next_put.filter(|put| put.as_slice() != key && (put.as_slice() < key) != reverse) {
+                if !visit(put) {
+                    going = false;
+                    return false;
+                }
+                next_put = puts.next();
+            }
+            if pending.contains_key(key) {
+                // Its pending put is visited in turn; a pending delete never.
+                return true;
+            }
+            going = visit(key);
+            going
+        });
+        while let (true, Some(put)) = (going, next_put) {
+            going = visit(put);
+            next_put = puts.next();
         }
-        Ok(self.scan_range(db, bounds, false, n.saturating_add(1))?.into_iter().nth(n).map(|(key, _)| key))
     }
 
-    fn pending_within(&self, bounds: (Bound<&[u8]>, Bound<&[u8]>)) -> bool {
+    /// These writes' pending entries within `bounds`, newest winning (a
+    /// value without its type byte, None for a delete).
+    fn pending_in(&self, bounds: (Bound<&[u8]>, Bound<&[u8]>)) -> BTreeMap<Vec<u8>, Option<Vec<u8>>> {
         use std::ops::RangeBounds;
-        let overlays = self.base.iter().map(|(o, _)| o).chain(self.overlay.iter());
-        overlays.flat_map(|o| o.keys()).any(|key| RangeBounds::<&[u8]>::contains(&bounds, &key.as_slice()))
+        // The branch's own over its base's.
+        let mut pending = BTreeMap::new();
+        let sources = self.base.iter().map(|(o, b)| (o, b)).chain(self.overlay.iter().map(|o| (o, &self.batch)));
+        for (overlay, batch) in sources {
+            for (key, &at) in overlay.iter().filter(|(key, _)| RangeBounds::<&[u8]>::contains(&bounds, &key.as_slice()))
+            {
+                let value = batch.value_at(at).map(|(v, _)| v.get(1..).unwrap_or_default().to_vec());
+                pending.insert(key.clone(), value);
+            }
+        }
+        pending
     }
 
     /// Up to `limit` entries within `bounds` (inside one of the server's
@@ -306,18 +373,8 @@ impl Writes {
         reverse: bool,
         limit: usize,
     ) -> Result<Entries, CmdError> {
-        use std::ops::RangeBounds;
-        // Pending writes win over the engine's entries; the branch's own
-        // over its base's.
-        let mut pending: BTreeMap<Vec<u8>, Option<Vec<u8>>> = BTreeMap::new();
-        let sources = self.base.iter().map(|(o, b)| (o, b)).chain(self.overlay.iter().map(|o| (o, &self.batch)));
-        for (overlay, batch) in sources {
-            for (key, &at) in overlay.iter().filter(|(key, _)| RangeBounds::<&[u8]>::contains(&bounds, &key.as_slice()))
-            {
-                let value = batch.value_at(at).map(|(v, _)| v.get(1..).unwrap_or_default().to_vec());
-                pending.insert(key.clone(), value);
-            }
-        }
+        // Pending writes win over the engine's entries.
+        let pending = self.pending_in(bounds);
         let mut iter = if reverse { db.range_rev::<&[u8], _>(bounds) } else { db.range::<&[u8], _>(bounds) };
         if pending.is_empty() {
             // The usual case (a read outside a transaction or run): the

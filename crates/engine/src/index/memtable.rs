@@ -468,10 +468,20 @@ impl Index {
         last.cloned()
     }
 
-    /// Visits the keys within `(lower, upper)` visible at `at_seq` (a
-    /// registered snapshot's), in order, from the index alone, until
-    /// `visit` returns false.
-    pub fn keys_in(&self, lower: Bound<&[u8]>, upper: Bound<&[u8]>, at_seq: u64, mut visit: impl FnMut(&Key) -> bool) {
+    /// Visits the keys within `(lower, upper)` whose newest version is not
+    /// a deletion, in order (or in reverse), from the index alone, until
+    /// `visit` returns false. No snapshot, so nothing is merged first: the
+    /// pending updates in range are read in place (a snapshot's merge of a
+    /// few thousand of them into a big tree took milliseconds), under the
+    /// pending table's read lock, which holds the leader's next update back
+    /// for the walk.
+    pub fn newest_keys_in(
+        &self,
+        lower: Bound<&[u8]>,
+        upper: Bound<&[u8]>,
+        reverse: bool,
+        mut visit: impl FnMut(&[u8]) -> bool,
+    ) {
         // An empty or inverted range holds nothing (BTreeMap would panic).
         let empty = match (lower, upper) {
             (Bound::Included(a), Bound::Included(b)) => a > b,
@@ -482,9 +492,53 @@ impl Index {
         if empty {
             return;
         }
+        let within = |key: &[u8]| std::ops::RangeBounds::<[u8]>::contains(&(lower, upper), key);
+        // Lock order: pending, then the tree. A frozen table being merged
+        // stays in `pending` until it is all in the tree, and holds the
+        // same versions as the tree for what is merged.
+        let pending = (self.pending_entries.load(Ordering::Acquire) > 0).then(|| self.pending.read());
+        let mut newer: BTreeMap<&[u8], bool> = BTreeMap::new();
+        if let Some(pending) = &pending {
+            let tables = pending.frozen.as_deref().into_iter().chain(std::iter::once(&pending.active));
+            for (key, slot) in tables.flat_map(PendingMap::iter) {
+                if within(key.as_slice()) {
+                    newer.insert(key.as_slice(), !slot.loc.is_tombstone());
+                }
+            }
+        }
         let tree = self.tree.read();
-        for (key, slot) in tree.heads.range(lower.map(KeyRef::new), upper.map(KeyRef::new)) {
-            let live = tree.visible(key, slot, Some(at_seq)).is_some_and(|version| !version.loc.is_tombstone());
+        let range = tree.heads.range(lower.map(KeyRef::new), upper.map(KeyRef::new));
+        let mut held: Box<dyn Iterator<Item = (&[u8], bool)>> = {
+            let entries = range.map(|(key, slot)| (key.as_slice(), !slot.loc.is_tombstone()));
+            if reverse {
+                Box::new(entries.rev())
+            } else {
+                Box::new(entries)
+            }
+        };
+        let mut pending: Box<dyn Iterator<Item = (&[u8], bool)>> = if reverse {
+            Box::new(newer.iter().rev().map(|(k, l)| (*k, *l)))
+        } else {
+            Box::new(newer.iter().map(|(k, l)| (*k, *l)))
+        };
+        let (mut from_tree, mut from_pending) = (held.next(), pending.next());
+        loop {
+            // The next key in the walk's order; a pending version wins.
+            let take_tree = match (from_tree, from_pending) {
+                (None, None) => return,
+                (Some(_), None) => true,
+                (None, Some(_)) => false,
+                (Some((t, _)), Some((p, _))) if t == p => {
+                    from_tree = held.next();
+                    false
+                }
+                (Some((t, _)), Some((p, _))) => (t < p) != reverse,
+            };
+            let (key, live) = if take_tree {
+                std::mem::replace(&mut from_tree, held.next()).expect("checked")
+            } else {
+                std::mem::replace(&mut from_pending, pending.next()).expect("checked")
+            };
             if live && !visit(key) {
                 return;
             }

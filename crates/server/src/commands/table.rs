@@ -172,7 +172,15 @@ pub fn store(ctx: &mut Ctx<'_>, key: &[u8], table: &Table, expiry: Option<u64>) 
         ctx.writes.note_reserved(-1);
         return Ok(());
     }
-    ctx.writes.put(key, table.tag, &table.encode(), expiry)
+    let data = table.encode();
+    // An update of fields a table holds leaves its stub as it was: no new
+    // record in the log (each would be garbage for GC to skip).
+    if let Some(stub) = ctx.writes.get(ctx.db(), key)? {
+        if stub.tag() == table.tag && stub.data() == data && stub.expiry_ms() == expiry {
+            return Ok(());
+        }
+    }
+    ctx.writes.put(key, table.tag, &data, expiry)
 }
 
 /// A new table of type `tag` at `key` holding `pairs` (a collection grown

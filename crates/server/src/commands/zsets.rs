@@ -176,16 +176,24 @@ impl<'v> Open<'v> {
                 match old {
                     Some(old) => {
                         table::delete(ctx, table, &index_field(old, member));
-                        count_in_block(ctx, table, &place(old, member), -1)?;
                         table::overwrite(ctx, table, &member_field(member), &score.to_le_bytes())?;
+                        table::insert(ctx, table, &index_field(score, member), b"")?;
+                        // A member that stays in its block leaves the
+                        // counts as they were (and the log without two
+                        // records of garbage).
+                        let (from, to) = (place(old, member), place(score, member));
+                        if block_of(ctx, table, &from)?.0 != block_of(ctx, table, &to)?.0 {
+                            count_in_block(ctx, table, &from, -1)?;
+                            count_in_block(ctx, table, &to, 1)?;
+                        }
                     }
                     None => {
                         table::insert(ctx, table, &member_field(member), &score.to_le_bytes())?;
                         table.head += 1;
+                        table::insert(ctx, table, &index_field(score, member), b"")?;
+                        count_in_block(ctx, table, &place(score, member), 1)?;
                     }
                 }
-                table::insert(ctx, table, &index_field(score, member), b"")?;
-                count_in_block(ctx, table, &place(score, member), 1)?;
             }
         }
         Ok(())
@@ -369,9 +377,10 @@ fn block_of(ctx: &mut Ctx<'_>, table: &Table, place: &[u8]) -> Result<(Vec<u8>, 
     }
     let first = table::member_key(table.id, &[BLOCK]);
     let at = table::member_key(table.id, &block_field(place));
-    let found = ctx.writes.scan_range(ctx.db(), (Bound::Included(&first[..]), Bound::Included(&at[..])), true, 1)?;
-    let (key, count) = found.into_iter().next().ok_or(Corrupt)?;
-    Ok((key[first.len()..].to_vec(), block_count(&count)?))
+    let bounds = (Bound::Included(&first[..]), Bound::Included(&at[..]));
+    let key = ctx.writes.last_in_range(ctx.db(), bounds).ok_or(Corrupt)?;
+    let count = ctx.writes.get_internal(ctx.db(), &key)?.ok_or(Corrupt)?;
+    Ok((key[first.len()..].to_vec(), block_count(count.data())?))
 }
 
 /// The fences of `table`'s blocks, in order (the first, empty, included).
@@ -381,11 +390,14 @@ fn cached_fences(ctx: &mut Ctx<'_>, table: &Table) -> Result<std::sync::Arc<Vec<
     if let Some(fences) = ctx.shared.rank_fences.lock().get(&table.id) {
         return Ok(fences.clone());
     }
+    // The blocks' keys from the index: no snapshot, no log reads.
+    let first = table::member_key(table.id, &[BLOCK]);
+    let end = prefix_end(&first).expect("ends below 0xFF");
     let mut fences = Vec::new();
-    each_block(ctx, table, |fence, _| {
-        fences.push(fence.to_vec());
+    ctx.writes.walk_keys(ctx.db(), (Bound::Included(&first[..]), Bound::Excluded(&end[..])), false, |key| {
+        fences.push(key[first.len()..].to_vec());
         true
-    })?;
+    });
     if fences.first().is_none_or(|first| !first.is_empty()) {
         return Err(Corrupt.into());
     }
@@ -418,7 +430,7 @@ fn count_in_block(ctx: &mut Ctx<'_>, table: &mut Table, place: &[u8], delta: i64
     let start = [&index[..], &fence].concat();
     let end = prefix_end(&index).expect("ends below 0xFF");
     let bounds = (Bound::Included(&start[..]), Bound::Excluded(&end[..]));
-    let middle = ctx.writes.nth_in_range(ctx.db(), bounds, half as usize)?.ok_or(Corrupt)?[index.len()..].to_vec();
+    let middle = ctx.writes.nth_in_range(ctx.db(), bounds, half as usize).ok_or(Corrupt)?[index.len()..].to_vec();
     table::overwrite(ctx, table, &field, &half.to_le_bytes())?;
     ctx.writes.note_blocks_changed();
     table::insert(ctx, table, &block_field(&middle), &(count - half).to_le_bytes())
@@ -461,7 +473,7 @@ fn table_rank(ctx: &mut Ctx<'_>, table: &Table, place: &[u8]) -> Result<u64, Cmd
     let index = table::member_key(table.id, &[INDEX]);
     let (from, to) = ([&index[..], &fence].concat(), [&index[..], place].concat());
     let bounds = (Bound::Included(&from[..]), Bound::Excluded(&to[..]));
-    let within = ctx.writes.count_range(ctx.db(), bounds)? as u64;
+    let within = ctx.writes.count_range(ctx.db(), bounds) as u64;
     if within > count {
         return Err(Corrupt.into());
     }
@@ -484,7 +496,7 @@ fn place_of_rank(ctx: &mut Ctx<'_>, table: &Table, rank: u64) -> Result<Vec<u8>,
     let from = [&index[..], &fence].concat();
     let end = prefix_end(&index).expect("ends below 0xFF");
     let bounds = (Bound::Included(&from[..]), Bound::Excluded(&end[..]));
-    let key = ctx.writes.nth_in_range(ctx.db(), bounds, offset as usize)?.ok_or(Corrupt)?;
+    let key = ctx.writes.nth_in_range(ctx.db(), bounds, offset as usize).ok_or(Corrupt)?;
     Ok(key[index.len()..].to_vec())
 }
 
@@ -946,7 +958,7 @@ fn count_range(ctx: &mut Ctx<'_>, key: &[u8], range: Range) -> CmdResult {
         let past = |score: f64| prefix_end(&at(score)).expect("ends below 0xFF");
         let lower = if min.1 { past(min.0) } else { at(min.0) };
         let upper = if max.1 { at(max.0) } else { past(max.0) };
-        count = ctx.writes.count_range(ctx.db(), (Bound::Included(&lower[..]), Bound::Excluded(&upper[..])))? as i64;
+        count = ctx.writes.count_range(ctx.db(), (Bound::Included(&lower[..]), Bound::Excluded(&upper[..]))) as i64;
     } else if !empty {
         set.walk(ctx, from, false, 64, |m, s| {
             count += within(m, s) as i64;
