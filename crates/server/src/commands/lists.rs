@@ -600,21 +600,31 @@ pub fn blmpop(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     mpop(ctx, &args[2..], Some(timeout))
 }
 
-/// LMPOP's work from its numkeys on (`args[0]`); with `block`, nothing to
-/// pop blocks instead of answering a null array.
-fn mpop(ctx: &mut Ctx<'_>, args: &[Bytes], block: Option<Option<Duration>>) -> CmdResult {
+/// LMPOP's and ZMPOP's arguments from numkeys on (`args[0]`): the keys,
+/// whether the first of `ends` (LEFT, MIN) was named, and the count.
+pub(super) fn mpop_args<'a>(args: &'a [Bytes], ends: [&str; 2]) -> Result<(&'a [Bytes], bool, usize), CmdError> {
     let numkeys = int(&args[0]).ok().filter(|&n| n > 0).ok_or_else(|| err("ERR numkeys should be greater than 0"))?;
-    let side_at =
-        (numkeys as u64).checked_add(1).filter(|&at| at < args.len() as u64).ok_or(CmdError::Syntax)? as usize;
-    let front = side(&args[side_at])?;
-    let count = match &args[side_at + 1..] {
+    let end_at = (numkeys as u64).checked_add(1).filter(|&at| at < args.len() as u64).ok_or(CmdError::Syntax)? as usize;
+    let first = match &args[end_at] {
+        end if eq(end, ends[0]) => true,
+        end if eq(end, ends[1]) => false,
+        _ => return Err(CmdError::Syntax),
+    };
+    let count = match &args[end_at + 1..] {
         [] => 1,
         [option, value] if eq(option, "count") => {
             int(value).ok().filter(|&n| n > 0).ok_or_else(|| err("ERR count should be greater than 0"))? as usize
         }
         _ => return Err(CmdError::Syntax),
     };
-    for key in &args[1..side_at] {
+    Ok((&args[1..end_at], first, count))
+}
+
+/// LMPOP's work from its numkeys on (`args[0]`); with `block`, nothing to
+/// pop blocks instead of answering a null array.
+fn mpop(ctx: &mut Ctx<'_>, args: &[Bytes], block: Option<Option<Duration>>) -> CmdResult {
+    let (keys, front, count) = mpop_args(args, ["left", "right"])?;
+    for key in keys {
         let value = read_list(ctx, key)?;
         if value.is_none() {
             continue;

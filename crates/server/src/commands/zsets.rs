@@ -1124,22 +1124,9 @@ pub fn bzmpop(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
 /// ZMPOP's work from its numkeys on (`args[0]`): [key, [[member, score]
 /// ...]] from the first non-empty set; with `block`, nothing to pop blocks.
 fn mpop(ctx: &mut Ctx<'_>, args: &[Bytes], block: Option<Option<std::time::Duration>>) -> CmdResult {
-    let numkeys = int(&args[0]).ok().filter(|&n| n > 0).ok_or_else(|| err("ERR numkeys should be greater than 0"))?;
-    let side_at =
-        (numkeys as u64).checked_add(1).filter(|&at| at < args.len() as u64).ok_or(CmdError::Syntax)? as usize;
-    let max = match &args[side_at] {
-        side if eq(side, "min") => false,
-        side if eq(side, "max") => true,
-        _ => return Err(CmdError::Syntax),
-    };
-    let count = match &args[side_at + 1..] {
-        [] => 1,
-        [option, value] if eq(option, "count") => {
-            int(value).ok().filter(|&n| n > 0).ok_or_else(|| err("ERR count should be greater than 0"))? as usize
-        }
-        _ => return Err(CmdError::Syntax),
-    };
-    for key in &args[1..side_at] {
+    let (keys, min, count) = super::lists::mpop_args(args, ["min", "max"])?;
+    let max = !min;
+    for key in keys {
         if let Some(popped) = pop(ctx, key, max, count)? {
             ctx.out.array(2);
             ctx.out.bulk(key);
