@@ -69,15 +69,8 @@ fn piece_bytes(segment: &Segment) -> usize {
     PIECE_BYTES.min(segment.capacity_bytes() / 4)
 }
 
-/// Writers help GC while the log exceeds this many times `gc_space_amp`
-/// and its garbage fills more than `WRITERS_HELP_SEGMENTS` segments. The
-/// second bound: a small database whose log is mostly fresh garbage (32
-/// MiB of log over 10 MiB live, a sorted set of 100,000 members under
-/// ZADD) stalled writes 35 times for ~14 ms each, half a second in all on
-/// one hot key's clients, to reclaim a few megabytes the background
-/// collector reclaims anyway.
+/// Writers help GC while the log exceeds this many times `gc_space_amp`.
 pub(crate) const WRITERS_HELP_ABOVE: f64 = 1.5;
-const WRITERS_HELP_SEGMENTS: u64 = 2;
 
 /// The segment being collected and where its next piece starts. Held in
 /// `Inner::gc`, whose lock makes one collector at a time (the background
@@ -141,11 +134,7 @@ impl Inner {
     /// go seconds without a turn on a busy machine while the log grows.
     pub(crate) fn refresh_gc_behind(&self) {
         let limit = self.options.gc_space_amp * WRITERS_HELP_ABOVE;
-        let (written, live) = self.log_and_live_bytes();
-        let garbage = written.saturating_sub(live);
-        let behind = written as f64 / live as f64 > limit
-            && garbage > WRITERS_HELP_SEGMENTS * self.options.segment_size_bytes as u64
-            && !self.gc_candidates().is_empty();
+        let behind = self.space_amplification() > limit && !self.gc_candidates().is_empty();
         if self.gc_behind.swap(behind, Ordering::Relaxed) != behind {
             tracing::debug!(dir = %self.dir.display(), behind, "writers help GC");
         }
@@ -236,18 +225,12 @@ impl Inner {
 
     /// Written log bytes over live bytes, infinite for a log of garbage.
     fn space_amplification(&self) -> f64 {
-        let (written, live) = self.log_and_live_bytes();
-        written as f64 / live as f64
-    }
-
-    /// Bytes written to the log's segments, and how many of them are live.
-    fn log_and_live_bytes(&self) -> (u64, u64) {
         let (mut written, mut live) = (0u64, 0u64);
         for segment in self.segments.all() {
             written += segment.written_bytes.load(Ordering::Relaxed);
             live += segment.live_bytes.load(Ordering::Relaxed);
         }
-        (written, live)
+        written as f64 / live as f64
     }
 
     /// Copies the live entries of the next piece of the segment forward;
