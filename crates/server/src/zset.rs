@@ -165,9 +165,12 @@ pub fn empty_lex(min: &Lex, max: &Lex) -> bool {
     }
 }
 
+/// Members and their scores, borrowed.
+pub type Members<'a> = Vec<(&'a [u8], f64)>;
+
 /// The members and scores of a sorted set kept as one value, in order,
 /// and whether Redis would keep it as a skiplist.
-pub fn decode(data: &[u8]) -> Result<(Vec<(&[u8], f64)>, bool), Corrupt> {
+pub fn decode(data: &[u8]) -> Result<(Members<'_>, bool), Corrupt> {
     let mut entries = Vec::with_capacity(hash::count(data)?.min(data.len()));
     for pair in hash::pairs(data) {
         let (member, score) = pair?;

@@ -95,6 +95,9 @@ fn read_zset(ctx: &mut Ctx<'_>, key: &[u8]) -> Result<Option<Value>, CmdError> {
     ctx.read_collection(key, TYPE_ZSET, TYPE_ZSET_TABLE)
 }
 
+/// Members with their scores, owned.
+type Scored = Vec<(Vec<u8>, f64)>;
+
 /// Where a walk over a sorted set starts, in its direction.
 #[derive(Clone, Copy)]
 enum From<'a> {
@@ -252,9 +255,9 @@ impl<'v> Open<'v> {
         };
         let Some(start) = start else { return Ok(()) };
         // A reverse start is a member's position, a forward one at most n.
-        let mut walk: Box<dyn Iterator<Item = &(Cow<'_, [u8]>, f64)>> =
+        let walk: Box<dyn Iterator<Item = &(Cow<'_, [u8]>, f64)>> =
             if reverse { Box::new(entries[..=start].iter().rev()) } else { Box::new(entries[start..].iter()) };
-        while let Some((m, s)) = walk.next() {
+        for (m, s) in walk {
             if !visit(m, *s) {
                 break;
             }
@@ -272,7 +275,7 @@ impl<'v> Open<'v> {
         mut offset: u64,
         limit: usize,
         within: impl Fn(&[u8], f64) -> bool,
-    ) -> Result<Vec<(Vec<u8>, f64)>, CmdError> {
+    ) -> Result<Scored, CmdError> {
         let mut found = Vec::new();
         if limit == 0 {
             return Ok(found);
@@ -294,7 +297,7 @@ impl<'v> Open<'v> {
         Ok(found)
     }
 
-    fn all(&self, ctx: &mut Ctx<'_>) -> Result<Vec<(Vec<u8>, f64)>, CmdError> {
+    fn all(&self, ctx: &mut Ctx<'_>) -> Result<Scored, CmdError> {
         self.collect(ctx, From::Rank(0), false, 0, usize::MAX, |_, _| true)
     }
 
@@ -350,7 +353,7 @@ fn new_table(ctx: &mut Ctx<'_>, key: &[u8], entries: &[(Cow<'_, [u8]>, f64)]) ->
     for (at, (member, score)) in entries.iter().enumerate() {
         fields.push((member_field(member), score.to_le_bytes().to_vec()));
         fields.push((index_field(*score, member), Vec::new()));
-        if at as u64 % (BLOCK_MOST / 2) == 0 {
+        if (at as u64).is_multiple_of(BLOCK_MOST / 2) {
             let fence = if at == 0 { Vec::new() } else { place(*score, member) };
             let count = (entries.len() - at).min(BLOCK_MOST as usize / 2) as u64;
             fields.push((block_field(&fence), count.to_le_bytes().to_vec()));
@@ -623,7 +626,7 @@ pub fn zadd(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         at += 1;
     }
     let pairs = &args[at..];
-    if pairs.is_empty() || pairs.len() % 2 != 0 {
+    if pairs.is_empty() || !pairs.len().is_multiple_of(2) {
         return Err(CmdError::Syntax);
     }
     if incr && pairs.len() > 2 {
@@ -632,7 +635,7 @@ pub fn zadd(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     if nx && xx {
         return Err(err("ERR XX and NX options at the same time are not compatible"));
     }
-    if (gt && nx) || (lt && nx) || (gt && lt) {
+    if (nx && (gt || lt)) || (gt && lt) {
         return Err(err("ERR GT, LT, and/or NX options at the same time are not compatible"));
     }
     let scores: Vec<f64> = pairs.chunks(2).map(|pair| score_arg(&pair[0])).collect::<Result<_, _>>()?;
@@ -767,7 +770,7 @@ impl Range {
         reverse: bool,
         offset: i64,
         limit: i64,
-    ) -> Result<Vec<(Vec<u8>, f64)>, CmdError> {
+    ) -> Result<Scored, CmdError> {
         // Redis skips a negative offset's worth for ever: nothing.
         if offset < 0 {
             return Ok(Vec::new());
@@ -1032,7 +1035,7 @@ pub fn zremrangebylex(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
 
 /// Removes and returns up to `count` of the lowest (or, `max`, highest)
 /// members of the set at `key` (None: missing).
-fn pop(ctx: &mut Ctx<'_>, key: &[u8], max: bool, count: usize) -> Result<Option<Vec<(Vec<u8>, f64)>>, CmdError> {
+fn pop(ctx: &mut Ctx<'_>, key: &[u8], max: bool, count: usize) -> Result<Option<Scored>, CmdError> {
     let value = read_zset(ctx, key)?;
     if value.is_none() {
         return Ok(None);
@@ -1172,7 +1175,7 @@ pub fn zrandmember(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         }
         return Ok(());
     };
-    let picked: Vec<(Vec<u8>, f64)> = if count >= members.len() as i64 {
+    let picked: Scored = if count >= members.len() as i64 {
         // The whole set, from the highest score down, as Redis replies it.
         members.into_iter().rev().collect()
     } else {
@@ -1192,7 +1195,7 @@ pub fn zscan(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         return Ok(());
     }
     let options = super::keys::scan_options(&args[3..], false)?;
-    let (next, members): (u64, Vec<(Vec<u8>, f64)>) = match Open::of(value.as_ref())? {
+    let (next, members): (u64, Scored) = match Open::of(value.as_ref())? {
         Open::Table(table) => {
             let (next, page) = table::page(ctx, &table, &[MEMBER], cursor, options.count)?;
             let members = page.into_iter().map(|(m, s)| Ok((m, stored_score(&s)?))).collect::<Result<_, Corrupt>>()?;
@@ -1226,7 +1229,7 @@ enum Aggregate {
 
 /// The members and scores of a sorted set or a set (whose members score
 /// 1) at `key`; WRONGTYPE for any other type.
-fn scored_members(ctx: &mut Ctx<'_>, key: &[u8]) -> Result<Vec<(Vec<u8>, f64)>, CmdError> {
+fn scored_members(ctx: &mut Ctx<'_>, key: &[u8]) -> Result<Scored, CmdError> {
     let Some(value) = ctx.read(key)? else { return Ok(Vec::new()) };
     match value.tag() {
         TYPE_ZSET | TYPE_ZSET_TABLE => Open::of(Some(&value))?.all(ctx),
@@ -1304,7 +1307,7 @@ fn combine_command(ctx: &mut Ctx<'_>, args: &[Bytes], op: SetOp, store: bool) ->
 
 /// The combined set, in Redis's order. A weighted score that is NaN
 /// (0 x inf), or a sum that is (inf - inf), counts as 0, as in Redis.
-fn combine(inputs: Vec<Vec<(Vec<u8>, f64)>>, weights: &[f64], aggregate: Aggregate, op: SetOp) -> Vec<(Vec<u8>, f64)> {
+fn combine(inputs: Vec<Scored>, weights: &[f64], aggregate: Aggregate, op: SetOp) -> Scored {
     use std::collections::HashMap;
     let weighted = |score: f64, weight: f64| {
         let product = score * weight;
@@ -1328,7 +1331,7 @@ fn combine(inputs: Vec<Vec<(Vec<u8>, f64)>>, weights: &[f64], aggregate: Aggrega
     };
     let mut inputs = inputs.into_iter().zip(weights.iter().copied());
     let Some((first, first_weight)) = inputs.next() else { return Vec::new() };
-    let mut result: Vec<(Vec<u8>, f64)> = match op {
+    let mut result: Scored = match op {
         SetOp::Diff => {
             let others: std::collections::HashSet<Vec<u8>> =
                 inputs.flat_map(|(set, _)| set.into_iter().map(|(m, _)| m)).collect();
@@ -1407,7 +1410,7 @@ pub fn zintercard(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
 }
 
 /// Every member and score of the sorted set `value`, in order (DUMP).
-pub fn members_of(ctx: &mut Ctx<'_>, value: &Value) -> Result<Vec<(Vec<u8>, f64)>, CmdError> {
+pub fn members_of(ctx: &mut Ctx<'_>, value: &Value) -> Result<Scored, CmdError> {
     Open::of(Some(value))?.all(ctx)
 }
 
