@@ -362,6 +362,36 @@ impl Writes {
         pending
     }
 
+    /// Calls `visit` with up to `limit` entries within `bounds` (inside
+    /// one of the server's own ranges), in key order, values without their
+    /// type byte; returns how many. Where these writes hold none there the
+    /// engine lends them in place (LRANGE of a big list: no copy per
+    /// element before the reply's).
+    pub fn visit_range(
+        &self,
+        db: &Db,
+        bounds: (Bound<&[u8]>, Bound<&[u8]>),
+        limit: usize,
+        mut visit: impl FnMut(&[u8], &[u8]),
+    ) -> Result<usize, CmdError> {
+        if !self.pending_in(bounds).is_empty() {
+            let found = self.scan_range(db, bounds, false, limit)?;
+            for (key, value) in &found {
+                visit(key, value);
+            }
+            return Ok(found.len());
+        }
+        let mut iter = db.range::<&[u8], _>(bounds);
+        let mut seen = 0;
+        while seen < limit {
+            let Some(item) = iter.next_ref() else { break };
+            let (key, value) = item?;
+            visit(key, value.get(1..).unwrap_or_default());
+            seen += 1;
+        }
+        Ok(seen)
+    }
+
     /// Up to `limit` entries within `bounds` (inside one of the server's
     /// own ranges), from the low end or (`reverse`) the high one: the
     /// engine's merged with these writes' pending ones. Values without
