@@ -1339,10 +1339,10 @@ fn combine(inputs: Vec<Scored>, weights: &[f64], aggregate: Aggregate, op: SetOp
         }
         SetOp::Union | SetOp::Inter => {
             let mut scores: HashMap<Vec<u8>, (f64, usize)> = HashMap::new();
-            let mut order = Vec::new();
+            let mut first_seen = Vec::new();
             for (member, score) in first {
                 scores.insert(member.clone(), (weighted(score, first_weight), 1));
-                order.push(member);
+                first_seen.push(member);
             }
             let mut sets = 1;
             for (set, weight) in inputs {
@@ -1356,13 +1356,13 @@ fn combine(inputs: Vec<Scored>, weights: &[f64], aggregate: Aggregate, op: SetOp
                         }
                         None if op == SetOp::Union => {
                             scores.insert(member.clone(), (score, 1));
-                            order.push(member);
+                            first_seen.push(member);
                         }
                         None => {}
                     }
                 }
             }
-            order
+            first_seen
                 .into_iter()
                 .filter_map(|member| {
                     let (score, seen) = scores[&member];
@@ -1371,6 +1371,7 @@ fn combine(inputs: Vec<Scored>, weights: &[f64], aggregate: Aggregate, op: SetOp
                 .collect()
         }
     };
+    // A -0 is stored as 0 (as `Open::put` does), so it is replied so too.
     for (_, score) in &mut result {
         if *score == 0.0 {
             *score = 0.0;
