@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-use super::args::{eq, int};
+use super::args::{eq, int, mpop_args, timeout};
 use super::table::{self, Table};
 use super::{err, CmdError, CmdResult, Ctx};
 use crate::hash;
@@ -485,21 +485,6 @@ pub fn lmove(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     lmove_between(ctx, args, from_front, to_front, None)
 }
 
-/// A blocking command's timeout in seconds, as Redis reads it: a
-/// non-negative decimal; 0 waits for ever.
-pub(super) fn timeout(arg: &[u8]) -> Result<Option<Duration>, CmdError> {
-    let seconds = super::args::float(arg).map_err(|_| err("ERR timeout is not a float or out of range"))?;
-    if seconds < 0.0 {
-        return Err(err("ERR timeout is negative"));
-    }
-    let millis = (seconds * 1000.0).round();
-    // float() refuses NaN, so this is the only way out of range.
-    if millis >= i64::MAX as f64 / 2.0 {
-        return Err(err("ERR timeout is out of range"));
-    }
-    Ok((millis > 0.0).then(|| Duration::from_millis(millis as u64)))
-}
-
 /// BLPOP and BRPOP: the first non-empty list among the keys gives its
 /// element, as [key, element].
 fn blocking_pop(ctx: &mut Ctx<'_>, args: &[Bytes], front: bool) -> CmdResult {
@@ -614,26 +599,6 @@ pub fn lmpop(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
 pub fn blmpop(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let timeout = timeout(&args[1])?;
     mpop(ctx, &args[2..], Some(timeout))
-}
-
-/// LMPOP's and ZMPOP's arguments from numkeys on (`args[0]`): the keys,
-/// whether the first of `ends` (LEFT, MIN) was named, and the count.
-pub(super) fn mpop_args<'a>(args: &'a [Bytes], ends: [&str; 2]) -> Result<(&'a [Bytes], bool, usize), CmdError> {
-    let numkeys = int(&args[0]).ok().filter(|&n| n > 0).ok_or_else(|| err("ERR numkeys should be greater than 0"))?;
-    let end_at = (numkeys as u64).checked_add(1).filter(|&at| at < args.len() as u64).ok_or(CmdError::Syntax)? as usize;
-    let first = match &args[end_at] {
-        end if eq(end, ends[0]) => true,
-        end if eq(end, ends[1]) => false,
-        _ => return Err(CmdError::Syntax),
-    };
-    let count = match &args[end_at + 1..] {
-        [] => 1,
-        [option, value] if eq(option, "count") => {
-            int(value).ok().filter(|&n| n > 0).ok_or_else(|| err("ERR count should be greater than 0"))? as usize
-        }
-        _ => return Err(CmdError::Syntax),
-    };
-    Ok((&args[1..end_at], first, count))
 }
 
 /// LMPOP's work from its numkeys on (`args[0]`); with `block`, nothing to

@@ -718,6 +718,7 @@ pub fn random_picks(size: usize, count: i64) -> Vec<usize> {
 /// Argument helpers with Redis's parsing rules and error texts.
 pub mod args {
     use super::CmdError;
+    use bytes::Bytes;
 
     /// Redis's `string2ll`: no spaces, no '+', no leading zeros.
     pub fn int(arg: &[u8]) -> Result<i64, CmdError> {
@@ -782,5 +783,43 @@ pub mod args {
 
     pub fn eq(arg: &[u8], word: &str) -> bool {
         arg.eq_ignore_ascii_case(word.as_bytes())
+    }
+
+    /// A blocking command's timeout in seconds, as Redis reads it: a
+    /// non-negative decimal; 0 waits for ever.
+    pub fn timeout(arg: &[u8]) -> Result<Option<std::time::Duration>, CmdError> {
+        let seconds = float(arg).map_err(|_| super::err("ERR timeout is not a float or out of range"))?;
+        if seconds < 0.0 {
+            return Err(super::err("ERR timeout is negative"));
+        }
+        let millis = (seconds * 1000.0).round();
+        // float() refuses NaN, so this is the only way out of range.
+        if millis >= i64::MAX as f64 / 2.0 {
+            return Err(super::err("ERR timeout is out of range"));
+        }
+        Ok((millis > 0.0).then(|| std::time::Duration::from_millis(millis as u64)))
+    }
+
+    /// LMPOP's and ZMPOP's arguments from numkeys on (`args[0]`): the keys,
+    /// whether the first of `ends` (LEFT, MIN) was named, and the count.
+    pub fn mpop_args<'a>(args: &'a [Bytes], ends: [&str; 2]) -> Result<(&'a [Bytes], bool, usize), CmdError> {
+        let numkeys =
+            int(&args[0]).ok().filter(|&n| n > 0).ok_or_else(|| super::err("ERR numkeys should be greater than 0"))?;
+        let end_at =
+            (numkeys as u64).checked_add(1).filter(|&at| at < args.len() as u64).ok_or(CmdError::Syntax)? as usize;
+        let first = match &args[end_at] {
+            end if eq(end, ends[0]) => true,
+            end if eq(end, ends[1]) => false,
+            _ => return Err(CmdError::Syntax),
+        };
+        let count = match &args[end_at + 1..] {
+            [] => 1,
+            [option, value] if eq(option, "count") => {
+                int(value).ok().filter(|&n| n > 0).ok_or_else(|| super::err("ERR count should be greater than 0"))?
+                    as usize
+            }
+            _ => return Err(CmdError::Syntax),
+        };
+        Ok((&args[1..end_at], first, count))
     }
 }

@@ -52,6 +52,10 @@ pub struct Table {
     pub id: u64,
     pub count: u64,
     pub head: i64,
+    /// The count, third word and expiry time of the stub as the command
+    /// read it (`Table::of`): `store` writes nothing when they are still
+    /// so. None for a table not read from its key.
+    read_as: Option<(u64, i64, Option<u64>)>,
 }
 
 impl Table {
@@ -65,11 +69,14 @@ impl Table {
             24 => i64::from_le_bytes(word(16)?),
             _ => return Err(Corrupt),
         };
-        Ok(Table { tag, id: u64::from_le_bytes(word(0)?), count: u64::from_le_bytes(word(8)?), head })
+        let (id, count) = (u64::from_le_bytes(word(0)?), u64::from_le_bytes(word(8)?));
+        Ok(Table { tag, id, count, head, read_as: None })
     }
 
+    /// The stub `value` holds, as read.
     pub fn of(value: &crate::keyspace::Value) -> Result<Table, Corrupt> {
-        Table::decode(value.tag(), value.data())
+        let table = Table::decode(value.tag(), value.data())?;
+        Ok(Table { read_as: Some((table.count, table.head, value.expiry_ms())), ..table })
     }
 
     fn encode(&self) -> Vec<u8> {
@@ -172,18 +179,12 @@ pub fn store(ctx: &mut Ctx<'_>, key: &[u8], table: &Table, expiry: Option<u64>) 
         ctx.writes.note_reserved(-1);
         return Ok(());
     }
-    let data = table.encode();
-    // An update of fields a table holds leaves its stub as it was: no new
-    // record in the log (each would be garbage for GC to skip). Only where
-    // the stub read back includes these writes' own (an overlay kept).
-    if ctx.writes.has_overlay() {
-        if let Some(stub) = ctx.writes.get(ctx.db(), key)? {
-            if stub.tag() == table.tag && stub.data() == data && stub.expiry_ms() == expiry {
-                return Ok(());
-            }
-        }
+    // An update of fields a table holds leaves its stub as it was read:
+    // no new record in the log (each would be garbage for GC to skip).
+    if table.read_as == Some((table.count, table.head, expiry)) {
+        return Ok(());
     }
-    ctx.writes.put(key, table.tag, &data, expiry)
+    ctx.writes.put(key, table.tag, &table.encode(), expiry)
 }
 
 /// A new table of type `tag` at `key` holding `pairs` (a collection grown
@@ -208,7 +209,7 @@ pub fn fill<'p>(
     pairs: impl Iterator<Item = (&'p [u8], &'p [u8])>,
 ) -> Result<Table, CmdError> {
     let id = ctx.shared.next_table_id.fetch_add(1, Ordering::Relaxed);
-    let mut table = Table { tag, id, count: 0, head: 0 };
+    let mut table = Table { tag, id, count: 0, head: 0, read_as: None };
     for (field, value) in pairs {
         let member = member_key(id, field);
         check_field(&member)?;

@@ -159,6 +159,10 @@ impl<'v> Open<'v> {
     fn put(&mut self, ctx: &mut Ctx<'_>, key: &[u8], member: &'v [u8], score: f64, old: Option<f64>) -> CmdResult {
         // -0 is kept as 0, as Redis's listpack keeps it.
         let score = if score == 0.0 { 0.0 } else { score };
+        if old.is_none() {
+            // A client blocked in BZPOPMIN may take it.
+            ctx.writes.note_pushed();
+        }
         match self {
             Open::Value { entries, skiplist, bytes } => {
                 match old {
@@ -184,10 +188,11 @@ impl<'v> Open<'v> {
                         // A member that stays in its block leaves the
                         // counts as they were (and the log without two
                         // records of garbage).
-                        let (from, to) = (place(old, member), place(score, member));
-                        if block_of(ctx, table, &from)?.0 != block_of(ctx, table, &to)?.0 {
-                            count_in_block(ctx, table, &from, -1)?;
-                            count_in_block(ctx, table, &to, 1)?;
+                        let from = block_of(ctx, table, &place(old, member))?;
+                        let to = block_of(ctx, table, &place(score, member))?;
+                        if from.0 != to.0 {
+                            count_into(ctx, table, from, -1)?;
+                            count_into(ctx, table, to, 1)?;
                         }
                     }
                     None => {
@@ -312,10 +317,6 @@ impl<'v> Open<'v> {
 
     /// Writes the set back to `key` with `expiry`; an empty set goes.
     fn store(self, ctx: &mut Ctx<'_>, key: &[u8], expiry: Option<u64>) -> CmdResult {
-        if self.len() > 0 {
-            // A client blocked in BZPOPMIN may take from it.
-            ctx.writes.note_pushed();
-        }
         match self {
             Open::Table(mut table) => {
                 if table.head == 0 {
@@ -417,7 +418,12 @@ fn cached_fences(ctx: &mut Ctx<'_>, table: &Table) -> Result<std::sync::Arc<Vec<
 /// inserting it) or out of it (-1): a block grown past `BLOCK_MOST`
 /// splits at its middle entry, one left empty goes (but the first).
 fn count_in_block(ctx: &mut Ctx<'_>, table: &mut Table, place: &[u8], delta: i64) -> CmdResult {
-    let (fence, count) = block_of(ctx, table, place)?;
+    let block = block_of(ctx, table, place)?;
+    count_into(ctx, table, block, delta)
+}
+
+/// `count_in_block` for the block (fence, count) already found.
+fn count_into(ctx: &mut Ctx<'_>, table: &mut Table, (fence, count): (Vec<u8>, u64), delta: i64) -> CmdResult {
     let count = count.checked_add_signed(delta).ok_or(Corrupt)?;
     let field = block_field(&fence);
     if count == 0 && !fence.is_empty() {
@@ -964,8 +970,9 @@ fn count_range(ctx: &mut Ctx<'_>, key: &[u8], range: Range) -> CmdResult {
         count = ctx.writes.count_range(ctx.db(), (Bound::Included(&lower[..]), Bound::Excluded(&upper[..]))) as i64;
     } else if !empty {
         set.walk(ctx, from, false, 64, |m, s| {
-            count += within(m, s) as i64;
-            within(m, s)
+            let inside = within(m, s);
+            count += inside as i64;
+            inside
         })?;
     }
     ctx.out.int(count);
@@ -1091,7 +1098,7 @@ pub fn zpopmax(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
 /// BZPOPMIN and BZPOPMAX key [key ...] timeout: [key, member, score] from
 /// the first non-empty set.
 fn blocking_pop(ctx: &mut Ctx<'_>, args: &[Bytes], max: bool) -> CmdResult {
-    let timeout = super::lists::timeout(&args[args.len() - 1])?;
+    let timeout = super::args::timeout(&args[args.len() - 1])?;
     for key in &args[1..args.len() - 1] {
         if let Some(popped) = pop(ctx, key, max, 1)? {
             let (member, score) = popped.first().ok_or(Corrupt)?;
@@ -1120,14 +1127,14 @@ pub fn zmpop(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
 
 /// BZMPOP timeout numkeys key [key ...] MIN|MAX [COUNT count].
 pub fn bzmpop(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
-    let timeout = super::lists::timeout(&args[1])?;
+    let timeout = super::args::timeout(&args[1])?;
     mpop(ctx, &args[2..], Some(timeout))
 }
 
 /// ZMPOP's work from its numkeys on (`args[0]`): [key, [[member, score]
 /// ...]] from the first non-empty set; with `block`, nothing to pop blocks.
 fn mpop(ctx: &mut Ctx<'_>, args: &[Bytes], block: Option<Option<std::time::Duration>>) -> CmdResult {
-    let (keys, min, count) = super::lists::mpop_args(args, ["min", "max"])?;
+    let (keys, min, count) = super::args::mpop_args(args, ["min", "max"])?;
     let max = !min;
     for key in keys {
         if let Some(popped) = pop(ctx, key, max, count)? {
