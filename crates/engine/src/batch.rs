@@ -90,6 +90,17 @@ impl WriteBatch {
         (entry.kind == EntryKind::Put).then_some((entry.value, entry.expiry_ms))
     }
 
+    /// Every entry in the order added: its key, and its value and expiry
+    /// time (None for a delete).
+    pub fn entries(&self) -> impl Iterator<Item = (&[u8], Option<(&[u8], Option<u64>)>)> + '_ {
+        let mut at = 0;
+        (0..self.count).map_while(move |_| {
+            let entry = decode_entry(self.body.get(at..)?, false).ok()?;
+            at += entry.len;
+            Some((entry.key, (entry.kind == EntryKind::Put).then_some((entry.value, entry.expiry_ms))))
+        })
+    }
+
     pub fn len(&self) -> usize {
         self.count as usize
     }
@@ -156,6 +167,17 @@ mod tests {
         let next = appended_at + crate::log::record::entry_len(1, 0, false);
         assert_eq!(first.value_at(next), Some((&b"2"[..], None)));
         assert_eq!(first.value_at(first.size_bytes()), None);
+        let entries: Vec<_> = first.entries().collect();
+        assert_eq!(
+            entries,
+            [
+                (&b"a"[..], Some((&b"1"[..], None))),
+                (b"b", Some((b"1", None))),
+                (b"a", None),
+                (b"b", Some((b"2", None))),
+                (b"c", Some((b"2", None)))
+            ]
+        );
         db.write(first).unwrap();
         assert_eq!(db.get(b"a").unwrap(), None);
         assert_eq!(db.get(b"b").unwrap().as_deref(), Some(&b"2"[..]));

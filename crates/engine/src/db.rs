@@ -358,6 +358,17 @@ impl Db {
         }
     }
 
+    /// A future that completes once every write queued before it is
+    /// durable and visible (or fails as they did): a caller that has read
+    /// another's queued writes and writes nothing itself waits on it
+    /// before it tells anyone what it read. Run `commit_queued` after it,
+    /// as after `enqueue_write`.
+    pub fn enqueue_barrier(&self) -> WriteFuture {
+        let request = Request::new(Vec::new(), 0, None);
+        self.inner.committer.enqueue(request.clone());
+        WriteFuture { request: Some(request), early: None }
+    }
+
     /// Whether GC is so far behind that every write first collects a piece
     /// of a segment (tens of milliseconds; see `gc.rs`): an event loop can
     /// move such a write off the thread that serves its other clients.
@@ -727,6 +738,8 @@ impl Inner {
         let mut user_bytes = 0u64;
         for request in group {
             match &request.relocations {
+                // A barrier (`Db::barrier`) has nothing to write.
+                None if request.count == 0 => continue,
                 None => {
                     seq += 1;
                     let frame_len = (FRAME_HEADER_BYTES + request.body.len()) as u32;
@@ -753,7 +766,7 @@ impl Inner {
         log.finish_group()?;
         log.last_seq = seq;
         self.counters.user_bytes_written.fetch_add(user_bytes, Ordering::Relaxed);
-        let user_requests = group.iter().filter(|r| r.relocations.is_none()).count() as u64;
+        let user_requests = group.iter().filter(|r| r.relocations.is_none() && r.count > 0).count() as u64;
         self.counters.commit_groups.fetch_add(1, Ordering::Relaxed);
         self.counters.committed_requests.fetch_add(user_requests, Ordering::Relaxed);
         self.counters.log_bytes_written.store(log.appended_bytes, Ordering::Relaxed);
@@ -764,6 +777,7 @@ impl Inner {
         for request in group {
             let mut at = 0;
             match &request.relocations {
+                None if request.count == 0 => {}
                 None => {
                     frame_seq += 1;
                     let (seg, frame_at) = placed.next().expect("one placement per frame");

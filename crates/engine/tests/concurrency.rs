@@ -209,6 +209,56 @@ fn async_writes_complete_and_are_durable() {
     assert_eq!(db.iter().count() as u64, THREADS * ROUNDS * IN_FLIGHT + 500);
 }
 
+/// A barrier completes only once every write queued before it is visible
+/// (and durable): threads queue writes without leading, then a barrier,
+/// and check their writes when it completes. Barriers write nothing: the
+/// log's sequence numbers and contents after reopening are the writes'.
+#[test]
+fn a_barrier_completes_after_every_write_queued_before_it() {
+    const THREADS: u64 = 3;
+    const ROUNDS: u64 = 1000;
+    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let options = Options { durability: Durability::Sync, segment_size_bytes: 256 * 1024, ..Options::default() };
+    let db = Db::open(dir.path(), options.clone()).unwrap();
+    // Alone in its group: nothing written, nothing to wait for.
+    let barrier = db.enqueue_barrier();
+    db.commit_queued();
+    block_on(barrier).unwrap();
+    let groups_before = db.stats().commit_groups;
+    std::thread::scope(|scope| {
+        for t in 0..THREADS {
+            let db = &db;
+            scope.spawn(move || {
+                for round in 0..ROUNDS {
+                    let keys: Vec<String> = (0..4).map(|i| format!("t{t}-{round:03}-{i}")).collect();
+                    let futures: Vec<_> = keys
+                        .iter()
+                        .map(|key| {
+                            let mut batch = WriteBatch::new();
+                            batch.put(key.as_bytes(), key.as_bytes());
+                            db.enqueue_write(batch)
+                        })
+                        .collect();
+                    let barrier = db.enqueue_barrier();
+                    // Led here or by another thread's call.
+                    db.commit_queued();
+                    block_on(barrier).unwrap();
+                    for key in &keys {
+                        assert_eq!(db.get(key.as_bytes()).unwrap().as_deref(), Some(key.as_bytes()), "{key}");
+                    }
+                    for future in futures {
+                        block_on(future).unwrap();
+                    }
+                }
+            });
+        }
+    });
+    assert!(db.stats().commit_groups > groups_before);
+    drop(db);
+    let db = Db::open(dir.path(), options).unwrap();
+    assert_eq!(db.iter().count() as u64, THREADS * ROUNDS * 4);
+}
+
 /// On a disk's file system, where leaders gather groups and hand the next
 /// group to a blocked writer, many blocking writers and async writers all
 /// complete, and every write is there after reopening.
