@@ -18,6 +18,10 @@ use crate::options::{MAX_KEY_BYTES, MAX_VALUE_BYTES};
 /// db.write(batch).unwrap();
 /// assert_eq!(db.get(b"banana").unwrap().as_deref(), Some(&b"yellow"[..]));
 /// ```
+/// One entry of a batch: its key, and its value and expiry time (None for
+/// a delete).
+pub type BatchEntry<'a> = (&'a [u8], Option<(&'a [u8], Option<u64>)>);
+
 #[derive(Debug, Default)]
 pub struct WriteBatch {
     pub(crate) body: Vec<u8>,
@@ -90,9 +94,8 @@ impl WriteBatch {
         (entry.kind == EntryKind::Put).then_some((entry.value, entry.expiry_ms))
     }
 
-    /// Every entry in the order added: its key, and its value and expiry
-    /// time (None for a delete).
-    pub fn entries(&self) -> impl Iterator<Item = (&[u8], Option<(&[u8], Option<u64>)>)> + '_ {
+    /// Every entry in the order added.
+    pub fn entries(&self) -> impl Iterator<Item = BatchEntry<'_>> + '_ {
         let mut at = 0;
         (0..self.count).map_while(move |_| {
             let entry = decode_entry(self.body.get(at..)?, false).ok()?;

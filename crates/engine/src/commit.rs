@@ -334,6 +334,14 @@ pub struct WriteFuture {
     pub(crate) early: Option<Error>,
 }
 
+impl WriteFuture {
+    /// Whether the batch was refused before it was queued (a limit): the
+    /// future then completes at once with the reason.
+    pub fn is_refused(&self) -> bool {
+        self.early.is_some()
+    }
+}
+
 impl Future for WriteFuture {
     type Output = Result<()>;
 

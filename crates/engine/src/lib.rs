@@ -32,7 +32,7 @@ mod options;
 mod recovery;
 mod stats;
 
-pub use batch::WriteBatch;
+pub use batch::{BatchEntry, WriteBatch};
 pub use commit::WriteFuture;
 pub use db::{now_ms, Db, PinnedValue, Snapshot};
 pub use error::{Error, Result};

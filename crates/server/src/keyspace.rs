@@ -6,14 +6,17 @@
 //! big one's stub (`commands::table`), whose members live under keys
 //! reserved for the server. Expiry is the engine's per-entry expiry time.
 
+use std::cell::Cell;
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Bound;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
 
 use scaledkv::{now_ms, Db, PinnedValue, WriteBatch, MAX_KEY_BYTES, MAX_VALUE_BYTES};
 use tokio::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use crate::commands::CmdError;
+use crate::pending::Pending;
 
 /// The expiry time of a value that may be missing.
 pub fn expiry_of(value: &Option<Value>) -> Option<u64> {
@@ -155,6 +158,12 @@ pub struct Writes {
     /// in `Shared::rank_fences` go once these writes commit, and until then
     /// these writes' commands look the blocks up in the engine.
     blocks_changed: bool,
+    /// Set for a command that holds its keys' locks: it reads other
+    /// commands' queued writes of those keys (`crate::pending`).
+    pending: Option<Arc<Pending>>,
+    /// Whether a read found one of those: before anyone is told what was
+    /// read, these writes (or, if none, a barrier) must be durable.
+    read_pending: Cell<bool>,
 }
 
 /// Owned (key, value) pairs, in key order.
@@ -167,6 +176,8 @@ pub struct Ready {
     pub reserved_delta: i64,
     pub pushed: bool,
     pub blocks_changed: bool,
+    /// Read writes that others queued and are not yet durable.
+    pub read_pending: bool,
 }
 
 impl Writes {
@@ -178,7 +189,34 @@ impl Writes {
             reserved_delta: 0,
             pushed: false,
             blocks_changed: false,
+            pending: None,
+            read_pending: Cell::new(false),
         }
+    }
+
+    /// For a command that holds the locks of every key it reads: reads see
+    /// writes other holders queued and published (`crate::pending`).
+    pub fn see_pending(&mut self, pending: &Arc<Pending>) {
+        if self.pending.is_none() {
+            self.pending = Some(pending.clone());
+        }
+    }
+
+    /// For a command whose reply depends on published writes otherwise
+    /// than through these reads (WATCH): it too waits for them.
+    pub fn note_read_pending(&self) {
+        self.read_pending.set(true);
+    }
+
+    /// Whether a read since the last commit found a published write.
+    pub fn read_pending(&self) -> bool {
+        self.read_pending.get()
+    }
+
+    /// The published writes, where these writes may read them and there
+    /// are any.
+    fn published(&self) -> Option<&Pending> {
+        self.pending.as_deref().filter(|pending| !pending.is_empty())
     }
 
     /// Whether later commands can read these writes before they commit.
@@ -204,6 +242,8 @@ impl Writes {
             pushed: false,
             // Known to the branch too: its base's blocks are not the cached.
             blocks_changed: self.blocks_changed,
+            pending: self.pending.clone(),
+            read_pending: Cell::new(false),
         }
     }
 
@@ -216,11 +256,14 @@ impl Writes {
         self.reserved_delta += branch.reserved_delta;
         self.pushed |= branch.pushed;
         self.blocks_changed |= branch.blocks_changed;
+        self.read_pending.set(self.read_pending() || branch.read_pending());
     }
 
     pub fn abandon(&mut self, mut branch: Writes) {
         let (overlay, batch) = branch.base.take().expect("a branch");
         (self.overlay, self.batch) = (Some(overlay), batch);
+        // Its error reply may tell what it read.
+        self.read_pending.set(self.read_pending() || branch.read_pending());
     }
 
     /// A client's key (reserved keys hold nothing a client can see).
@@ -242,6 +285,12 @@ impl Writes {
                 }
                 _ => None,
             });
+        }
+        if let Some(published) = self.published().and_then(|pending| pending.get(key)) {
+            self.read_pending.set(true);
+            return Ok(published
+                .filter(|(_, expiry)| expiry.is_none_or(|at| at > now_ms()))
+                .map(|(bytes, expiry)| Value::Pending(bytes, expiry)));
         }
         Ok(db.get_pinned(key)?.map(Value::Stored))
     }
@@ -349,8 +398,14 @@ impl Writes {
     /// value without its type byte, None for a delete).
     fn pending_in(&self, bounds: (Bound<&[u8]>, Bound<&[u8]>)) -> BTreeMap<Vec<u8>, Option<Vec<u8>>> {
         use std::ops::RangeBounds;
-        // The branch's own over its base's.
+        // The branch's own over its base's, over others' published ones.
         let mut pending = BTreeMap::new();
+        if let Some(published) = self.published() {
+            for (key, value) in published.within(bounds) {
+                self.read_pending.set(true);
+                pending.insert(key, value.map(|(bytes, _)| bytes.get(1..).unwrap_or_default().to_vec()));
+            }
+        }
         let sources = self.base.iter().map(|(o, b)| (o, b)).chain(self.overlay.iter().map(|o| (o, &self.batch)));
         for (overlay, batch) in sources {
             for (key, &at) in overlay.iter().filter(|(key, _)| RangeBounds::<&[u8]>::contains(&bounds, &key.as_slice()))
@@ -504,6 +559,7 @@ impl Writes {
             reserved_delta: std::mem::take(&mut self.reserved_delta),
             pushed: std::mem::take(&mut self.pushed),
             blocks_changed: std::mem::take(&mut self.blocks_changed),
+            read_pending: self.read_pending.take(),
         }
     }
 
@@ -521,6 +577,7 @@ impl Writes {
             reserved_delta: std::mem::take(&mut self.reserved_delta),
             pushed: std::mem::take(&mut self.pushed),
             blocks_changed: std::mem::take(&mut self.blocks_changed),
+            read_pending: self.read_pending.take(),
         }
     }
 }
@@ -566,6 +623,9 @@ const STRIPES: usize = 1024;
 pub struct KeyLocks {
     stripes: Box<[RwLock<()>]>,
     versions: Box<[AtomicU64]>,
+    /// Commands waiting for each stripe: a writer that sees one lets its
+    /// locks go as soon as its writes are queued (`crate::pending`).
+    awaited: Box<[AtomicU32]>,
 }
 
 impl Default for KeyLocks {
@@ -573,11 +633,21 @@ impl Default for KeyLocks {
         KeyLocks {
             stripes: (0..STRIPES).map(|_| RwLock::new(())).collect(),
             versions: (0..STRIPES).map(|_| AtomicU64::new(0)).collect(),
+            awaited: (0..STRIPES).map(|_| AtomicU32::new(0)).collect(),
         }
     }
 }
 
 pub type Stripe = u16;
+
+/// Counts a command waiting for a stripe, until it has it or gives up.
+struct Awaiting<'a>(&'a AtomicU32);
+
+impl Drop for Awaiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
 
 impl KeyLocks {
     pub fn stripe(key: &[u8]) -> Stripe {
@@ -596,25 +666,41 @@ impl KeyLocks {
     /// Locks `stripes` exclusively; they must be sorted and distinct (so
     /// two commands never wait for each other in a cycle).
     pub async fn lock(&self, stripes: &[Stripe]) -> Vec<RwLockWriteGuard<'_, ()>> {
-        self.take_in_order(stripes, RwLock::write).await
+        self.take_in_order(stripes, |lock| lock.try_write().ok(), RwLock::write).await
     }
 
     /// Locks `stripes` (sorted, distinct) for blind writes.
     pub async fn share(&self, stripes: &[Stripe]) -> Vec<RwLockReadGuard<'_, ()>> {
-        self.take_in_order(stripes, RwLock::read).await
+        self.take_in_order(stripes, |lock| lock.try_read().ok(), RwLock::read).await
     }
 
     async fn take_in_order<'a, G, F: std::future::Future<Output = G>>(
         &'a self,
         stripes: &[Stripe],
+        try_take: impl Fn(&'a RwLock<()>) -> Option<G>,
         take: impl Fn(&'a RwLock<()>) -> F,
     ) -> Vec<G> {
         debug_assert!(stripes.windows(2).all(|w| w[0] < w[1]));
         let mut guards = Vec::with_capacity(stripes.len());
         for &stripe in stripes {
-            guards.push(take(&self.stripes[stripe as usize]).await);
+            let lock = &self.stripes[stripe as usize];
+            let guard = match try_take(lock) {
+                Some(guard) => guard,
+                None => {
+                    let awaited = &self.awaited[stripe as usize];
+                    awaited.fetch_add(1, Ordering::Relaxed);
+                    let _awaiting = Awaiting(awaited);
+                    take(lock).await
+                }
+            };
+            guards.push(guard);
         }
         guards
+    }
+
+    /// Whether a command waits for `stripe`.
+    pub fn is_awaited(&self, stripe: Stripe) -> bool {
+        self.awaited[stripe as usize].load(Ordering::Relaxed) > 0
     }
 
     pub fn try_share(&self, stripe: Stripe) -> Option<RwLockReadGuard<'_, ()>> {

@@ -7,6 +7,7 @@
 //! - `conn`: one connection's read–execute–reply loop (pipelining);
 //! - `commands`: the command table, the executor and the commands;
 //! - `keyspace`: value encoding, key locks for read-modify-write, globs;
+//! - `pending`: queued writes the next lock holder reads (early lock release);
 //! - `hash`: how a hash's fields sit in one engine value;
 //! - `committer`: the commit thread, where group commits wait for a disk;
 //! - `io_threads`: the threads that serve connections;
@@ -22,6 +23,7 @@ pub mod hash;
 pub mod io_threads;
 pub mod keyspace;
 pub mod metrics;
+pub mod pending;
 pub mod resp;
 pub mod server;
 pub mod zset;

@@ -39,7 +39,7 @@ pub async fn serve(shared: Arc<Shared>, listener: TcpListener) {
 pub fn render(shared: &Shared) -> String {
     let stats = shared.db.stats();
     let s = &shared.stats;
-    let counters: [(&str, &str, u64); 8] = [
+    let counters: [(&str, &str, u64); 9] = [
         ("commands_processed_total", "Commands run", s.commands.load(Ordering::Relaxed)),
         ("connections_received_total", "Connections accepted", s.connections_received.load(Ordering::Relaxed)),
         (
@@ -52,6 +52,11 @@ pub fn render(shared: &Shared) -> String {
         ("errors_total", "Commands answered with an error", s.errors.load(Ordering::Relaxed)),
         ("expired_keys_total", "Keys dropped by active expiry", s.expired_keys.load(Ordering::Relaxed)),
         ("log_bytes_written_total", "Bytes appended to the value log", stats.log_bytes_written),
+        (
+            "early_lock_releases_total",
+            "Writes whose key locks went before they were durable, for a waiting command",
+            s.early_lock_releases.load(Ordering::Relaxed),
+        ),
     ];
     let gauges: [(&str, &str, f64); 7] = [
         ("connected_clients", "Open client connections", shared.clients.lock().len() as f64),

@@ -28,6 +28,9 @@ pub struct ServerStats {
     pub expired_keys: AtomicU64,
     pub net_input_bytes: AtomicU64,
     pub net_output_bytes: AtomicU64,
+    /// Commits that let their locks go before they were durable, because
+    /// another command waited (`crate::pending`).
+    pub early_lock_releases: AtomicU64,
 }
 
 pub struct Shared {
@@ -69,6 +72,9 @@ pub struct Shared {
     /// committed (`commands::zsets`): a write finds its member's block
     /// here instead of with an engine iterator (a third of a ZADD's cost).
     pub rank_fences: parking_lot::Mutex<std::collections::HashMap<u64, std::sync::Arc<Vec<Vec<u8>>>>>,
+    /// Writes queued but not yet durable that the next holder of their
+    /// keys' locks reads (`crate::pending`).
+    pub pending: Arc<crate::pending::Pending>,
     /// Woken after a commit that pushed to a list: clients blocked in
     /// BLPOP and the like look again (`conn::wait_blocked`).
     pub list_pushed: tokio::sync::Notify,
@@ -186,6 +192,7 @@ pub async fn run(config: Config, db: Db) -> Result<(), String> {
         reserved_entries: AtomicU64::new(reserved_entries),
         next_table_id: AtomicU64::new(next_table_id),
         rank_fences: Default::default(),
+        pending: Default::default(),
         list_pushed: tokio::sync::Notify::new(),
         db,
         locks: KeyLocks::default(),

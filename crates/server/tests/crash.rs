@@ -1,6 +1,8 @@
 //! The server is SIGKILLed while clients write (pipelined SETs, INCRs,
-//! MSETs, HSETs, HINCRBYs and ZADDs), then restarted: every acknowledged write
-//! must be there byte for byte, and no MSET may be half applied. In a loop:
+//! MSETs, HSETs, HINCRBYs and ZADDs, and INCRs and RPUSHes of keys all
+//! clients share, whose writers let their locks go before they are
+//! durable), then restarted: every acknowledged write must be there byte
+//! for byte, and no MSET may be half applied. In a loop:
 //! `SCALEDKV_SERVER_CRASH_ITERATIONS` (default 5) sets the count.
 
 mod common;
@@ -35,6 +37,10 @@ struct Acked {
     hash_counter: i64,
     /// ZADDs of rounds 0..zset_rounds were acknowledged.
     zset_rounds: u64,
+    /// Highest reply to an INCR of the key all writers share.
+    shared_counter: i64,
+    /// (reply, element) of each acknowledged RPUSH to the list all share.
+    pushed: Vec<(i64, String)>,
 }
 
 /// The member a round adds to its life's sorted set (long enough that a
@@ -54,11 +60,12 @@ fn writer(port: u16, iteration: usize, thread: usize, stop: Arc<AtomicBool>) -> 
             let key = format!("i{iteration}:t{thread}:{}", seq + i);
             request.extend(encode(&[b"SET", key.as_bytes(), &value(iteration, thread, seq + i)]));
         }
-        let counter = format!("counter:t{thread}");
-        request.extend(encode(&[b"INCR", counter.as_bytes()]));
         let n = format!("{seq}");
         let (a, b) = (format!("pair:t{thread}:a"), format!("pair:t{thread}:b"));
         request.extend(encode(&[b"MSET", a.as_bytes(), n.as_bytes(), b.as_bytes(), n.as_bytes()]));
+        // Read-modify-writes from here on: one run, its locks exclusive.
+        let counter = format!("counter:t{thread}");
+        request.extend(encode(&[b"INCR", counter.as_bytes()]));
         // One field more per round in this life's hash: each HSET rewrites
         // it while it is a listpack, then writes one entry of its table.
         let hash = format!("h:i{iteration}:t{thread}");
@@ -66,6 +73,9 @@ fn writer(port: u16, iteration: usize, thread: usize, stop: Arc<AtomicBool>) -> 
         request.extend(encode(&[b"HINCRBY", format!("hcount:t{thread}").as_bytes(), b"n", b"1"]));
         let zset = format!("z:i{iteration}:t{thread}");
         request.extend(encode(&[b"ZADD", zset.as_bytes(), n.as_bytes(), zset_member(seq).as_bytes()]));
+        request.extend(encode(&[b"INCR", b"shared-counter"]));
+        let element = format!("i{iteration}:t{thread}:{seq}");
+        request.extend(encode(&[b"RPUSH", b"shared-list", element.as_bytes()]));
         if stream.write_all(&request).is_err() {
             return acked;
         }
@@ -76,16 +86,17 @@ fn writer(port: u16, iteration: usize, thread: usize, stop: Arc<AtomicBool>) -> 
                 None => return acked,
             }
         }
+        if try_read_reply(&mut stream).is_none() {
+            return acked;
+        }
         match try_read_reply(&mut stream) {
             Some(reply) => {
                 acked.counter = integer(&reply);
             }
             None => return acked,
         }
-        for _ in 0..2 {
-            if try_read_reply(&mut stream).is_none() {
-                return acked;
-            }
+        if try_read_reply(&mut stream).is_none() {
+            return acked;
         }
         acked.hash_rounds += 1;
         match try_read_reply(&mut stream) {
@@ -95,6 +106,14 @@ fn writer(port: u16, iteration: usize, thread: usize, stop: Arc<AtomicBool>) -> 
         match try_read_reply(&mut stream) {
             Some(reply) if reply == b":1\r\n" => acked.zset_rounds += 1,
             Some(reply) => panic!("unexpected ZADD reply {:?}", String::from_utf8_lossy(&reply)),
+            None => return acked,
+        }
+        match try_read_reply(&mut stream) {
+            Some(reply) => acked.shared_counter = integer(&reply),
+            None => return acked,
+        }
+        match try_read_reply(&mut stream) {
+            Some(reply) => acked.pushed.push((integer(&reply), element)),
             None => return acked,
         }
         seq += PIPELINE as u64;
@@ -160,9 +179,11 @@ fn kill_loop(base: &str, iterations: usize, rng: &mut impl Rng) {
     let server = Server::start(&path, &[]);
     let zadds = check(&server, &history);
     let tables = history.iter().flatten().filter(|acked| acked.zset_rounds > 250).count();
+    let pushes: usize = history.iter().flatten().map(|acked| acked.pushed.len()).sum();
     eprintln!(
-        "server crash test in {base}: {total_acked} acknowledged SETs, {total_hsets} HSETs and {zadds} ZADDs \
-         ({tables} sorted sets grown into tables) checked after {iterations} kills"
+        "server crash test in {base}: {total_acked} acknowledged SETs, {total_hsets} HSETs, {zadds} ZADDs \
+         ({tables} sorted sets grown into tables) and {pushes} RPUSHes to a shared list checked after \
+         {iterations} kills"
     );
     assert!(total_acked > 0, "the writers never got an acknowledgement");
 }
@@ -257,6 +278,19 @@ fn check(server: &Server, history: &[Vec<Acked>]) -> u64 {
         }
     }
 
+    // The shared keys: every acknowledged INCR counted, every acknowledged
+    // RPUSH's element where its reply put it (the log keeps writes in the
+    // order their locks passed them on, so none before it was lost).
+    let all = history.iter().flatten();
+    let highest = all.clone().map(|acked| acked.shared_counter).max().unwrap_or(0);
+    let reply = get(&mut stream, "shared-counter");
+    let counter: i64 = String::from_utf8_lossy(&reply).lines().nth(1).map_or(0, |v| v.parse().unwrap());
+    assert!(counter >= highest, "shared counter {counter}, an INCR acknowledged {highest}");
+    for (length, element) in all.flat_map(|acked| &acked.pushed) {
+        let at = (length - 1).to_string();
+        let reply = common::request(&mut stream, &encode(&[b"LINDEX", b"shared-list", at.as_bytes()]));
+        assert_eq!(reply, bulk(element.as_bytes()), "shared-list[{at}] lost or moved");
+    }
     for thread in 0..THREADS {
         let a = get(&mut stream, &format!("pair:t{thread}:a"));
         let b = get(&mut stream, &format!("pair:t{thread}:b"));

@@ -20,6 +20,7 @@ use tokio::runtime::RuntimeFlavor;
 
 use crate::conn::ConnState;
 use crate::keyspace::{KeyLocks, Ready, Stripe, Writes};
+use crate::pending::Pending;
 use crate::resp::Out;
 use crate::server::Shared;
 use std::sync::atomic::Ordering;
@@ -472,27 +473,22 @@ const RUN_MAX_COMMANDS: usize = 512;
 impl<'s> Run<'s> {
     /// Commits the run; on failure every reply of the run becomes the error.
     pub async fn commit(&mut self, shared: &'s Shared, out: &mut Out) {
-        if self.commands == 0 {
+        if self.commands == 0 && !self.writes.read_pending() {
             // A failed command may have left locks behind.
             self.guards.clear();
             return;
         }
         let ready = self.writes.take_run_batch();
-        match commit(shared, ready).await {
-            Ok(()) => {
-                for (stripe, _) in &self.guards {
-                    shared.locks.bump(*stripe);
-                }
+        let guards = std::mem::take(&mut self.guards);
+        let stripes: SmallVec<[Stripe; 16]> = guards.iter().map(|(stripe, _)| *stripe).collect();
+        let exclusive = guards.iter().all(|(_, guard)| matches!(guard, Guard::Exclusive(_)));
+        if let Err(error) = commit(shared, ready, &stripes, exclusive, guards).await {
+            out.truncate(self.mark);
+            for _ in 0..self.commands {
+                out.error(&engine_error_text(&error));
             }
-            Err(error) => {
-                out.truncate(self.mark);
-                for _ in 0..self.commands {
-                    out.error(&engine_error_text(&error));
-                }
-                shared.stats.errors.fetch_add(self.commands as u64, std::sync::atomic::Ordering::Relaxed);
-            }
+            shared.stats.errors.fetch_add(self.commands as u64, std::sync::atomic::Ordering::Relaxed);
         }
-        self.guards.clear();
         self.commands = 0;
     }
 
@@ -529,46 +525,119 @@ impl<'s> Run<'s> {
     }
 }
 
-/// Makes `ready`'s batch durable and visible, then counts the server's own
-/// entries it added or removed.
-pub async fn commit(shared: &Shared, ready: Ready) -> scaledkv::Result<()> {
-    commit_batch(shared, ready.batch).await?;
-    if ready.pushed {
+/// Makes `ready`'s batch durable and visible and lets its writer's locks
+/// (`guards`, of `stripes`) go: as soon as the batch is queued if the
+/// writer holds them all exclusively and another command waits for one
+/// (the batch is then published for the next holder to read,
+/// `crate::pending`), else once the batch is durable. Then wakes blocked
+/// pops and counts the server's own entries the batch added or removed.
+///
+/// A batch held to the end first forgets older published writes of its
+/// keys (they are older than it). Shared locks never release early: two
+/// blind writers of one key publishing in another order than the log's
+/// would leave the older value for the next reader.
+pub async fn commit<G>(
+    shared: &Shared,
+    ready: Ready,
+    stripes: &[Stripe],
+    exclusive: bool,
+    guards: G,
+) -> scaledkv::Result<()> {
+    let Ready { batch, reserved_delta, pushed, blocks_changed, read_pending } = ready;
+    if batch.is_empty() {
+        drop(guards);
+        // It read others' queued writes: tell no one before they are durable.
+        return if read_pending { barrier(shared).await } else { Ok(()) };
+    }
+    let early = exclusive && stripes.iter().any(|&stripe| shared.locks.is_awaited(stripe));
+    let staged = early.then(|| Pending::stage(&batch));
+    let forget: Option<Vec<Vec<u8>>> =
+        (!early && !shared.pending.is_empty()).then(|| batch.entries().map(|(key, _)| key.to_vec()).collect());
+    let done = enqueue(shared, batch);
+    let ticket = staged.filter(|_| !done.is_refused()).map(|staged| shared.pending.publish(staged));
+    let mut guards = Some(guards);
+    if ticket.is_some() {
+        release(shared, stripes, blocks_changed, guards.take());
+        shared.stats.early_lock_releases.fetch_add(1, Ordering::Relaxed);
+    }
+    lead(shared);
+    let result = done.await;
+    if result.is_ok() {
+        if let Some(keys) = &forget {
+            shared.pending.forget(keys.iter().map(|key| &key[..]));
+        }
+    }
+    if guards.is_some() && result.is_ok() {
+        release(shared, stripes, blocks_changed, guards.take());
+    }
+    drop(guards);
+    // Its entries are the engine's now (or failed with it).
+    drop(ticket);
+    result?;
+    if pushed {
         shared.list_pushed.notify_waiters();
     }
-    if ready.blocks_changed {
-        // Before the batch's key locks go: the next writer of that sorted
-        // set reads its new fences.
-        shared.rank_fences.lock().clear();
-    }
-    if ready.reserved_delta != 0 {
+    if reserved_delta != 0 {
         let count = &shared.reserved_entries;
-        let delta = ready.reserved_delta;
-        let _ = count.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| Some(n.saturating_add_signed(delta)));
+        let _ =
+            count.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| Some(n.saturating_add_signed(reserved_delta)));
     }
     Ok(())
 }
 
-/// Makes `batch` durable and visible. Where each group commit waits for
-/// the device, the commit thread leads it (`committer.rs`), so no worker
-/// blocks in fdatasync; elsewhere this task leads its own group (or joins
-/// the one in flight), which costs no hand-off.
-async fn commit_batch(shared: &Shared, batch: scaledkv::WriteBatch) -> scaledkv::Result<()> {
+/// Lets a committing writer's locks go: WATCH sees its keys changed, and
+/// the next writer of a sorted set whose blocks it changed reads their
+/// new fences.
+fn release<G>(shared: &Shared, stripes: &[Stripe], blocks_changed: bool, guards: Option<G>) {
+    if blocks_changed {
+        shared.rank_fences.lock().clear();
+    }
+    for &stripe in stripes {
+        shared.locks.bump(stripe);
+    }
+    drop(guards);
+}
+
+/// Waits until every write queued so far is durable and visible.
+async fn barrier(shared: &Shared) -> scaledkv::Result<()> {
+    let done = shared.db.enqueue_barrier();
+    lead(shared);
+    done.await
+}
+
+/// For a command that holds every key's lock (FLUSHALL) and reads the
+/// engine directly: waits for every published write, then clears them.
+async fn settle_published(shared: &Shared) -> scaledkv::Result<()> {
+    if !shared.pending.is_empty() {
+        barrier(shared).await?;
+        shared.pending.clear();
+    }
+    Ok(())
+}
+
+/// Queues `batch` in the engine.
+fn enqueue(shared: &Shared, batch: scaledkv::WriteBatch) -> scaledkv::WriteFuture {
     // While GC is far behind, queueing a write first collects a piece of it
     // (tens of milliseconds): `block_in_place` hands this worker's other
     // connections to another thread meanwhile, where blocking it held up
     // every client it served.
     let in_place = || tokio::runtime::Handle::current().runtime_flavor() == RuntimeFlavor::MultiThread;
-    let done = if shared.db.gc_is_behind() && in_place() {
+    if shared.db.gc_is_behind() && in_place() {
         tokio::task::block_in_place(|| shared.db.enqueue_write(batch))
     } else {
         shared.db.enqueue_write(batch)
-    };
+    }
+}
+
+/// Has what is queued committed. Where each group commit waits for the
+/// device, the commit thread leads it (`committer.rs`), so no worker
+/// blocks in fdatasync; elsewhere this task leads its own group (or joins
+/// the one in flight), which costs no hand-off.
+fn lead(shared: &Shared) {
     match &shared.commit_thread {
         Some(signal) => signal.queued(&shared.db),
         None => shared.db.commit_queued(),
     }
-    done.await
 }
 
 /// A write that reads nothing: it joins a run sharing its stripes.
@@ -639,6 +708,7 @@ pub async fn execute<'s>(shared: &'s Shared, conn: &mut ConnState, out: &mut Out
             (command.run)(&mut Ctx { shared, conn, out, writes: &mut run.writes }, &args)
         } else {
             run.writes.keep_overlay();
+            run.writes.see_pending(&shared.pending);
             let mut branch = run.writes.branch();
             let result = (command.run)(&mut Ctx { shared, conn, out, writes: &mut branch }, &args);
             match result {
@@ -667,9 +737,18 @@ pub async fn execute<'s>(shared: &'s Shared, conn: &mut ConnState, out: &mut Out
     if command.name == "exec" {
         return exec(shared, conn, out).await;
     }
-    let _guards = shared.locks.lock(&stripes).await;
+    let guards = shared.locks.lock(&stripes).await;
     let mark = out.len();
+    if command.has(ALL_KEYS) {
+        if let Err(error) = settle_published(shared).await {
+            out.error(&engine_error_text(&error));
+            return;
+        }
+    }
     let mut writes = Writes::new(false);
+    if command.has(WRITE) {
+        writes.see_pending(&shared.pending);
+    }
     let result = (command.run)(&mut Ctx { shared, conn, out, writes: &mut writes }, &args);
     if let Err(CmdError::Blocked(timeout, _)) = result {
         // The connection waits and runs it again (`conn::wait_blocked`).
@@ -679,20 +758,22 @@ pub async fn execute<'s>(shared: &'s Shared, conn: &mut ConnState, out: &mut Out
     }
     if let Err(error) = result {
         out.truncate(mark);
+        // The error may tell what it read: not before that is durable.
+        if writes.read_pending() {
+            drop(guards);
+            if let Err(error) = barrier(shared).await {
+                out.error(&engine_error_text(&error));
+                return;
+            }
+        }
         out.error(&error.text());
         shared.stats.errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         return;
     }
-    if !writes.batch.is_empty() {
-        if let Err(error) = commit(shared, writes.take_batch()).await {
-            out.truncate(mark);
-            out.error(&engine_error_text(&error));
-            shared.stats.errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            return;
-        }
-        for &stripe in &stripes {
-            shared.locks.bump(stripe);
-        }
+    if let Err(error) = commit(shared, writes.take_batch(), &stripes, true, guards).await {
+        out.truncate(mark);
+        out.error(&engine_error_text(&error));
+        shared.stats.errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 }
 

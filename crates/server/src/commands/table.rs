@@ -342,6 +342,11 @@ pub async fn sweep(shared: &Shared, from: u64, step: u64) -> Result<(u64, u64), 
         let Some(record) = shared.db.get(&owner)? else { continue };
         let Some(key) = record.get(1..) else { continue };
         let guard = shared.locks.lock(&[KeyLocks::stripe(key)]).await;
+        // Writes of the key published but not yet in the engine
+        // (`crate::pending`) are, after this.
+        if !shared.pending.is_empty() {
+            super::barrier(shared).await?;
+        }
         let still = shared.db.get(&owner)?;
         if still.as_deref().and_then(|v| v.get(1..)) != Some(key) {
             continue;
@@ -384,8 +389,9 @@ async fn drop_table(shared: &Shared, id: u64, owner: &[u8]) -> Result<u64, CmdEr
             batch.delete(owner);
         }
         let count = keys.len() as u64 + last as u64;
-        super::commit(shared, Ready { batch, reserved_delta: -(count as i64), pushed: false, blocks_changed: false })
-            .await?;
+        let ready =
+            Ready { batch, reserved_delta: -(count as i64), pushed: false, blocks_changed: false, read_pending: false };
+        super::commit(shared, ready, &[], false, ()).await?;
         deleted += count;
         if last {
             return Ok(deleted);

@@ -41,6 +41,14 @@ pub fn watch(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
             ctx.conn.watched.push((stripe, version));
         }
     }
+    // A published write (`crate::pending`) changed the versions just read,
+    // but reads without locks (a GET between WATCH and MULTI) see it only
+    // once it is durable: the reply waits for that, or the client could
+    // read the value it replaced and EXEC would not know. Versions first:
+    // a write published after this look changes them again.
+    if !ctx.shared.pending.is_empty() {
+        ctx.writes.note_read_pending();
+    }
     ctx.out.ok();
     Ok(())
 }
@@ -80,14 +88,21 @@ pub async fn exec(shared: &Shared, conn: &mut ConnState, out: &mut Out) {
     }
     stripes.sort_unstable();
     stripes.dedup();
-    let _guards = shared.locks.lock(&stripes).await;
+    let guards = shared.locks.lock(&stripes).await;
     if watched.iter().any(|&(stripe, version)| shared.locks.version(stripe) != version) {
         out.null_array();
         return;
     }
+    if queued.iter().any(|(command, _)| command.has(ALL_KEYS)) {
+        if let Err(error) = super::settle_published(shared).await {
+            out.error(&engine_error_text(&error));
+            return;
+        }
+    }
     let mark = out.len();
     out.array(queued.len());
     let mut writes = Writes::new(true);
+    writes.see_pending(&shared.pending);
     for (command, args) in &queued {
         conn.counts.commands += 1;
         let before = out.len();
@@ -110,14 +125,8 @@ pub async fn exec(shared: &Shared, conn: &mut ConnState, out: &mut Out) {
             }
         }
     }
-    if !writes.batch.is_empty() {
-        if let Err(error) = super::commit(shared, writes.take_batch()).await {
-            out.truncate(mark);
-            out.error(&engine_error_text(&error));
-            return;
-        }
-        for &stripe in &stripes {
-            shared.locks.bump(stripe);
-        }
+    if let Err(error) = super::commit(shared, writes.take_batch(), &stripes, true, guards).await {
+        out.truncate(mark);
+        out.error(&engine_error_text(&error));
     }
 }
