@@ -549,7 +549,9 @@ pub async fn commit<G>(
         // It read others' queued writes: tell no one before they are durable.
         return if read_pending { barrier(shared).await } else { Ok(()) };
     }
-    let early = exclusive && stripes.iter().any(|&stripe| shared.locks.is_awaited(stripe));
+    let early = exclusive
+        && batch.size_bytes() <= PUBLISH_MAX_BYTES
+        && stripes.iter().any(|&stripe| shared.locks.is_awaited(stripe));
     let staged = early.then(|| Pending::stage(&batch));
     let forget: Option<Vec<Vec<u8>>> =
         (!early && !shared.pending.is_empty()).then(|| batch.entries().map(|(key, _)| key.to_vec()).collect());
@@ -584,6 +586,10 @@ pub async fn commit<G>(
     }
     Ok(())
 }
+
+/// The largest batch published for early lock release: the copy bounds
+/// the map's memory (a FLUSHALL of millions of keys keeps its locks).
+const PUBLISH_MAX_BYTES: usize = 4 << 20;
 
 /// Lets a committing writer's locks go: WATCH sees its keys changed, and
 /// the next writer of a sorted set whose blocks it changed reads their
