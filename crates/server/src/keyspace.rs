@@ -164,6 +164,13 @@ pub struct Writes {
     /// Whether a read found one of those: before anyone is told what was
     /// read, these writes (or, if none, a barrier) must be durable.
     read_pending: Cell<bool>,
+    /// Big sorted sets these writes change: readers re-check what they
+    /// read of them (`commands::ranks`).
+    count_tables: Vec<u64>,
+    /// Big sorted sets a reader without locks read, each with the count
+    /// of finished writes to it when it began: the executor checks that
+    /// none began since.
+    quiet_reads: Vec<(u64, u64)>,
 }
 
 /// Owned (key, value) pairs, in key order.
@@ -171,6 +178,7 @@ pub type Entries = Vec<(Vec<u8>, Vec<u8>)>;
 
 /// A batch ready to commit, and what it changes in the count of the
 /// server's own entries (`Shared::reserved_entries`).
+#[derive(Default)]
 pub struct Ready {
     pub batch: WriteBatch,
     pub reserved_delta: i64,
@@ -178,6 +186,7 @@ pub struct Ready {
     pub blocks_changed: bool,
     /// Read writes that others queued and are not yet durable.
     pub read_pending: bool,
+    pub count_tables: Vec<u64>,
 }
 
 impl Writes {
@@ -191,6 +200,8 @@ impl Writes {
             blocks_changed: false,
             pending: None,
             read_pending: Cell::new(false),
+            count_tables: Vec::new(),
+            quiet_reads: Vec::new(),
         }
     }
 
@@ -206,6 +217,35 @@ impl Writes {
     /// than through these reads (WATCH): it too waits for them.
     pub fn note_read_pending(&self) {
         self.read_pending.set(true);
+    }
+
+    /// Whether reads see the engine alone: no writes of their own or
+    /// others' (a command that takes no locks and has written nothing).
+    pub fn reads_engine_only(&self) -> bool {
+        self.pending.is_none() && self.base.is_none() && self.batch.is_empty()
+    }
+
+    /// Notes that these writes change sorted-set table `id`.
+    pub fn note_zset_written(&mut self, id: u64) {
+        if !self.count_tables.contains(&id) {
+            self.count_tables.push(id);
+        }
+    }
+
+    /// Notes that sorted-set table `id` is read while `tag` writes to it
+    /// had finished and none was in flight.
+    pub fn note_quiet_read(&mut self, id: u64, tag: u64) {
+        self.quiet_reads.push((id, tag));
+    }
+
+    /// The tag table `id` was read at, for a reader without locks.
+    pub fn quiet_tag(&self, id: u64) -> Option<u64> {
+        self.quiet_reads.iter().find(|(read, _)| *read == id).map(|(_, tag)| *tag)
+    }
+
+    /// Whether every table noted by `note_quiet_read` is still as read.
+    pub fn quiet_reads_held(&self, cache: &crate::commands::ranks::RankCache) -> bool {
+        self.quiet_reads.iter().all(|&(id, tag)| cache.quiet(id) == Some(tag))
     }
 
     /// Whether a read since the last commit found a published write.
@@ -244,6 +284,8 @@ impl Writes {
             blocks_changed: self.blocks_changed,
             pending: self.pending.clone(),
             read_pending: Cell::new(false),
+            count_tables: Vec::new(),
+            quiet_reads: Vec::new(),
         }
     }
 
@@ -257,6 +299,7 @@ impl Writes {
         self.pushed |= branch.pushed;
         self.blocks_changed |= branch.blocks_changed;
         self.read_pending.set(self.read_pending() || branch.read_pending());
+        self.count_tables.append(&mut branch.count_tables);
     }
 
     pub fn abandon(&mut self, mut branch: Writes) {
@@ -560,6 +603,7 @@ impl Writes {
             pushed: std::mem::take(&mut self.pushed),
             blocks_changed: std::mem::take(&mut self.blocks_changed),
             read_pending: self.read_pending.take(),
+            count_tables: std::mem::take(&mut self.count_tables),
         }
     }
 
@@ -578,6 +622,7 @@ impl Writes {
             pushed: std::mem::take(&mut self.pushed),
             blocks_changed: std::mem::take(&mut self.blocks_changed),
             read_pending: self.read_pending.take(),
+            count_tables: std::mem::take(&mut self.count_tables),
         }
     }
 }

@@ -72,6 +72,9 @@ pub struct Shared {
     /// committed (`commands::zsets`): a write finds its member's block
     /// here instead of with an engine iterator (a third of a ZADD's cost).
     pub rank_fences: parking_lot::Mutex<std::collections::HashMap<u64, std::sync::Arc<Vec<Vec<u8>>>>>,
+    /// The same tables' blocks summed for readers, and the counts of
+    /// writes in flight that keep them honest (`commands::ranks`).
+    pub rank_sums: crate::commands::ranks::RankCache,
     /// Writes queued but not yet durable that the next holder of their
     /// keys' locks reads (`crate::pending`).
     pub pending: Arc<crate::pending::Pending>,
@@ -192,6 +195,7 @@ pub async fn run(config: Config, db: Db) -> Result<(), String> {
         reserved_entries: AtomicU64::new(reserved_entries),
         next_table_id: AtomicU64::new(next_table_id),
         rank_fences: Default::default(),
+        rank_sums: Default::default(),
         pending: Default::default(),
         list_pushed: tokio::sync::Notify::new(),
         db,

@@ -219,3 +219,100 @@ fn many_clients_read_modify_write_the_same_keys() {
     hot_keys_on(env!("CARGO_TARGET_TMPDIR"), "1");
     hot_keys_on("/dev/shm", "3");
 }
+
+/// Readers ask a big sorted set for ranks while writers move members
+/// below and above an anchor in transactions (ZREM one, ZADD another on
+/// the same side): every answer must be the one constant rank, so no
+/// reader mixes block counts from before and after a write (readers keep
+/// summed counts across commands, `ranks.rs`). Mutation-checked.
+#[test]
+fn ranks_stay_exact_while_a_sorted_set_changes() {
+    const SIDE: usize = 3000;
+    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let server = Server::start(&dir.path().join("db"), &["--durability", "sync", "--threads", "3"]);
+    let port = server.port;
+    let mut stream = server.connect();
+    let mut fill = Vec::new();
+    for i in 0..SIDE {
+        let (low, high) = ((i * 100).to_string(), (2_000_000 + i * 100).to_string());
+        fill.extend(encode(&[b"ZADD", b"ranked", low.as_bytes(), format!("low:{i}").as_bytes()]));
+        fill.extend(encode(&[b"ZADD", b"ranked", high.as_bytes(), format!("high:{i}").as_bytes()]));
+    }
+    fill.extend(encode(&[b"ZADD", b"ranked", b"1000000", b"anchor"]));
+    std::io::Write::write_all(&mut stream, &fill).unwrap();
+    for _ in 0..2 * SIDE + 1 {
+        read_reply(&mut stream);
+    }
+    let expected = SIDE.to_string();
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let (moves, reads) = std::thread::scope(|scope| {
+        let writers: Vec<_> = (0..2)
+            .map(|writer| {
+                let stop = &stop;
+                scope.spawn(move || {
+                    let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+                    stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+                    // Each writer moves its own half of each side's members.
+                    let mut next = [0usize; 2];
+                    let mut moves = 0;
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) && moves < 3000 {
+                        let side = moves % 2;
+                        let name = if side == 0 { "low" } else { "high" };
+                        let old = if next[side] == 0 {
+                            format!("{name}:{}", writer + 2 * (moves / 2 % (SIDE / 2)))
+                        } else {
+                            format!("{name}:w{writer}:{}", next[side] - 1)
+                        };
+                        let new = format!("{name}:w{writer}:{}", next[side]);
+                        next[side] += 1;
+                        let score = (moves * 7919 % 999_000 + side * 2_000_000).to_string();
+                        let transaction = [
+                            encode(&[b"MULTI"]),
+                            encode(&[b"ZREM", b"ranked", old.as_bytes()]),
+                            encode(&[b"ZADD", b"ranked", score.as_bytes(), new.as_bytes()]),
+                            encode(&[b"EXEC"]),
+                        ]
+                        .concat();
+                        std::io::Write::write_all(&mut stream, &transaction).unwrap();
+                        for _ in 0..3 {
+                            read_reply(&mut stream);
+                        }
+                        let exec = read_reply(&mut stream);
+                        assert!(exec.starts_with(b"*2\r\n"), "{}", String::from_utf8_lossy(&exec));
+                        moves += 1;
+                    }
+                    moves
+                })
+            })
+            .collect();
+        let readers: Vec<_> = (0..2)
+            .map(|_| {
+                let (stop, expected) = (&stop, &expected);
+                scope.spawn(move || {
+                    let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+                    stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+                    let mut reads = 0;
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        let rank = integer(&request(&mut stream, &encode(&[b"ZRANK", b"ranked", b"anchor"])));
+                        let back = integer(&request(&mut stream, &encode(&[b"ZREVRANK", b"ranked", b"anchor"])));
+                        let at = request(
+                            &mut stream,
+                            &encode(&[b"ZRANGE", b"ranked", expected.as_bytes(), expected.as_bytes()]),
+                        );
+                        assert_eq!((rank, back), (SIDE as i64, SIDE as i64), "after {reads} reads");
+                        assert_eq!(at, b"*1\r\n$6\r\nanchor\r\n", "after {reads} reads");
+                        reads += 1;
+                    }
+                    reads
+                })
+            })
+            .collect();
+        let moves: usize = writers.into_iter().map(|w| w.join().unwrap()).sum();
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let reads: usize = readers.into_iter().map(|r| r.join().unwrap()).sum();
+        (moves, reads)
+    });
+    assert_eq!(integer(&request(&mut stream, &encode(&[b"ZCARD", b"ranked"]))), (2 * SIDE + 1) as i64);
+    eprintln!("ranks: {moves} moves, {reads} rounds of reads, all exact");
+    assert!(reads > 0);
+}

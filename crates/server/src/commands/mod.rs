@@ -7,6 +7,7 @@ mod dump;
 mod hashes;
 mod keys;
 mod lists;
+pub mod ranks;
 mod server;
 mod sets;
 mod strings;
@@ -43,6 +44,10 @@ pub enum CmdError {
     /// Inside MULTI it answers at once: a null bulk string where the flag
     /// says so (BRPOPLPUSH, BLMOVE), else a null array.
     Blocked(Option<std::time::Duration>, bool),
+    /// A command without locks found a write in flight to a big sorted set
+    /// it reads (`ranks.rs`): the executor runs it again under its keys'
+    /// locks.
+    Contended,
 }
 
 impl CmdError {
@@ -56,6 +61,7 @@ impl CmdError {
             CmdError::TooBig => "ERR string exceeds maximum allowed size (proto-max-bulk-len)".into(),
             CmdError::Engine(error) => engine_error_text(error),
             CmdError::Blocked(..) => "ERR nothing to pop".into(),
+            CmdError::Contended => "ERR a concurrent write got in the way; try again".into(),
         }
     }
 }
@@ -543,7 +549,7 @@ pub async fn commit<G>(
     exclusive: bool,
     guards: G,
 ) -> scaledkv::Result<()> {
-    let Ready { batch, reserved_delta, pushed, blocks_changed, read_pending } = ready;
+    let Ready { batch, reserved_delta, pushed, blocks_changed, read_pending, count_tables } = ready;
     if batch.is_empty() {
         drop(guards);
         // It read others' queued writes: tell no one before they are durable.
@@ -555,6 +561,9 @@ pub async fn commit<G>(
     let staged = early.then(|| Pending::stage(&batch));
     let forget: Option<Vec<Vec<u8>>> =
         (!early && !shared.pending.is_empty()).then(|| batch.entries().map(|(key, _)| key.to_vec()).collect());
+    // Readers' cached rank sums of these tables stop counting from here
+    // until the batch is visible (`ranks.rs`).
+    let _writing = (!count_tables.is_empty()).then(|| shared.rank_sums.writing(count_tables));
     let done = enqueue(shared, batch);
     let ticket = staged.filter(|_| !done.is_refused()).map(|staged| shared.pending.publish(staged));
     let mut guards = Some(guards);
@@ -755,7 +764,23 @@ pub async fn execute<'s>(shared: &'s Shared, conn: &mut ConnState, out: &mut Out
     if command.has(WRITE) {
         writes.see_pending(&shared.pending);
     }
-    let result = (command.run)(&mut Ctx { shared, conn, out, writes: &mut writes }, &args);
+    let mut result = (command.run)(&mut Ctx { shared, conn, out, writes: &mut writes }, &args);
+    let (mut guards, mut stripes) = (guards, stripes);
+    let contended = matches!(result, Err(CmdError::Contended));
+    if contended || (result.is_ok() && !writes.quiet_reads_held(&shared.rank_sums)) {
+        // A write to a big sorted set it read began meanwhile: again under
+        // its keys' locks, which see the writes others queued (read with
+        // them, it waits for them before replying).
+        out.truncate(mark);
+        drop(guards);
+        command.stripes(&args, &mut stripes);
+        stripes.sort_unstable();
+        stripes.dedup();
+        guards = shared.locks.lock(&stripes).await;
+        writes = Writes::new(false);
+        writes.see_pending(&shared.pending);
+        result = (command.run)(&mut Ctx { shared, conn, out, writes: &mut writes }, &args);
+    }
     if let Err(CmdError::Blocked(timeout, _)) = result {
         // The connection waits and runs it again (`conn::wait_blocked`).
         out.truncate(mark);

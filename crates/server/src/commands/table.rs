@@ -173,6 +173,7 @@ pub fn check_field(key: &[u8]) -> CmdResult {
 /// Writes the stub back; a table left empty goes, with its owner record,
 /// as Redis deletes an empty hash.
 pub fn store(ctx: &mut Ctx<'_>, key: &[u8], table: &Table, expiry: Option<u64>) -> CmdResult {
+    written(ctx, table);
     if table.count == 0 {
         ctx.writes.delete(key);
         ctx.writes.delete(&owner_key(table.id));
@@ -210,6 +211,7 @@ pub fn fill<'p>(
 ) -> Result<Table, CmdError> {
     let id = ctx.shared.next_table_id.fetch_add(1, Ordering::Relaxed);
     let mut table = Table { tag, id, count: 0, head: 0, read_as: None };
+    written(ctx, &table);
     for (field, value) in pairs {
         let member = member_key(id, field);
         check_field(&member)?;
@@ -231,6 +233,7 @@ pub fn insert(ctx: &mut Ctx<'_>, table: &mut Table, field: &[u8], value: &[u8]) 
 
 /// Replaces the value of `field`, known to be there.
 pub fn overwrite(ctx: &mut Ctx<'_>, table: &Table, field: &[u8], value: &[u8]) -> CmdResult {
+    written(ctx, table);
     let key = member_key(table.id, field);
     check_field(&key)?;
     // A later read in the same command must find it.
@@ -240,10 +243,19 @@ pub fn overwrite(ctx: &mut Ctx<'_>, table: &Table, field: &[u8], value: &[u8]) -
 
 /// Removes `field`, known to be there.
 pub fn delete(ctx: &mut Ctx<'_>, table: &mut Table, field: &[u8]) {
+    written(ctx, table);
     ctx.writes.keep_overlay();
     ctx.writes.delete(&member_key(table.id, field));
     table.count -= 1;
     ctx.writes.note_reserved(-1);
+}
+
+/// Notes a write to a sorted set's table: readers without locks re-check
+/// what they read of it (`ranks.rs`).
+fn written(ctx: &mut Ctx<'_>, table: &Table) {
+    if table.tag == crate::keyspace::TYPE_ZSET_TABLE {
+        ctx.writes.note_zset_written(table.id);
+    }
 }
 
 /// Records `key` as the owner of `table` (RENAME moved its stub there).
@@ -389,8 +401,7 @@ async fn drop_table(shared: &Shared, id: u64, owner: &[u8]) -> Result<u64, CmdEr
             batch.delete(owner);
         }
         let count = keys.len() as u64 + last as u64;
-        let ready =
-            Ready { batch, reserved_delta: -(count as i64), pushed: false, blocks_changed: false, read_pending: false };
+        let ready = Ready { batch, reserved_delta: -(count as i64), ..Ready::default() };
         super::commit(shared, ready, &[], false, ()).await?;
         deleted += count;
         if last {

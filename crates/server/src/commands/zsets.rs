@@ -19,11 +19,13 @@
 use std::borrow::Cow;
 use std::cmp::Ordering;
 use std::ops::Bound;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use rand::Rng;
 
 use super::args::{eq, int};
+use super::ranks::BlockSums;
 use super::table::{self, Table};
 use super::{err, CmdError, CmdResult, Ctx};
 use crate::hash::Corrupt;
@@ -91,8 +93,32 @@ fn score_arg(arg: &[u8]) -> Result<f64, CmdError> {
 }
 
 /// The sorted set at `key`: None if missing, WRONGTYPE for another type.
+///
+/// A reader that takes no lock and finds a table reads it only while no
+/// write to it is in flight (`ranks.rs`): the stub is read again inside
+/// that window, and the executor checks the window held once the command
+/// is done, else runs it again under the key's lock. A big set's reads
+/// are several engine reads, and a rank mixing two states was off by one.
 fn read_zset(ctx: &mut Ctx<'_>, key: &[u8]) -> Result<Option<Value>, CmdError> {
-    ctx.read_collection(key, TYPE_ZSET, TYPE_ZSET_TABLE)
+    let value = ctx.read_collection(key, TYPE_ZSET, TYPE_ZSET_TABLE)?;
+    let Some(id) = table_id(&value)? else { return Ok(value) };
+    if !ctx.writes.reads_engine_only() {
+        return Ok(value);
+    }
+    let tag = ctx.shared.rank_sums.quiet(id).ok_or(CmdError::Contended)?;
+    let value = ctx.read_collection(key, TYPE_ZSET, TYPE_ZSET_TABLE)?;
+    if table_id(&value)? != Some(id) {
+        return Err(CmdError::Contended);
+    }
+    ctx.writes.note_quiet_read(id, tag);
+    Ok(value)
+}
+
+fn table_id(value: &Option<Value>) -> Result<Option<u64>, CmdError> {
+    match value {
+        Some(value) if value.tag() == TYPE_ZSET_TABLE => Ok(Some(Table::decode(value.tag(), value.data())?.id)),
+        _ => Ok(None),
+    }
 }
 
 /// Members with their scores, owned.
@@ -465,9 +491,32 @@ fn each_block(ctx: &mut Ctx<'_>, table: &Table, mut visit: impl FnMut(&[u8], u64
     }
 }
 
+/// The blocks' fences and running counts, kept across commands
+/// (`ranks.rs`) for a reader that sees the engine alone; None for others.
+fn block_sums(ctx: &mut Ctx<'_>, table: &Table) -> Result<Option<Arc<BlockSums>>, CmdError> {
+    let Some(tag) = ctx.writes.quiet_tag(table.id) else { return Ok(None) };
+    if let Some(sums) = ctx.shared.rank_sums.get(table.id, tag) {
+        return Ok(Some(sums));
+    }
+    let (mut fences, mut counts) = (Vec::new(), Vec::new());
+    each_block(ctx, table, |fence, count| {
+        fences.push(fence.to_vec());
+        counts.push(count);
+        true
+    })?;
+    if fences.first().is_none_or(|first| !first.is_empty()) {
+        return Err(Corrupt.into());
+    }
+    Ok(Some(ctx.shared.rank_sums.put(table.id, tag, fences, &counts)))
+}
+
 /// The forward rank of the index entry at `place` (present): the counts
 /// of the blocks before its own, and its position in its own.
 fn table_rank(ctx: &mut Ctx<'_>, table: &Table, place: &[u8]) -> Result<u64, CmdError> {
+    if let Some(sums) = block_sums(ctx, table)? {
+        let block = sums.block_of(place);
+        return Ok(sums.before[block] + count_before(ctx, table, &sums.fences[block], place));
+    }
     let (mut before, mut own) = (0u64, None::<(Vec<u8>, u64)>);
     each_block(ctx, table, |fence, count| {
         if fence > place {
@@ -479,18 +528,27 @@ fn table_rank(ctx: &mut Ctx<'_>, table: &Table, place: &[u8]) -> Result<u64, Cmd
         true
     })?;
     let (fence, count) = own.ok_or(Corrupt)?;
-    let index = table::member_key(table.id, &[INDEX]);
-    let (from, to) = ([&index[..], &fence].concat(), [&index[..], place].concat());
-    let bounds = (Bound::Included(&from[..]), Bound::Excluded(&to[..]));
-    let within = ctx.writes.count_range(ctx.db(), bounds) as u64;
+    let within = count_before(ctx, table, &fence, place);
     if within > count {
         return Err(Corrupt.into());
     }
     Ok(before + within)
 }
 
+/// The index entries from `fence` (a block's) up to `place`.
+fn count_before(ctx: &Ctx<'_>, table: &Table, fence: &[u8], place: &[u8]) -> u64 {
+    let index = table::member_key(table.id, &[INDEX]);
+    let (from, to) = ([&index[..], fence].concat(), [&index[..], place].concat());
+    let bounds = (Bound::Included(&from[..]), Bound::Excluded(&to[..]));
+    ctx.writes.count_range(ctx.db(), bounds) as u64
+}
+
 /// Where the member of forward rank `rank` (below the member count) sorts.
 fn place_of_rank(ctx: &mut Ctx<'_>, table: &Table, rank: u64) -> Result<Vec<u8>, CmdError> {
+    if let Some(sums) = block_sums(ctx, table)? {
+        let block = sums.before.partition_point(|&before| before <= rank).max(1) - 1;
+        return nth_from(ctx, table, &sums.fences[block], rank - sums.before[block]);
+    }
     let (mut before, mut found) = (0u64, None::<(Vec<u8>, u64)>);
     each_block(ctx, table, |fence, count| {
         if before + count > rank {
@@ -501,8 +559,13 @@ fn place_of_rank(ctx: &mut Ctx<'_>, table: &Table, rank: u64) -> Result<Vec<u8>,
         true
     })?;
     let (fence, offset) = found.ok_or(Corrupt)?;
+    nth_from(ctx, table, &fence, offset)
+}
+
+/// Where the `offset`th index entry from `fence` (a block's) sorts.
+fn nth_from(ctx: &Ctx<'_>, table: &Table, fence: &[u8], offset: u64) -> Result<Vec<u8>, CmdError> {
     let index = table::member_key(table.id, &[INDEX]);
-    let from = [&index[..], &fence].concat();
+    let from = [&index[..], fence].concat();
     let end = prefix_end(&index).expect("ends below 0xFF");
     let bounds = (Bound::Included(&from[..]), Bound::Excluded(&end[..]));
     let key = ctx.writes.nth_in_range(ctx.db(), bounds, offset as usize).ok_or(Corrupt)?;
