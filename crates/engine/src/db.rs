@@ -662,6 +662,15 @@ impl<'a> Snapshot<'a> {
         Iter::new(&self.db.inner, Some((self.seq, self.table.clone())), range, true)
     }
 
+    /// Visits the keys of `range` in this snapshot, in order, from the
+    /// index alone (no value is read, so an entry that expired counts),
+    /// until `visit` returns false: counting a range without a log read
+    /// per entry. The index is held for the walk: keep `visit` short.
+    pub fn visit_keys<K: AsRef<[u8]>, R: RangeBounds<K>>(&self, range: R, visit: impl FnMut(&[u8]) -> bool) {
+        let (lower, upper) = (range.start_bound().map(|k| k.as_ref()), range.end_bound().map(|k| k.as_ref()));
+        self.db.inner.index.visit_at(lower, upper, self.seq, visit);
+    }
+
     pub fn seq(&self) -> u64 {
         self.seq
     }

@@ -151,6 +151,23 @@ fn run_with(ops: Vec<Op>, options: Options) {
                 handle.collect_garbage().unwrap();
                 let after: Vec<_> = snapshot.range::<&[u8], _>(..).map(|kv| kv.unwrap()).collect();
                 assert_eq!(after, now);
+                // Its keys from the index alone: the same, and a walk that
+                // stops where told.
+                let mut keys = Vec::new();
+                snapshot.visit_keys::<&[u8], _>(.., |key| {
+                    keys.push(key.to_vec());
+                    true
+                });
+                assert_eq!(keys, now.iter().map(|(k, _)| k.clone()).collect::<Vec<_>>());
+                let mut first = Vec::new();
+                snapshot.visit_keys(key(1).as_slice().., |key| {
+                    first.push(key.to_vec());
+                    first.len() < 2
+                });
+                assert_eq!(
+                    first,
+                    now.iter().map(|(k, _)| k.clone()).filter(|k| *k >= key(1)).take(2).collect::<Vec<_>>()
+                );
                 assert_eq!(snapshot.get(&key(1)).unwrap(), model.get(&key(1)).cloned());
                 drop(snapshot);
                 model.insert(key(0), b"written after the snapshot".to_vec());

@@ -167,10 +167,6 @@ pub struct Writes {
     /// Big sorted sets these writes change: readers re-check what they
     /// read of them (`commands::ranks`).
     count_tables: Vec<u64>,
-    /// Big sorted sets a reader without locks read, each with the count
-    /// of finished writes to it when it began: the executor checks that
-    /// none began since.
-    quiet_reads: Vec<(u64, u64)>,
 }
 
 /// Owned (key, value) pairs, in key order.
@@ -201,7 +197,6 @@ impl Writes {
             pending: None,
             read_pending: Cell::new(false),
             count_tables: Vec::new(),
-            quiet_reads: Vec::new(),
         }
     }
 
@@ -230,22 +225,6 @@ impl Writes {
         if !self.count_tables.contains(&id) {
             self.count_tables.push(id);
         }
-    }
-
-    /// Notes that sorted-set table `id` is read while `tag` writes to it
-    /// had finished and none was in flight.
-    pub fn note_quiet_read(&mut self, id: u64, tag: u64) {
-        self.quiet_reads.push((id, tag));
-    }
-
-    /// The tag table `id` was read at, for a reader without locks.
-    pub fn quiet_tag(&self, id: u64) -> Option<u64> {
-        self.quiet_reads.iter().find(|(read, _)| *read == id).map(|(_, tag)| *tag)
-    }
-
-    /// Whether every table noted by `note_quiet_read` is still as read.
-    pub fn quiet_reads_held(&self, cache: &crate::commands::ranks::RankCache) -> bool {
-        self.quiet_reads.iter().all(|&(id, tag)| cache.quiet(id) == Some(tag))
     }
 
     /// Whether a read since the last commit found a published write.
@@ -285,7 +264,6 @@ impl Writes {
             pending: self.pending.clone(),
             read_pending: Cell::new(false),
             count_tables: Vec::new(),
-            quiet_reads: Vec::new(),
         }
     }
 

@@ -468,6 +468,26 @@ impl Index {
         last.cloned()
     }
 
+    /// Visits the keys within `(lower, upper)` visible at `at_seq` (not
+    /// deleted), in order, until `visit` returns false: `range_chunk`
+    /// without copying the keys, holding the tree's read lock for the walk
+    /// (keep `visit` short). Exact under a registered snapshot.
+    pub fn visit_at(
+        &self,
+        lower: Bound<&[u8]>,
+        upper: Bound<&[u8]>,
+        at_seq: u64,
+        mut visit: impl FnMut(&[u8]) -> bool,
+    ) {
+        let tree = self.tree.read();
+        for (key, slot) in tree.heads.range(lower.map(KeyRef::new), upper.map(KeyRef::new)) {
+            let live = tree.visible(key, slot, Some(at_seq)).is_some_and(|version| !version.loc.is_tombstone());
+            if live && !visit(key.as_slice()) {
+                return;
+            }
+        }
+    }
+
     /// Visits the keys within `(lower, upper)` whose newest version is not
     /// a deletion, in order (or in reverse), from the index alone, until
     /// `visit` returns false. No snapshot, so nothing is merged first: the

@@ -44,10 +44,6 @@ pub enum CmdError {
     /// Inside MULTI it answers at once: a null bulk string where the flag
     /// says so (BRPOPLPUSH, BLMOVE), else a null array.
     Blocked(Option<std::time::Duration>, bool),
-    /// A command without locks found a write in flight to a big sorted set
-    /// it reads (`ranks.rs`): the executor runs it again under its keys'
-    /// locks.
-    Contended,
 }
 
 impl CmdError {
@@ -61,7 +57,6 @@ impl CmdError {
             CmdError::TooBig => "ERR string exceeds maximum allowed size (proto-max-bulk-len)".into(),
             CmdError::Engine(error) => engine_error_text(error),
             CmdError::Blocked(..) => "ERR nothing to pop".into(),
-            CmdError::Contended => "ERR a concurrent write got in the way; try again".into(),
         }
     }
 }
@@ -764,23 +759,7 @@ pub async fn execute<'s>(shared: &'s Shared, conn: &mut ConnState, out: &mut Out
     if command.has(WRITE) {
         writes.see_pending(&shared.pending);
     }
-    let mut result = (command.run)(&mut Ctx { shared, conn, out, writes: &mut writes }, &args);
-    let (mut guards, mut stripes) = (guards, stripes);
-    let contended = matches!(result, Err(CmdError::Contended));
-    if contended || (result.is_ok() && !writes.quiet_reads_held(&shared.rank_sums)) {
-        // A write to a big sorted set it read began meanwhile: again under
-        // its keys' locks, which see the writes others queued (read with
-        // them, it waits for them before replying).
-        out.truncate(mark);
-        drop(guards);
-        command.stripes(&args, &mut stripes);
-        stripes.sort_unstable();
-        stripes.dedup();
-        guards = shared.locks.lock(&stripes).await;
-        writes = Writes::new(false);
-        writes.see_pending(&shared.pending);
-        result = (command.run)(&mut Ctx { shared, conn, out, writes: &mut writes }, &args);
-    }
+    let result = (command.run)(&mut Ctx { shared, conn, out, writes: &mut writes }, &args);
     if let Err(CmdError::Blocked(timeout, _)) = result {
         // The connection waits and runs it again (`conn::wait_blocked`).
         out.truncate(mark);

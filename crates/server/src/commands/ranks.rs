@@ -7,13 +7,15 @@
 //! keep each table's fences and running sums here and read only the
 //! member's own block.
 //!
-//! A reader may use or fill an entry only while no write that changes the
-//! table's counts is in flight, checked before and after it reads (as a
-//! seqlock does): writers count themselves in before they queue their
-//! batch and out once it is visible (or failed). Entries are tagged with
-//! the count of finished writes they saw, so any write since makes them
-//! stale. Readers that see other commands' queued writes or their own
-//! (commands holding locks, transactions) never come here.
+//! A reader may use or fill an entry only while no write to the table is
+//! in flight, checked before and after it reads (as a seqlock does):
+//! writers count themselves in before they queue their batch and out once
+//! it is visible (or failed). Entries are tagged with the count of
+//! finished writes they saw, so any write since makes them stale. A reader
+//! that finds a write in flight reads from one engine snapshot instead:
+//! reading the counts and the block's entries at two moments gave ranks
+//! off by one under concurrent writes. Commands that hold locks
+//! (writers, transactions) see a stable table and never come here.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -27,11 +29,13 @@ const SLOTS: usize = 256;
 /// Tables whose sums are kept at most (ids of deleted ones linger).
 const TABLES_MOST: usize = 4096;
 
-/// A table's blocks in order: each one's fence and the members before it.
+/// A table's blocks in order: each one's fence and the members before
+/// it, and the member count.
 pub struct BlockSums {
     tag: u64,
     pub fences: Vec<Vec<u8>>,
     pub before: Vec<u64>,
+    pub total: u64,
 }
 
 pub struct RankCache {
@@ -93,27 +97,36 @@ impl RankCache {
     }
 
     /// Keeps sums read while `quiet` gave `tag`; the caller checks `quiet`
-    /// again after it used them.
-    pub fn put(&self, id: u64, tag: u64, fences: Vec<Vec<u8>>, counts: &[u64]) -> Arc<BlockSums> {
-        let before = counts
-            .iter()
-            .scan(0u64, |sum, &count| {
-                let at = *sum;
-                *sum += count;
-                Some(at)
-            })
-            .collect();
-        let sums = Arc::new(BlockSums { tag, fences, before });
+    /// again after it used them. None if the blocks are not a table's (the
+    /// first fence is the empty one).
+    pub fn put(&self, id: u64, tag: u64, fences: Vec<Vec<u8>>, counts: &[u64]) -> Option<Arc<BlockSums>> {
+        let sums = Arc::new(BlockSums::new(tag, fences, counts)?);
         let mut map = self.sums.lock();
         if map.len() >= TABLES_MOST {
             map.clear();
         }
         map.insert(id, sums.clone());
-        sums
+        Some(sums)
     }
 }
 
 impl BlockSums {
+    pub fn new(tag: u64, fences: Vec<Vec<u8>>, counts: &[u64]) -> Option<BlockSums> {
+        if fences.first().is_none_or(|first| !first.is_empty()) || fences.len() != counts.len() {
+            return None;
+        }
+        let mut total = 0u64;
+        let before = counts
+            .iter()
+            .map(|&count| {
+                let at = total;
+                total += count;
+                at
+            })
+            .collect();
+        Some(BlockSums { tag, fences, before, total })
+    }
+
     /// The block holding `place`: its index.
     pub fn block_of(&self, place: &[u8]) -> usize {
         self.fences.partition_point(|fence| fence.as_slice() <= place).max(1) - 1
@@ -128,8 +141,9 @@ mod tests {
     fn sums_are_stale_once_a_write_starts_or_finishes() {
         let cache = RankCache::default();
         let tag = cache.quiet(7).unwrap();
-        let sums = cache.put(7, tag, vec![vec![], b"m".to_vec(), b"t".to_vec()], &[3, 5, 2]);
-        assert_eq!(sums.before, [0, 3, 8]);
+        let sums = cache.put(7, tag, vec![vec![], b"m".to_vec(), b"t".to_vec()], &[3, 5, 2]).unwrap();
+        assert_eq!((sums.before.as_slice(), sums.total), (&[0, 3, 8][..], 10));
+        assert!(cache.put(7, tag, vec![b"m".to_vec()], &[3]).is_none(), "no first block");
         assert_eq!((sums.block_of(b"a"), sums.block_of(b"m"), sums.block_of(b"s"), sums.block_of(b"z")), (0, 1, 1, 2));
         assert!(cache.get(7, tag).is_some());
         let writing = cache.writing(vec![7]);

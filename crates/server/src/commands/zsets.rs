@@ -93,32 +93,8 @@ fn score_arg(arg: &[u8]) -> Result<f64, CmdError> {
 }
 
 /// The sorted set at `key`: None if missing, WRONGTYPE for another type.
-///
-/// A reader that takes no lock and finds a table reads it only while no
-/// write to it is in flight (`ranks.rs`): the stub is read again inside
-/// that window, and the executor checks the window held once the command
-/// is done, else runs it again under the key's lock. A big set's reads
-/// are several engine reads, and a rank mixing two states was off by one.
 fn read_zset(ctx: &mut Ctx<'_>, key: &[u8]) -> Result<Option<Value>, CmdError> {
-    let value = ctx.read_collection(key, TYPE_ZSET, TYPE_ZSET_TABLE)?;
-    let Some(id) = table_id(&value)? else { return Ok(value) };
-    if !ctx.writes.reads_engine_only() {
-        return Ok(value);
-    }
-    let tag = ctx.shared.rank_sums.quiet(id).ok_or(CmdError::Contended)?;
-    let value = ctx.read_collection(key, TYPE_ZSET, TYPE_ZSET_TABLE)?;
-    if table_id(&value)? != Some(id) {
-        return Err(CmdError::Contended);
-    }
-    ctx.writes.note_quiet_read(id, tag);
-    Ok(value)
-}
-
-fn table_id(value: &Option<Value>) -> Result<Option<u64>, CmdError> {
-    match value {
-        Some(value) if value.tag() == TYPE_ZSET_TABLE => Ok(Some(Table::decode(value.tag(), value.data())?.id)),
-        _ => Ok(None),
-    }
+    ctx.read_collection(key, TYPE_ZSET, TYPE_ZSET_TABLE)
 }
 
 /// Members with their scores, owned.
@@ -333,12 +309,26 @@ impl<'v> Open<'v> {
     }
 
     /// `member`'s rank (its score is `score`) from the low end or the high.
-    fn rank(&self, ctx: &mut Ctx<'_>, member: &[u8], score: f64, reverse: bool) -> Result<u64, CmdError> {
-        let (len, at) = match self {
-            Open::Value { entries, .. } => (entries.len(), position(entries, score, member).ok_or(Corrupt)? as u64),
-            Open::Table(table) => (table.head as usize, table_rank(ctx, table, &place(score, member))?),
+    /// None if a reader without locks finds it gone in the snapshot it
+    /// reads a big set's ranks from (`table_rank`).
+    fn rank(
+        &self,
+        ctx: &mut Ctx<'_>,
+        key: &[u8],
+        member: &[u8],
+        score: f64,
+        reverse: bool,
+    ) -> Result<Option<u64>, CmdError> {
+        let (at, len) = match self {
+            Open::Value { entries, .. } => {
+                (position(entries, score, member).ok_or(Corrupt)? as u64, entries.len() as u64)
+            }
+            Open::Table(table) => match table_rank(ctx, key, table, member, score)? {
+                Some(found) => found,
+                None => return Ok(None),
+            },
         };
-        Ok(if reverse { (len as u64).checked_sub(at + 1).ok_or(Corrupt)? } else { at })
+        Ok(Some(if reverse { len.checked_sub(at + 1).ok_or(Corrupt)? } else { at }))
     }
 
     /// Writes the set back to `key` with `expiry`; an empty set goes.
@@ -491,12 +481,21 @@ fn each_block(ctx: &mut Ctx<'_>, table: &Table, mut visit: impl FnMut(&[u8], u64
     }
 }
 
-/// The blocks' fences and running counts, kept across commands
-/// (`ranks.rs`) for a reader that sees the engine alone; None for others.
-fn block_sums(ctx: &mut Ctx<'_>, table: &Table) -> Result<Option<Arc<BlockSums>>, CmdError> {
-    let Some(tag) = ctx.writes.quiet_tag(table.id) else { return Ok(None) };
+/// A reader without locks (`reads_engine_only`) of a big set's ranks:
+/// its several reads (block counts, then index entries) must see one
+/// state, or a rank mixing two was off by one under concurrent writes.
+/// While no write to the table is in flight, the blocks' fences and
+/// running counts kept across commands serve (`ranks.rs`; the tag says
+/// whether that still held at the end); otherwise all of it is read from
+/// one engine snapshot. Writers hold the key's lock and see a stable
+/// table through their pending writes: the blocks as they are.
+fn quiet_sums(ctx: &mut Ctx<'_>, table: &Table) -> Result<Option<(u64, Arc<BlockSums>)>, CmdError> {
+    if !ctx.writes.reads_engine_only() {
+        return Ok(None);
+    }
+    let Some(tag) = ctx.shared.rank_sums.quiet(table.id) else { return Ok(None) };
     if let Some(sums) = ctx.shared.rank_sums.get(table.id, tag) {
-        return Ok(Some(sums));
+        return Ok(Some((tag, sums)));
     }
     let (mut fences, mut counts) = (Vec::new(), Vec::new());
     each_block(ctx, table, |fence, count| {
@@ -504,22 +503,84 @@ fn block_sums(ctx: &mut Ctx<'_>, table: &Table) -> Result<Option<Arc<BlockSums>>
         counts.push(count);
         true
     })?;
-    if fences.first().is_none_or(|first| !first.is_empty()) {
-        return Err(Corrupt.into());
-    }
-    Ok(Some(ctx.shared.rank_sums.put(table.id, tag, fences, &counts)))
+    Ok(Some((tag, ctx.shared.rank_sums.put(table.id, tag, fences, &counts).ok_or(Corrupt)?)))
 }
 
-/// The forward rank of the index entry at `place` (present): the counts
-/// of the blocks before its own, and its position in its own.
-fn table_rank(ctx: &mut Ctx<'_>, table: &Table, place: &[u8]) -> Result<u64, CmdError> {
-    if let Some(sums) = block_sums(ctx, table)? {
-        let block = sums.block_of(place);
-        return Ok(sums.before[block] + count_before(ctx, table, &sums.fences[block], place));
+fn still_quiet(ctx: &Ctx<'_>, table: &Table, tag: u64) -> bool {
+    ctx.shared.rank_sums.quiet(table.id) == Some(tag)
+}
+
+/// `member`'s forward rank and the member count, for a reader without
+/// locks while a write to the table is in flight: from one snapshot
+/// (None if the member is not there in it).
+fn snapshot_rank(ctx: &Ctx<'_>, key: &[u8], table: &Table, member: &[u8]) -> Result<Option<(u64, u64)>, CmdError> {
+    let snapshot = ctx.db().snapshot();
+    let stub = match snapshot.get(key)? {
+        Some(stub) if stub.first() == Some(&TYPE_ZSET_TABLE) => Table::decode(stub[0], &stub[1..])?,
+        _ => return Ok(None),
+    };
+    let Some(bytes) = snapshot.get(&table::member_key(table.id, &member_field(member)))? else { return Ok(None) };
+    if stub.id != table.id {
+        return Ok(None);
+    }
+    let place = place(stored_score(bytes.get(1..).unwrap_or_default())?, member);
+    // The blocks up to the member's.
+    let first = table::member_key(table.id, &[BLOCK]);
+    let last = table::member_key(table.id, &block_field(&place));
+    let (mut before, mut own, mut own_count) = (0u64, None::<Vec<u8>>, 0u64);
+    for item in snapshot.range(first.as_slice()..=last.as_slice()) {
+        let (block, count) = item?;
+        if own.replace(block[first.len()..].to_vec()).is_some() {
+            before += own_count;
+        }
+        own_count = block_count(count.get(1..).unwrap_or_default())?;
+    }
+    let fence = own.ok_or(Corrupt)?;
+    let index = table::member_key(table.id, &[INDEX]);
+    let (from, to) = ([&index[..], &fence].concat(), [&index[..], &place].concat());
+    let mut within = 0;
+    snapshot.visit_keys(from.as_slice()..to.as_slice(), |_| {
+        within += 1;
+        true
+    });
+    Ok(Some((before + within, stub.head as u64)))
+}
+
+/// The blocks' sums as of `snapshot`.
+fn snapshot_sums(snapshot: &scaledkv::Snapshot<'_>, table: &Table) -> Result<BlockSums, CmdError> {
+    let first = table::member_key(table.id, &[BLOCK]);
+    let end = prefix_end(&first).expect("ends below 0xFF");
+    let (mut fences, mut counts) = (Vec::new(), Vec::new());
+    for item in snapshot.range(first.as_slice()..end.as_slice()) {
+        let (key, value) = item?;
+        fences.push(key[first.len()..].to_vec());
+        counts.push(block_count(value.get(1..).unwrap_or_default())?);
+    }
+    Ok(BlockSums::new(0, fences, &counts).ok_or(Corrupt)?)
+}
+
+/// `member`'s forward rank (its score is `score`) and the member count.
+fn table_rank(
+    ctx: &mut Ctx<'_>,
+    key: &[u8],
+    table: &Table,
+    member: &[u8],
+    score: f64,
+) -> Result<Option<(u64, u64)>, CmdError> {
+    let place = place(score, member);
+    if let Some((tag, sums)) = quiet_sums(ctx, table)? {
+        let block = sums.block_of(&place);
+        let rank = sums.before[block] + count_before(ctx, table, &sums.fences[block], &place);
+        if still_quiet(ctx, table, tag) {
+            return Ok(Some((rank, sums.total)));
+        }
+    }
+    if ctx.writes.reads_engine_only() {
+        return snapshot_rank(ctx, key, table, member);
     }
     let (mut before, mut own) = (0u64, None::<(Vec<u8>, u64)>);
     each_block(ctx, table, |fence, count| {
-        if fence > place {
+        if fence > place.as_slice() {
             return false;
         }
         if let Some((_, previous)) = own.replace((fence.to_vec(), count)) {
@@ -528,11 +589,11 @@ fn table_rank(ctx: &mut Ctx<'_>, table: &Table, place: &[u8]) -> Result<u64, Cmd
         true
     })?;
     let (fence, count) = own.ok_or(Corrupt)?;
-    let within = count_before(ctx, table, &fence, place);
+    let within = count_before(ctx, table, &fence, &place);
     if within > count {
         return Err(Corrupt.into());
     }
-    Ok(before + within)
+    Ok(Some((before + within, table.head as u64)))
 }
 
 /// The index entries from `fence` (a block's) up to `place`.
@@ -545,9 +606,30 @@ fn count_before(ctx: &Ctx<'_>, table: &Table, fence: &[u8], place: &[u8]) -> u64
 
 /// Where the member of forward rank `rank` (below the member count) sorts.
 fn place_of_rank(ctx: &mut Ctx<'_>, table: &Table, rank: u64) -> Result<Vec<u8>, CmdError> {
-    if let Some(sums) = block_sums(ctx, table)? {
+    if let Some((tag, sums)) = quiet_sums(ctx, table)? {
         let block = sums.before.partition_point(|&before| before <= rank).max(1) - 1;
-        return nth_from(ctx, table, &sums.fences[block], rank - sums.before[block]);
+        let place = nth_from(ctx, table, &sums.fences[block], rank - sums.before[block]);
+        if still_quiet(ctx, table, tag) {
+            return place;
+        }
+    }
+    if ctx.writes.reads_engine_only() {
+        let snapshot = ctx.db().snapshot();
+        let sums = snapshot_sums(&snapshot, table)?;
+        let block = sums.before.partition_point(|&before| before <= rank).max(1) - 1;
+        let index = table::member_key(table.id, &[INDEX]);
+        let from = [&index[..], &sums.fences[block]].concat();
+        let end = prefix_end(&index).expect("ends below 0xFF");
+        let (mut left, mut found) = (rank - sums.before[block], None);
+        snapshot.visit_keys(from.as_slice()..end.as_slice(), |key| {
+            if left == 0 {
+                found = Some(key[index.len()..].to_vec());
+                return false;
+            }
+            left -= 1;
+            true
+        });
+        return Ok(found.ok_or(Corrupt)?);
     }
     let (mut before, mut found) = (0u64, None::<(Vec<u8>, u64)>);
     each_block(ctx, table, |fence, count| {
@@ -1056,10 +1138,10 @@ fn rank_command(ctx: &mut Ctx<'_>, args: &[Bytes], reverse: bool) -> CmdResult {
     let value = read_zset(ctx, &args[1])?;
     let set = Open::of(value.as_ref())?;
     match set.score(ctx, &args[2])? {
-        Some(score) => {
-            let rank = set.rank(ctx, &args[2], score, reverse)?;
-            ctx.out.int(rank as i64);
-        }
+        Some(score) => match set.rank(ctx, &args[1], &args[2], score, reverse)? {
+            Some(rank) => ctx.out.int(rank as i64),
+            None => ctx.out.null(),
+        },
         None => ctx.out.null(),
     }
     Ok(())
