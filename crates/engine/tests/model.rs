@@ -168,6 +168,8 @@ fn run_with(ops: Vec<Op>, options: Options) {
                     first,
                     now.iter().map(|(k, _)| k.clone()).filter(|k| *k >= key(1)).take(2).collect::<Vec<_>>()
                 );
+                // An inverted range holds nothing (and does not panic).
+                snapshot.visit_keys(key(2).as_slice()..key(1).as_slice(), |_| panic!("a key in an inverted range"));
                 assert_eq!(snapshot.get(&key(1)).unwrap(), model.get(&key(1)).cloned());
                 drop(snapshot);
                 model.insert(key(0), b"written after the snapshot".to_vec());
