@@ -164,9 +164,9 @@ pub struct Writes {
     /// Whether a read found one of those: before anyone is told what was
     /// read, these writes (or, if none, a barrier) must be durable.
     read_pending: Cell<bool>,
-    /// Big sorted sets these writes change: readers re-check what they
-    /// read of them (`commands::ranks`).
-    count_tables: Vec<u64>,
+    /// Big sorted sets these writes change: until they are visible,
+    /// readers without locks read those from a snapshot (`commands::ranks`).
+    zset_tables: Vec<u64>,
 }
 
 /// Owned (key, value) pairs, in key order.
@@ -182,7 +182,7 @@ pub struct Ready {
     pub blocks_changed: bool,
     /// Read writes that others queued and are not yet durable.
     pub read_pending: bool,
-    pub count_tables: Vec<u64>,
+    pub zset_tables: Vec<u64>,
 }
 
 impl Writes {
@@ -196,7 +196,7 @@ impl Writes {
             blocks_changed: false,
             pending: None,
             read_pending: Cell::new(false),
-            count_tables: Vec::new(),
+            zset_tables: Vec::new(),
         }
     }
 
@@ -222,8 +222,8 @@ impl Writes {
 
     /// Notes that these writes change sorted-set table `id`.
     pub fn note_zset_written(&mut self, id: u64) {
-        if !self.count_tables.contains(&id) {
-            self.count_tables.push(id);
+        if !self.zset_tables.contains(&id) {
+            self.zset_tables.push(id);
         }
     }
 
@@ -263,7 +263,7 @@ impl Writes {
             blocks_changed: self.blocks_changed,
             pending: self.pending.clone(),
             read_pending: Cell::new(false),
-            count_tables: Vec::new(),
+            zset_tables: Vec::new(),
         }
     }
 
@@ -277,7 +277,7 @@ impl Writes {
         self.pushed |= branch.pushed;
         self.blocks_changed |= branch.blocks_changed;
         self.read_pending.set(self.read_pending() || branch.read_pending());
-        self.count_tables.append(&mut branch.count_tables);
+        self.zset_tables.append(&mut branch.zset_tables);
     }
 
     pub fn abandon(&mut self, mut branch: Writes) {
@@ -581,7 +581,7 @@ impl Writes {
             pushed: std::mem::take(&mut self.pushed),
             blocks_changed: std::mem::take(&mut self.blocks_changed),
             read_pending: self.read_pending.take(),
-            count_tables: std::mem::take(&mut self.count_tables),
+            zset_tables: std::mem::take(&mut self.zset_tables),
         }
     }
 
@@ -600,7 +600,7 @@ impl Writes {
             pushed: std::mem::take(&mut self.pushed),
             blocks_changed: std::mem::take(&mut self.blocks_changed),
             read_pending: self.read_pending.take(),
-            count_tables: std::mem::take(&mut self.count_tables),
+            zset_tables: std::mem::take(&mut self.zset_tables),
         }
     }
 }
@@ -631,7 +631,9 @@ pub fn check_key(key: &[u8]) -> Result<(), CmdError> {
 const STRIPES: usize = 1024;
 
 /// Striped key locks. A write command holds the stripes of its keys from
-/// its first read until its batch is durable and visible, so concurrent
+/// its first read until its batch is durable and visible (or, when another
+/// command waits for one, until the batch is queued and published to it:
+/// `crate::pending`), so concurrent
 /// read-modify-writes (INCR, APPEND, SET NX ...) serialise per key as they
 /// do in single-threaded Redis. Blind writes (SET, MSET: they read
 /// nothing) share a stripe with each other, since their order is the

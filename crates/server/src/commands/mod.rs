@@ -544,7 +544,7 @@ pub async fn commit<G>(
     exclusive: bool,
     guards: G,
 ) -> scaledkv::Result<()> {
-    let Ready { batch, reserved_delta, pushed, blocks_changed, read_pending, count_tables } = ready;
+    let Ready { batch, reserved_delta, pushed, blocks_changed, read_pending, zset_tables } = ready;
     if batch.is_empty() {
         drop(guards);
         // It read others' queued writes: tell no one before they are durable.
@@ -556,9 +556,9 @@ pub async fn commit<G>(
     let staged = early.then(|| Pending::stage(&batch));
     let forget: Option<Vec<Vec<u8>>> =
         (!early && !shared.pending.is_empty()).then(|| batch.entries().map(|(key, _)| key.to_vec()).collect());
-    // Readers' cached rank sums of these tables stop counting from here
-    // until the batch is visible (`ranks.rs`).
-    let _writing = (!count_tables.is_empty()).then(|| shared.rank_sums.writing(count_tables));
+    // Readers without locks read these sorted sets from a snapshot from
+    // here until the batch is visible (`ranks.rs`).
+    let _writing = (!zset_tables.is_empty()).then(|| shared.rank_sums.writing(zset_tables));
     let done = enqueue(shared, batch);
     let ticket = staged.filter(|_| !done.is_refused()).map(|staged| shared.pending.publish(staged));
     let mut guards = Some(guards);

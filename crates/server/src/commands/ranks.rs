@@ -54,8 +54,8 @@ impl Default for RankCache {
     }
 }
 
-/// Counts a batch's count-changing writes out again when dropped: once
-/// the batch is visible, failed, or given up.
+/// Counts a batch's writes to tables out again when dropped: once the
+/// batch is visible, failed, or given up.
 pub struct Writing<'a> {
     cache: &'a RankCache,
     ids: Vec<u64>,
@@ -74,8 +74,7 @@ fn slot(id: u64) -> usize {
 }
 
 impl RankCache {
-    /// Called before a batch that changes the block counts or fences of
-    /// the tables `ids` is queued.
+    /// Called before a batch that writes to the tables `ids` is queued.
     pub fn writing(&self, ids: Vec<u64>) -> Writing<'_> {
         for &id in &ids {
             self.started[slot(id)].fetch_add(1, Ordering::SeqCst);

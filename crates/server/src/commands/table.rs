@@ -401,7 +401,8 @@ async fn drop_table(shared: &Shared, id: u64, owner: &[u8]) -> Result<u64, CmdEr
             batch.delete(owner);
         }
         let count = keys.len() as u64 + last as u64;
-        let ready = Ready { batch, reserved_delta: -(count as i64), ..Ready::default() };
+        // Readers of the sorted set it was see no half-dropped table.
+        let ready = Ready { batch, reserved_delta: -(count as i64), zset_tables: vec![id], ..Ready::default() };
         super::commit(shared, ready, &[], false, ()).await?;
         deleted += count;
         if last {

@@ -567,14 +567,22 @@ fn table_rank(
     member: &[u8],
     score: f64,
 ) -> Result<Option<(u64, u64)>, CmdError> {
-    let place = place(score, member);
     if let Some((tag, sums)) = quiet_sums(ctx, table)? {
-        let block = sums.block_of(&place);
-        let rank = sums.before[block] + count_before(ctx, table, &sums.fences[block], &place);
+        // The score again inside the quiet window: the one the caller read
+        // may predate it.
+        let now = match table::get(ctx, table, &member_field(member))? {
+            Some(bytes) => Some(place(stored_score(&bytes)?, member)),
+            None => None,
+        };
+        let rank = now.map(|place| {
+            let block = sums.block_of(&place);
+            sums.before[block] + count_before(ctx, table, &sums.fences[block], &place)
+        });
         if still_quiet(ctx, table, tag) {
-            return Ok(Some((rank, sums.total)));
+            return Ok(rank.map(|rank| (rank, sums.total)));
         }
     }
+    let place = place(score, member);
     if ctx.writes.reads_engine_only() {
         return snapshot_rank(ctx, key, table, member);
     }
