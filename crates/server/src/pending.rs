@@ -87,6 +87,15 @@ impl Pending {
         Ticket { pending: self, id, keys }
     }
 
+    /// The keys of `batch` that have published entries (usually none): a
+    /// batch held to the end forgets them once it is visible. Only holders
+    /// of a key's lock publish it, so none can join while the caller holds
+    /// them.
+    pub fn published_of(&self, batch: &WriteBatch) -> Vec<Vec<u8>> {
+        let map = self.map.lock();
+        batch.entries().filter(|(key, _)| map.contains_key(*key)).map(|(key, _)| key.to_vec()).collect()
+    }
+
     /// Drops the entries of `keys`, whatever published them: the caller's
     /// own writes of those keys are durable and visible, and newer.
     pub fn forget<'k>(&self, keys: impl IntoIterator<Item = &'k [u8]>) {
@@ -159,6 +168,7 @@ mod tests {
         assert_eq!(pending.get(b"e"), None);
         let within = pending.within((Bound::Included(&b"b"[..]), Bound::Excluded(&b"d"[..])));
         assert_eq!(within, [(b"b".to_vec(), Some((b"2".to_vec(), None))), (b"c".to_vec(), None)]);
+        assert_eq!(pending.published_of(&batch(&[("b", None), ("x", Some("1")), ("c", Some("1"))])), [b"b", b"c"]);
         drop(first);
         // `b` is the second's: it stays with it.
         assert_eq!((pending.get(b"a"), pending.get(b"b"), pending.get(b"c")), (None, value("2"), None));

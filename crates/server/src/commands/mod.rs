@@ -554,8 +554,7 @@ pub async fn commit<G>(
         && batch.size_bytes() <= PUBLISH_MAX_BYTES
         && stripes.iter().any(|&stripe| shared.locks.is_awaited(stripe));
     let staged = early.then(|| Pending::stage(&batch));
-    let forget: Option<Vec<Vec<u8>>> =
-        (!early && !shared.pending.is_empty()).then(|| batch.entries().map(|(key, _)| key.to_vec()).collect());
+    let forget = if !early && !shared.pending.is_empty() { shared.pending.published_of(&batch) } else { Vec::new() };
     // Readers without locks read these sorted sets from a snapshot from
     // here until the batch is visible (`ranks.rs`).
     let _writing = (!zset_tables.is_empty()).then(|| shared.rank_sums.writing(zset_tables));
@@ -568,10 +567,8 @@ pub async fn commit<G>(
     }
     lead(shared);
     let result = done.await;
-    if result.is_ok() {
-        if let Some(keys) = &forget {
-            shared.pending.forget(keys.iter().map(|key| &key[..]));
-        }
+    if result.is_ok() && !forget.is_empty() {
+        shared.pending.forget(forget.iter().map(|key| &key[..]));
     }
     if guards.is_some() && result.is_ok() {
         release(shared, stripes, blocks_changed, guards.take());
