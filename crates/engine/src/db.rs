@@ -464,36 +464,17 @@ impl Db {
     /// iterating (an iterator takes a snapshot, which first merges the
     /// pending index updates, and reads every entry from the log).
     pub fn count_keys<K: AsRef<[u8]>, R: RangeBounds<K>>(&self, range: R) -> usize {
-        let mut count = 0;
-        self.keys_in(range, false, |_| {
-            count += 1;
-            true
-        });
-        count
+        crate::walk::count(|visit| self.keys_in(range, false, visit))
     }
 
     /// The `n`th key (from 0) of `range` now, as `count_keys` counts them.
     pub fn nth_key<K: AsRef<[u8]>, R: RangeBounds<K>>(&self, range: R, n: usize) -> Option<Vec<u8>> {
-        let (mut left, mut found) = (n, None);
-        self.keys_in(range, false, |key| {
-            if left == 0 {
-                found = Some(key.to_vec());
-                return false;
-            }
-            left -= 1;
-            true
-        });
-        found
+        crate::walk::nth(n, |visit| self.keys_in(range, false, visit))
     }
 
     /// The last key of `range` now, as `count_keys` counts them.
     pub fn last_key<K: AsRef<[u8]>, R: RangeBounds<K>>(&self, range: R) -> Option<Vec<u8>> {
-        let mut found = None;
-        self.keys_in(range, true, |key| {
-            found = Some(key.to_vec());
-            false
-        });
-        found
+        crate::walk::nth(0, |visit| self.keys_in(range, true, visit))
     }
 
     /// Visits the keys of `range` now, in order (or in reverse), from the
@@ -669,6 +650,16 @@ impl<'a> Snapshot<'a> {
     pub fn visit_keys<K: AsRef<[u8]>, R: RangeBounds<K>>(&self, range: R, visit: impl FnMut(&[u8]) -> bool) {
         let (lower, upper) = (range.start_bound().map(|k| k.as_ref()), range.end_bound().map(|k| k.as_ref()));
         self.db.inner.index.visit_at(lower, upper, self.seq, visit);
+    }
+
+    /// How many keys `range` holds in this snapshot, as `visit_keys` sees them.
+    pub fn count_keys<K: AsRef<[u8]>, R: RangeBounds<K>>(&self, range: R) -> usize {
+        crate::walk::count(|visit| self.visit_keys(range, visit))
+    }
+
+    /// The `n`th key (from 0) of `range` in this snapshot.
+    pub fn nth_key<K: AsRef<[u8]>, R: RangeBounds<K>>(&self, range: R, n: usize) -> Option<Vec<u8>> {
+        crate::walk::nth(n, |visit| self.visit_keys(range, visit))
     }
 
     pub fn seq(&self) -> u64 {

@@ -31,6 +31,7 @@ mod manifest;
 mod options;
 mod recovery;
 mod stats;
+pub mod walk;
 
 pub use batch::{BatchEntry, WriteBatch};
 pub use commit::WriteFuture;

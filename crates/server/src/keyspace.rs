@@ -339,37 +339,18 @@ impl Writes {
     /// ranges, whose entries never expire), from the engine's index alone
     /// and these writes.
     pub fn count_range(&self, db: &Db, bounds: (Bound<&[u8]>, Bound<&[u8]>)) -> usize {
-        let mut count = 0;
-        self.walk_keys(db, bounds, false, |_| {
-            count += 1;
-            true
-        });
-        count
+        scaledkv::walk::count(|visit| self.walk_keys(db, bounds, false, visit))
     }
 
     /// The key of the `n`th entry (from 0) within `bounds`, as
     /// `count_range` counts them.
     pub fn nth_in_range(&self, db: &Db, bounds: (Bound<&[u8]>, Bound<&[u8]>), n: usize) -> Option<Vec<u8>> {
-        let (mut left, mut found) = (n, None);
-        self.walk_keys(db, bounds, false, |key| {
-            if left == 0 {
-                found = Some(key.to_vec());
-                return false;
-            }
-            left -= 1;
-            true
-        });
-        found
+        scaledkv::walk::nth(n, |visit| self.walk_keys(db, bounds, false, visit))
     }
 
     /// The last key within `bounds`, as `count_range` counts them.
     pub fn last_in_range(&self, db: &Db, bounds: (Bound<&[u8]>, Bound<&[u8]>)) -> Option<Vec<u8>> {
-        let mut found = None;
-        self.walk_keys(db, bounds, true, |key| {
-            found = Some(key.to_vec());
-            false
-        });
-        found
+        scaledkv::walk::nth(0, |visit| self.walk_keys(db, bounds, true, visit))
     }
 
     /// Visits the keys within `bounds`, in order or in reverse: the

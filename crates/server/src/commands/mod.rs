@@ -480,10 +480,10 @@ impl<'s> Run<'s> {
             return;
         }
         let ready = self.writes.take_run_batch();
-        let guards = std::mem::take(&mut self.guards);
-        let stripes: SmallVec<[Stripe; 16]> = guards.iter().map(|(stripe, _)| *stripe).collect();
-        let exclusive = guards.iter().all(|(_, guard)| matches!(guard, Guard::Exclusive(_)));
-        if let Err(error) = commit(shared, ready, &stripes, exclusive, guards).await {
+        let stripes: SmallVec<[Stripe; 16]> = self.guards.iter().map(|(stripe, _)| *stripe).collect();
+        let exclusive = self.guards.iter().all(|(_, guard)| matches!(guard, Guard::Exclusive(_)));
+        // Drained, not taken: the next run reuses the vector.
+        if let Err(error) = commit(shared, ready, &stripes, exclusive, self.guards.drain(..)).await {
             out.truncate(self.mark);
             for _ in 0..self.commands {
                 out.error(&engine_error_text(&error));

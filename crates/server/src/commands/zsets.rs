@@ -527,22 +527,15 @@ fn snapshot_rank(ctx: &Ctx<'_>, key: &[u8], table: &Table, member: &[u8]) -> Res
     // The blocks up to the member's.
     let first = table::member_key(table.id, &[BLOCK]);
     let last = table::member_key(table.id, &block_field(&place));
-    let (mut before, mut own, mut own_count) = (0u64, None::<Vec<u8>>, 0u64);
+    let mut blocks = BlocksBefore::default();
     for item in snapshot.range(first.as_slice()..=last.as_slice()) {
         let (block, count) = item?;
-        if own.replace(block[first.len()..].to_vec()).is_some() {
-            before += own_count;
-        }
-        own_count = block_count(count.get(1..).unwrap_or_default())?;
+        blocks.take(&block[first.len()..], block_count(count.get(1..).unwrap_or_default())?, &place);
     }
-    let fence = own.ok_or(Corrupt)?;
+    let (before, fence, _) = blocks.found()?;
     let index = table::member_key(table.id, &[INDEX]);
     let (from, to) = ([&index[..], &fence].concat(), [&index[..], &place].concat());
-    let mut within = 0;
-    snapshot.visit_keys(from.as_slice()..to.as_slice(), |_| {
-        within += 1;
-        true
-    });
+    let within = snapshot.count_keys(from.as_slice()..to.as_slice()) as u64;
     Ok(Some((before + within, stub.head as u64)))
 }
 
@@ -582,26 +575,45 @@ fn table_rank(
             return Ok(rank.map(|rank| (rank, sums.total)));
         }
     }
-    let place = place(score, member);
     if ctx.writes.reads_engine_only() {
         return snapshot_rank(ctx, key, table, member);
     }
-    let (mut before, mut own) = (0u64, None::<(Vec<u8>, u64)>);
-    each_block(ctx, table, |fence, count| {
-        if fence > place.as_slice() {
-            return false;
-        }
-        if let Some((_, previous)) = own.replace((fence.to_vec(), count)) {
-            before += previous;
-        }
-        true
-    })?;
-    let (fence, count) = own.ok_or(Corrupt)?;
+    let place = place(score, member);
+    let mut blocks = BlocksBefore::default();
+    each_block(ctx, table, |fence, count| blocks.take(fence, count, &place))?;
+    let (before, fence, count) = blocks.found()?;
     let within = count_before(ctx, table, &fence, &place);
     if within > count {
         return Err(Corrupt.into());
     }
     Ok(Some((before + within, table.head as u64)))
+}
+
+/// The blocks before the one that holds a place, taken in order: their
+/// counts summed, and that block's fence and count.
+#[derive(Default)]
+struct BlocksBefore {
+    before: u64,
+    own: Option<(Vec<u8>, u64)>,
+}
+
+impl BlocksBefore {
+    /// Takes the next block; false once it starts past `place`.
+    fn take(&mut self, fence: &[u8], count: u64, place: &[u8]) -> bool {
+        if fence > place {
+            return false;
+        }
+        if let Some((_, previous)) = self.own.replace((fence.to_vec(), count)) {
+            self.before += previous;
+        }
+        true
+    }
+
+    /// The counts before the block, its fence and its count.
+    fn found(self) -> Result<(u64, Vec<u8>, u64), Corrupt> {
+        let (fence, count) = self.own.ok_or(Corrupt)?;
+        Ok((self.before, fence, count))
+    }
 }
 
 /// The index entries from `fence` (a block's) up to `place`.
@@ -628,16 +640,9 @@ fn place_of_rank(ctx: &mut Ctx<'_>, table: &Table, rank: u64) -> Result<Vec<u8>,
         let index = table::member_key(table.id, &[INDEX]);
         let from = [&index[..], &sums.fences[block]].concat();
         let end = prefix_end(&index).expect("ends below 0xFF");
-        let (mut left, mut found) = (rank - sums.before[block], None);
-        snapshot.visit_keys(from.as_slice()..end.as_slice(), |key| {
-            if left == 0 {
-                found = Some(key[index.len()..].to_vec());
-                return false;
-            }
-            left -= 1;
-            true
-        });
-        return Ok(found.ok_or(Corrupt)?);
+        let offset = (rank - sums.before[block]) as usize;
+        let key = snapshot.nth_key(from.as_slice()..end.as_slice(), offset).ok_or(Corrupt)?;
+        return Ok(key[index.len()..].to_vec());
     }
     let (mut before, mut found) = (0u64, None::<(Vec<u8>, u64)>);
     each_block(ctx, table, |fence, count| {
