@@ -16,7 +16,7 @@ use crate::batch::WriteBatch;
 use crate::checkpoint;
 use crate::commit::{Committer, Request, WriteFuture};
 use crate::error::{Error, Result};
-use crate::index::memtable::{Index, Loc, Update};
+use crate::index::memtable::{Index, KeyChunk, Loc, Update};
 use crate::index::points::Points;
 use crate::index::runs::Rebuild;
 use crate::iter::Iter;
@@ -553,21 +553,21 @@ impl Db {
     /// in the last ~100 ms may be deferred index updates, which it skips.
     pub fn purge_expired(&self, after: Option<&[u8]>, max_keys: usize) -> (Option<Vec<u8>>, usize) {
         let lower = after.map_or(Bound::Unbounded, Bound::Excluded);
-        let mut found = Vec::new();
+        let mut found = KeyChunk::default();
         let inner = &self.inner;
-        let last = inner.index.range_chunk(lower, Bound::Unbounded, false, u64::MAX, max_keys, &mut found);
+        let examined = inner.index.range_chunk(lower, Bound::Unbounded, false, u64::MAX, max_keys, &mut found);
         let now = now_ms();
         let mut dropped = 0;
-        for (key, loc) in found {
+        for (key, loc) in found.iter() {
             let expired = inner.segments.with(loc.seg, |segment| {
                 let bytes = segment.region.read(loc.off as usize, loc.len as usize).ok()?;
                 decode_entry(bytes, false).ok()?.expiry_ms
             });
-            if expired.flatten().is_some_and(|at| at <= now) && inner.index.remove_if_at(&key, loc, &inner.segments) {
+            if expired.flatten().is_some_and(|at| at <= now) && inner.index.remove_if_at(key, loc, &inner.segments) {
                 dropped += 1;
             }
         }
-        (last.map(|key| key.to_vec()), dropped)
+        (examined.then(|| found.last_examined().to_vec()), dropped)
     }
 
     /// Number of keys, without walking the index (deferred index updates

@@ -11,7 +11,7 @@ use std::ops::{Bound, RangeBounds};
 
 use crate::db::{pin, value_offset, Inner, PinnedValue};
 use crate::error::Result;
-use crate::index::memtable::{Key, Loc};
+use crate::index::memtable::{KeyChunk, Loc};
 use crate::log::segment::SegmentTable;
 
 const FIRST_CHUNK: usize = 16;
@@ -43,10 +43,10 @@ pub struct Iter<'a> {
     /// Whether this iterator registered its own snapshot (released on drop).
     owns_snapshot: bool,
     table: SegmentTable,
-    lower: Bound<Key>,
-    upper: Bound<Key>,
+    lower: Bound<Vec<u8>>,
+    upper: Bound<Vec<u8>>,
     reverse: bool,
-    chunk: Vec<(Key, Loc)>,
+    chunk: KeyChunk,
     next_in_chunk: usize,
     chunk_size: usize,
     exhausted: bool,
@@ -66,19 +66,22 @@ enum Lent {
     Pinned(PinnedValue),
 }
 
-fn owned(bound: Bound<&impl AsRef<[u8]>>) -> Bound<Key> {
-    match bound {
-        Bound::Included(k) => Bound::Included(Key::from_slice(k.as_ref())),
-        Bound::Excluded(k) => Bound::Excluded(Key::from_slice(k.as_ref())),
-        Bound::Unbounded => Bound::Unbounded,
-    }
+fn owned(bound: Bound<&impl AsRef<[u8]>>) -> Bound<Vec<u8>> {
+    bound.map(|k| k.as_ref().to_vec())
 }
 
-fn borrowed(bound: &Bound<Key>) -> Bound<&[u8]> {
+fn borrowed(bound: &Bound<Vec<u8>>) -> Bound<&[u8]> {
+    bound.as_ref().map(Vec::as_slice)
+}
+
+/// Makes `bound` exclude `key` and what lies beyond, reusing its buffer.
+fn exclude(bound: &mut Bound<Vec<u8>>, key: &[u8]) {
     match bound {
-        Bound::Included(k) => Bound::Included(k.as_slice()),
-        Bound::Excluded(k) => Bound::Excluded(k.as_slice()),
-        Bound::Unbounded => Bound::Unbounded,
+        Bound::Excluded(held) => {
+            held.clear();
+            held.extend_from_slice(key);
+        }
+        _ => *bound = Bound::Excluded(key.to_vec()),
     }
 }
 
@@ -108,7 +111,7 @@ impl<'a> Iter<'a> {
             lower,
             upper,
             reverse,
-            chunk: Vec::new(),
+            chunk: KeyChunk::default(),
             next_in_chunk: 0,
             chunk_size: FIRST_CHUNK,
             exhausted: empty,
@@ -119,7 +122,7 @@ impl<'a> Iter<'a> {
     fn refill(&mut self) {
         self.chunk.clear();
         self.next_in_chunk = 0;
-        let last = self.inner.index.range_chunk(
+        let examined = self.inner.index.range_chunk(
             borrowed(&self.lower),
             borrowed(&self.upper),
             self.reverse,
@@ -128,11 +131,22 @@ impl<'a> Iter<'a> {
             &mut self.chunk,
         );
         self.chunk_size = (self.chunk_size * 2).min(MAX_CHUNK);
-        match last {
-            None => self.exhausted = true,
-            Some(key) if self.reverse => self.upper = Bound::Excluded(key),
-            Some(key) => self.lower = Bound::Excluded(key),
+        if !examined {
+            self.exhausted = true;
+        } else if self.reverse {
+            exclude(&mut self.upper, self.chunk.last_examined());
+        } else {
+            exclude(&mut self.lower, self.chunk.last_examined());
         }
+    }
+
+    /// Tells the iterator that about `entries` will be read: it copies that
+    /// many keys out of the index at once (up to its largest chunk) instead
+    /// of starting small and doubling, one index descent for a short scan
+    /// of known length (LRANGE, ZRANGE) rather than several.
+    pub fn expect(mut self, entries: usize) -> Self {
+        self.chunk_size = entries.clamp(FIRST_CHUNK, MAX_CHUNK);
+        self
     }
 }
 
@@ -155,20 +169,21 @@ impl Iter<'_> {
     /// ```
     pub fn next_ref(&mut self) -> Option<Result<(&[u8], &[u8])>> {
         loop {
-            if let Some((key, loc)) = self.chunk.get(self.next_in_chunk) {
+            if let Some(loc) = self.chunk.loc(self.next_in_chunk) {
+                let key = self.chunk.key(self.next_in_chunk);
                 self.next_in_chunk += 1;
-                if let Some((_, ahead)) = self.chunk.get(self.next_in_chunk + PREFETCH_AHEAD - 1) {
-                    prefetch(&self.table, *ahead, PREFETCH_BYTES);
+                if let Some(ahead) = self.chunk.loc(self.next_in_chunk + PREFETCH_AHEAD - 1) {
+                    prefetch(&self.table, ahead, PREFETCH_BYTES);
                 }
-                if let Some((_, far)) = self.chunk.get(self.next_in_chunk + FIRST_LINE_AHEAD - 1) {
-                    prefetch(&self.table, *far, 1);
+                if let Some(far) = self.chunk.loc(self.next_in_chunk + FIRST_LINE_AHEAD - 1) {
+                    prefetch(&self.table, far, 1);
                 }
                 // Most entries lie in a segment the pinned table holds: lend
                 // from it, with no reference count to take per entry.
                 if let Some(Some(segment)) = self.table.get(loc.seg as usize) {
-                    match self.inner.decode_at(segment, *loc, key, true) {
+                    match self.inner.decode_at(segment, loc, key, true) {
                         Ok(Some(entry)) => {
-                            let start = value_offset(*loc, &entry);
+                            let start = value_offset(loc, &entry);
                             self.current =
                                 Lent::Table { seg: loc.seg as usize, range: start..start + entry.value.len() };
                             break;
@@ -177,7 +192,7 @@ impl Iter<'_> {
                         Err(error) => return Some(Err(error)),
                     }
                 }
-                let value = match self.inner.read_at(key, *loc, None, true, &pin) {
+                let value = match self.inner.read_at(key, loc, None, true, &pin) {
                     Some(value) => value,
                     // GC moved the entry since the chunk was read: look again.
                     None => self.inner.read(key, Some(self.seq), Some(&self.table), pin),
@@ -196,14 +211,14 @@ impl Iter<'_> {
             }
             self.refill();
             // The nearest first: the next call reads the first entry.
-            for (_, loc) in self.chunk.iter().take(PREFETCH_AHEAD - 1) {
-                prefetch(&self.table, *loc, PREFETCH_BYTES);
+            for loc in self.chunk.locs(0).take(PREFETCH_AHEAD - 1) {
+                prefetch(&self.table, loc, PREFETCH_BYTES);
             }
-            for (_, loc) in self.chunk.iter().take(FIRST_LINE_AHEAD - 1).skip(PREFETCH_AHEAD - 1) {
-                prefetch(&self.table, *loc, 1);
+            for loc in self.chunk.locs(PREFETCH_AHEAD - 1).take(FIRST_LINE_AHEAD - PREFETCH_AHEAD) {
+                prefetch(&self.table, loc, 1);
             }
         }
-        let key = &self.chunk[self.next_in_chunk - 1].0;
+        let key = self.chunk.key(self.next_in_chunk - 1);
         let value = match &self.current {
             Lent::Table { seg, range } => {
                 let segment = self.table[*seg].as_ref().expect("decoded from this segment just above");

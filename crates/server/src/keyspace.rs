@@ -438,7 +438,7 @@ impl Writes {
             }
             return Ok(found.len());
         }
-        let mut iter = db.range::<&[u8], _>(bounds);
+        let mut iter = db.range::<&[u8], _>(bounds).expect(limit);
         let mut seen = 0;
         while seen < limit {
             let Some(item) = iter.next_ref() else { break };
@@ -462,7 +462,8 @@ impl Writes {
     ) -> Result<Entries, CmdError> {
         // Pending writes win over the engine's entries.
         let pending = self.pending_in(bounds);
-        let mut iter = if reverse { db.range_rev::<&[u8], _>(bounds) } else { db.range::<&[u8], _>(bounds) };
+        let iter = if reverse { db.range_rev::<&[u8], _>(bounds) } else { db.range::<&[u8], _>(bounds) };
+        let mut iter = iter.expect(limit.saturating_add(pending.len()));
         if pending.is_empty() {
             // The usual case (a read outside a transaction or run): the
             // engine's entries as they come.

@@ -42,6 +42,7 @@ use parking_lot::{Condvar, Mutex, RwLock};
 use crate::background::IdleUntilNeeded;
 use crate::log::segment::SegmentSet;
 
+pub use super::chunk::KeyChunk;
 pub use super::key::{Key, KeyRef};
 use super::pending::PendingMap;
 use super::points::{Lookup, Points};
@@ -178,6 +179,26 @@ impl Tree {
 
     /// The version of `key` (whose newest is `head`) a reader at `at_seq`
     /// sees (`None` = newest).
+    /// Copies the `entries` visible at `at_seq` into `out`; returns the
+    /// last one examined.
+    fn copy_visible<'t>(
+        &'t self,
+        entries: impl Iterator<Item = (&'t Key, &'t Slot)>,
+        at_seq: u64,
+        out: &mut KeyChunk,
+    ) -> Option<&'t Key> {
+        let mut last = None;
+        for (key, slot) in entries {
+            if let Some(version) = self.visible(key, slot, Some(at_seq)) {
+                if !version.loc.is_tombstone() {
+                    out.push(key.as_slice(), version.loc);
+                }
+            }
+            last = Some(key);
+        }
+        last
+    }
+
     fn visible(&self, key: &[u8], head: &Slot, at_seq: Option<u64>) -> Option<Slot> {
         match at_seq {
             Some(at) if head.seq() > at => self.older.get(KeyRef::new(key))?.iter().find(|v| v.seq() <= at).copied(),
@@ -439,7 +460,8 @@ impl Index {
 
     /// Examines up to `max` keys within `(lower, upper)` from the low end
     /// (or the high end when `reverse`), appends those visible at `at_seq`
-    /// to `out`, and returns the last key examined (`None`: range exhausted).
+    /// to `out`, records the last key examined there, and returns whether
+    /// it examined any (false: range exhausted).
     /// Reads the tree alone: exact under a registered snapshot, which
     /// merged every pending update; without one, updates still pending are
     /// missed.
@@ -450,22 +472,22 @@ impl Index {
         reverse: bool,
         at_seq: u64,
         max: usize,
-        out: &mut Vec<(Key, Loc)>,
-    ) -> Option<Key> {
+        out: &mut KeyChunk,
+    ) -> bool {
         let tree = self.tree.read();
         let range = tree.heads.range(lower.map(KeyRef::new), upper.map(KeyRef::new));
-        let iter: Box<dyn Iterator<Item = (&Key, &Slot)>> =
-            if reverse { Box::new(range.rev().take(max)) } else { Box::new(range.take(max)) };
-        let mut last = None;
-        for (key, slot) in iter {
-            if let Some(version) = tree.visible(key, slot, Some(at_seq)) {
-                if !version.loc.is_tombstone() {
-                    out.push((key.clone(), version.loc));
-                }
+        let last = if reverse {
+            tree.copy_visible(range.rev().take(max), at_seq, out)
+        } else {
+            tree.copy_visible(range.take(max), at_seq, out)
+        };
+        match last {
+            Some(key) => {
+                out.examined(key.as_slice());
+                true
             }
-            last = Some(key);
+            None => false,
         }
-        last.cloned()
     }
 
     /// Visits the keys within `(lower, upper)` visible at `at_seq` (not

@@ -1,4 +1,5 @@
 //! The index: key -> newest entry location.
+pub mod chunk;
 pub mod key;
 pub mod memtable;
 pub mod pending;
