@@ -96,6 +96,9 @@ pub struct ConnState {
     /// A blocking command (BLPOP ...) that found nothing, and how long it
     /// may wait (None: for ever): `wait_blocked` runs it again.
     pub blocked: Option<(Vec<bytes::Bytes>, Option<std::time::Duration>)>,
+    /// This client's place in the lines of the keys it is blocked on
+    /// (`crate::waiters`), while it waits.
+    pub ticket: Option<u64>,
     /// Counted here and added to the shared statistics once per reply
     /// flush: shared counters bumped per command by every worker would
     /// bounce their cache line between cores.
@@ -161,6 +164,7 @@ pub async fn serve(shared: Arc<Shared>, mut stream: TcpStream, addr: SocketAddr)
         watched: Vec::new(),
         close: false,
         blocked: None,
+        ticket: None,
         counts: LocalCounts::default(),
     };
     if let Err(error) = run(&shared, &mut stream, &mut conn).await {
@@ -187,6 +191,46 @@ async fn wait_blocked<'s>(
     let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
     run.commit(shared, out).await;
     write_out(shared, stream, out).await?;
+    let line = InLine::join(shared, &args);
+    conn.ticket = Some(line.ticket);
+    let waited = wait_in_line(shared, stream, conn, out, run, &args, deadline).await;
+    conn.ticket = None;
+    drop(line);
+    waited
+}
+
+/// A blocked client's place in the lines of its keys: leaving them, it
+/// wakes the others, so that the next in line looks again.
+struct InLine<'s, 'a> {
+    shared: &'s Shared,
+    keys: Vec<&'a [u8]>,
+    ticket: u64,
+}
+
+impl<'s, 'a> InLine<'s, 'a> {
+    fn join(shared: &'s Shared, args: &'a [Bytes]) -> InLine<'s, 'a> {
+        let keys = crate::waiters::source_keys(args);
+        let ticket = shared.waiters.join(&keys);
+        InLine { shared, keys, ticket }
+    }
+}
+
+impl Drop for InLine<'_, '_> {
+    fn drop(&mut self) {
+        self.shared.waiters.leave(self.ticket, &self.keys);
+        self.shared.list_pushed.notify_waiters();
+    }
+}
+
+async fn wait_in_line<'s>(
+    shared: &'s Shared,
+    stream: &mut TcpStream,
+    conn: &mut ConnState,
+    out: &mut Out,
+    run: &mut commands::Run<'s>,
+    args: &[Bytes],
+    deadline: Option<tokio::time::Instant>,
+) -> std::io::Result<bool> {
     let mut shutdown = shared.shutdown.subscribe();
     // Once the client sends more while it waits, only its hanging up is
     // left to notice, which a read would show: stop peeking then.
@@ -199,7 +243,7 @@ async fn wait_blocked<'s>(
         pushed.as_mut().enable();
         // Looking again is not another command.
         conn.counts.commands -= 1;
-        commands::execute(shared, conn, out, args.clone(), run).await;
+        commands::execute(shared, conn, out, args.to_vec(), run).await;
         if conn.blocked.take().is_none() {
             return Ok(true);
         }

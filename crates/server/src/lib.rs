@@ -11,6 +11,7 @@
 //! - `hash`: how a hash's fields sit in one engine value;
 //! - `committer`: the commit thread, where group commits wait for a disk;
 //! - `io_threads`: the threads that serve connections;
+//! - `waiters`: clients blocked in BLPOP and the like, in line per key;
 //! - `expiry`: active expiry; `metrics`: the Prometheus endpoint;
 //! - `server`: shared state, listeners, shutdown; `config`: flags and TOML.
 
@@ -26,6 +27,7 @@ pub mod metrics;
 pub mod pending;
 pub mod resp;
 pub mod server;
+pub mod waiters;
 pub mod zset;
 
 pub use config::{Cli, Config};

@@ -81,6 +81,8 @@ pub struct Shared {
     /// Woken after a commit that pushed to a list: clients blocked in
     /// BLPOP and the like look again (`conn::wait_blocked`).
     pub list_pushed: tokio::sync::Notify,
+    /// Blocked clients in line per key (`crate::waiters`).
+    pub waiters: crate::waiters::Waiters,
 }
 
 impl Shared {
@@ -198,6 +200,7 @@ pub async fn run(config: Config, db: Db) -> Result<(), String> {
         rank_sums: Default::default(),
         pending: Default::default(),
         list_pushed: tokio::sync::Notify::new(),
+        waiters: crate::waiters::Waiters::default(),
         db,
         locks: KeyLocks::default(),
         stats: ServerStats::default(),

@@ -1180,3 +1180,86 @@ fn random_ranks_in_big_sorted_sets_match_redis() {
         }
     });
 }
+
+/// Clients blocked on one key are served in the order they blocked, as
+/// Redis serves them, whatever each asks for: one push of five elements
+/// feeds BLPOP, BRPOP, BLMOVE and BLMPOP in turn, one ZADD feeds BZPOPMIN,
+/// BZPOPMAX and BZMPOP. INFO counts them as `blocked_clients`. Checked
+/// against the expected order, and against `redis-server` when present.
+#[test]
+fn blocked_clients_are_served_in_the_order_they_blocked() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("db"), &["--threads", "2"]);
+    let ours = serve_blocked_clients(server.port);
+    let expected = vec![
+        "*2\r\n$1\r\nq\r\n$1\r\na\r\n",
+        "*2\r\n$1\r\nq\r\n$1\r\ne\r\n",
+        "$1\r\nb\r\n",
+        "*2\r\n$1\r\nq\r\n*2\r\n$1\r\nc\r\n$1\r\nd\r\n",
+        "*3\r\n$1\r\nz\r\n$1\r\na\r\n$1\r\n1\r\n",
+        "*3\r\n$1\r\nz\r\n$1\r\nd\r\n$1\r\n4\r\n",
+        "*2\r\n$1\r\nz\r\n*2\r\n*2\r\n$1\r\nb\r\n$1\r\n2\r\n*2\r\n$1\r\nc\r\n$1\r\n3\r\n",
+    ];
+    assert_eq!(ours, expected);
+    if let Some(redis) = RedisServer::start() {
+        assert_eq!(serve_blocked_clients(redis.port), expected, "redis-server");
+    }
+}
+
+/// Blocks one client per command on the server at `port`, each only once
+/// the one before is counted blocked, then pushes; the waiters' replies.
+fn serve_blocked_clients(port: u16) -> Vec<String> {
+    let connect = || {
+        let stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        stream.set_read_timeout(Some(std::time::Duration::from_secs(10))).unwrap();
+        stream
+    };
+    let mut control = connect();
+    let blocked = |control: &mut TcpStream| {
+        let info = String::from_utf8(request(control, &encode(&[b"INFO", b"clients"]))).unwrap();
+        let line = info.lines().find(|line| line.starts_with("blocked_clients:")).expect("blocked_clients");
+        line["blocked_clients:".len()..].parse::<usize>().unwrap()
+    };
+    let mut replies = Vec::new();
+    // Each round: the blocking commands, in the order they block, and the push.
+    type Round<'a> = (&'a [&'a [&'a [u8]]], &'a [&'a [u8]]);
+    let rounds: [Round; 2] = [
+        (
+            &[
+                &[b"BLPOP", b"q", b"10"],
+                &[b"BRPOP", b"q", b"other", b"10"],
+                &[b"BLMOVE", b"q", b"dst", b"LEFT", b"RIGHT", b"10"],
+                &[b"BLMPOP", b"10", b"1", b"q", b"LEFT", b"COUNT", b"2"],
+            ],
+            &[b"RPUSH", b"q", b"a", b"b", b"c", b"d", b"e"],
+        ),
+        (
+            &[
+                &[b"BZPOPMIN", b"z", b"10"],
+                &[b"BZPOPMAX", b"z", b"10"],
+                &[b"BZMPOP", b"10", b"1", b"z", b"MIN", b"COUNT", b"5"],
+            ],
+            &[b"ZADD", b"z", b"1", b"a", b"2", b"b", b"3", b"c", b"4", b"d"],
+        ),
+    ];
+    for (waits, push) in rounds {
+        let mut waiters = Vec::new();
+        for wait in waits {
+            let mut waiter = connect();
+            use std::io::Write;
+            waiter.write_all(&encode(wait)).unwrap();
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            while blocked(&mut control) < waiters.len() + 1 {
+                assert!(std::time::Instant::now() < deadline, "{} never blocked", String::from_utf8_lossy(wait[0]));
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            waiters.push(waiter);
+        }
+        request(&mut control, &encode(push));
+        for waiter in &mut waiters {
+            replies.push(String::from_utf8(read_reply(waiter)).unwrap());
+        }
+        assert_eq!(blocked(&mut control), 0);
+    }
+    replies
+}

@@ -443,7 +443,8 @@ fn lmove_between(
     block: Option<Option<Duration>>,
 ) -> CmdResult {
     let source = read_list(ctx, &args[1])?;
-    if source.is_none() {
+    // A blocking move waits its turn behind clients blocked before it.
+    if source.is_none() || (block.is_some() && !ctx.may_take(&args[1])) {
         if let Some(timeout) = block {
             return Err(CmdError::Blocked(timeout, true));
         }
@@ -491,7 +492,7 @@ fn blocking_pop(ctx: &mut Ctx<'_>, args: &[Bytes], front: bool) -> CmdResult {
     let timeout = timeout(&args[args.len() - 1])?;
     for key in &args[1..args.len() - 1] {
         let value = read_list(ctx, key)?;
-        if value.is_none() {
+        if value.is_none() || !ctx.may_take(key) {
             continue;
         }
         let mut list = Open::of(value.as_ref())?;
@@ -607,7 +608,7 @@ fn mpop(ctx: &mut Ctx<'_>, args: &[Bytes], block: Option<Option<Duration>>) -> C
     let (keys, front, count) = mpop_args(args, ["left", "right"])?;
     for key in keys {
         let value = read_list(ctx, key)?;
-        if value.is_none() {
+        if value.is_none() || (block.is_some() && !ctx.may_take(key)) {
             continue;
         }
         let mut list = Open::of(value.as_ref())?;

@@ -187,6 +187,13 @@ impl Ctx<'_> {
     pub fn db(&self) -> &scaledkv::Db {
         &self.shared.db
     }
+
+    /// Whether a blocking command may take from `key` now: clients
+    /// blocked on it are served in the order they blocked
+    /// (`crate::waiters`).
+    pub fn may_take(&self, key: &[u8]) -> bool {
+        self.shared.waiters.may_take(key, self.conn.ticket)
+    }
 }
 
 macro_rules! commands {

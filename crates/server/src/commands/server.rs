@@ -387,9 +387,10 @@ pub fn info_text(ctx: &Ctx<'_>, sections: &[String]) -> String {
     if wanted("clients") {
         let _ = write!(
             text,
-            "# Clients\r\nconnected_clients:{}\r\nmaxclients:{}\r\nblocked_clients:0\r\n\r\n",
+            "# Clients\r\nconnected_clients:{}\r\nmaxclients:{}\r\nblocked_clients:{}\r\n\r\n",
             shared.clients.lock().len(),
-            shared.maxclients()
+            shared.maxclients(),
+            shared.waiters.blocked_clients()
         );
     }
     if wanted("memory") {

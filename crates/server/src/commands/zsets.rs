@@ -1258,6 +1258,9 @@ pub fn zpopmax(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
 fn blocking_pop(ctx: &mut Ctx<'_>, args: &[Bytes], max: bool) -> CmdResult {
     let timeout = super::args::timeout(&args[args.len() - 1])?;
     for key in &args[1..args.len() - 1] {
+        if !ctx.may_take(key) {
+            continue;
+        }
         if let Some(popped) = pop(ctx, key, max, 1)? {
             let (member, score) = popped.first().ok_or(Corrupt)?;
             ctx.out.array(3);
@@ -1295,6 +1298,9 @@ fn mpop(ctx: &mut Ctx<'_>, args: &[Bytes], block: Option<Option<std::time::Durat
     let (keys, min, count) = super::args::mpop_args(args, ["min", "max"])?;
     let max = !min;
     for key in keys {
+        if block.is_some() && !ctx.may_take(key) {
+            continue;
+        }
         if let Some(popped) = pop(ctx, key, max, count)? {
             ctx.out.array(2);
             ctx.out.bulk(key);
