@@ -64,6 +64,12 @@ pub struct Pairs<'a> {
 
 impl<'a> Pairs<'a> {
     fn bytes(&mut self) -> Result<&'a [u8], Corrupt> {
+        // Lengths under 128 (most) are one byte.
+        if let Some(&len) = self.rest.first().filter(|&&byte| byte < 0x80) {
+            let bytes = self.rest.get(1..1 + len as usize).ok_or(Corrupt)?;
+            self.rest = &self.rest[1 + len as usize..];
+            return Ok(bytes);
+        }
         let mut len: u64 = 0;
         for (i, &byte) in self.rest.iter().enumerate().take(10) {
             len |= ((byte & 0x7f) as u64) << (7 * i);

@@ -846,7 +846,11 @@ fn random_list_commands_match_redis() {
     let keys = ["l0", "l1", "l2", "s"];
     let tables = random_commands_match_redis("list", |next| {
         let key = pick(next, &keys);
-        let element = |next: &mut dyn FnMut(u64) -> u64| format!("element-{:0>30}", next(50)).into_bytes();
+        // One in eight is long enough for an entry of its own in a table.
+        let element = |next: &mut dyn FnMut(u64) -> u64| {
+            let width = if next(8) == 0 { 100 } else { 30 };
+            format!("element-{:0>width$}", next(50)).into_bytes()
+        };
         let index = |next: &mut dyn FnMut(u64) -> u64| (next(600) as i64 - 300).to_string().into_bytes();
         // Commands that shrink or end a list come a tenth as often.
         let choice = match next(22) {

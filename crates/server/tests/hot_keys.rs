@@ -316,3 +316,89 @@ fn ranks_stay_exact_while_a_sorted_set_changes() {
     eprintln!("ranks: {moves} moves, {reads} rounds of reads, all exact");
     assert!(reads > 0);
 }
+
+/// Readers of a big list hold no lock: while transactions push one number
+/// at the head and pop one at the tail, every LRANGE must show one moment
+/// of the list (consecutive numbers, newest first, as many as ever), and
+/// every LINDEX an element of such a moment: no mix of two moments, no
+/// error for an element popped between two reads. Some elements are long
+/// enough for an entry of their own.
+#[test]
+fn list_readers_see_one_moment_while_the_list_changes() {
+    const LEN: usize = 700;
+    let element = |n: usize| {
+        let pad = if n.is_multiple_of(5) { 90 } else { 6 };
+        format!("{n:0>pad$}")
+    };
+    let number = |bytes: &[u8]| String::from_utf8_lossy(bytes).trim_start_matches('0').parse::<usize>().unwrap_or(0);
+    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let server = Server::start(&dir.path().join("db"), &["--durability", "sync", "--threads", "3"]);
+    let port = server.port;
+    let mut stream = server.connect();
+    let mut fill = Vec::new();
+    for n in 1..=LEN {
+        fill.extend(encode(&[b"LPUSH", b"window", element(n).as_bytes()]));
+    }
+    std::io::Write::write_all(&mut stream, &fill).unwrap();
+    for _ in 0..LEN {
+        read_reply(&mut stream);
+    }
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let (moves, reads) = std::thread::scope(|scope| {
+        let writer = scope.spawn(|| {
+            let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+            stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+            let mut next = LEN + 1;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) && next < LEN + 4000 {
+                let transaction = [
+                    encode(&[b"MULTI"]),
+                    encode(&[b"LPUSH", b"window", element(next).as_bytes()]),
+                    encode(&[b"RPOP", b"window"]),
+                    encode(&[b"EXEC"]),
+                ]
+                .concat();
+                std::io::Write::write_all(&mut stream, &transaction).unwrap();
+                for _ in 0..3 {
+                    read_reply(&mut stream);
+                }
+                let exec = read_reply(&mut stream);
+                assert!(exec.starts_with(b"*2\r\n"), "{}", String::from_utf8_lossy(&exec));
+                next += 1;
+            }
+            next - LEN - 1
+        });
+        let readers: Vec<_> = (0..2)
+            .map(|_| {
+                let stop = &stop;
+                scope.spawn(move || {
+                    let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+                    stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+                    let mut reads = 0;
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        let all = request(&mut stream, &encode(&[b"LRANGE", b"window", b"0", b"-1"]));
+                        let listed = String::from_utf8_lossy(&all);
+                        let lines: Vec<&str> = listed.split("\r\n").collect();
+                        let start = &listed[..listed.len().min(200)];
+                        assert_eq!(lines[0], format!("*{LEN}"), "after {reads} reads: {start}");
+                        let numbers: Vec<usize> =
+                            lines[1..].iter().skip(1).step_by(2).map(|e| number(e.as_bytes())).collect();
+                        let newest = numbers[0];
+                        let expected: Vec<usize> = (newest + 1 - LEN..=newest).rev().collect();
+                        assert_eq!(numbers, expected, "after {reads} reads");
+                        let at = request(&mut stream, &encode(&[b"LINDEX", b"window", b"350"]));
+                        assert!(at.starts_with(b"$"), "LINDEX: {}", String::from_utf8_lossy(&at));
+                        let middle = number(text(&at).as_bytes());
+                        assert!(middle > newest.saturating_sub(LEN), "LINDEX 350 gave {middle}, older than {newest}");
+                        reads += 1;
+                    }
+                    reads
+                })
+            })
+            .collect();
+        let moves = writer.join().unwrap();
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let reads: usize = readers.into_iter().map(|r| r.join().unwrap()).sum();
+        (moves, reads)
+    });
+    assert!(moves > 100 && reads > 20, "{moves} moves, {reads} reads");
+}

@@ -57,7 +57,7 @@ const CRC64: crc::Crc<u64> = crc::Crc::<u64>::new(&crc::CRC_64_REDIS);
 
 /// The serialized form of a stored value (a table's fields read through
 /// `ctx`).
-fn serialize(ctx: &mut Ctx<'_>, value: &Value) -> Result<Vec<u8>, CmdError> {
+fn serialize(ctx: &mut Ctx<'_>, key: &[u8], value: &Value) -> Result<Vec<u8>, CmdError> {
     match value.tag() {
         TYPE_HASH => {
             let pairs: Vec<(&[u8], &[u8])> = crate::hash::pairs(value.data()).collect::<Result<_, _>>()?;
@@ -70,7 +70,7 @@ fn serialize(ctx: &mut Ctx<'_>, value: &Value) -> Result<Vec<u8>, CmdError> {
         }
         TYPE_SET | TYPE_SET_TABLE => Ok(serialize_strings(TYPE_SET_MEMBERS, &super::sets::members_of(ctx, value)?)),
         TYPE_LIST | TYPE_LIST_TABLE => {
-            Ok(serialize_strings(TYPE_LIST_ELEMENTS, &super::lists::elements_of(ctx, value)?))
+            Ok(serialize_strings(TYPE_LIST_ELEMENTS, &super::lists::elements_of(ctx, key, value)?))
         }
         TYPE_ZSET | TYPE_ZSET_TABLE => Ok(serialize_zset(&super::zsets::members_of(ctx, value)?)),
         _ => Ok(serialize_string(value.string()?)),
@@ -508,7 +508,7 @@ fn lzf_decompress(input: &[u8], len: usize) -> Result<Vec<u8>, Refused> {
 pub fn dump(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     match ctx.read(&args[1])? {
         Some(value) => {
-            let payload = serialize(ctx, &value)?;
+            let payload = serialize(ctx, &args[1], &value)?;
             ctx.out.bulk(&payload);
         }
         None => ctx.out.null(),

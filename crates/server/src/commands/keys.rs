@@ -208,7 +208,7 @@ pub fn copy(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     }
     if value.tag() == TYPE_LIST_TABLE {
         // Renumbered from the first position.
-        let elements = super::lists::elements_of(ctx, &value)?;
+        let elements = super::lists::elements_of(ctx, &args[1], &value)?;
         super::lists::store_new(ctx, &args[2], &elements, value.expiry_ms())?;
         ctx.out.int(1);
         return Ok(());

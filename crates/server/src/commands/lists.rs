@@ -13,6 +13,7 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use super::args::{eq, int, mpop_args, timeout};
+use super::list_chunks::{ChunkedList, CHUNKED};
 use super::table::{self, Table};
 use super::{err, CmdError, CmdResult, Ctx};
 use crate::hash;
@@ -23,8 +24,9 @@ fn read_list(ctx: &mut Ctx<'_>, key: &[u8]) -> Result<Option<Value>, CmdError> {
     ctx.read_collection(key, TYPE_LIST, TYPE_LIST_TABLE)
 }
 
-/// A table element's key suffix: its position, ordered as a signed number.
-fn position(at: i64) -> [u8; 8] {
+/// A table element's key suffix: its position, ordered as a signed number
+/// (a chunk's number, in the chunked layout).
+pub(super) fn position(at: i64) -> [u8; 8] {
     ((at as u64) ^ (1 << 63)).to_be_bytes()
 }
 
@@ -36,13 +38,15 @@ fn element_key(table: &Table, index: usize) -> Vec<u8> {
 /// an empty one).
 enum Open<'v> {
     Value(Vec<Cow<'v, [u8]>>),
+    /// A table with an entry per element (made before chunks).
     Table(Table),
+    Chunked(ChunkedList<'v>),
 }
 
 impl<'v> Open<'v> {
     fn of(value: Option<&'v Value>) -> Result<Open<'v>, CmdError> {
         Ok(match value {
-            Some(value) if value.tag() == TYPE_LIST_TABLE => Open::Table(Table::of(value)?),
+            Some(value) if value.tag() == TYPE_LIST_TABLE => Open::table(Table::of(value)?)?,
             Some(value) => {
                 let elements: Vec<&[u8]> =
                     hash::pairs(value.data()).map(|p| p.map(|(e, _)| e)).collect::<Result<_, _>>()?;
@@ -52,17 +56,51 @@ impl<'v> Open<'v> {
         })
     }
 
+    fn table(table: Table) -> Result<Open<'v>, CmdError> {
+        Ok(match table.layout {
+            0 => Open::Table(table),
+            CHUNKED => Open::Chunked(ChunkedList::new(table)),
+            _ => return Err(hash::Corrupt.into()),
+        })
+    }
+
+    /// The list as a reader without locks reads it: a chunked table from
+    /// one snapshot (`ChunkedList::pin`), or what the key holds there when
+    /// it changed since it was read.
+    fn pinned<'a: 'v>(self, ctx: &Ctx<'a>, key: &[u8]) -> Result<Open<'v>, CmdError> {
+        let Open::Chunked(mut list) = self else { return Ok(self) };
+        if !ctx.writes.reads_engine_only() {
+            return Ok(Open::Chunked(list));
+        }
+        Ok(match list.pin(ctx, key)? {
+            None => Open::Chunked(list),
+            Some(None) => Open::Value(Vec::new()),
+            Some(Some(bytes)) if bytes.first() == Some(&TYPE_LIST_TABLE) => {
+                Open::table(Table::decode(bytes[0], &bytes[1..])?)?
+            }
+            Some(Some(bytes)) if bytes.first() == Some(&TYPE_LIST) => {
+                let elements: Vec<Cow<'v, [u8]>> = hash::pairs(&bytes[1..])
+                    .map(|p| p.map(|(e, _)| Cow::Owned(e.to_vec())))
+                    .collect::<Result<_, _>>()?;
+                Open::Value(elements)
+            }
+            Some(Some(_)) => return Err(CmdError::WrongType),
+        })
+    }
+
     fn len(&self) -> usize {
         match self {
             Open::Value(elements) => elements.len(),
             Open::Table(table) => table.count as usize,
+            Open::Chunked(list) => list.len(),
         }
     }
 
     /// `n` elements from `start` (both within the list).
-    fn range(&self, ctx: &mut Ctx<'_>, start: usize, n: usize) -> Result<Vec<Vec<u8>>, CmdError> {
+    fn range(&mut self, ctx: &mut Ctx<'_>, start: usize, n: usize) -> Result<Vec<Vec<u8>>, CmdError> {
         Ok(match self {
             Open::Value(elements) => elements[start..start + n].iter().map(|e| e.to_vec()).collect(),
+            Open::Chunked(list) => list.range(ctx, start, n)?,
             Open::Table(table) => {
                 let prefix = table::members_prefix(table.id);
                 let after = (start > 0).then(|| element_key(table, start - 1));
@@ -75,9 +113,10 @@ impl<'v> Open<'v> {
     /// The element at `index` (within the list). A table's is a point
     /// read: an iterator per LPOP, RPOP or LINDEX would have the index
     /// merge its pending updates each time.
-    fn get(&self, ctx: &mut Ctx<'_>, index: usize) -> Result<Vec<u8>, CmdError> {
+    fn get(&mut self, ctx: &mut Ctx<'_>, index: usize) -> Result<Vec<u8>, CmdError> {
         match self {
             Open::Value(elements) => Ok(elements[index].to_vec()),
+            Open::Chunked(list) => list.get(ctx, index),
             Open::Table(table) => {
                 let found = ctx.writes.get_internal(ctx.db(), &element_key(table, index))?;
                 Ok(found.ok_or(crate::hash::Corrupt)?.data().to_vec())
@@ -90,6 +129,7 @@ impl<'v> Open<'v> {
         match self {
             Open::Value(elements) if front => elements.insert(0, Cow::Borrowed(element)),
             Open::Value(elements) => elements.push(Cow::Borrowed(element)),
+            Open::Chunked(list) => list.push(ctx, front, element)?,
             Open::Table(table) => {
                 if front {
                     table.head -= 1;
@@ -113,6 +153,9 @@ impl<'v> Open<'v> {
         if let Open::Value(elements) = self {
             return Ok(Some(if front { elements.remove(0) } else { elements.pop().expect("not empty") }.into_owned()));
         }
+        if let Open::Chunked(list) = self {
+            return list.pop(ctx, front);
+        }
         let at = if front { 0 } else { len - 1 };
         let element = self.get(ctx, at)?;
         let Open::Table(table) = self else { unreachable!("a list is a value or a table") };
@@ -128,6 +171,7 @@ impl<'v> Open<'v> {
     fn set(&mut self, ctx: &mut Ctx<'_>, index: usize, element: &'v [u8]) -> CmdResult {
         match self {
             Open::Value(elements) => elements[index] = Cow::Borrowed(element),
+            Open::Chunked(list) => list.set(ctx, index, element)?,
             Open::Table(table) => {
                 let key = element_key(table, index);
                 ctx.writes.put_internal(&key, table::TYPE_FIELD, element, None)?;
@@ -137,12 +181,13 @@ impl<'v> Open<'v> {
     }
 
     /// Keeps the elements `start..start + n` only.
-    fn trim(&mut self, ctx: &mut Ctx<'_>, start: usize, n: usize) {
+    fn trim(&mut self, ctx: &mut Ctx<'_>, start: usize, n: usize) -> CmdResult {
         match self {
             Open::Value(elements) => {
                 elements.truncate(start + n);
                 elements.drain(..start);
             }
+            Open::Chunked(list) => list.trim(ctx, start, n)?,
             Open::Table(table) => {
                 for index in (0..start).chain(start + n..table.count as usize) {
                     ctx.writes.delete(&element_key(table, index));
@@ -152,6 +197,7 @@ impl<'v> Open<'v> {
                 table.count = n as u64;
             }
         }
+        Ok(())
     }
 
     /// Replaces every element (LREM, LINSERT: O(n), as in Redis).
@@ -160,7 +206,10 @@ impl<'v> Open<'v> {
             *elements = new.into_iter().map(Cow::Owned).collect();
             return Ok(());
         }
-        self.trim(ctx, 0, 0);
+        if let Open::Chunked(list) = self {
+            return list.replace(ctx, &new);
+        }
+        self.trim(ctx, 0, 0)?;
         let Open::Table(table) = self else { unreachable!("a list is a value or a table") };
         for element in &new {
             let key = element_key(table, table.count as usize);
@@ -176,6 +225,7 @@ impl<'v> Open<'v> {
     fn store(self, ctx: &mut Ctx<'_>, key: &[u8], expiry: Option<u64>) -> CmdResult {
         match self {
             Open::Table(table) => table::store(ctx, key, &table, expiry),
+            Open::Chunked(list) => list.store(ctx, key, expiry),
             Open::Value(elements) if elements.is_empty() => {
                 ctx.writes.delete(key);
                 Ok(())
@@ -187,9 +237,8 @@ impl<'v> Open<'v> {
                 if table::stays_one_value(true, data.len()) {
                     return ctx.writes.put(key, TYPE_LIST, &data, expiry);
                 }
-                let positions: Vec<[u8; 8]> = (0..elements.len() as i64).map(position).collect();
-                let pairs = positions.iter().zip(&elements).map(|(p, e)| (&p[..], &e[..]));
-                table::create(ctx, key, TYPE_LIST_TABLE, pairs, expiry)
+                let elements: Vec<&[u8]> = elements.iter().map(|e| &e[..]).collect();
+                ChunkedList::create(ctx, key, &elements, expiry)
             }
         }
     }
@@ -309,11 +358,16 @@ pub fn llen(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
 pub fn lrange(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let (start, stop) = (int(&args[2])?, int(&args[3])?);
     let value = read_list(ctx, &args[1])?;
-    let list = Open::of(value.as_ref())?;
+    let mut list = Open::of(value.as_ref())?.pinned(ctx, &args[1])?;
     let Some((first, n)) = clamp(start, stop, list.len()) else {
         ctx.out.array(0);
         return Ok(());
     };
+    if let Open::Chunked(list) = &mut list {
+        ctx.out.array(n);
+        let out = &mut *ctx.out;
+        return list.visit(ctx.writes, &ctx.shared.db, first, n, |element| out.bulk(element));
+    }
     if let Open::Table(table) = &list {
         // Replied straight from the engine's entries.
         let prefix = table::members_prefix(table.id);
@@ -340,7 +394,7 @@ pub fn lrange(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
 pub fn lindex(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let at = int(&args[2])?;
     let value = read_list(ctx, &args[1])?;
-    let list = Open::of(value.as_ref())?;
+    let mut list = Open::of(value.as_ref())?.pinned(ctx, &args[1])?;
     match index(at, list.len()) {
         Some(at) => {
             let element = list.get(ctx, at)?;
@@ -372,7 +426,7 @@ pub fn ltrim(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         let mut list = Open::of(value.as_ref())?;
         let (first, n) = clamp(start, stop, list.len()).unwrap_or((0, 0));
         if (first, n) != (0, list.len()) {
-            list.trim(ctx, first, n);
+            list.trim(ctx, first, n)?;
             list.store(ctx, &args[1], expiry_of(&value))?;
         }
     }
@@ -452,9 +506,13 @@ fn lmove_between(
         return Ok(());
     }
     let destination = read_list(ctx, &args[2])?;
+    // Declared first, dropped last: the list may borrow it, and a list
+    // holds a snapshot, whose drop must not outlive what it borrows.
+    #[allow(clippy::needless_late_init)]
+    let element: Vec<u8>;
     let mut from = Open::of(source.as_ref())?;
     // A stored list is never empty; a stub that says otherwise is damage.
-    let element = from.pop(ctx, from_front)?.ok_or(crate::hash::Corrupt)?;
+    element = from.pop(ctx, from_front)?.ok_or(crate::hash::Corrupt)?;
     if args[1] == args[2] {
         from.push(ctx, to_front, &element)?;
         from.store(ctx, &args[1], expiry_of(&source))?;
@@ -548,7 +606,7 @@ pub fn lpos(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         }
     }
     let value = read_list(ctx, &args[1])?;
-    let list = Open::of(value.as_ref())?;
+    let mut list = Open::of(value.as_ref())?.pinned(ctx, &args[1])?;
     let elements = list.range(ctx, 0, list.len())?;
     let len = elements.len();
     let order: Box<dyn Iterator<Item = usize>> = if rank > 0 { Box::new(0..len) } else { Box::new((0..len).rev()) };
@@ -635,9 +693,9 @@ fn mpop(ctx: &mut Ctx<'_>, args: &[Bytes], block: Option<Option<Duration>>) -> C
     Ok(())
 }
 
-/// Every element of the list `value` (DUMP, COPY).
-pub fn elements_of(ctx: &mut Ctx<'_>, value: &Value) -> Result<Vec<Vec<u8>>, CmdError> {
-    let list = Open::of(Some(value))?;
+/// Every element of the list `value`, read at `key` (DUMP, COPY).
+pub fn elements_of(ctx: &mut Ctx<'_>, key: &[u8], value: &Value) -> Result<Vec<Vec<u8>>, CmdError> {
+    let mut list = Open::of(Some(value))?.pinned(ctx, key)?;
     list.range(ctx, 0, list.len())
 }
 

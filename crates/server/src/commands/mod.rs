@@ -6,6 +6,7 @@ mod bits;
 mod dump;
 mod hashes;
 mod keys;
+mod list_chunks;
 mod lists;
 pub mod ranks;
 mod server;

@@ -45,13 +45,16 @@ pub const TYPE_FIELD: u8 = 0x01;
 
 /// A table's stub: its type, its id, how many fields it holds, and a third
 /// word: a list's position of its first element (`commands::lists`), a
-/// sorted set's member count (`commands::zsets`).
+/// sorted set's member count (`commands::zsets`). A list's stub may have a
+/// fourth word, its layout (`commands::list_chunks`); without it a list
+/// has one entry per element.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Table {
     pub tag: u8,
     pub id: u64,
     pub count: u64,
     pub head: i64,
+    pub layout: u64,
     /// The count, third word and expiry time of the stub as the command
     /// read it (`Table::of`): `store` writes nothing when they are still
     /// so. None for a table not read from its key.
@@ -64,13 +67,14 @@ impl Table {
         let word = |at: usize| -> Result<[u8; 8], Corrupt> {
             data.get(at..at + 8).and_then(|w| w.try_into().ok()).ok_or(Corrupt)
         };
-        let head = match data.len() {
-            16 => 0,
-            24 => i64::from_le_bytes(word(16)?),
+        let (head, layout) = match data.len() {
+            16 => (0, 0),
+            24 => (i64::from_le_bytes(word(16)?), 0),
+            32 => (i64::from_le_bytes(word(16)?), u64::from_le_bytes(word(24)?)),
             _ => return Err(Corrupt),
         };
         let (id, count) = (u64::from_le_bytes(word(0)?), u64::from_le_bytes(word(8)?));
-        Ok(Table { tag, id, count, head, read_as: None })
+        Ok(Table { tag, id, count, head, layout, read_as: None })
     }
 
     /// The stub `value` holds, as read.
@@ -80,11 +84,14 @@ impl Table {
     }
 
     fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(24);
+        let mut out = Vec::with_capacity(32);
         out.extend_from_slice(&self.id.to_le_bytes());
         out.extend_from_slice(&self.count.to_le_bytes());
         if matches!(self.tag, crate::keyspace::TYPE_LIST_TABLE | crate::keyspace::TYPE_ZSET_TABLE) {
             out.extend_from_slice(&self.head.to_le_bytes());
+        }
+        if self.layout != 0 {
+            out.extend_from_slice(&self.layout.to_le_bytes());
         }
         out
     }
@@ -210,7 +217,7 @@ pub fn fill<'p>(
     pairs: impl Iterator<Item = (&'p [u8], &'p [u8])>,
 ) -> Result<Table, CmdError> {
     let id = ctx.shared.next_table_id.fetch_add(1, Ordering::Relaxed);
-    let mut table = Table { tag, id, count: 0, head: 0, read_as: None };
+    let mut table = Table { tag, id, count: 0, head: 0, layout: 0, read_as: None };
     written(ctx, &table);
     for (field, value) in pairs {
         let member = member_key(id, field);
