@@ -5,6 +5,7 @@
 mod common;
 
 use std::io::{Read, Write};
+use std::net::TcpStream;
 use std::time::Duration;
 
 use common::{encode, read_reply, request, Server};
@@ -813,4 +814,74 @@ fn blocking_sorted_set_pops_wait_for_an_add() {
     assert_eq!(request(&mut adder, &encode(&[b"ZINCRBY", b"jobs2", b"3", b"x"])), b"$1\r\n3\r\n");
     assert_eq!(read_reply(&mut waiter), b"*2\r\n$5\r\njobs2\r\n*1\r\n*2\r\n$1\r\nx\r\n$1\r\n3\r\n");
     assert_eq!(request(&mut adder, &encode(&[b"ZRANGE", b"jobs", b"0", b"-1"])), b"*1\r\n$5\r\nlater\r\n");
+}
+
+/// A list table written before chunks (an entry per element, a stub of
+/// three words) keeps working: it reads, grows, shrinks and is rewritten
+/// as the same commands on a list made now, whose table is in chunks.
+#[test]
+fn list_tables_of_the_layout_before_chunks_still_work() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    let elements: Vec<String> = (0..400).map(|i| format!("element-{i:04}-{}", "x".repeat(i % 30))).collect();
+    {
+        // The server's own layout, written with the engine alone: the
+        // format marker, the stub, the owner record, an entry per element
+        // at positions from -100 (a list pushed at its head too).
+        let db = scaledkv::Db::open(&path, scaledkv::Options::default()).unwrap();
+        db.put(b"\xff\xff\x00format", b"1").unwrap();
+        let (id, head) = (7u64, -100i64);
+        let stub =
+            [&[0x81u8][..], &id.to_le_bytes(), &(elements.len() as u64).to_le_bytes(), &head.to_le_bytes()].concat();
+        db.put(b"old", &stub).unwrap();
+        db.put(&[&b"\xff\xff\x02"[..], &id.to_be_bytes()].concat(), b"\x01old").unwrap();
+        for (i, element) in elements.iter().enumerate() {
+            let position = ((head + i as i64) as u64 ^ (1 << 63)).to_be_bytes();
+            let key = [&b"\xff\xff\x01"[..], &id.to_be_bytes(), &position].concat();
+            db.put(&key, &[&[0x01u8][..], element.as_bytes()].concat()).unwrap();
+        }
+    }
+    let server = Server::start(&path, &[]);
+    let mut stream = server.connect();
+    let mut fill = vec![&b"RPUSH"[..], b"new"];
+    fill.extend(elements.iter().map(|e| e.as_bytes()));
+    assert_eq!(request(&mut stream, &encode(&fill)), b":400\r\n");
+    let script: &[&[&[u8]]] = &[
+        &[b"LLEN"],
+        &[b"LRANGE", b"0", b"-1"],
+        &[b"LRANGE", b"-50", b"-45"],
+        &[b"LINDEX", b"123"],
+        &[b"LPUSH", b"front", b"front2"],
+        &[b"RPUSH", b"back"],
+        &[b"LSET", b"200", b"changed"],
+        &[b"LPOP", b"3"],
+        &[b"RPOP"],
+        &[b"LPOS", b"changed"],
+        &[b"LINSERT", b"BEFORE", b"changed", b"inserted"],
+        &[b"LREM", b"0", b"front"],
+        &[b"LTRIM", b"5", b"-5"],
+        &[b"LRANGE", b"0", b"-1"],
+        &[b"OBJECT", b"ENCODING"],
+    ];
+    for command in script {
+        let reply = |key: &[u8], stream: &mut TcpStream| {
+            let mut words = vec![command[0], key];
+            words.extend_from_slice(&command[1..]);
+            if command[0] == b"OBJECT" {
+                words = vec![command[0], command[1], key];
+            }
+            request(stream, &encode(&words))
+        };
+        let (old, new) = (reply(b"old", &mut stream), reply(b"new", &mut stream));
+        assert_eq!(
+            String::from_utf8_lossy(&old),
+            String::from_utf8_lossy(&new),
+            "{}",
+            String::from_utf8_lossy(command[0])
+        );
+    }
+    // DBSIZE counts the two lists only, whatever their tables hold.
+    assert_eq!(request(&mut stream, &encode(&[b"DBSIZE"])), b":2\r\n");
+    assert_eq!(request(&mut stream, &encode(&[b"DEL", b"old", b"new"])), b":2\r\n");
+    assert_eq!(request(&mut stream, &encode(&[b"DBSIZE"])), b":0\r\n");
 }
