@@ -168,6 +168,7 @@ impl Iter<'_> {
     /// assert_eq!(bytes, 5);
     /// ```
     pub fn next_ref(&mut self) -> Option<Result<(&[u8], &[u8])>> {
+        self.current = Lent::Nothing;
         loop {
             if let Some(loc) = self.chunk.loc(self.next_in_chunk) {
                 let key = self.chunk.key(self.next_in_chunk);
@@ -218,16 +219,22 @@ impl Iter<'_> {
                 prefetch(&self.table, loc, 1);
             }
         }
-        let key = self.chunk.key(self.next_in_chunk - 1);
+        Some(Ok(self.current().expect("an entry was just lent")))
+    }
+
+    /// The entry `next_ref` lent last, again (None before the first):
+    /// lets a caller that looked at the key in a loop take the value after
+    /// it.
+    pub fn current(&self) -> Option<(&[u8], &[u8])> {
         let value = match &self.current {
             Lent::Table { seg, range } => {
-                let segment = self.table[*seg].as_ref().expect("decoded from this segment just above");
+                let segment = self.table[*seg].as_ref().expect("a lent entry's segment is pinned");
                 &segment.region.as_slice()[range.clone()]
             }
             Lent::Pinned(value) => &value[..],
-            Lent::Nothing => unreachable!("set just above"),
+            Lent::Nothing => return None,
         };
-        Some(Ok((key, value)))
+        Some((self.chunk.key(self.next_in_chunk - 1), value))
     }
 }
 
@@ -282,6 +289,36 @@ fn prefetch_address(address: *const u8) {
 #[cfg(test)]
 mod tests {
     use crate::{Db, Options};
+
+    /// `current` gives the entry lent last again, and nothing once the
+    /// range is done, across chunks and past an expired entry.
+    #[test]
+    fn current_is_the_entry_lent_last() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::open(dir.path(), Options::default()).unwrap();
+        for key in 0..100u32 {
+            let value = key.to_le_bytes();
+            if key == 50 {
+                let mut batch = crate::WriteBatch::new();
+                batch.put_with_expiry(&key.to_be_bytes(), &value, 1);
+                db.write(batch).unwrap();
+            } else {
+                db.put(&key.to_be_bytes(), &value).unwrap();
+            }
+        }
+        let mut iter = db.iter();
+        assert!(iter.current().is_none());
+        let mut seen = 0;
+        while let Some(entry) = iter.next_ref() {
+            let (key, value) = entry.unwrap();
+            let (key, value) = (key.to_vec(), value.to_vec());
+            assert_eq!(iter.current(), Some((&key[..], &value[..])));
+            assert_ne!(key, 50u32.to_be_bytes(), "expired");
+            seen += 1;
+        }
+        assert_eq!(seen, 99);
+        assert!(iter.current().is_none());
+    }
 
     /// An iterator lends values from the segments it pinned, and from the
     /// segments GC writes after that (where later chunks' entries moved).

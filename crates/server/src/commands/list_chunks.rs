@@ -79,6 +79,23 @@ fn spill_key(id: u64, chunk: i64, slot: usize) -> Vec<u8> {
     key
 }
 
+/// The element spilled from `slot` of the chunk at `key`, next in `walk`
+/// (past the spills of earlier slots, which the range does not read).
+fn spilled_in<'w>(walk: &'w mut scaledkv::Iter<'_>, key: &[u8], slot: usize) -> Result<&'w [u8], CmdError> {
+    loop {
+        let (found, _) = walk.next_ref().ok_or(Corrupt)??;
+        let spill = found.len() == key.len() + 1 && found.starts_with(key);
+        if !spill || found[key.len()] as usize > slot {
+            return Err(Corrupt.into());
+        }
+        if found[key.len()] as usize == slot {
+            break;
+        }
+    }
+    let (_, value) = walk.current().ok_or(Corrupt)?;
+    Ok(value.get(1..).ok_or(Corrupt)?)
+}
+
 fn empty_slots() -> Vec<Option<Slot>> {
     (0..SLOTS).map(|_| None).collect()
 }
@@ -308,12 +325,16 @@ impl<'s> ChunkedList<'s> {
             return Ok(());
         }
         // A reader's snapshot gives its chunks in one walk of the index,
-        // not a lookup each (the walk passes spilled elements' entries by).
+        // not a lookup each, and each chunk's spilled elements right after
+        // it (their keys extend its key by their slot).
         let (first_chunk, last_chunk) = (split(position).0, split(end - 1).0);
+        let mut held = Vec::new();
         let mut walk = match &self.snapshot {
             Some(snapshot) if self.chunks.is_empty() => {
                 let (low, high) = (chunk_key(self.table.id, first_chunk), chunk_key(self.table.id, last_chunk + 1));
-                Some(snapshot.range(low.as_slice()..high.as_slice()).expect((last_chunk - first_chunk + 1) as usize))
+                // Entries: the chunks and at most an element each spilled.
+                let entries = (last_chunk - first_chunk + 1) as usize + n;
+                Some(snapshot.range(low.as_slice()..high.as_slice()).expect(entries))
             }
             _ => None,
         };
@@ -329,20 +350,25 @@ impl<'s> ChunkedList<'s> {
                 }
             } else {
                 let key = chunk_key(self.table.id, at);
-                let read;
                 let data = match &mut walk {
-                    Some(walk) => loop {
-                        let (found, value) = walk.next_ref().ok_or(Corrupt)??;
-                        if found.len() == key.len() {
-                            if found != key {
-                                return Err(Corrupt.into());
+                    Some(walk) => {
+                        // Copied: the walk goes on to the spilled elements.
+                        let value = loop {
+                            let (found, value) = walk.next_ref().ok_or(Corrupt)??;
+                            if found.len() == key.len() {
+                                if found != key {
+                                    return Err(Corrupt.into());
+                                }
+                                break value.get(1..).ok_or(Corrupt)?;
                             }
-                            break value.get(1..).ok_or(Corrupt)?;
-                        }
-                    },
+                        };
+                        held.clear();
+                        held.extend_from_slice(value);
+                        &held[..]
+                    }
                     None => {
-                        read = self.read(source, &key)?.ok_or(Corrupt)?;
-                        &read[..]
+                        held = self.read(source, &key)?.ok_or(Corrupt)?;
+                        &held[..]
                     }
                 };
                 let mut next = from;
@@ -357,9 +383,10 @@ impl<'s> ChunkedList<'s> {
                     if slot != next {
                         return Err(Corrupt.into());
                     }
-                    match element {
-                        Some(element) => visit(element),
-                        None => visit(&self.read_spilled(source, at, slot)?),
+                    match (element, &mut walk) {
+                        (Some(element), _) => visit(element),
+                        (None, Some(walk)) => visit(spilled_in(walk, &key, slot)?),
+                        (None, None) => visit(&self.read_spilled(source, at, slot)?),
                     }
                     next += 1;
                 }
