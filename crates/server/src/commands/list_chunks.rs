@@ -33,13 +33,29 @@ const SPILL_BYTES: usize = 64;
 const SPILLED: &[u8] = b"\x01";
 
 enum Slot {
+    /// Where its bytes lie in `Chunk::read` (not copied one by one: a
+    /// push or a pop reads a chunk of up to 32).
+    Read(std::ops::Range<usize>),
     Inline(Vec<u8>),
     /// In an entry of its own; its bytes when this command wrote it.
     Spilled(Option<Vec<u8>>),
 }
 
+impl Slot {
+    /// The element's bytes, unless spilled and not read.
+    fn bytes<'a>(&'a self, read: &'a [u8]) -> Option<&'a [u8]> {
+        match self {
+            Slot::Read(at) => Some(&read[at.clone()]),
+            Slot::Inline(element) | Slot::Spilled(Some(element)) => Some(element),
+            Slot::Spilled(None) => None,
+        }
+    }
+}
+
 /// A chunk a command read or changed.
 struct Chunk {
+    /// Its value as read (empty for a new chunk).
+    read: Vec<u8>,
     /// Slot `i` holds position `c * SLOTS + i`.
     slots: Vec<Option<Slot>>,
     /// Whether the engine holds an entry for it.
@@ -116,12 +132,16 @@ fn entries(data: &[u8]) -> Result<impl Iterator<Item = Result<Entry<'_>, Corrupt
     }))
 }
 
+/// A chunk's slots, their elements' bytes left in `data`.
 fn decode(data: &[u8]) -> Result<Vec<Option<Slot>>, Corrupt> {
     let mut slots = empty_slots();
     for entry in entries(data)? {
         let (at, element) = entry?;
         slots[at] = Some(match element {
-            Some(element) => Slot::Inline(element.to_vec()),
+            Some(element) => {
+                let start = element.as_ptr() as usize - data.as_ptr() as usize;
+                Slot::Read(start..start + element.len())
+            }
             None => Slot::Spilled(None),
         });
     }
@@ -130,12 +150,13 @@ fn decode(data: &[u8]) -> Result<Vec<Option<Slot>>, Corrupt> {
 
 /// The chunk's value; None when it holds nothing. Its elements sit in
 /// consecutive slots (positions between head and tail).
-fn encode(slots: &[Option<Slot>]) -> Option<Vec<u8>> {
+fn encode(slots: &[Option<Slot>], read: &[u8]) -> Option<Vec<u8>> {
     let first = slots.iter().position(Option::is_some)?;
     let held: Vec<&Slot> = slots[first..].iter().map_while(Option::as_ref).collect();
     debug_assert!(slots[first + held.len()..].iter().all(Option::is_none), "a gap in a chunk");
     let mut out = vec![first as u8];
     let pairs = held.iter().map(|slot| match slot {
+        Slot::Read(at) => (&read[at.clone()], &b""[..]),
         Slot::Inline(element) => (&element[..], &b""[..]),
         Slot::Spilled(_) => (&b""[..], SPILLED),
     });
@@ -198,8 +219,8 @@ impl<'s> ChunkedList<'s> {
     fn chunk(&mut self, source: Source<'_>, at: i64) -> Result<&mut Chunk, CmdError> {
         if !self.chunks.contains_key(&at) {
             let chunk = match self.read(source, &chunk_key(self.table.id, at))? {
-                Some(data) => Chunk { slots: decode(&data)?, stored: true, dirty: false },
-                None => Chunk { slots: empty_slots(), stored: false, dirty: false },
+                Some(data) => Chunk { slots: decode(&data)?, read: data, stored: true, dirty: false },
+                None => Chunk { read: Vec::new(), slots: empty_slots(), stored: false, dirty: false },
             };
             self.chunks.insert(at, chunk);
         }
@@ -217,9 +238,10 @@ impl<'s> ChunkedList<'s> {
     /// The element at `index` (within the list).
     pub fn get(&mut self, ctx: &Ctx<'_>, index: usize) -> Result<Vec<u8>, CmdError> {
         let (at, slot) = split(self.position(index));
-        match self.chunk(source_of(ctx), at)?.slots[slot].as_ref().ok_or(Corrupt)? {
-            Slot::Inline(element) | Slot::Spilled(Some(element)) => Ok(element.clone()),
-            Slot::Spilled(None) => self.read_spilled(source_of(ctx), at, slot),
+        let chunk = self.chunk(source_of(ctx), at)?;
+        match chunk.slots[slot].as_ref().ok_or(Corrupt)?.bytes(&chunk.read) {
+            Some(element) => Ok(element.to_vec()),
+            None => self.read_spilled(source_of(ctx), at, slot),
         }
     }
 
@@ -246,6 +268,7 @@ impl<'s> ChunkedList<'s> {
         let taken = chunk.slots[slot].take().ok_or(Corrupt)?;
         chunk.dirty = true;
         match taken {
+            Slot::Read(at) => Ok(if wanted { chunk.read[at].to_vec() } else { Vec::new() }),
             Slot::Inline(element) => Ok(element),
             Slot::Spilled(known) => {
                 let element = match known {
@@ -343,9 +366,9 @@ impl<'s> ChunkedList<'s> {
             let to = (end - at * SLOTS).min(SLOTS) as usize;
             if let Some(chunk) = self.chunks.get(&at) {
                 for slot in from..to {
-                    match chunk.slots[slot].as_ref().ok_or(Corrupt)? {
-                        Slot::Inline(element) | Slot::Spilled(Some(element)) => visit(element),
-                        Slot::Spilled(None) => visit(&self.read_spilled(source, at, slot)?),
+                    match chunk.slots[slot].as_ref().ok_or(Corrupt)?.bytes(&chunk.read) {
+                        Some(element) => visit(element),
+                        None => visit(&self.read_spilled(source, at, slot)?),
                     }
                 }
             } else {
@@ -414,7 +437,7 @@ impl<'s> ChunkedList<'s> {
                 continue;
             }
             let key = chunk_key(self.table.id, *at);
-            match encode(&chunk.slots) {
+            match encode(&chunk.slots, &chunk.read) {
                 Some(data) => {
                     ctx.writes.put_internal(&key, TYPE_FIELD, &data, None)?;
                     if !chunk.stored {
@@ -442,14 +465,17 @@ mod tests {
         slots[3] = Some(Slot::Inline(b"a".to_vec()));
         slots[4] = Some(Slot::Spilled(Some(vec![7; 100])));
         slots[5] = Some(Slot::Inline(Vec::new()));
-        let data = encode(&slots).unwrap();
+        let data = encode(&slots, &[]).unwrap();
         let got: Vec<(usize, Option<Vec<u8>>)> =
             entries(&data).unwrap().map(|e| e.map(|(s, e)| (s, e.map(<[u8]>::to_vec))).unwrap()).collect();
         assert_eq!(got, vec![(3, Some(b"a".to_vec())), (4, None), (5, Some(Vec::new()))]);
         let back = decode(&data).unwrap();
+        assert_eq!(back[3].as_ref().unwrap().bytes(&data), Some(&b"a"[..]));
         assert!(matches!(&back[4], Some(Slot::Spilled(None))));
+        assert_eq!(back[5].as_ref().unwrap().bytes(&data), Some(&b""[..]));
         assert!(back[..3].iter().chain(&back[6..]).all(Option::is_none));
-        assert_eq!(encode(&empty_slots()), None);
+        assert_eq!(encode(&back, &data), Some(data), "read slots write back the same");
+        assert_eq!(encode(&empty_slots(), &[]), None);
     }
 
     #[test]
@@ -458,7 +484,7 @@ mod tests {
         let mut slots = empty_slots();
         slots[31] = Some(Slot::Inline(b"x".to_vec()));
         slots[30] = Some(Slot::Inline(b"y".to_vec()));
-        let mut data = encode(&slots).unwrap();
+        let mut data = encode(&slots, &[]).unwrap();
         data[0] = 31; // two elements from the last slot on
         assert!(decode(&data).is_err());
     }
