@@ -489,6 +489,20 @@ mod tests {
         assert!(decode(&data).is_err());
     }
 
+    proptest::proptest! {
+        /// Damaged chunk bytes are an error or some slots, never a panic,
+        /// and what decodes encodes back to the same bytes.
+        #[test]
+        fn any_bytes_decode_or_fail_cleanly(data in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..200)) {
+            if let Ok(slots) = decode(&data) {
+                if let Some(again) = encode(&slots, &data) {
+                    let back = decode(&again).unwrap();
+                    proptest::prop_assert_eq!(encode(&back, &again), Some(again));
+                }
+            }
+        }
+    }
+
     #[test]
     fn positions_split_into_chunks_below_zero_too() {
         assert_eq!(split(0), (0, 0));
