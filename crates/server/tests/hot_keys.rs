@@ -27,6 +27,21 @@ fn text(reply: &[u8]) -> String {
     text.lines().nth(1).unwrap_or_else(|| panic!("not a bulk reply: {text:?}")).to_string()
 }
 
+/// Runs `commands` in one MULTI/EXEC and checks that every one ran.
+fn transaction(stream: &mut TcpStream, commands: &[&[&[u8]]]) {
+    let mut bytes = encode(&[b"MULTI"]);
+    for command in commands {
+        bytes.extend(encode(command));
+    }
+    bytes.extend(encode(&[b"EXEC"]));
+    std::io::Write::write_all(stream, &bytes).unwrap();
+    for _ in 0..=commands.len() {
+        read_reply(stream);
+    }
+    let exec = read_reply(stream);
+    assert!(exec.starts_with(format!("*{}\r\n", commands.len()).as_bytes()), "{}", String::from_utf8_lossy(&exec));
+}
+
 fn member(client: usize, round: usize) -> String {
     format!("member-of-the-hot-sorted-set-{client}-{round:04}")
 }
@@ -266,19 +281,13 @@ fn ranks_stay_exact_while_a_sorted_set_changes() {
                         let new = format!("{name}:w{writer}:{}", next[side]);
                         next[side] += 1;
                         let score = (moves * 7919 % 999_000 + side * 2_000_000).to_string();
-                        let transaction = [
-                            encode(&[b"MULTI"]),
-                            encode(&[b"ZREM", b"ranked", old.as_bytes()]),
-                            encode(&[b"ZADD", b"ranked", score.as_bytes(), new.as_bytes()]),
-                            encode(&[b"EXEC"]),
-                        ]
-                        .concat();
-                        std::io::Write::write_all(&mut stream, &transaction).unwrap();
-                        for _ in 0..3 {
-                            read_reply(&mut stream);
-                        }
-                        let exec = read_reply(&mut stream);
-                        assert!(exec.starts_with(b"*2\r\n"), "{}", String::from_utf8_lossy(&exec));
+                        transaction(
+                            &mut stream,
+                            &[
+                                &[b"ZREM", b"ranked", old.as_bytes()],
+                                &[b"ZADD", b"ranked", score.as_bytes(), new.as_bytes()],
+                            ],
+                        );
                         moves += 1;
                     }
                     moves
@@ -350,19 +359,7 @@ fn list_readers_see_one_moment_while_the_list_changes() {
             stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
             let mut next = LEN + 1;
             while !stop.load(std::sync::atomic::Ordering::Relaxed) && next < LEN + 4000 {
-                let transaction = [
-                    encode(&[b"MULTI"]),
-                    encode(&[b"LPUSH", b"window", element(next).as_bytes()]),
-                    encode(&[b"RPOP", b"window"]),
-                    encode(&[b"EXEC"]),
-                ]
-                .concat();
-                std::io::Write::write_all(&mut stream, &transaction).unwrap();
-                for _ in 0..3 {
-                    read_reply(&mut stream);
-                }
-                let exec = read_reply(&mut stream);
-                assert!(exec.starts_with(b"*2\r\n"), "{}", String::from_utf8_lossy(&exec));
+                transaction(&mut stream, &[&[b"LPUSH", b"window", element(next).as_bytes()], &[b"RPOP", b"window"]]);
                 next += 1;
             }
             next - LEN - 1
