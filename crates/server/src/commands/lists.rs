@@ -1,10 +1,11 @@
 //! List commands, with Redis 7.0's replies and errors. A list of at most
 //! 8 KiB is one engine value (its elements in order, in `crate::hash`'s
 //! layout with empty values); a longer one a table (`table`) whose
-//! elements sit at consecutive positions from the stub's `head`, so a push
-//! or a pop at either end, LINDEX and LSET touch one entry, and LRANGE
-//! reads its range in order. LREM and LINSERT rewrite the list, O(n) as
-//! in Redis. A blocking pop that finds nothing returns `CmdError::Blocked`
+//! elements sit at consecutive positions from the stub's `head`, 32 to an
+//! entry (`list_chunks`; tables made before chunks have an entry per
+//! position), so a push or a pop at either end, LINDEX and LSET touch one
+//! entry, and LRANGE reads its range in order. LREM and LINSERT rewrite
+//! the list, O(n) as in Redis. A blocking pop that finds nothing returns `CmdError::Blocked`
 //! and its connection waits for a push (`conn::wait_blocked`).
 
 use std::borrow::Cow;
