@@ -2,7 +2,7 @@
 //! command in it (a pipeline), send the replies in one write.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -49,9 +49,39 @@ pub struct ClientInfo {
     /// `commands::TABLE` index of the last command (`usize::MAX`: none).
     last_command: AtomicUsize,
     pub resp: AtomicU8,
+    /// Waiting in a blocking command (CLIENT LIST's flag `b`).
+    pub blocked: AtomicBool,
+    /// CLIENT UNBLOCK asked the blocked command to end: `UNBLOCK_TIMEOUT`
+    /// or `UNBLOCK_ERROR` (0: not asked).
+    pub unblock: AtomicU8,
+    /// CLIENT KILL closed this connection.
+    pub killed: AtomicBool,
+    /// Wakes the connection's task for a kill or an unblock.
+    pub wake: tokio::sync::Notify,
 }
 
+pub const UNBLOCK_TIMEOUT: u8 = 1;
+pub const UNBLOCK_ERROR: u8 = 2;
+
 impl ClientInfo {
+    /// Closes the connection (CLIENT KILL): at once if it waits, else once
+    /// its current command is done.
+    pub fn kill(&self) {
+        self.killed.store(true, Ordering::Release);
+        self.wake.notify_one();
+    }
+
+    /// Ends the blocking command the client waits in with `how`
+    /// (CLIENT UNBLOCK); false if it waits in none.
+    pub fn unblock(&self, how: u8) -> bool {
+        if !self.blocked.load(Ordering::Acquire) {
+            return false;
+        }
+        self.unblock.store(how, Ordering::Release);
+        self.wake.notify_one();
+        true
+    }
+
     pub fn last_command(&self, command: &'static Command) {
         self.last_command.store(commands::index_of(command), Ordering::Relaxed);
     }
@@ -65,7 +95,7 @@ impl ClientInfo {
         let age = self.created.elapsed();
         let idle = age.as_millis() as u64 - self.last_active_ms.load(Ordering::Relaxed).min(age.as_millis() as u64);
         format!(
-            "id={} addr={} laddr={} fd=-1 name={} age={} idle={} flags=N db=0 sub=0 psub=0 ssub=0 multi=-1 qbuf=0 \
+            "id={} addr={} laddr={} fd=-1 name={} age={} idle={} flags={} db=0 sub=0 psub=0 ssub=0 multi=-1 qbuf=0 \
              qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd={} \
              user=default redir=-1 resp={}",
             self.id,
@@ -74,6 +104,7 @@ impl ClientInfo {
             self.name.lock().as_deref().unwrap_or(""),
             age.as_secs(),
             idle / 1000,
+            if self.blocked.load(Ordering::Relaxed) { "b" } else { "N" },
             commands::TABLE.get(self.last_command.load(Ordering::Relaxed)).map_or("NULL", |c| c.name),
             self.resp.load(Ordering::Relaxed),
         )
@@ -153,6 +184,10 @@ pub async fn serve(shared: Arc<Shared>, mut stream: TcpStream, addr: SocketAddr)
         last_active_ms: AtomicU64::new(0),
         last_command: AtomicUsize::new(usize::MAX),
         resp: AtomicU8::new(2),
+        blocked: AtomicBool::new(false),
+        unblock: AtomicU8::new(0),
+        killed: AtomicBool::new(false),
+        wake: tokio::sync::Notify::new(),
     });
     shared.clients.lock().insert(id, info.clone());
     let mut conn = ConnState {
@@ -193,7 +228,10 @@ async fn wait_blocked<'s>(
     write_out(shared, stream, out).await?;
     let line = InLine::join(shared, &args);
     conn.ticket = Some(line.ticket);
+    conn.info.blocked.store(true, Ordering::Release);
     let waited = wait_in_line(shared, stream, conn, out, run, &args, deadline).await;
+    conn.info.blocked.store(false, Ordering::Release);
+    conn.info.unblock.store(0, Ordering::Release);
     conn.ticket = None;
     drop(line);
     waited
@@ -248,6 +286,18 @@ async fn wait_in_line<'s>(
             return Ok(true);
         }
         let now = tokio::time::Instant::now();
+        match conn.info.unblock.load(Ordering::Acquire) {
+            _ if conn.info.killed.load(Ordering::Acquire) => return Ok(false),
+            UNBLOCK_ERROR => {
+                out.error("UNBLOCKED client unblocked via CLIENT UNBLOCK");
+                return Ok(true);
+            }
+            UNBLOCK_TIMEOUT => {
+                out.null_array();
+                return Ok(true);
+            }
+            _ => {}
+        }
         if deadline.is_some_and(|d| now >= d) {
             out.null_array();
             return Ok(true);
@@ -256,6 +306,7 @@ async fn wait_in_line<'s>(
         let mut probe = [0u8; 1];
         tokio::select! {
             _ = &mut pushed => {}
+            _ = conn.info.wake.notified() => {}
             _ = tokio::time::sleep_until(wake) => {}
             _ = shutdown.changed() => return Ok(false),
             peeked = stream.peek(&mut probe), if peek => match peeked {
@@ -360,6 +411,13 @@ async fn run(shared: &Shared, stream: &mut TcpStream, conn: &mut ConnState) -> s
         let n = tokio::select! {
             n = read => n?,
             _ = shutdown.changed() => return Ok(()),
+            // A kill, or a late unblock that found nothing to end.
+            _ = conn.info.wake.notified() => {
+                if conn.info.killed.load(Ordering::Acquire) {
+                    return Ok(());
+                }
+                continue;
+            }
         };
         if n == 0 {
             return Ok(());

@@ -885,3 +885,68 @@ fn list_tables_of_the_layout_before_chunks_still_work() {
     assert_eq!(request(&mut stream, &encode(&[b"DEL", b"old", b"new"])), b":2\r\n");
     assert_eq!(request(&mut stream, &encode(&[b"DBSIZE"])), b":0\r\n");
 }
+
+/// CLIENT KILL closes other connections (by ID, by ADDR, by the old
+/// address form; SKIPME spares the caller unless told no) and CLIENT
+/// UNBLOCK ends a blocking pop with a timeout's null or an error; CLIENT
+/// LIST flags a blocked client `b`.
+#[test]
+fn client_kill_and_unblock() {
+    let (_dir, server) = start(&[]);
+    let mut admin = server.connect();
+    let id_of = |stream: &mut TcpStream| {
+        String::from_utf8(request(stream, &encode(&[b"CLIENT", b"ID"]))).unwrap()[1..].trim().to_string()
+    };
+    let closed = |stream: &mut TcpStream| {
+        stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut byte = [0u8; 1];
+        match stream.read(&mut byte) {
+            Ok(n) => n == 0,
+            Err(e) => !matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut),
+        }
+    };
+    // By ID.
+    let mut victim = server.connect();
+    let id = id_of(&mut victim);
+    assert_eq!(request(&mut admin, &encode(&[b"CLIENT", b"KILL", b"ID", id.as_bytes()])), b":1\r\n");
+    assert!(closed(&mut victim), "killed by id");
+    // By ADDR, and by the old form (which answers OK).
+    let mut victim = server.connect();
+    assert_eq!(request(&mut victim, &encode(&[b"PING"])), b"+PONG\r\n", "registered");
+    let addr = victim.local_addr().unwrap().to_string();
+    assert_eq!(request(&mut admin, &encode(&[b"CLIENT", b"KILL", b"ADDR", addr.as_bytes()])), b":1\r\n");
+    assert!(closed(&mut victim), "killed by addr");
+    let mut victim = server.connect();
+    assert_eq!(request(&mut victim, &encode(&[b"PING"])), b"+PONG\r\n", "registered");
+    let addr = victim.local_addr().unwrap().to_string();
+    assert_eq!(request(&mut admin, &encode(&[b"CLIENT", b"KILL", addr.as_bytes()])), b"+OK\r\n");
+    assert!(closed(&mut victim), "killed by the old form");
+    // A client blocked in BLPOP is killed at once, and takes nothing.
+    let mut victim = server.connect();
+    let id = id_of(&mut victim);
+    victim.write_all(&encode(&[b"BLPOP", b"never", b"0"])).unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let listed = String::from_utf8(request(&mut admin, &encode(&[b"CLIENT", b"LIST"]))).unwrap();
+    let line = listed.lines().find(|l| l.contains(&format!("id={id} "))).expect("listed");
+    assert!(line.contains("flags=b"), "{line}");
+    assert_eq!(request(&mut admin, &encode(&[b"CLIENT", b"KILL", b"ID", id.as_bytes()])), b":1\r\n");
+    assert!(closed(&mut victim), "a blocked client killed");
+    // UNBLOCK: a timeout's null array, or an error; 0 for one not blocked.
+    let mut waiter = server.connect();
+    let id = id_of(&mut waiter);
+    assert_eq!(request(&mut admin, &encode(&[b"CLIENT", b"UNBLOCK", id.as_bytes()])), b":0\r\n");
+    waiter.write_all(&encode(&[b"BRPOP", b"never", b"0"])).unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(request(&mut admin, &encode(&[b"CLIENT", b"UNBLOCK", id.as_bytes()])), b":1\r\n");
+    assert_eq!(read_reply(&mut waiter), b"*-1\r\n");
+    waiter.write_all(&encode(&[b"BZPOPMIN", b"never", b"0"])).unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(request(&mut admin, &encode(&[b"CLIENT", b"UNBLOCK", id.as_bytes(), b"ERROR"])), b":1\r\n");
+    assert_eq!(read_reply(&mut waiter), b"-UNBLOCKED client unblocked via CLIENT UNBLOCK\r\n");
+    assert_eq!(request(&mut waiter, &encode(&[b"PING"])), b"+PONG\r\n", "still connected");
+    // SKIPME: the caller is spared unless told no.
+    let me = id_of(&mut admin);
+    assert_eq!(request(&mut admin, &encode(&[b"CLIENT", b"KILL", b"ID", me.as_bytes()])), b":0\r\n");
+    assert_eq!(request(&mut admin, &encode(&[b"CLIENT", b"KILL", b"ID", me.as_bytes(), b"SKIPME", b"no"])), b":1\r\n");
+    assert!(closed(&mut admin), "killed itself");
+}

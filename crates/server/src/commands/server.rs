@@ -190,9 +190,83 @@ pub fn client(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         }
         // Sent by redis-py and other clients on connect (Redis 7.2).
         "setinfo" if args.len() == 4 => ctx.out.ok(),
-        "id" | "getname" | "setname" | "info" | "setinfo" => return Err(subcommand_arity("client", &sub)),
+        "kill" if args.len() >= 3 => client_kill(ctx, args)?,
+        "unblock" if args.len() == 3 || args.len() == 4 => {
+            let id = int(&args[2])?;
+            let how = match args.get(3) {
+                None => crate::conn::UNBLOCK_TIMEOUT,
+                Some(how) if eq(how, "timeout") => crate::conn::UNBLOCK_TIMEOUT,
+                Some(how) if eq(how, "error") => crate::conn::UNBLOCK_ERROR,
+                Some(_) => return Err(err("ERR CLIENT UNBLOCK reason should be TIMEOUT or ERROR")),
+            };
+            let client = u64::try_from(id).ok().and_then(|id| ctx.shared.clients.lock().get(&id).cloned());
+            ctx.out.int(client.is_some_and(|client| client.unblock(how)) as i64);
+        }
+        "id" | "getname" | "setname" | "info" | "setinfo" | "kill" | "unblock" => {
+            return Err(subcommand_arity("client", &sub))
+        }
         _ => return Err(unknown_subcommand("client", &args[1])),
     }
+    Ok(())
+}
+
+/// CLIENT KILL addr:port (Redis's old form: OK, or an error when no
+/// client has that address) or CLIENT KILL with filters ID, ADDR, LADDR,
+/// USER, TYPE and SKIPME (the number of clients closed; the caller is
+/// spared unless SKIPME no).
+fn client_kill(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    let clients: Vec<_> = ctx.shared.clients.lock().values().cloned().collect();
+    let me = ctx.conn.info.id;
+    if args.len() == 3 {
+        let addr = String::from_utf8_lossy(&args[2]);
+        let target = clients.iter().find(|client| client.addr.to_string() == addr);
+        let Some(target) = target else { return Err(err("ERR No such client")) };
+        target.kill();
+        ctx.out.ok();
+        return Ok(());
+    }
+    let (mut id, mut addr, mut laddr, mut skip_me) = (None, None, None, true);
+    // A filter no client here can match (TYPE pubsub ...).
+    let mut none = false;
+    for pair in args[2..].chunks(2) {
+        let [filter, value] = pair else { return Err(CmdError::Syntax) };
+        let text = String::from_utf8_lossy(value).into_owned();
+        match () {
+            _ if eq(filter, "id") => {
+                let n = int(value).map_err(|_| err("ERR client-id should be greater than 0"))?;
+                if n <= 0 {
+                    return Err(err("ERR client-id should be greater than 0"));
+                }
+                id = Some(n as u64);
+            }
+            _ if eq(filter, "addr") => addr = Some(text),
+            _ if eq(filter, "laddr") => laddr = Some(text),
+            _ if eq(filter, "skipme") && eq(value, "yes") => skip_me = true,
+            _ if eq(filter, "skipme") && eq(value, "no") => skip_me = false,
+            // Every client is a normal one of the default user here.
+            _ if eq(filter, "type") && eq(value, "normal") => {}
+            _ if eq(filter, "type") && ["master", "replica", "slave", "pubsub"].iter().any(|t| eq(value, t)) => {
+                none = true;
+            }
+            _ if eq(filter, "type") => return Err(err(format!("ERR Unknown client type '{text}'"))),
+            _ if eq(filter, "user") && text == "default" => {}
+            _ if eq(filter, "user") => return Err(err(format!("ERR No such user '{text}'"))),
+            _ => return Err(CmdError::Syntax),
+        }
+    }
+    let mut killed = 0;
+    for client in clients {
+        let chosen = !none
+            && id.is_none_or(|id| client.id == id)
+            && addr.as_ref().is_none_or(|a| client.addr.to_string() == *a)
+            && laddr.as_ref().is_none_or(|a| client.local.to_string() == *a)
+            && !(skip_me && client.id == me);
+        if chosen {
+            client.kill();
+            killed += 1;
+        }
+    }
+    ctx.out.int(killed);
     Ok(())
 }
 
