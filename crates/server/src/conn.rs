@@ -210,11 +210,12 @@ pub async fn serve(shared: Arc<Shared>, mut stream: TcpStream, addr: SocketAddr)
     shared.connected.fetch_sub(1, Ordering::AcqRel);
 }
 
-/// A blocking command found nothing: sends the replies before it, then
-/// runs it again after each push to a list (and at least every 100 ms)
-/// until it takes an element or its timeout passes (a null array). A
-/// client that hangs up while it waits takes nothing: false, and the
-/// connection ends.
+/// A blocking command found nothing: sends the replies before it, joins
+/// the lines of its keys (`crate::waiters`), then runs it again whenever
+/// it is woken (a push to a key whose line it leads, the client before it
+/// leaving, CLIENT UNBLOCK or KILL) and at least every 100 ms, until it
+/// takes an element or its timeout passes (a null array). A client that
+/// hangs up while it waits takes nothing: false, and the connection ends.
 async fn wait_blocked<'s>(
     shared: &'s Shared,
     stream: &mut TcpStream,
@@ -229,7 +230,7 @@ async fn wait_blocked<'s>(
     let line = InLine::join(shared, &args);
     conn.ticket = Some(line.ticket);
     conn.info.blocked.store(true, Ordering::Release);
-    let waited = wait_in_line(shared, stream, conn, out, run, &args, deadline).await;
+    let waited = wait_in_line(shared, stream, conn, out, run, &line, deadline).await;
     conn.info.blocked.store(false, Ordering::Release);
     conn.info.unblock.store(0, Ordering::Release);
     conn.ticket = None;
@@ -238,25 +239,28 @@ async fn wait_blocked<'s>(
 }
 
 /// A blocked client's place in the lines of its keys: leaving them, it
-/// wakes the others, so that the next in line looks again.
+/// wakes the next in each line it led.
 struct InLine<'s, 'a> {
     shared: &'s Shared,
+    /// The blocking command, run again on each wake-up.
+    args: &'a [Bytes],
     keys: Vec<&'a [u8]>,
     ticket: u64,
+    /// Woken by a push to one of the keys while first in its line.
+    waker: Arc<tokio::sync::Notify>,
 }
 
 impl<'s, 'a> InLine<'s, 'a> {
     fn join(shared: &'s Shared, args: &'a [Bytes]) -> InLine<'s, 'a> {
         let keys = crate::waiters::source_keys(args);
-        let ticket = shared.waiters.join(&keys);
-        InLine { shared, keys, ticket }
+        let (ticket, waker) = shared.waiters.join(&keys);
+        InLine { shared, args, keys, ticket, waker }
     }
 }
 
 impl Drop for InLine<'_, '_> {
     fn drop(&mut self) {
         self.shared.waiters.leave(self.ticket, &self.keys);
-        self.shared.list_pushed.notify_waiters();
     }
 }
 
@@ -266,7 +270,7 @@ async fn wait_in_line<'s>(
     conn: &mut ConnState,
     out: &mut Out,
     run: &mut commands::Run<'s>,
-    args: &[Bytes],
+    line: &InLine<'_, '_>,
     deadline: Option<tokio::time::Instant>,
 ) -> std::io::Result<bool> {
     let mut shutdown = shared.shutdown.subscribe();
@@ -276,12 +280,12 @@ async fn wait_in_line<'s>(
     loop {
         // Listening before looking again: a push that commits after the
         // look wakes this wait.
-        let pushed = shared.list_pushed.notified();
+        let pushed = line.waker.notified();
         tokio::pin!(pushed);
         pushed.as_mut().enable();
         // Looking again is not another command.
         conn.counts.commands -= 1;
-        commands::execute(shared, conn, out, args.to_vec(), run).await;
+        commands::execute(shared, conn, out, line.args.to_vec(), run).await;
         if conn.blocked.take().is_none() {
             return Ok(true);
         }

@@ -78,9 +78,6 @@ pub struct Shared {
     /// Writes queued but not yet durable that the next holder of their
     /// keys' locks reads (`crate::pending`).
     pub pending: Arc<crate::pending::Pending>,
-    /// Woken after a commit that pushed to a list: clients blocked in
-    /// BLPOP and the like look again (`conn::wait_blocked`).
-    pub list_pushed: tokio::sync::Notify,
     /// Blocked clients in line per key (`crate::waiters`).
     pub waiters: crate::waiters::Waiters,
 }
@@ -199,7 +196,6 @@ pub async fn run(config: Config, db: Db) -> Result<(), String> {
         rank_fences: Default::default(),
         rank_sums: Default::default(),
         pending: Default::default(),
-        list_pushed: tokio::sync::Notify::new(),
         waiters: crate::waiters::Waiters::default(),
         db,
         locks: KeyLocks::default(),

@@ -1,20 +1,24 @@
 //! Clients blocked in BLPOP, BZPOPMIN and the like stand in line per key:
 //! as in Redis, the client that blocked on a key first is served first.
 //!
-//! A push wakes every blocked client to look again (`conn::wait_blocked`);
-//! without a line, whichever looked first took the element. Now a blocking
-//! command takes from a key only while no one waits on it or this client
-//! is first in its line (`may_take`), and a client leaving a line wakes
-//! the others, so the next one looks. A client that arrives while others
-//! wait for an empty key joins the line behind them even if a push lands
+//! A blocking command takes from a key only while no one waits on it or
+//! this client is first in its line (`may_take`). A commit that pushed
+//! wakes the first in line of each key it wrote (`wake_first`), and a
+//! client leaving a line wakes the next one, each through its own
+//! `Notify`: one push wakes one client, where it used to wake every
+//! blocked client to look again (200 clients idle in BLPOP on other keys
+//! cut LPUSH from 50k to 16k/s). A client that arrives while others wait
+//! for an empty key joins the line behind them even if a push lands
 //! before it looks, as it would in Redis, where blocked clients are served
 //! right after the command that pushed.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use bytes::Bytes;
 use parking_lot::Mutex;
+use tokio::sync::Notify;
 
 #[derive(Default)]
 pub struct Waiters {
@@ -26,16 +30,30 @@ pub struct Waiters {
 #[derive(Default)]
 struct Lines {
     by_key: HashMap<Vec<u8>, VecDeque<u64>>,
+    /// What wakes each ticket's client.
+    wakers: HashMap<u64, Arc<Notify>>,
     next_ticket: u64,
+}
+
+impl Lines {
+    fn wake_first(&self, key: &[u8]) {
+        let first = self.by_key.get(key).and_then(|line| line.front());
+        if let Some(waker) = first.and_then(|ticket| self.wakers.get(ticket)) {
+            // A permit if it is not waiting yet: it looks again anyway.
+            waker.notify_one();
+        }
+    }
 }
 
 impl Waiters {
     /// Puts a client blocked on `keys` at the end of their lines; returns
-    /// its ticket.
-    pub fn join(&self, keys: &[&[u8]]) -> u64 {
+    /// its ticket and what wakes it when it may look again.
+    pub fn join(&self, keys: &[&[u8]]) -> (u64, Arc<Notify>) {
         let mut lines = self.lines.lock();
         lines.next_ticket += 1;
         let ticket = lines.next_ticket;
+        let waker = Arc::new(Notify::new());
+        lines.wakers.insert(ticket, waker.clone());
         for key in keys {
             let line = lines.by_key.entry(key.to_vec()).or_default();
             // A key named twice is one place in its line.
@@ -44,21 +62,37 @@ impl Waiters {
             }
         }
         self.waiting.fetch_add(1, Ordering::Relaxed);
-        ticket
+        (ticket, waker)
     }
 
-    /// Takes `ticket` out of the lines of `keys`.
+    /// Takes `ticket` out of the lines of `keys`, waking the client next
+    /// in each line it led (an element may be left for it).
     pub fn leave(&self, ticket: u64, keys: &[&[u8]]) {
         let mut lines = self.lines.lock();
+        lines.wakers.remove(&ticket);
         for key in keys {
-            if let Some(line) = lines.by_key.get_mut(*key) {
-                line.retain(|&t| t != ticket);
-                if line.is_empty() {
-                    lines.by_key.remove(*key);
-                }
+            let Some(line) = lines.by_key.get_mut(*key) else { continue };
+            let led = line.front() == Some(&ticket);
+            line.retain(|&t| t != ticket);
+            if line.is_empty() {
+                lines.by_key.remove(*key);
+            } else if led {
+                lines.wake_first(key);
             }
         }
         self.waiting.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// Wakes the first client in line for each of `keys` (a commit pushed
+    /// to them).
+    pub fn wake_first<'k>(&self, keys: impl Iterator<Item = &'k [u8]>) {
+        if self.waiting.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        let lines = self.lines.lock();
+        for key in keys {
+            lines.wake_first(key);
+        }
     }
 
     /// Whether the client holding `ticket` (None: one not in any line)
@@ -104,20 +138,33 @@ mod tests {
     fn the_first_in_line_takes_and_the_next_follows() {
         let waiters = Waiters::default();
         assert!(waiters.may_take(b"q", None), "no one waits");
-        let first = waiters.join(&[b"q", b"other"]);
-        let second = waiters.join(&[b"q", b"q"]);
+        let (first, first_waker) = waiters.join(&[b"q", b"other"]);
+        let (second, second_waker) = waiters.join(&[b"q", b"q"]);
         assert_eq!(waiters.blocked_clients(), 2);
         assert!(waiters.may_take(b"q", Some(first)));
         assert!(!waiters.may_take(b"q", Some(second)));
         assert!(!waiters.may_take(b"q", None), "a newcomer stands behind them");
         assert!(waiters.may_take(b"other", Some(first)));
         assert!(waiters.may_take(b"free", Some(second)));
+        // A push to q wakes the first only; its leaving wakes the second.
+        waiters.wake_first([&b"q"[..], b"nobody"].into_iter());
+        assert!(has_permit(&first_waker));
+        assert!(!has_permit(&second_waker));
         waiters.leave(first, &[b"q", b"other"]);
+        assert!(has_permit(&second_waker));
         assert!(waiters.may_take(b"q", Some(second)));
         assert!(waiters.may_take(b"other", None));
         waiters.leave(second, &[b"q", b"q"]);
         assert_eq!(waiters.blocked_clients(), 0);
         assert!(waiters.lines.lock().by_key.is_empty());
+        assert!(waiters.lines.lock().wakers.is_empty());
+    }
+
+    /// Whether `notify` holds a permit (taking it).
+    fn has_permit(notify: &Notify) -> bool {
+        let notified = notify.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable()
     }
 
     #[test]

@@ -950,3 +950,38 @@ fn client_kill_and_unblock() {
     assert_eq!(request(&mut admin, &encode(&[b"CLIENT", b"KILL", b"ID", me.as_bytes(), b"SKIPME", b"no"])), b":1\r\n");
     assert!(closed(&mut admin), "killed itself");
 }
+
+/// A push wakes the first client blocked on its key at once, and that
+/// client's leaving wakes the next, not the 100 ms poll every blocked
+/// client also runs: the median of ten rounds (two clients on one key, one
+/// push of two elements, while 50 others wait on other keys) is far below
+/// it.
+#[test]
+fn a_push_wakes_the_blocked_clients_at_once() {
+    use std::time::Instant;
+    let (_dir, server) = start(&[]);
+    let mut pusher = server.connect();
+    let idle: Vec<TcpStream> = (0..50)
+        .map(|i| {
+            let mut stream = server.connect();
+            stream.write_all(&encode(&[b"BLPOP", format!("idle:{i}").as_bytes(), b"0"])).unwrap();
+            stream
+        })
+        .collect();
+    let mut waits = Vec::new();
+    for _ in 0..10 {
+        let mut waiters: Vec<TcpStream> = (0..2).map(|_| server.connect()).collect();
+        for waiter in &mut waiters {
+            waiter.write_all(&encode(&[b"BLPOP", b"q", b"5"])).unwrap();
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let pushed = Instant::now();
+        assert_eq!(request(&mut pusher, &encode(&[b"RPUSH", b"q", b"x", b"y"])), b":2\r\n");
+        assert_eq!(read_reply(&mut waiters[0]), b"*2\r\n$1\r\nq\r\n$1\r\nx\r\n");
+        assert_eq!(read_reply(&mut waiters[1]), b"*2\r\n$1\r\nq\r\n$1\r\ny\r\n");
+        waits.push(pushed.elapsed());
+    }
+    waits.sort();
+    assert!(waits[5] < Duration::from_millis(25), "median {:?} of {waits:?}", waits[5]);
+    drop(idle);
+}

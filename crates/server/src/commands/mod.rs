@@ -562,6 +562,18 @@ pub async fn commit<G>(
         && batch.size_bytes() <= PUBLISH_MAX_BYTES
         && stripes.iter().any(|&stripe| shared.locks.is_awaited(stripe));
     let staged = early.then(|| Pending::stage(&batch));
+    // The keys pushed to: their first blocked clients look again once the
+    // batch is visible.
+    let pushed_keys: Vec<Vec<u8>> = if pushed {
+        batch
+            .entries()
+            .map(|(key, _)| key)
+            .filter(|key| !crate::keyspace::is_reserved(key))
+            .map(<[u8]>::to_vec)
+            .collect()
+    } else {
+        Vec::new()
+    };
     let forget = if !early && !shared.pending.is_empty() { shared.pending.published_of(&batch) } else { Vec::new() };
     // Readers without locks read these sorted sets from a snapshot from
     // here until the batch is visible (`ranks.rs`).
@@ -585,9 +597,7 @@ pub async fn commit<G>(
     // Its entries are the engine's now (or failed with it).
     drop(ticket);
     result?;
-    if pushed {
-        shared.list_pushed.notify_waiters();
-    }
+    shared.waiters.wake_first(pushed_keys.iter().map(|key| &key[..]));
     if reserved_delta != 0 {
         let count = &shared.reserved_entries;
         let _ =
