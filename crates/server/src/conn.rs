@@ -229,10 +229,13 @@ async fn wait_blocked<'s>(
     write_out(shared, stream, out).await?;
     let line = InLine::join(shared, &args);
     conn.ticket = Some(line.ticket);
+    // Cleared before the flag goes up, not after it comes down: an
+    // UNBLOCK that saw the flag just before would otherwise leave its
+    // request for the next blocking command.
+    conn.info.unblock.store(0, Ordering::Release);
     conn.info.blocked.store(true, Ordering::Release);
     let waited = wait_in_line(shared, stream, conn, out, run, &line, deadline).await;
     conn.info.blocked.store(false, Ordering::Release);
-    conn.info.unblock.store(0, Ordering::Release);
     conn.ticket = None;
     drop(line);
     waited

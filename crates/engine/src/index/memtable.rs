@@ -177,10 +177,8 @@ impl Tree {
         }
     }
 
-    /// The version of `key` (whose newest is `head`) a reader at `at_seq`
-    /// sees (`None` = newest).
-    /// Copies the `entries` visible at `at_seq` into `out`; returns the
-    /// last one examined.
+    /// Copies the `entries` live at `at_seq` into `out`; returns the last
+    /// one examined.
     fn copy_visible<'t>(
         &'t self,
         entries: impl Iterator<Item = (&'t Key, &'t Slot)>,
@@ -189,16 +187,23 @@ impl Tree {
     ) -> Option<&'t Key> {
         let mut last = None;
         for (key, slot) in entries {
-            if let Some(version) = self.visible(key, slot, Some(at_seq)) {
-                if !version.loc.is_tombstone() {
-                    out.push(key.as_slice(), version.loc);
-                }
+            if let Some(loc) = self.live(key, slot, Some(at_seq)) {
+                out.push(key.as_slice(), loc);
             }
             last = Some(key);
         }
         last
     }
 
+    /// Where the version of `key` (whose newest is `head`) a reader at
+    /// `at_seq` sees lies, unless that version is a deletion.
+    fn live(&self, key: &[u8], head: &Slot, at_seq: Option<u64>) -> Option<Loc> {
+        let slot = self.visible(key, head, at_seq)?;
+        (!slot.loc.is_tombstone()).then_some(slot.loc)
+    }
+
+    /// The version of `key` (whose newest is `head`) a reader at `at_seq`
+    /// sees (`None` = newest).
     fn visible(&self, key: &[u8], head: &Slot, at_seq: Option<u64>) -> Option<Slot> {
         match at_seq {
             Some(at) if head.seq() > at => self.older.get(KeyRef::new(key))?.iter().find(|v| v.seq() <= at).copied(),
@@ -454,8 +459,7 @@ impl Index {
     }
 
     fn get_in(tree: &Tree, key: &[u8], at_seq: Option<u64>) -> Option<Loc> {
-        let slot = tree.visible(key, tree.heads.get(KeyRef::new(key))?, at_seq)?;
-        (!slot.loc.is_tombstone()).then_some(slot.loc)
+        tree.live(key, tree.heads.get(KeyRef::new(key))?, at_seq)
     }
 
     /// Examines up to `max` keys within `(lower, upper)` from the low end
@@ -503,8 +507,7 @@ impl Index {
     ) {
         let tree = self.tree.read();
         for (key, slot) in tree.heads.range(lower.map(KeyRef::new), upper.map(KeyRef::new)) {
-            let live = tree.visible(key, slot, Some(at_seq)).is_some_and(|version| !version.loc.is_tombstone());
-            if live && !visit(key.as_slice()) {
+            if tree.live(key, slot, Some(at_seq)).is_some() && !visit(key.as_slice()) {
                 return;
             }
         }

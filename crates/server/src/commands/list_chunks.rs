@@ -171,7 +171,12 @@ impl<'s> ChunkedList<'s> {
 
     /// A new chunked table at `key` holding `elements` (a list grown past
     /// 8 KiB, a RESTORE, a COPY), stub included.
-    pub fn create(ctx: &mut Ctx<'_>, key: &[u8], elements: &[&[u8]], expiry: Option<u64>) -> CmdResult {
+    pub fn create<'e>(
+        ctx: &mut Ctx<'_>,
+        key: &[u8],
+        elements: impl Iterator<Item = &'e [u8]>,
+        expiry: Option<u64>,
+    ) -> CmdResult {
         let mut table = table::fill(ctx, key, TYPE_LIST_TABLE, std::iter::empty())?;
         table.layout = CHUNKED;
         let mut list = ChunkedList::new(table);

@@ -238,8 +238,7 @@ impl<'v> Open<'v> {
                 if table::stays_one_value(true, data.len()) {
                     return ctx.writes.put(key, TYPE_LIST, &data, expiry);
                 }
-                let elements: Vec<&[u8]> = elements.iter().map(|e| &e[..]).collect();
-                ChunkedList::create(ctx, key, &elements, expiry)
+                ChunkedList::create(ctx, key, elements.iter().map(|e| &e[..]), expiry)
             }
         }
     }

@@ -563,7 +563,9 @@ pub async fn commit<G>(
         && stripes.iter().any(|&stripe| shared.locks.is_awaited(stripe));
     let staged = early.then(|| Pending::stage(&batch));
     // The keys pushed to: their first blocked clients look again once the
-    // batch is visible.
+    // batch is visible. Taken whether or not anyone waits now: a client
+    // that blocks while the batch is in flight may have looked before it
+    // was visible, and waits in line by the time it is.
     let pushed_keys: Vec<Vec<u8>> = if pushed {
         batch
             .entries()
