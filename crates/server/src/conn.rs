@@ -13,6 +13,7 @@ use tokio::net::TcpStream;
 
 use crate::commands::{self, Command};
 use crate::keyspace::Stripe;
+use crate::pubsub::{Class, Mailbox, Subscriptions};
 use crate::resp::{self, Out, Protocol};
 use crate::server::Shared;
 
@@ -56,14 +57,48 @@ pub struct ClientInfo {
     pub unblock: AtomicU8,
     /// CLIENT KILL closed this connection.
     pub killed: AtomicBool,
-    /// Wakes the connection's task for a kill or an unblock.
+    /// Wakes the connection's task for a kill, an unblock or mail.
     pub wake: tokio::sync::Notify,
+    /// Published messages waiting to be sent (`crate::pubsub`).
+    pub mail: Mailbox,
+    /// Channels, patterns and shard channels subscribed to, for CLIENT
+    /// LIST, INFO and CLIENT KILL TYPE pubsub (the connection keeps the
+    /// names, `ConnState::subscriptions`).
+    subscriptions: [AtomicUsize; 3],
 }
 
 pub const UNBLOCK_TIMEOUT: u8 = 1;
 pub const UNBLOCK_ERROR: u8 = 2;
 
 impl ClientInfo {
+    pub fn new(id: u64, addr: SocketAddr, local: SocketAddr) -> ClientInfo {
+        ClientInfo {
+            id,
+            addr,
+            local,
+            name: Mutex::new(None),
+            created: Instant::now(),
+            last_active_ms: AtomicU64::new(0),
+            last_command: AtomicUsize::new(usize::MAX),
+            resp: AtomicU8::new(2),
+            blocked: AtomicBool::new(false),
+            unblock: AtomicU8::new(0),
+            killed: AtomicBool::new(false),
+            wake: tokio::sync::Notify::new(),
+            mail: Mailbox::default(),
+            subscriptions: Default::default(),
+        }
+    }
+
+    pub fn count_subscriptions(&self, class: Class, count: usize) {
+        self.subscriptions[class as usize].store(count, Ordering::Relaxed);
+    }
+
+    /// Subscribed to anything: Redis's pub/sub client type (flag `P`).
+    pub fn is_subscriber(&self) -> bool {
+        self.subscriptions.iter().any(|count| count.load(Ordering::Relaxed) > 0)
+    }
+
     /// Closes the connection (CLIENT KILL): at once if it waits, else once
     /// its current command is done.
     pub fn kill(&self) {
@@ -94,8 +129,21 @@ impl ClientInfo {
     pub fn describe(&self) -> String {
         let age = self.created.elapsed();
         let idle = age.as_millis() as u64 - self.last_active_ms.load(Ordering::Relaxed).min(age.as_millis() as u64);
+        // In Redis's order: P (pub/sub) before b (blocked); N for none.
+        let mut flags = String::new();
+        if self.is_subscriber() {
+            flags.push('P');
+        }
+        if self.blocked.load(Ordering::Relaxed) {
+            flags.push('b');
+        }
+        if flags.is_empty() {
+            flags.push('N');
+        }
+        let [sub, psub, ssub] = [Class::Channel, Class::Pattern, Class::Shard]
+            .map(|class| self.subscriptions[class as usize].load(Ordering::Relaxed));
         format!(
-            "id={} addr={} laddr={} fd=-1 name={} age={} idle={} flags={} db=0 sub=0 psub=0 ssub=0 multi=-1 qbuf=0 \
+            "id={} addr={} laddr={} fd=-1 name={} age={} idle={} flags={flags} db=0 sub={sub} psub={psub} ssub={ssub} multi=-1 qbuf=0 \
              qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd={} \
              user=default redir=-1 resp={}",
             self.id,
@@ -104,7 +152,6 @@ impl ClientInfo {
             self.name.lock().as_deref().unwrap_or(""),
             age.as_secs(),
             idle / 1000,
-            if self.blocked.load(Ordering::Relaxed) { "b" } else { "N" },
             commands::TABLE.get(self.last_command.load(Ordering::Relaxed)).map_or("NULL", |c| c.name),
             self.resp.load(Ordering::Relaxed),
         )
@@ -130,6 +177,8 @@ pub struct ConnState {
     /// This client's place in the lines of the keys it is blocked on
     /// (`crate::waiters`), while it waits.
     pub ticket: Option<u64>,
+    /// The channels, patterns and shard channels it listens to.
+    pub subscriptions: Subscriptions,
     /// Counted here and added to the shared statistics once per reply
     /// flush: shared counters bumped per command by every worker would
     /// bounce their cache line between cores.
@@ -164,6 +213,12 @@ impl ConnState {
         }
     }
 
+    /// Appends the messages published to this client since its last
+    /// reply (a subscriber's); whether there were any.
+    pub fn deliver(&self, out: &mut Out) -> bool {
+        !self.subscriptions.is_empty() && self.info.mail.deliver(out)
+    }
+
     pub fn reset_transaction(&mut self) {
         self.multi = None;
         self.multi_failed = false;
@@ -175,20 +230,7 @@ pub async fn serve(shared: Arc<Shared>, mut stream: TcpStream, addr: SocketAddr)
     let _ = stream.set_nodelay(true);
     let local = stream.local_addr().unwrap_or(addr);
     let id = shared.next_client_id.fetch_add(1, Ordering::Relaxed);
-    let info = Arc::new(ClientInfo {
-        id,
-        addr,
-        local,
-        name: Mutex::new(None),
-        created: Instant::now(),
-        last_active_ms: AtomicU64::new(0),
-        last_command: AtomicUsize::new(usize::MAX),
-        resp: AtomicU8::new(2),
-        blocked: AtomicBool::new(false),
-        unblock: AtomicU8::new(0),
-        killed: AtomicBool::new(false),
-        wake: tokio::sync::Notify::new(),
-    });
+    let info = Arc::new(ClientInfo::new(id, addr, local));
     shared.clients.lock().insert(id, info.clone());
     let mut conn = ConnState {
         info,
@@ -200,12 +242,14 @@ pub async fn serve(shared: Arc<Shared>, mut stream: TcpStream, addr: SocketAddr)
         close: false,
         blocked: None,
         ticket: None,
+        subscriptions: Subscriptions::default(),
         counts: LocalCounts::default(),
     };
     if let Err(error) = run(&shared, &mut stream, &mut conn).await {
         tracing::debug!(client = id, %addr, %error, "connection ended");
     }
     conn.counts.flush_into(&shared.stats);
+    conn.subscriptions.clear(&shared.pubsub, &conn.info);
     shared.clients.lock().remove(&id);
     shared.connected.fetch_sub(1, Ordering::AcqRel);
 }
@@ -321,6 +365,10 @@ async fn wait_in_line<'s>(
                 Ok(_) => peek = false,
             },
         }
+        // A RESP3 subscriber gets its messages while it waits, as in Redis.
+        if conn.deliver(out) && !write_to_subscriber(shared, stream, out, &conn.info).await? {
+            return Ok(false);
+        }
     }
 }
 
@@ -397,8 +445,13 @@ async fn run(shared: &Shared, stream: &mut TcpStream, conn: &mut ConnState) -> s
         // Replies go out only once the writes they acknowledge are durable.
         run.commit(shared, &mut out).await;
         conn.counts.flush_into(&shared.stats);
+        conn.deliver(&mut out);
         if !out.buf.is_empty() {
-            write_out(shared, stream, &mut out).await?;
+            if conn.subscriptions.is_empty() {
+                write_out(shared, stream, &mut out).await?;
+            } else if !write_to_subscriber(shared, stream, &mut out, &conn.info).await? {
+                return Ok(());
+            }
         }
         if input.is_empty() && input.capacity() > 2 * read_size {
             input = BytesMut::with_capacity(read_size);
@@ -418,7 +471,7 @@ async fn run(shared: &Shared, stream: &mut TcpStream, conn: &mut ConnState) -> s
         let n = tokio::select! {
             n = read => n?,
             _ = shutdown.changed() => return Ok(()),
-            // A kill, or a late unblock that found nothing to end.
+            // A kill, mail, or a late unblock that found nothing to end.
             _ = conn.info.wake.notified() => {
                 if conn.info.killed.load(Ordering::Acquire) {
                     return Ok(());
@@ -444,6 +497,36 @@ async fn write_out(shared: &Shared, stream: &mut TcpStream, out: &mut Out) -> st
     stream.write_all(&out.buf).await?;
     out.buf.clear();
     Ok(())
+}
+
+/// `write_out` for a subscriber, which may stop reading while messages
+/// pile up: the write gives way when the client is closed (its mailbox
+/// passed the limit, or CLIENT KILL), where waiting for a socket that is
+/// never read would keep the connection for ever. False if closed.
+async fn write_to_subscriber(
+    shared: &Shared,
+    stream: &mut TcpStream,
+    out: &mut Out,
+    info: &ClientInfo,
+) -> std::io::Result<bool> {
+    let mut written = 0;
+    while written < out.buf.len() {
+        tokio::select! {
+            // Cancel-safe: a write that did not complete wrote nothing.
+            n = stream.write(&out.buf[written..]) => match n? {
+                0 => return Err(std::io::ErrorKind::WriteZero.into()),
+                n => written += n,
+            },
+            _ = info.wake.notified() => {
+                if info.killed.load(Ordering::Acquire) {
+                    return Ok(false);
+                }
+            }
+        }
+    }
+    shared.stats.net_output_bytes.fetch_add(out.buf.len() as u64, Ordering::Relaxed);
+    out.buf.clear();
+    Ok(true)
 }
 
 /// Refuses a connection over `maxclients` with Redis's message.

@@ -12,6 +12,7 @@
 //! - `committer`: the commit thread, where group commits wait for a disk;
 //! - `io_threads`: the threads that serve connections;
 //! - `waiters`: clients blocked in BLPOP and the like, in line per key;
+//! - `pubsub`: channels, patterns and their subscribers' mailboxes;
 //! - `expiry`: active expiry; `metrics`: the Prometheus endpoint;
 //! - `server`: shared state, listeners, shutdown; `config`: flags and TOML.
 
@@ -25,6 +26,7 @@ pub mod io_threads;
 pub mod keyspace;
 pub mod metrics;
 pub mod pending;
+pub mod pubsub;
 pub mod resp;
 pub mod server;
 pub mod waiters;

@@ -80,6 +80,8 @@ pub struct Shared {
     pub pending: Arc<crate::pending::Pending>,
     /// Blocked clients in line per key (`crate::waiters`).
     pub waiters: crate::waiters::Waiters,
+    /// Who listens to which channel (`crate::pubsub`).
+    pub pubsub: crate::pubsub::PubSub,
 }
 
 impl Shared {
@@ -197,6 +199,7 @@ pub async fn run(config: Config, db: Db) -> Result<(), String> {
         rank_sums: Default::default(),
         pending: Default::default(),
         waiters: crate::waiters::Waiters::default(),
+        pubsub: Default::default(),
         db,
         locks: KeyLocks::default(),
         stats: ServerStats::default(),

@@ -8,6 +8,7 @@ mod hashes;
 mod keys;
 mod list_chunks;
 mod lists;
+mod pubsub;
 pub mod ranks;
 mod server;
 mod sets;
@@ -382,25 +383,20 @@ commands! {
     "discard", 1, TX_CONTROL | FAST, NONE, "transactions", tx::discard, "Discards a transaction.";
     "watch", -2, TX_CONTROL | FAST, ALL_ARGS, "transactions", tx::watch, "Monitors changes to keys to determine the execution of a transaction.";
     "unwatch", 1, FAST, NONE, "transactions", tx::unwatch, "Forgets about watched keys of a transaction.";
+    "subscribe", -2, 0, NONE, "pubsub", pubsub::subscribe, "Listens for messages published to channels.";
+    "psubscribe", -2, 0, NONE, "pubsub", pubsub::psubscribe, "Listens for messages published to channels that match one or more patterns.";
+    "ssubscribe", -2, 0, ALL_ARGS, "pubsub", pubsub::ssubscribe, "Listens for messages published to shard channels.";
+    "unsubscribe", -1, 0, NONE, "pubsub", pubsub::unsubscribe, "Stops listening to messages posted to channels.";
+    "punsubscribe", -1, 0, NONE, "pubsub", pubsub::punsubscribe, "Stops listening to messages published to channels that match one or more patterns.";
+    "sunsubscribe", -1, 0, ALL_ARGS, "pubsub", pubsub::sunsubscribe, "Stops listening to messages posted to shard channels.";
+    "publish", 3, FAST, NONE, "pubsub", pubsub::publish, "Posts a message to a channel.";
+    "spublish", 3, FAST, ONE, "pubsub", pubsub::spublish, "Post a message to a shard channel";
+    "pubsub", -2, 0, NONE, "pubsub", pubsub::pubsub, "A container for Pub/Sub commands.";
 }
 
 /// Types that are not built yet: a clear error, never a crash.
 const NOT_YET: &[&str] = &[
-    "xadd",
-    "xrange",
-    "xlen",
-    "xread",
-    "pfadd",
-    "pfcount",
-    "geoadd",
-    "publish",
-    "subscribe",
-    "psubscribe",
-    "eval",
-    "evalsha",
-    "script",
-    "function",
-    "fcall",
+    "xadd", "xrange", "xlen", "xread", "pfadd", "pfcount", "geoadd", "eval", "evalsha", "script", "function", "fcall",
 ];
 
 /// The command named `name`, in any case, without allocating.
@@ -437,7 +433,7 @@ fn unknown_command(args: &[Bytes]) -> String {
     let lower = name.to_ascii_lowercase();
     if NOT_YET.contains(&lower.as_str()) {
         return format!(
-            "ERR '{lower}' is not supported by ScaledKV yet (strings, lists, hashes, sets, sorted sets and keys only; see the README)"
+            "ERR '{lower}' is not supported by ScaledKV yet (strings, lists, hashes, sets, sorted sets, keys and pub/sub only; see the README)"
         );
     }
     format!("ERR unknown command '{name}', with args beginning with: {quoted}")
@@ -696,6 +692,20 @@ pub async fn execute<'s>(shared: &'s Shared, conn: &mut ConnState, out: &mut Out
         conn.flag_transaction_error();
         out.error("NOAUTH Authentication required.");
         return;
+    }
+    if !conn.subscriptions.is_empty() {
+        if conn.protocol == crate::resp::Protocol::Resp2 && !pubsub::allowed_while_subscribed(command.name) {
+            conn.flag_transaction_error();
+            out.error(&pubsub::not_while_subscribed(command.name, &args));
+            return;
+        }
+        if conn.info.mail.has_mail() {
+            // Published before this command arrived: sent before its
+            // reply. The run is settled first, as a failed commit rewrites
+            // every reply after its start.
+            run.commit(shared, out).await;
+            conn.deliver(out);
+        }
     }
     if conn.multi.is_some() {
         if command.has(NO_MULTI) {

@@ -23,10 +23,19 @@ fn arity_error(name: &str) -> CmdError {
 }
 
 pub fn ping(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
-    match args.len() {
-        1 => ctx.out.simple("PONG"),
-        2 => ctx.out.bulk(&args[1]),
-        _ => return Err(arity_error("ping")),
+    if args.len() > 2 {
+        return Err(arity_error("ping"));
+    }
+    if ctx.conn.protocol == Protocol::Resp2 && !ctx.conn.subscriptions.is_empty() {
+        // In subscribed mode every reply is an array, as messages are.
+        ctx.out.array(2);
+        ctx.out.bulk(b"pong");
+        ctx.out.bulk(args.get(1).map_or(&b""[..], |arg| &arg[..]));
+        return Ok(());
+    }
+    match args.get(1) {
+        None => ctx.out.simple("PONG"),
+        Some(arg) => ctx.out.bulk(arg),
     }
     Ok(())
 }
@@ -43,6 +52,10 @@ pub fn quit(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
 }
 
 pub fn reset(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
+    let conn = &mut *ctx.conn;
+    conn.subscriptions.clear(&ctx.shared.pubsub, &conn.info);
+    // Messages published before it are sent before its reply.
+    ctx.conn.info.mail.deliver(ctx.out);
     ctx.conn.reset_transaction();
     ctx.conn.protocol = Protocol::Resp2;
     ctx.out.protocol = Protocol::Resp2;
@@ -226,7 +239,9 @@ fn client_kill(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         return Ok(());
     }
     let (mut id, mut addr, mut laddr, mut skip_me) = (None, None, None, true);
-    // A filter no client here can match (TYPE pubsub ...).
+    // TYPE: a subscriber is a pub/sub client, any other a normal one.
+    let mut subscriber = None;
+    // A filter no client here can match (TYPE master ...).
     let mut none = false;
     for pair in args[2..].chunks(2) {
         let [filter, value] = pair else { return Err(CmdError::Syntax) };
@@ -243,9 +258,9 @@ fn client_kill(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
             _ if eq(filter, "laddr") => laddr = Some(text),
             _ if eq(filter, "skipme") && eq(value, "yes") => skip_me = true,
             _ if eq(filter, "skipme") && eq(value, "no") => skip_me = false,
-            // Every client is a normal one of the default user here.
-            _ if eq(filter, "type") && eq(value, "normal") => {}
-            _ if eq(filter, "type") && ["master", "replica", "slave", "pubsub"].iter().any(|t| eq(value, t)) => {
+            _ if eq(filter, "type") && eq(value, "normal") => subscriber = Some(false),
+            _ if eq(filter, "type") && eq(value, "pubsub") => subscriber = Some(true),
+            _ if eq(filter, "type") && ["master", "replica", "slave"].iter().any(|t| eq(value, t)) => {
                 none = true;
             }
             _ if eq(filter, "type") => return Err(err(format!("ERR Unknown client type '{text}'"))),
@@ -260,6 +275,7 @@ fn client_kill(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
             && id.is_none_or(|id| client.id == id)
             && addr.as_ref().is_none_or(|a| client.addr.to_string() == *a)
             && laddr.as_ref().is_none_or(|a| client.local.to_string() == *a)
+            && subscriber.is_none_or(|subscriber| client.is_subscriber() == subscriber)
             && !(skip_me && client.id == me);
         if chosen {
             client.kill();
@@ -513,7 +529,8 @@ pub fn info_text(ctx: &Ctx<'_>, sections: &[String]) -> String {
             text,
             "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\n\
              total_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nrejected_connections:{}\r\n\
-             expired_keys:{}\r\nkeyspace_hits:{}\r\nkeyspace_misses:{}\r\ntotal_error_replies:{}\r\n\r\n",
+             expired_keys:{}\r\nkeyspace_hits:{}\r\nkeyspace_misses:{}\r\npubsub_channels:{}\r\n\
+             pubsub_patterns:{}\r\npubsubshard_channels:{}\r\ntotal_error_replies:{}\r\n\r\n",
             s.connections_received.load(Ordering::Relaxed),
             s.commands.load(Ordering::Relaxed),
             s.net_input_bytes.load(Ordering::Relaxed),
@@ -522,6 +539,9 @@ pub fn info_text(ctx: &Ctx<'_>, sections: &[String]) -> String {
             s.expired_keys.load(Ordering::Relaxed),
             s.keyspace_hits.load(Ordering::Relaxed),
             s.keyspace_misses.load(Ordering::Relaxed),
+            shared.pubsub.count(crate::pubsub::Class::Channel),
+            shared.pubsub.count(crate::pubsub::Class::Pattern),
+            shared.pubsub.count(crate::pubsub::Class::Shard),
             s.errors.load(Ordering::Relaxed),
         );
     }

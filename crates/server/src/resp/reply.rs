@@ -108,6 +108,15 @@ impl Out {
         self.number_line(b'*', len as i64);
     }
 
+    /// Out-of-band data (published messages, subscribe confirmations): a
+    /// push (`>`) in RESP3, an array in RESP2.
+    pub fn push(&mut self, len: usize) {
+        match self.protocol {
+            Protocol::Resp2 => self.array(len),
+            Protocol::Resp3 => self.number_line(b'>', len as i64),
+        }
+    }
+
     /// A map of `len` pairs: `%` in RESP3, a flat array in RESP2.
     pub fn map(&mut self, len: usize) {
         match self.protocol {

@@ -1,0 +1,422 @@
+//! Publish/subscribe, as Redis has it: who listens to which channel,
+//! pattern and shard channel (`PubSub`), what one connection listens to
+//! (`Subscriptions`), and the messages waiting to be sent to it
+//! (`Mailbox`). Nothing here touches the engine: like Redis's, messages
+//! are delivered to whoever listens now and kept nowhere.
+//!
+//! A publisher puts the message in each listener's mailbox and wakes its
+//! connection, which sends it before the reply to its next command (or at
+//! once when idle). Mailboxes are filled while the publisher holds the
+//! registry's read lock and an unsubscribe takes its write lock, so once
+//! an unsubscribe has left the registry no message for it can still
+//! arrive: what came before is sent before its reply, as in Redis.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use parking_lot::{Mutex, RwLock};
+
+use crate::conn::ClientInfo;
+use crate::keyspace::glob_match;
+use crate::resp::Out;
+
+/// The three name spaces a client subscribes in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Class {
+    /// SUBSCRIBE / PUBLISH.
+    Channel = 0,
+    /// PSUBSCRIBE: glob patterns matched against PUBLISH's channel.
+    Pattern = 1,
+    /// SSUBSCRIBE / SPUBLISH (Redis 7's shard channels: a name space of
+    /// their own, which in a cluster lives on one shard).
+    Shard = 2,
+}
+
+impl Class {
+    /// The kind named in subscribe and unsubscribe replies.
+    pub fn subscribe_kind(self) -> &'static [u8] {
+        match self {
+            Class::Channel => b"subscribe",
+            Class::Pattern => b"psubscribe",
+            Class::Shard => b"ssubscribe",
+        }
+    }
+
+    pub fn unsubscribe_kind(self) -> &'static [u8] {
+        match self {
+            Class::Channel => b"unsubscribe",
+            Class::Pattern => b"punsubscribe",
+            Class::Shard => b"sunsubscribe",
+        }
+    }
+}
+
+/// The most a slow subscriber may have waiting before it is disconnected:
+/// Redis's default hard limit for pub/sub clients
+/// (`client-output-buffer-limit pubsub 32mb`).
+pub const MAILBOX_LIMIT_BYTES: usize = 32 << 20;
+
+/// What a message costs in a mailbox besides its bytes.
+const MESSAGE_OVERHEAD_BYTES: usize = 64;
+
+enum Kind {
+    Channel,
+    /// Matched this pattern.
+    Pattern(Bytes),
+    Shard,
+}
+
+struct Message {
+    kind: Kind,
+    channel: Bytes,
+    payload: Bytes,
+}
+
+impl Message {
+    fn cost(&self) -> usize {
+        let pattern = match &self.kind {
+            Kind::Pattern(pattern) => pattern.len(),
+            _ => 0,
+        };
+        MESSAGE_OVERHEAD_BYTES + pattern + self.channel.len() + self.payload.len()
+    }
+
+    fn encode(&self, out: &mut Out) {
+        match &self.kind {
+            Kind::Channel => {
+                out.push(3);
+                out.bulk(b"message");
+            }
+            Kind::Pattern(pattern) => {
+                out.push(4);
+                out.bulk(b"pmessage");
+                out.bulk(pattern);
+            }
+            Kind::Shard => {
+                out.push(3);
+                out.bulk(b"smessage");
+            }
+        }
+        out.bulk(&self.channel);
+        out.bulk(&self.payload);
+    }
+}
+
+/// Messages published to a client and not yet sent.
+#[derive(Default)]
+pub struct Mailbox {
+    queue: Mutex<Queue>,
+    /// Messages queued: read without the lock on every command of a
+    /// subscribed client.
+    waiting: AtomicUsize,
+}
+
+#[derive(Default)]
+struct Queue {
+    messages: VecDeque<Message>,
+    bytes: usize,
+    /// Over the limit once: the client is being closed, take nothing more.
+    closed: bool,
+}
+
+impl Mailbox {
+    pub fn has_mail(&self) -> bool {
+        self.waiting.load(Ordering::Acquire) > 0
+    }
+
+    /// Appends every waiting message to `out`; whether there were any.
+    pub fn deliver(&self, out: &mut Out) -> bool {
+        if !self.has_mail() {
+            return false;
+        }
+        let messages = {
+            let mut queue = self.queue.lock();
+            queue.bytes = 0;
+            self.waiting.store(0, Ordering::Release);
+            std::mem::take(&mut queue.messages)
+        };
+        for message in &messages {
+            message.encode(out);
+        }
+        !messages.is_empty()
+    }
+}
+
+/// Queues `message` for `client` and wakes its connection; a client over
+/// its limit is closed instead, as Redis closes a subscriber whose output
+/// buffer passed `client-output-buffer-limit`.
+fn post(client: &ClientInfo, message: Message) {
+    let cost = message.cost();
+    let mut queue = client.mail.queue.lock();
+    if queue.closed {
+        return;
+    }
+    if queue.bytes + cost > MAILBOX_LIMIT_BYTES {
+        queue.closed = true;
+        queue.messages = VecDeque::new();
+        queue.bytes = 0;
+        drop(queue);
+        client.mail.waiting.store(0, Ordering::Release);
+        tracing::warn!(
+            client = client.id,
+            addr = %client.addr,
+            limit = MAILBOX_LIMIT_BYTES,
+            "closing a subscriber that does not read its messages (more than the limit waiting)"
+        );
+        client.kill();
+        return;
+    }
+    queue.bytes += cost;
+    queue.messages.push_back(message);
+    client.mail.waiting.fetch_add(1, Ordering::Release);
+    drop(queue);
+    client.wake.notify_one();
+}
+
+type Listeners = HashMap<Bytes, Vec<Arc<ClientInfo>>>;
+
+/// Who listens to what, server-wide.
+#[derive(Default)]
+pub struct PubSub {
+    classes: [RwLock<Listeners>; 3],
+    /// Distinct patterns listened to: PUBLISH skips the pattern walk (and
+    /// its lock) while there are none.
+    patterns: AtomicUsize,
+}
+
+impl PubSub {
+    /// Adds `client` to `name`'s listeners; false if it listened already.
+    fn add(&self, class: Class, name: &Bytes, client: &Arc<ClientInfo>) -> bool {
+        let mut listeners = self.classes[class as usize].write();
+        let entry = listeners.entry(name.clone()).or_default();
+        if entry.iter().any(|c| c.id == client.id) {
+            return false;
+        }
+        entry.push(client.clone());
+        if class == Class::Pattern && entry.len() == 1 {
+            self.patterns.fetch_add(1, Ordering::Relaxed);
+        }
+        true
+    }
+
+    fn remove(&self, class: Class, names: &[Bytes], client: u64) {
+        let mut listeners = self.classes[class as usize].write();
+        for name in names {
+            let Some(entry) = listeners.get_mut(name) else { continue };
+            entry.retain(|c| c.id != client);
+            if entry.is_empty() {
+                listeners.remove(name);
+                if class == Class::Pattern {
+                    self.patterns.fetch_sub(1, Ordering::Relaxed);
+                }
+            }
+        }
+    }
+
+    /// PUBLISH: the number of clients that received it (a client listening
+    /// to the channel and to a matching pattern counts twice, as in Redis).
+    pub fn publish(&self, channel: &[u8], payload: &[u8]) -> usize {
+        let channel = Bytes::copy_from_slice(channel);
+        let payload = Bytes::copy_from_slice(payload);
+        let mut received = 0;
+        {
+            let listeners = self.classes[Class::Channel as usize].read();
+            for client in listeners.get(&channel).into_iter().flatten() {
+                let message = Message { kind: Kind::Channel, channel: channel.clone(), payload: payload.clone() };
+                post(client, message);
+                received += 1;
+            }
+        }
+        if self.patterns.load(Ordering::Relaxed) > 0 {
+            let listeners = self.classes[Class::Pattern as usize].read();
+            for (pattern, clients) in listeners.iter().filter(|(pattern, _)| glob_match(pattern, &channel)) {
+                for client in clients {
+                    let kind = Kind::Pattern(pattern.clone());
+                    post(client, Message { kind, channel: channel.clone(), payload: payload.clone() });
+                    received += 1;
+                }
+            }
+        }
+        received
+    }
+
+    /// SPUBLISH: the number of clients listening to the shard channel.
+    pub fn publish_shard(&self, channel: &[u8], payload: &[u8]) -> usize {
+        let listeners = self.classes[Class::Shard as usize].read();
+        let Some(clients) = listeners.get(channel) else { return 0 };
+        let channel = Bytes::copy_from_slice(channel);
+        let payload = Bytes::copy_from_slice(payload);
+        for client in clients {
+            post(client, Message { kind: Kind::Shard, channel: channel.clone(), payload: payload.clone() });
+        }
+        clients.len()
+    }
+
+    /// Channels (or shard channels) with a listener whose name matches
+    /// `pattern` (all without one): PUBSUB CHANNELS, SHARDCHANNELS.
+    pub fn active(&self, class: Class, pattern: Option<&[u8]>) -> Vec<Bytes> {
+        let listeners = self.classes[class as usize].read();
+        listeners.keys().filter(|name| pattern.is_none_or(|p| glob_match(p, name))).cloned().collect()
+    }
+
+    /// How many clients listen to `name`: PUBSUB NUMSUB, SHARDNUMSUB.
+    pub fn listeners(&self, class: Class, name: &[u8]) -> usize {
+        self.classes[class as usize].read().get(name).map_or(0, Vec::len)
+    }
+
+    /// Names with a listener: INFO's `pubsub_channels`, `pubsub_patterns`
+    /// (PUBSUB NUMPAT) and `pubsubshard_channels`.
+    pub fn count(&self, class: Class) -> usize {
+        self.classes[class as usize].read().len()
+    }
+}
+
+/// What one connection listens to.
+#[derive(Default)]
+pub struct Subscriptions {
+    names: [HashSet<Bytes>; 3],
+}
+
+impl Subscriptions {
+    /// Any subscription at all: a RESP2 client is then in Redis's
+    /// subscribed mode, where only (P|S)SUBSCRIBE, (P|S)UNSUBSCRIBE, PING,
+    /// QUIT and RESET run.
+    pub fn any(&self) -> bool {
+        self.names.iter().any(|names| !names.is_empty())
+    }
+
+    /// The count a (un)subscribe reply carries: channels and patterns
+    /// together, shard channels apart (Redis 7.0).
+    pub fn count(&self, class: Class) -> usize {
+        match class {
+            Class::Channel | Class::Pattern => self.names[0].len() + self.names[1].len(),
+            Class::Shard => self.names[2].len(),
+        }
+    }
+
+    pub fn len(&self, class: Class) -> usize {
+        self.names[class as usize].len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        !self.any()
+    }
+
+    /// Subscribes `client` to `name` (copied: a request's bytes share its
+    /// read buffer, which the registry would otherwise keep alive).
+    pub fn subscribe(&mut self, pubsub: &PubSub, class: Class, name: &[u8], client: &Arc<ClientInfo>) {
+        if self.names[class as usize].contains(name) {
+            return;
+        }
+        let name = Bytes::copy_from_slice(name);
+        pubsub.add(class, &name, client);
+        self.names[class as usize].insert(name);
+        client.count_subscriptions(class, self.len(class));
+    }
+
+    /// Unsubscribes from `names` (all of the class's when None); the names
+    /// and whether each was subscribed, in the order given (for all, the
+    /// set's order, as Redis answers in its dictionary's order).
+    pub fn unsubscribe(
+        &mut self,
+        pubsub: &PubSub,
+        class: Class,
+        names: Option<&[Bytes]>,
+        client: &ClientInfo,
+    ) -> Vec<(Bytes, bool)> {
+        let set = &mut self.names[class as usize];
+        let gone: Vec<(Bytes, bool)> = match names {
+            Some(names) => names.iter().map(|name| (name.clone(), set.remove(name))).collect(),
+            None => set.drain().map(|name| (name, true)).collect(),
+        };
+        let removed: Vec<Bytes> = gone.iter().filter(|(_, was)| *was).map(|(name, _)| name.clone()).collect();
+        if !removed.is_empty() {
+            pubsub.remove(class, &removed, client.id);
+        }
+        client.count_subscriptions(class, self.len(class));
+        gone
+    }
+
+    /// Leaves everything (the connection closed, or RESET).
+    pub fn clear(&mut self, pubsub: &PubSub, client: &ClientInfo) {
+        for class in [Class::Channel, Class::Pattern, Class::Shard] {
+            if self.len(class) > 0 {
+                self.unsubscribe(pubsub, class, None, client);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::resp::Protocol;
+
+    fn client(id: u64) -> Arc<ClientInfo> {
+        Arc::new(ClientInfo::new(id, "127.0.0.1:1".parse().unwrap(), "127.0.0.1:2".parse().unwrap()))
+    }
+
+    fn delivered(client: &ClientInfo, protocol: Protocol) -> String {
+        let mut out = Out::new(protocol);
+        client.mail.deliver(&mut out);
+        String::from_utf8(out.buf.to_vec()).unwrap()
+    }
+
+    #[test]
+    fn a_message_reaches_channel_and_pattern_listeners_once_each() {
+        let pubsub = PubSub::default();
+        let (a, b) = (client(1), client(2));
+        let (mut subs_a, mut subs_b) = (Subscriptions::default(), Subscriptions::default());
+        subs_a.subscribe(&pubsub, Class::Channel, b"news", &a);
+        subs_a.subscribe(&pubsub, Class::Pattern, b"n*", &a);
+        subs_a.subscribe(&pubsub, Class::Pattern, b"n*", &a);
+        subs_b.subscribe(&pubsub, Class::Pattern, b"n*", &b);
+        subs_b.subscribe(&pubsub, Class::Shard, b"news", &b);
+        assert_eq!((subs_a.count(Class::Channel), subs_b.count(Class::Shard)), (2, 1));
+        assert_eq!(pubsub.publish(b"news", b"hi"), 3);
+        assert_eq!(
+            delivered(&a, Protocol::Resp2),
+            "*3\r\n$7\r\nmessage\r\n$4\r\nnews\r\n$2\r\nhi\r\n*4\r\n$8\r\npmessage\r\n$2\r\nn*\r\n$4\r\nnews\r\n$2\r\nhi\r\n"
+        );
+        assert_eq!(delivered(&b, Protocol::Resp3), ">4\r\n$8\r\npmessage\r\n$2\r\nn*\r\n$4\r\nnews\r\n$2\r\nhi\r\n");
+        assert_eq!(pubsub.publish_shard(b"news", b"s"), 1);
+        assert_eq!(pubsub.publish(b"other", b"x"), 0);
+        assert_eq!(delivered(&b, Protocol::Resp2), "*3\r\n$8\r\nsmessage\r\n$4\r\nnews\r\n$1\r\ns\r\n");
+        assert!(!a.mail.has_mail());
+        assert_eq!((pubsub.count(Class::Channel), pubsub.count(Class::Pattern)), (1, 1));
+
+        let gone = subs_a.unsubscribe(&pubsub, Class::Pattern, Some(&[Bytes::from("n*"), Bytes::from("x")]), &a);
+        assert_eq!(gone, vec![(Bytes::from("n*"), true), (Bytes::from("x"), false)]);
+        assert_eq!(pubsub.publish(b"news", b"2"), 2, "a's channel and b's pattern");
+        subs_a.clear(&pubsub, &a);
+        subs_b.clear(&pubsub, &b);
+        assert!(subs_a.is_empty() && subs_b.is_empty());
+        assert_eq!(pubsub.publish(b"news", b"3"), 0);
+        assert_eq!(pubsub.publish_shard(b"news", b"3"), 0);
+        for class in [Class::Channel, Class::Pattern, Class::Shard] {
+            assert_eq!(pubsub.count(class), 0, "no empty entries left");
+        }
+        assert_eq!(pubsub.patterns.load(Ordering::Relaxed), 0);
+    }
+
+    #[test]
+    fn a_subscriber_that_does_not_read_is_closed_at_the_limit() {
+        let pubsub = PubSub::default();
+        let slow = client(1);
+        let mut subs = Subscriptions::default();
+        subs.subscribe(&pubsub, Class::Channel, b"c", &slow);
+        let payload = vec![b'x'; 1 << 20];
+        for _ in 0..31 {
+            pubsub.publish(b"c", &payload);
+        }
+        assert!(!slow.killed.load(Ordering::Acquire));
+        assert!(slow.mail.has_mail());
+        pubsub.publish(b"c", &payload);
+        assert!(slow.killed.load(Ordering::Acquire), "closed past 32 MiB");
+        assert!(!slow.mail.has_mail(), "its messages are let go");
+        pubsub.publish(b"c", b"more");
+        assert!(!slow.mail.has_mail(), "and nothing more is taken");
+    }
+}
