@@ -416,6 +416,11 @@ async fn run(shared: &Shared, stream: &mut TcpStream, conn: &mut ConnState) -> s
             }
             let done = requests.is_empty();
             for args in requests.drain(..) {
+                // Killed (CLIENT KILL, a mailbox past its limit): nothing
+                // more runs or is sent, as Redis closes the client at once.
+                if conn.info.killed.load(Ordering::Acquire) {
+                    return Ok(());
+                }
                 out.protocol = conn.protocol;
                 commands::execute(shared, conn, &mut out, args, &mut run).await;
                 if conn.blocked.is_some() && !wait_blocked(shared, stream, conn, &mut out, &mut run).await? {
@@ -446,6 +451,9 @@ async fn run(shared: &Shared, stream: &mut TcpStream, conn: &mut ConnState) -> s
         run.commit(shared, &mut out).await;
         conn.counts.flush_into(&shared.stats);
         conn.deliver(&mut out);
+        if conn.info.killed.load(Ordering::Acquire) {
+            return Ok(());
+        }
         if !out.buf.is_empty() {
             if conn.subscriptions.is_empty() {
                 write_out(shared, stream, &mut out).await?;

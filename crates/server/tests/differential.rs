@@ -8,7 +8,7 @@ mod common;
 
 use std::net::TcpStream;
 
-use common::{encode, read_reply, request, RedisServer, Server};
+use common::{encode, read_reply, request, try_read_reply, RedisServer, Server};
 
 /// One script per line group; `|` separates commands, words split on
 /// spaces (`\\xHH` is a byte). A command starting with `~` has an
@@ -1268,4 +1268,111 @@ fn serve_blocked_clients(port: u16) -> Vec<String> {
         assert_eq!(blocked(&mut control), 0);
     }
     replies
+}
+
+/// Pub/sub scripts: steps separated by `|`, each `conn: command` on one
+/// of four connections (a-d), or `conn: command ; command ...` sent as one
+/// pipeline. After every step each open connection is
+/// read up to the reply of a `PING` sent behind it, so a step's
+/// transcript holds every reply and message the step caused, on every
+/// connection, in the order it came. (Replies that list several channels
+/// are left out: Redis lists them in its dictionary's order.)
+const PUBSUB_SCRIPTS: &[&str] = &[
+    "a: SUBSCRIBE news sport | b: PUBLISH news hello | b: PUBLISH weather x | a: GET k | a: PING | a: PING hi | a: CLIENT GETNAME | a: PSUBSCRIBE n* s?ort | b: PUBLISH news again | b: PUBLISH sport goal | a: UNSUBSCRIBE news | b: PUBLISH news third | a: PUNSUBSCRIBE n* nosuch | b: PUBLISH news fourth | a: PUNSUBSCRIBE | a: UNSUBSCRIBE | a: GET k | b: PUBLISH sport nobody",
+    "a: SSUBSCRIBE s1 s2 | b: SPUBLISH s1 hi | b: PUBLISH s1 not-shard | a: SUBSCRIBE c | a: SUNSUBSCRIBE s1 | a: SUNSUBSCRIBE s1 | a: UNSUBSCRIBE | a: GET k | a: SUNSUBSCRIBE | a: GET k | a: SUNSUBSCRIBE | a: UNSUBSCRIBE | a: PUNSUBSCRIBE",
+    "a: SUBSCRIBE c c | b: SUBSCRIBE c | c: PSUBSCRIBE * c | d: PUBLISH c m | d: PUBSUB NUMSUB c x | d: PUBSUB NUMPAT | d: PUBSUB CHANNELS | d: PUBSUB CHANNELS c* | d: PUBSUB CHANNELS x* | d: PUBSUB SHARDCHANNELS | d: PUBSUB SHARDNUMSUB c | d: PUBSUB NUMSUB",
+    "a: SUBSCRIBE c | b: SUBSCRIBE c | c: SSUBSCRIBE c | d: PUBSUB CHANNELS | d: PUBSUB SHARDCHANNELS c | d: SPUBLISH c shard | d: PUBLISH c plain | b: QUIT | d: PUBSUB NUMSUB c | d: PUBLISH c after | d: CLIENT KILL TYPE pubsub | d: PUBSUB NUMSUB c | d: PUBSUB SHARDNUMSUB c | d: PUBLISH c none",
+    "a: SUBSCRIBE c | b: PUBLISH c 1 | a: RESET | b: PUBLISH c 2 | a: GET k | a: SUBSCRIBE c | a: MULTI ; PSUBSCRIBE p ; EXEC | b: PUBLISH c 3 ; PUBLISH p 4 | a: RESET",
+    "a: MULTI ; SUBSCRIBE c ; EXEC | b: PUBLISH c m | a: UNSUBSCRIBE c | a: SUBSCRIBE c ; UNSUBSCRIBE c ; GET k ; PING",
+    "a: SUBSCRIBE \\x00\\xff '' | b: PUBLISH \\x00\\xff \\x01\\x02 | b: PUBLISH '' '' | a: PSUBSCRIBE h[ae]llo h\\*x [^a]* | b: PUBLISH hello 1 | b: PUBLISH hallo 2 | b: PUBLISH h*x 3 | b: PUBLISH hax 4 | b: PUBLISH bee 5",
+    "a: SUBSCRIBE | a: PSUBSCRIBE | a: SSUBSCRIBE | a: PUBLISH c | a: SPUBLISH c | a: PUBSUB | a: PUBSUB FOO | a: PUBSUB NUMPAT x | a: PUBSUB CHANNELS a b | a: PUBSUB SHARDCHANNELS a b | a: PUBSUB HELP x | a: PUBSUB HELP | a: UNSUBSCRIBE x y | a: PUNSUBSCRIBE x | a: SUNSUBSCRIBE x",
+];
+
+#[test]
+fn pubsub_matches_redis() {
+    let Some(redis) = RedisServer::start() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("db"), &["--threads", "2"]);
+    let mut mismatches = Vec::new();
+    for protocol in [2, 3] {
+        for script in PUBSUB_SCRIPTS {
+            let ours = pubsub_transcript(server.port, protocol, script);
+            let theirs = pubsub_transcript(redis.port, protocol, script);
+            for ((step, a), b) in script.split('|').zip(&ours).zip(&theirs) {
+                if a != b {
+                    mismatches.push(format!("RESP{protocol} `{}`:\n  scaledkv: {a:?}\n  redis:    {b:?}", step.trim()));
+                }
+            }
+        }
+    }
+    assert!(mismatches.is_empty(), "{} mismatches:\n{}", mismatches.len(), mismatches.join("\n"));
+}
+
+/// What every connection received after each step of `script`, read up to
+/// a PING behind it (a closed connection reads `<closed>` once).
+fn pubsub_transcript(port: u16, protocol: u8, script: &str) -> Vec<String> {
+    let mut conns: Vec<Option<TcpStream>> = (0..4)
+        .map(|_| {
+            let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+            stream.set_read_timeout(Some(std::time::Duration::from_secs(10))).unwrap();
+            if protocol == 3 {
+                request(&mut stream, &encode(&[b"HELLO", b"3"]));
+            }
+            Some(stream)
+        })
+        .collect();
+    request(conns[3].as_mut().unwrap(), b"FLUSHALL\r\n");
+    let mut transcript = Vec::new();
+    for (n, step) in script.split('|').map(str::trim).enumerate() {
+        let (who, command) = step.split_once(": ").expect("`conn: command`");
+        let mut pipeline = Vec::new();
+        for command in command.split(';') {
+            let args = words(command);
+            let refs: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
+            pipeline.extend(encode(&refs));
+        }
+        let index = (who.as_bytes()[0] - b'a') as usize;
+        use std::io::Write;
+        let Some(stream) = conns[index].as_mut() else { panic!("`{step}` on a closed connection: {transcript:?}") };
+        stream.write_all(&pipeline).unwrap();
+        let token = format!("sync-{n}");
+        // The stepping connection first: its replies say the step is done
+        // before the others are asked what it sent them.
+        let mut seen = vec![String::new(); 4];
+        for at in std::iter::once(index).chain((0..4).filter(|&at| at != index)) {
+            let slot = &mut conns[at];
+            let Some(stream) = slot else { continue };
+            // A QUIT's or a kill's connection may close before this PING.
+            let _ = stream.write_all(&encode(&[b"PING", token.as_bytes()]));
+            let mut lines = Vec::new();
+            loop {
+                let Some(reply) = try_read_reply(stream) else {
+                    lines.push("<closed>".to_string());
+                    *slot = None;
+                    break;
+                };
+                let text = String::from_utf8_lossy(&reply).into_owned();
+                if text.ends_with(&format!("{token}\r\n"))
+                    && (text.starts_with('$') || text.starts_with("*2\r\n$4\r\npong"))
+                {
+                    break;
+                }
+                lines.push(text);
+            }
+            // A message matching several patterns goes out in the order
+            // of Redis's pattern dictionary, which a random seed shuffles.
+            for run in lines.chunk_by_mut(|a, b| is_pmessage(a) && is_pmessage(b)) {
+                run.sort();
+            }
+            if !lines.is_empty() {
+                seen[at] = format!("{}: {} ", (b'a' + at as u8) as char, lines.join(" "));
+            }
+        }
+        transcript.push(seen.concat());
+    }
+    transcript
+}
+
+fn is_pmessage(reply: &str) -> bool {
+    reply[1..].starts_with("4\r\n$8\r\npmessage\r\n")
 }

@@ -672,6 +672,20 @@ fn is_blind(command: &Command, args: &[Bytes]) -> bool {
     }
 }
 
+/// Refuses a command before it runs: a transaction it was queued for
+/// fails at EXEC, and a refused EXEC ends the transaction with Redis's
+/// EXECABORT naming why.
+fn reject(conn: &mut ConnState, out: &mut Out, command: &Command, error: &str) {
+    if command.name == "exec" {
+        conn.reset_transaction();
+        let why = error.strip_prefix("ERR ").unwrap_or(error);
+        out.error(&format!("EXECABORT Transaction discarded because of: {why}"));
+        return;
+    }
+    conn.flag_transaction_error();
+    out.error(error);
+}
+
 /// Runs one request from a connection, appending its reply to `out`.
 pub async fn execute<'s>(shared: &'s Shared, conn: &mut ConnState, out: &mut Out, args: Vec<Bytes>, run: &mut Run<'s>) {
     if args.is_empty() {
@@ -684,20 +698,14 @@ pub async fn execute<'s>(shared: &'s Shared, conn: &mut ConnState, out: &mut Out
         return;
     };
     if !command.arity_ok(args.len()) {
-        conn.flag_transaction_error();
-        out.error(&format!("ERR wrong number of arguments for '{}' command", command.name));
-        return;
+        return reject(conn, out, command, &format!("ERR wrong number of arguments for '{}' command", command.name));
     }
     if !conn.authenticated && !command.has(NO_AUTH) && shared.password().is_some() {
-        conn.flag_transaction_error();
-        out.error("NOAUTH Authentication required.");
-        return;
+        return reject(conn, out, command, "NOAUTH Authentication required.");
     }
     if !conn.subscriptions.is_empty() {
         if conn.protocol == crate::resp::Protocol::Resp2 && !pubsub::allowed_while_subscribed(command.name) {
-            conn.flag_transaction_error();
-            out.error(&pubsub::not_while_subscribed(command.name, &args));
-            return;
+            return reject(conn, out, command, &pubsub::not_while_subscribed(command.name, &args));
         }
         if conn.info.mail.has_mail() {
             // Published before this command arrived: sent before its

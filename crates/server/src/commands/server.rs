@@ -234,7 +234,7 @@ fn client_kill(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         let addr = String::from_utf8_lossy(&args[2]);
         let target = clients.iter().find(|client| client.addr.to_string() == addr);
         let Some(target) = target else { return Err(err("ERR No such client")) };
-        target.kill();
+        kill(ctx, target);
         ctx.out.ok();
         return Ok(());
     }
@@ -278,12 +278,22 @@ fn client_kill(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
             && subscriber.is_none_or(|subscriber| client.is_subscriber() == subscriber)
             && !(skip_me && client.id == me);
         if chosen {
-            client.kill();
+            kill(ctx, &client);
             killed += 1;
         }
     }
     ctx.out.int(killed);
     Ok(())
+}
+
+/// Closes `client`; the caller itself once this reply is sent, as Redis
+/// does (a killed connection sends nothing more).
+fn kill(ctx: &mut Ctx<'_>, client: &crate::conn::ClientInfo) {
+    if client.id == ctx.conn.info.id {
+        ctx.conn.close = true;
+    } else {
+        client.kill();
+    }
 }
 
 /// MEMORY USAGE key [SAMPLES count] and MEMORY HELP. A key's usage is its

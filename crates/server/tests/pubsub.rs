@@ -1,0 +1,198 @@
+//! Publish/subscribe through a client library and raw sockets: delivery,
+//! unsubscribing under a flood of messages, and a subscriber that stops
+//! reading. Replies and messages byte for byte against redis-server are
+//! in `differential.rs` (`pubsub_matches_redis`).
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::{encode, read_reply, request, Server};
+use redis::Commands;
+
+fn start() -> (tempfile::TempDir, Server) {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("db"), &["--threads", "2"]);
+    (dir, server)
+}
+
+fn numsub(con: &mut redis::Connection, channel: &str) -> i64 {
+    let reply: (String, i64) = redis::cmd("PUBSUB").arg("NUMSUB").arg(channel).query(con).unwrap();
+    reply.1
+}
+
+#[test]
+fn messages_reach_subscribers_through_a_client_library() {
+    let (_dir, server) = start();
+    let client = redis::Client::open(server.url()).unwrap();
+    let mut listener = client.get_connection().unwrap();
+    let mut publisher = client.get_connection().unwrap();
+    let mut pubsub = listener.as_pubsub();
+    pubsub.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    pubsub.subscribe("news").unwrap();
+    pubsub.psubscribe("n*").unwrap();
+    assert_eq!(numsub(&mut publisher, "news"), 1);
+    let info: String = redis::cmd("INFO").arg("stats").query(&mut publisher).unwrap();
+    for line in ["pubsub_channels:1", "pubsub_patterns:1", "pubsubshard_channels:0"] {
+        assert!(info.lines().any(|l| l == line), "{line} in {info}");
+    }
+    let clients: String = redis::cmd("CLIENT").arg("LIST").query(&mut publisher).unwrap();
+    assert!(clients.contains("flags=P db=0 sub=1 psub=1 ssub=0"), "{clients}");
+    assert_eq!(publisher.publish::<_, _, i64>("news", "hello").unwrap(), 2, "the channel and the pattern");
+    assert_eq!(publisher.publish::<_, _, i64>("nope", vec![0u8, 255]).unwrap(), 1, "the pattern only");
+    assert_eq!(publisher.publish::<_, _, i64>("other", "x").unwrap(), 0);
+    let mut got = Vec::new();
+    for _ in 0..3 {
+        let message = pubsub.get_message().unwrap();
+        let pattern: Option<String> = message.get_pattern().ok();
+        got.push((message.get_channel_name().to_string(), pattern, message.get_payload::<Vec<u8>>().unwrap()));
+    }
+    got[..2].sort();
+    assert_eq!(
+        got,
+        vec![
+            ("news".to_string(), None, b"hello".to_vec()),
+            ("news".to_string(), Some("n*".to_string()), b"hello".to_vec()),
+            ("nope".to_string(), Some("n*".to_string()), vec![0, 255]),
+        ]
+    );
+    pubsub.unsubscribe("news").unwrap();
+    pubsub.punsubscribe("n*").unwrap();
+    drop(pubsub);
+    assert_eq!(numsub(&mut publisher, "news"), 0);
+    assert_eq!(publisher.publish::<_, _, i64>("news", "late").unwrap(), 0);
+    // Back out of subscribed mode: ordinary commands run again.
+    assert_eq!(listener.get::<_, Option<String>>("k").unwrap(), None);
+    // A closed subscriber leaves nothing behind.
+    let mut gone = client.get_connection().unwrap();
+    let _: () = redis::cmd("SUBSCRIBE").arg("bye").query(&mut gone).unwrap_or(());
+    assert_eq!(numsub(&mut publisher, "bye"), 1);
+    drop(gone);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while numsub(&mut publisher, "bye") != 0 {
+        assert!(Instant::now() < deadline, "a closed subscriber is still listed");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Reads replies until one equals `until`; the ones before it.
+fn read_until(stream: &mut TcpStream, until: &[u8]) -> Vec<Vec<u8>> {
+    let mut before = Vec::new();
+    loop {
+        let reply = read_reply(stream);
+        if reply == until {
+            return before;
+        }
+        before.push(reply);
+    }
+}
+
+fn message_on(reply: &[u8], channel: &str) -> bool {
+    reply.starts_with(format!("*3\r\n$7\r\nmessage\r\n${}\r\n{channel}\r\n", channel.len()).as_bytes())
+}
+
+/// While another client publishes to a channel as fast as it can, a
+/// subscriber leaves and rejoins it again and again: once the
+/// confirmation of its UNSUBSCRIBE is out, no message of that channel may
+/// follow (it stays in subscribed mode through another channel, so a
+/// message left behind would be sent with its next reply).
+#[test]
+fn no_message_follows_the_confirmation_of_an_unsubscribe() {
+    let (_dir, server) = start();
+    let stop = Arc::new(AtomicBool::new(false));
+    let flood = {
+        let stop = stop.clone();
+        let mut publisher = server.connect();
+        std::thread::spawn(move || {
+            let batch: Vec<u8> = (0..16).flat_map(|_| encode(&[b"PUBLISH", b"hot", b"payload"])).collect();
+            let mut sent = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                publisher.write_all(&batch).unwrap();
+                for _ in 0..16 {
+                    read_reply(&mut publisher);
+                }
+                sent += 16;
+            }
+            sent
+        })
+    };
+    let mut listener = server.connect();
+    listener.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    request(&mut listener, &encode(&[b"SUBSCRIBE", b"keep"]));
+    let left = b"*3\r\n$11\r\nunsubscribe\r\n$3\r\nhot\r\n:1\r\n".to_vec();
+    let joined = b"*3\r\n$9\r\nsubscribe\r\n$3\r\nhot\r\n:2\r\n".to_vec();
+    let pong = b"*2\r\n$4\r\npong\r\n$0\r\n\r\n".to_vec();
+    let mut received = 0;
+    for round in 0..300 {
+        listener.write_all(&encode(&[b"SUBSCRIBE", b"hot"])).unwrap();
+        assert!(read_until(&mut listener, &joined).is_empty(), "round {round}: only the confirmation");
+        // Let some messages come before leaving.
+        std::thread::sleep(Duration::from_micros(200));
+        listener.write_all(&encode(&[b"UNSUBSCRIBE", b"hot"])).unwrap();
+        let before = read_until(&mut listener, &left);
+        assert!(before.iter().all(|m| message_on(m, "hot")), "round {round}: {before:?}");
+        received += before.len();
+        listener.write_all(&encode(&[b"PING"])).unwrap();
+        let after = read_until(&mut listener, &pong);
+        assert!(after.is_empty(), "round {round}: after leaving `hot`: {:?}", String::from_utf8_lossy(&after[0]));
+    }
+    stop.store(true, Ordering::Relaxed);
+    let sent = flood.join().unwrap();
+    assert!(received > 0 && sent > 0, "the flood reached the listener ({received} of {sent})");
+}
+
+/// A subscriber that stops reading is closed once more than 32 MiB wait
+/// for it (Redis's `client-output-buffer-limit pubsub` hard limit), and
+/// the server's memory is let go; a subscriber that reads gets every
+/// message meanwhile, and the publisher is never held up.
+#[test]
+fn a_subscriber_that_stops_reading_is_closed_at_the_limit() {
+    let (_dir, server) = start();
+    let mut slow = server.connect();
+    request(&mut slow, &encode(&[b"SUBSCRIBE", b"big"]));
+    let mut fast = server.connect();
+    fast.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    request(&mut fast, &encode(&[b"SUBSCRIBE", b"big"]));
+    let messages = 48;
+    let read = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let reader = {
+        let read = read.clone();
+        std::thread::spawn(move || {
+            let mut sizes = Vec::new();
+            for _ in 0..messages {
+                let message = read_reply(&mut fast);
+                sizes.push(message.len());
+                read.fetch_add(1, Ordering::Release);
+            }
+            (sizes, fast)
+        })
+    };
+    let client = redis::Client::open(server.url()).unwrap();
+    let mut publisher = client.get_connection().unwrap();
+    let payload = vec![b'x'; 1 << 20];
+    let mut receivers = Vec::new();
+    for sent in 0..messages {
+        // At most 8 MiB ahead of the reading subscriber, which a slower
+        // reader than the publisher would otherwise pass the limit too.
+        while sent > read.load(Ordering::Acquire) + 8 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        receivers.push(publisher.publish::<_, _, i64>("big", &payload).unwrap());
+    }
+    let (sizes, _fast) = reader.join().unwrap();
+    assert!(sizes.iter().all(|&size| size > 1 << 20), "the reading subscriber got every message whole");
+    assert_eq!(receivers[0], 2);
+    assert_eq!(*receivers.last().unwrap(), 1, "the slow subscriber was dropped: {receivers:?}");
+    assert_eq!(numsub(&mut publisher, "big"), 1);
+    // The slow client finds its connection closed after what was sent.
+    slow.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut sink = Vec::new();
+    let _ = slow.read_to_end(&mut sink);
+    assert!(sink.len() < 40 << 20, "{} bytes reached the slow client", sink.len());
+    let clients: String = redis::cmd("CLIENT").arg("LIST").query(&mut publisher).unwrap();
+    assert_eq!(clients.lines().filter(|line| line.contains("flags=P")).count(), 1, "{clients}");
+}
