@@ -179,6 +179,9 @@ pub struct ConnState {
     pub ticket: Option<u64>,
     /// The channels, patterns and shard channels it listens to.
     pub subscriptions: Subscriptions,
+    /// Subscribers this client published to, woken once its pipeline is
+    /// done or before it waits (`pubsub::wake`).
+    pub woken: Vec<Arc<ClientInfo>>,
     /// Counted here and added to the shared statistics once per reply
     /// flush: shared counters bumped per command by every worker would
     /// bounce their cache line between cores.
@@ -243,12 +246,14 @@ pub async fn serve(shared: Arc<Shared>, mut stream: TcpStream, addr: SocketAddr)
         blocked: None,
         ticket: None,
         subscriptions: Subscriptions::default(),
+        woken: Vec::new(),
         counts: LocalCounts::default(),
     };
     if let Err(error) = run(&shared, &mut stream, &mut conn).await {
         tracing::debug!(client = id, %addr, %error, "connection ended");
     }
     conn.counts.flush_into(&shared.stats);
+    crate::pubsub::wake(&mut conn.woken);
     conn.subscriptions.clear(&shared.pubsub, &conn.info);
     shared.clients.lock().remove(&id);
     shared.connected.fetch_sub(1, Ordering::AcqRel);
@@ -269,6 +274,7 @@ async fn wait_blocked<'s>(
 ) -> std::io::Result<bool> {
     let Some((args, timeout)) = conn.blocked.take() else { return Ok(true) };
     let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
+    crate::pubsub::wake(&mut conn.woken);
     run.commit(shared, out).await;
     write_out(shared, stream, out).await?;
     let line = InLine::join(shared, &args);
@@ -366,7 +372,7 @@ async fn wait_in_line<'s>(
             },
         }
         // A RESP3 subscriber gets its messages while it waits, as in Redis.
-        if conn.deliver(out) && !write_to_subscriber(shared, stream, out, &conn.info).await? {
+        if conn.deliver(out) && !write_to_subscriber(shared, stream, conn, out).await? {
             return Ok(false);
         }
     }
@@ -417,8 +423,10 @@ async fn run(shared: &Shared, stream: &mut TcpStream, conn: &mut ConnState) -> s
             let done = requests.is_empty();
             for args in requests.drain(..) {
                 // Killed (CLIENT KILL, a mailbox past its limit): nothing
-                // more runs or is sent, as Redis closes the client at once.
+                // more runs or is sent, as Redis closes the client at once;
+                // what ran is applied, as it would be there.
                 if conn.info.killed.load(Ordering::Acquire) {
+                    run.commit(shared, &mut out).await;
                     return Ok(());
                 }
                 out.protocol = conn.protocol;
@@ -432,6 +440,7 @@ async fn run(shared: &Shared, stream: &mut TcpStream, conn: &mut ConnState) -> s
                     return Ok(());
                 }
                 if out.len() >= OUT_FLUSH_BYTES {
+                    crate::pubsub::wake(&mut conn.woken);
                     run.commit(shared, &mut out).await;
                     write_out(shared, stream, &mut out).await?;
                 }
@@ -447,6 +456,7 @@ async fn run(shared: &Shared, stream: &mut TcpStream, conn: &mut ConnState) -> s
                 break;
             }
         }
+        crate::pubsub::wake(&mut conn.woken);
         // Replies go out only once the writes they acknowledge are durable.
         run.commit(shared, &mut out).await;
         conn.counts.flush_into(&shared.stats);
@@ -457,7 +467,7 @@ async fn run(shared: &Shared, stream: &mut TcpStream, conn: &mut ConnState) -> s
         if !out.buf.is_empty() {
             if conn.subscriptions.is_empty() {
                 write_out(shared, stream, &mut out).await?;
-            } else if !write_to_subscriber(shared, stream, &mut out, &conn.info).await? {
+            } else if !write_to_subscriber(shared, stream, conn, &mut out).await? {
                 return Ok(());
             }
         }
@@ -510,31 +520,38 @@ async fn write_out(shared: &Shared, stream: &mut TcpStream, out: &mut Out) -> st
 /// `write_out` for a subscriber, which may stop reading while messages
 /// pile up: the write gives way when the client is closed (its mailbox
 /// passed the limit, or CLIENT KILL), where waiting for a socket that is
-/// never read would keep the connection for ever. False if closed.
+/// never read would keep the connection for ever. Mail that came during
+/// the write is sent after it: its wake-up was taken here, and no other
+/// comes while the mailbox holds it. False if closed.
 async fn write_to_subscriber(
     shared: &Shared,
     stream: &mut TcpStream,
+    conn: &ConnState,
     out: &mut Out,
-    info: &ClientInfo,
 ) -> std::io::Result<bool> {
-    let mut written = 0;
-    while written < out.buf.len() {
-        tokio::select! {
-            // Cancel-safe: a write that did not complete wrote nothing.
-            n = stream.write(&out.buf[written..]) => match n? {
-                0 => return Err(std::io::ErrorKind::WriteZero.into()),
-                n => written += n,
-            },
-            _ = info.wake.notified() => {
-                if info.killed.load(Ordering::Acquire) {
-                    return Ok(false);
+    let info = &conn.info;
+    loop {
+        let mut written = 0;
+        while written < out.buf.len() {
+            tokio::select! {
+                // Cancel-safe: a write that did not complete wrote nothing.
+                n = stream.write(&out.buf[written..]) => match n? {
+                    0 => return Err(std::io::ErrorKind::WriteZero.into()),
+                    n => written += n,
+                },
+                _ = info.wake.notified() => {
+                    if info.killed.load(Ordering::Acquire) {
+                        return Ok(false);
+                    }
                 }
             }
         }
+        shared.stats.net_output_bytes.fetch_add(out.buf.len() as u64, Ordering::Relaxed);
+        out.buf.clear();
+        if !conn.deliver(out) {
+            return Ok(true);
+        }
     }
-    shared.stats.net_output_bytes.fetch_add(out.buf.len() as u64, Ordering::Relaxed);
-    out.buf.clear();
-    Ok(true)
 }
 
 /// Refuses a connection over `maxclients` with Redis's message.

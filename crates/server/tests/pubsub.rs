@@ -175,10 +175,16 @@ fn a_subscriber_that_stops_reading_is_closed_at_the_limit() {
     let mut publisher = client.get_connection().unwrap();
     let payload = vec![b'x'; 1 << 20];
     let mut receivers = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
     for sent in 0..messages {
         // At most 8 MiB ahead of the reading subscriber, which a slower
         // reader than the publisher would otherwise pass the limit too.
         while sent > read.load(Ordering::Acquire) + 8 {
+            assert!(
+                Instant::now() < deadline,
+                "the reading subscriber got {} of {sent} messages",
+                read.load(Ordering::Acquire)
+            );
             std::thread::sleep(Duration::from_millis(1));
         }
         receivers.push(publisher.publish::<_, _, i64>("big", &payload).unwrap());

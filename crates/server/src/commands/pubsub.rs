@@ -72,7 +72,7 @@ pub fn sunsubscribe(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
 }
 
 pub fn publish(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
-    let received = ctx.shared.pubsub.publish(&args[1], &args[2]);
+    let received = ctx.shared.pubsub.publish(&args[1], &args[2], &mut ctx.conn.woken);
     // A RESP3 client listening to its own channel gets the message first.
     ctx.conn.deliver(ctx.out);
     ctx.out.int(received as i64);
@@ -80,7 +80,7 @@ pub fn publish(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
 }
 
 pub fn spublish(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
-    let received = ctx.shared.pubsub.publish_shard(&args[1], &args[2]);
+    let received = ctx.shared.pubsub.publish_shard(&args[1], &args[2], &mut ctx.conn.woken);
     ctx.conn.deliver(ctx.out);
     ctx.out.int(received as i64);
     Ok(())
