@@ -494,6 +494,13 @@ async fn run(shared: &Shared, stream: &mut TcpStream, conn: &mut ConnState) -> s
                 if conn.info.killed.load(Ordering::Acquire) {
                     return Ok(());
                 }
+                if conn.info.mail.has_mail() {
+                    // Publishers ready on this thread post before the mail
+                    // goes out, so one write carries more of it, as Redis
+                    // writes a subscriber's messages once per turn of its
+                    // event loop.
+                    tokio::task::yield_now().await;
+                }
                 continue;
             }
         };

@@ -20,7 +20,7 @@ use parking_lot::{Mutex, RwLock};
 
 use crate::conn::ClientInfo;
 use crate::keyspace::glob_match;
-use crate::resp::Out;
+use crate::resp::{Out, Protocol};
 
 /// The three name spaces a client subscribes in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,46 +61,40 @@ pub const MAILBOX_LIMIT_BYTES: usize = 32 << 20;
 /// What a message costs in a mailbox besides its bytes.
 const MESSAGE_OVERHEAD_BYTES: usize = 64;
 
-enum Kind {
-    Channel,
-    /// Matched this pattern.
-    Pattern(Bytes),
-    Shard,
-}
-
-struct Message {
-    kind: Kind,
-    channel: Bytes,
-    payload: Bytes,
-}
+/// A message as it goes out, encoded once for all its listeners: RESP2's
+/// array, which RESP3 sends as a push by its first byte alone.
+#[derive(Clone)]
+struct Message(Bytes);
 
 impl Message {
+    /// `kind` ("message", "pmessage", "smessage"), the pattern that
+    /// matched for a pmessage, the channel and the payload.
+    fn new(kind: &[u8], pattern: Option<&[u8]>, channel: &[u8], payload: &[u8]) -> Message {
+        let bytes = 16 * 4 + kind.len() + pattern.map_or(0, <[u8]>::len) + channel.len() + payload.len();
+        let mut out = Out { buf: bytes::BytesMut::with_capacity(bytes), protocol: Protocol::Resp2 };
+        out.array(3 + pattern.is_some() as usize);
+        out.bulk(kind);
+        if let Some(pattern) = pattern {
+            out.bulk(pattern);
+        }
+        out.bulk(channel);
+        out.bulk(payload);
+        Message(out.buf.freeze())
+    }
+
     fn cost(&self) -> usize {
-        let pattern = match &self.kind {
-            Kind::Pattern(pattern) => pattern.len(),
-            _ => 0,
-        };
-        MESSAGE_OVERHEAD_BYTES + pattern + self.channel.len() + self.payload.len()
+        MESSAGE_OVERHEAD_BYTES + self.0.len()
     }
 
     fn encode(&self, out: &mut Out) {
-        match &self.kind {
-            Kind::Channel => {
-                out.push(3);
-                out.bulk(b"message");
-            }
-            Kind::Pattern(pattern) => {
-                out.push(4);
-                out.bulk(b"pmessage");
-                out.bulk(pattern);
-            }
-            Kind::Shard => {
-                out.push(3);
-                out.bulk(b"smessage");
+        match out.protocol {
+            Protocol::Resp2 => out.buf.extend_from_slice(&self.0),
+            Protocol::Resp3 => {
+                out.buf.reserve(self.0.len());
+                out.buf.extend_from_slice(b">");
+                out.buf.extend_from_slice(&self.0[1..]);
             }
         }
-        out.bulk(&self.channel);
-        out.bulk(&self.payload);
     }
 }
 
@@ -235,26 +229,23 @@ impl PubSub {
     /// to the channel and to a matching pattern counts twice, as in Redis).
     /// Their connections are added to `woken` for `wake`.
     pub fn publish(&self, channel: &[u8], payload: &[u8], woken: &mut Vec<Arc<ClientInfo>>) -> usize {
-        // Copied once for every listener (and not at all without one): a
-        // request's bytes share its read buffer.
-        let mut copies: Option<(Bytes, Bytes)> = None;
-        let mut copy =
-            || copies.get_or_insert_with(|| (Bytes::copy_from_slice(channel), Bytes::copy_from_slice(payload))).clone();
+        // Encoded once for all listeners, and not at all without one.
+        let mut message: Option<Message> = None;
         let mut received = 0;
         {
             let listeners = self.classes[Class::Channel as usize].read();
             for client in listeners.get(channel).into_iter().flatten() {
-                let (channel, payload) = copy();
-                post(client, Message { kind: Kind::Channel, channel, payload }, woken);
+                let message = message.get_or_insert_with(|| Message::new(b"message", None, channel, payload));
+                post(client, message.clone(), woken);
                 received += 1;
             }
         }
         if self.patterns.load(Ordering::Relaxed) > 0 {
             let listeners = self.classes[Class::Pattern as usize].read();
             for (pattern, clients) in listeners.iter().filter(|(pattern, _)| glob_match(pattern, channel)) {
+                let message = Message::new(b"pmessage", Some(pattern), channel, payload);
                 for client in clients {
-                    let (channel, payload) = copy();
-                    post(client, Message { kind: Kind::Pattern(pattern.clone()), channel, payload }, woken);
+                    post(client, message.clone(), woken);
                     received += 1;
                 }
             }
@@ -266,10 +257,9 @@ impl PubSub {
     pub fn publish_shard(&self, channel: &[u8], payload: &[u8], woken: &mut Vec<Arc<ClientInfo>>) -> usize {
         let listeners = self.classes[Class::Shard as usize].read();
         let Some(clients) = listeners.get(channel) else { return 0 };
-        let channel = Bytes::copy_from_slice(channel);
-        let payload = Bytes::copy_from_slice(payload);
+        let message = Message::new(b"smessage", None, channel, payload);
         for client in clients {
-            post(client, Message { kind: Kind::Shard, channel: channel.clone(), payload: payload.clone() }, woken);
+            post(client, message.clone(), woken);
         }
         clients.len()
     }
@@ -372,7 +362,6 @@ impl Subscriptions {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::resp::Protocol;
 
     fn client(id: u64) -> Arc<ClientInfo> {
         Arc::new(ClientInfo::new(id, "127.0.0.1:1".parse().unwrap(), "127.0.0.1:2".parse().unwrap()))
