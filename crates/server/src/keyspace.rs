@@ -540,7 +540,10 @@ impl Writes {
         self.reserved_delta += delta;
     }
 
-    /// Notes that these writes push to a list.
+    /// Notes that these writes may give a client blocked on one of their
+    /// keys something to take (a push, a new sorted-set member, a list or
+    /// sorted set renamed, copied, restored or stored there): the first in
+    /// each key's line looks again once they are visible.
     pub fn note_pushed(&mut self) {
         self.pushed = true;
     }

@@ -570,6 +570,7 @@ pub fn restore(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
             ctx.writes.delete(key);
         }
     } else {
+        ctx.writes.note_pushed();
         store(ctx, key, tag, &data, expiry)?;
     }
     ctx.out.ok();

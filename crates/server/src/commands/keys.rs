@@ -156,6 +156,7 @@ fn rename_to(ctx: &mut Ctx<'_>, args: &[Bytes], only_if_new: bool) -> CmdResult 
         return Ok(());
     }
     if args[1] != args[2] {
+        ctx.writes.note_pushed();
         ctx.writes.delete(&args[1]);
         ctx.writes.put(&args[2], value.tag(), value.data(), value.expiry_ms())?;
         if is_table(value.tag()) {
@@ -206,6 +207,7 @@ pub fn copy(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         ctx.out.int(0);
         return Ok(());
     }
+    ctx.writes.note_pushed();
     if value.tag() == TYPE_LIST_TABLE {
         // Renumbered from the first position.
         let elements = super::lists::elements_of(ctx, &args[1], &value)?;

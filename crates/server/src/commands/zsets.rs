@@ -1074,6 +1074,7 @@ pub fn zrange(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
 }
 
 pub fn zrangestore(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    ctx.writes.note_pushed();
     range_command(ctx, args, RangeCommand { source: 2, store: true, by: None, reverse: None })
 }
 
@@ -1565,14 +1566,17 @@ pub fn zdiff(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
 }
 
 pub fn zunionstore(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    ctx.writes.note_pushed();
     combine_command(ctx, args, SetOp::Union, true)
 }
 
 pub fn zinterstore(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    ctx.writes.note_pushed();
     combine_command(ctx, args, SetOp::Inter, true)
 }
 
 pub fn zdiffstore(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    ctx.writes.note_pushed();
     combine_command(ctx, args, SetOp::Diff, true)
 }
 
