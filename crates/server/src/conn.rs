@@ -477,7 +477,9 @@ async fn run(shared: &Shared, stream: &mut TcpStream, conn: &mut ConnState) -> s
             input.reserve(read_size);
         }
         let spare = input.capacity() - input.len();
-        let idle = shared.idle_timeout();
+        // Subscribers wait for messages, not commands: Redis's `timeout`
+        // spares them.
+        let idle = if conn.subscriptions.is_empty() { shared.idle_timeout() } else { None };
         let read = async {
             match idle {
                 Some(limit) => tokio::time::timeout(limit, stream.read_buf(&mut input))

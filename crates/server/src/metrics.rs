@@ -58,8 +58,12 @@ pub fn render(shared: &Shared) -> String {
             s.early_lock_releases.load(Ordering::Relaxed),
         ),
     ];
-    let gauges: [(&str, &str, f64); 7] = [
+    let channels = |class| shared.pubsub.count(class) as f64;
+    let gauges: [(&str, &str, f64); 10] = [
         ("connected_clients", "Open client connections", shared.clients.lock().len() as f64),
+        ("pubsub_channels", "Channels with a subscriber", channels(crate::pubsub::Class::Channel)),
+        ("pubsub_patterns", "Patterns with a subscriber", channels(crate::pubsub::Class::Pattern)),
+        ("pubsub_shard_channels", "Shard channels with a subscriber", channels(crate::pubsub::Class::Shard)),
         ("keys", "Keys in the database", shared.user_keys() as f64),
         ("live_bytes", "Bytes of live log entries", stats.live_bytes as f64),
         ("disk_bytes", "Bytes of segment files", stats.disk_bytes as f64),

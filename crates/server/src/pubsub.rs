@@ -197,18 +197,16 @@ pub struct PubSub {
 }
 
 impl PubSub {
-    /// Adds `client` to `name`'s listeners; false if it listened already.
-    fn add(&self, class: Class, name: &Bytes, client: &Arc<ClientInfo>) -> bool {
+    /// Adds `client` to `name`'s listeners (its `Subscriptions` know it
+    /// was not one: no scan of the others here).
+    fn add(&self, class: Class, name: &Bytes, client: &Arc<ClientInfo>) {
         let mut listeners = self.classes[class as usize].write();
         let entry = listeners.entry(name.clone()).or_default();
-        if entry.iter().any(|c| c.id == client.id) {
-            return false;
-        }
+        debug_assert!(entry.iter().all(|c| c.id != client.id));
         entry.push(client.clone());
         if class == Class::Pattern && entry.len() == 1 {
             self.patterns.fetch_add(1, Ordering::Relaxed);
         }
-        true
     }
 
     fn remove(&self, class: Class, names: &[Bytes], client: u64) {

@@ -693,7 +693,9 @@ fn limits_timeouts_metrics_and_active_expiry() {
     }
     let _: () = con.set("stays", "x").unwrap();
     assert_eq!(request(&mut first, b"PING\r\n"), b"+PONG\r\n");
-    let _third = server.connect();
+    // A subscriber: exempt from the idle timeout, as in Redis.
+    let mut third = server.connect();
+    request(&mut third, &encode(&[b"SUBSCRIBE", b"news"]));
     let mut fourth = server.connect();
     let mut refused = Vec::new();
     let _ = fourth.read_to_end(&mut refused);
@@ -705,12 +707,14 @@ fn limits_timeouts_metrics_and_active_expiry() {
     std::thread::sleep(Duration::from_millis(1500));
     let mut rest = Vec::new();
     assert_eq!(first.read_to_end(&mut rest).unwrap_or(0), 0);
+    assert_eq!(request(&mut third, b"PING\r\n"), b"*2\r\n$4\r\npong\r\n$0\r\n\r\n", "an idle subscriber stays");
     let mut http = std::net::TcpStream::connect(("127.0.0.1", metrics_port)).unwrap();
     http.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
     let mut body = String::new();
     http.read_to_string(&mut body).unwrap();
     assert!(body.starts_with("HTTP/1.1 200 OK"), "{body}");
     assert!(body.contains("\nscaledkv_expired_keys_total 300\n"), "{body}");
+    assert!(body.contains("\nscaledkv_pubsub_channels 1\n"), "{body}");
 }
 
 /// With `--gc-space-amp 1`, overwriting one key with large values soon
