@@ -20,6 +20,7 @@ import subprocess
 import sys
 import time
 
+import compare_redis
 from compare_redis import REPO, Server, median
 
 REPEATS = int(os.environ.get("REPEATS", "3"))
@@ -30,6 +31,9 @@ PAYLOAD = "x" * 64
 CONFIGS = ["redis-none", "scaledkv-sync"]
 MEDIUM = "/dev/shm"
 REPORT = os.path.join(REPO, "bench-results", f"pubsub-{time.strftime('%Y%m%d-%H%M%S')}.md")
+# compare_redis's `emit`, writing this script's report.
+compare_redis.REPORT = REPORT
+emit = compare_redis.emit
 
 # One process, S connections: subscribes, says "ready", then counts bytes
 # until every connection has its N messages (or 120 s pass) and prints the
@@ -69,13 +73,6 @@ while left and time.time() < deadline:
             del left[key.fileobj]
 print(f"{last} {count - len(left)}", flush=True)
 """
-
-
-def emit(text=""):
-    print(text, flush=True)
-    os.makedirs(os.path.dirname(REPORT), exist_ok=True)
-    with open(REPORT, "a") as f:
-        f.write(text + "\n")
 
 
 def message_bytes():

@@ -31,8 +31,9 @@ fn unsubscribe_from(ctx: &mut Ctx<'_>, args: &[Bytes], class: Class) -> CmdResul
     let names = (args.len() > 1).then(|| &args[1..]);
     let conn = &mut *ctx.conn;
     let gone = conn.subscriptions.unsubscribe(&ctx.shared.pubsub, class, names, &conn.info);
-    // Published before it left: sent before its confirmation.
-    conn.deliver(ctx.out);
+    // Published before it left: sent before its confirmation (even when
+    // nothing is left subscribed, which `ConnState::deliver` would skip).
+    conn.info.mail.deliver(ctx.out);
     if gone.is_empty() {
         let count = ctx.conn.subscriptions.count(class);
         confirm(ctx, class.unsubscribe_kind(), None, count);
