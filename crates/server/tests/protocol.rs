@@ -993,7 +993,7 @@ fn a_push_wakes_the_blocked_clients_at_once() {
 /// A list or sorted set that arrives at a waited key by RENAME, COPY,
 /// RESTORE or a sorted-set STORE wakes the client blocked on it at once,
 /// as a push does, not at the 100 ms poll: the median of five rounds per
-/// command is far below it.
+/// command is below it.
 #[test]
 fn a_list_or_sorted_set_moved_into_a_waited_key_wakes_it_at_once() {
     use std::time::Instant;
@@ -1035,8 +1035,11 @@ fn a_list_or_sorted_set_moved_into_a_waited_key_wakes_it_at_once() {
             waits.push(filled.elapsed());
         }
         waits.sort();
+        // The poll looks 100 ms after the waiter joined its line, at least
+        // 80 ms after the fill; a wake-up takes ~2 ms here, up to 40 ms
+        // when the other tests of this file load both cores.
         assert!(
-            waits[2] < Duration::from_millis(25),
+            waits[2] < Duration::from_millis(70),
             "{}: median {:?} of {waits:?}",
             String::from_utf8_lossy(fill[0]),
             waits[2]
