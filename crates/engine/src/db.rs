@@ -546,12 +546,18 @@ impl Db {
 
     /// Examines up to `max_keys` keys after `after` (from the start when
     /// `None`) and drops those whose expiry time has passed; returns where
-    /// to continue (`None`: the end was reached) and how many it dropped.
-    /// Expired keys are invisible anyway; this frees their index memory
+    /// to continue (`None`: the end was reached) and how many it dropped,
+    /// each of which it hands to `dropped_key` (for the server's `expired`
+    /// notifications). Expired keys are invisible anyway; this frees their index memory
     /// and log space sooner, as Redis's active expiry does. Nothing is
     /// written: an expired entry stays expired after a crash. Keys written
     /// in the last ~100 ms may be deferred index updates, which it skips.
-    pub fn purge_expired(&self, after: Option<&[u8]>, max_keys: usize) -> (Option<Vec<u8>>, usize) {
+    pub fn purge_expired(
+        &self,
+        after: Option<&[u8]>,
+        max_keys: usize,
+        mut dropped_key: impl FnMut(&[u8]),
+    ) -> (Option<Vec<u8>>, usize) {
         let lower = after.map_or(Bound::Unbounded, Bound::Excluded);
         let mut found = KeyChunk::default();
         let inner = &self.inner;
@@ -564,6 +570,7 @@ impl Db {
                 decode_entry(bytes, false).ok()?.expiry_ms
             });
             if expired.flatten().is_some_and(|at| at <= now) && inner.index.remove_if_at(key, loc, &inner.segments) {
+                dropped_key(key);
                 dropped += 1;
             }
         }

@@ -555,7 +555,7 @@ fn purge_expired_drops_only_expired_keys_and_resumes() {
     let (mut cursor, mut dropped) = (None, 0);
     let mut rounds = 0;
     loop {
-        let (next, n) = db.purge_expired(cursor.as_deref(), 7);
+        let (next, n) = db.purge_expired(cursor.as_deref(), 7, |_| {});
         dropped += n;
         rounds += 1;
         match next {

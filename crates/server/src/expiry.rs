@@ -4,6 +4,7 @@
 //! space come back without anyone touching them, as Redis's active expiry
 //! cycle does.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,9 +19,18 @@ pub async fn active_expiry(shared: Arc<Shared>) {
     let mut shutdown = shared.shutdown.subscribe();
     let mut cursor: Option<Vec<u8>> = None;
     loop {
-        let (next, dropped) = shared.db.purge_expired(cursor.as_deref(), STEP_KEYS);
+        // A client's key dropped here is Redis's `expired` event (its
+        // collections' entries under reserved keys are not keys to them).
+        let mut expired: Vec<Vec<u8>> = Vec::new();
+        let notify = crate::notify::wanted(shared.notify_flags.load(Ordering::Relaxed), crate::notify::EXPIRED);
+        let (next, dropped) = shared.db.purge_expired(cursor.as_deref(), STEP_KEYS, |key| {
+            if notify && !crate::keyspace::is_reserved(key) {
+                expired.push(key.to_vec());
+            }
+        });
+        crate::notify::publish(&shared, expired.iter().map(|key| (crate::notify::EXPIRED, "expired", &key[..])));
         if dropped > 0 {
-            shared.stats.expired_keys.fetch_add(dropped as u64, std::sync::atomic::Ordering::Relaxed);
+            shared.stats.expired_keys.fetch_add(dropped as u64, Ordering::Relaxed);
         }
         cursor = next;
         // Like Redis: keep going while more than a quarter of a step had

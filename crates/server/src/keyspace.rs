@@ -167,6 +167,8 @@ pub struct Writes {
     /// Big sorted sets these writes change: until they are visible,
     /// readers without locks read those from a snapshot (`commands::ranks`).
     zset_tables: Vec<u64>,
+    /// Keyspace notifications, published once these writes commit.
+    events: Vec<crate::notify::Event>,
 }
 
 /// Owned (key, value) pairs, in key order.
@@ -183,6 +185,7 @@ pub struct Ready {
     /// Read writes that others queued and are not yet durable.
     pub read_pending: bool,
     pub zset_tables: Vec<u64>,
+    pub events: Vec<crate::notify::Event>,
 }
 
 impl Writes {
@@ -197,6 +200,7 @@ impl Writes {
             pending: None,
             read_pending: Cell::new(false),
             zset_tables: Vec::new(),
+            events: Vec::new(),
         }
     }
 
@@ -264,6 +268,7 @@ impl Writes {
             pending: self.pending.clone(),
             read_pending: Cell::new(false),
             zset_tables: Vec::new(),
+            events: Vec::new(),
         }
     }
 
@@ -278,6 +283,7 @@ impl Writes {
         self.blocks_changed |= branch.blocks_changed;
         self.read_pending.set(self.read_pending() || branch.read_pending());
         self.zset_tables.append(&mut branch.zset_tables);
+        self.events.append(&mut branch.events);
     }
 
     pub fn abandon(&mut self, mut branch: Writes) {
@@ -548,6 +554,12 @@ impl Writes {
         self.pushed = true;
     }
 
+    /// Notes a keyspace notification (`crate::notify`) for when these
+    /// writes commit.
+    pub fn note_event(&mut self, class: u32, name: &'static str, key: &[u8]) {
+        self.events.push(crate::notify::Event { class, name, key: key.to_vec() });
+    }
+
     pub fn note_blocks_changed(&mut self) {
         self.blocks_changed = true;
     }
@@ -567,6 +579,7 @@ impl Writes {
             blocks_changed: std::mem::take(&mut self.blocks_changed),
             read_pending: self.read_pending.take(),
             zset_tables: std::mem::take(&mut self.zset_tables),
+            events: std::mem::take(&mut self.events),
         }
     }
 
@@ -586,6 +599,7 @@ impl Writes {
             blocks_changed: std::mem::take(&mut self.blocks_changed),
             read_pending: self.read_pending.take(),
             zset_tables: std::mem::take(&mut self.zset_tables),
+            events: std::mem::take(&mut self.events),
         }
     }
 }

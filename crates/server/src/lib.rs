@@ -13,6 +13,7 @@
 //! - `io_threads`: the threads that serve connections;
 //! - `waiters`: clients blocked in BLPOP and the like, in line per key;
 //! - `pubsub`: channels, patterns and their subscribers' mailboxes;
+//! - `notify`: keyspace notifications published through them;
 //! - `expiry`: active expiry; `metrics`: the Prometheus endpoint;
 //! - `server`: shared state, listeners, shutdown; `config`: flags and TOML.
 
@@ -25,6 +26,7 @@ pub mod hash;
 pub mod io_threads;
 pub mod keyspace;
 pub mod metrics;
+pub mod notify;
 pub mod pending;
 pub mod pubsub;
 pub mod resp;

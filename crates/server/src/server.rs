@@ -82,6 +82,8 @@ pub struct Shared {
     pub waiters: crate::waiters::Waiters,
     /// Who listens to which channel (`crate::pubsub`).
     pub pubsub: crate::pubsub::PubSub,
+    /// `notify-keyspace-events` (`crate::notify`): 0, none, by default.
+    pub notify_flags: std::sync::atomic::AtomicU32,
 }
 
 impl Shared {
@@ -200,6 +202,7 @@ pub async fn run(config: Config, db: Db) -> Result<(), String> {
         pending: Default::default(),
         waiters: crate::waiters::Waiters::default(),
         pubsub: Default::default(),
+        notify_flags: Default::default(),
         db,
         locks: KeyLocks::default(),
         stats: ServerStats::default(),

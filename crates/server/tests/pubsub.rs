@@ -215,3 +215,28 @@ fn a_subscriber_that_stops_reading_is_closed_at_the_limit() {
     let clients: String = redis::cmd("CLIENT").arg("LIST").query(&mut publisher).unwrap();
     assert_eq!(clients.lines().filter(|line| line.contains("flags=P")).count(), 1, "{clients}");
 }
+
+/// `notify-keyspace-events Ex`: a key removed by active expiry is told on
+/// `__keyevent@0__:expired` (within Redis's 10 Hz cycle), and a write of
+/// another class is not; with the setting off again, nothing is.
+#[test]
+fn expired_keys_are_told_when_asked() {
+    let (_dir, server) = start();
+    let mut admin = server.connect();
+    assert_eq!(request(&mut admin, &encode(&[b"CONFIG", b"SET", b"notify-keyspace-events", b"Ex"])), b"+OK\r\n");
+    let mut listener = server.connect();
+    listener.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    request(&mut listener, &encode(&[b"SUBSCRIBE", b"__keyevent@0__:expired", b"__keyevent@0__:set"]));
+    read_reply(&mut listener);
+    let sent = Instant::now();
+    request(&mut admin, &encode(&[b"SET", b"short", b"v", b"PX", b"50"]));
+    assert_eq!(read_reply(&mut listener), b"*3\r\n$7\r\nmessage\r\n$22\r\n__keyevent@0__:expired\r\n$5\r\nshort\r\n");
+    assert!(sent.elapsed() >= Duration::from_millis(50));
+    assert_eq!(request(&mut admin, &encode(&[b"EXISTS", b"short"])), b":0\r\n");
+    // Off again: no event for the next expiry.
+    assert_eq!(request(&mut admin, &encode(&[b"CONFIG", b"SET", b"notify-keyspace-events", b""])), b"+OK\r\n");
+    request(&mut admin, &encode(&[b"SET", b"short", b"v", b"PX", b"10"]));
+    std::thread::sleep(Duration::from_millis(400));
+    listener.write_all(&encode(&[b"PING"])).unwrap();
+    assert_eq!(read_reply(&mut listener), b"*2\r\n$4\r\npong\r\n$0\r\n\r\n", "no event once off");
+}

@@ -48,6 +48,7 @@ pub fn setbit(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     value[byte] = if on == 1 { value[byte] | mask } else { value[byte] & !mask };
     // In place, as Redis changes the string: the key keeps its TTL.
     ctx.writes.put_string(&args[1], &value, expiry)?;
+    ctx.notify(crate::notify::STRING, "setbit", &args[1]);
     ctx.out.int(old as i64);
     Ok(())
 }
@@ -203,6 +204,9 @@ pub fn bitop(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     }
     let len = values.iter().map(Vec::len).max().unwrap_or(0);
     if len == 0 {
+        if ctx.read(&args[2])?.is_some() {
+            ctx.notify(crate::notify::GENERIC, "del", &args[2]);
+        }
         ctx.writes.delete(&args[2]);
         ctx.out.int(0);
         return Ok(());
@@ -222,6 +226,7 @@ pub fn bitop(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         .collect();
     // A new value: the destination loses any TTL, as with SET.
     ctx.writes.put_string(&args[2], &result, None)?;
+    ctx.notify(crate::notify::STRING, "set", &args[2]);
     ctx.out.int(len as i64);
     Ok(())
 }
@@ -403,6 +408,8 @@ fn bitfield_generic(ctx: &mut Ctx<'_>, args: &[Bytes], read_only: bool) -> CmdRe
         data.resize(needed, 0);
     }
     ctx.out.array(fields.len());
+    // A SET or INCRBY applied (one that failed on overflow is not).
+    let mut changed = false;
     for field in &fields {
         let old = get_field(&data, field.offset, field.bits, field.signed);
         let (new, overflowed) = match (field.op, field.signed) {
@@ -433,8 +440,12 @@ fn bitfield_generic(ctx: &mut Ctx<'_>, args: &[Bytes], read_only: bool) -> CmdRe
         }
         ctx.out.int(if field.op == FieldOp::Set { old } else { new });
         set_field(&mut data, field.offset, field.bits, new as u64);
+        changed = true;
     }
     ctx.writes.put_string(&args[1], &data, expiry)?;
+    if changed {
+        ctx.notify(crate::notify::STRING, "setbit", &args[1]);
+    }
     Ok(())
 }
 

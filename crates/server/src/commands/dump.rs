@@ -572,6 +572,7 @@ pub fn restore(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     } else {
         ctx.writes.note_pushed();
         store(ctx, key, tag, &data, expiry)?;
+        ctx.notify(crate::notify::GENERIC, "restore", key);
     }
     ctx.out.ok();
     Ok(())

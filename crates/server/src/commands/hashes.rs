@@ -78,6 +78,25 @@ impl<'v> Open<'v> {
         })
     }
 
+    fn is_empty(&self) -> bool {
+        match self {
+            Open::Listpack(fields) => fields.is_empty(),
+            Open::Table(table) => table.count == 0,
+        }
+    }
+
+    /// `store` after noting keyspace event `event` (and `del` when the
+    /// hash is left empty), in Redis's order.
+    fn store_noting(self, ctx: &mut Ctx<'_>, key: &[u8], expiry: Option<u64>, event: &'static str) -> CmdResult {
+        let emptied = self.is_empty();
+        ctx.notify(crate::notify::HASH, event, key);
+        self.store(ctx, key, expiry)?;
+        if emptied {
+            ctx.notify(crate::notify::GENERIC, "del", key);
+        }
+        Ok(())
+    }
+
     /// Writes the hash back to `key` with `expiry`: a listpack past
     /// Redis's limits becomes a table, an empty hash goes.
     fn store(self, ctx: &mut Ctx<'_>, key: &[u8], expiry: Option<u64>) -> CmdResult {
@@ -111,7 +130,7 @@ fn set_pairs(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Result<i64, CmdError> {
     for pair in args[2..].chunks(2) {
         added += hash.set(ctx, &pair[0], Cow::Borrowed(&pair[1]))? as i64;
     }
-    hash.store(ctx, &args[1], expiry_of(&value))?;
+    hash.store_noting(ctx, &args[1], expiry_of(&value), "hset")?;
     Ok(added)
 }
 
@@ -135,7 +154,7 @@ pub fn hsetnx(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         return Ok(());
     }
     hash.set(ctx, &args[2], Cow::Borrowed(&args[3]))?;
-    hash.store(ctx, &args[1], expiry_of(&value))?;
+    hash.store_noting(ctx, &args[1], expiry_of(&value), "hset")?;
     ctx.out.int(1);
     Ok(())
 }
@@ -181,7 +200,7 @@ pub fn hdel(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         deleted += hash.remove(ctx, field)? as i64;
     }
     if deleted > 0 {
-        hash.store(ctx, &args[1], expiry_of(&value))?;
+        hash.store_noting(ctx, &args[1], expiry_of(&value), "hdel")?;
     }
     ctx.out.int(deleted);
     Ok(())
@@ -255,7 +274,7 @@ pub fn hincrby(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let new = current.checked_add(delta).ok_or_else(|| err("ERR increment or decrement would overflow"))?;
     let text = itoa::Buffer::new().format(new).as_bytes().to_vec();
     hash.set(ctx, &args[2], Cow::Owned(text))?;
-    hash.store(ctx, &args[1], expiry_of(&value))?;
+    hash.store_noting(ctx, &args[1], expiry_of(&value), "hincrby")?;
     ctx.out.int(new);
     Ok(())
 }
@@ -277,7 +296,7 @@ pub fn hincrbyfloat(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     }
     let text = format_double(new);
     hash.set(ctx, &args[2], Cow::Owned(text.clone().into_bytes()))?;
-    hash.store(ctx, &args[1], expiry_of(&value))?;
+    hash.store_noting(ctx, &args[1], expiry_of(&value), "hincrbyfloat")?;
     ctx.out.bulk(text.as_bytes());
     Ok(())
 }

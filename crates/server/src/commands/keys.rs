@@ -21,6 +21,7 @@ pub fn del(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     for key in &args[1..] {
         if seen.insert(key) && ctx.read(key)?.is_some() {
             ctx.writes.delete(key);
+            ctx.notify(crate::notify::GENERIC, "del", key);
             deleted += 1;
         }
     }
@@ -87,8 +88,10 @@ fn set_expiry(ctx: &mut Ctx<'_>, args: &[Bytes], command: &str, at_ms: impl Fn(i
     }
     if at <= now_ms() as i64 {
         ctx.writes.delete(&args[1]);
+        ctx.notify(crate::notify::GENERIC, "del", &args[1]);
     } else {
         ctx.writes.put(&args[1], value.tag(), value.data(), Some(at as u64))?;
+        ctx.notify(crate::notify::GENERIC, "expire", &args[1]);
     }
     ctx.out.int(1);
     Ok(())
@@ -140,6 +143,7 @@ pub fn persist(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     match ctx.read(&args[1])? {
         Some(value) if value.expiry_ms().is_some() => {
             ctx.writes.put(&args[1], value.tag(), value.data(), None)?;
+            ctx.notify(crate::notify::GENERIC, "persist", &args[1]);
             ctx.out.int(1);
         }
         _ => ctx.out.int(0),
@@ -162,6 +166,8 @@ fn rename_to(ctx: &mut Ctx<'_>, args: &[Bytes], only_if_new: bool) -> CmdResult 
         if is_table(value.tag()) {
             super::table::moved(ctx.writes, &args[2], &Table::of(&value)?)?;
         }
+        ctx.notify(crate::notify::GENERIC, "rename_from", &args[1]);
+        ctx.notify(crate::notify::GENERIC, "rename_to", &args[2]);
     }
     if only_if_new {
         ctx.out.int(1);
@@ -208,6 +214,7 @@ pub fn copy(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         return Ok(());
     }
     ctx.writes.note_pushed();
+    ctx.notify(crate::notify::GENERIC, "copy_to", &args[2]);
     if value.tag() == TYPE_LIST_TABLE {
         // Renumbered from the first position.
         let elements = super::lists::elements_of(ctx, &args[1], &value)?;

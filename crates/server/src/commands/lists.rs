@@ -8,6 +8,7 @@
 //! the list, O(n) as in Redis. A blocking pop that finds nothing returns `CmdError::Blocked`
 //! and its connection waits for a push (`conn::wait_blocked`).
 
+use crate::notify::{GENERIC, LIST};
 use std::borrow::Cow;
 use std::time::Duration;
 
@@ -244,6 +245,35 @@ impl<'v> Open<'v> {
     }
 }
 
+/// Writes `list` back to `key` after noting keyspace event `event` (and
+/// `del` when the list is left empty, which removes the key), in Redis's
+/// order.
+fn store_noting(ctx: &mut Ctx<'_>, list: Open<'_>, key: &[u8], expiry: Option<u64>, event: &'static str) -> CmdResult {
+    let emptied = list.len() == 0;
+    ctx.notify(LIST, event, key);
+    list.store(ctx, key, expiry)?;
+    if emptied {
+        ctx.notify(GENERIC, "del", key);
+    }
+    Ok(())
+}
+
+fn pop_event(front: bool) -> &'static str {
+    if front {
+        "lpop"
+    } else {
+        "rpop"
+    }
+}
+
+fn push_event(front: bool) -> &'static str {
+    if front {
+        "lpush"
+    } else {
+        "rpush"
+    }
+}
+
 /// Redis's clamp of a [start, stop] range over `len` elements: the first
 /// index and how many, or None for an empty range.
 fn clamp(start: i64, stop: i64, len: usize) -> Option<(usize, usize)> {
@@ -274,7 +304,7 @@ fn push(ctx: &mut Ctx<'_>, args: &[Bytes], front: bool, only_existing: bool) -> 
         list.push(ctx, front, element)?;
     }
     let len = list.len();
-    list.store(ctx, &args[1], expiry_of(&value))?;
+    store_noting(ctx, list, &args[1], expiry_of(&value), push_event(front))?;
     ctx.out.int(len as i64);
     Ok(())
 }
@@ -327,7 +357,7 @@ fn pop(ctx: &mut Ctx<'_>, args: &[Bytes], front: bool) -> CmdResult {
             None => break,
         }
     }
-    list.store(ctx, &args[1], expiry_of(&value))?;
+    store_noting(ctx, list, &args[1], expiry_of(&value), pop_event(front))?;
     match count {
         None => ctx.out.bulk(&popped[0]),
         Some(_) => {
@@ -414,7 +444,7 @@ pub fn lset(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let mut list = Open::of(value.as_ref())?;
     let at = index(at, list.len()).ok_or_else(|| err("ERR index out of range"))?;
     list.set(ctx, at, &args[3])?;
-    list.store(ctx, &args[1], expiry_of(&value))?;
+    store_noting(ctx, list, &args[1], expiry_of(&value), "lset")?;
     ctx.out.ok();
     Ok(())
 }
@@ -427,7 +457,10 @@ pub fn ltrim(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         let (first, n) = clamp(start, stop, list.len()).unwrap_or((0, 0));
         if (first, n) != (0, list.len()) {
             list.trim(ctx, first, n)?;
-            list.store(ctx, &args[1], expiry_of(&value))?;
+            store_noting(ctx, list, &args[1], expiry_of(&value), "ltrim")?;
+        } else {
+            // Redis tells of a trim that kept everything too.
+            ctx.notify(LIST, "ltrim", &args[1]);
         }
     }
     ctx.out.ok();
@@ -455,7 +488,7 @@ pub fn lrem(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     }
     if removed > 0 {
         list.replace(ctx, elements)?;
-        list.store(ctx, &args[1], expiry_of(&value))?;
+        store_noting(ctx, list, &args[1], expiry_of(&value), "lrem")?;
     }
     ctx.out.int(removed as i64);
     Ok(())
@@ -481,7 +514,7 @@ pub fn linsert(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     elements.insert(at + after as usize, args[4].to_vec());
     let len = elements.len();
     list.replace(ctx, elements)?;
-    list.store(ctx, &args[1], expiry_of(&value))?;
+    store_noting(ctx, list, &args[1], expiry_of(&value), "linsert")?;
     ctx.out.int(len as i64);
     Ok(())
 }
@@ -513,11 +546,13 @@ fn lmove_between(
     let mut from = Open::of(source.as_ref())?;
     // A stored list is never empty; a stub that says otherwise is damage.
     element = from.pop(ctx, from_front)?.ok_or(crate::hash::Corrupt)?;
+    // Redis tells of the push, then the pop, then the source's removal.
+    ctx.notify(LIST, push_event(to_front), &args[2]);
     if args[1] == args[2] {
         from.push(ctx, to_front, &element)?;
-        from.store(ctx, &args[1], expiry_of(&source))?;
+        store_noting(ctx, from, &args[1], expiry_of(&source), pop_event(from_front))?;
     } else {
-        from.store(ctx, &args[1], expiry_of(&source))?;
+        store_noting(ctx, from, &args[1], expiry_of(&source), pop_event(from_front))?;
         let mut to = Open::of(destination.as_ref())?;
         to.push(ctx, to_front, &element)?;
         to.store(ctx, &args[2], expiry_of(&destination))?;
@@ -555,7 +590,7 @@ fn blocking_pop(ctx: &mut Ctx<'_>, args: &[Bytes], front: bool) -> CmdResult {
         }
         let mut list = Open::of(value.as_ref())?;
         let element = list.pop(ctx, front)?.ok_or(crate::hash::Corrupt)?;
-        list.store(ctx, key, expiry_of(&value))?;
+        store_noting(ctx, list, key, expiry_of(&value), pop_event(front))?;
         ctx.out.array(2);
         ctx.out.bulk(key);
         ctx.out.bulk(&element);
@@ -677,7 +712,7 @@ fn mpop(ctx: &mut Ctx<'_>, args: &[Bytes], block: Option<Option<Duration>>) -> C
                 None => break,
             }
         }
-        list.store(ctx, key, expiry_of(&value))?;
+        store_noting(ctx, list, key, expiry_of(&value), pop_event(front))?;
         ctx.out.array(2);
         ctx.out.bulk(key);
         ctx.out.array(popped.len());

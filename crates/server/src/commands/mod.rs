@@ -190,6 +190,15 @@ impl Ctx<'_> {
         &self.shared.db
     }
 
+    /// Notes keyspace notification `name` of `class` for `key`, published
+    /// once this command's writes commit (nothing unless
+    /// `notify-keyspace-events` asks for the class).
+    pub fn notify(&mut self, class: u32, name: &'static str, key: &[u8]) {
+        if crate::notify::wanted(self.shared.notify_flags.load(Ordering::Relaxed), class) {
+            self.writes.note_event(class, name, key);
+        }
+    }
+
     /// Whether a blocking command may take from `key` now: clients
     /// blocked on it are served in the order they blocked
     /// (`crate::waiters`).
@@ -548,11 +557,16 @@ pub async fn commit<G>(
     exclusive: bool,
     guards: G,
 ) -> scaledkv::Result<()> {
-    let Ready { batch, reserved_delta, pushed, blocks_changed, read_pending, zset_tables } = ready;
+    let Ready { batch, reserved_delta, pushed, blocks_changed, read_pending, zset_tables, events } = ready;
     if batch.is_empty() {
         drop(guards);
         // It read others' queued writes: tell no one before they are durable.
-        return if read_pending { barrier(shared).await } else { Ok(()) };
+        let result = if read_pending { barrier(shared).await } else { Ok(()) };
+        // An event of a command that changed nothing (LTRIM keeping all).
+        if result.is_ok() && !events.is_empty() {
+            crate::notify::publish(shared, events.iter().map(|e| (e.class, e.name, &e.key[..])));
+        }
+        return result;
     }
     let early = exclusive
         && batch.size_bytes() <= PUBLISH_MAX_BYTES
@@ -596,6 +610,9 @@ pub async fn commit<G>(
     drop(ticket);
     result?;
     shared.waiters.wake_first(pushed_keys.iter().map(|key| &key[..]));
+    if !events.is_empty() {
+        crate::notify::publish(shared, events.iter().map(|e| (e.class, e.name, &e.key[..])));
+    }
     if reserved_delta != 0 {
         let count = &shared.reserved_entries;
         let _ =

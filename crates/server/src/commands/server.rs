@@ -623,6 +623,7 @@ fn parameters(ctx: &Ctx<'_>) -> Vec<(&'static str, String)> {
         ("databases", "1".into()),
         ("maxmemory", "0".into()),
         ("maxmemory-policy", "noeviction".into()),
+        ("notify-keyspace-events", crate::notify::format(shared.notify_flags.load(Ordering::Relaxed))),
     ]
 }
 
@@ -675,6 +676,15 @@ fn config_set(ctx: &mut Ctx<'_>, name: &str, value: &[u8]) -> CmdResult {
         "requirepass" => shared.set_password(Some(text.clone()).filter(|p| !p.is_empty())),
         "maxclients" => shared.set_maxclients(number()? as usize),
         "timeout" => shared.set_timeout_secs(number()?),
+        "notify-keyspace-events" => {
+            let flags = crate::notify::parse(value).ok_or_else(|| {
+                err(format!(
+                    "ERR CONFIG SET failed (possibly related to argument '{name}') - Invalid event class character. \
+                     Use 'Ag$lshzxeKEtmdn'."
+                ))
+            })?;
+            shared.notify_flags.store(flags, Ordering::Relaxed);
+        }
         "proto-max-bulk-len" => {
             let n = number()? as usize;
             if n > crate::keyspace::MAX_STRING_BYTES {

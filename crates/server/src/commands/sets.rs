@@ -91,6 +91,18 @@ impl<'v> Open<'v> {
         })
     }
 
+    /// `store` after noting keyspace event `event` (and `del` when the set
+    /// is left empty), in Redis's order.
+    fn store_noting(self, ctx: &mut Ctx<'_>, key: &[u8], expiry: Option<u64>, event: &'static str) -> CmdResult {
+        let emptied = self.len() == 0;
+        ctx.notify(crate::notify::SET, event, key);
+        self.store(ctx, key, expiry)?;
+        if emptied {
+            ctx.notify(crate::notify::GENERIC, "del", key);
+        }
+        Ok(())
+    }
+
     /// Writes the set back to `key` with `expiry`; an empty set goes.
     fn store(self, ctx: &mut Ctx<'_>, key: &[u8], expiry: Option<u64>) -> CmdResult {
         match self {
@@ -170,7 +182,7 @@ pub fn sadd(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         added += set.add(ctx, member)? as i64;
     }
     if added > 0 {
-        set.store(ctx, &args[1], expiry_of(&value))?;
+        set.store_noting(ctx, &args[1], expiry_of(&value), "sadd")?;
     }
     ctx.out.int(added);
     Ok(())
@@ -184,7 +196,7 @@ pub fn srem(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         removed += set.remove(ctx, member)? as i64;
     }
     if removed > 0 {
-        set.store(ctx, &args[1], expiry_of(&value))?;
+        set.store_noting(ctx, &args[1], expiry_of(&value), "srem")?;
     }
     ctx.out.int(removed);
     Ok(())
@@ -263,7 +275,7 @@ pub fn spop(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         set.remove(ctx, &members[at])?;
     }
     if !picks.is_empty() {
-        set.store(ctx, &args[1], expiry_of(&value))?;
+        set.store_noting(ctx, &args[1], expiry_of(&value), "spop")?;
     }
     match count {
         None => ctx.out.bulk(&members[picks[0]]),
@@ -361,9 +373,14 @@ fn set_op(ctx: &mut Ctx<'_>, keys: &[Bytes], op: Op) -> CmdResult {
     Ok(())
 }
 
-fn set_op_store(ctx: &mut Ctx<'_>, args: &[Bytes], op: Op) -> CmdResult {
+fn set_op_store(ctx: &mut Ctx<'_>, args: &[Bytes], op: Op, event: &'static str) -> CmdResult {
     let sets = all_members(ctx, &args[2..])?;
     let result = combine(sets, op);
+    if !result.is_empty() {
+        ctx.notify(crate::notify::SET, event, &args[1]);
+    } else if ctx.read(&args[1])?.is_some() {
+        ctx.notify(crate::notify::GENERIC, "del", &args[1]);
+    }
     store_new(ctx, &args[1], &result)?;
     ctx.out.int(result.len() as i64);
     Ok(())
@@ -382,15 +399,15 @@ pub fn sdiff(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
 }
 
 pub fn sinterstore(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
-    set_op_store(ctx, args, Op::Inter)
+    set_op_store(ctx, args, Op::Inter, "sinterstore")
 }
 
 pub fn sunionstore(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
-    set_op_store(ctx, args, Op::Union)
+    set_op_store(ctx, args, Op::Union, "sunionstore")
 }
 
 pub fn sdiffstore(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
-    set_op_store(ctx, args, Op::Diff)
+    set_op_store(ctx, args, Op::Diff, "sdiffstore")
 }
 
 /// SINTERCARD numkeys key [key ...] [LIMIT limit].
@@ -438,9 +455,9 @@ pub fn smove(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     if args[1] != args[2] {
         let mut to = Open::of(destination.as_ref())?;
         from.remove(ctx, &args[3])?;
-        from.store(ctx, &args[1], expiry_of(&source))?;
+        from.store_noting(ctx, &args[1], expiry_of(&source), "srem")?;
         if to.add(ctx, &args[3])? {
-            to.store(ctx, &args[2], expiry_of(&destination))?;
+            to.store_noting(ctx, &args[2], expiry_of(&destination), "sadd")?;
         }
     }
     ctx.out.int(1);

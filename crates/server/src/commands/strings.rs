@@ -6,6 +6,7 @@ use scaledkv::now_ms;
 use super::args::{eq, float, int, parse_i64};
 use super::{err, CmdError, CmdResult, Ctx};
 use crate::keyspace::{check_key, Value, MAX_STRING_BYTES};
+use crate::notify::{GENERIC, STRING};
 use crate::resp::reply::format_double;
 
 /// A string value and its expiry time.
@@ -110,11 +111,17 @@ pub fn set(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         }
         return Ok(());
     }
+    // EX/PX/EXAT/PXAT given: an `expire` event after the `set`.
+    let expires = expiry.is_some();
     if keepttl {
         expiry = old.as_ref().and_then(Value::expiry_ms);
     }
     drop(old);
     ctx.writes.put_string(key, value, expiry)?;
+    ctx.notify(STRING, "set", key);
+    if expires {
+        ctx.notify(GENERIC, "expire", key);
+    }
     if !get {
         ctx.out.ok();
     }
@@ -126,6 +133,7 @@ pub fn setnx(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         ctx.out.int(0);
     } else {
         ctx.writes.put_string(&args[1], &args[2], None)?;
+        ctx.notify(STRING, "set", &args[1]);
         ctx.out.int(1);
     }
     Ok(())
@@ -134,6 +142,8 @@ pub fn setnx(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
 fn set_with_expiry(ctx: &mut Ctx<'_>, args: &[Bytes], unit: &str, command: &str) -> CmdResult {
     let at = expiry_at(unit, &args[2], command)?;
     ctx.writes.put_string(&args[1], &args[3], Some(at))?;
+    ctx.notify(STRING, "set", &args[1]);
+    ctx.notify(GENERIC, "expire", &args[1]);
     ctx.out.ok();
     Ok(())
 }
@@ -149,7 +159,9 @@ pub fn psetex(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
 pub fn getset(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let old = ctx.read_string(&args[1])?;
     ctx.out.bulk_opt(old.as_ref().map(|(v, _)| v.as_slice()));
-    ctx.writes.put_string(&args[1], &args[2], None)
+    ctx.writes.put_string(&args[1], &args[2], None)?;
+    ctx.notify(STRING, "set", &args[1]);
+    Ok(())
 }
 
 pub fn getdel(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
@@ -157,6 +169,7 @@ pub fn getdel(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         Some((value, _)) => {
             ctx.out.bulk(&value);
             ctx.writes.delete(&args[1]);
+            ctx.notify(GENERIC, "del", &args[1]);
         }
         None => ctx.out.null(),
     }
@@ -184,8 +197,14 @@ pub fn getex(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     };
     ctx.out.bulk(&value);
     match change {
-        Some(Some(at)) if at <= now_ms() => ctx.writes.delete(&args[1]),
-        Some(new) if new != expiry => ctx.writes.put_string(&args[1], &value, new)?,
+        Some(Some(at)) if at <= now_ms() => {
+            ctx.writes.delete(&args[1]);
+            ctx.notify(GENERIC, "del", &args[1]);
+        }
+        Some(new) if new != expiry => {
+            ctx.writes.put_string(&args[1], &value, new)?;
+            ctx.notify(GENERIC, if new.is_some() { "expire" } else { "persist" }, &args[1]);
+        }
         _ => {}
     }
     Ok(())
@@ -224,6 +243,7 @@ pub fn mset(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     }
     for pair in args[1..].chunks(2) {
         ctx.writes.put_string(&pair[0], &pair[1], None)?;
+        ctx.notify(STRING, "set", &pair[0]);
     }
     ctx.out.ok();
     Ok(())
@@ -241,6 +261,7 @@ pub fn msetnx(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     }
     for pair in args[1..].chunks(2) {
         ctx.writes.put_string(&pair[0], &pair[1], None)?;
+        ctx.notify(STRING, "set", &pair[0]);
     }
     ctx.out.int(1);
     Ok(())
@@ -253,6 +274,7 @@ pub fn append(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     }
     value.extend_from_slice(&args[2]);
     ctx.writes.put_string(&args[1], &value, expiry)?;
+    ctx.notify(STRING, "append", &args[1]);
     ctx.out.int(value.len() as i64);
     Ok(())
 }
@@ -271,6 +293,7 @@ fn add(ctx: &mut Ctx<'_>, key: &[u8], delta: i64) -> CmdResult {
     let current = parse_i64(&value).ok_or(CmdError::NotInteger)?;
     let new = current.checked_add(delta).ok_or_else(|| err("ERR increment or decrement would overflow"))?;
     ctx.writes.put_string(key, itoa::Buffer::new().format(new).as_bytes(), expiry)?;
+    ctx.notify(STRING, "incrby", key);
     ctx.out.int(new);
     Ok(())
 }
@@ -304,6 +327,7 @@ pub fn incrbyfloat(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     }
     let text = format_double(new);
     ctx.writes.put_string(&args[1], text.as_bytes(), expiry)?;
+    ctx.notify(STRING, "incrbyfloat", &args[1]);
     ctx.out.bulk(text.as_bytes());
     Ok(())
 }
@@ -348,6 +372,7 @@ pub fn setrange(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         let mut value = vec![0u8; offset as usize];
         value.extend_from_slice(patch);
         ctx.writes.put_string(&args[1], &value, None)?;
+        ctx.notify(STRING, "setrange", &args[1]);
         ctx.out.int(value.len() as i64);
         return Ok(());
     };
@@ -365,6 +390,7 @@ pub fn setrange(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     }
     value[offset as usize..end].copy_from_slice(patch);
     ctx.writes.put_string(&args[1], &value, expiry)?;
+    ctx.notify(STRING, "setrange", &args[1]);
     ctx.out.int(value.len() as i64);
     Ok(())
 }

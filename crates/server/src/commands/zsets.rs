@@ -331,6 +331,18 @@ impl<'v> Open<'v> {
         Ok(Some(if reverse { len.checked_sub(at + 1).ok_or(Corrupt)? } else { at }))
     }
 
+    /// `store` after noting keyspace event `event` (and `del` when the set
+    /// is left empty), in Redis's order.
+    fn store_noting(self, ctx: &mut Ctx<'_>, key: &[u8], expiry: Option<u64>, event: &'static str) -> CmdResult {
+        let emptied = self.len() == 0;
+        ctx.notify(crate::notify::ZSET, event, key);
+        self.store(ctx, key, expiry)?;
+        if emptied {
+            ctx.notify(crate::notify::GENERIC, "del", key);
+        }
+        Ok(())
+    }
+
     /// Writes the set back to `key` with `expiry`; an empty set goes.
     fn store(self, ctx: &mut Ctx<'_>, key: &[u8], expiry: Option<u64>) -> CmdResult {
         match self {
@@ -839,7 +851,7 @@ pub fn zadd(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         }
     }
     if added + updated > 0 {
-        set.store(ctx, key, expiry_of(&value))?;
+        set.store_noting(ctx, key, expiry_of(&value), if incr { "zincr" } else { "zadd" })?;
     }
     match (incr, last) {
         (true, Some(score)) => ctx.out.double(score),
@@ -860,7 +872,7 @@ pub fn zincrby(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     }
     if old != Some(score) {
         set.put(ctx, &args[1], &args[3], score, old)?;
-        set.store(ctx, &args[1], expiry_of(&value))?;
+        set.store_noting(ctx, &args[1], expiry_of(&value), "zincr")?;
     }
     ctx.out.double(score);
     Ok(())
@@ -877,7 +889,7 @@ pub fn zrem(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         }
     }
     if removed > 0 {
-        set.store(ctx, &args[1], expiry_of(&value))?;
+        set.store_noting(ctx, &args[1], expiry_of(&value), "zrem")?;
     }
     ctx.out.int(removed);
     Ok(())
@@ -1043,12 +1055,23 @@ fn range_command(ctx: &mut Ctx<'_>, args: &[Bytes], command: RangeCommand) -> Cm
     let found =
         if value.is_none() { Vec::new() } else { range.members(ctx, &set, reverse, offset, limit.unwrap_or(-1))? };
     if store {
-        store_new(ctx, &args[1], &found)?;
+        store_new_noting(ctx, &args[1], &found, "zrangestore")?;
         ctx.out.int(found.len() as i64);
     } else {
         reply_members(ctx.out, &found, with_scores);
     }
     Ok(())
+}
+
+/// `store_new` after noting keyspace event `event`, or `del` when
+/// nothing is stored where a key was, as Redis tells of a *STORE.
+fn store_new_noting(ctx: &mut Ctx<'_>, key: &[u8], members: &[(Vec<u8>, f64)], event: &'static str) -> CmdResult {
+    if !members.is_empty() {
+        ctx.notify(crate::notify::ZSET, event, key);
+    } else if ctx.read(key)?.is_some() {
+        ctx.notify(crate::notify::GENERIC, "del", key);
+    }
+    store_new(ctx, key, members)
 }
 
 /// A fresh sorted set at `key` holding `members` (distinct), or none.
@@ -1178,7 +1201,12 @@ fn remove_range(ctx: &mut Ctx<'_>, args: &[Bytes], range: Range) -> CmdResult {
         set.remove(ctx, member, *score)?;
     }
     if !found.is_empty() {
-        set.store(ctx, &args[1], expiry_of(&value))?;
+        let event = match range {
+            Range::Rank(..) => "zremrangebyrank",
+            Range::Score(..) => "zremrangebyscore",
+            Range::Lex(..) => "zremrangebylex",
+        };
+        set.store_noting(ctx, &args[1], expiry_of(&value), event)?;
     }
     ctx.out.int(found.len() as i64);
     Ok(())
@@ -1211,7 +1239,7 @@ fn pop(ctx: &mut Ctx<'_>, key: &[u8], max: bool, count: usize) -> Result<Option<
     for (member, score) in &popped {
         set.remove(ctx, member, *score)?;
     }
-    set.store(ctx, key, expiry_of(&value))?;
+    set.store_noting(ctx, key, expiry_of(&value), if max { "zpopmax" } else { "zpopmin" })?;
     Ok(Some(popped))
 }
 
@@ -1469,7 +1497,12 @@ fn combine_command(ctx: &mut Ctx<'_>, args: &[Bytes], op: SetOp, store: bool) ->
         let count = result.len() as u64;
         ctx.out.int(if limit > 0 { count.min(limit) } else { count } as i64);
     } else if store {
-        store_new(ctx, &args[1], &result)?;
+        let event = match op {
+            SetOp::Union => "zunionstore",
+            SetOp::Inter => "zinterstore",
+            SetOp::Diff => "zdiffstore",
+        };
+        store_new_noting(ctx, &args[1], &result, event)?;
         ctx.out.int(result.len() as i64);
     } else {
         reply_members(ctx.out, &result, with_scores);

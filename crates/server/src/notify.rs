@@ -1,0 +1,147 @@
+//! Keyspace notifications (`notify-keyspace-events`), as Redis has them: a
+//! write publishes what it did to `__keyspace@0__:<key>` (the event's name)
+//! and `__keyevent@0__:<event>` (the key's name), for the event classes
+//! the setting names. Commands note their events in their writes
+//! (`Ctx::notify`); they are published once those writes are durable and
+//! visible, so a listener never hears of a write a crash could undo.
+
+use std::sync::atomic::Ordering;
+
+use crate::server::Shared;
+
+/// `K`: publish to `__keyspace@0__:<key>`.
+pub const KEYSPACE: u32 = 1 << 0;
+/// `E`: publish to `__keyevent@0__:<event>`.
+pub const KEYEVENT: u32 = 1 << 1;
+/// `g`: generic commands (DEL, EXPIRE, RENAME ...).
+pub const GENERIC: u32 = 1 << 2;
+/// `$`: string commands.
+pub const STRING: u32 = 1 << 3;
+/// `l`, `s`, `h`, `z`: list, set, hash and sorted-set commands.
+pub const LIST: u32 = 1 << 4;
+pub const SET: u32 = 1 << 5;
+pub const HASH: u32 = 1 << 6;
+pub const ZSET: u32 = 1 << 7;
+/// `x`: a key removed because it expired.
+pub const EXPIRED: u32 = 1 << 8;
+/// `e`, `t`, `d`, `m`, `n`: evictions, streams, modules, key misses and
+/// new keys. Accepted and kept; ScaledKV has none of these events.
+pub const EVICTED: u32 = 1 << 9;
+pub const STREAM: u32 = 1 << 10;
+pub const MODULE: u32 = 1 << 11;
+pub const MISS: u32 = 1 << 12;
+pub const NEW: u32 = 1 << 13;
+/// `A`: every class but `m` and `n`.
+const ALL: u32 = GENERIC | STRING | LIST | SET | HASH | ZSET | EXPIRED | EVICTED | STREAM | MODULE;
+
+const CLASSES: [(char, u32); 12] = [
+    ('g', GENERIC),
+    ('$', STRING),
+    ('l', LIST),
+    ('s', SET),
+    ('h', HASH),
+    ('z', ZSET),
+    ('x', EXPIRED),
+    ('e', EVICTED),
+    ('t', STREAM),
+    ('d', MODULE),
+    ('m', MISS),
+    ('n', NEW),
+];
+
+/// The flags a `notify-keyspace-events` value sets; None for a character
+/// that names no class.
+pub fn parse(text: &[u8]) -> Option<u32> {
+    let mut flags = 0;
+    for &c in text {
+        flags |= match c {
+            b'A' => ALL,
+            b'K' => KEYSPACE,
+            b'E' => KEYEVENT,
+            _ => CLASSES.iter().find(|(name, _)| *name as u8 == c)?.1,
+        };
+    }
+    Some(flags)
+}
+
+/// The setting as Redis 7.0 shows it: `A` for all of its classes, the
+/// classes, then `K`, `E` and `m` (7.0 leaves `n` out).
+pub fn format(flags: u32) -> String {
+    let mut text = String::new();
+    if flags & ALL == ALL {
+        text.push('A');
+    } else {
+        text.extend(
+            CLASSES.iter().filter(|(name, class)| flags & class != 0 && !"mn".contains(*name)).map(|(name, _)| name),
+        );
+    }
+    for (name, flag) in [('K', KEYSPACE), ('E', KEYEVENT), ('m', MISS)] {
+        if flags & flag != 0 {
+            text.push(name);
+        }
+    }
+    text
+}
+
+/// Whether an event of `class` is published at all under `flags`.
+pub fn wanted(flags: u32, class: u32) -> bool {
+    flags & class != 0 && flags & (KEYSPACE | KEYEVENT) != 0
+}
+
+/// One event a command noted: its class, its name and the key.
+pub struct Event {
+    pub class: u32,
+    pub name: &'static str,
+    pub key: Vec<u8>,
+}
+
+/// Publishes `events` on the channels the setting asks for (the setting
+/// may have changed since they were noted: it is read again).
+pub fn publish<'a>(shared: &Shared, events: impl IntoIterator<Item = (u32, &'a str, &'a [u8])>) {
+    let flags = shared.notify_flags.load(Ordering::Relaxed);
+    let mut woken = Vec::new();
+    let mut channel = Vec::new();
+    for (class, name, key) in events {
+        if !wanted(flags, class) {
+            continue;
+        }
+        if flags & KEYSPACE != 0 {
+            channel.clear();
+            channel.extend_from_slice(b"__keyspace@0__:");
+            channel.extend_from_slice(key);
+            shared.pubsub.publish(&channel, name.as_bytes(), &mut woken);
+        }
+        if flags & KEYEVENT != 0 {
+            channel.clear();
+            channel.extend_from_slice(b"__keyevent@0__:");
+            channel.extend_from_slice(name.as_bytes());
+            shared.pubsub.publish(&channel, key, &mut woken);
+        }
+    }
+    crate::pubsub::wake(&mut woken);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The settings Redis 7.0.15 was seen to answer (CONFIG SET, then GET).
+    #[test]
+    fn settings_read_and_show_as_redis_shows_them() {
+        for (set, shown) in [
+            ("KEA", "AKE"),
+            ("Kx", "xK"),
+            ("Eg$", "g$E"),
+            ("", ""),
+            ("KEAmn", "AKEm"),
+            ("Elshz", "lshzE"),
+            ("Kg$lshzxetd", "AK"),
+        ] {
+            assert_eq!(format(parse(set.as_bytes()).unwrap()), shown, "{set}");
+        }
+        assert_eq!(parse(b"KQ"), None);
+        assert!(wanted(parse(b"Eg").unwrap(), GENERIC));
+        assert!(!wanted(parse(b"g").unwrap(), GENERIC), "neither K nor E");
+        assert!(!wanted(parse(b"KE$").unwrap(), GENERIC));
+    }
+}
