@@ -61,6 +61,8 @@ pub struct ClientInfo {
     pub wake: tokio::sync::Notify,
     /// Published messages waiting to be sent (`crate::pubsub`).
     pub mail: Mailbox,
+    /// In MONITOR (CLIENT LIST's flag `O`).
+    pub monitor: AtomicBool,
     /// Channels, patterns and shard channels subscribed to, for CLIENT
     /// LIST, INFO and CLIENT KILL TYPE pubsub (the connection keeps the
     /// names, `ConnState::subscriptions`).
@@ -86,6 +88,7 @@ impl ClientInfo {
             killed: AtomicBool::new(false),
             wake: tokio::sync::Notify::new(),
             mail: Mailbox::default(),
+            monitor: AtomicBool::new(false),
             subscriptions: Default::default(),
         }
     }
@@ -129,8 +132,11 @@ impl ClientInfo {
     pub fn describe(&self) -> String {
         let age = self.created.elapsed();
         let idle = age.as_millis() as u64 - self.last_active_ms.load(Ordering::Relaxed).min(age.as_millis() as u64);
-        // In Redis's order: P (pub/sub) before b (blocked); N for none.
+        // In Redis's order: O (monitor), P (pub/sub), b (blocked); N for none.
         let mut flags = String::new();
+        if self.monitor.load(Ordering::Relaxed) {
+            flags.push('O');
+        }
         if self.is_subscriber() {
             flags.push('P');
         }
@@ -179,6 +185,8 @@ pub struct ConnState {
     pub ticket: Option<u64>,
     /// The channels, patterns and shard channels it listens to.
     pub subscriptions: Subscriptions,
+    /// In MONITOR: every command run is sent to it (`crate::monitor`).
+    pub monitor: bool,
     /// Subscribers this client published to, woken once its pipeline is
     /// done or before it waits (`pubsub::wake`).
     pub woken: Vec<Arc<ClientInfo>>,
@@ -216,10 +224,25 @@ impl ConnState {
         }
     }
 
+    /// Whether messages may come for this client: it subscribed to
+    /// something or is in MONITOR.
+    pub fn listens(&self) -> bool {
+        !self.subscriptions.is_empty() || self.monitor
+    }
+
     /// Appends the messages published to this client since its last
-    /// reply (a subscriber's); whether there were any.
+    /// reply (a subscriber's or a monitor's); whether there were any.
     pub fn deliver(&self, out: &mut Out) -> bool {
-        !self.subscriptions.is_empty() && self.info.mail.deliver(out)
+        self.listens() && self.info.mail.deliver(out)
+    }
+
+    /// Leaves MONITOR (RESET, or the connection closed).
+    pub fn stop_monitoring(&mut self, shared: &Shared) {
+        if self.monitor {
+            self.monitor = false;
+            self.info.monitor.store(false, Ordering::Relaxed);
+            shared.monitors.remove(self.info.id);
+        }
     }
 
     pub fn reset_transaction(&mut self) {
@@ -246,6 +269,7 @@ pub async fn serve(shared: Arc<Shared>, mut stream: TcpStream, addr: SocketAddr)
         blocked: None,
         ticket: None,
         subscriptions: Subscriptions::default(),
+        monitor: false,
         woken: Vec::new(),
         counts: LocalCounts::default(),
     };
@@ -255,6 +279,7 @@ pub async fn serve(shared: Arc<Shared>, mut stream: TcpStream, addr: SocketAddr)
     conn.counts.flush_into(&shared.stats);
     crate::pubsub::wake(&mut conn.woken);
     conn.subscriptions.clear(&shared.pubsub, &conn.info);
+    conn.stop_monitoring(&shared);
     shared.clients.lock().remove(&id);
     shared.connected.fetch_sub(1, Ordering::AcqRel);
 }
@@ -286,6 +311,10 @@ async fn wait_blocked<'s>(
     conn.info.blocked.store(true, Ordering::Release);
     let waited = wait_in_line(shared, stream, conn, out, run, &line, deadline).await;
     conn.info.blocked.store(false, Ordering::Release);
+    // Shown to monitors once it ends, as Redis shows a blocking command.
+    if let (Ok(true), Some(command)) = (&waited, commands::lookup(&args[0])) {
+        crate::monitor::feed(shared, conn, command, &args);
+    }
     conn.ticket = None;
     drop(line);
     waited
@@ -465,7 +494,7 @@ async fn run(shared: &Shared, stream: &mut TcpStream, conn: &mut ConnState) -> s
             return Ok(());
         }
         if !out.buf.is_empty() {
-            if conn.subscriptions.is_empty() {
+            if !conn.listens() {
                 write_out(shared, stream, &mut out).await?;
             } else if !write_to_subscriber(shared, stream, conn, &mut out).await? {
                 return Ok(());
@@ -477,9 +506,9 @@ async fn run(shared: &Shared, stream: &mut TcpStream, conn: &mut ConnState) -> s
             input.reserve(read_size);
         }
         let spare = input.capacity() - input.len();
-        // Subscribers wait for messages, not commands: Redis's `timeout`
-        // spares them.
-        let idle = if conn.subscriptions.is_empty() { shared.idle_timeout() } else { None };
+        // Subscribers and monitors wait for messages, not commands:
+        // Redis's `timeout` spares them.
+        let idle = if conn.listens() { None } else { shared.idle_timeout() };
         let read = async {
             match idle {
                 Some(limit) => tokio::time::timeout(limit, stream.read_buf(&mut input))

@@ -14,6 +14,7 @@
 //! - `waiters`: clients blocked in BLPOP and the like, in line per key;
 //! - `pubsub`: channels, patterns and their subscribers' mailboxes;
 //! - `notify`: keyspace notifications published through them;
+//! - `monitor`: MONITOR's lines, sent through the same mailboxes;
 //! - `expiry`: active expiry; `metrics`: the Prometheus endpoint;
 //! - `server`: shared state, listeners, shutdown; `config`: flags and TOML.
 
@@ -26,6 +27,7 @@ pub mod hash;
 pub mod io_threads;
 pub mod keyspace;
 pub mod metrics;
+pub mod monitor;
 pub mod notify;
 pub mod pending;
 pub mod pubsub;

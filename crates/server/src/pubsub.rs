@@ -62,9 +62,13 @@ pub const MAILBOX_LIMIT_BYTES: usize = 32 << 20;
 const MESSAGE_OVERHEAD_BYTES: usize = 64;
 
 /// A message as it goes out, encoded once for all its listeners: RESP2's
-/// array, which RESP3 sends as a push by its first byte alone.
+/// array, which RESP3 sends as a push by its first byte alone (`push`),
+/// or a line sent as it is in both (MONITOR's).
 #[derive(Clone)]
-struct Message(Bytes);
+struct Message {
+    bytes: Bytes,
+    push: bool,
+}
 
 impl Message {
     /// `kind` ("message", "pmessage", "smessage"), the pattern that
@@ -79,23 +83,28 @@ impl Message {
         }
         out.bulk(channel);
         out.bulk(payload);
-        Message(out.buf.freeze())
+        Message { bytes: out.buf.freeze(), push: true }
     }
 
     fn cost(&self) -> usize {
-        MESSAGE_OVERHEAD_BYTES + self.0.len()
+        MESSAGE_OVERHEAD_BYTES + self.bytes.len()
     }
 
     fn encode(&self, out: &mut Out) {
-        match out.protocol {
-            Protocol::Resp2 => out.buf.extend_from_slice(&self.0),
-            Protocol::Resp3 => {
-                out.buf.reserve(self.0.len());
-                out.buf.extend_from_slice(b">");
-                out.buf.extend_from_slice(&self.0[1..]);
-            }
+        if self.push && out.protocol == Protocol::Resp3 {
+            out.buf.reserve(self.bytes.len());
+            out.buf.extend_from_slice(b">");
+            out.buf.extend_from_slice(&self.bytes[1..]);
+        } else {
+            out.buf.extend_from_slice(&self.bytes);
         }
     }
+}
+
+/// Queues `line` (a whole reply, sent as it is) for `client`, as `post`
+/// does a message (MONITOR's lines).
+pub fn post_line(client: &Arc<ClientInfo>, line: Bytes, woken: &mut Vec<Arc<ClientInfo>>) {
+    post(client, Message { bytes: line, push: false }, woken);
 }
 
 /// Messages published to a client and not yet sent.

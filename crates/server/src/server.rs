@@ -84,6 +84,8 @@ pub struct Shared {
     pub pubsub: crate::pubsub::PubSub,
     /// `notify-keyspace-events` (`crate::notify`): 0, none, by default.
     pub notify_flags: std::sync::atomic::AtomicU32,
+    /// Clients in MONITOR (`crate::monitor`).
+    pub monitors: crate::monitor::Monitors,
 }
 
 impl Shared {
@@ -203,6 +205,7 @@ pub async fn run(config: Config, db: Db) -> Result<(), String> {
         waiters: crate::waiters::Waiters::default(),
         pubsub: Default::default(),
         notify_flags: Default::default(),
+        monitors: Default::default(),
         db,
         locks: KeyLocks::default(),
         stats: ServerStats::default(),

@@ -1417,3 +1417,69 @@ fn pubsub_transcript(port: u16, protocol: u8, script: &str, patterns_in_any_orde
 fn is_pmessage(reply: &str) -> bool {
     reply[1..].starts_with("4\r\n$8\r\npmessage\r\n")
 }
+
+/// MONITOR: what a monitoring client is sent while another runs commands
+/// (times and client addresses aside), then what it may run itself,
+/// byte for byte against redis-server.
+#[test]
+fn monitor_matches_redis() {
+    let Some(redis) = RedisServer::start() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("db"), &["--threads", "2"]);
+    let ours = monitor_transcript(server.port);
+    assert!(ours.len() > 10, "{ours:?}");
+    assert_eq!(ours, monitor_transcript(redis.port));
+}
+
+fn monitor_transcript(port: u16) -> Vec<String> {
+    let connect = || {
+        let stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        stream.set_read_timeout(Some(std::time::Duration::from_secs(10))).unwrap();
+        stream
+    };
+    let (mut monitor, mut client) = (connect(), connect());
+    request(&mut client, b"FLUSHALL\r\n");
+    let mut seen = vec![String::from_utf8(request(&mut monitor, &encode(&[b"MONITOR"]))).unwrap()];
+    let commands = "SET k v | SET a\\x20b x\\x22y\\x0a\\x01 | GET k | CONFIG GET maxmemory | AUTH x | PING | MULTI | INCR n | EXEC | NOSUCH x | GET | HELLO 2 AUTH default pw | CLIENT ID | BLPOP nolist 0.1 | EXEC | RPUSH q x | SUBSCRIBE ch | RESET";
+    for command in commands.split('|') {
+        let args = words(command.trim());
+        let refs: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
+        request(&mut client, &encode(&refs));
+    }
+    // Everything the monitor was sent, up to the reply to its own PING.
+    use std::io::Write;
+    monitor.write_all(&encode(&[b"PING", b"done"])).unwrap();
+    loop {
+        let reply = String::from_utf8(read_reply(&mut monitor)).unwrap();
+        if reply == "$4\r\ndone\r\n" {
+            break;
+        }
+        seen.push(normalize_monitor_line(&reply));
+    }
+    for command in ["GET k", "PING", "MONITOR", "DBSIZE", "RESET", "GET k"] {
+        let args = words(command);
+        let refs: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
+        monitor.write_all(&encode(&refs)).unwrap();
+        monitor.write_all(&encode(&[b"PING", b"sync"])).unwrap();
+        loop {
+            let reply = String::from_utf8(read_reply(&mut monitor)).unwrap();
+            if reply == "$4\r\nsync\r\n" {
+                break;
+            }
+            seen.push(format!("{command}: {}", normalize_monitor_line(&reply)));
+        }
+    }
+    let mut other = connect();
+    other.write_all(&[encode(&[b"MULTI"]), encode(&[b"MONITOR"]), encode(&[b"EXEC"])].concat()).unwrap();
+    seen.extend((0..3).map(|_| String::from_utf8(read_reply(&mut other)).unwrap()));
+    seen
+}
+
+/// A monitor line with its time and client address replaced
+/// (`+<time> [0 <addr>] ...` -> `+TIME [0 ADDR] ...`).
+fn normalize_monitor_line(line: &str) -> String {
+    match (line.strip_prefix('+'), line.find(" [0 "), line.find("] ")) {
+        (Some(_), Some(_), Some(end)) => format!("+TIME [0 ADDR]{}", &line[end + 1..]),
+        _ => line.to_string(),
+    }
+}

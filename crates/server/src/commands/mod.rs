@@ -392,6 +392,7 @@ commands! {
     "discard", 1, TX_CONTROL | FAST, NONE, "transactions", tx::discard, "Discards a transaction.";
     "watch", -2, TX_CONTROL | FAST, ALL_ARGS, "transactions", tx::watch, "Monitors changes to keys to determine the execution of a transaction.";
     "unwatch", 1, FAST, NONE, "transactions", tx::unwatch, "Forgets about watched keys of a transaction.";
+    "monitor", 1, ADMIN, NONE, "server", server::monitor, "Listens for all requests received by the server in real-time.";
     "subscribe", -2, 0, NONE, "pubsub", pubsub::subscribe, "Listens for messages published to channels.";
     "psubscribe", -2, 0, NONE, "pubsub", pubsub::psubscribe, "Listens for messages published to channels that match one or more patterns.";
     "ssubscribe", -2, 0, ALL_ARGS, "pubsub", pubsub::ssubscribe, "Listens for messages published to shard channels.";
@@ -720,9 +721,17 @@ pub async fn execute<'s>(shared: &'s Shared, conn: &mut ConnState, out: &mut Out
     if !conn.authenticated && !command.has(NO_AUTH) && shared.password().is_some() {
         return reject(conn, out, command, "NOAUTH Authentication required.");
     }
-    if !conn.subscriptions.is_empty() {
-        if conn.protocol == crate::resp::Protocol::Resp2 && !pubsub::allowed_while_subscribed(command.name) {
+    if conn.listens() {
+        if !conn.subscriptions.is_empty()
+            && conn.protocol == crate::resp::Protocol::Resp2
+            && !pubsub::allowed_while_subscribed(command.name)
+        {
             return reject(conn, out, command, &pubsub::not_while_subscribed(command.name, &args));
+        }
+        // A monitor is a replica to Redis, which keeps replicas' hands off
+        // the keys.
+        if conn.monitor && (command.has(WRITE) || command.has(READONLY)) {
+            return reject(conn, out, command, "ERR Replica can't interact with the keyspace");
         }
         if conn.info.mail.has_mail() {
             // Published before this command arrived: sent before its
@@ -779,6 +788,7 @@ pub async fn execute<'s>(shared: &'s Shared, conn: &mut ConnState, out: &mut Out
             }
             result
         };
+        crate::monitor::feed(shared, conn, command, &args);
         match result {
             Ok(()) => run.commands += 1,
             Err(error) => {
@@ -797,7 +807,10 @@ pub async fn execute<'s>(shared: &'s Shared, conn: &mut ConnState, out: &mut Out
     }
     run.commit(shared, out).await;
     if command.name == "exec" {
-        return exec(shared, conn, out).await;
+        exec(shared, conn, out).await;
+        // After the commands it ran, as Redis shows them.
+        crate::monitor::feed(shared, conn, command, &args);
+        return;
     }
     let guards = shared.locks.lock(&stripes).await;
     let mark = out.len();
@@ -812,6 +825,11 @@ pub async fn execute<'s>(shared: &'s Shared, conn: &mut ConnState, out: &mut Out
         writes.see_pending(&shared.pending);
     }
     let result = (command.run)(&mut Ctx { shared, conn, out, writes: &mut writes }, &args);
+    // A blocking command is shown once it ends (`conn::wait_blocked`), and
+    // its looks again while it waits not at all.
+    if !matches!(result, Err(CmdError::Blocked(..))) && !conn.info.blocked.load(Ordering::Relaxed) {
+        crate::monitor::feed(shared, conn, command, &args);
+    }
     if let Err(CmdError::Blocked(timeout, _)) = result {
         // The connection waits and runs it again (`conn::wait_blocked`).
         out.truncate(mark);

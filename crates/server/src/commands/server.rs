@@ -51,7 +51,24 @@ pub fn quit(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
     Ok(())
 }
 
+/// MONITOR: from now on this client is sent every command the server runs
+/// (`crate::monitor`); asked again, it answers nothing, as Redis.
+pub fn monitor(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
+    // Only a transaction's writes keep an overlay here: inside EXEC.
+    if ctx.writes.has_overlay() {
+        return Err(err("ERR MONITOR isn't allowed for DENY BLOCKING client"));
+    }
+    if !ctx.conn.monitor {
+        ctx.conn.monitor = true;
+        ctx.conn.info.monitor.store(true, Ordering::Relaxed);
+        ctx.shared.monitors.add(&ctx.conn.info);
+        ctx.out.ok();
+    }
+    Ok(())
+}
+
 pub fn reset(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
+    ctx.conn.stop_monitoring(ctx.shared);
     let conn = &mut *ctx.conn;
     conn.subscriptions.clear(&ctx.shared.pubsub, &conn.info);
     // Messages published before it are sent before its reply.

@@ -105,6 +105,7 @@ pub async fn exec(shared: &Shared, conn: &mut ConnState, out: &mut Out) {
     writes.see_pending(&shared.pending);
     for (command, args) in &queued {
         conn.counts.commands += 1;
+        crate::monitor::feed(shared, conn, command, args);
         let before = out.len();
         let result = (command.run)(&mut Ctx { shared, conn: &mut *conn, out: &mut *out, writes: &mut writes }, args);
         match result {

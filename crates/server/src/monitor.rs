@@ -1,0 +1,111 @@
+//! MONITOR: every command the server runs, as a line to each monitoring
+//! client, in Redis's format (`+<unix time> [0 <addr>] "NAME" "arg" ...`),
+//! delivered through the clients' pub/sub mailboxes. Without a monitor a
+//! command pays one atomic load.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use parking_lot::RwLock;
+
+use crate::commands::Command;
+use crate::conn::{ClientInfo, ConnState};
+use crate::server::Shared;
+
+#[derive(Default)]
+pub struct Monitors {
+    clients: RwLock<Vec<Arc<ClientInfo>>>,
+    count: AtomicUsize,
+}
+
+impl Monitors {
+    pub fn add(&self, client: &Arc<ClientInfo>) {
+        let mut clients = self.clients.write();
+        clients.push(client.clone());
+        self.count.store(clients.len(), Ordering::Release);
+    }
+
+    pub fn remove(&self, client: u64) {
+        let mut clients = self.clients.write();
+        clients.retain(|c| c.id != client);
+        self.count.store(clients.len(), Ordering::Release);
+    }
+}
+
+/// Tells the monitors that `conn` ran `args` (not ADMIN commands, as
+/// Redis does not show them; AUTH's and HELLO's credentials redacted).
+pub fn feed(shared: &Shared, conn: &mut ConnState, command: &Command, args: &[Bytes]) {
+    if shared.monitors.count.load(Ordering::Acquire) == 0 || command.has(crate::commands::ADMIN) {
+        return;
+    }
+    let line = Bytes::from(line(conn.info.addr, command.name, args, std::time::SystemTime::now()));
+    for client in shared.monitors.clients.read().iter() {
+        crate::pubsub::post_line(client, line.clone(), &mut conn.woken);
+    }
+}
+
+fn line(addr: std::net::SocketAddr, name: &str, args: &[Bytes], at: std::time::SystemTime) -> Vec<u8> {
+    let since = at.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    let mut line = format!("+{}.{:06} [0 {addr}]", since.as_secs(), since.subsec_micros()).into_bytes();
+    // AUTH's arguments, and the two after HELLO's AUTH, are credentials.
+    let mut redact = if name == "auth" { args.len() } else { 0 };
+    for (i, arg) in args.iter().enumerate() {
+        line.push(b' ');
+        if redact > 0 && i > 0 {
+            quote(&mut line, b"(redacted)");
+            redact -= 1;
+            continue;
+        }
+        quote(&mut line, arg);
+        if name == "hello" && i > 1 && arg.eq_ignore_ascii_case(b"auth") {
+            redact = 2;
+        }
+    }
+    line.extend_from_slice(b"\r\n");
+    line
+}
+
+/// Redis's `sdscatrepr`: in double quotes, `\\` `\"` `\n` `\r` `\t` `\a`
+/// `\b` escaped, other unprintable bytes as `\xHH`.
+fn quote(out: &mut Vec<u8>, arg: &[u8]) {
+    out.push(b'"');
+    for &b in arg {
+        match b {
+            b'\\' | b'"' => out.extend_from_slice(&[b'\\', b]),
+            b'\n' => out.extend_from_slice(b"\\n"),
+            b'\r' => out.extend_from_slice(b"\\r"),
+            b'\t' => out.extend_from_slice(b"\\t"),
+            7 => out.extend_from_slice(b"\\a"),
+            8 => out.extend_from_slice(b"\\b"),
+            b if b.is_ascii_graphic() || b == b' ' => out.push(b),
+            b => out.extend_from_slice(format!("\\x{b:02x}").as_bytes()),
+        }
+    }
+    out.push(b'"');
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_are_written_as_redis_writes_them() {
+        let at = std::time::UNIX_EPOCH + std::time::Duration::from_micros(1_795_720_963_045_499);
+        let addr = "127.0.0.1:42684".parse().unwrap();
+        let args = |words: &[&[u8]]| words.iter().map(|w| Bytes::copy_from_slice(w)).collect::<Vec<_>>();
+        let text = |line: Vec<u8>| String::from_utf8(line).unwrap();
+        assert_eq!(
+            text(line(addr, "set", &args(&[b"SET", b"a b", b"x\"y\n\x01\\\t"]), at)),
+            "+1795720963.045499 [0 127.0.0.1:42684] \"SET\" \"a b\" \"x\\\"y\\n\\x01\\\\\\t\"\r\n"
+        );
+        assert_eq!(
+            text(line(addr, "auth", &args(&[b"AUTH", b"user", b"secret"]), at)),
+            "+1795720963.045499 [0 127.0.0.1:42684] \"AUTH\" \"(redacted)\" \"(redacted)\"\r\n"
+        );
+        assert_eq!(
+            text(line(addr, "hello", &args(&[b"HELLO", b"3", b"AUTH", b"u", b"p", b"SETNAME", b"n"]), at)),
+            "+1795720963.045499 [0 127.0.0.1:42684] \"HELLO\" \"3\" \"AUTH\" \"(redacted)\" \"(redacted)\" \"SETNAME\" \"n\"\r\n"
+        );
+    }
+}
