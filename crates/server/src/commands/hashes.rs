@@ -89,12 +89,7 @@ impl<'v> Open<'v> {
     /// hash is left empty), in Redis's order.
     fn store_noting(self, ctx: &mut Ctx<'_>, key: &[u8], expiry: Option<u64>, event: &'static str) -> CmdResult {
         let emptied = self.is_empty();
-        ctx.notify(crate::notify::HASH, event, key);
-        self.store(ctx, key, expiry)?;
-        if emptied {
-            ctx.notify(crate::notify::GENERIC, "del", key);
-        }
-        Ok(())
+        ctx.store_noting(crate::notify::HASH, event, key, emptied, |ctx| self.store(ctx, key, expiry))
     }
 
     /// Writes the hash back to `key` with `expiry`: a listpack past

@@ -8,7 +8,7 @@
 //! the list, O(n) as in Redis. A blocking pop that finds nothing returns `CmdError::Blocked`
 //! and its connection waits for a push (`conn::wait_blocked`).
 
-use crate::notify::{GENERIC, LIST};
+use crate::notify::LIST;
 use std::borrow::Cow;
 use std::time::Duration;
 
@@ -250,12 +250,7 @@ impl<'v> Open<'v> {
 /// order.
 fn store_noting(ctx: &mut Ctx<'_>, list: Open<'_>, key: &[u8], expiry: Option<u64>, event: &'static str) -> CmdResult {
     let emptied = list.len() == 0;
-    ctx.notify(LIST, event, key);
-    list.store(ctx, key, expiry)?;
-    if emptied {
-        ctx.notify(GENERIC, "del", key);
-    }
-    Ok(())
+    ctx.store_noting(LIST, event, key, emptied, |ctx| list.store(ctx, key, expiry))
 }
 
 fn pop_event(front: bool) -> &'static str {

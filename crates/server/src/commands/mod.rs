@@ -199,6 +199,25 @@ impl Ctx<'_> {
         }
     }
 
+    /// Runs `store`, which writes a collection back to `key`, between its
+    /// keyspace events, in Redis's order: `event` of `class`, then `del`
+    /// when the collection is left `emptied` (and so removed).
+    pub fn store_noting(
+        &mut self,
+        class: u32,
+        event: &'static str,
+        key: &[u8],
+        emptied: bool,
+        store: impl FnOnce(&mut Self) -> CmdResult,
+    ) -> CmdResult {
+        self.notify(class, event, key);
+        store(self)?;
+        if emptied {
+            self.notify(crate::notify::GENERIC, "del", key);
+        }
+        Ok(())
+    }
+
     /// Whether a blocking command may take from `key` now: clients
     /// blocked on it are served in the order they blocked
     /// (`crate::waiters`).

@@ -335,12 +335,7 @@ impl<'v> Open<'v> {
     /// is left empty), in Redis's order.
     fn store_noting(self, ctx: &mut Ctx<'_>, key: &[u8], expiry: Option<u64>, event: &'static str) -> CmdResult {
         let emptied = self.len() == 0;
-        ctx.notify(crate::notify::ZSET, event, key);
-        self.store(ctx, key, expiry)?;
-        if emptied {
-            ctx.notify(crate::notify::GENERIC, "del", key);
-        }
-        Ok(())
+        ctx.store_noting(crate::notify::ZSET, event, key, emptied, |ctx| self.store(ctx, key, expiry))
     }
 
     /// Writes the set back to `key` with `expiry`; an empty set goes.
