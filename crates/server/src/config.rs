@@ -52,6 +52,10 @@ pub struct Cli {
     /// more and holding less disk; as Redis's auto-aof-rewrite-percentage).
     #[arg(long = "gc-space-amp")]
     pub gc_space_amp: Option<f64>,
+    /// Keyspace notifications to publish, as Redis's setting of this name
+    /// (`KEA` for all; default none). CONFIG SET changes it.
+    #[arg(long = "notify-keyspace-events")]
+    pub notify_keyspace_events: Option<String>,
     /// Write the listening port here once ready (for scripts and tests).
     #[arg(long = "port-file")]
     pub port_file: Option<PathBuf>,
@@ -75,6 +79,7 @@ struct FileConfig {
     threads: Option<usize>,
     point_index: Option<bool>,
     gc_space_amp: Option<f64>,
+    notify_keyspace_events: Option<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -101,6 +106,8 @@ pub struct Config {
     /// `Options::gc_space_amp`: the log's size over the live bytes above
     /// which background GC copies live entries forward.
     pub gc_space_amp: f64,
+    /// `notify-keyspace-events` at start (`crate::notify` flags).
+    pub notify_keyspace_events: u32,
 }
 
 impl Default for Config {
@@ -124,6 +131,7 @@ impl Default for Config {
             threads: None,
             point_index: true,
             gc_space_amp: Options::default().gc_space_amp,
+            notify_keyspace_events: 0,
         }
     }
 }
@@ -140,6 +148,10 @@ impl Config {
             (None, Some(text)) => text.parse().map_err(|e| format!("durability in the config file: {e}"))?,
             (None, None) => defaults.durability,
         };
+        let events = cli.notify_keyspace_events.or(file.notify_keyspace_events).unwrap_or_default();
+        let notify_keyspace_events = crate::notify::parse(events.as_bytes()).ok_or_else(|| {
+            format!("notify-keyspace-events {events:?}: a character names no class (use Ag$lshzxeKEtmdn)")
+        })?;
         let config = Config {
             bind: cli.bind.or(file.bind).unwrap_or(defaults.bind),
             port: cli.port.or(file.port).unwrap_or(defaults.port),
@@ -157,6 +169,7 @@ impl Config {
             threads: cli.threads.or(file.threads).filter(|&n| n > 0),
             point_index: file.point_index.unwrap_or(defaults.point_index),
             gc_space_amp: cli.gc_space_amp.or(file.gc_space_amp).unwrap_or(defaults.gc_space_amp),
+            notify_keyspace_events,
         };
         // Of the settings passed to the engine only gc-space-amp can be out of range.
         config.engine_options().validate().map_err(|e| format!("gc-space-amp: {e}"))?;

@@ -204,7 +204,7 @@ pub async fn run(config: Config, db: Db) -> Result<(), String> {
         pending: Default::default(),
         waiters: crate::waiters::Waiters::default(),
         pubsub: Default::default(),
-        notify_flags: Default::default(),
+        notify_flags: std::sync::atomic::AtomicU32::new(config.notify_keyspace_events),
         monitors: Default::default(),
         db,
         locks: KeyLocks::default(),

@@ -216,14 +216,16 @@ fn a_subscriber_that_stops_reading_is_closed_at_the_limit() {
     assert_eq!(clients.lines().filter(|line| line.contains("flags=P")).count(), 1, "{clients}");
 }
 
-/// `notify-keyspace-events Ex`: a key removed by active expiry is told on
+/// `--notify-keyspace-events Ex`: a key removed by active expiry is told on
 /// `__keyevent@0__:expired` (within Redis's 10 Hz cycle), and a write of
 /// another class is not; with the setting off again, nothing is.
 #[test]
 fn expired_keys_are_told_when_asked() {
-    let (_dir, server) = start();
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("db"), &["--notify-keyspace-events", "Ex"]);
     let mut admin = server.connect();
-    assert_eq!(request(&mut admin, &encode(&[b"CONFIG", b"SET", b"notify-keyspace-events", b"Ex"])), b"+OK\r\n");
+    let setting = request(&mut admin, &encode(&[b"CONFIG", b"GET", b"notify-keyspace-events"]));
+    assert_eq!(setting, b"*2\r\n$22\r\nnotify-keyspace-events\r\n$2\r\nxE\r\n", "set by the flag");
     let mut listener = server.connect();
     listener.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     request(&mut listener, &encode(&[b"SUBSCRIBE", b"__keyevent@0__:expired", b"__keyevent@0__:set"]));
