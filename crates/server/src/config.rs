@@ -251,4 +251,18 @@ mod tests {
             assert!(error.contains("gc-space-amp"), "{error}");
         }
     }
+
+    #[test]
+    fn keyspace_notifications_come_from_the_file_or_the_flag_and_are_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("scaledkv.toml");
+        std::fs::write(&path, "notify-keyspace-events = \"Egx\"\n").unwrap();
+        let from_file = Config::from_cli(Cli { config: Some(path.clone()), ..Cli::default() }).unwrap();
+        assert_eq!(crate::notify::format(from_file.notify_keyspace_events), "gxE");
+        let cli = Cli { config: Some(path), notify_keyspace_events: Some("KEA".into()), ..Cli::default() };
+        assert_eq!(crate::notify::format(Config::from_cli(cli).unwrap().notify_keyspace_events), "AKE");
+        assert_eq!(Config::from_cli(Cli::default()).unwrap().notify_keyspace_events, 0);
+        let cli = Cli { notify_keyspace_events: Some("KQ".into()), ..Cli::default() };
+        assert!(Config::from_cli(cli).unwrap_err().contains("notify-keyspace-events"));
+    }
 }
