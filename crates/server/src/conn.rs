@@ -2,7 +2,7 @@
 //! command in it (a pipeline), send the replies in one write.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -63,6 +63,9 @@ pub struct ClientInfo {
     pub mail: Mailbox,
     /// In MONITOR (CLIENT LIST's flag `O`).
     pub monitor: AtomicBool,
+    /// Commands queued in MULTI, -1 outside one (CLIENT LIST's `multi=`
+    /// and flag `x`).
+    pub queued: AtomicI64,
     /// Channels, patterns and shard channels subscribed to, for CLIENT
     /// LIST, INFO and CLIENT KILL TYPE pubsub (the connection keeps the
     /// names, `ConnState::subscriptions`).
@@ -89,6 +92,7 @@ impl ClientInfo {
             wake: tokio::sync::Notify::new(),
             mail: Mailbox::default(),
             monitor: AtomicBool::new(false),
+            queued: AtomicI64::new(-1),
             subscriptions: Default::default(),
         }
     }
@@ -132,13 +136,18 @@ impl ClientInfo {
     pub fn describe(&self) -> String {
         let age = self.created.elapsed();
         let idle = age.as_millis() as u64 - self.last_active_ms.load(Ordering::Relaxed).min(age.as_millis() as u64);
-        // In Redis's order: O (monitor), P (pub/sub), b (blocked); N for none.
+        // In Redis's order: O (monitor), P (pub/sub), x (in MULTI), b
+        // (blocked); N for none.
         let mut flags = String::new();
         if self.monitor.load(Ordering::Relaxed) {
             flags.push('O');
         }
         if self.is_subscriber() {
             flags.push('P');
+        }
+        let queued = self.queued.load(Ordering::Relaxed);
+        if queued >= 0 {
+            flags.push('x');
         }
         if self.blocked.load(Ordering::Relaxed) {
             flags.push('b');
@@ -149,7 +158,7 @@ impl ClientInfo {
         let [sub, psub, ssub] = [Class::Channel, Class::Pattern, Class::Shard]
             .map(|class| self.subscriptions[class as usize].load(Ordering::Relaxed));
         format!(
-            "id={} addr={} laddr={} fd=-1 name={} age={} idle={} flags={flags} db=0 sub={sub} psub={psub} ssub={ssub} multi=-1 qbuf=0 \
+            "id={} addr={} laddr={} fd=-1 name={} age={} idle={} flags={flags} db=0 sub={sub} psub={psub} ssub={ssub} multi={queued} qbuf=0 \
              qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd={} \
              user=default redir=-1 resp={}",
             self.id,
@@ -247,6 +256,7 @@ impl ConnState {
 
     pub fn reset_transaction(&mut self) {
         self.multi = None;
+        self.info.queued.store(-1, Ordering::Relaxed);
         self.multi_failed = false;
         self.watched.clear();
     }

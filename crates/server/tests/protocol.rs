@@ -1055,3 +1055,30 @@ fn bulk_of(reply: &[u8]) -> Vec<u8> {
         _ => Vec::new(),
     }
 }
+
+/// CLIENT LIST shows what a client is in, as Redis does: `x` and the
+/// count of queued commands in MULTI (`multi=-1` outside), `O` for a
+/// monitor.
+#[test]
+fn client_list_shows_a_transaction_and_a_monitor() {
+    let (_dir, server) = start(&[]);
+    let mut admin = server.connect();
+    let line_of = |admin: &mut TcpStream, id: &str| {
+        let listed = String::from_utf8(request(admin, &encode(&[b"CLIENT", b"LIST"]))).unwrap();
+        listed.lines().find(|l| l.contains(&format!("id={id} "))).expect("listed").to_string()
+    };
+    let mut client = server.connect();
+    let id = String::from_utf8(request(&mut client, &encode(&[b"CLIENT", b"ID"]))).unwrap()[1..].trim().to_string();
+    assert!(line_of(&mut admin, &id).contains("flags=N db=0 sub=0 psub=0 ssub=0 multi=-1 "));
+    request(&mut client, &encode(&[b"MULTI"]));
+    request(&mut client, &encode(&[b"SET", b"k", b"v"]));
+    request(&mut client, &encode(&[b"GET", b"k"]));
+    assert!(line_of(&mut admin, &id).contains("flags=x db=0 sub=0 psub=0 ssub=0 multi=2 "));
+    request(&mut client, &encode(&[b"EXEC"]));
+    assert!(line_of(&mut admin, &id).contains("flags=N db=0 sub=0 psub=0 ssub=0 multi=-1 "));
+    request(&mut client, &encode(&[b"MULTI"]));
+    request(&mut client, &encode(&[b"DISCARD"]));
+    assert!(line_of(&mut admin, &id).contains("multi=-1 "));
+    assert_eq!(request(&mut client, &encode(&[b"MONITOR"])), b"+OK\r\n");
+    assert!(line_of(&mut admin, &id).contains("flags=O "));
+}

@@ -767,7 +767,9 @@ pub async fn execute<'s>(shared: &'s Shared, conn: &mut ConnState, out: &mut Out
             return;
         }
         if !command.has(TX_CONTROL) {
-            conn.multi.as_mut().expect("checked").push((command, args));
+            let queued = conn.multi.as_mut().expect("checked");
+            queued.push((command, args));
+            conn.info.queued.store(queued.len() as i64, Ordering::Relaxed);
             out.simple("QUEUED");
             return;
         }

@@ -15,6 +15,7 @@ pub fn multi(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
         return Err(err("ERR MULTI calls can not be nested"));
     }
     ctx.conn.multi = Some(Vec::new());
+    ctx.conn.info.queued.store(0, std::sync::atomic::Ordering::Relaxed);
     ctx.conn.multi_failed = false;
     ctx.out.ok();
     Ok(())
