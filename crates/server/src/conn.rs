@@ -61,7 +61,8 @@ pub struct ClientInfo {
     pub wake: tokio::sync::Notify,
     /// Published messages waiting to be sent (`crate::pubsub`).
     pub mail: Mailbox,
-    /// In MONITOR (CLIENT LIST's flag `O`).
+    /// In MONITOR (`crate::monitor`; CLIENT LIST's flag `O`): the one
+    /// record of it, `ConnState::monitors` reads it.
     pub monitor: AtomicBool,
     /// Commands queued in MULTI, -1 outside one (CLIENT LIST's `multi=`
     /// and flag `x`).
@@ -194,8 +195,6 @@ pub struct ConnState {
     pub ticket: Option<u64>,
     /// The channels, patterns and shard channels it listens to.
     pub subscriptions: Subscriptions,
-    /// In MONITOR: every command run is sent to it (`crate::monitor`).
-    pub monitor: bool,
     /// Subscribers this client published to, woken once its pipeline is
     /// done or before it waits (`pubsub::wake`).
     pub woken: Vec<Arc<ClientInfo>>,
@@ -233,10 +232,15 @@ impl ConnState {
         }
     }
 
+    /// In MONITOR: every command run is sent to it (`crate::monitor`).
+    pub fn monitors(&self) -> bool {
+        self.info.monitor.load(Ordering::Relaxed)
+    }
+
     /// Whether messages may come for this client: it subscribed to
     /// something or is in MONITOR.
     pub fn listens(&self) -> bool {
-        !self.subscriptions.is_empty() || self.monitor
+        !self.subscriptions.is_empty() || self.monitors()
     }
 
     /// Appends the messages published to this client since its last
@@ -246,10 +250,8 @@ impl ConnState {
     }
 
     /// Leaves MONITOR (RESET, or the connection closed).
-    pub fn stop_monitoring(&mut self, shared: &Shared) {
-        if self.monitor {
-            self.monitor = false;
-            self.info.monitor.store(false, Ordering::Relaxed);
+    pub fn stop_monitoring(&self, shared: &Shared) {
+        if self.info.monitor.swap(false, Ordering::Relaxed) {
             shared.monitors.remove(self.info.id);
         }
     }
@@ -279,7 +281,6 @@ pub async fn serve(shared: Arc<Shared>, mut stream: TcpStream, addr: SocketAddr)
         blocked: None,
         ticket: None,
         subscriptions: Subscriptions::default(),
-        monitor: false,
         woken: Vec::new(),
         counts: LocalCounts::default(),
     };

@@ -21,14 +21,18 @@ pub async fn active_expiry(shared: Arc<Shared>) {
     loop {
         // A client's key dropped here is Redis's `expired` event (its
         // collections' entries under reserved keys are not keys to them).
-        let mut expired: Vec<Vec<u8>> = Vec::new();
+        let mut expired = Vec::new();
         let notify = crate::notify::wanted(shared.notify_flags.load(Ordering::Relaxed), crate::notify::EXPIRED);
         let (next, dropped) = shared.db.purge_expired(cursor.as_deref(), STEP_KEYS, |key| {
             if notify && !crate::keyspace::is_reserved(key) {
-                expired.push(key.to_vec());
+                expired.push(crate::notify::Event {
+                    class: crate::notify::EXPIRED,
+                    name: "expired",
+                    key: key.to_vec(),
+                });
             }
         });
-        crate::notify::publish(&shared, expired.iter().map(|key| (crate::notify::EXPIRED, "expired", &key[..])));
+        crate::notify::publish(&shared, &expired);
         if dropped > 0 {
             shared.stats.expired_keys.fetch_add(dropped as u64, Ordering::Relaxed);
         }

@@ -97,11 +97,11 @@ pub struct Event {
 
 /// Publishes `events` on the channels the setting asks for (the setting
 /// may have changed since they were noted: it is read again).
-pub fn publish<'a>(shared: &Shared, events: impl IntoIterator<Item = (u32, &'a str, &'a [u8])>) {
+pub fn publish(shared: &Shared, events: &[Event]) {
     let flags = shared.notify_flags.load(Ordering::Relaxed);
     let mut woken = Vec::new();
     let mut channel = Vec::new();
-    for (class, name, key) in events {
+    for &Event { class, name, ref key } in events {
         if !wanted(flags, class) {
             continue;
         }

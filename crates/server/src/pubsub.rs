@@ -12,7 +12,7 @@
 //! arrive: what came before is sent before its reply, as in Redis.
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -111,9 +111,9 @@ pub fn post_line(client: &Arc<ClientInfo>, line: Bytes, woken: &mut Vec<Arc<Clie
 #[derive(Default)]
 pub struct Mailbox {
     queue: Mutex<Queue>,
-    /// Messages queued: read without the lock on every command of a
-    /// subscribed client.
-    waiting: AtomicUsize,
+    /// Whether messages are queued: read without the lock on every command
+    /// of a subscribed client.
+    waiting: AtomicBool,
 }
 
 #[derive(Default)]
@@ -126,7 +126,7 @@ struct Queue {
 
 impl Mailbox {
     pub fn has_mail(&self) -> bool {
-        self.waiting.load(Ordering::Acquire) > 0
+        self.waiting.load(Ordering::Acquire)
     }
 
     /// Appends every waiting message to `out`; whether there were any.
@@ -137,7 +137,7 @@ impl Mailbox {
         let messages = {
             let mut queue = self.queue.lock();
             queue.bytes = 0;
-            self.waiting.store(0, Ordering::Release);
+            self.waiting.store(false, Ordering::Release);
             std::mem::take(&mut queue.messages)
         };
         for message in &messages {
@@ -162,7 +162,7 @@ fn post(client: &Arc<ClientInfo>, message: Message, woken: &mut Vec<Arc<ClientIn
         queue.messages = VecDeque::new();
         queue.bytes = 0;
         drop(queue);
-        client.mail.waiting.store(0, Ordering::Release);
+        client.mail.waiting.store(false, Ordering::Release);
         tracing::warn!(
             client = client.id,
             addr = %client.addr,
@@ -175,7 +175,9 @@ fn post(client: &Arc<ClientInfo>, message: Message, woken: &mut Vec<Arc<ClientIn
     queue.bytes += cost;
     let first = queue.messages.is_empty();
     queue.messages.push_back(message);
-    client.mail.waiting.fetch_add(1, Ordering::Release);
+    if first {
+        client.mail.waiting.store(true, Ordering::Release);
+    }
     drop(queue);
     if first {
         woken.push(client.clone());
@@ -218,7 +220,7 @@ impl PubSub {
         }
     }
 
-    fn remove(&self, class: Class, names: &[Bytes], client: u64) {
+    fn remove<'n>(&self, class: Class, names: impl Iterator<Item = &'n Bytes>, client: u64) {
         let mut listeners = self.classes[class as usize].write();
         for name in names {
             let Some(entry) = listeners.get_mut(name) else { continue };
@@ -348,9 +350,8 @@ impl Subscriptions {
             Some(names) => names.iter().map(|name| (name.clone(), set.remove(name))).collect(),
             None => set.drain().map(|name| (name, true)).collect(),
         };
-        let removed: Vec<Bytes> = gone.iter().filter(|(_, was)| *was).map(|(name, _)| name.clone()).collect();
-        if !removed.is_empty() {
-            pubsub.remove(class, &removed, client.id);
+        if gone.iter().any(|(_, was)| *was) {
+            pubsub.remove(class, gone.iter().filter(|(_, was)| *was).map(|(name, _)| name), client.id);
         }
         client.count_subscriptions(class, self.len(class));
         gone

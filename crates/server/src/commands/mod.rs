@@ -570,23 +570,37 @@ impl<'s> Run<'s> {
 /// keys (they are older than it). Shared locks never release early: two
 /// blind writers of one key publishing in another order than the log's
 /// would leave the older value for the next reader.
+///
+/// The batch's keyspace notifications go out last, once it is durable
+/// (an event of a command that changed nothing, as LTRIM keeping all,
+/// once what it read is).
 pub async fn commit<G>(
+    shared: &Shared,
+    mut ready: Ready,
+    stripes: &[Stripe],
+    exclusive: bool,
+    guards: G,
+) -> scaledkv::Result<()> {
+    let events = std::mem::take(&mut ready.events);
+    let result = commit_batch(shared, ready, stripes, exclusive, guards).await;
+    if result.is_ok() && !events.is_empty() {
+        crate::notify::publish(shared, &events);
+    }
+    result
+}
+
+async fn commit_batch<G>(
     shared: &Shared,
     ready: Ready,
     stripes: &[Stripe],
     exclusive: bool,
     guards: G,
 ) -> scaledkv::Result<()> {
-    let Ready { batch, reserved_delta, pushed, blocks_changed, read_pending, zset_tables, events } = ready;
+    let Ready { batch, reserved_delta, pushed, blocks_changed, read_pending, zset_tables, events: _ } = ready;
     if batch.is_empty() {
         drop(guards);
         // It read others' queued writes: tell no one before they are durable.
-        let result = if read_pending { barrier(shared).await } else { Ok(()) };
-        // An event of a command that changed nothing (LTRIM keeping all).
-        if result.is_ok() && !events.is_empty() {
-            crate::notify::publish(shared, events.iter().map(|e| (e.class, e.name, &e.key[..])));
-        }
-        return result;
+        return if read_pending { barrier(shared).await } else { Ok(()) };
     }
     let early = exclusive
         && batch.size_bytes() <= PUBLISH_MAX_BYTES
@@ -630,9 +644,6 @@ pub async fn commit<G>(
     drop(ticket);
     result?;
     shared.waiters.wake_first(pushed_keys.iter().map(|key| &key[..]));
-    if !events.is_empty() {
-        crate::notify::publish(shared, events.iter().map(|e| (e.class, e.name, &e.key[..])));
-    }
     if reserved_delta != 0 {
         let count = &shared.reserved_entries;
         let _ =
@@ -749,7 +760,7 @@ pub async fn execute<'s>(shared: &'s Shared, conn: &mut ConnState, out: &mut Out
         }
         // A monitor is a replica to Redis, which keeps replicas' hands off
         // the keys.
-        if conn.monitor && (command.has(WRITE) || command.has(READONLY)) {
+        if conn.monitors() && (command.has(WRITE) || command.has(READONLY)) {
             return reject(conn, out, command, "ERR Replica can't interact with the keyspace");
         }
         if conn.info.mail.has_mail() {

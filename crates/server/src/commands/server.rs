@@ -58,9 +58,7 @@ pub fn monitor(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
     if ctx.writes.has_overlay() {
         return Err(err("ERR MONITOR isn't allowed for DENY BLOCKING client"));
     }
-    if !ctx.conn.monitor {
-        ctx.conn.monitor = true;
-        ctx.conn.info.monitor.store(true, Ordering::Relaxed);
+    if !ctx.conn.info.monitor.swap(true, Ordering::Relaxed) {
         ctx.shared.monitors.add(&ctx.conn.info);
         ctx.out.ok();
     }
