@@ -56,6 +56,15 @@ pub struct Cli {
     /// (`KEA` for all; default none). CONFIG SET changes it.
     #[arg(long = "notify-keyspace-events")]
     pub notify_keyspace_events: Option<String>,
+    /// Serve the memcached text protocol on this port too (off by default;
+    /// memcached's is 11211; 0 picks a free one, INFO's memcached_port
+    /// tells which).
+    #[arg(long = "memcached-port")]
+    pub memcached_port: Option<u16>,
+    /// Largest memcached item, key and value, in bytes (default 1 MiB, as
+    /// memcached's -I).
+    #[arg(long = "memcached-item-size-max")]
+    pub memcached_item_size_max: Option<usize>,
     /// Write the listening port here once ready (for scripts and tests).
     #[arg(long = "port-file")]
     pub port_file: Option<PathBuf>,
@@ -80,6 +89,8 @@ struct FileConfig {
     point_index: Option<bool>,
     gc_space_amp: Option<f64>,
     notify_keyspace_events: Option<String>,
+    memcached_port: Option<u16>,
+    memcached_item_size_max: Option<usize>,
 }
 
 #[derive(Debug, Clone)]
@@ -108,7 +119,15 @@ pub struct Config {
     pub gc_space_amp: f64,
     /// `notify-keyspace-events` at start (`crate::notify` flags).
     pub notify_keyspace_events: u32,
+    /// The memcached protocol's port (None: off; `crate::memcache`).
+    pub memcached_port: Option<u16>,
+    /// The largest memcached item (key, value and memcached's per-item
+    /// overhead, `memcache::request::ITEM_OVERHEAD`).
+    pub memcached_item_size_max: usize,
 }
+
+/// memcached's default largest item (`-I 1m`).
+pub const DEFAULT_MEMCACHED_ITEM_SIZE_MAX: usize = 1 << 20;
 
 impl Default for Config {
     fn default() -> Self {
@@ -132,6 +151,8 @@ impl Default for Config {
             point_index: true,
             gc_space_amp: Options::default().gc_space_amp,
             notify_keyspace_events: 0,
+            memcached_port: None,
+            memcached_item_size_max: DEFAULT_MEMCACHED_ITEM_SIZE_MAX,
         }
     }
 }
@@ -170,6 +191,11 @@ impl Config {
             point_index: file.point_index.unwrap_or(defaults.point_index),
             gc_space_amp: cli.gc_space_amp.or(file.gc_space_amp).unwrap_or(defaults.gc_space_amp),
             notify_keyspace_events,
+            memcached_port: cli.memcached_port.or(file.memcached_port),
+            memcached_item_size_max: cli
+                .memcached_item_size_max
+                .or(file.memcached_item_size_max)
+                .unwrap_or(defaults.memcached_item_size_max),
         };
         // Of the settings passed to the engine only gc-space-amp can be out of range.
         config.engine_options().validate().map_err(|e| format!("gc-space-amp: {e}"))?;
@@ -178,6 +204,14 @@ impl Config {
                 "proto-max-bulk-len {} is above the engine's value limit of {} bytes",
                 config.max_bulk_bytes,
                 crate::keyspace::MAX_STRING_BYTES
+            ));
+        }
+        // The value and its flags and CAS must fit the engine's value.
+        let item_max = crate::keyspace::MAX_STRING_BYTES - crate::keyspace::ITEM_META_BYTES;
+        if !(1024..=item_max).contains(&config.memcached_item_size_max) {
+            return Err(format!(
+                "memcached-item-size-max {} is outside 1024..={item_max} bytes (the engine's value limit)",
+                config.memcached_item_size_max
             ));
         }
         Ok(config)

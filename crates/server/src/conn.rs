@@ -129,7 +129,7 @@ impl ClientInfo {
         self.last_command.store(commands::index_of(command), Ordering::Relaxed);
     }
 
-    fn touch(&self) {
+    pub fn touch(&self) {
         self.last_active_ms.store(self.created.elapsed().as_millis() as u64, Ordering::Relaxed);
     }
 
@@ -168,7 +168,7 @@ impl ClientInfo {
             self.name.lock().as_deref().unwrap_or(""),
             age.as_secs(),
             idle / 1000,
-            commands::TABLE.get(self.last_command.load(Ordering::Relaxed)).map_or("NULL", |c| c.name),
+            commands::by_index(self.last_command.load(Ordering::Relaxed)).map_or("NULL", |c| c.name),
             self.resp.load(Ordering::Relaxed),
         )
     }
@@ -212,7 +212,7 @@ pub struct LocalCounts {
 }
 
 impl LocalCounts {
-    fn flush_into(&mut self, stats: &crate::server::ServerStats) {
+    pub fn flush_into(&mut self, stats: &crate::server::ServerStats) {
         for (local, shared) in [
             (&mut self.commands, &stats.commands),
             (&mut self.hits, &stats.keyspace_hits),
@@ -268,31 +268,44 @@ pub async fn serve(shared: Arc<Shared>, mut stream: TcpStream, addr: SocketAddr)
     let _ = stream.set_nodelay(true);
     let local = stream.local_addr().unwrap_or(addr);
     let id = shared.next_client_id.fetch_add(1, Ordering::Relaxed);
-    let info = Arc::new(ClientInfo::new(id, addr, local));
-    shared.clients.lock().insert(id, info.clone());
-    let mut conn = ConnState {
-        info,
-        authenticated: shared.password().is_none(),
-        protocol: Protocol::Resp2,
-        multi: None,
-        multi_failed: false,
-        watched: Vec::new(),
-        close: false,
-        blocked: None,
-        ticket: None,
-        subscriptions: Subscriptions::default(),
-        woken: Vec::new(),
-        counts: LocalCounts::default(),
-    };
+    let mut conn = ConnState::register(&shared, id, addr, local);
     if let Err(error) = run(&shared, &mut stream, &mut conn).await {
         tracing::debug!(client = id, %addr, %error, "connection ended");
     }
-    conn.counts.flush_into(&shared.stats);
-    crate::pubsub::wake(&mut conn.woken);
-    conn.subscriptions.clear(&shared.pubsub, &conn.info);
-    conn.stop_monitoring(&shared);
-    shared.clients.lock().remove(&id);
-    shared.connected.fetch_sub(1, Ordering::AcqRel);
+    conn.unregister(&shared);
+}
+
+impl ConnState {
+    /// A new connection's state, listed in CLIENT LIST.
+    pub fn register(shared: &Shared, id: u64, addr: SocketAddr, local: SocketAddr) -> ConnState {
+        let info = Arc::new(ClientInfo::new(id, addr, local));
+        shared.clients.lock().insert(id, info.clone());
+        ConnState {
+            info,
+            authenticated: shared.password().is_none(),
+            protocol: Protocol::Resp2,
+            multi: None,
+            multi_failed: false,
+            watched: Vec::new(),
+            close: false,
+            blocked: None,
+            ticket: None,
+            subscriptions: Subscriptions::default(),
+            woken: Vec::new(),
+            counts: LocalCounts::default(),
+        }
+    }
+
+    /// The connection ended: what it counted, subscribed to and was
+    /// listed as goes.
+    pub fn unregister(mut self, shared: &Shared) {
+        self.counts.flush_into(&shared.stats);
+        crate::pubsub::wake(&mut self.woken);
+        self.subscriptions.clear(&shared.pubsub, &self.info);
+        self.stop_monitoring(shared);
+        shared.clients.lock().remove(&self.info.id);
+        shared.connected.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// A blocking command found nothing: sends the replies before it, joins
@@ -603,9 +616,14 @@ async fn write_to_subscriber(
     }
 }
 
-/// Refuses a connection over `maxclients` with Redis's message.
-pub async fn refuse(mut stream: TcpStream) {
-    let _ = stream.write_all(b"-ERR max number of clients reached\r\n").await;
+/// Refuses a connection over `maxclients` with Redis's message (memcached's
+/// on its port).
+pub async fn refuse(mut stream: TcpStream, wire: crate::io_threads::Wire) {
+    let message: &[u8] = match wire {
+        crate::io_threads::Wire::Resp => b"-ERR max number of clients reached\r\n",
+        crate::io_threads::Wire::Memcached => b"ERROR Too many open connections\r\n",
+    };
+    let _ = stream.write_all(message).await;
 }
 
 pub fn idle(limit_secs: u64) -> Option<Duration> {

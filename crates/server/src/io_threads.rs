@@ -48,6 +48,13 @@ pub struct IoThreads {
     threads: Vec<IoThread>,
 }
 
+/// Which protocol a listener speaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Wire {
+    Resp,
+    Memcached,
+}
+
 impl IoThreads {
     /// Starts `count` threads (at least one).
     pub fn start(count: usize) -> std::io::Result<IoThreads> {
@@ -66,7 +73,7 @@ impl IoThreads {
 
     /// Hands `stream` (accepted on another runtime) to the least loaded
     /// thread, which serves it until it closes.
-    pub fn serve(&self, shared: Arc<Shared>, stream: TcpStream, addr: SocketAddr) {
+    pub fn serve(&self, shared: Arc<Shared>, stream: TcpStream, addr: SocketAddr, wire: Wire) {
         let thread = self.threads.iter().min_by_key(|t| t.connections.load(Ordering::Relaxed)).expect("one thread");
         // The socket leaves the accepting runtime's poller here and joins
         // the chosen thread's in `from_std`, on that thread.
@@ -83,7 +90,10 @@ impl IoThreads {
         let runtime = thread.runtime.as_ref().expect("running until dropped");
         runtime.spawn(async move {
             match TcpStream::from_std(stream) {
-                Ok(stream) => conn::serve(shared, stream, addr).await,
+                Ok(stream) => match wire {
+                    Wire::Resp => conn::serve(shared, stream, addr).await,
+                    Wire::Memcached => crate::memcache::serve(shared, stream, addr).await,
+                },
                 Err(error) => {
                     tracing::warn!(%error, %addr, "cannot register the connection");
                     shared.connected.fetch_sub(1, Ordering::AcqRel);

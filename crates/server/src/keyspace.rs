@@ -30,6 +30,13 @@ pub const TYPE_LIST: u8 = 1;
 pub const TYPE_SET: u8 = 2;
 pub const TYPE_ZSET: u8 = 3;
 pub const TYPE_HASH: u8 = 4;
+/// A string written through the memcached protocol: the type byte, the
+/// item's client flags (u32) and CAS (u64), little-endian, then the bytes.
+/// Redis commands read it as a string (`Value::tag`, `Value::data`); a
+/// Redis write of it stores a plain string (flags 0, a new CAS).
+pub const TYPE_ITEM: u8 = 5;
+/// The flags and CAS between an item's type byte and its bytes.
+pub const ITEM_META_BYTES: usize = 12;
 pub const TYPE_LIST_TABLE: u8 = 0x81;
 pub const TYPE_SET_TABLE: u8 = 0x82;
 pub const TYPE_ZSET_TABLE: u8 = 0x83;
@@ -44,7 +51,7 @@ pub const MAX_STRING_BYTES: usize = MAX_VALUE_BYTES - 1;
 
 pub fn type_name(tag: u8) -> &'static str {
     match tag {
-        TYPE_STRING => "string",
+        TYPE_STRING | TYPE_ITEM => "string",
         TYPE_HASH | TYPE_HASH_TABLE => "hash",
         TYPE_SET | TYPE_SET_TABLE => "set",
         TYPE_LIST | TYPE_LIST_TABLE => "list",
@@ -105,13 +112,31 @@ impl Value {
         }
     }
 
+    /// The value's type (a memcached item is a string).
     pub fn tag(&self) -> u8 {
-        self.encoded().first().copied().unwrap_or(TYPE_STRING)
+        match self.encoded().first().copied() {
+            None | Some(TYPE_ITEM) => TYPE_STRING,
+            Some(tag) => tag,
+        }
     }
 
-    /// The payload after the type byte.
+    /// The payload after the type byte (and an item's flags and CAS).
     pub fn data(&self) -> &[u8] {
-        self.encoded().get(1..).unwrap_or_default()
+        let skip = if self.is_item() { 1 + ITEM_META_BYTES } else { 1 };
+        self.encoded().get(skip..).unwrap_or_default()
+    }
+
+    /// Written through the memcached protocol, with flags and a CAS.
+    pub fn is_item(&self) -> bool {
+        self.encoded().first() == Some(&TYPE_ITEM)
+    }
+
+    /// A memcached item's client flags and CAS (None for other values).
+    pub fn item_meta(&self) -> Option<(u32, u64)> {
+        let meta = self.encoded().get(1..1 + ITEM_META_BYTES).filter(|_| self.is_item())?;
+        let flags = u32::from_le_bytes(meta[..4].try_into().expect("4 bytes"));
+        let cas = u64::from_le_bytes(meta[4..].try_into().expect("8 bytes"));
+        Some((flags, cas))
     }
 
     pub fn expiry_ms(&self) -> Option<u64> {
@@ -527,6 +552,41 @@ impl Writes {
         }
         let at = self.batch.size_bytes();
         self.batch.put_parts(key, &[&[tag], data], expiry_ms);
+        if let Some(overlay) = &mut self.overlay {
+            overlay.insert(key.to_vec(), at);
+        }
+        Ok(())
+    }
+
+    /// Stores a copy of `value` as it is (type, payload, a memcached
+    /// item's flags and CAS) with expiry `expiry_ms`: EXPIRE, RENAME, COPY.
+    pub fn put_copy(&mut self, key: &[u8], value: &Value, expiry_ms: Option<u64>) -> Result<(), CmdError> {
+        check_key(key)?;
+        let at = self.batch.size_bytes();
+        self.batch.put_parts(key, &[value.encoded()], expiry_ms);
+        if let Some(overlay) = &mut self.overlay {
+            overlay.insert(key.to_vec(), at);
+        }
+        Ok(())
+    }
+
+    /// Stores a memcached item: `data` with its client `flags` and `cas`.
+    pub fn put_item(
+        &mut self,
+        key: &[u8],
+        (flags, cas): (u32, u64),
+        data: &[u8],
+        expiry_ms: Option<u64>,
+    ) -> Result<(), CmdError> {
+        check_key(key)?;
+        if data.len() > MAX_STRING_BYTES - ITEM_META_BYTES {
+            return Err(CmdError::TooBig);
+        }
+        let at = self.batch.size_bytes();
+        let mut meta = [0u8; ITEM_META_BYTES];
+        meta[..4].copy_from_slice(&flags.to_le_bytes());
+        meta[4..].copy_from_slice(&cas.to_le_bytes());
+        self.batch.put_parts(key, &[&[TYPE_ITEM], &meta, data], expiry_ms);
         if let Some(overlay) = &mut self.overlay {
             overlay.insert(key.to_vec(), at);
         }

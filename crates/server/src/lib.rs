@@ -15,6 +15,7 @@
 //! - `pubsub`: channels, patterns and their subscribers' mailboxes;
 //! - `notify`: keyspace notifications published through them;
 //! - `monitor`: MONITOR's lines, sent through the same mailboxes;
+//! - `memcache`: the memcached text protocol over the same keyspace;
 //! - `expiry`: active expiry; `metrics`: the Prometheus endpoint;
 //! - `server`: shared state, listeners, shutdown; `config`: flags and TOML.
 
@@ -26,6 +27,7 @@ pub mod expiry;
 pub mod hash;
 pub mod io_threads;
 pub mod keyspace;
+pub mod memcache;
 pub mod metrics;
 pub mod monitor;
 pub mod notify;

@@ -14,7 +14,7 @@ use crate::commands::Cursors;
 use crate::committer::{self, CommitSignal};
 use crate::config::Config;
 use crate::conn::{self, ClientInfo};
-use crate::io_threads::IoThreads;
+use crate::io_threads::{IoThreads, Wire};
 use crate::keyspace::KeyLocks;
 
 #[derive(Default)]
@@ -86,6 +86,8 @@ pub struct Shared {
     pub notify_flags: std::sync::atomic::AtomicU32,
     /// Clients in MONITOR (`crate::monitor`).
     pub monitors: crate::monitor::Monitors,
+    /// The memcached protocol's CAS clock, counters and port.
+    pub memcached: crate::memcache::State,
 }
 
 impl Shared {
@@ -194,7 +196,18 @@ pub async fn run(config: Config, db: Db) -> Result<(), String> {
     let port = listener.local_addr().map_err(|e| e.to_string())?.port();
     let (shutdown, _) = watch::channel(false);
     let commit_thread = db.persist_waits_for_device().then(CommitSignal::default);
-    let reserved_entries = crate::keyspace::prepare(&db)?;
+    let mut reserved_entries = crate::keyspace::prepare(&db)?;
+    let (cas, created) =
+        crate::memcache::cas::CasClock::open(&db).map_err(|e| format!("cannot start the memcached CAS clock: {e}"))?;
+    reserved_entries += created as u64;
+    let memcached = match config.memcached_port {
+        Some(port) => Some(
+            TcpListener::bind((config.bind.as_str(), port))
+                .await
+                .map_err(|e| format!("cannot listen for memcached on {}:{port}: {e}", config.bind))?,
+        ),
+        None => None,
+    };
     let next_table_id = crate::commands::table::next_id(&db)?;
     let shared = Arc::new(Shared {
         reserved_entries: AtomicU64::new(reserved_entries),
@@ -206,6 +219,7 @@ pub async fn run(config: Config, db: Db) -> Result<(), String> {
         pubsub: Default::default(),
         notify_flags: std::sync::atomic::AtomicU32::new(config.notify_keyspace_events),
         monitors: Default::default(),
+        memcached: crate::memcache::State::new(cas),
         db,
         locks: KeyLocks::default(),
         stats: ServerStats::default(),
@@ -233,6 +247,12 @@ pub async fn run(config: Config, db: Db) -> Result<(), String> {
     }
     tokio::spawn(crate::expiry::active_expiry(shared.clone()));
     tokio::spawn(crate::commands::table::sweeper(shared.clone()));
+    if let Some(listener) = &memcached {
+        let port = listener.local_addr().map_err(|e| e.to_string())?.port();
+        shared.memcached.port.store(port, Ordering::Relaxed);
+        tracing::info!(bind = %shared.config.bind, port, "memcached protocol ready");
+        tokio::spawn(crate::memcache::delayed_flushes(shared.clone()));
+    }
     tracing::info!(bind = %shared.config.bind, port, "ready to accept connections");
     if let Some(path) = &shared.config.port_file {
         std::fs::write(path, port.to_string()).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
@@ -242,7 +262,7 @@ pub async fn run(config: Config, db: Db) -> Result<(), String> {
         None => None,
     };
     let io = IoThreads::start(shared.config.io_threads()).map_err(|e| format!("cannot start the I/O threads: {e}"))?;
-    accept_until_shutdown(&shared, listener, &io).await;
+    accept_until_shutdown(&shared, listener, memcached, &io).await;
     // Let connections finish the command they are running.
     let deadline = Instant::now() + Duration::from_secs(5);
     while shared.connected.load(Ordering::Acquire) > 0 && Instant::now() < deadline {
@@ -258,34 +278,47 @@ pub async fn run(config: Config, db: Db) -> Result<(), String> {
     Ok(())
 }
 
-async fn accept_until_shutdown(shared: &Arc<Shared>, listener: TcpListener, io: &IoThreads) {
+async fn accept_until_shutdown(
+    shared: &Arc<Shared>,
+    listener: TcpListener,
+    memcached: Option<TcpListener>,
+    io: &IoThreads,
+) {
     let mut shutdown = shared.shutdown.subscribe();
     let mut terminate = signal(tokio::signal::unix::SignalKind::terminate());
     let mut interrupt = signal(tokio::signal::unix::SignalKind::interrupt());
+    let memcached_accept = || async {
+        match &memcached {
+            Some(listener) => listener.accept().await,
+            None => std::future::pending().await,
+        }
+    };
     loop {
-        tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok((stream, addr)) => {
-                    shared.stats.connections_received.fetch_add(1, Ordering::Relaxed);
-                    // Counted here, not in the task, so a burst of connects
-                    // cannot overshoot the limit.
-                    if shared.connected.fetch_add(1, Ordering::AcqRel) >= shared.maxclients() {
-                        shared.connected.fetch_sub(1, Ordering::AcqRel);
-                        shared.stats.rejected_connections.fetch_add(1, Ordering::Relaxed);
-                        tokio::spawn(conn::refuse(stream));
-                        continue;
-                    }
-                    io.serve(shared.clone(), stream, addr);
-                }
-                Err(error) => {
-                    // Out of file descriptors and the like: back off, keep serving.
-                    tracing::warn!(%error, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-            },
+        let (accepted, wire) = tokio::select! {
+            accepted = listener.accept() => (accepted, Wire::Resp),
+            accepted = memcached_accept() => (accepted, Wire::Memcached),
             _ = terminate.recv() => { tracing::info!("SIGTERM received"); break; }
             _ = interrupt.recv() => { tracing::info!("SIGINT received"); break; }
             _ = shutdown.changed() => { tracing::info!("SHUTDOWN received"); break; }
+        };
+        match accepted {
+            Ok((stream, addr)) => {
+                shared.stats.connections_received.fetch_add(1, Ordering::Relaxed);
+                // Counted here, not in the task, so a burst of connects
+                // cannot overshoot the limit.
+                if shared.connected.fetch_add(1, Ordering::AcqRel) >= shared.maxclients() {
+                    shared.connected.fetch_sub(1, Ordering::AcqRel);
+                    shared.stats.rejected_connections.fetch_add(1, Ordering::Relaxed);
+                    tokio::spawn(conn::refuse(stream, wire));
+                    continue;
+                }
+                io.serve(shared.clone(), stream, addr, wire);
+            }
+            Err(error) => {
+                // Out of file descriptors and the like: back off, keep serving.
+                tracing::warn!(%error, "accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
         }
     }
     shared.request_shutdown();

@@ -90,7 +90,7 @@ fn set_expiry(ctx: &mut Ctx<'_>, args: &[Bytes], command: &str, at_ms: impl Fn(i
         ctx.writes.delete(&args[1]);
         ctx.notify(crate::notify::GENERIC, "del", &args[1]);
     } else {
-        ctx.writes.put(&args[1], value.tag(), value.data(), Some(at as u64))?;
+        ctx.writes.put_copy(&args[1], &value, Some(at as u64))?;
         ctx.notify(crate::notify::GENERIC, "expire", &args[1]);
     }
     ctx.out.int(1);
@@ -142,7 +142,7 @@ pub fn pexpiretime(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
 pub fn persist(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     match ctx.read(&args[1])? {
         Some(value) if value.expiry_ms().is_some() => {
-            ctx.writes.put(&args[1], value.tag(), value.data(), None)?;
+            ctx.writes.put_copy(&args[1], &value, None)?;
             ctx.notify(crate::notify::GENERIC, "persist", &args[1]);
             ctx.out.int(1);
         }
@@ -162,7 +162,7 @@ fn rename_to(ctx: &mut Ctx<'_>, args: &[Bytes], only_if_new: bool) -> CmdResult 
     if args[1] != args[2] {
         ctx.writes.note_pushed();
         ctx.writes.delete(&args[1]);
-        ctx.writes.put(&args[2], value.tag(), value.data(), value.expiry_ms())?;
+        ctx.writes.put_copy(&args[2], &value, value.expiry_ms())?;
         if is_table(value.tag()) {
             super::table::moved(ctx.writes, &args[2], &Table::of(&value)?)?;
         }
@@ -233,7 +233,7 @@ pub fn copy(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         ctx.out.int(1);
         return Ok(());
     }
-    ctx.writes.put(&args[2], value.tag(), value.data(), value.expiry_ms())?;
+    ctx.writes.put_copy(&args[2], &value, value.expiry_ms())?;
     ctx.out.int(1);
     Ok(())
 }

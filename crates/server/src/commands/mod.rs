@@ -29,6 +29,7 @@ use crate::server::Shared;
 use std::sync::atomic::Ordering;
 
 pub use keys::Cursors;
+pub use server::{clear_all, cpu_seconds};
 pub use tx::exec;
 
 /// A command's failure, replied as a RESP error.
@@ -127,6 +128,9 @@ pub const FAST: u32 = 1 << 6;
 pub const NO_MULTI: u32 = 1 << 7;
 /// May wait for another client's write (BLPOP ...); never part of a run.
 pub const BLOCKING: u32 = 1 << 8;
+/// A write that reads nothing (memcached's `set`): it joins a run sharing
+/// its stripes (`is_blind`).
+pub const BLIND: u32 = 1 << 9;
 
 pub type Handler = fn(&mut Ctx<'_>, &[Bytes]) -> CmdResult;
 
@@ -441,9 +445,21 @@ pub fn lookup(name: &[u8]) -> Option<&'static Command> {
     by_name.get(&*lower).copied()
 }
 
-/// A command's position in `TABLE` (for compact per-client records).
+/// A command's position in `TABLE`, then in the memcached protocol's
+/// table (for compact per-client records; `by_index` reads it back).
 pub fn index_of(command: &'static Command) -> usize {
-    (command as *const Command as usize - TABLE.as_ptr() as usize) / std::mem::size_of::<Command>()
+    let position = |table: &'static [Command]| {
+        let at = (command as *const Command as usize).checked_sub(table.as_ptr() as usize)?;
+        Some(at / std::mem::size_of::<Command>()).filter(|&i| i < table.len())
+    };
+    position(TABLE)
+        .or_else(|| position(crate::memcache::commands::TABLE).map(|i| TABLE.len() + i))
+        .unwrap_or(usize::MAX)
+}
+
+/// The command `index_of` gave `index`.
+pub fn by_index(index: usize) -> Option<&'static Command> {
+    TABLE.get(index).or_else(|| crate::memcache::commands::TABLE.get(index.checked_sub(TABLE.len())?))
 }
 
 /// Redis's reply to a command it does not know, args quoted as it quotes them.
@@ -686,6 +702,17 @@ async fn settle_published(shared: &Shared) -> scaledkv::Result<()> {
     Ok(())
 }
 
+/// Clears every key outside any command (a delayed memcached flush_all):
+/// with every key's lock, as FLUSHALL.
+pub async fn flush_everything(shared: &Shared) -> scaledkv::Result<()> {
+    let stripes = KeyLocks::all();
+    let guards = shared.locks.lock(&stripes).await;
+    settle_published(shared).await?;
+    let mut writes = Writes::new(false);
+    clear_all(&shared.db, &mut writes)?;
+    commit(shared, writes.take_batch(), &stripes, true, guards).await
+}
+
 /// Queues `batch` in the engine.
 fn enqueue(shared: &Shared, batch: scaledkv::WriteBatch) -> scaledkv::WriteFuture {
     // While GC is far behind, queueing a write first collects a piece of it
@@ -713,6 +740,9 @@ fn lead(shared: &Shared) {
 
 /// A write that reads nothing: it joins a run sharing its stripes.
 fn is_blind(command: &Command, args: &[Bytes]) -> bool {
+    if command.has(BLIND) {
+        return true;
+    }
     match command.name {
         "mset" | "setex" | "psetex" => true,
         "set" => !args[3..].iter().any(|a| ["nx", "xx", "get", "keepttl"].iter().any(|w| args::eq(a, w))),
@@ -745,6 +775,19 @@ pub async fn execute<'s>(shared: &'s Shared, conn: &mut ConnState, out: &mut Out
         out.error(&unknown_command(&args));
         return;
     };
+    run_command(shared, conn, out, command, args, run).await
+}
+
+/// Runs `command`, which `args` invoke, appending its reply to `out`: a
+/// Redis command `execute` looked up, or a memcached protocol command.
+pub async fn run_command<'s>(
+    shared: &'s Shared,
+    conn: &mut ConnState,
+    out: &mut Out,
+    command: &'static Command,
+    args: Vec<Bytes>,
+    run: &mut Run<'s>,
+) {
     if !command.arity_ok(args.len()) {
         return reject(conn, out, command, &format!("ERR wrong number of arguments for '{}' command", command.name));
     }

@@ -390,26 +390,34 @@ pub fn flushall(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         2 if eq(&args[1], "sync") || eq(&args[1], "async") => {}
         _ => return Err(CmdError::Syntax),
     }
-    // One atomic batch when it fits (the usual case); a huge database is
-    // cleared in several batches, each durable before the next.
-    // Everything but the format marker: the server's own entries go with
-    // the keys they belong to.
-    let keys: Vec<Vec<u8>> = ctx.db().iter().map(|item| item.map(|(k, _)| k)).collect::<Result<_, _>>()?;
-    let keys = keys.into_iter().filter(|key| key != crate::keyspace::FORMAT_MARKER);
+    clear_all(&ctx.shared.db, ctx.writes)?;
+    ctx.out.ok();
+    Ok(())
+}
+
+/// Deletes every key into `writes` (FLUSHALL, memcached's flush_all), its
+/// caller holding every key's lock: one atomic batch when it fits (the
+/// usual case); a huge database is cleared in several batches, each
+/// durable before the next. Everything but the server's settings (the
+/// format marker, the memcached CAS epoch): its other entries go with the
+/// keys they belong to.
+pub fn clear_all(db: &scaledkv::Db, writes: &mut crate::keyspace::Writes) -> scaledkv::Result<()> {
+    let keys: Vec<Vec<u8>> = db.iter().map(|item| item.map(|(k, _)| k)).collect::<Result<_, _>>()?;
+    let keys =
+        keys.into_iter().filter(|key| key != crate::keyspace::FORMAT_MARKER && key != crate::memcache::cas::EPOCH_KEY);
     let mut bytes = 0;
     for key in keys {
         bytes += key.len() + 32;
         if bytes > MAX_BATCH_BYTES / 2 {
-            let batch = std::mem::replace(&mut ctx.writes.batch, WriteBatch::new());
-            ctx.db().write(batch)?;
+            let batch = std::mem::replace(&mut writes.batch, WriteBatch::new());
+            db.write(batch)?;
             bytes = key.len() + 32;
         }
         if crate::keyspace::is_reserved(&key) {
-            ctx.writes.note_reserved(-1);
+            writes.note_reserved(-1);
         }
-        ctx.writes.delete(&key);
+        writes.delete(&key);
     }
-    ctx.out.ok();
     Ok(())
 }
 
@@ -487,13 +495,14 @@ pub fn info_text(ctx: &Ctx<'_>, sections: &[String]) -> String {
         let _ = write!(
             text,
             "# Server\r\nredis_version:{REDIS_VERSION}\r\nscaledkv_version:{}\r\nredis_mode:standalone\r\n\
-             os:{} {}\r\narch_bits:64\r\nmultiplexing_api:epoll\r\nprocess_id:{}\r\ntcp_port:{}\r\n\
+             os:{} {}\r\narch_bits:64\r\nmultiplexing_api:epoll\r\nprocess_id:{}\r\ntcp_port:{}\r\nmemcached_port:{}\r\n\
              uptime_in_seconds:{uptime}\r\nuptime_in_days:{}\r\nexecutable:{}\r\nconfig_file:{}\r\n\r\n",
             env!("CARGO_PKG_VERSION"),
             std::env::consts::OS,
             std::env::consts::ARCH,
             std::process::id(),
             shared.port.load(Ordering::Relaxed),
+            shared.memcached.port.load(Ordering::Relaxed),
             uptime / 86400,
             std::env::current_exe().map(|p| p.display().to_string()).unwrap_or_default(),
             config.config_file.as_ref().map(|p| p.display().to_string()).unwrap_or_default(),

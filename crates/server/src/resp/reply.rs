@@ -12,11 +12,26 @@ pub enum Protocol {
 pub struct Out {
     pub buf: BytesMut,
     pub protocol: Protocol,
+    /// A memcached connection's replies (`crate::memcache`): errors are
+    /// its own lines ("CLIENT_ERROR ..."), not RESP's.
+    pub memcached: bool,
+    /// A memcached command sent with `noreply`: nothing of its reply is
+    /// sent (`memcached_line`, `error`).
+    pub quiet: bool,
 }
 
 impl Out {
     pub fn new(protocol: Protocol) -> Out {
-        Out { buf: BytesMut::with_capacity(16 * 1024), protocol }
+        Out { buf: BytesMut::with_capacity(16 * 1024), protocol, memcached: false, quiet: false }
+    }
+
+    /// A memcached reply line ("STORED"), unless the command asked for none.
+    pub fn memcached_line(&mut self, text: &[u8]) {
+        if !self.quiet {
+            self.buf.reserve(text.len() + 2);
+            self.buf.put_slice(text);
+            self.buf.put_slice(b"\r\n");
+        }
     }
 
     fn line(&mut self, prefix: u8, text: &[u8]) {
@@ -46,6 +61,16 @@ impl Out {
     pub fn error(&mut self, text: &str) {
         // A newline would end the reply early: Redis replaces them too.
         let clean: String = text.chars().map(|c| if c == '\r' || c == '\n' { ' ' } else { c }).collect();
+        if self.memcached {
+            // memcached's `noreply` silences errors too, but for the
+            // ERROR of a command line it could not take apart.
+            if self.quiet && text != "ERROR" {
+                return;
+            }
+            self.buf.put_slice(clean.as_bytes());
+            self.buf.put_slice(b"\r\n");
+            return;
+        }
         self.line(b'-', clean.as_bytes());
     }
 

@@ -1,0 +1,688 @@
+//! memcached's text commands over the shared keyspace, with memcached
+//! 1.6's replies and errors. They run through the Redis commands' executor
+//! (`commands::run_command`): the same key locks, runs of pipelined writes
+//! in one group commit, and replies sent only once durable.
+//!
+//! An item is a string: one written here keeps its client flags and a CAS
+//! (`keyspace::TYPE_ITEM`); one written through Redis reads with flags 0.
+//! A key holding a Redis list, hash, set or sorted set is no item: reads
+//! miss it, `add` finds it taken, `set` and `delete` replace or remove it,
+//! and the commands that change an item (replace, append, cas, incr,
+//! touch ...) find none.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use bytes::{BufMut, Bytes};
+use scaledkv::now_ms;
+
+use super::cas;
+use super::request::{self, MAX_KEY_BYTES};
+use crate::commands::{err, CmdError, CmdResult, Command, Ctx, ALL_KEYS, BLIND, READONLY, WRITE};
+use crate::keyspace::{is_reserved, Value, TYPE_STRING};
+use crate::notify::{GENERIC, STRING};
+
+/// The memcached version whose replies these are.
+pub const VERSION: &str = "1.6.18";
+const BAD_FORMAT: &str = "CLIENT_ERROR bad command line format";
+const BAD_EXPTIME: &str = "CLIENT_ERROR invalid exptime argument";
+/// memcached reads an exptime up to 30 days as relative seconds, above as
+/// a Unix time.
+const RELATIVE_MAX_SECS: i64 = 60 * 60 * 24 * 30;
+
+const ONE: (i32, i32, i32) = (1, 1, 1);
+const NONE: (i32, i32, i32) = (0, 0, 0);
+
+macro_rules! commands {
+    ($($name:literal, $flags:expr, $keys:expr, $run:path, $summary:literal;)*) => {
+        pub static TABLE: &[Command] = &[
+            $(Command { name: $name, arity: -1, flags: $flags, keys: $keys, group: "memcached", summary: $summary, run: $run },)*
+        ];
+    };
+}
+
+// Word counts are checked by each command, with memcached's answers
+// (arity -1 lets every count through to it).
+commands! {
+    "get", READONLY, NONE, get, "Returns the items of keys.";
+    "set", WRITE | BLIND, ONE, set, "Stores an item.";
+    "gets", READONLY, NONE, gets, "Returns the items of keys with their CAS values.";
+    "add", WRITE, ONE, add, "Stores an item if its key holds none.";
+    "replace", WRITE, ONE, replace, "Stores an item if its key holds one.";
+    "append", WRITE, ONE, append, "Adds bytes after an item's.";
+    "prepend", WRITE, ONE, prepend, "Adds bytes before an item's.";
+    "cas", WRITE, ONE, cas_, "Stores an item if it is unchanged since it was read.";
+    "delete", WRITE, ONE, delete, "Removes an item.";
+    "incr", WRITE, ONE, incr, "Adds to an item's decimal number.";
+    "decr", WRITE, ONE, decr, "Subtracts from an item's decimal number, down to zero.";
+    "touch", WRITE, ONE, touch, "Sets an item's expiry time.";
+    "gat", WRITE, (2, -1, 1), gat, "Returns items after setting their expiry time.";
+    "gats", WRITE, (2, -1, 1), gats, "Returns items with their CAS values after setting their expiry time.";
+    "flush_all", WRITE | ALL_KEYS, NONE, flush_all, "Removes every key, now or after a delay.";
+    "version", 0, NONE, version, "Returns the protocol's version.";
+    "verbosity", 0, NONE, verbosity, "Sets the log's verbosity (accepted, ignored).";
+    "stats", 0, NONE, stats, "Returns the server's counters.";
+    "mn", 0, NONE, mn, "Meta no-op: answers MN.";
+    "cache_memlimit", 0, NONE, cache_memlimit, "Sets the cache's memory limit (accepted, ignored: nothing is evicted).";
+    "shutdown", 0, NONE, shutdown, "Refused, as memcached without -A refuses it.";
+    "mg", 0, NONE, meta_command, "Meta get: not supported yet.";
+    "ms", 0, NONE, meta_command, "Meta set: not supported yet.";
+    "md", 0, NONE, meta_command, "Meta delete: not supported yet.";
+    "ma", 0, NONE, meta_command, "Meta arithmetic: not supported yet.";
+    "me", 0, NONE, meta_command, "Meta debug: not supported yet.";
+}
+
+/// The command named exactly `name` (memcached's names are lower case).
+pub fn lookup(name: &[u8]) -> Option<&'static Command> {
+    TABLE.iter().find(|command| command.name.as_bytes() == name)
+}
+
+/// Counters for `stats`, as memcached names them.
+#[derive(Default)]
+pub struct Stats {
+    pub cmd_get: AtomicU64,
+    pub cmd_set: AtomicU64,
+    pub cmd_flush: AtomicU64,
+    pub cmd_touch: AtomicU64,
+    pub get_hits: AtomicU64,
+    pub get_misses: AtomicU64,
+    pub delete_hits: AtomicU64,
+    pub delete_misses: AtomicU64,
+    pub incr_hits: AtomicU64,
+    pub incr_misses: AtomicU64,
+    pub decr_hits: AtomicU64,
+    pub decr_misses: AtomicU64,
+    pub cas_hits: AtomicU64,
+    pub cas_misses: AtomicU64,
+    pub cas_badval: AtomicU64,
+    pub touch_hits: AtomicU64,
+    pub touch_misses: AtomicU64,
+    pub auth_cmds: AtomicU64,
+    pub auth_errors: AtomicU64,
+    pub curr_connections: AtomicU64,
+    pub total_connections: AtomicU64,
+}
+
+fn bump(counter: &AtomicU64) {
+    counter.fetch_add(1, Ordering::Relaxed);
+}
+
+/// An exptime as an expiry: never (0), already past (negative, or a Unix
+/// time gone by), or a time in ms.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Expiry {
+    Never,
+    Past,
+    At(u64),
+}
+
+pub fn expiry(exptime: i64) -> Expiry {
+    let now = now_ms();
+    match exptime {
+        0 => Expiry::Never,
+        ..0 => Expiry::Past,
+        1..=RELATIVE_MAX_SECS => Expiry::At(now + exptime as u64 * 1000),
+        _ if exptime as u64 * 1000 <= now => Expiry::Past,
+        _ => Expiry::At(exptime as u64 * 1000),
+    }
+}
+
+fn of_ms(expiry_ms: Option<u64>) -> Expiry {
+    expiry_ms.map_or(Expiry::Never, Expiry::At)
+}
+
+/// The item at `key`: a string's value (a Redis collection is none).
+fn read_item(ctx: &mut Ctx<'_>, key: &[u8]) -> Result<Option<Value>, CmdError> {
+    Ok(ctx.read(key)?.filter(|value| value.tag() == TYPE_STRING))
+}
+
+/// An item's client flags and CAS.
+fn meta(value: &Value) -> (u32, u64) {
+    value.item_meta().unwrap_or_else(|| (0, cas::derived(value.data())))
+}
+
+fn check_key(key: &[u8]) -> CmdResult {
+    if key.len() > MAX_KEY_BYTES {
+        return Err(err(BAD_FORMAT));
+    }
+    if is_reserved(key) {
+        return Err(err("CLIENT_ERROR keys starting with the bytes 0xFF 0xFF are reserved by ScaledKV"));
+    }
+    Ok(())
+}
+
+/// Stores `data` as the item at `key` with a new CAS (an expiry in the
+/// past removes it, as memcached's item would be gone at once).
+fn put_item(ctx: &mut Ctx<'_>, key: &[u8], flags: u32, data: &[u8], expiry: Expiry) -> CmdResult {
+    let expiry_ms = match expiry {
+        Expiry::Past => {
+            ctx.writes.delete(key);
+            return Ok(());
+        }
+        Expiry::Never => None,
+        Expiry::At(at) => Some(at),
+    };
+    let cas = ctx.shared.memcached.cas.next(&ctx.shared.db)?;
+    ctx.writes.put_item(key, (flags, cas), data, expiry_ms)
+}
+
+/// Keeps the item at `key` with a new expiry time (flags and CAS as they
+/// are, as memcached's touch leaves them).
+fn put_expiry(ctx: &mut Ctx<'_>, key: &[u8], value: &Value, expiry: Expiry) -> CmdResult {
+    match expiry {
+        Expiry::Past => {
+            ctx.writes.delete(key);
+            Ok(())
+        }
+        Expiry::Never => ctx.writes.put_copy(key, value, None),
+        Expiry::At(at) => ctx.writes.put_copy(key, value, Some(at)),
+    }
+}
+
+/// The number of words the client sent (`noreply` included).
+fn words(ctx: &Ctx<'_>, args: &[Bytes]) -> usize {
+    args.len() + ctx.out.quiet as usize
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Store {
+    Set,
+    Add,
+    Replace,
+    Append,
+    Prepend,
+    Cas,
+}
+
+fn set(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    store(ctx, args, Store::Set)
+}
+fn add(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    store(ctx, args, Store::Add)
+}
+fn replace(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    store(ctx, args, Store::Replace)
+}
+fn append(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    store(ctx, args, Store::Append)
+}
+fn prepend(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    store(ctx, args, Store::Prepend)
+}
+fn cas_(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    store(ctx, args, Store::Cas)
+}
+
+/// A storage command: `[name, key, flags, exptime, bytes, (cas,) data]`,
+/// its line checked by the parser.
+fn store(ctx: &mut Ctx<'_>, args: &[Bytes], how: Store) -> CmdResult {
+    let (key, data) = (&args[1], args.last().expect("a data block"));
+    check_key(key)?;
+    let flags = request::flags(&args[2]).ok_or_else(|| err(BAD_FORMAT))?;
+    let exptime = request::exptime(&args[3]).ok_or_else(|| err(BAD_FORMAT))?;
+    let stats = &ctx.shared.memcached.stats;
+    bump(&stats.cmd_set);
+    if how == Store::Set {
+        put_item(ctx, key, flags, data, expiry(exptime))?;
+        ctx.notify(STRING, "set", key);
+        ctx.out.memcached_line(b"STORED");
+        return Ok(());
+    }
+    let old = ctx.read(key)?;
+    let item = old.as_ref().filter(|value| value.tag() == TYPE_STRING);
+    let refusal: Option<&[u8]> = match (how, item) {
+        (Store::Add, _) if old.is_some() => Some(b"NOT_STORED"),
+        (Store::Replace | Store::Append | Store::Prepend, None) => Some(b"NOT_STORED"),
+        (Store::Cas, None) => {
+            bump(&stats.cas_misses);
+            Some(b"NOT_FOUND")
+        }
+        (Store::Cas, Some(item)) => {
+            let given = request::unsigned(&args[5]).ok_or_else(|| err(BAD_FORMAT))?;
+            if meta(item).1 == given {
+                bump(&stats.cas_hits);
+                None
+            } else {
+                bump(&stats.cas_badval);
+                Some(b"EXISTS")
+            }
+        }
+        _ => None,
+    };
+    if let Some(refusal) = refusal {
+        ctx.out.memcached_line(refusal);
+        return Ok(());
+    }
+    match (how, item) {
+        (Store::Append | Store::Prepend, Some(item)) => {
+            let joined = match how {
+                Store::Append => [item.data(), &data[..]].concat(),
+                _ => [&data[..], item.data()].concat(),
+            };
+            if joined.len() + key.len() + request::ITEM_OVERHEAD > ctx.shared.config.memcached_item_size_max {
+                return Err(err("SERVER_ERROR out of memory storing object"));
+            }
+            let (flags, _) = meta(item);
+            let expiry = of_ms(item.expiry_ms());
+            drop(old);
+            put_item(ctx, key, flags, &joined, expiry)?;
+            ctx.notify(STRING, "append", key);
+        }
+        _ => {
+            drop(old);
+            put_item(ctx, key, flags, data, expiry(exptime))?;
+            ctx.notify(STRING, "set", key);
+        }
+    }
+    ctx.out.memcached_line(b"STORED");
+    Ok(())
+}
+
+fn get(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    retrieve(ctx, &args[1..], false, None)
+}
+
+fn gets(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    retrieve(ctx, &args[1..], true, None)
+}
+
+fn gat(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    get_and_touch(ctx, args, false)
+}
+
+fn gats(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    get_and_touch(ctx, args, true)
+}
+
+fn get_and_touch(ctx: &mut Ctx<'_>, args: &[Bytes], with_cas: bool) -> CmdResult {
+    let exptime = args.get(1).ok_or_else(|| err("ERROR"))?;
+    let exptime = request::exptime(exptime).ok_or_else(|| err(BAD_EXPTIME))?;
+    retrieve(ctx, &args[2..], with_cas, Some(expiry(exptime)))
+}
+
+/// `VALUE <key> <flags> <bytes> [<cas>]` and the data for each key that
+/// holds an item, then `END`; with `touch`, each found item's expiry is set.
+fn retrieve(ctx: &mut Ctx<'_>, keys: &[Bytes], with_cas: bool, touch: Option<Expiry>) -> CmdResult {
+    if keys.is_empty() && touch.is_none() {
+        return Err(err("ERROR"));
+    }
+    if keys.iter().any(|key| key.len() > MAX_KEY_BYTES) {
+        return Err(err(BAD_FORMAT));
+    }
+    let stats = &ctx.shared.memcached.stats;
+    let (mut hits, mut misses) = (0, 0);
+    for key in keys {
+        let Some(item) = read_item(ctx, key)? else {
+            misses += 1;
+            continue;
+        };
+        hits += 1;
+        let (flags, cas) = meta(&item);
+        let data = item.data();
+        let mut numbers = itoa::Buffer::new();
+        let out = &mut ctx.out.buf;
+        out.reserve(key.len() + data.len() + 64);
+        out.put_slice(b"VALUE ");
+        out.put_slice(key);
+        out.put_u8(b' ');
+        out.put_slice(numbers.format(flags).as_bytes());
+        out.put_u8(b' ');
+        out.put_slice(numbers.format(data.len()).as_bytes());
+        if with_cas {
+            out.put_u8(b' ');
+            out.put_slice(numbers.format(cas).as_bytes());
+        }
+        out.put_slice(b"\r\n");
+        out.put_slice(data);
+        out.put_slice(b"\r\n");
+        if let Some(expiry) = touch {
+            put_expiry(ctx, key, &item, expiry)?;
+            ctx.notify(GENERIC, "expire", key);
+        }
+    }
+    ctx.out.buf.put_slice(b"END\r\n");
+    let stats_touch = touch.is_some();
+    let n = keys.len() as u64;
+    stats.cmd_get.fetch_add(n, Ordering::Relaxed);
+    stats.get_hits.fetch_add(hits, Ordering::Relaxed);
+    stats.get_misses.fetch_add(misses, Ordering::Relaxed);
+    if stats_touch {
+        stats.cmd_touch.fetch_add(n, Ordering::Relaxed);
+        stats.touch_hits.fetch_add(hits, Ordering::Relaxed);
+        stats.touch_misses.fetch_add(misses, Ordering::Relaxed);
+    }
+    Ok(())
+}
+
+/// `delete <key> [0] [noreply]` (a 0 is what old clients sent as a hold time).
+fn delete(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    let words = words(ctx, args);
+    if !(2..=4).contains(&words) {
+        return Err(err("ERROR"));
+    }
+    let valid = args.len() == 2 || (args.len() == 3 && &args[2][..] == b"0");
+    if !valid {
+        return Err(err("CLIENT_ERROR bad command line format.  Usage: delete <key> [noreply]"));
+    }
+    let key = &args[1];
+    if key.len() > MAX_KEY_BYTES {
+        return Err(err(BAD_FORMAT));
+    }
+    let stats = &ctx.shared.memcached.stats;
+    if ctx.read(key)?.is_some() {
+        bump(&stats.delete_hits);
+        ctx.writes.delete(key);
+        ctx.notify(GENERIC, "del", key);
+        ctx.out.memcached_line(b"DELETED");
+    } else {
+        bump(&stats.delete_misses);
+        ctx.out.memcached_line(b"NOT_FOUND");
+    }
+    Ok(())
+}
+
+fn incr(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    arithmetic(ctx, args, true)
+}
+
+fn decr(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    arithmetic(ctx, args, false)
+}
+
+/// `incr|decr <key> <delta> [noreply]`: the item's decimal number plus
+/// `delta` (wrapping at 2^64), or minus it (down to 0). As memcached, a
+/// result shorter than the old bytes is padded with spaces to their length.
+fn arithmetic(ctx: &mut Ctx<'_>, args: &[Bytes], up: bool) -> CmdResult {
+    if !(3..=4).contains(&words(ctx, args)) {
+        return Err(err("ERROR"));
+    }
+    let key = &args[1];
+    if key.len() > MAX_KEY_BYTES {
+        return Err(err(BAD_FORMAT));
+    }
+    // Missing when the delta's place held `noreply` (memcached reads the
+    // word as the delta and fails, silently).
+    let delta = args.get(2).and_then(|delta| request::unsigned(delta));
+    let delta = delta.ok_or_else(|| err("CLIENT_ERROR invalid numeric delta argument"))?;
+    let stats = &ctx.shared.memcached.stats;
+    let (hits, misses) =
+        if up { (&stats.incr_hits, &stats.incr_misses) } else { (&stats.decr_hits, &stats.decr_misses) };
+    let Some(item) = read_item(ctx, key)? else {
+        bump(misses);
+        ctx.out.memcached_line(b"NOT_FOUND");
+        return Ok(());
+    };
+    bump(hits);
+    let current =
+        counter(item.data()).ok_or_else(|| err("CLIENT_ERROR cannot increment or decrement non-numeric value"))?;
+    let next = if up { current.wrapping_add(delta) } else { current.saturating_sub(delta) };
+    let mut text = next.to_string().into_bytes();
+    let reply_len = text.len();
+    if text.len() < item.data().len() {
+        text.resize(item.data().len(), b' ');
+    }
+    let (flags, _) = meta(&item);
+    let expiry = of_ms(item.expiry_ms());
+    drop(item);
+    put_item(ctx, key, flags, &text, expiry)?;
+    ctx.notify(STRING, if up { "incrby" } else { "decrby" }, key);
+    ctx.out.memcached_line(&text[..reply_len]);
+    Ok(())
+}
+
+/// An item's bytes as memcached's `safe_strtoull` reads them: leading
+/// white space, a number, then white space or the end.
+fn counter(data: &[u8]) -> Option<u64> {
+    let space = |b: &u8| matches!(b, b' ' | b'\t' | b'\n' | b'\x0b' | b'\x0c' | b'\r');
+    let start = data.iter().position(|b| !space(b))?;
+    let rest = &data[start..];
+    let end = rest.iter().position(space).unwrap_or(rest.len());
+    request::unsigned(&rest[..end])
+}
+
+/// `touch <key> <exptime> [noreply]`.
+fn touch(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    if !(3..=4).contains(&words(ctx, args)) {
+        return Err(err("ERROR"));
+    }
+    let key = &args[1];
+    if key.len() > MAX_KEY_BYTES {
+        return Err(err(BAD_FORMAT));
+    }
+    let exptime = args.get(2).and_then(|exptime| request::exptime(exptime)).ok_or_else(|| err(BAD_EXPTIME))?;
+    let stats = &ctx.shared.memcached.stats;
+    bump(&stats.cmd_touch);
+    match read_item(ctx, key)? {
+        Some(item) => {
+            bump(&stats.touch_hits);
+            put_expiry(ctx, key, &item, expiry(exptime))?;
+            ctx.notify(GENERIC, "expire", key);
+            ctx.out.memcached_line(b"TOUCHED");
+        }
+        None => {
+            bump(&stats.touch_misses);
+            ctx.out.memcached_line(b"NOT_FOUND");
+        }
+    }
+    Ok(())
+}
+
+/// `flush_all [delay] [noreply]`: every key goes, now or once `delay`
+/// seconds have passed (a later flush_all replaces a pending one).
+fn flush_all(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    if words(ctx, args) > 3 {
+        return Err(err("ERROR"));
+    }
+    let delay = match args.get(1) {
+        Some(delay) => request::exptime(delay).ok_or_else(|| err(BAD_EXPTIME))?,
+        None => 0,
+    };
+    let state = &ctx.shared.memcached;
+    bump(&state.stats.cmd_flush);
+    match expiry(delay) {
+        Expiry::At(at) => state.flush_at.store(at, Ordering::Relaxed),
+        _ => {
+            state.flush_at.store(0, Ordering::Relaxed);
+            crate::commands::clear_all(&ctx.shared.db, ctx.writes)?;
+        }
+    }
+    ctx.out.memcached_line(b"OK");
+    Ok(())
+}
+
+fn version(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
+    ctx.out.memcached_line(format!("VERSION {VERSION}").as_bytes());
+    Ok(())
+}
+
+fn verbosity(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    if !(2..=3).contains(&words(ctx, args)) {
+        return Err(err("ERROR"));
+    }
+    let level = args.get(1).and_then(|level| request::unsigned(level));
+    level.filter(|&n| n <= u32::MAX as u64).ok_or_else(|| err(BAD_FORMAT))?;
+    ctx.out.memcached_line(b"OK");
+    Ok(())
+}
+
+fn mn(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
+    ctx.out.memcached_line(b"MN");
+    Ok(())
+}
+
+fn cache_memlimit(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    match args {
+        [_, limit] if request::unsigned(limit).is_some() => {
+            ctx.out.memcached_line(b"OK");
+            Ok(())
+        }
+        _ => Err(err("ERROR")),
+    }
+}
+
+fn shutdown(_ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
+    Err(err("ERROR: shutdown not enabled"))
+}
+
+fn meta_command(_ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    Err(err(format!(
+        "SERVER_ERROR the meta command {} is not supported by ScaledKV yet (the text commands are; see the README)",
+        String::from_utf8_lossy(&args[0])
+    )))
+}
+
+/// `stats`, `stats settings`, `stats reset`; the slab and item views are
+/// empty (there are no slabs).
+fn stats(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    let lines = match args.get(1).map(|a| &a[..]) {
+        None => general(ctx),
+        Some(b"settings") => settings(ctx),
+        Some(b"reset") => {
+            let stats = &ctx.shared.memcached.stats;
+            for counter in [
+                &stats.cmd_get,
+                &stats.cmd_set,
+                &stats.cmd_flush,
+                &stats.cmd_touch,
+                &stats.get_hits,
+                &stats.get_misses,
+                &stats.delete_hits,
+                &stats.delete_misses,
+                &stats.incr_hits,
+                &stats.incr_misses,
+                &stats.decr_hits,
+                &stats.decr_misses,
+                &stats.cas_hits,
+                &stats.cas_misses,
+                &stats.cas_badval,
+                &stats.touch_hits,
+                &stats.touch_misses,
+                &stats.total_connections,
+            ] {
+                counter.store(0, Ordering::Relaxed);
+            }
+            ctx.out.memcached_line(b"RESET");
+            return Ok(());
+        }
+        Some(b"items" | b"slabs" | b"sizes" | b"conns" | b"extstore") => Vec::new(),
+        Some(b"detail") => match args.get(2).map(|a| &a[..]) {
+            Some(b"on" | b"off") => {
+                ctx.out.memcached_line(b"OK");
+                return Ok(());
+            }
+            Some(b"dump") => Vec::new(),
+            _ => return Err(err("CLIENT_ERROR usage: stats detail on|off|dump")),
+        },
+        Some(_) => return Err(err("ERROR")),
+    };
+    for (name, value) in lines {
+        ctx.out.memcached_line(format!("STAT {name} {value}").as_bytes());
+    }
+    ctx.out.memcached_line(b"END");
+    Ok(())
+}
+
+fn general(ctx: &Ctx<'_>) -> Vec<(&'static str, String)> {
+    let shared = ctx.shared;
+    let stats = &shared.memcached.stats;
+    let n = |counter: &AtomicU64| counter.load(Ordering::Relaxed).to_string();
+    let (user, system) = crate::commands::cpu_seconds();
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_secs();
+    let db = shared.db.stats();
+    vec![
+        ("pid", std::process::id().to_string()),
+        ("uptime", shared.started.elapsed().as_secs().to_string()),
+        ("time", now.to_string()),
+        ("version", VERSION.to_string()),
+        ("scaledkv_version", env!("CARGO_PKG_VERSION").to_string()),
+        ("durability", shared.config.durability.to_string()),
+        ("pointer_size", "64".into()),
+        ("rusage_user", format!("{user:.6}")),
+        ("rusage_system", format!("{system:.6}")),
+        ("max_connections", shared.maxclients().to_string()),
+        ("curr_connections", n(&stats.curr_connections)),
+        ("total_connections", n(&stats.total_connections)),
+        ("rejected_connections", n(&shared.stats.rejected_connections)),
+        ("cmd_get", n(&stats.cmd_get)),
+        ("cmd_set", n(&stats.cmd_set)),
+        ("cmd_flush", n(&stats.cmd_flush)),
+        ("cmd_touch", n(&stats.cmd_touch)),
+        ("get_hits", n(&stats.get_hits)),
+        ("get_misses", n(&stats.get_misses)),
+        ("delete_misses", n(&stats.delete_misses)),
+        ("delete_hits", n(&stats.delete_hits)),
+        ("incr_misses", n(&stats.incr_misses)),
+        ("incr_hits", n(&stats.incr_hits)),
+        ("decr_misses", n(&stats.decr_misses)),
+        ("decr_hits", n(&stats.decr_hits)),
+        ("cas_misses", n(&stats.cas_misses)),
+        ("cas_hits", n(&stats.cas_hits)),
+        ("cas_badval", n(&stats.cas_badval)),
+        ("touch_hits", n(&stats.touch_hits)),
+        ("touch_misses", n(&stats.touch_misses)),
+        ("auth_cmds", n(&stats.auth_cmds)),
+        ("auth_errors", n(&stats.auth_errors)),
+        ("bytes_read", n(&shared.stats.net_input_bytes)),
+        ("bytes_written", n(&shared.stats.net_output_bytes)),
+        // Nothing is evicted: no memory limit.
+        ("limit_maxbytes", "0".into()),
+        ("threads", shared.config.io_threads().to_string()),
+        ("bytes", db.live_bytes.to_string()),
+        ("curr_items", shared.user_keys().to_string()),
+        ("evictions", "0".into()),
+    ]
+}
+
+fn settings(ctx: &Ctx<'_>) -> Vec<(&'static str, String)> {
+    let shared = ctx.shared;
+    let config = &shared.config;
+    vec![
+        ("maxbytes", "0".into()),
+        ("maxconns", shared.maxclients().to_string()),
+        ("tcpport", shared.memcached.port.load(Ordering::Relaxed).to_string()),
+        ("udpport", "0".into()),
+        ("inter", config.bind.clone()),
+        ("evictions", "off".into()),
+        ("cas_enabled", "yes".into()),
+        ("num_threads", config.io_threads().to_string()),
+        ("binding_protocol", "ascii".into()),
+        ("auth_enabled_sasl", "no".into()),
+        ("auth_enabled_ascii", if shared.password().is_some() { "yes" } else { "no" }.into()),
+        ("item_size_max", config.memcached_item_size_max.to_string()),
+        ("idle_timeout", shared.timeout_secs().to_string()),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exptimes_are_relative_up_to_thirty_days_then_unix_times() {
+        assert_eq!(expiry(0), Expiry::Never);
+        assert_eq!(expiry(-1), Expiry::Past);
+        let Expiry::At(at) = expiry(RELATIVE_MAX_SECS) else { panic!("relative") };
+        assert!(at.abs_diff(now_ms() + RELATIVE_MAX_SECS as u64 * 1000) < 5_000);
+        assert_eq!(expiry(RELATIVE_MAX_SECS + 1), Expiry::Past, "a Unix time in 1970");
+        assert_eq!(expiry(4_000_000_000), Expiry::At(4_000_000_000_000));
+    }
+
+    #[test]
+    fn counters_read_as_memcached_reads_them() {
+        assert_eq!(counter(b"12"), Some(12));
+        assert_eq!(counter(b" 12"), Some(12));
+        assert_eq!(counter(b"5  "), Some(5));
+        assert_eq!(counter(b"1 2"), Some(1));
+        assert_eq!(counter(b"-0"), Some(0));
+        assert_eq!(counter(b""), None);
+        assert_eq!(counter(b"1ab"), None);
+        assert_eq!(counter(b"123456789012345678901"), None);
+    }
+
+    #[test]
+    fn every_command_is_found_by_its_exact_name() {
+        for command in TABLE {
+            assert!(std::ptr::eq(lookup(command.name.as_bytes()).unwrap(), command));
+        }
+        assert!(lookup(b"GET").is_none(), "memcached's names are case-sensitive");
+    }
+}
