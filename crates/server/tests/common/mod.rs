@@ -235,3 +235,95 @@ fn read_value(stream: &mut TcpStream, out: &mut Vec<u8>) -> Option<()> {
     }
     Some(())
 }
+
+/// Starts ScaledKV with the memcached protocol on a free port too: the
+/// server and that port (INFO's `memcached_port`).
+pub fn start_with_memcached(dir: &Path, extra: &[&str]) -> (Server, u16) {
+    let args: Vec<&str> = ["--memcached-port", "0"].iter().chain(extra).copied().collect();
+    let server = Server::start(dir, &args);
+    let password = extra.iter().position(|&a| a == "--requirepass").map(|at| extra[at + 1]);
+    let port = memcached_port(&server, password);
+    (server, port)
+}
+
+/// The memcached port a running server reports in INFO.
+pub fn memcached_port(server: &Server, password: Option<&str>) -> u16 {
+    let mut stream = server.connect();
+    if let Some(password) = password {
+        assert_eq!(request(&mut stream, &encode(&[b"AUTH", password.as_bytes()])), b"+OK\r\n");
+    }
+    let info = request(&mut stream, &encode(&[b"INFO", b"server"]));
+    let info = String::from_utf8_lossy(&info).into_owned();
+    info.lines()
+        .find_map(|line| line.strip_prefix("memcached_port:"))
+        .and_then(|port| port.trim().parse().ok())
+        .filter(|&port| port != 0)
+        .expect("INFO names the memcached port")
+}
+
+/// A real `memcached` for differential tests, if installed.
+pub struct MemcachedServer {
+    child: Child,
+    pub port: u16,
+}
+
+impl MemcachedServer {
+    /// `None` (with a visible notice) when `memcached` is not installed.
+    pub fn start() -> Option<MemcachedServer> {
+        if Command::new("memcached").arg("--version").output().is_err() {
+            eprintln!("NOTICE: memcached not found; skipping the memcached differential test (.ci/run installs it)");
+            return None;
+        }
+        for _ in 0..5 {
+            let port = free_port();
+            let mut command = Command::new("memcached");
+            command.args(["-l", "127.0.0.1", "-p", &port.to_string(), "-U", "0"]);
+            // memcached refuses to run as root without a user to run as.
+            // SAFETY: geteuid has no preconditions.
+            if unsafe { libc::geteuid() } == 0 {
+                command.args(["-u", "root"]);
+            }
+            let child = command.stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("start memcached");
+            let mut memcached = MemcachedServer { child, port };
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while Instant::now() < deadline && memcached.child.try_wait().unwrap().is_none() {
+                if memcached.answers() {
+                    return Some(memcached);
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        panic!("memcached is installed but did not start");
+    }
+
+    /// Whether our child (its pid in `stats`) listens on the port.
+    fn answers(&self) -> bool {
+        let Ok(mut stream) = TcpStream::connect(("127.0.0.1", self.port)) else { return false };
+        let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+        let own_pid = format!("STAT pid {}\r\n", self.child.id());
+        stream.write_all(b"stats\r\n").is_ok()
+            && read_memcached_until(&mut stream, b"END\r\n")
+                .is_some_and(|stats| String::from_utf8_lossy(&stats).contains(&own_pid))
+    }
+}
+
+impl Drop for MemcachedServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Reads memcached replies until they end with `end` (None if the
+/// connection closes first).
+pub fn read_memcached_until(stream: &mut TcpStream, end: &[u8]) -> Option<Vec<u8>> {
+    let mut out = Vec::new();
+    let mut buf = [0u8; 64 * 1024];
+    while !out.ends_with(end) {
+        match stream.read(&mut buf) {
+            Ok(0) | Err(_) => return None,
+            Ok(n) => out.extend_from_slice(&buf[..n]),
+        }
+    }
+    Some(out)
+}
