@@ -64,11 +64,12 @@ commands! {
     "mn", 0, NONE, mn, "Meta no-op: answers MN.";
     "cache_memlimit", 0, NONE, cache_memlimit, "Sets the cache's memory limit (accepted, ignored: nothing is evicted).";
     "shutdown", 0, NONE, shutdown, "Refused, as memcached without -A refuses it.";
-    "mg", 0, NONE, meta_command, "Meta get: not supported yet.";
-    "ms", 0, NONE, meta_command, "Meta set: not supported yet.";
-    "md", 0, NONE, meta_command, "Meta delete: not supported yet.";
-    "ma", 0, NONE, meta_command, "Meta arithmetic: not supported yet.";
-    "me", 0, NONE, meta_command, "Meta debug: not supported yet.";
+    // Writes for their `T` (a new expiry), `N` (create) and modes.
+    "mg", WRITE, ONE, super::meta::mg, "Meta get: an item's value and metadata, as its flags ask.";
+    "ms", WRITE, ONE, super::meta::ms, "Meta set: stores an item, as its flags and mode ask.";
+    "md", WRITE, ONE, super::meta::md, "Meta delete: removes an item.";
+    "ma", WRITE, ONE, super::meta::ma, "Meta arithmetic: adds to or subtracts from an item's number.";
+    "me", 0, NONE, meta_debug, "Meta debug: not supported.";
 }
 
 /// The command named exactly `name` (memcached's names are lower case).
@@ -126,17 +127,17 @@ pub fn expiry(exptime: i64) -> Expiry {
     }
 }
 
-fn of_ms(expiry_ms: Option<u64>) -> Expiry {
+pub(super) fn of_ms(expiry_ms: Option<u64>) -> Expiry {
     expiry_ms.map_or(Expiry::Never, Expiry::At)
 }
 
 /// The item at `key`: a string's value (a Redis collection is none).
-fn read_item(ctx: &mut Ctx<'_>, key: &[u8]) -> Result<Option<Value>, CmdError> {
+pub(super) fn read_item(ctx: &mut Ctx<'_>, key: &[u8]) -> Result<Option<Value>, CmdError> {
     Ok(ctx.read(key)?.filter(|value| value.tag() == TYPE_STRING))
 }
 
 /// An item's client flags and CAS.
-fn meta(value: &Value) -> (u32, u64) {
+pub(super) fn meta(value: &Value) -> (u32, u64) {
     value.item_meta().unwrap_or_else(|| (0, cas::derived(value.data())))
 }
 
@@ -150,24 +151,32 @@ fn check_key(key: &[u8]) -> CmdResult {
     Ok(())
 }
 
-/// Stores `data` as the item at `key` with a new CAS (an expiry in the
-/// past removes it, as memcached's item would be gone at once).
-fn put_item(ctx: &mut Ctx<'_>, key: &[u8], flags: u32, data: &[u8], expiry: Expiry) -> CmdResult {
+/// Stores `data` as the item at `key` with a new CAS, which it returns (an
+/// expiry in the past removes it, as memcached's item would be gone at
+/// once: CAS 0).
+pub(super) fn put_item(
+    ctx: &mut Ctx<'_>,
+    key: &[u8],
+    flags: u32,
+    data: &[u8],
+    expiry: Expiry,
+) -> Result<u64, CmdError> {
     let expiry_ms = match expiry {
         Expiry::Past => {
             ctx.writes.delete(key);
-            return Ok(());
+            return Ok(0);
         }
         Expiry::Never => None,
         Expiry::At(at) => Some(at),
     };
     let cas = ctx.shared.memcached.cas.next(&ctx.shared.db)?;
-    ctx.writes.put_item(key, (flags, cas), data, expiry_ms)
+    ctx.writes.put_item(key, (flags, cas), data, expiry_ms)?;
+    Ok(cas)
 }
 
 /// Keeps the item at `key` with a new expiry time (flags and CAS as they
 /// are, as memcached's touch leaves them).
-fn put_expiry(ctx: &mut Ctx<'_>, key: &[u8], value: &Value, expiry: Expiry) -> CmdResult {
+pub(super) fn put_expiry(ctx: &mut Ctx<'_>, key: &[u8], value: &Value, expiry: Expiry) -> CmdResult {
     match expiry {
         Expiry::Past => {
             ctx.writes.delete(key);
@@ -431,7 +440,7 @@ fn arithmetic(ctx: &mut Ctx<'_>, args: &[Bytes], up: bool) -> CmdResult {
 
 /// An item's bytes as memcached's `safe_strtoull` reads them: leading
 /// white space, a number, then white space or the end.
-fn counter(data: &[u8]) -> Option<u64> {
+pub(super) fn counter(data: &[u8]) -> Option<u64> {
     let space = |b: &u8| matches!(b, b' ' | b'\t' | b'\n' | b'\x0b' | b'\x0c' | b'\r');
     let start = data.iter().position(|b| !space(b))?;
     let rest = &data[start..];
@@ -523,11 +532,8 @@ fn shutdown(_ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
     Err(err("ERROR: shutdown not enabled"))
 }
 
-fn meta_command(_ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
-    Err(err(format!(
-        "SERVER_ERROR the meta command {} is not supported by ScaledKV yet (the text commands are; see the README)",
-        String::from_utf8_lossy(&args[0])
-    )))
+fn meta_debug(_ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
+    Err(err("SERVER_ERROR the meta command me is not supported by ScaledKV (see the README)"))
 }
 
 /// `stats`, `stats settings`, `stats reset`; the slab and item views are

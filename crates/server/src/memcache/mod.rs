@@ -4,6 +4,7 @@
 //!
 //! - `request`: the parser (command lines and data blocks);
 //! - `commands`: the commands, their table and `stats`;
+//! - `meta`: the meta commands (`mg`, `ms`, `md`, `ma`);
 //! - `cas`: CAS values that stay unique across restarts.
 //!
 //! With `requirepass` set, a connection authenticates as memcached's
@@ -12,6 +13,7 @@
 
 pub mod cas;
 pub mod commands;
+pub mod meta;
 pub mod request;
 
 use std::net::SocketAddr;

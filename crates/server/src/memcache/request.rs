@@ -103,6 +103,9 @@ impl Parser {
         if matches!(name, b"set" | b"add" | b"replace" | b"append" | b"prepend" | b"cas") {
             return Ok(self.storage(input, end, limits));
         }
+        if name == b"ms" {
+            return Ok(self.meta_set(input, end, limits));
+        }
         let mut noreply = false;
         let mut count = words.len();
         // A lone `noreply` is a key to delete, and the bad argument of
@@ -112,9 +115,65 @@ impl Parser {
             noreply = true;
             count -= 1;
         }
+        let meta = matches!(name, b"mg" | b"md" | b"ma");
         let frozen = input.split_to(end + 1).freeze();
-        let args = words[..count].iter().map(|&(at, len)| frozen.slice(at..at + len)).collect();
+        let mut args: Vec<Bytes> = words[..count].iter().map(|&(at, len)| frozen.slice(at..at + len)).collect();
+        if meta && args.len() > 1 {
+            if let Err(error) = decode_key(&mut args, 2..count) {
+                return Ok(Some(error));
+            }
+        }
         Ok(Some(Request::Command { args, noreply }))
+    }
+
+    /// `ms <key> <datalen> <flags>*` and its data block. As memcached: too
+    /// few words or a bad length or key is refused before the data (which
+    /// is then read as commands); a bad flag once the data is read.
+    fn meta_set(&mut self, input: &mut BytesMut, end: usize, limits: &Limits) -> Option<Request> {
+        let line = &input[..end];
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        let words = words(line);
+        let refuse = |input: &mut BytesMut, text| {
+            input.advance(end + 1);
+            Some(Request::Error(text, false))
+        };
+        if words.len() < 2 {
+            return refuse(input, "ERROR");
+        }
+        let key = word(line, words[1]);
+        let length = words.get(2).and_then(|&w| signed(word(line, w))).filter(|&n| n >= 0);
+        let (Some(length), true) = (length, words.len() > 2 && key.len() <= MAX_KEY_BYTES) else {
+            return refuse(input, BAD_FORMAT);
+        };
+        let length = length as usize;
+        if length + key.len() + ITEM_OVERHEAD > limits.max_item_bytes {
+            // A plain set (no mode, or mode S) drops the old item, as `set` does.
+            let drop = !words[3..].iter().any(|&w| word(line, w).starts_with(b"M") && word(line, w) != b"MS");
+            let noreply = words[3..].iter().any(|&w| word(line, w) == b"q");
+            let key = Bytes::copy_from_slice(key);
+            input.advance(end + 1);
+            self.skip = length + 2;
+            let n = self.skip.min(input.len());
+            input.advance(n);
+            self.skip -= n;
+            return Some(Request::TooLarge { key, drop, noreply });
+        }
+        if input.len() < end + 1 + length + 2 {
+            input.reserve(end + 1 + length + 2 - input.len());
+            return None;
+        }
+        if &input[end + 1 + length..end + 1 + length + 2] != b"\r\n" {
+            input.advance(end + 1 + length + 2);
+            return Some(Request::Error("CLIENT_ERROR bad data chunk", false));
+        }
+        let frozen = input.split_to(end + 1 + length + 2).freeze();
+        let mut args: Vec<Bytes> = words.iter().map(|&(at, len)| frozen.slice(at..at + len)).collect();
+        args.push(frozen.slice(end + 1..end + 1 + length));
+        let flags = 3..args.len() - 1;
+        if let Err(error) = decode_key(&mut args, flags) {
+            return Some(error);
+        }
+        Some(Request::Command { args, noreply: false })
     }
 
     /// A storage command, its line ending at `end`: `<name> <key> <flags>
@@ -165,6 +224,22 @@ impl Parser {
         let mut args: Vec<Bytes> = words[..wanted].iter().map(|&(at, len)| frozen.slice(at..at + len)).collect();
         args.push(frozen.slice(end + 1..end + 1 + length));
         Some(Request::Command { args, noreply })
+    }
+}
+
+/// A meta command with the flag `b` names its key in base64: decoded here,
+/// so the key's lock is the key's own.
+fn decode_key(args: &mut [Bytes], flags: std::ops::Range<usize>) -> Result<(), Request> {
+    use base64::Engine as _;
+    if !args[flags].iter().any(|flag| flag.first() == Some(&b'b')) {
+        return Ok(());
+    }
+    match base64::engine::general_purpose::STANDARD.decode(&args[1]) {
+        Ok(key) => {
+            args[1] = Bytes::from(key);
+            Ok(())
+        }
+        Err(_) => Err(Request::Error("CLIENT_ERROR error decoding key", false)),
     }
 }
 
@@ -304,6 +379,23 @@ mod tests {
         );
         let long_key = [b"set ".to_vec(), vec![b'k'; 251], b" 0 0 1\r\n".to_vec()].concat();
         assert_eq!(parse_all(&long_key).0, vec![Request::Error(BAD_FORMAT, false)]);
+    }
+
+    #[test]
+    fn a_meta_set_takes_its_data_and_keys_in_base64_are_decoded() {
+        let (requests, _) =
+            parse_all(b"ms k 2 T5 F3\r\nhi\r\nms Zm9v 1 b\r\nx\r\nmg Zm9v b v\r\nmg !! b\r\nms k\r\nms k x\r\n");
+        assert_eq!(
+            requests,
+            vec![
+                command(&[b"ms", b"k", b"2", b"T5", b"F3", b"hi"], false),
+                command(&[b"ms", b"foo", b"1", b"b", b"x"], false),
+                command(&[b"mg", b"foo", b"b", b"v"], false),
+                Request::Error("CLIENT_ERROR error decoding key", false),
+                Request::Error(BAD_FORMAT, false),
+                Request::Error(BAD_FORMAT, false),
+            ]
+        );
     }
 
     #[test]
