@@ -358,7 +358,10 @@ fn bad_input_closes_only_its_connection() {
             (0..rand::Rng::gen_range(&mut rng, 1..400)).map(|_| rand::Rng::gen(&mut rng)).collect();
         if round % 2 == 0 {
             // Words of real commands in random order reach deeper.
-            let words = ["set", "get", "cas", "incr", "delete", "touch", "gat", "noreply", "0", "1", "-1", "k", "\r\n"];
+            let words = [
+                "set", "get", "cas", "incr", "delete", "touch", "gat", "noreply", "0", "1", "-1", "k", "\r\n", "mg",
+                "ms", "md", "ma", "b", "v", "q", "T5", "N1", "MA", "D3", "C1", "O1", "Zm9v", "==",
+            ];
             bytes = (0..40)
                 .map(|_| words[rand::Rng::gen_range(&mut rng, 0..words.len())])
                 .collect::<Vec<_>>()
