@@ -6,6 +6,9 @@ Runs libmemcached's `memaslap` (Debian's libmemcached-tools ships it as
 1024-byte values, for TIME seconds per run, against:
   memcached        memcached 1.6 (Debian's; memory only, -m 16384 so
                    nothing is evicted, its default 4 threads)
+  memcached-1t     the same with one worker thread (-t 1), as ScaledKV
+                   serves with one I/O thread on 2 cores (not run unless
+                   CONFIGS names it)
   scaledkv-tmpfs   ScaledKV, durability sync, data on /dev/shm
   scaledkv-disk    ScaledKV, durability sync, data on the repository's disk
 each on a fresh process (and data directory), REPEATS times interleaved.
@@ -34,7 +37,7 @@ import tempfile
 import time
 
 import hoststeal
-from compare_redis import CLK_TCK, REPO, SERVER, free_port, median, ratio
+from compare_redis import REPO, SERVER, cpu_seconds, free_port, median, ratio
 
 REPEATS = int(os.environ.get("REPEATS", "3"))
 TIME = int(os.environ.get("TIME", "8"))
@@ -72,8 +75,10 @@ class Server:
     def __init__(self, config):
         self.dir = None
         self.port = free_port()
-        if config == "memcached":
+        if config.startswith("memcached"):
             cmd = ["memcached", "-l", "127.0.0.1", "-p", str(self.port), "-U", "0", "-m", "16384"]
+            if config == "memcached-1t":
+                cmd += ["-t", "1"]
             if os.geteuid() == 0:
                 cmd += ["-u", "root"]
         else:
@@ -91,9 +96,7 @@ class Server:
             time.sleep(0.05)
 
     def cpu_seconds(self):
-        with open(f"/proc/{self.proc.pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / CLK_TCK
+        return cpu_seconds(self.proc.pid)
 
     def stop(self):
         if self.proc.poll() is None:

@@ -72,6 +72,13 @@ def emit(text=""):
         f.write(text + "\n")
 
 
+def cpu_seconds(pid):
+    """User plus system CPU seconds of process `pid`, from /proc."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -112,9 +119,7 @@ class Server:
         wait_ready(self.port, self.proc)
 
     def cpu_seconds(self):
-        with open(f"/proc/{self.proc.pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / CLK_TCK
+        return cpu_seconds(self.proc.pid)
 
     def stop(self):
         if self.proc.poll() is None:

@@ -533,16 +533,8 @@ async fn run(shared: &Shared, stream: &mut TcpStream, conn: &mut ConnState) -> s
         // Subscribers and monitors wait for messages, not commands:
         // Redis's `timeout` spares them.
         let idle = if conn.listens() { None } else { shared.idle_timeout() };
-        let read = async {
-            match idle {
-                Some(limit) => tokio::time::timeout(limit, stream.read_buf(&mut input))
-                    .await
-                    .unwrap_or_else(|_| Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "idle timeout"))),
-                None => stream.read_buf(&mut input).await,
-            }
-        };
         let n = tokio::select! {
-            n = read => n?,
+            n = read_within(stream, &mut input, idle) => n?,
             _ = shutdown.changed() => return Ok(()),
             // A kill, mail, or a late unblock that found nothing to end.
             _ = conn.info.wake.notified() => {
@@ -572,7 +564,23 @@ async fn run(shared: &Shared, stream: &mut TcpStream, conn: &mut ConnState) -> s
     }
 }
 
-async fn write_out(shared: &Shared, stream: &mut TcpStream, out: &mut Out) -> std::io::Result<()> {
+/// Reads what the client sent into `input`: an error once `idle` passes
+/// without a byte (the `timeout` setting).
+pub async fn read_within(
+    stream: &mut TcpStream,
+    input: &mut BytesMut,
+    idle: Option<Duration>,
+) -> std::io::Result<usize> {
+    match idle {
+        Some(limit) => tokio::time::timeout(limit, stream.read_buf(input))
+            .await
+            .unwrap_or_else(|_| Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "idle timeout"))),
+        None => stream.read_buf(input).await,
+    }
+}
+
+/// Sends the replies in `out` and empties it.
+pub async fn write_out(shared: &Shared, stream: &mut TcpStream, out: &mut Out) -> std::io::Result<()> {
     shared.stats.net_output_bytes.fetch_add(out.buf.len() as u64, Ordering::Relaxed);
     stream.write_all(&out.buf).await?;
     out.buf.clear();

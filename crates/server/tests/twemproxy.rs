@@ -19,21 +19,25 @@ impl Drop for Proxy {
     }
 }
 
-#[test]
-fn three_servers_behind_twemproxy() {
-    if Command::new("nutcracker").arg("--version").stderr(Stdio::null()).output().is_err() {
+/// Whether nutcracker is installed (a notice when not).
+fn have_nutcracker() -> bool {
+    let found = Command::new("nutcracker").arg("--version").stderr(Stdio::null()).output().is_ok();
+    if !found {
         eprintln!("NOTICE: nutcracker (twemproxy) not found; skipping the scale-out test (.ci/run installs it)");
-        return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let servers: Vec<Server> = (0..3).map(|i| Server::start(&dir.path().join(format!("db{i}")), &[])).collect();
+    found
+}
+
+/// Starts nutcracker in `dir` with one pool of `backends` (ports) speaking
+/// Redis or memcached, and connects to it.
+fn start_proxy(dir: &std::path::Path, backends: &[u16], redis: bool) -> (Proxy, std::net::TcpStream) {
     let port = free_port();
-    let config = dir.path().join("nutcracker.yml");
-    let backends: String = servers.iter().map(|s| format!("   - 127.0.0.1:{}:1\n", s.port)).collect();
+    let config = dir.join("nutcracker.yml");
+    let backends: String = backends.iter().map(|port| format!("   - 127.0.0.1:{port}:1\n")).collect();
     std::fs::write(
         &config,
         format!(
-            "scaledkv:\n  listen: 127.0.0.1:{port}\n  hash: murmur\n  distribution: ketama\n  redis: true\n  \
+            "scaledkv:\n  listen: 127.0.0.1:{port}\n  hash: murmur\n  distribution: ketama\n  redis: {redis}\n  \
              auto_eject_hosts: false\n  servers:\n{backends}"
         ),
     )
@@ -43,14 +47,12 @@ fn three_servers_behind_twemproxy() {
             .arg("-c")
             .arg(&config)
             .args(["-s", &free_port().to_string(), "-a", "127.0.0.1", "-o"])
-            .arg(dir.path().join("nutcracker.log"))
+            .arg(dir.join("nutcracker.log"))
             .spawn()
             .expect("start nutcracker"),
     );
-    // A raw client: the redis crate sends CLIENT SETINFO on connect, which
-    // twemproxy does not proxy (it closes the connection).
     let deadline = Instant::now() + Duration::from_secs(20);
-    let mut con = loop {
+    let con = loop {
         match std::net::TcpStream::connect(("127.0.0.1", port)) {
             Ok(stream) => break stream,
             Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(50)),
@@ -58,6 +60,21 @@ fn three_servers_behind_twemproxy() {
         }
     };
     con.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    (proxy, con)
+}
+
+#[test]
+fn three_servers_behind_twemproxy() {
+    if !have_nutcracker() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let servers: Vec<Server> = (0..3).map(|i| Server::start(&dir.path().join(format!("db{i}")), &[])).collect();
+    // A raw client: the redis crate sends CLIENT SETINFO on connect, which
+    // twemproxy does not proxy (it closes the connection).
+    let ports: Vec<u16> = servers.iter().map(|s| s.port).collect();
+    let (proxy, mut con) = start_proxy(dir.path(), &ports, true);
+    let port = con.peer_addr().unwrap().port();
     for i in 0..300 {
         let (key, value) = (format!("key:{i}"), format!("value:{i}"));
         assert_eq!(request(&mut con, &encode(&[b"SET", key.as_bytes(), value.as_bytes()])), b"+OK\r\n");
@@ -98,42 +115,15 @@ fn three_servers_behind_twemproxy() {
 #[test]
 fn three_memcached_ports_behind_twemproxy() {
     use std::io::Write;
-    if Command::new("nutcracker").arg("--version").stderr(Stdio::null()).output().is_err() {
-        eprintln!("NOTICE: nutcracker (twemproxy) not found; skipping the scale-out test (.ci/run installs it)");
+    if !have_nutcracker() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
     let servers: Vec<(Server, u16)> =
         (0..3).map(|i| common::start_with_memcached(&dir.path().join(format!("db{i}")), &[])).collect();
-    let port = free_port();
-    let config = dir.path().join("nutcracker.yml");
-    let backends: String = servers.iter().map(|(_, mc)| format!("   - 127.0.0.1:{mc}:1\n")).collect();
-    std::fs::write(
-        &config,
-        format!(
-            "scaledkv:\n  listen: 127.0.0.1:{port}\n  hash: murmur\n  distribution: ketama\n  redis: false\n  \
-             auto_eject_hosts: false\n  servers:\n{backends}"
-        ),
-    )
-    .unwrap();
-    let proxy = Proxy(
-        Command::new("nutcracker")
-            .arg("-c")
-            .arg(&config)
-            .args(["-s", &free_port().to_string(), "-a", "127.0.0.1", "-o"])
-            .arg(dir.path().join("nutcracker.log"))
-            .spawn()
-            .expect("start nutcracker"),
-    );
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let mut con = loop {
-        match std::net::TcpStream::connect(("127.0.0.1", port)) {
-            Ok(stream) => break stream,
-            Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(50)),
-            Err(error) => panic!("twemproxy did not come up: {error}"),
-        }
-    };
-    con.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let ports: Vec<u16> = servers.iter().map(|(_, mc)| *mc).collect();
+    let (proxy, mut con) = start_proxy(dir.path(), &ports, false);
+    let port = con.peer_addr().unwrap().port();
     for i in 0..300 {
         let value = format!("value:{i}");
         con.write_all(format!("set key:{i} {i} 0 {}\r\n{value}\r\n", value.len()).as_bytes()).unwrap();

@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 use crate::conn::ConnState;
@@ -135,7 +135,7 @@ async fn run(shared: &Shared, stream: &mut TcpStream, conn: &mut ConnState) -> s
             }
             if out.len() >= OUT_FLUSH_BYTES {
                 run.commit(shared, &mut out).await;
-                write_out(shared, stream, &mut out).await?;
+                crate::conn::write_out(shared, stream, &mut out).await?;
             }
         }
         // Replies go out only once the writes they acknowledge are durable.
@@ -145,21 +145,13 @@ async fn run(shared: &Shared, stream: &mut TcpStream, conn: &mut ConnState) -> s
             return Ok(());
         }
         if !out.buf.is_empty() {
-            write_out(shared, stream, &mut out).await?;
+            crate::conn::write_out(shared, stream, &mut out).await?;
         }
         if input.capacity() - input.len() < READ_CHUNK {
             input.reserve(READ_CHUNK);
         }
-        let read = async {
-            match shared.idle_timeout() {
-                Some(limit) => tokio::time::timeout(limit, stream.read_buf(&mut input))
-                    .await
-                    .unwrap_or_else(|_| Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "idle timeout"))),
-                None => stream.read_buf(&mut input).await,
-            }
-        };
         let n = tokio::select! {
-            n = read => n?,
+            n = crate::conn::read_within(stream, &mut input, shared.idle_timeout()) => n?,
             _ = shutdown.changed() => return Ok(()),
             _ = conn.info.wake.notified() => {
                 if conn.info.killed.load(Ordering::Acquire) {
@@ -197,13 +189,6 @@ fn authenticate(shared: &Shared, conn: &mut ConnState, out: &mut Out, args: &[By
         stats.auth_errors.fetch_add(1, Ordering::Relaxed);
         out.error("CLIENT_ERROR authentication failure");
     }
-}
-
-async fn write_out(shared: &Shared, stream: &mut TcpStream, out: &mut Out) -> std::io::Result<()> {
-    shared.stats.net_output_bytes.fetch_add(out.buf.len() as u64, Ordering::Relaxed);
-    stream.write_all(&out.buf).await?;
-    out.buf.clear();
-    Ok(())
 }
 
 /// Clears every key when a delayed `flush_all` comes due.

@@ -145,30 +145,14 @@ impl Parser {
         let (Some(length), true) = (length, words.len() > 2 && key.len() <= MAX_KEY_BYTES) else {
             return refuse(input, BAD_FORMAT);
         };
-        let length = length as usize;
-        if length + key.len() + ITEM_OVERHEAD > limits.max_item_bytes {
-            // A plain set (no mode, or mode S) drops the old item, as `set` does.
-            let drop = !words[3..].iter().any(|&w| word(line, w).starts_with(b"M") && word(line, w) != b"MS");
-            let noreply = words[3..].iter().any(|&w| word(line, w) == b"q");
-            let key = Bytes::copy_from_slice(key);
-            input.advance(end + 1);
-            self.skip = length + 2;
-            let n = self.skip.min(input.len());
-            input.advance(n);
-            self.skip -= n;
-            return Some(Request::TooLarge { key, drop, noreply });
-        }
-        if input.len() < end + 1 + length + 2 {
-            input.reserve(end + 1 + length + 2 - input.len());
-            return None;
-        }
-        if &input[end + 1 + length..end + 1 + length + 2] != b"\r\n" {
-            input.advance(end + 1 + length + 2);
-            return Some(Request::Error("CLIENT_ERROR bad data chunk", false));
-        }
-        let frozen = input.split_to(end + 1 + length + 2).freeze();
-        let mut args: Vec<Bytes> = words.iter().map(|&(at, len)| frozen.slice(at..at + len)).collect();
-        args.push(frozen.slice(end + 1..end + 1 + length));
+        // A plain set (no mode, or mode S) drops the old item, as `set` does.
+        let drop = !words[3..].iter().any(|&w| word(line, w).starts_with(b"M") && word(line, w) != b"MS");
+        let quiet = words[3..].iter().any(|&w| word(line, w) == b"q");
+        let mut args = match self.data_block(input, end, &words, length as usize, limits, drop, quiet) {
+            Block::Wait => return None,
+            Block::Refused(request) => return Some(request),
+            Block::Taken(args) => args,
+        };
         let flags = 3..args.len() - 1;
         if let Err(error) = decode_key(&mut args, flags) {
             return Some(error);
@@ -200,31 +184,61 @@ impl Parser {
             input.advance(end + 1);
             return Some(Request::Error(BAD_FORMAT, noreply));
         };
-        let length = length as usize;
-        if length + key.len() + ITEM_OVERHEAD > limits.max_item_bytes {
-            let key = Bytes::copy_from_slice(key);
-            let drop = word(line, words[0]) == b"set";
+        let drop = word(line, words[0]) == b"set";
+        match self.data_block(input, end, &words[..wanted], length as usize, limits, drop, noreply) {
+            Block::Wait => None,
+            Block::Refused(request) => Some(request),
+            Block::Taken(args) => Some(Request::Command { args, noreply }),
+        }
+    }
+
+    /// The data block of `length` bytes after a storage line (its `words`,
+    /// the key second) that ends at `end`: too large for an item (skipped,
+    /// and refused; `drop`: the old item goes too), not all here yet, not
+    /// ended by `\r\n` (refused), or taken: the words, then the data.
+    #[allow(clippy::too_many_arguments)]
+    fn data_block(
+        &mut self,
+        input: &mut BytesMut,
+        end: usize,
+        words: &[(usize, usize)],
+        length: usize,
+        limits: &Limits,
+        drop: bool,
+        noreply: bool,
+    ) -> Block {
+        let (key_at, key_len) = words[1];
+        if length + key_len + ITEM_OVERHEAD > limits.max_item_bytes {
+            let key = Bytes::copy_from_slice(&input[key_at..key_at + key_len]);
             input.advance(end + 1);
             self.skip = length + 2;
             let n = self.skip.min(input.len());
             input.advance(n);
             self.skip -= n;
-            return Some(Request::TooLarge { key, drop, noreply });
+            return Block::Refused(Request::TooLarge { key, drop, noreply });
         }
-        if input.len() < end + 1 + length + 2 {
+        let block_end = end + 1 + length;
+        if input.len() < block_end + 2 {
             // Room for the rest, so it arrives in as few reads as it can.
-            input.reserve(end + 1 + length + 2 - input.len());
-            return None;
+            input.reserve(block_end + 2 - input.len());
+            return Block::Wait;
         }
-        if &input[end + 1 + length..end + 1 + length + 2] != b"\r\n" {
-            input.advance(end + 1 + length + 2);
-            return Some(Request::Error("CLIENT_ERROR bad data chunk", noreply));
+        if &input[block_end..block_end + 2] != b"\r\n" {
+            input.advance(block_end + 2);
+            return Block::Refused(Request::Error("CLIENT_ERROR bad data chunk", noreply));
         }
-        let frozen = input.split_to(end + 1 + length + 2).freeze();
-        let mut args: Vec<Bytes> = words[..wanted].iter().map(|&(at, len)| frozen.slice(at..at + len)).collect();
-        args.push(frozen.slice(end + 1..end + 1 + length));
-        Some(Request::Command { args, noreply })
+        let frozen = input.split_to(block_end + 2).freeze();
+        let mut args: Vec<Bytes> = words.iter().map(|&(at, len)| frozen.slice(at..at + len)).collect();
+        args.push(frozen.slice(end + 1..block_end));
+        Block::Taken(args)
     }
+}
+
+/// What became of a storage command's data block (`Parser::data_block`).
+enum Block {
+    Wait,
+    Refused(Request),
+    Taken(Vec<Bytes>),
 }
 
 /// A meta command with the flag `b` names its key in base64: decoded here,
