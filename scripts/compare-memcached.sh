@@ -7,7 +7,7 @@
 # appends to bench-results/memcached-*.md) the tables for BENCHMARKS.md.
 #
 # Environment: REPEATS (3), TIME (8 s per run), WORKLOADS ("set get
-# multiget"), CONFIGS ("memcached scaledkv-tmpfs scaledkv-disk"),
+# multiget"), CONFIGS ("memcached memcached-1t scaledkv-tmpfs scaledkv-disk"),
 # BASELINE_SERVER (an A/B build); see compare_memcached.py.
 set -euo pipefail
 cd "$(dirname "$0")/.."

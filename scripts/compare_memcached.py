@@ -7,8 +7,7 @@ Runs libmemcached's `memaslap` (Debian's libmemcached-tools ships it as
   memcached        memcached 1.6 (Debian's; memory only, -m 16384 so
                    nothing is evicted, its default 4 threads)
   memcached-1t     the same with one worker thread (-t 1), as ScaledKV
-                   serves with one I/O thread on 2 cores (not run unless
-                   CONFIGS names it)
+                   serves with one I/O thread on 2 cores
   scaledkv-tmpfs   ScaledKV, durability sync, data on /dev/shm
   scaledkv-disk    ScaledKV, durability sync, data on the repository's disk
 each on a fresh process (and data directory), REPEATS times interleaved.
@@ -36,6 +35,7 @@ import subprocess
 import tempfile
 import time
 
+import compare_redis
 import hoststeal
 from compare_redis import REPO, SERVER, cpu_seconds, free_port, median, ratio
 
@@ -44,7 +44,7 @@ TIME = int(os.environ.get("TIME", "8"))
 CLIENTS = 50
 KEY = 16
 VALUE = 1024
-CONFIGS = os.environ.get("CONFIGS", "memcached scaledkv-tmpfs scaledkv-disk").split()
+CONFIGS = os.environ.get("CONFIGS", "memcached memcached-1t scaledkv-tmpfs scaledkv-disk").split()
 WORKLOADS = os.environ.get("WORKLOADS", "set get multiget").split()
 MEDIA = {"scaledkv-tmpfs": "/dev/shm", "scaledkv-disk": os.path.join(REPO, "bench-data")}
 REPORT = os.path.join(REPO, "bench-results", f"memcached-{time.strftime('%Y%m%d-%H%M%S')}.md")
@@ -53,13 +53,9 @@ REPORT = os.path.join(REPO, "bench-results", f"memcached-{time.strftime('%Y%m%d-
 BASELINE = os.environ.get("BASELINE_SERVER")
 if BASELINE:
     MEDIA["scaledkv-base"] = "/dev/shm"
-
-
-def emit(text=""):
-    print(text, flush=True)
-    os.makedirs(os.path.dirname(REPORT), exist_ok=True)
-    with open(REPORT, "a") as f:
-        f.write(text + "\n")
+# compare_redis's `emit`, writing this script's report.
+compare_redis.REPORT = REPORT
+emit = compare_redis.emit
 
 
 def answers(port):
@@ -151,15 +147,16 @@ def main():
                 runs[config].append(result)
                 print(f"  {workload} rep {rep + 1}/{REPEATS} {config:15} {result['tps']:>9,} ops/s  "
                       f"cpu {result['cpu_us']:.2f} us/op  get misses {result['miss']:.1%}", flush=True)
-        base = median([r["tps"] for r in runs.get("memcached", [])])
+        peers = [c for c in CONFIGS if c.startswith("memcached")]
+        bases = [median([r["tps"] for r in runs[peer]]) for peer in peers]
         emit(f"\n### {workload} (host CPU steal {hoststeal.percent_since(steal_from):.1f}%)\n")
-        emit("| server | ops/s | server CPU µs/op | get misses | vs memcached |")
-        emit("|---|---:|---:|---:|---:|")
+        emit("| server | ops/s | server CPU µs/op | get misses |" + "".join(f" vs {p} |" for p in peers))
+        emit("|---|---:|---:|---:|" + "---:|" * len(peers))
         for config in CONFIGS:
             rs = runs[config]
             tps = median([r["tps"] for r in rs])
             emit(f"| {config} | {tps:,.0f} | {median([r['cpu_us'] for r in rs]):.2f} | "
-                 f"{median([r['miss'] for r in rs]):.1%} | {ratio(tps, base)} |")
+                 f"{median([r['miss'] for r in rs]):.1%} |" + "".join(f" {ratio(tps, b)} |" for b in bases))
         emit("\nEach run (ops/s): " + "; ".join(
             f"{c} " + ", ".join(f"{r['tps']:,}" for r in runs[c]) for c in CONFIGS))
 
