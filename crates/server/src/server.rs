@@ -197,9 +197,16 @@ pub async fn run(config: Config, db: Db) -> Result<(), String> {
     let (shutdown, _) = watch::channel(false);
     let commit_thread = db.persist_waits_for_device().then(CommitSignal::default);
     let mut reserved_entries = crate::keyspace::prepare(&db)?;
-    let (cas, created) =
-        crate::memcache::cas::CasClock::open(&db).map_err(|e| format!("cannot start the memcached CAS clock: {e}"))?;
-    reserved_entries += created as u64;
+    // The CAS clock's epoch key exists once the memcached port was on.
+    let cas = match config.memcached_port {
+        Some(_) => {
+            let (cas, created) = crate::memcache::cas::CasClock::open(&db)
+                .map_err(|e| format!("cannot start the memcached CAS clock: {e}"))?;
+            reserved_entries += created as u64;
+            Some(cas)
+        }
+        None => None,
+    };
     let memcached = match config.memcached_port {
         Some(port) => Some(
             TcpListener::bind((config.bind.as_str(), port))

@@ -1476,3 +1476,110 @@ fn normalize_monitor_line(line: &str) -> String {
         _ => line.to_string(),
     }
 }
+
+/// HyperLogLogs: the same counts and the same bytes (GET) as Redis at every
+/// step, sparse and dense, through PFADD, PFCOUNT (whose cached count is
+/// part of the value), PFMERGE and their errors.
+#[test]
+fn hyperloglogs_match_redis_byte_for_byte() {
+    let Some(mut servers) = Servers::start() else { return };
+    let Servers { ours, theirs, .. } = &mut servers;
+    let command = |words: &[&[u8]]| words.iter().map(|w| w.to_vec()).collect::<Vec<Vec<u8>>>();
+    let mut script: Vec<Vec<Vec<u8>>> = Vec::new();
+    for words in [
+        &[&b"PFADD"[..], b"h", b"a", b"b", b"c"][..],
+        &[b"GET", b"h"],
+        &[b"PFCOUNT", b"h"],
+        &[b"GET", b"h"],
+        &[b"PFADD", b"h", b"a"],
+        &[b"PFADD", b"h", b"d"],
+        &[b"PFCOUNT", b"h"],
+        &[b"PFADD", b"empty"],
+        &[b"GET", b"empty"],
+        &[b"PFADD", b"empty"],
+        &[b"PFCOUNT", b"missing"],
+        &[b"PFCOUNT", b"h", b"missing", b"empty"],
+        &[b"SET", b"s", b"not an hll at all"],
+        &[b"PFADD", b"s", b"x"],
+        &[b"PFCOUNT", b"s"],
+        &[b"PFMERGE", b"s", b"h"],
+        &[b"SET", b"fake", b"HYLL\x02\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00"],
+        &[b"PFCOUNT", b"fake"],
+        &[b"SET", b"fake", b"HYLL\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00"],
+        &[b"PFADD", b"fake", b"x"],
+        &[b"SET", b"broken", b"HYLL\x01\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x80\x7f"],
+        // (PFADD into it: Redis reads past the value's end.)
+        &[b"PFCOUNT", b"broken"],
+        &[b"RPUSH", b"list", b"x"],
+        &[b"PFADD", b"list", b"x"],
+        &[b"PFCOUNT", b"h", b"list"],
+        &[b"PFADD"],
+        &[b"PFCOUNT"],
+        &[b"PFMERGE"],
+        &[b"EXPIRE", b"h", b"1000"],
+        &[b"PFADD", b"h", b"zz"],
+        &[b"TTL", b"h"],
+    ] {
+        script.push(command(words));
+    }
+    // Growing sets: sparse, its 3,000-byte limit, then dense; a register
+    // past 32 turns sparse dense at once.
+    let mut next = 0;
+    for batch in [1, 5, 20, 50, 100, 200, 400, 800, 1600, 4000] {
+        for key in [&b"grow"[..], b"other"] {
+            let mut pfadd = command(&[b"PFADD", key]);
+            pfadd.extend((next..next + batch).map(|i| format!("element-{i}-{}", key.len()).into_bytes()));
+            script.push(pfadd);
+            script.push(command(&[b"GET", key]));
+            script.push(command(&[b"PFCOUNT", key]));
+        }
+        next += batch;
+    }
+    script.push(command(&[b"PFCOUNT", b"grow", b"other", b"h"]));
+    script.push(command(&[b"PFMERGE", b"merged", b"h", b"empty"]));
+    script.push(command(&[b"GET", b"merged"]));
+    script.push(command(&[b"PFMERGE", b"merged", b"grow", b"other"]));
+    script.push(command(&[b"GET", b"merged"]));
+    script.push(command(&[b"PFCOUNT", b"merged"]));
+    script.push(command(&[b"PFMERGE", b"h", b"missing"]));
+    script.push(command(&[b"GET", b"h"]));
+    script.push(command(&[b"PFMERGE", b"new"]));
+    script.push(command(&[b"GET", b"new"]));
+    same_replies(&mut *ours, &mut *theirs, &script);
+}
+
+/// Random PFADD, PFCOUNT, PFMERGE and GET over a few keys, in pipelines:
+/// every count and every byte of every HyperLogLog as Redis's
+/// (`SCALEDKV_DIFF_SEED` for another sequence).
+#[test]
+fn random_hyperloglog_commands_match_redis() {
+    let keys = ["p0", "p1", "p2"];
+    random_commands_match_redis("hyperloglog", |next| {
+        let key = pick(next, &keys);
+        // Elements from a range that grows a key past the sparse limit
+        // over the run; some batches big, most small.
+        let elements = |next: &mut dyn FnMut(u64) -> u64| -> Vec<Vec<u8>> {
+            let count = if next(20) == 0 { 200 + next(400) } else { next(6) };
+            (0..count).map(|_| format!("e{}", next(20_000)).into_bytes()).collect()
+        };
+        let command = match next(10) {
+            0..=4 => {
+                let mut pfadd = vec![b"PFADD".to_vec(), key];
+                pfadd.extend(elements(next));
+                pfadd
+            }
+            5 | 6 => {
+                let mut pfcount = vec![b"PFCOUNT".to_vec(), key];
+                if next(3) == 0 {
+                    pfcount.push(pick(next, &keys));
+                }
+                pfcount
+            }
+            7 => vec![b"PFMERGE".to_vec(), key, pick(next, &keys), pick(next, &keys)],
+            8 => vec![b"GET".to_vec(), key],
+            _ if next(10) == 0 => vec![b"DEL".to_vec(), key],
+            _ => vec![b"STRLEN".to_vec(), key],
+        };
+        (false, command)
+    });
+}

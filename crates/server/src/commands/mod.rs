@@ -5,6 +5,7 @@
 mod bits;
 mod dump;
 mod hashes;
+mod hll;
 mod keys;
 mod list_chunks;
 mod lists;
@@ -386,6 +387,10 @@ commands! {
     "zinterstore", -4, WRITE, ALL_ARGS, "sorted-set", zsets::zinterstore, "Stores the intersect of multiple sorted sets in a key.";
     "zdiffstore", -4, WRITE, ALL_ARGS, "sorted-set", zsets::zdiffstore, "Stores the difference of multiple sorted sets in a key.";
     "zintercard", -3, READONLY, NONE, "sorted-set", zsets::zintercard, "Returns the number of members of the intersect of multiple sorted sets.";
+    "pfadd", -2, WRITE | FAST, ONE, "hyperloglog", hll::pfadd, "Adds elements to a HyperLogLog key. Creates the key if it doesn't exist.";
+    // A write here: it caches the count in the value, as Redis does.
+    "pfcount", -2, WRITE, ALL_ARGS, "hyperloglog", hll::pfcount, "Returns the approximated cardinality of the set(s) observed by the HyperLogLog key(s).";
+    "pfmerge", -2, WRITE, ALL_ARGS, "hyperloglog", hll::pfmerge, "Merges one or more HyperLogLog values into a single key.";
     "del", -2, WRITE, ALL_ARGS, "generic", keys::del, "Deletes one or more keys.";
     "unlink", -2, WRITE | FAST, ALL_ARGS, "generic", keys::del, "Asynchronously deletes one or more keys.";
     "exists", -2, READONLY | FAST, ALL_ARGS, "generic", keys::exists, "Determines whether one or more keys exist.";
@@ -429,7 +434,18 @@ commands! {
 
 /// Types that are not built yet: a clear error, never a crash.
 const NOT_YET: &[&str] = &[
-    "xadd", "xrange", "xlen", "xread", "pfadd", "pfcount", "geoadd", "eval", "evalsha", "script", "function", "fcall",
+    "xadd",
+    "xrange",
+    "xlen",
+    "xread",
+    "pfdebug",
+    "pfselftest",
+    "geoadd",
+    "eval",
+    "evalsha",
+    "script",
+    "function",
+    "fcall",
 ];
 
 /// The command named `name`, in any case, without allocating.
@@ -478,7 +494,7 @@ fn unknown_command(args: &[Bytes]) -> String {
     let lower = name.to_ascii_lowercase();
     if NOT_YET.contains(&lower.as_str()) {
         return format!(
-            "ERR '{lower}' is not supported by ScaledKV yet (strings, lists, hashes, sets, sorted sets, keys and pub/sub only; see the README)"
+            "ERR '{lower}' is not supported by ScaledKV yet (strings, lists, hashes, sets, sorted sets, HyperLogLogs, keys and pub/sub only; see the README)"
         );
     }
     format!("ERR unknown command '{name}', with args beginning with: {quoted}")

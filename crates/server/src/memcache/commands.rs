@@ -169,7 +169,8 @@ pub(super) fn put_item(
         Expiry::Never => None,
         Expiry::At(at) => Some(at),
     };
-    let cas = ctx.shared.memcached.cas.next(&ctx.shared.db)?;
+    let clock = ctx.shared.memcached.cas.as_ref().ok_or_else(|| err("SERVER_ERROR the memcached protocol is off"))?;
+    let cas = clock.next(&ctx.shared.db)?;
     ctx.writes.put_item(key, (flags, cas), data, expiry_ms)?;
     Ok(cas)
 }

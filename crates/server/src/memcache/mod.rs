@@ -32,7 +32,8 @@ use request::{Parser, Request};
 
 /// What the memcached side of the server keeps.
 pub struct State {
-    pub cas: cas::CasClock,
+    /// None while the memcached port is off (no CAS is handed out).
+    pub cas: Option<cas::CasClock>,
     pub stats: commands::Stats,
     /// The port it listens on (0: off).
     pub port: AtomicU16,
@@ -41,7 +42,7 @@ pub struct State {
 }
 
 impl State {
-    pub fn new(cas: cas::CasClock) -> State {
+    pub fn new(cas: Option<cas::CasClock>) -> State {
         State { cas, stats: Default::default(), port: AtomicU16::new(0), flush_at: AtomicU64::new(0) }
     }
 }
