@@ -104,6 +104,26 @@ impl WriteBatch {
         })
     }
 
+    /// Keeps the entries for which `keep(key, offset)` holds, in order
+    /// (`offset`: where the entry starts now, as `value_at` takes it). A
+    /// caller that wrote a key several times drops all but the last: the
+    /// batch is applied whole, so nothing can see the others.
+    pub fn retain(&mut self, mut keep: impl FnMut(&[u8], usize) -> bool) {
+        let mut body = Vec::with_capacity(self.body.len());
+        let mut count = 0;
+        let mut at = 0;
+        while at < self.body.len() {
+            let Ok(entry) = decode_entry(&self.body[at..], false) else { break };
+            if keep(entry.key, at) {
+                body.extend_from_slice(&self.body[at..at + entry.len]);
+                count += 1;
+            }
+            at += entry.len;
+        }
+        self.body = body;
+        self.count = count;
+    }
+
     pub fn len(&self) -> usize {
         self.count as usize
     }
@@ -149,6 +169,30 @@ fn check_sizes(key: usize, value: usize) -> Option<Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn retain_keeps_the_chosen_entries_in_order_and_they_commit() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = crate::Db::open(dir.path(), crate::Options::default()).unwrap();
+        let mut batch = WriteBatch::new();
+        batch.put(b"a", b"1");
+        batch.put(b"b", b"1");
+        let last_a = batch.size_bytes();
+        batch.put_with_expiry(b"a", b"2", u64::MAX);
+        batch.delete(b"c");
+        let mut offsets = Vec::new();
+        batch.retain(|key, at| {
+            offsets.push(at);
+            key != b"a" || at == last_a
+        });
+        assert_eq!(offsets.len(), 4, "every entry offered once");
+        let entries: Vec<_> = batch.entries().collect();
+        assert_eq!(entries, [(&b"b"[..], Some((&b"1"[..], None))), (b"a", Some((b"2", Some(u64::MAX)))), (b"c", None)]);
+        assert_eq!(batch.len(), 3);
+        db.write(batch).unwrap();
+        assert_eq!(db.get(b"a").unwrap().as_deref(), Some(&b"2"[..]));
+        assert_eq!(db.get(b"b").unwrap().as_deref(), Some(&b"1"[..]));
+    }
 
     #[test]
     fn an_appended_batch_commits_with_the_first_in_order() {

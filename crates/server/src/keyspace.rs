@@ -649,9 +649,14 @@ impl Writes {
     /// buffer five times, copying it each time).
     /// The next run starts without an overlay (blind writes need none).
     pub fn take_run_batch(&mut self) -> Ready {
-        self.overlay = None;
+        let overlay = self.overlay.take();
         let hint = self.batch.size_bytes().min(64 << 10);
-        let batch = std::mem::replace(&mut self.batch, WriteBatch::with_capacity(hint));
+        let mut batch = std::mem::replace(&mut self.batch, WriteBatch::with_capacity(hint));
+        if let Some(overlay) = overlay.filter(|overlay| overlay.len() < batch.len()) {
+            // A key the run wrote more than once (a pipeline of PFADDs or
+            // INCRs of one key): only its last entry goes to the log.
+            batch.retain(|key, at| overlay.get(key).is_none_or(|&last| last <= at));
+        }
         Ready {
             batch,
             reserved_delta: std::mem::take(&mut self.reserved_delta),

@@ -317,6 +317,39 @@ fn reserved_entries(stream: &mut std::net::TcpStream) -> u64 {
     line.trim().parse().unwrap()
 }
 
+/// Bytes the log holds (INFO persistence's `log_bytes`).
+fn log_bytes(stream: &mut std::net::TcpStream) -> u64 {
+    let info = request(stream, &encode(&[b"INFO", b"persistence"]));
+    let info = String::from_utf8_lossy(&info);
+    let line = info.lines().find_map(|l| l.strip_prefix("log_bytes:")).expect("log_bytes in INFO");
+    line.trim().parse().unwrap()
+}
+
+/// A pipeline that rewrites one key again and again (SETRANGE of an 8 KiB
+/// string, as PFADD rewrites a HyperLogLog) is one run and one atomic
+/// batch: only the key's last value goes to the log, not fifty.
+#[test]
+fn a_run_that_rewrites_one_key_logs_only_its_last_value() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("db"), &[]);
+    let mut stream = server.connect();
+    let value = vec![b'a'; 8 << 10];
+    assert_eq!(request(&mut stream, &encode(&[b"SET", b"k", &value])), b"+OK\r\n");
+    let before = log_bytes(&mut stream);
+    let mut pipeline = Vec::new();
+    for i in 0..50 {
+        pipeline.extend(encode(&[b"SETRANGE", b"k", (i * 100).to_string().as_bytes(), b"x"]));
+    }
+    std::io::Write::write_all(&mut stream, &pipeline).unwrap();
+    for _ in 0..50 {
+        assert_eq!(read_reply(&mut stream), b":8192\r\n");
+    }
+    let grew = log_bytes(&mut stream) - before;
+    assert!(grew < 64 << 10, "the log grew {grew} bytes for one key's final 8 KiB");
+    let stored = request(&mut stream, &encode(&[b"GET", b"k"]));
+    assert_eq!(stored.iter().filter(|&&b| b == b'x').count(), 50);
+}
+
 /// Waits until the sweep brings the server's own entries down to `want`.
 fn swept_to(stream: &mut std::net::TcpStream, want: u64) {
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
