@@ -118,6 +118,39 @@ fn val_opcode(value: u8, len: usize) -> u8 {
     0x80 | ((value - 1) << 2) | (len - 1) as u8
 }
 
+/// Checks a HyperLogLog's header as Redis's `isHLLObjectOrReply` does.
+fn check(bytes: &[u8]) -> CmdResult {
+    let valid = bytes.len() >= HEADER
+        && bytes.starts_with(b"HYLL")
+        && bytes[4] <= SPARSE
+        && (bytes[4] != DENSE || bytes.len() == DENSE_BYTES);
+    if !valid {
+        return Err(not_hll());
+    }
+    Ok(())
+}
+
+/// Register `index` of a checked HyperLogLog, read in place.
+fn register(bytes: &[u8], index: usize) -> Result<u8, CmdError> {
+    if bytes[4] == DENSE {
+        return Ok(dense_get(&bytes[HEADER..], index));
+    }
+    let (mut at, mut first) = (HEADER, 0);
+    loop {
+        let (span, value, size) = opcode(&bytes[at..]).ok_or_else(invalid_object)?;
+        if index < first + span {
+            return Ok(value);
+        }
+        first += span;
+        at += size;
+    }
+}
+
+/// A checked HyperLogLog's cached count, read in place.
+fn cached(bytes: &[u8]) -> Option<u64> {
+    (bytes[15] & 0x80 == 0).then(|| u64::from_le_bytes(bytes[8..16].try_into().expect("8 bytes")))
+}
+
 /// A HyperLogLog string being read or changed.
 struct Hll {
     bytes: Vec<u8>,
@@ -135,13 +168,7 @@ impl Hll {
 
     /// Checks the header as Redis's `isHLLObjectOrReply` does.
     fn parse(bytes: Vec<u8>) -> Result<Hll, CmdError> {
-        let valid = bytes.len() >= HEADER
-            && bytes.starts_with(b"HYLL")
-            && bytes[4] <= SPARSE
-            && (bytes[4] != DENSE || bytes.len() == DENSE_BYTES);
-        if !valid {
-            return Err(not_hll());
-        }
+        check(&bytes)?;
         Ok(Hll { bytes })
     }
 
@@ -151,10 +178,6 @@ impl Hll {
 
     fn invalidate_cache(&mut self) {
         self.bytes[15] |= 0x80;
-    }
-
-    fn cached(&self) -> Option<u64> {
-        (self.bytes[15] & 0x80 == 0).then(|| u64::from_le_bytes(self.bytes[8..16].try_into().expect("8 bytes")))
     }
 
     fn cache(&mut self, count: u64) {
@@ -405,8 +428,27 @@ fn read(ctx: &mut Ctx<'_>, key: &[u8]) -> Result<Option<(Hll, Option<u64>)>, Cmd
 
 pub fn pfadd(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let key = &args[1];
-    let (mut hll, expiry, mut updated) = match read(ctx, key)? {
-        Some((hll, expiry)) => (hll, expiry, false),
+    let (mut hll, expiry, mut updated) = match ctx.read(key)? {
+        Some(value) => {
+            let bytes = value.string()?;
+            check(bytes)?;
+            // Most adds to a well-filled HyperLogLog change no register:
+            // those are answered from the value in place, with no copy of
+            // its 12 KiB and nothing written.
+            let mut changes = false;
+            for element in &args[2..] {
+                let (index, count) = pattern(element);
+                if register(bytes, index)? < count {
+                    changes = true;
+                    break;
+                }
+            }
+            if !changes {
+                ctx.out.int(0);
+                return Ok(());
+            }
+            (Hll { bytes: bytes.to_vec() }, value.expiry_ms(), false)
+        }
         None => (Hll::new(), None, true),
     };
     for element in &args[2..] {
@@ -436,14 +478,19 @@ pub fn pfcount(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         ctx.out.int(estimate(&histogram) as i64);
         return Ok(());
     }
-    let Some((mut hll, expiry)) = read(ctx, &args[1])? else {
+    let Some(value) = ctx.read(&args[1])? else {
         ctx.out.int(0);
         return Ok(());
     };
-    let count = match hll.cached() {
+    let bytes = value.string()?;
+    check(bytes)?;
+    let count = match cached(bytes) {
         Some(count) => count,
         None => {
             // The count is cached in the value, as Redis does: a write.
+            let mut hll = Hll { bytes: bytes.to_vec() };
+            let expiry = value.expiry_ms();
+            drop(value);
             let count = hll.count()?;
             hll.cache(count);
             ctx.writes.put_string(&args[1], &hll.bytes, expiry)?;
