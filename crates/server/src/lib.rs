@@ -1,7 +1,8 @@
-//! `scaledkv-server`: the Redis protocol (RESP2 and RESP3) over the
-//! ScaledKV engine. Every write command's reply is sent only once the
-//! write is durable (in `sync` and `pmem` modes); writes from all
-//! connections share the engine's group commit.
+//! `scaledkv-server`: the Redis protocol (RESP2 and RESP3) and, on a port
+//! of its own, memcached's text protocol over the ScaledKV engine. Every
+//! write command's reply is sent only once the write is durable (in `sync`
+//! and `pmem` modes); writes from all connections share the engine's group
+//! commit.
 //!
 //! - `resp`: request parsing and reply encoding;
 //! - `conn`: one connection's read–execute–reply loop (pipelining);
