@@ -10,7 +10,11 @@ pub const DEFAULT_PORT: u16 = 6379;
 pub const DEFAULT_DIR: &str = "scaledkv-data/server";
 
 #[derive(Parser, Debug, Default)]
-#[command(name = "scaledkv-server", version, about = "ScaledKV: a Redis- and memcached-protocol server whose every write is durable")]
+#[command(
+    name = "scaledkv-server",
+    version,
+    about = "ScaledKV: a Redis- and memcached-protocol server whose every write is durable"
+)]
 pub struct Cli {
     /// Address to listen on (default 127.0.0.1: loopback only).
     #[arg(long)]
