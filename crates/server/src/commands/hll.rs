@@ -184,25 +184,15 @@ impl Hll {
         self.bytes[8..16].copy_from_slice(&count.to_le_bytes());
     }
 
-    /// Every register's value, into `max` where larger (`hllMerge`).
-    fn merge_into(&self, max: &mut [u8; REGISTERS]) -> Result<(), CmdError> {
-        if self.encoding() == DENSE {
-            for (index, slot) in max.iter_mut().enumerate() {
-                *slot = (*slot).max(dense_get(&self.bytes[HEADER..], index));
-            }
-            return Ok(());
-        }
-        let mut at = HEADER;
-        let mut index = 0;
+    /// Each run of a sparse one: its first register, length and value.
+    /// Runs that do not cover the registers exactly are a corrupt value.
+    fn sparse_runs(&self, mut visit: impl FnMut(usize, usize, u8)) -> CmdResult {
+        let (mut at, mut index) = (HEADER, 0);
         while let Some((len, value, size)) = opcode(&self.bytes[at..]) {
-            if value > 0 {
-                if index + len > REGISTERS {
-                    break;
-                }
-                for slot in &mut max[index..index + len] {
-                    *slot = (*slot).max(value);
-                }
+            if index + len > REGISTERS {
+                return Err(invalid_object());
             }
+            visit(index, len, value);
             index += len;
             at += size;
         }
@@ -212,6 +202,21 @@ impl Hll {
         Ok(())
     }
 
+    /// Every register's value, into `max` where larger (`hllMerge`).
+    fn merge_into(&self, max: &mut [u8; REGISTERS]) -> CmdResult {
+        if self.encoding() == DENSE {
+            for (index, slot) in max.iter_mut().enumerate() {
+                *slot = (*slot).max(dense_get(&self.bytes[HEADER..], index));
+            }
+            return Ok(());
+        }
+        self.sparse_runs(|first, len, value| {
+            for slot in &mut max[first..first + len] {
+                *slot = (*slot).max(value);
+            }
+        })
+    }
+
     /// The count of registers holding each value (`reghisto`).
     fn histogram(&self) -> Result<[u32; 64], CmdError> {
         let mut histogram = [0u32; 64];
@@ -219,17 +224,8 @@ impl Hll {
             for index in 0..REGISTERS {
                 histogram[dense_get(&self.bytes[HEADER..], index) as usize] += 1;
             }
-            return Ok(histogram);
-        }
-        let mut at = HEADER;
-        let mut index = 0;
-        while let Some((len, value, size)) = opcode(&self.bytes[at..]) {
-            histogram[value as usize] += len as u32;
-            index += len;
-            at += size;
-        }
-        if index != REGISTERS {
-            return Err(invalid_object());
+        } else {
+            self.sparse_runs(|_, len, value| histogram[value as usize] += len as u32)?;
         }
         Ok(histogram)
     }
@@ -242,23 +238,13 @@ impl Hll {
         let mut dense = vec![0u8; DENSE_BYTES];
         dense[..HEADER].copy_from_slice(&self.bytes[..HEADER]);
         dense[4] = DENSE;
-        let mut at = HEADER;
-        let mut index = 0;
-        while let Some((len, value, size)) = opcode(&self.bytes[at..]) {
+        self.sparse_runs(|first, len, value| {
             if value > 0 {
-                if index + len > REGISTERS {
-                    break;
-                }
-                for i in index..index + len {
-                    dense_set(&mut dense[HEADER..], i, value);
+                for index in first..first + len {
+                    dense_set(&mut dense[HEADER..], index, value);
                 }
             }
-            index += len;
-            at += size;
-        }
-        if index != REGISTERS {
-            return Err(invalid_object());
-        }
+        })?;
         self.bytes = dense;
         Ok(())
     }
