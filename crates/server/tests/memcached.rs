@@ -345,6 +345,25 @@ fn with_requirepass_a_connection_authenticates_with_a_set() {
     assert!(stats.contains("STAT auth_cmds 2\r\n") && stats.contains("STAT auth_errors 1\r\n"), "{stats}");
 }
 
+/// A multi-get whose reply would pass 256 largest items (one big item
+/// named again and again) is refused with memcached's out-of-memory error
+/// instead of being built, and the connection goes on.
+#[test]
+fn a_multi_get_reply_is_bounded() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, port) = start_with_memcached(&dir.path().join("db"), &["--memcached-item-size-max", "4096"]);
+    let mut mc = connect(port);
+    let value = vec![b'v'; 4000];
+    let mut set = b"set big 0 0 4000\r\n".to_vec();
+    set.extend_from_slice(&value);
+    set.extend_from_slice(b"\r\n");
+    assert_eq!(send(&mut mc, &set, b"\r\n"), "STORED\r\n");
+    let many = format!("get {}\r\n", vec!["big"; 300].join(" "));
+    assert_eq!(send(&mut mc, many.as_bytes(), b"\r\n"), "SERVER_ERROR out of memory writing get response\r\n");
+    let fewer = format!("get {}\r\n", vec!["big"; 200].join(" "));
+    assert_eq!(send(&mut mc, fewer.as_bytes(), b"END\r\n").matches("VALUE big").count(), 200);
+}
+
 /// Garbage, long lines and a client that hangs up mid-value: errors or a
 /// closed connection for that client, and the server serves the next.
 #[test]

@@ -29,6 +29,10 @@ const BAD_EXPTIME: &str = "CLIENT_ERROR invalid exptime argument";
 /// a Unix time.
 const RELATIVE_MAX_SECS: i64 = 60 * 60 * 24 * 30;
 
+/// A multi-get's reply holds at most this many largest items' bytes
+/// (256 MiB with memcached's default 1 MiB items).
+const MAX_GET_REPLY_ITEMS: usize = 256;
+
 const ONE: (i32, i32, i32) = (1, 1, 1);
 const NONE: (i32, i32, i32) = (0, 0, 0);
 
@@ -320,11 +324,19 @@ fn retrieve(ctx: &mut Ctx<'_>, keys: &[Bytes], with_cas: bool, touch: Option<Exp
     }
     let stats = &ctx.shared.memcached.stats;
     let (mut hits, mut misses) = (0, 0);
+    // A multi-get's reply is built whole before it is sent: bounded, or a
+    // line naming one big item thousands of times would take the memory.
+    let start = ctx.out.buf.len();
+    let max_reply = ctx.shared.config.memcached_item_size_max.saturating_mul(MAX_GET_REPLY_ITEMS);
     for key in keys {
         let Some(item) = read_item(ctx, key)? else {
             misses += 1;
             continue;
         };
+        if ctx.out.buf.len() - start + item.data().len() > max_reply {
+            ctx.out.buf.truncate(start);
+            return Err(err("SERVER_ERROR out of memory writing get response"));
+        }
         hits += 1;
         let (flags, cas) = meta(&item);
         let data = item.data();
