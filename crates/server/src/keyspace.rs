@@ -550,11 +550,7 @@ impl Writes {
         if data.len() > MAX_STRING_BYTES {
             return Err(CmdError::TooBig);
         }
-        let at = self.batch.size_bytes();
-        self.batch.put_parts(key, &[&[tag], data], expiry_ms);
-        if let Some(overlay) = &mut self.overlay {
-            overlay.insert(key.to_vec(), at);
-        }
+        self.put_parts(key, &[&[tag], data], expiry_ms);
         Ok(())
     }
 
@@ -562,11 +558,7 @@ impl Writes {
     /// item's flags and CAS) with expiry `expiry_ms`: EXPIRE, RENAME, COPY.
     pub fn put_copy(&mut self, key: &[u8], value: &Value, expiry_ms: Option<u64>) -> Result<(), CmdError> {
         check_key(key)?;
-        let at = self.batch.size_bytes();
-        self.batch.put_parts(key, &[value.encoded()], expiry_ms);
-        if let Some(overlay) = &mut self.overlay {
-            overlay.insert(key.to_vec(), at);
-        }
+        self.put_parts(key, &[value.encoded()], expiry_ms);
         Ok(())
     }
 
@@ -582,22 +574,29 @@ impl Writes {
         if data.len() > MAX_STRING_BYTES - ITEM_META_BYTES {
             return Err(CmdError::TooBig);
         }
-        let at = self.batch.size_bytes();
         let mut meta = [0u8; ITEM_META_BYTES];
         meta[..4].copy_from_slice(&flags.to_le_bytes());
         meta[4..].copy_from_slice(&cas.to_le_bytes());
-        self.batch.put_parts(key, &[&[TYPE_ITEM], &meta, data], expiry_ms);
-        if let Some(overlay) = &mut self.overlay {
-            overlay.insert(key.to_vec(), at);
-        }
+        self.put_parts(key, &[&[TYPE_ITEM], &meta, data], expiry_ms);
         Ok(())
     }
 
     pub fn delete(&mut self, key: &[u8]) {
-        let at = self.batch.size_bytes();
+        self.overlay_next(key);
         self.batch.delete(key);
+    }
+
+    /// Adds a put of the concatenated `parts` (checked by the caller).
+    fn put_parts(&mut self, key: &[u8], parts: &[&[u8]], expiry_ms: Option<u64>) {
+        self.overlay_next(key);
+        self.batch.put_parts(key, parts, expiry_ms);
+    }
+
+    /// Notes that `key`'s latest entry is the one added next, for later
+    /// commands of a transaction or run to read.
+    fn overlay_next(&mut self, key: &[u8]) {
         if let Some(overlay) = &mut self.overlay {
-            overlay.insert(key.to_vec(), at);
+            overlay.insert(key.to_vec(), self.batch.size_bytes());
         }
     }
 
