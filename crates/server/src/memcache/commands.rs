@@ -107,8 +107,16 @@ pub struct Stats {
     pub total_connections: AtomicU64,
 }
 
-fn bump(counter: &AtomicU64) {
-    counter.fetch_add(1, Ordering::Relaxed);
+pub(super) fn bump(counter: &AtomicU64) {
+    count(counter, 1);
+}
+
+/// Adds `n` (nothing for 0: each add is a locked instruction on a line
+/// every connection's thread writes).
+fn count(counter: &AtomicU64, n: u64) {
+    if n > 0 {
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
 }
 
 /// An exptime as an expiry: never (0), already past (negative, or a Unix
@@ -131,8 +139,19 @@ pub fn expiry(exptime: i64) -> Expiry {
     }
 }
 
-pub(super) fn of_ms(expiry_ms: Option<u64>) -> Expiry {
-    expiry_ms.map_or(Expiry::Never, Expiry::At)
+impl Expiry {
+    /// A stored expiry time (None: never).
+    pub fn from_ms(expiry_ms: Option<u64>) -> Expiry {
+        expiry_ms.map_or(Expiry::Never, Expiry::At)
+    }
+
+    /// As a stored expiry time (the past, which removes, as never).
+    pub fn ms(self) -> Option<u64> {
+        match self {
+            Expiry::At(at) => Some(at),
+            Expiry::Never | Expiry::Past => None,
+        }
+    }
 }
 
 /// The item at `key`: a string's value (a Redis collection is none).
@@ -140,9 +159,15 @@ pub(super) fn read_item(ctx: &mut Ctx<'_>, key: &[u8]) -> Result<Option<Value>, 
     Ok(ctx.read(key)?.filter(|value| value.tag() == TYPE_STRING))
 }
 
-/// An item's client flags and CAS.
-pub(super) fn meta(value: &Value) -> (u32, u64) {
-    value.item_meta().unwrap_or_else(|| (0, cas::derived(value.data())))
+/// An item's client flags (0 for a string written through Redis).
+pub(super) fn flags_of(value: &Value) -> u32 {
+    value.item_meta().map_or(0, |(flags, _)| flags)
+}
+
+/// An item's CAS: stored, or for a string written through Redis a hash of
+/// its bytes (so only worked out when asked for).
+pub(super) fn cas_of(value: &Value) -> u64 {
+    value.item_meta().map_or_else(|| cas::derived(value.data()), |(_, cas)| cas)
 }
 
 fn check_key(key: &[u8]) -> CmdResult {
@@ -165,31 +190,75 @@ pub(super) fn put_item(
     data: &[u8],
     expiry: Expiry,
 ) -> Result<u64, CmdError> {
-    let expiry_ms = match expiry {
-        Expiry::Past => {
-            ctx.writes.delete(key);
-            return Ok(0);
-        }
-        Expiry::Never => None,
-        Expiry::At(at) => Some(at),
-    };
+    if expiry == Expiry::Past {
+        ctx.writes.delete(key);
+        return Ok(0);
+    }
     let clock = ctx.shared.memcached.cas.as_ref().ok_or_else(|| err("SERVER_ERROR the memcached protocol is off"))?;
     let cas = clock.next(&ctx.shared.db)?;
-    ctx.writes.put_item(key, (flags, cas), data, expiry_ms)?;
+    ctx.writes.put_item(key, (flags, cas), data, expiry.ms())?;
     Ok(cas)
 }
 
 /// Keeps the item at `key` with a new expiry time (flags and CAS as they
 /// are, as memcached's touch leaves them).
 pub(super) fn put_expiry(ctx: &mut Ctx<'_>, key: &[u8], value: &Value, expiry: Expiry) -> CmdResult {
-    match expiry {
-        Expiry::Past => {
-            ctx.writes.delete(key);
-            Ok(())
-        }
-        Expiry::Never => ctx.writes.put_copy(key, value, None),
-        Expiry::At(at) => ctx.writes.put_copy(key, value, Some(at)),
+    if expiry == Expiry::Past {
+        ctx.writes.delete(key);
+        return Ok(());
     }
+    ctx.writes.put_copy(key, value, expiry.ms())
+}
+
+/// Appends (or prepends) `data` to `item`, which keeps its flags and
+/// expiry; the new CAS. An item grown past the limit is memcached's
+/// out-of-memory error.
+pub(super) fn put_joined(
+    ctx: &mut Ctx<'_>,
+    key: &[u8],
+    item: Value,
+    data: &[u8],
+    append: bool,
+) -> Result<u64, CmdError> {
+    let joined = match append {
+        true => [item.data(), data].concat(),
+        false => [data, item.data()].concat(),
+    };
+    if joined.len() + key.len() + request::ITEM_OVERHEAD > ctx.shared.config.memcached_item_size_max {
+        return Err(err("SERVER_ERROR out of memory storing object"));
+    }
+    let (flags, expiry) = (flags_of(&item), Expiry::from_ms(item.expiry_ms()));
+    drop(item);
+    let cas = put_item(ctx, key, flags, &joined, expiry)?;
+    ctx.notify(STRING, "append", key);
+    Ok(cas)
+}
+
+/// Adds `delta` to `item`'s decimal number (`up`, wrapping at 2^64) or
+/// subtracts it (down to 0), keeping its flags, and its expiry unless
+/// `expiry` gives one: the new number and CAS. As memcached, a result
+/// shorter than the old bytes is padded with spaces to their length.
+pub(super) fn put_delta(
+    ctx: &mut Ctx<'_>,
+    key: &[u8],
+    item: Value,
+    up: bool,
+    delta: u64,
+    expiry: Option<Expiry>,
+) -> Result<(u64, u64), CmdError> {
+    let current =
+        counter(item.data()).ok_or_else(|| err("CLIENT_ERROR cannot increment or decrement non-numeric value"))?;
+    let next = if up { current.wrapping_add(delta) } else { current.saturating_sub(delta) };
+    let mut text = itoa::Buffer::new().format(next).as_bytes().to_vec();
+    if text.len() < item.data().len() {
+        text.resize(item.data().len(), b' ');
+    }
+    let flags = flags_of(&item);
+    let expiry = expiry.unwrap_or(Expiry::from_ms(item.expiry_ms()));
+    drop(item);
+    let cas = put_item(ctx, key, flags, &text, expiry)?;
+    ctx.notify(STRING, if up { "incrby" } else { "decrby" }, key);
+    Ok((next, cas))
 }
 
 /// The number of words the client sent (`noreply` included).
@@ -252,7 +321,7 @@ fn store(ctx: &mut Ctx<'_>, args: &[Bytes], how: Store) -> CmdResult {
         }
         (Store::Cas, Some(item)) => {
             let given = request::unsigned(&args[5]).ok_or_else(|| err(BAD_FORMAT))?;
-            if meta(item).1 == given {
+            if cas_of(item) == given {
                 bump(&stats.cas_hits);
                 None
             } else {
@@ -266,20 +335,10 @@ fn store(ctx: &mut Ctx<'_>, args: &[Bytes], how: Store) -> CmdResult {
         ctx.out.memcached_line(refusal);
         return Ok(());
     }
-    match (how, item) {
-        (Store::Append | Store::Prepend, Some(item)) => {
-            let joined = match how {
-                Store::Append => [item.data(), &data[..]].concat(),
-                _ => [&data[..], item.data()].concat(),
-            };
-            if joined.len() + key.len() + request::ITEM_OVERHEAD > ctx.shared.config.memcached_item_size_max {
-                return Err(err("SERVER_ERROR out of memory storing object"));
-            }
-            let (flags, _) = meta(item);
-            let expiry = of_ms(item.expiry_ms());
-            drop(old);
-            put_item(ctx, key, flags, &joined, expiry)?;
-            ctx.notify(STRING, "append", key);
+    let joining = item.is_some() && matches!(how, Store::Append | Store::Prepend);
+    match old {
+        Some(item) if joining => {
+            put_joined(ctx, key, item, data, how == Store::Append)?;
         }
         _ => {
             drop(old);
@@ -338,7 +397,6 @@ fn retrieve(ctx: &mut Ctx<'_>, keys: &[Bytes], with_cas: bool, touch: Option<Exp
             return Err(err("SERVER_ERROR out of memory writing get response"));
         }
         hits += 1;
-        let (flags, cas) = meta(&item);
         let data = item.data();
         let mut numbers = itoa::Buffer::new();
         let out = &mut ctx.out.buf;
@@ -346,12 +404,12 @@ fn retrieve(ctx: &mut Ctx<'_>, keys: &[Bytes], with_cas: bool, touch: Option<Exp
         out.put_slice(b"VALUE ");
         out.put_slice(key);
         out.put_u8(b' ');
-        out.put_slice(numbers.format(flags).as_bytes());
+        out.put_slice(numbers.format(flags_of(&item)).as_bytes());
         out.put_u8(b' ');
         out.put_slice(numbers.format(data.len()).as_bytes());
         if with_cas {
             out.put_u8(b' ');
-            out.put_slice(numbers.format(cas).as_bytes());
+            out.put_slice(numbers.format(cas_of(&item)).as_bytes());
         }
         out.put_slice(b"\r\n");
         out.put_slice(data);
@@ -362,15 +420,14 @@ fn retrieve(ctx: &mut Ctx<'_>, keys: &[Bytes], with_cas: bool, touch: Option<Exp
         }
     }
     ctx.out.buf.put_slice(b"END\r\n");
-    let stats_touch = touch.is_some();
-    let n = keys.len() as u64;
-    stats.cmd_get.fetch_add(n, Ordering::Relaxed);
-    stats.get_hits.fetch_add(hits, Ordering::Relaxed);
-    stats.get_misses.fetch_add(misses, Ordering::Relaxed);
-    if stats_touch {
-        stats.cmd_touch.fetch_add(n, Ordering::Relaxed);
-        stats.touch_hits.fetch_add(hits, Ordering::Relaxed);
-        stats.touch_misses.fetch_add(misses, Ordering::Relaxed);
+    let keys = keys.len() as u64;
+    count(&stats.cmd_get, keys);
+    count(&stats.get_hits, hits);
+    count(&stats.get_misses, misses);
+    if touch.is_some() {
+        count(&stats.cmd_touch, keys);
+        count(&stats.touch_hits, hits);
+        count(&stats.touch_misses, misses);
     }
     Ok(())
 }
@@ -434,20 +491,8 @@ fn arithmetic(ctx: &mut Ctx<'_>, args: &[Bytes], up: bool) -> CmdResult {
         return Ok(());
     };
     bump(hits);
-    let current =
-        counter(item.data()).ok_or_else(|| err("CLIENT_ERROR cannot increment or decrement non-numeric value"))?;
-    let next = if up { current.wrapping_add(delta) } else { current.saturating_sub(delta) };
-    let mut text = next.to_string().into_bytes();
-    let reply_len = text.len();
-    if text.len() < item.data().len() {
-        text.resize(item.data().len(), b' ');
-    }
-    let (flags, _) = meta(&item);
-    let expiry = of_ms(item.expiry_ms());
-    drop(item);
-    put_item(ctx, key, flags, &text, expiry)?;
-    ctx.notify(STRING, if up { "incrby" } else { "decrby" }, key);
-    ctx.out.memcached_line(&text[..reply_len]);
+    let (next, _) = put_delta(ctx, key, item, up, delta, None)?;
+    ctx.out.memcached_line(itoa::Buffer::new().format(next).as_bytes());
     Ok(())
 }
 

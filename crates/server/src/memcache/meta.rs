@@ -12,7 +12,7 @@ use base64::Engine as _;
 use bytes::{BufMut, Bytes};
 use scaledkv::now_ms;
 
-use super::commands::{expiry, meta, put_expiry, put_item, read_item, Expiry};
+use super::commands::{bump, cas_of, expiry, flags_of, put_delta, put_expiry, put_item, put_joined, read_item, Expiry};
 use super::request::{self, MAX_KEY_BYTES};
 use crate::commands::{err, CmdError, CmdResult, Ctx};
 use crate::notify::{GENERIC, STRING};
@@ -150,13 +150,6 @@ fn ttl_of(expiry_ms: Option<u64>) -> i64 {
     }
 }
 
-fn expiry_ms(expiry: Expiry) -> Option<u64> {
-    match expiry {
-        Expiry::At(at) => Some(at),
-        _ => None,
-    }
-}
-
 /// `mg <key> <flags>*`: `VA <size> <flags>` and the value with `v`, else
 /// `HD <flags>`; `EN` on a miss (silenced by `q`).
 pub fn mg(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
@@ -166,7 +159,7 @@ pub fn mg(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let touch = flags.number(b'T', request::exptime)?.map(expiry);
     let stats = &ctx.shared.memcached.stats;
     let Some(item) = read_item(ctx, &key)? else {
-        stats.get_misses.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        bump(&stats.get_misses);
         if !flags.has(b'q') {
             let mut line = b"EN".to_vec();
             return_flags(&mut line, &flags, b"kO", &Found { sent_key: &sent, ..Found::default() });
@@ -174,8 +167,7 @@ pub fn mg(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         }
         return Ok(());
     };
-    stats.get_hits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let (client_flags, cas) = meta(&item);
+    bump(&stats.get_hits);
     // `t` reports the time to live before this command's `T`, as memcached.
     let expires = item.expiry_ms();
     if let Some(touch) = touch {
@@ -184,8 +176,8 @@ pub fn mg(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     }
     let found = Found {
         sent_key: &sent,
-        cas: Some(cas),
-        flags: Some(client_flags),
+        cas: flags.has(b'c').then(|| cas_of(&item)),
+        flags: Some(flags_of(&item)),
         size: Some(item.data().len()),
         ttl: Some(ttl_of(expires)),
     };
@@ -217,12 +209,12 @@ pub fn ms(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     };
     let ttl = flags.number(b'T', request::exptime)?.unwrap_or(0);
     let compare = flags.number(b'C', request::unsigned)?;
-    ctx.shared.memcached.stats.cmd_set.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    bump(&ctx.shared.memcached.stats.cmd_set);
     let old = ctx.read(&key)?;
     let item = old.as_ref().filter(|value| value.tag() == crate::keyspace::TYPE_STRING);
     let status: Option<&[u8]> = match (compare, item) {
         (Some(_), None) => Some(b"NF"),
-        (Some(cas), Some(item)) if meta(item).1 != cas => Some(b"EX"),
+        (Some(cas), Some(item)) if cas_of(item) != cas => Some(b"EX"),
         _ => match (mode, item) {
             (b"E", _) if old.is_some() => Some(b"NS"),
             (b"A" | b"P" | b"R", None) => Some(b"NS"),
@@ -236,21 +228,9 @@ pub fn ms(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         reply(ctx, &line);
         return Ok(());
     }
-    match (mode, item) {
-        (b"A" | b"P", Some(item)) => {
-            let joined = match mode {
-                b"A" => [item.data(), &data[..]].concat(),
-                _ => [&data[..], item.data()].concat(),
-            };
-            if joined.len() + key.len() + request::ITEM_OVERHEAD > ctx.shared.config.memcached_item_size_max {
-                return Err(err("SERVER_ERROR out of memory storing object"));
-            }
-            let (kept_flags, _) = meta(item);
-            let expires = item.expiry_ms().map_or(Expiry::Never, Expiry::At);
-            drop(old);
-            found.cas = Some(put_item(ctx, &key, kept_flags, &joined, expires)?);
-            ctx.notify(STRING, "append", &key);
-        }
+    let joining = item.is_some() && matches!(mode, b"A" | b"P");
+    match old {
+        Some(item) if joining => found.cas = Some(put_joined(ctx, &key, item, data, mode == b"A")?),
         _ => {
             drop(old);
             found.cas = Some(put_item(ctx, &key, client_flags, data, expiry(ttl))?);
@@ -278,15 +258,15 @@ pub fn md(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let old = ctx.read(&key)?;
     let status: &[u8] = match (&old, compare) {
         (None, _) => b"NF",
-        (Some(value), Some(cas)) if value.tag() != crate::keyspace::TYPE_STRING || meta(value).1 != cas => b"EX",
+        (Some(value), Some(cas)) if value.tag() != crate::keyspace::TYPE_STRING || cas_of(value) != cas => b"EX",
         _ => b"HD",
     };
     if status == b"HD" {
-        stats.delete_hits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        bump(&stats.delete_hits);
         ctx.writes.delete(&key);
         ctx.notify(GENERIC, "del", &key);
     } else if status == b"NF" {
-        stats.delete_misses.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        bump(&stats.delete_misses);
     }
     if status != b"HD" || !flags.has(b'q') {
         let mut line = status.to_vec();
@@ -320,12 +300,12 @@ pub fn ma(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let item = read_item(ctx, &key)?;
     let status: Option<&[u8]> = match (&item, compare) {
         (None, _) if create.is_none() => Some(b"NF"),
-        (Some(item), Some(cas)) if meta(item).1 != cas => Some(b"EX"),
+        (Some(item), Some(cas)) if cas_of(item) != cas => Some(b"EX"),
         _ => None,
     };
     if let Some(status) = status {
         if status == b"NF" {
-            misses.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            bump(misses);
         }
         let mut line = status.to_vec();
         return_flags(&mut line, &flags, b"kO", &found);
@@ -339,23 +319,14 @@ pub fn ma(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
             let expires = touch.unwrap_or(expiry(create.unwrap_or(0)));
             found.cas = Some(put_item(ctx, &key, 0, initial.to_string().as_bytes(), expires)?);
             ctx.notify(STRING, "set", &key);
-            (initial, expiry_ms(expires))
+            (initial, expires.ms())
         }
         Some(item) => {
-            hits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let current = super::commands::counter(item.data())
-                .ok_or_else(|| err("CLIENT_ERROR cannot increment or decrement non-numeric value"))?;
-            let next = if up { current.wrapping_add(delta) } else { current.saturating_sub(delta) };
-            let mut text = next.to_string().into_bytes();
-            if text.len() < item.data().len() {
-                text.resize(item.data().len(), b' ');
-            }
-            let (client_flags, _) = meta(&item);
-            let expires = touch.unwrap_or(item.expiry_ms().map_or(Expiry::Never, Expiry::At));
-            drop(item);
-            found.cas = Some(put_item(ctx, &key, client_flags, &text, expires)?);
-            ctx.notify(STRING, if up { "incrby" } else { "decrby" }, &key);
-            (next, expiry_ms(expires))
+            bump(hits);
+            let expires = touch.map_or(item.expiry_ms(), Expiry::ms);
+            let (next, cas) = put_delta(ctx, &key, item, up, delta, touch)?;
+            found.cas = Some(cas);
+            (next, expires)
         }
     };
     found.ttl = Some(ttl_of(expires));
