@@ -101,10 +101,10 @@ impl Parser {
         };
         let name = &line[at..at + len];
         if matches!(name, b"set" | b"add" | b"replace" | b"append" | b"prepend" | b"cas") {
-            return Ok(self.storage(input, end, limits));
+            return Ok(self.storage(input, end, words, limits));
         }
         if name == b"ms" {
-            return Ok(self.meta_set(input, end, limits));
+            return Ok(self.meta_set(input, end, words, limits));
         }
         let mut noreply = false;
         let mut count = words.len();
@@ -126,13 +126,18 @@ impl Parser {
         Ok(Some(Request::Command { args, noreply }))
     }
 
-    /// `ms <key> <datalen> <flags>*` and its data block. As memcached: too
+    /// `ms <key> <datalen> <flags>*` (the line's `words`, ending at `end`)
+    /// and its data block. As memcached: too
     /// few words or a bad length or key is refused before the data (which
     /// is then read as commands); a bad flag once the data is read.
-    fn meta_set(&mut self, input: &mut BytesMut, end: usize, limits: &Limits) -> Option<Request> {
+    fn meta_set(
+        &mut self,
+        input: &mut BytesMut,
+        end: usize,
+        words: Vec<(usize, usize)>,
+        limits: &Limits,
+    ) -> Option<Request> {
         let line = &input[..end];
-        let line = line.strip_suffix(b"\r").unwrap_or(line);
-        let words = words(line);
         let refuse = |input: &mut BytesMut, text| {
             input.advance(end + 1);
             Some(Request::Error(text, false))
@@ -160,14 +165,18 @@ impl Parser {
         Some(Request::Command { args, noreply: false })
     }
 
-    /// A storage command, its line ending at `end`: `<name> <key> <flags>
+    /// A storage command, its line's `words` ending at `end`: `<name> <key> <flags>
     /// <exptime> <bytes> [<cas>] [noreply]` and the data block. Memcached's
     /// answers: ERROR for a wrong word count, a format error for a bad
     /// number or key, and either leave the data to be read as commands.
-    fn storage(&mut self, input: &mut BytesMut, end: usize, limits: &Limits) -> Option<Request> {
+    fn storage(
+        &mut self,
+        input: &mut BytesMut,
+        end: usize,
+        words: Vec<(usize, usize)>,
+        limits: &Limits,
+    ) -> Option<Request> {
         let line = &input[..end];
-        let line = line.strip_suffix(b"\r").unwrap_or(line);
-        let words = words(line);
         let cas = word(line, words[0]) == b"cas";
         let wanted = if cas { 6 } else { 5 };
         if words.len() != wanted && words.len() != wanted + 1 {
