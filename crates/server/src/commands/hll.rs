@@ -490,13 +490,18 @@ pub fn pfcount(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
 pub fn pfmerge(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let mut max = Box::new([0u8; REGISTERS]);
     let mut dense = false;
-    for key in &args[1..] {
-        if let Some((hll, _)) = read(ctx, key)? {
+    // The destination is the first source too: read once.
+    let mut destination = None;
+    for (at, key) in args[1..].iter().enumerate() {
+        if let Some((hll, expiry)) = read(ctx, key)? {
             dense |= hll.encoding() == DENSE;
             hll.merge_into(&mut max)?;
+            if at == 0 {
+                destination = Some((hll, expiry));
+            }
         }
     }
-    let (mut target, expiry) = read(ctx, &args[1])?.unwrap_or_else(|| (Hll::new(), None));
+    let (mut target, expiry) = destination.unwrap_or_else(|| (Hll::new(), None));
     if dense {
         target.make_dense()?;
     }
