@@ -6,6 +6,7 @@ mod alloc_counter;
 mod hashmap;
 mod store;
 mod workloads;
+mod ycsb;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -150,10 +151,11 @@ fn open_store(flags: &Flags, fresh: bool) -> Result<Arc<dyn store::Store>, Strin
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     // `scaledkv-bench hashmap ...`: the persisted-hashmap experiment, with its own flags.
-    let result = if args.get(1).is_some_and(|a| a == "hashmap") {
-        hashmap::main(args[1..].to_vec())
-    } else {
-        run(Flags::parse())
+    // `scaledkv-bench ycsb ...`: YCSB's workloads A-F, with their own flags.
+    let result = match args.get(1).map(String::as_str) {
+        Some("hashmap") => hashmap::main(args[1..].to_vec()),
+        Some("ycsb") => ycsb::main(args[1..].to_vec()),
+        _ => run(Flags::parse()),
     };
     if let Err(error) = result {
         eprintln!("error: {error}");

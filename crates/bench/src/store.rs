@@ -139,8 +139,8 @@ pub mod rocks {
     use std::path::Path;
 
     pub struct Rocks {
-        db: rocksdb::DB,
-        write_options: rocksdb::WriteOptions,
+        pub(crate) db: rocksdb::DB,
+        pub(crate) write_options: rocksdb::WriteOptions,
         settings: String,
     }
 

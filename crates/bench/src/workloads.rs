@@ -135,8 +135,9 @@ pub fn print_header(flags: &Flags, store: &dyn Store) {
     println!("------------------------------------------------");
 }
 
-fn progress(flags: &Flags, name: &str, total: u64) -> ProgressBar {
-    let show = match flags.progress.as_str() {
+/// A progress bar on stderr; `mode` is the `--progress` flag.
+pub(crate) fn progress(mode: &str, name: &str, total: u64) -> ProgressBar {
+    let show = match mode {
         "always" => true,
         "never" => false,
         _ => std::io::stderr().is_terminal(),
@@ -209,7 +210,7 @@ pub fn run(name: &str, flags: &Flags, store: &Arc<dyn Store>) -> Result<(), Stri
     match name {
         "fillseq" | "fillrandom" | "overwrite" => {
             let random = name != "fillseq";
-            let bar = progress(flags, name, num);
+            let bar = progress(&flags.progress, name, num);
             let (tally, elapsed) = on_threads(threads, num, |t, ops, tally| {
                 let mut rng = SmallRng::seed_from_u64(flags.seed + t as u64);
                 let mut values = Values::new(flags.seed + 1000 + t as u64);
@@ -253,7 +254,7 @@ pub fn run(name: &str, flags: &Flags, store: &Arc<dyn Store>) -> Result<(), Stri
             report(name, &tally, elapsed, &format!(" ({batch} entries per batch)"));
         }
         "readrandom" => {
-            let bar = progress(flags, name, reads);
+            let bar = progress(&flags.progress, name, reads);
             let (tally, elapsed) = on_threads(threads, reads, |t, ops, tally| {
                 let mut keys = RandomKeys::new(flags, 3000, t);
                 for i in 0..ops {
