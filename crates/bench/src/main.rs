@@ -4,26 +4,17 @@
 
 mod alloc_counter;
 mod hashmap;
-mod store;
 mod workloads;
-mod ycsb;
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use clap::Parser;
 use scaledkv::Durability;
+use scaledkv_bench::{flag_bool, store, ycsb};
 
 #[global_allocator]
 static ALLOCATOR: alloc_counter::Counting = alloc_counter::Counting;
-
-fn flag_bool(s: &str) -> Result<bool, String> {
-    match s {
-        "1" | "true" => Ok(true),
-        "0" | "false" => Ok(false),
-        other => Err(format!("expected 0/1/true/false, got `{other}`")),
-    }
-}
 
 /// db_bench-compatible flags (`--name=value`); unknown db_bench flags are
 /// refused rather than silently ignored.
@@ -154,7 +145,7 @@ fn main() {
     // `scaledkv-bench ycsb ...`: YCSB's workloads A-F, with their own flags.
     let result = match args.get(1).map(String::as_str) {
         Some("hashmap") => hashmap::main(args[1..].to_vec()),
-        Some("ycsb") => ycsb::main(args[1..].to_vec()),
+        Some("ycsb") => ycsb::main(args[1..].to_vec()).map(drop),
         _ => run(Flags::parse()),
     };
     if let Err(error) = result {

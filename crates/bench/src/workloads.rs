@@ -1,17 +1,16 @@
 //! The db_bench workloads and db_bench's report format.
 
-use std::io::IsTerminal;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
-use indicatif::{ProgressBar, ProgressStyle};
 use rand::rngs::SmallRng;
 use rand::{Rng, RngCore, SeedableRng};
 
-use crate::store::Store;
 use crate::Flags;
+use scaledkv_bench::progress;
+use scaledkv_bench::store::Store;
 
 pub const KNOWN: &[&str] = &[
     "fillseq",
@@ -133,26 +132,6 @@ pub fn print_header(flags: &Flags, store: &dyn Store) {
     println!("Threads:    {}", flags.threads);
     println!("{}", store.describe());
     println!("------------------------------------------------");
-}
-
-/// A progress bar on stderr; `mode` is the `--progress` flag.
-pub(crate) fn progress(mode: &str, name: &str, total: u64) -> ProgressBar {
-    let show = match mode {
-        "always" => true,
-        "never" => false,
-        _ => std::io::stderr().is_terminal(),
-    };
-    if !show {
-        return ProgressBar::hidden();
-    }
-    let bar = ProgressBar::new(total);
-    bar.set_style(
-        ProgressStyle::with_template("{msg:>12} [{bar:40}] {pos}/{len} {per_sec} eta {eta}")
-            .expect("valid template")
-            .progress_chars("=> "),
-    );
-    bar.set_message(name.to_string());
-    bar
 }
 
 /// Runs `per_thread(thread, ops, tally)` on `threads` threads and merges.

@@ -159,7 +159,17 @@ impl Tally {
     }
 }
 
-pub fn main(args: Vec<String>) -> Result<(), String> {
+/// What one phase did, for callers that check it (scaledkv-server's tests).
+#[derive(Debug)]
+pub struct Phase {
+    pub name: String,
+    pub operations: u64,
+    pub throughput: f64,
+}
+
+/// Runs `scaledkv-bench ycsb` with these arguments (the first is the
+/// command's name) and returns each phase that ran.
+pub fn main(args: Vec<String>) -> Result<Vec<Phase>, String> {
     let flags = Flags::parse_from(args);
     let phases: Vec<&str> = flags.workloads.split(',').filter(|s| !s.is_empty()).collect();
     for phase in &phases {
@@ -181,8 +191,9 @@ pub fn main(args: Vec<String>) -> Result<(), String> {
     // Transactions insert after the loaded records (YCSB's `insertstart`).
     let inserts = InsertCounter::new(flags.records);
     let mut failures = 0;
+    let mut done = Vec::new();
     for phase in phases {
-        let tally = if phase == "load" {
+        let (tally, seconds) = if phase == "load" {
             load(&flags, target.as_ref(), shape)?
         } else {
             let workload = WORKLOADS.iter().find(|w| w.name == phase).expect("checked above");
@@ -193,6 +204,7 @@ pub fn main(args: Vec<String>) -> Result<(), String> {
             run(&flags, target.as_ref(), shape, &inserts, workload)?
         };
         failures += tally.unexpected.iter().sum::<u64>();
+        done.push(Phase { name: phase.to_string(), operations: tally.ops, throughput: tally.ops as f64 / seconds });
     }
     for line in target.report() {
         println!("{line}");
@@ -200,12 +212,12 @@ pub fn main(args: Vec<String>) -> Result<(), String> {
     if failures > 0 {
         return Err(format!("{failures} operations found a record missing or with wrong bytes"));
     }
-    Ok(())
+    Ok(done)
 }
 
-fn load(flags: &Flags, target: &dyn Target, shape: Shape) -> Result<Tally, String> {
+fn load(flags: &Flags, target: &dyn Target, shape: Shape) -> Result<(Tally, f64), String> {
     println!("# load: insert {} records", flags.records);
-    let bar = crate::workloads::progress(&flags.progress, "load", flags.records);
+    let bar = crate::progress(&flags.progress, "load", flags.records);
     let next = AtomicU64::new(0);
     let (tally, seconds) = on_threads(flags, target, |_, client, tally| loop {
         let keynum = next.fetch_add(1, Ordering::Relaxed);
@@ -221,7 +233,7 @@ fn load(flags: &Flags, target: &dyn Target, shape: Shape) -> Result<Tally, Strin
     })?;
     bar.finish_and_clear();
     report("load", &tally, seconds);
-    Ok(tally)
+    Ok((tally, seconds))
 }
 
 /// Chooses the key of a read, update, scan or read-modify-write, among
@@ -254,9 +266,9 @@ fn run(
     shape: Shape,
     inserts: &InsertCounter,
     workload: &Workload,
-) -> Result<Tally, String> {
+) -> Result<(Tally, f64), String> {
     println!("# workload {}: {}", workload.name, workload.about);
-    let bar = crate::workloads::progress(&flags.progress, workload.name, flags.operations);
+    let bar = crate::progress(&flags.progress, workload.name, flags.operations);
     // YCSB sizes its key space for the inserts to come (`expectednewkeys`).
     let expected_keys = flags.records + (flags.operations as f64 * workload.insert * 2.0) as u64;
     let salt = u64::from(workload.name.as_bytes()[0]) << 16;
@@ -267,7 +279,8 @@ fn run(
         } else {
             Chooser::Zipfian(ScrambledZipfian::new(expected_keys))
         };
-        let ops = flags.operations / flags.threads as u64 + u64::from((t as u64) < flags.operations % flags.threads as u64);
+        let ops =
+            flags.operations / flags.threads as u64 + u64::from((t as u64) < flags.operations % flags.threads as u64);
         for _ in 0..ops {
             let dice: f64 = rng.gen();
             let op = pick(workload, dice);
@@ -313,7 +326,7 @@ fn run(
     })?;
     bar.finish_and_clear();
     report(workload.name, &tally, seconds);
-    Ok(tally)
+    Ok((tally, seconds))
 }
 
 fn pick(workload: &Workload, dice: f64) -> Op {

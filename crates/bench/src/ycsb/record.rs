@@ -19,9 +19,11 @@ pub fn field_name(i: usize) -> Vec<u8> {
 pub fn field_value(key: &str, i: usize, length: usize) -> Vec<u8> {
     // FNV-1a over key and field number seeds an xorshift stream; each
     // step gives eight bytes.
-    let mut state = key.bytes().chain(i.to_le_bytes()).fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    }) | 1;
+    let mut state = key
+        .bytes()
+        .chain(i.to_le_bytes())
+        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
+        | 1;
     let mut out = Vec::with_capacity(length + 8);
     while out.len() < length {
         state ^= state << 13;

@@ -203,7 +203,12 @@ impl RespClient {
 impl Client for RespClient {
     fn insert(&mut self, key: &str, fields: &Fields) -> Result<(), String> {
         self.hmset(key, fields)?;
-        redis::cmd("ZADD").arg(INDEX_KEY).arg(java_hash(key)).arg(key).query::<()>(&mut self.0).map_err(|e| e.to_string())
+        redis::cmd("ZADD")
+            .arg(INDEX_KEY)
+            .arg(java_hash(key))
+            .arg(key)
+            .query::<()>(&mut self.0)
+            .map_err(|e| e.to_string())
     }
 
     fn read(&mut self, key: &str) -> Result<Option<Fields>, String> {
