@@ -23,7 +23,9 @@ Each server starts fresh, is loaded with RECORDS records, then runs each
 workload of WORKLOADS (OPERATIONS operations, SCAN_OPERATIONS for e: a scan
 through the Redis protocol is up to 100 round trips) as its own process,
 so the server's CPU time per operation (from /proc) is per workload.
-REPEATS rounds, configurations interleaved within a round; medians.
+REPEATS rounds, configurations interleaved within a round; medians, and
+a bar chart per table (bench-results/ycsb-<timestamp>-<table>.svg, drawn
+by `scaledkv-bench chart`).
 Every process started here is stopped by its PID. Results are printed and
 appended to bench-results/ycsb-<timestamp>.md.
 """
@@ -118,8 +120,21 @@ def engine_round(config):
         shutil.rmtree(db, ignore_errors=True)
 
 
-def table(title, configs, runs, pairs, cpu):
+def chart(title, slug, rows):
+    """Draws rows (workload, config, ops/s) with `scaledkv-bench chart` beside the report."""
+    base = REPORT[:-len(".md")] + f"-{slug}"
+    with open(base + ".csv", "w") as f:
+        f.write("group,series,value\n" + "".join(f"{g},{s},{v:.0f}\n" for g, s, v in rows))
+    out = subprocess.run([BENCH, "chart", "--csv", base + ".csv", "--svg", base + ".svg", "--title", title],
+                         capture_output=True, text=True)
+    if out.returncode != 0:
+        raise RuntimeError(f"scaledkv-bench chart failed: {out.stderr}")
+    emit(f"\nChart: {os.path.relpath(base + '.svg', REPO)} (data: {os.path.relpath(base + '.csv', REPO)})")
+
+
+def table(title, slug, configs, runs, pairs, cpu):
     emit(f"\n### {title}\n")
+    drawn = []
     head = "| workload |" + "".join(f" {c} ops/s (p99 µs) |" for c in configs)
     head += "".join(f" {c} CPU µs/op |" for c in configs if cpu) + "".join(f" {a} ÷ {b} |" for a, b in pairs)
     emit(head)
@@ -132,6 +147,7 @@ def table(title, configs, runs, pairs, cpu):
                 cells.append(" — |")
                 continue
             medians[c] = median([r["ops"] for r in rs])
+            drawn.append((phase, c, medians[c]))
             p99 = median([r["p99"].get(MAIN_OP[phase], 0) for r in rs])
             cells.append(f" {medians[c]:,.0f} ({p99:,.0f}) |")
         if cpu:
@@ -144,6 +160,7 @@ def table(title, configs, runs, pairs, cpu):
     emit("\nEach run (ops/s): " + "; ".join(
         f"{c} {phase} " + "/".join(f"{r[phase]['ops']:,.0f}" for r in runs[c] if phase in r)
         for c in configs for phase in ["load"] + WORKLOADS if any(phase in r for r in runs[c])))
+    chart(f"YCSB, {title}, {MEDIUM}", slug, drawn)
 
 
 def main():
@@ -168,15 +185,15 @@ def main():
     resp = [c for c in CONFIGS if c in ("scaledkv", "redis-none", "redis-always")]
     mc = [c for c in CONFIGS if c in ("scaledkv-mc", "memcached")]
     if resp:
-        table("Redis protocol (scaledkv-server sync vs Redis 7)", resp, runs,
+        table("Redis protocol (scaledkv-server sync vs Redis 7)", "redis", resp, runs,
               [("scaledkv", b) for b in ("redis-none", "redis-always") if b in resp and "scaledkv" in resp], True)
     if mc:
-        table("memcached protocol (scaledkv-server sync vs memcached)", mc, runs,
+        table("memcached protocol (scaledkv-server sync vs memcached)", "memcached", mc, runs,
               [("scaledkv-mc", "memcached")] if len(mc) == 2 else [], True)
     if engines:
         pairs = [(f"engine-{d}", f"rocksdb-{d}") for d in ("sync", "buffered")
                  if f"engine-{d}" in engines and f"rocksdb-{d}" in engines]
-        table("Embedded engines (in-process)", engines, runs, pairs, False)
+        table("Embedded engines (in-process)", "engines", engines, runs, pairs, False)
 
 
 if __name__ == "__main__":

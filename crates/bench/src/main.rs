@@ -3,6 +3,7 @@
 //! release build of RocksDB), so both tools' lines can be compared as is.
 
 mod alloc_counter;
+mod chart;
 mod hashmap;
 mod workloads;
 
@@ -146,6 +147,8 @@ fn main() {
     let result = match args.get(1).map(String::as_str) {
         Some("hashmap") => hashmap::main(args[1..].to_vec()),
         Some("ycsb") => ycsb::main(args[1..].to_vec()).map(drop),
+        // `scaledkv-bench chart ...`: a grouped bar chart for the compare scripts.
+        Some("chart") => chart::main(args[1..].to_vec()),
         _ => run(Flags::parse()),
     };
     if let Err(error) = result {
