@@ -177,8 +177,8 @@ pub fn main(args: Vec<String>) -> Result<Vec<Phase>, String> {
             return Err(format!("unknown workload `{phase}`: load, a, b, c, d, e or f"));
         }
     }
-    if flags.threads == 0 {
-        return Err("--threads must be at least 1".into());
+    if flags.threads == 0 || flags.records == 0 || flags.field_count == 0 {
+        return Err("--threads, --records and --field-count must be at least 1".into());
     }
     let shape = Shape { fields: flags.field_count, field_length: flags.field_length };
     let options = scaledkv::Options { durability: flags.durability, ..scaledkv::Options::default() };
