@@ -1,0 +1,89 @@
+import java.util.*;
+import redis.clients.jedis.*;
+import redis.clients.jedis.params.ScanParams;
+import redis.clients.jedis.resps.Tuple;
+
+/**
+ * Jedis, unchanged, against a server on 127.0.0.1:PORT (scripts/check-jedis.sh): the calls
+ * YCSB's Redis binding makes, pipelines, transactions, a pool, RESP2 and RESP3. Exits 1 on the
+ * first wrong answer.
+ */
+public class JedisCheck {
+  static void expect(boolean ok, String what) {
+    if (!ok) {
+      System.err.println("FAILED: " + what);
+      System.exit(1);
+    }
+    System.out.println("ok: " + what);
+  }
+
+  static void check(Jedis j, String proto) {
+    String p = proto + " ";
+    j.flushAll();
+    expect("PONG".equals(j.ping()), p + "PING");
+    expect("OK".equals(j.set("greeting", "hello")) && "hello".equals(j.get("greeting")), p + "SET/GET");
+    Map<String, String> record = new HashMap<>();
+    for (int i = 0; i < 10; i++) record.put("field" + i, "v" + i + "x".repeat(100));
+    expect("OK".equals(j.hmset("user1", record)), p + "HMSET (YCSB insert)");
+    expect(j.hgetAll("user1").equals(record), p + "HGETALL (YCSB read)");
+    expect(j.hmget("user1", "field3", "nope").equals(Arrays.asList(record.get("field3"), null)), p + "HMGET");
+    j.zadd("_indices", "user1".hashCode(), "user1");
+    j.zadd("_indices", "user2".hashCode(), "user2");
+    List<String> scanned = j.zrangeByScore("_indices", "user1".hashCode(), Double.POSITIVE_INFINITY, 0, 10);
+    expect(scanned.contains("user1"), p + "ZRANGEBYSCORE with LIMIT (YCSB scan)");
+    List<Tuple> scored = j.zrangeWithScores("_indices", 0, -1);
+    expect(scored.size() == 2 && scored.get(0).getScore() <= scored.get(1).getScore(), p + "ZRANGE WITHSCORES");
+    expect(j.incr("counter") == 1 && j.incrBy("counter", 41) == 42, p + "INCR/INCRBY");
+    expect(j.expire("counter", 100) == 1 && j.ttl("counter") > 90, p + "EXPIRE/TTL");
+    expect("OK".equals(j.mset("a", "1", "b", "2")) && j.mget("a", "b", "c").equals(Arrays.asList("1", "2", null)), p + "MSET/MGET");
+    expect(j.lpush("list", "x", "y", "z") == 3 && j.lrange("list", 0, -1).equals(Arrays.asList("z", "y", "x")), p + "LPUSH/LRANGE");
+    expect(j.sadd("set", "m1", "m2") == 2 && j.smembers("set").equals(new HashSet<>(Arrays.asList("m1", "m2"))), p + "SADD/SMEMBERS");
+    expect(j.del("a", "b", "nope") == 2 && !j.exists("a"), p + "DEL/EXISTS");
+
+    Pipeline pipe = j.pipelined();
+    List<Response<String>> replies = new ArrayList<>();
+    for (int i = 0; i < 1000; i++) pipe.set("k" + i, "v" + i);
+    for (int i = 0; i < 1000; i++) replies.add(pipe.get("k" + i));
+    pipe.sync();
+    boolean all = true;
+    for (int i = 0; i < 1000; i++) all &= ("v" + i).equals(replies.get(i).get());
+    expect(all, p + "a pipeline of 1000 SETs and 1000 GETs");
+
+    Transaction tx = j.multi();
+    tx.set("tx", "1");
+    tx.incr("tx");
+    List<Object> done = tx.exec();
+    expect(done.size() == 2 && "2".equals(j.get("tx")), p + "MULTI/EXEC");
+
+    ScanParams params = new ScanParams().match("k1*").count(100);
+    Set<String> seen = new HashSet<>();
+    String cursor = ScanParams.SCAN_POINTER_START;
+    do {
+      var page = j.scan(cursor, params);
+      seen.addAll(page.getResult());
+      cursor = page.getCursor();
+    } while (!cursor.equals(ScanParams.SCAN_POINTER_START));
+    expect(seen.size() == 111, p + "SCAN MATCH k1* (111 keys)");
+  }
+
+  public static void main(String[] args) {
+    int port = Integer.parseInt(args[0]);
+    HostAndPort at = new HostAndPort("127.0.0.1", port);
+    try (Jedis j = new Jedis(at, DefaultJedisClientConfig.builder().build())) {
+      check(j, "RESP2");
+    }
+    JedisClientConfig resp3 = DefaultJedisClientConfig.builder().protocol(RedisProtocol.RESP3).build();
+    try (Jedis j = new Jedis(at, resp3)) {
+      check(j, "RESP3");
+    }
+    try (JedisPool pool = new JedisPool(new JedisPoolConfig(), at, resp3)) {
+      for (int i = 0; i < 3; i++) {
+        try (Jedis j = pool.getResource()) {
+          j.set("pooled", "yes" + i);
+          expect(("yes" + i).equals(j.get("pooled")), "JedisPool connection " + i);
+        }
+      }
+    }
+    System.out.println("Jedis: every check passed");
+  }
+}
