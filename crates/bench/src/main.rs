@@ -142,12 +142,13 @@ fn open_store(flags: &Flags, fresh: bool) -> Result<Arc<dyn store::Store>, Strin
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    // `scaledkv-bench hashmap ...`: the persisted-hashmap experiment, with its own flags.
-    // `scaledkv-bench ycsb ...`: YCSB's workloads A-F, with their own flags.
+    // Subcommands, each with flags of its own; no subcommand is db_bench.
     let result = match args.get(1).map(String::as_str) {
+        // The persisted-hashmap experiment.
         Some("hashmap") => hashmap::main(args[1..].to_vec()),
+        // YCSB's workloads A-F.
         Some("ycsb") => ycsb::main(args[1..].to_vec()).map(drop),
-        // `scaledkv-bench chart ...`: a grouped bar chart for the compare scripts.
+        // A grouped bar chart for the compare scripts.
         Some("chart") => chart::main(args[1..].to_vec()),
         _ => run(Flags::parse()),
     };
