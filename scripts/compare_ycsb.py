@@ -164,6 +164,14 @@ def table(title, slug, configs, runs, pairs, cpu):
 
 
 def main():
+    known = {"scaledkv", "redis-none", "redis-always", "scaledkv-mc", "memcached"}
+    for name in CONFIGS:
+        if name not in known:
+            raise SystemExit(f"unknown configuration {name!r} in CONFIGS: {' '.join(sorted(known))}")
+    for name in ENGINES:
+        if name not in ("engine-sync", "rocksdb-sync", "engine-buffered", "rocksdb-buffered"):
+            raise SystemExit(f"unknown engine {name!r} in ENGINES: engine-sync rocksdb-sync engine-buffered "
+                             "rocksdb-buffered (empty: none)")
     have_rocks = os.path.exists(ROCKS_BENCH)
     engines = [e for e in ENGINES if have_rocks or not e.startswith("rocksdb")]
     if not have_rocks:
