@@ -179,10 +179,12 @@ pub struct Writes {
     /// Elements were pushed to a list: clients blocked in BLPOP and the
     /// like look again once these writes commit.
     pushed: bool,
-    /// A sorted set's rank blocks were split or dropped: the fences cached
-    /// in `Shared::rank_fences` go once these writes commit, and until then
-    /// these writes' commands look the blocks up in the engine.
+    /// A sorted set's rank blocks were split or dropped: until these writes
+    /// commit, their commands look the blocks up in the engine.
     blocks_changed: bool,
+    /// Those splits and drops, for the fences cached in
+    /// `Shared::rank_fences` (brought up to date as the writes commit).
+    fence_edits: Vec<FenceEdit>,
     /// Set for a command that holds its keys' locks: it reads other
     /// commands' queued writes of those keys (`crate::pending`).
     pending: Option<Arc<Pending>>,
@@ -199,6 +201,15 @@ pub struct Writes {
 /// Owned (key, value) pairs, in key order.
 pub type Entries = Vec<(Vec<u8>, Vec<u8>)>;
 
+/// A rank block of the big sorted set `table` that a write added (split
+/// off at `fence`) or dropped.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FenceEdit {
+    pub table: u64,
+    pub fence: Vec<u8>,
+    pub added: bool,
+}
+
 /// A batch ready to commit, and what it changes in the count of the
 /// server's own entries (`Shared::reserved_entries`).
 #[derive(Default)]
@@ -207,6 +218,7 @@ pub struct Ready {
     pub reserved_delta: i64,
     pub pushed: bool,
     pub blocks_changed: bool,
+    pub fence_edits: Vec<FenceEdit>,
     /// Read writes that others queued and are not yet durable.
     pub read_pending: bool,
     pub zset_tables: Vec<u64>,
@@ -222,6 +234,7 @@ impl Writes {
             reserved_delta: 0,
             pushed: false,
             blocks_changed: false,
+            fence_edits: Vec::new(),
             pending: None,
             read_pending: Cell::new(false),
             zset_tables: Vec::new(),
@@ -290,6 +303,7 @@ impl Writes {
             pushed: false,
             // Known to the branch too: its base's blocks are not the cached.
             blocks_changed: self.blocks_changed,
+            fence_edits: Vec::new(),
             pending: self.pending.clone(),
             read_pending: Cell::new(false),
             zset_tables: Vec::new(),
@@ -306,6 +320,7 @@ impl Writes {
         self.reserved_delta += branch.reserved_delta;
         self.pushed |= branch.pushed;
         self.blocks_changed |= branch.blocks_changed;
+        self.fence_edits.append(&mut branch.fence_edits);
         self.read_pending.set(self.read_pending() || branch.read_pending());
         self.zset_tables.append(&mut branch.zset_tables);
         self.events.append(&mut branch.events);
@@ -619,8 +634,11 @@ impl Writes {
         self.events.push(crate::notify::Event { class, name, key: key.to_vec() });
     }
 
-    pub fn note_blocks_changed(&mut self) {
+    /// Notes a rank block of sorted set `table` added at `fence` (a split)
+    /// or dropped.
+    pub fn note_fence(&mut self, table: u64, fence: &[u8], added: bool) {
         self.blocks_changed = true;
+        self.fence_edits.push(FenceEdit { table, fence: fence.to_vec(), added });
     }
 
     pub fn blocks_changed(&self) -> bool {
@@ -636,6 +654,7 @@ impl Writes {
             reserved_delta: std::mem::take(&mut self.reserved_delta),
             pushed: std::mem::take(&mut self.pushed),
             blocks_changed: std::mem::take(&mut self.blocks_changed),
+            fence_edits: std::mem::take(&mut self.fence_edits),
             read_pending: self.read_pending.take(),
             zset_tables: std::mem::take(&mut self.zset_tables),
             events: std::mem::take(&mut self.events),
@@ -661,6 +680,7 @@ impl Writes {
             reserved_delta: std::mem::take(&mut self.reserved_delta),
             pushed: std::mem::take(&mut self.pushed),
             blocks_changed: std::mem::take(&mut self.blocks_changed),
+            fence_edits: std::mem::take(&mut self.fence_edits),
             read_pending: self.read_pending.take(),
             zset_tables: std::mem::take(&mut self.zset_tables),
             events: std::mem::take(&mut self.events),

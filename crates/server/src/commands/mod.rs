@@ -23,11 +23,13 @@ use smallvec::SmallVec;
 use tokio::runtime::RuntimeFlavor;
 
 use crate::conn::ConnState;
-use crate::keyspace::{KeyLocks, Ready, Stripe, Writes};
+use crate::keyspace::{FenceEdit, KeyLocks, Ready, Stripe, Writes};
 use crate::pending::Pending;
 use crate::resp::Out;
 use crate::server::Shared;
+use std::collections::HashMap;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 pub use keys::Cursors;
 pub use server::{clear_all, cpu_seconds};
@@ -628,7 +630,9 @@ async fn commit_batch<G>(
     exclusive: bool,
     guards: G,
 ) -> scaledkv::Result<()> {
-    let Ready { batch, reserved_delta, pushed, blocks_changed, read_pending, zset_tables, events: _ } = ready;
+    let Ready { batch, reserved_delta, pushed, blocks_changed, fence_edits, read_pending, zset_tables, events: _ } =
+        ready;
+    let fences = blocks_changed.then_some(&fence_edits[..]);
     if batch.is_empty() {
         drop(guards);
         // It read others' queued writes: tell no one before they are durable.
@@ -660,7 +664,7 @@ async fn commit_batch<G>(
     let ticket = staged.filter(|_| !done.is_refused()).map(|staged| shared.pending.publish(staged));
     let mut guards = Some(guards);
     if ticket.is_some() {
-        release(shared, stripes, blocks_changed, guards.take());
+        release(shared, stripes, fences, guards.take());
         shared.stats.early_lock_releases.fetch_add(1, Ordering::Relaxed);
     }
     lead(shared);
@@ -669,7 +673,7 @@ async fn commit_batch<G>(
         shared.pending.forget(forget.iter().map(|key| &key[..]));
     }
     if guards.is_some() && result.is_ok() {
-        release(shared, stripes, blocks_changed, guards.take());
+        release(shared, stripes, fences, guards.take());
     }
     drop(guards);
     // Its entries are the engine's now (or failed with it).
@@ -689,11 +693,11 @@ async fn commit_batch<G>(
 const PUBLISH_MAX_BYTES: usize = 4 << 20;
 
 /// Lets a committing writer's locks go: WATCH sees its keys changed, and
-/// the next writer of a sorted set whose blocks it changed reads their
-/// new fences.
-fn release<G>(shared: &Shared, stripes: &[Stripe], blocks_changed: bool, guards: Option<G>) {
-    if blocks_changed {
-        shared.rank_fences.lock().clear();
+/// the next writer of a sorted set whose blocks it changed finds their
+/// new fences cached (`fences`: the blocks it split off or dropped).
+fn release<G>(shared: &Shared, stripes: &[Stripe], fences: Option<&[FenceEdit]>, guards: Option<G>) {
+    if let Some(edits) = fences {
+        edit_fences(&mut shared.rank_fences.lock(), edits);
     }
     for &stripe in stripes {
         shared.locks.bump(stripe);
@@ -1073,5 +1077,29 @@ pub mod args {
             _ => return Err(CmdError::Syntax),
         };
         Ok((&args[1..end_at], first, count))
+    }
+}
+
+/// Brings the cached fences of big sorted sets up to date with `edits`
+/// (re-reading them took a key walk after every block split, ~1 in 512
+/// new members). A table whose cached fences do not match an edit is
+/// forgotten and read again when next needed.
+fn edit_fences(cache: &mut HashMap<u64, Arc<Vec<Vec<u8>>>>, edits: &[FenceEdit]) {
+    if edits.is_empty() {
+        cache.clear();
+    }
+    for edit in edits {
+        let Some(fences) = cache.get_mut(&edit.table) else { continue };
+        let at = fences.partition_point(|fence| fence.as_slice() < edit.fence.as_slice());
+        let present = fences.get(at) == Some(&edit.fence);
+        match (edit.added, present) {
+            (true, false) => Arc::make_mut(fences).insert(at, edit.fence.clone()),
+            (false, true) if at > 0 => {
+                Arc::make_mut(fences).remove(at);
+            }
+            _ => {
+                cache.remove(&edit.table);
+            }
+        }
     }
 }

@@ -451,7 +451,7 @@ fn count_into(ctx: &mut Ctx<'_>, table: &mut Table, (fence, count): (Vec<u8>, u6
     let field = block_field(&fence);
     if count == 0 && !fence.is_empty() {
         table::delete(ctx, table, &field);
-        ctx.writes.note_blocks_changed();
+        ctx.writes.note_fence(table.id, &fence, false);
         return Ok(());
     }
     if count <= BLOCK_MOST {
@@ -464,7 +464,7 @@ fn count_into(ctx: &mut Ctx<'_>, table: &mut Table, (fence, count): (Vec<u8>, u6
     let bounds = (Bound::Included(&start[..]), Bound::Excluded(&end[..]));
     let middle = ctx.writes.nth_in_range(ctx.db(), bounds, half as usize).ok_or(Corrupt)?[index.len()..].to_vec();
     table::overwrite(ctx, table, &field, &half.to_le_bytes())?;
-    ctx.writes.note_blocks_changed();
+    ctx.writes.note_fence(table.id, &middle, true);
     table::insert(ctx, table, &block_field(&middle), &(count - half).to_le_bytes())
 }
 
