@@ -675,6 +675,10 @@ async fn commit_batch<G>(
     if guards.is_some() && result.is_ok() {
         release(shared, stripes, fences, guards.take());
     }
+    if result.is_err() && fences.is_some() {
+        // Released early with edits for blocks that did not change after all.
+        shared.rank_fences.lock().clear();
+    }
     drop(guards);
     // Its entries are the engine's now (or failed with it).
     drop(ticket);
