@@ -217,7 +217,7 @@ pub struct Ready {
     pub batch: WriteBatch,
     pub reserved_delta: i64,
     pub pushed: bool,
-    pub blocks_changed: bool,
+    /// The rank blocks these writes split off or dropped.
     pub fence_edits: Vec<FenceEdit>,
     /// Read writes that others queued and are not yet durable.
     pub read_pending: bool,
@@ -649,11 +649,12 @@ impl Writes {
         if let Some(overlay) = &mut self.overlay {
             overlay.clear();
         }
+        // The next batch starts from the blocks these edits leave cached.
+        self.blocks_changed = false;
         Ready {
             batch: std::mem::take(&mut self.batch),
             reserved_delta: std::mem::take(&mut self.reserved_delta),
             pushed: std::mem::take(&mut self.pushed),
-            blocks_changed: std::mem::take(&mut self.blocks_changed),
             fence_edits: std::mem::take(&mut self.fence_edits),
             read_pending: self.read_pending.take(),
             zset_tables: std::mem::take(&mut self.zset_tables),
@@ -675,11 +676,11 @@ impl Writes {
             // INCRs of one key): only its last entry goes to the log.
             batch.retain(|key, at| overlay.get(key).is_none_or(|&last| last <= at));
         }
+        self.blocks_changed = false;
         Ready {
             batch,
             reserved_delta: std::mem::take(&mut self.reserved_delta),
             pushed: std::mem::take(&mut self.pushed),
-            blocks_changed: std::mem::take(&mut self.blocks_changed),
             fence_edits: std::mem::take(&mut self.fence_edits),
             read_pending: self.read_pending.take(),
             zset_tables: std::mem::take(&mut self.zset_tables),

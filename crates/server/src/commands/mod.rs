@@ -630,9 +630,8 @@ async fn commit_batch<G>(
     exclusive: bool,
     guards: G,
 ) -> scaledkv::Result<()> {
-    let Ready { batch, reserved_delta, pushed, blocks_changed, fence_edits, read_pending, zset_tables, events: _ } =
-        ready;
-    let fences = blocks_changed.then_some(&fence_edits[..]);
+    let Ready { batch, reserved_delta, pushed, fence_edits, read_pending, zset_tables, events: _ } = ready;
+    let fences = (!fence_edits.is_empty()).then_some(&fence_edits[..]);
     if batch.is_empty() {
         drop(guards);
         // It read others' queued writes: tell no one before they are durable.
@@ -1089,9 +1088,6 @@ pub mod args {
 /// new members). A table whose cached fences do not match an edit is
 /// forgotten and read again when next needed.
 fn edit_fences(cache: &mut HashMap<u64, Arc<Vec<Vec<u8>>>>, edits: &[FenceEdit]) {
-    if edits.is_empty() {
-        cache.clear();
-    }
     for edit in edits {
         let Some(fences) = cache.get_mut(&edit.table) else { continue };
         let at = fences.partition_point(|fence| fence.as_slice() < edit.fence.as_slice());
