@@ -11,6 +11,11 @@ pub trait Store: Send + Sync {
     /// Calls `found` with the value's length when the key exists.
     fn get(&self, key: &[u8]) -> Result<Option<usize>, String>;
     fn delete(&self, key: &[u8]) -> Result<(), String>;
+    /// Lends the value of `key` to `visit` (YCSB decodes records in place);
+    /// false if there is none.
+    fn get_with(&self, key: &[u8], visit: &mut dyn FnMut(&[u8])) -> Result<bool, String>;
+    /// Lends up to `limit` entries from `start` on, in key order, to `visit`.
+    fn scan_with(&self, start: &[u8], limit: usize, visit: &mut dyn FnMut(&[u8], &[u8])) -> Result<(), String>;
     /// Visits up to `limit` entries from `start` (or from an end) in key
     /// order; returns (entries, bytes) visited.
     fn scan(&self, start: Option<&[u8]>, limit: usize, reverse: bool) -> Result<(usize, usize), String>;
@@ -61,6 +66,21 @@ impl Store for ScaledKv {
 
     fn delete(&self, key: &[u8]) -> Result<(), String> {
         self.db.delete(key).map_err(|e| e.to_string())
+    }
+
+    fn get_with(&self, key: &[u8], visit: &mut dyn FnMut(&[u8])) -> Result<bool, String> {
+        let value = self.db.get_pinned(key).map_err(|e| e.to_string())?;
+        Ok(value.map(|value| visit(&value)).is_some())
+    }
+
+    fn scan_with(&self, start: &[u8], limit: usize, visit: &mut dyn FnMut(&[u8], &[u8])) -> Result<(), String> {
+        let mut iter = self.db.range(start..);
+        for _ in 0..limit {
+            let Some(kv) = iter.next_ref() else { break };
+            let (key, value) = kv.map_err(|e| e.to_string())?;
+            visit(key, value);
+        }
+        Ok(())
     }
 
     /// The index rebuilt with full nodes, and a garbage-collection pass.
@@ -139,8 +159,8 @@ pub mod rocks {
     use std::path::Path;
 
     pub struct Rocks {
-        pub(crate) db: rocksdb::DB,
-        pub(crate) write_options: rocksdb::WriteOptions,
+        db: rocksdb::DB,
+        write_options: rocksdb::WriteOptions,
         settings: String,
     }
 
@@ -195,6 +215,22 @@ pub mod rocks {
 
         fn delete(&self, key: &[u8]) -> Result<(), String> {
             self.db.delete_opt(key, &self.write_options).map_err(|e| e.to_string())
+        }
+
+        fn get_with(&self, key: &[u8], visit: &mut dyn FnMut(&[u8])) -> Result<bool, String> {
+            let value = self.db.get_pinned(key).map_err(|e| e.to_string())?;
+            Ok(value.map(|value| visit(&value)).is_some())
+        }
+
+        fn scan_with(&self, start: &[u8], limit: usize, visit: &mut dyn FnMut(&[u8], &[u8])) -> Result<(), String> {
+            let mut iter = self.db.raw_iterator();
+            iter.seek(start);
+            for _ in 0..limit {
+                let (Some(key), Some(value)) = (iter.key(), iter.value()) else { break };
+                visit(key, value);
+                iter.next();
+            }
+            iter.status().map_err(|e| e.to_string())
         }
 
         fn compact(&self) -> Result<(), String> {

@@ -4,6 +4,7 @@
 //! keys with the same skew as the Java tool's.
 
 use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 use rand::Rng;
@@ -104,42 +105,39 @@ impl ScrambledZipfian {
 /// Key numbers handed to inserts, and how far they are acknowledged: a
 /// reader picks only among acknowledged keys (YCSB's
 /// `AcknowledgedCounterGenerator`), so it never asks for a key whose
-/// insert is still on its way.
+/// insert is still on its way. Every operation reads the limit, so it is
+/// an atomic; only acknowledgements take the lock.
 pub struct InsertCounter {
-    state: Mutex<Acked>,
-}
-
-struct Acked {
-    next: u64,
+    next: AtomicU64,
     /// Every key below this one is acknowledged.
-    limit: u64,
+    limit: AtomicU64,
     /// Acknowledged above `limit`, waiting for the gap to close.
-    ahead: BTreeSet<u64>,
+    ahead: Mutex<BTreeSet<u64>>,
 }
 
 impl InsertCounter {
     pub fn new(start: u64) -> InsertCounter {
-        InsertCounter { state: Mutex::new(Acked { next: start, limit: start, ahead: BTreeSet::new() }) }
+        InsertCounter { next: AtomicU64::new(start), limit: AtomicU64::new(start), ahead: Mutex::new(BTreeSet::new()) }
     }
 
     pub fn take(&self) -> u64 {
-        let mut state = self.state.lock();
-        state.next += 1;
-        state.next - 1
+        self.next.fetch_add(1, Ordering::Relaxed)
     }
 
     pub fn acknowledge(&self, keynum: u64) {
-        let mut state = self.state.lock();
-        state.ahead.insert(keynum);
-        while state.ahead.first() == Some(&state.limit) {
-            state.ahead.pop_first();
-            state.limit += 1;
+        let mut ahead = self.ahead.lock();
+        ahead.insert(keynum);
+        let mut limit = self.limit.load(Ordering::Relaxed);
+        while ahead.first() == Some(&limit) {
+            ahead.pop_first();
+            limit += 1;
         }
+        self.limit.store(limit, Ordering::Release);
     }
 
     /// How many keys (from 0) are acknowledged.
     pub fn acknowledged(&self) -> u64 {
-        self.state.lock().limit
+        self.limit.load(Ordering::Acquire)
     }
 }
 

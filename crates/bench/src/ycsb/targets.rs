@@ -9,6 +9,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::record::{decode, encode, merge, Fields};
+use crate::store::Store;
 
 pub trait Client: Send {
     fn insert(&mut self, key: &str, fields: &Fields) -> Result<(), String>;
@@ -55,97 +56,34 @@ pub fn open(spec: &str, db: &Path, options: scaledkv::Options, fresh: bool) -> R
     }
 }
 
-/// Keys and values, in key order.
-pub type Entries = Vec<(Vec<u8>, Vec<u8>)>;
-
-/// An embedded engine's key-value calls, as the YCSB client needs them.
-pub trait Kv: Send + Sync + 'static {
-    fn get_value(&self, key: &[u8]) -> Result<Option<Vec<u8>>, String>;
-    fn put_value(&self, key: &[u8], value: &[u8]) -> Result<(), String>;
-    fn scan_values(&self, start: &[u8], count: usize) -> Result<Entries, String>;
-    fn settings(&self) -> String;
-    fn statistics(&self) -> Vec<String>;
-}
-
-impl Kv for crate::store::ScaledKv {
-    fn get_value(&self, key: &[u8]) -> Result<Option<Vec<u8>>, String> {
-        self.db.get(key).map_err(|e| e.to_string())
-    }
-
-    fn put_value(&self, key: &[u8], value: &[u8]) -> Result<(), String> {
-        self.db.put(key, value).map_err(|e| e.to_string())
-    }
-
-    fn scan_values(&self, start: &[u8], count: usize) -> Result<Entries, String> {
-        self.db.range(start..).take(count).collect::<Result<_, _>>().map_err(|e| e.to_string())
-    }
-
-    fn settings(&self) -> String {
-        crate::store::Store::describe(self)
-    }
-
-    fn statistics(&self) -> Vec<String> {
-        crate::store::Store::report(self)
-    }
-}
-
-#[cfg(feature = "rocksdb")]
-impl Kv for crate::store::rocks::Rocks {
-    fn get_value(&self, key: &[u8]) -> Result<Option<Vec<u8>>, String> {
-        self.db.get(key).map_err(|e| e.to_string())
-    }
-
-    fn put_value(&self, key: &[u8], value: &[u8]) -> Result<(), String> {
-        self.db.put_opt(key, value, &self.write_options).map_err(|e| e.to_string())
-    }
-
-    fn scan_values(&self, start: &[u8], count: usize) -> Result<Entries, String> {
-        let mut iter = self.db.raw_iterator();
-        iter.seek(start);
-        let mut out = Vec::with_capacity(count);
-        while out.len() < count && iter.valid() {
-            out.push((iter.key().unwrap_or_default().to_vec(), iter.value().unwrap_or_default().to_vec()));
-            iter.next();
-        }
-        iter.status().map_err(|e| e.to_string())?;
-        Ok(out)
-    }
-
-    fn settings(&self) -> String {
-        crate::store::Store::describe(self)
-    }
-
-    fn statistics(&self) -> Vec<String> {
-        Vec::new()
-    }
-}
-
 /// An embedded engine: a record is one value (`record::encode`); an
 /// update reads the record, replaces its fields and writes it back, as
 /// YCSB's RocksDB binding does.
-struct Embedded<K: Kv>(Arc<K>);
+struct Embedded(Arc<dyn Store>);
 
-impl<K: Kv> Target for Embedded<K> {
+impl Target for Embedded {
     fn connect(&self) -> Result<Box<dyn Client>, String> {
         Ok(Box::new(Embedded(self.0.clone())))
     }
 
     fn describe(&self) -> String {
-        self.0.settings()
+        self.0.describe()
     }
 
     fn report(&self) -> Vec<String> {
-        self.0.statistics()
+        self.0.report()
     }
 }
 
-impl<K: Kv> Client for Embedded<K> {
+impl Client for Embedded {
     fn insert(&mut self, key: &str, fields: &Fields) -> Result<(), String> {
-        self.0.put_value(key.as_bytes(), &encode(fields))
+        self.0.put(key.as_bytes(), &encode(fields))
     }
 
     fn read(&mut self, key: &str) -> Result<Option<Fields>, String> {
-        self.0.get_value(key.as_bytes())?.map(|v| decode(&v)).transpose()
+        let mut record = None;
+        self.0.get_with(key.as_bytes(), &mut |value| record = Some(decode(value)))?;
+        record.transpose()
     }
 
     fn update(&mut self, key: &str, fields: &Fields) -> Result<(), String> {
@@ -154,8 +92,11 @@ impl<K: Kv> Client for Embedded<K> {
     }
 
     fn scan(&mut self, start: &str, count: usize) -> Result<Vec<(String, Fields)>, String> {
-        let entries = self.0.scan_values(start.as_bytes(), count)?;
-        entries.into_iter().map(|(k, v)| Ok((String::from_utf8_lossy(&k).into_owned(), decode(&v)?))).collect()
+        let mut records = Vec::with_capacity(count);
+        self.0.scan_with(start.as_bytes(), count, &mut |key, value| {
+            records.push(decode(value).map(|fields| (String::from_utf8_lossy(key).into_owned(), fields)))
+        })?;
+        records.into_iter().collect()
     }
 }
 
