@@ -245,7 +245,7 @@ impl Client for MemcachedClient {
 
     fn read(&mut self, key: &str) -> Result<Option<Fields>, String> {
         write!(self.writer, "get {key}\r\n").and_then(|_| self.writer.flush()).map_err(|e| e.to_string())?;
-        let header = self.reply_line()?.to_string();
+        let header = self.reply_line()?;
         if header == "END" {
             return Ok(None);
         }
