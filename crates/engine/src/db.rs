@@ -5,7 +5,7 @@
 use std::fs::File;
 use std::ops::{Bound, Deref, RangeBounds};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -142,6 +142,12 @@ pub(crate) struct Inner {
     pub(crate) gc_behind: AtomicBool,
     /// Segments GC found corrupt and no longer tries to collect.
     pub(crate) gc_refused: Mutex<Vec<u32>>,
+    /// Cache mode (`evict.rs`): the log's capacity (0: off); set while
+    /// the log is over it, so writers evict first; eviction waits until
+    /// `LogWriter::appended_bytes` passes this after one that freed little.
+    pub(crate) cache_capacity: AtomicU64,
+    pub(crate) cache_over: AtomicBool,
+    pub(crate) evict_paused_until: AtomicU64,
     poisoned: OnceLock<String>,
     report: RecoveryReport,
     shutdown: Mutex<bool>,
@@ -258,6 +264,9 @@ impl Db {
             gc: Mutex::new(None),
             gc_behind: AtomicBool::new(false),
             gc_refused: Mutex::new(Vec::new()),
+            cache_capacity: AtomicU64::new(options.cache_capacity_bytes),
+            cache_over: AtomicBool::new(false),
+            evict_paused_until: AtomicU64::new(0),
             poisoned: OnceLock::new(),
             report: recovered.report,
             shutdown: Mutex::new(false),
@@ -405,6 +414,9 @@ impl Db {
         if self.inner.gc_behind.load(Ordering::Relaxed) {
             self.inner.help_collect_garbage();
         }
+        if self.inner.cache_over.load(Ordering::Relaxed) {
+            self.inner.help_evict();
+        }
         Ok(Some(Request::new(batch.body, batch.count, None)))
     }
 
@@ -537,6 +549,23 @@ impl Db {
 
     pub fn stats(&self) -> Stats {
         self.inner.stats()
+    }
+
+    /// Cache mode: changes the log's capacity (0: off, nothing evicted;
+    /// see `Options::cache_capacity_bytes`). Lowering it evicts at once.
+    pub fn set_cache_capacity(&self, bytes: u64) -> Result<()> {
+        self.inner.set_cache_capacity(bytes)?;
+        match bytes {
+            0 => Ok(()),
+            _ => self.inner.evict(bytes, usize::MAX).map(|_| ()),
+        }
+    }
+
+    /// Bytes the log holds (entries live and dead, headers included): what
+    /// the cache capacity bounds. Cheaper than `stats`, which merges the
+    /// index's pending updates first.
+    pub fn log_bytes(&self) -> u64 {
+        self.inner.log_bytes()
     }
 
     /// What recovery found when this database was opened.
@@ -739,6 +768,7 @@ impl Inner {
     /// The leader's work: append every request, persist once, then publish
     /// to the index. Readers never see a write before it is durable.
     fn write_group(&self, log: &mut LogWriter, group: &[Arc<Request>]) -> Result<()> {
+        let first_segment = log.active_id();
         let mut placed: Vec<(u32, usize)> = Vec::with_capacity(group.len());
         let mut seq = log.last_seq;
         let mut flags = FLAG_GROUP_START;
@@ -814,6 +844,9 @@ impl Inner {
             }
         }
         self.index.apply(updates.into_iter(), seq, &self.segments);
+        if log.active_id() != first_segment && self.cache_capacity() > 0 {
+            self.refresh_cache_over();
+        }
         Ok(())
     }
 
@@ -850,10 +883,12 @@ impl Inner {
                         Some(_) => return result,
                     }
                 }
-                if at_seq.is_none() && matches!(result, Ok(None)) {
+                match result {
                     // Expired: drop it now (Redis's lazy expiry), so the key
                     // count and memory follow what readers see.
-                    self.index.remove_if_at(key, loc, &self.segments);
+                    Ok(None) if at_seq.is_none() => _ = self.index.remove_if_at(key, loc, &self.segments),
+                    Ok(Some(_)) if at_seq.is_none() => self.note_access(loc),
+                    _ => {}
                 }
                 return result;
             }
@@ -1062,6 +1097,7 @@ impl Inner {
         // empties are freed by the checkpoint thread's next checkpoint.
         let (budget, pass) = (Some(self.options.gc_space_amp), crate::gc::SEGMENTS_PER_PASS);
         while self.collect_garbage(budget, pass)? == pass as u64 && !*self.shutdown.lock() {}
+        while self.evict_ahead()? == pass as u64 && !*self.shutdown.lock() {}
         Ok(())
     }
 
@@ -1074,6 +1110,7 @@ impl Inner {
                 return;
             }
             self.refresh_gc_behind();
+            self.refresh_cache_over();
             if let Some(kind) = self.checkpoint_due(4) {
                 if let Err(error) = self.checkpoint_as(kind) {
                     tracing::error!(dir = %self.dir.display(), %error, "background checkpoint failed");
@@ -1124,6 +1161,7 @@ impl Inner {
         let medium = segments.first().map_or("unknown", |s| s.region.medium().name());
         let persist = segments.first().map_or("unknown", |s| s.region.persist_method());
         self.counters.snapshot(Stats {
+            cache_capacity_bytes: self.cache_capacity(),
             keys,
             live_bytes,
             log_bytes,

@@ -33,7 +33,7 @@
 //! the pace of GC, as RocksDB stalls writes when compaction falls behind.
 //! Measured (10M x 8/32 B, tmpfs, second pass of overwrites): 4.3x and
 //! growing -> 3.0-3.2x, 1.02M -> 0.61M overwrites/s, stalls ~90 ms each;
-//! with the dead-entry maps (`log::dead`), which spare GC the lookup of
+//! with the dead-entry maps (`log::marks`), which spare GC the lookup of
 //! entries already replaced, 0.93-1.0M overwrites/s at 3.0x, stalls ~2 s
 //! in all instead of ~9.
 
@@ -45,7 +45,7 @@ use crate::commit::{Relocation, Request};
 use crate::db::{now_ms, Inner};
 use crate::error::{Error, Result};
 use crate::index::memtable::{Key, Loc};
-use crate::log::dead::MAX_MAPS;
+use crate::log::marks::MAX_MAPS;
 use crate::log::reader::{scan_until, ScanEnd};
 use crate::log::record::EntryKind;
 use crate::log::segment::{Segment, SEGMENT_HEADER_BYTES};
@@ -78,17 +78,33 @@ pub(crate) const WRITERS_HELP_ABOVE: f64 = 1.5;
 pub(crate) struct Collecting {
     segment: Arc<Segment>,
     next: usize,
+    /// Evicting (cache mode, `evict.rs`) rather than collecting garbage:
+    /// live entries the eviction filter lets go are dropped, not copied.
+    evicting: bool,
+    /// Bytes of live entries copied forward so far.
+    kept_bytes: u64,
+}
+
+/// Why a collector takes its next segment.
+#[derive(Clone, Copy)]
+pub(crate) enum Goal {
+    /// Garbage: the emptiest segment below the live ratio, while the log
+    /// exceeds this many times the live bytes (`None`: regardless).
+    Garbage(Option<f64>),
+    /// Eviction: the oldest segment, while the log holds more bytes.
+    Evict { above: u64 },
 }
 
 /// What one turn of the collector did.
-enum Turn {
+pub(crate) enum Turn {
     /// Nothing to collect (or the log is within the budget).
     Idle,
     /// Scanned and copied one piece; the segment has more.
     Piece,
     /// Finished segment `id`: freed, or kept because a snapshot still
-    /// sees an expired entry in it.
-    Finished { id: u32, freed: bool },
+    /// sees an expired entry in it. `kept_bytes`: live bytes it copied
+    /// forward; `evicted`: whether it was evicting.
+    Finished { id: u32, freed: bool, kept_bytes: u64, evicted: bool },
 }
 
 impl Inner {
@@ -98,12 +114,12 @@ impl Inner {
     pub(crate) fn collect_garbage(&self, space_amp: Option<f64>, max_segments: usize) -> Result<u64> {
         let (mut freed, mut finished) = (0, Vec::new());
         while finished.len() < max_segments {
-            let turn = self.gc_turn(space_amp, &finished);
+            let turn = self.collector_turn(Goal::Garbage(space_amp), &finished);
             self.refresh_gc_behind();
             match turn? {
                 Turn::Idle => break,
                 Turn::Piece => {}
-                Turn::Finished { id, freed: was_freed } => {
+                Turn::Finished { id, freed: was_freed, .. } => {
                     freed += u64::from(was_freed);
                     finished.push(id);
                 }
@@ -117,7 +133,7 @@ impl Inner {
     pub(crate) fn help_collect_garbage(&self) {
         let started = std::time::Instant::now();
         let limit = self.options.gc_space_amp * WRITERS_HELP_ABOVE;
-        let turn = self.gc_turn(Some(limit), &[]);
+        let turn = self.collector_turn(Goal::Garbage(Some(limit)), &[]);
         self.refresh_gc_behind();
         if let Err(error) = turn {
             // The background thread reports it too; the write goes on.
@@ -140,27 +156,41 @@ impl Inner {
         }
     }
 
-    /// One piece of the segment being collected, or of the emptiest
-    /// candidate (not in `skip`) if none is and the log is over `space_amp`
-    /// times the live bytes. A segment once started is finished by
-    /// whichever collector comes next, whatever the budget.
-    fn gc_turn(&self, space_amp: Option<f64>, skip: &[u32]) -> Result<Turn> {
+    /// One piece of the segment being collected, or of the next one
+    /// `goal` picks (not in `skip`): for garbage the emptiest candidate if
+    /// the log is over `space_amp` times the live bytes, for eviction the
+    /// oldest sealed segment if the log is over its limit. A segment once
+    /// started is finished by whichever collector comes next, whatever the
+    /// goal.
+    pub(crate) fn collector_turn(&self, goal: Goal, skip: &[u32]) -> Result<Turn> {
         let mut collecting = self.gc.lock();
         if collecting.is_none() {
-            if space_amp.is_some_and(|limit| self.space_amplification() <= limit) {
-                return Ok(Turn::Idle);
-            }
-            let Some(segment) = self.gc_candidates().into_iter().find(|s| !skip.contains(&s.id)) else {
+            let segment = match goal {
+                Goal::Garbage(space_amp) => {
+                    if space_amp.is_some_and(|limit| self.space_amplification() <= limit) {
+                        return Ok(Turn::Idle);
+                    }
+                    self.gc_candidates().into_iter().find(|s| !skip.contains(&s.id))
+                }
+                Goal::Evict { above } => {
+                    if self.log_bytes() <= above {
+                        return Ok(Turn::Idle);
+                    }
+                    self.oldest_sealed(skip)
+                }
+            };
+            let Some(segment) = segment else {
                 return Ok(Turn::Idle);
             };
-            *collecting = Some(Collecting { segment, next: SEGMENT_HEADER_BYTES });
+            let evicting = matches!(goal, Goal::Evict { .. });
+            *collecting = Some(Collecting { segment, next: SEGMENT_HEADER_BYTES, evicting, kept_bytes: 0 });
         }
         let scanned = self.collect_piece(collecting.as_mut().expect("set above"));
         if let Ok(false) = scanned {
             return Ok(Turn::Piece);
         }
         // Finished, or failed: either way start afresh next turn.
-        let segment = collecting.take().expect("set above").segment;
+        let Collecting { segment, evicting, kept_bytes, .. } = collecting.take().expect("set above");
         if let Err(error @ Error::Corruption { .. }) = &scanned {
             // Retrying would rescan it on every write that helps GC; reads
             // of what lies past the damage report it anyway.
@@ -168,7 +198,18 @@ impl Inner {
             self.gc_refused.lock().push(segment.id);
         }
         scanned?;
-        Ok(Turn::Finished { id: segment.id, freed: self.free_if_empty(&segment) })
+        Ok(Turn::Finished { id: segment.id, freed: self.free_if_empty(&segment), kept_bytes, evicted: evicting })
+    }
+
+    /// The oldest sealed segment not in `skip`, but for those found damaged.
+    fn oldest_sealed(&self, skip: &[u32]) -> Option<Arc<Segment>> {
+        let active = self.with_log(|log| log.active_id());
+        let refused = self.gc_refused.lock();
+        let segments = self.segments.all();
+        segments
+            .into_iter()
+            .filter(|s| s.id < active && !refused.contains(&s.id) && !skip.contains(&s.id))
+            .min_by_key(|s| s.id)
     }
 
     /// Sealed segments below the live ratio, emptiest first, but for those
@@ -233,24 +274,28 @@ impl Inner {
         written as f64 / live as f64
     }
 
-    /// Copies the live entries of the next piece of the segment forward;
-    /// true once the whole segment has been scanned. Sound piece by piece:
-    /// nothing points into a sealed segment anew, so an entry found dead
-    /// stays dead, and one found live is copied with its sequence number.
+    /// Copies the live entries of the next piece of the segment forward
+    /// (when evicting, those the eviction filter keeps); true once the
+    /// whole segment has been scanned. Sound piece by piece: nothing points
+    /// into a sealed segment anew, so an entry found dead stays dead, and
+    /// one found live is copied with its sequence number.
     fn collect_piece(&self, collecting: &mut Collecting) -> Result<bool> {
         let segment = &collecting.segment;
+        let evicting = collecting.evicting;
         let end = (segment.written_bytes.load(Ordering::Acquire) as usize).min(segment.capacity_bytes());
         let bytes = &segment.region.as_slice()[..end];
         let stop = collecting.next + piece_bytes(segment);
         let now = now_ms();
         let mut live: Vec<(Loc, u64)> = Vec::new();
         let mut expired: Vec<(Key, Loc)> = Vec::new();
+        let mut evicted: Vec<(Key, Loc)> = Vec::new();
+        let mut kept_bytes = collecting.kept_bytes;
         let outcome = scan_until(bytes, collecting.next, stop, |frame_at, header, entry_at, entry| {
             if entry.kind != EntryKind::Put {
                 return;
             }
             let loc = Loc { seg: segment.id, off: (frame_at + entry_at) as u32, len: entry.len as u32 };
-            let known_dead = segment.dead.is_dead(loc.off as usize);
+            let known_dead = segment.dead.is_marked(loc.off as usize);
             // Tests check the map against the index; a wrong mark would keep
             // its bytes counted live, so the segment would not be freed.
             debug_assert!(!(known_dead && self.index.points_at(entry.key, loc)), "live entry marked dead: {loc:?}");
@@ -259,7 +304,10 @@ impl Inner {
             }
             if entry.expiry_ms.is_some_and(|expiry| expiry <= now) {
                 expired.push((Key::from_slice(entry.key), loc));
+            } else if evicting && self.evicts(segment, loc, &entry, kept_bytes) {
+                evicted.push((Key::from_slice(entry.key), loc));
             } else {
+                kept_bytes += loc.len as u64;
                 live.push((loc, header.seq));
             }
         });
@@ -285,6 +333,8 @@ impl Inner {
         for (key, loc) in expired {
             self.index.remove_if_at(&key, loc, &self.segments);
         }
+        self.drop_evicted(evicted);
+        collecting.kept_bytes = kept_bytes;
         collecting.next = scanned_to;
         Ok(scanned_to < stop)
     }

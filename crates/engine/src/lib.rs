@@ -23,6 +23,7 @@ mod checkpoint;
 mod commit;
 mod db;
 mod error;
+mod evict;
 mod gc;
 mod index;
 mod iter;
@@ -38,6 +39,8 @@ pub use commit::WriteFuture;
 pub use db::{now_ms, Db, PinnedValue, Snapshot};
 pub use error::{Error, Result};
 pub use iter::Iter;
-pub use options::{Durability, Options, MAX_BATCH_BYTES, MAX_KEY_BYTES, MAX_VALUE_BYTES};
+pub use options::{
+    Durability, Eviction, EvictionFilter, Options, MAX_BATCH_BYTES, MAX_KEY_BYTES, MAX_VALUE_BYTES, MIN_CACHE_SEGMENTS,
+};
 pub use recovery::{RecoveryReport, Truncation};
 pub use stats::Stats;

@@ -1,5 +1,7 @@
 //! Options chosen per database at open time.
 
+use std::sync::Arc;
+
 pub use scaledkv_pmem::Durability;
 
 use crate::error::{Error, Result};
@@ -18,6 +20,49 @@ pub const MAX_BATCH_BYTES: usize = 32 * 1024 * 1024;
 pub const MIN_SEGMENT_BYTES: usize = 64 * 1024;
 /// Offsets inside a segment are u32.
 pub const MAX_SEGMENT_BYTES: usize = u32::MAX as usize;
+/// Fewest segments a cache's capacity holds: eviction frees a whole
+/// segment at a time, so with fewer each eviction would drop too large a
+/// share of the cache.
+pub const MIN_CACHE_SEGMENTS: u64 = 8;
+
+/// Refuses a cache capacity (0: off) below `MIN_CACHE_SEGMENTS` segments.
+pub(crate) fn check_cache_capacity(capacity: u64, segment_bytes: usize) -> Result<()> {
+    let least = MIN_CACHE_SEGMENTS * segment_bytes as u64;
+    if capacity != 0 && capacity < least {
+        return Err(Error::InvalidOptions(format!(
+            "a cache capacity of {capacity} bytes is below {MIN_CACHE_SEGMENTS} segments of {segment_bytes} bytes \
+             ({least}); choose a larger capacity or smaller segments"
+        )));
+    }
+    Ok(())
+}
+
+/// What eviction does with a live entry of the oldest segment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Eviction {
+    /// Never evicted: copied forward, as GC copies live entries.
+    Keep,
+    /// Evicted unless read since it was written; then copied forward once
+    /// (second-chance FIFO, an approximation of LRU).
+    SecondChance,
+    /// Evicted whether read or not (FIFO).
+    Evict,
+}
+
+/// Decides each entry's `Eviction` from its key, value and expiry time
+/// (ms since the Unix epoch). Called by the evicting thread for every live
+/// entry of the segment it evicts: keep it short.
+#[derive(Clone)]
+pub struct EvictionFilter(pub Arc<EvictionFn>);
+
+/// The filter's function: key, value, expiry time.
+pub type EvictionFn = dyn Fn(&[u8], &[u8], Option<u64>) -> Eviction + Send + Sync;
+
+impl std::fmt::Debug for EvictionFilter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("EvictionFilter(..)")
+    }
+}
 
 #[derive(Debug, Clone)]
 pub struct Options {
@@ -98,6 +143,16 @@ pub struct Options {
     /// a scheduler tick (4 ms) behind them: SET `-P 16` p99 5.3 -> 4.5 ms
     /// (twenty-sixth session).
     pub background_idle: bool,
+    /// Cache mode: the most bytes the log may hold (entries: headers, keys,
+    /// values), beyond which the oldest segments are evicted (`evict.rs`);
+    /// 0, the default, is a store that never evicts. At least
+    /// `MIN_CACHE_SEGMENTS` segments. The index's DRAM is not counted
+    /// (`Stats::index_memory_bytes`). `Db::set_cache_capacity` changes it.
+    pub cache_capacity_bytes: u64,
+    /// Which entries eviction may drop, and whether a read since they were
+    /// written earns them a second chance; `None`: every entry, with a
+    /// second chance.
+    pub eviction_filter: Option<EvictionFilter>,
     /// Bits of the point table's hash tags: 32. Tests narrow it so that
     /// keys share tags and the fallbacks to the ordered index run.
     #[doc(hidden)]
@@ -121,6 +176,8 @@ impl Default for Options {
             deferred_index_updates: 16 * 1024,
             gather_groups: true,
             background_idle: false,
+            cache_capacity_bytes: 0,
+            eviction_filter: None,
             point_tag_bits: 32,
         }
     }
@@ -152,7 +209,7 @@ impl Options {
         if !(self.gc_space_amp >= 1.0 && self.gc_space_amp.is_finite()) {
             return Err(Error::InvalidOptions(format!("gc_space_amp {} is not a number >= 1", self.gc_space_amp)));
         }
-        Ok(())
+        check_cache_capacity(self.cache_capacity_bytes, self.segment_size_bytes)
     }
 
     /// The largest frame that fits a segment, and so the batch limit.

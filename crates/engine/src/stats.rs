@@ -20,6 +20,13 @@ pub(crate) struct Counters {
     /// in them: their ratio is the group commit's batching.
     pub commit_groups: AtomicU64,
     pub committed_requests: AtomicU64,
+    /// Cache mode (`evict.rs`): entries evicted and their bytes, entries
+    /// copied forward for a second chance, writes that evicted first.
+    pub evicted_keys: AtomicU64,
+    pub evicted_bytes: AtomicU64,
+    pub second_chances: AtomicU64,
+    pub evict_stalled_writes: AtomicU64,
+    pub evict_stall_micros: AtomicU64,
 }
 
 impl Counters {
@@ -38,6 +45,11 @@ impl Counters {
         stats.checkpoint_bytes_written = self.checkpoint_bytes_written.load(Ordering::Relaxed);
         stats.commit_groups = self.commit_groups.load(Ordering::Relaxed);
         stats.committed_requests = self.committed_requests.load(Ordering::Relaxed);
+        stats.evicted_keys = self.evicted_keys.load(Ordering::Relaxed);
+        stats.evicted_bytes = self.evicted_bytes.load(Ordering::Relaxed);
+        stats.second_chances = self.second_chances.load(Ordering::Relaxed);
+        stats.evict_stalled_writes = self.evict_stalled_writes.load(Ordering::Relaxed);
+        stats.evict_stall_micros = self.evict_stall_micros.load(Ordering::Relaxed);
         let written = log + stats.checkpoint_bytes_written;
         stats.write_amplification = if user == 0 { 0.0 } else { written as f64 / user as f64 };
         stats.space_amplification =
@@ -61,7 +73,7 @@ pub struct Stats {
     /// Estimated DRAM held by the index (see `index::memtable` for the model).
     pub index_memory_bytes: u64,
     pub index_bytes_per_key: f64,
-    /// DRAM held by GC's maps of dead entries (`log::dead`: at most 1/64
+    /// DRAM held by GC's maps of dead entries (`log::marks`: at most 1/64
     /// of the log, and 64 maps).
     pub gc_map_bytes: u64,
     /// Since open: entry bytes written by users.
@@ -98,6 +110,18 @@ pub struct Stats {
     pub commit_groups: u64,
     pub committed_requests: u64,
     pub last_seq: u64,
+    /// Cache mode: the log's capacity (0: off, nothing is evicted).
+    pub cache_capacity_bytes: u64,
+    /// Since open: entries evicted to keep the log within the capacity,
+    /// their bytes, and read entries copied forward instead (`evict.rs`).
+    pub evicted_keys: u64,
+    pub evicted_bytes: u64,
+    pub second_chances: u64,
+    /// Since open: writes that first evicted a piece of a segment, or
+    /// waited for another collector, because the log was over the
+    /// capacity; and the time they spent so.
+    pub evict_stalled_writes: u64,
+    pub evict_stall_micros: u64,
     pub durability: &'static str,
     /// tmpfs, dax or page-cache.
     pub medium: &'static str,

@@ -231,7 +231,7 @@ fn remove_live(segments: &SegmentSet, loc: Loc, dead: &mut Vec<Loc>) {
     }
 }
 
-/// Records `dead` in their segments' dead-entry maps (see `log::dead`).
+/// Records `dead` in their segments' dead-entry maps (see `log::marks`).
 fn mark_dead(segments: &SegmentSet, dead: &mut Vec<Loc>) {
     for loc in dead.drain(..) {
         segments.with(loc.seg, |s| segments.mark_dead(s, loc.off));

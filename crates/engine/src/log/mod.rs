@@ -1,5 +1,5 @@
 //! The value log: record layout, segments, the writer and the reader.
-pub mod dead;
+pub mod marks;
 pub mod reader;
 pub mod record;
 pub mod segment;

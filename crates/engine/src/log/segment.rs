@@ -20,7 +20,7 @@ use arc_swap::ArcSwap;
 use scaledkv_pmem::{Durability, Region};
 
 use crate::error::{Error, Result};
-use crate::log::dead::DeadMap;
+use crate::log::marks::EntryMarks;
 use crate::log::record::FORMAT_VERSION;
 
 pub const SEGMENT_HEADER_BYTES: usize = 256;
@@ -50,7 +50,10 @@ pub struct Segment {
     /// Bytes of frames written so far (the segment's logical end).
     pub written_bytes: AtomicU64,
     /// Entries the index no longer points at (GC skips them).
-    pub dead: DeadMap,
+    pub dead: EntryMarks,
+    /// Entries read since they were written: in cache mode, eviction copies
+    /// them forward once instead of dropping them (`evict.rs`).
+    pub accessed: EntryMarks,
     /// Set when GC has freed the segment: the file is removed once the last
     /// reader or snapshot holding it lets go.
     delete_on_drop: AtomicBool,
@@ -104,7 +107,8 @@ impl Segment {
         self.id = id;
         self.live_bytes.store(0, Ordering::Relaxed);
         self.written_bytes.store(SEGMENT_HEADER_BYTES as u64, Ordering::Relaxed);
-        self.dead = DeadMap::default();
+        self.dead = EntryMarks::default();
+        self.accessed = EntryMarks::default();
         Ok(())
     }
 
@@ -144,7 +148,8 @@ impl Segment {
             region,
             live_bytes: AtomicU64::new(0),
             written_bytes: AtomicU64::new(SEGMENT_HEADER_BYTES as u64),
-            dead: DeadMap::default(),
+            dead: EntryMarks::default(),
+            accessed: EntryMarks::default(),
             delete_on_drop: AtomicBool::new(false),
         }
     }
@@ -271,7 +276,7 @@ pub struct SegmentSet {
     /// later), which its pinned table does not have; reads fall back here.
     retired: parking_lot::Mutex<Vec<Arc<Segment>>>,
     /// Dead-entry maps allocated by the segments in the table (bounded:
-    /// see `log::dead`).
+    /// see `log::marks`).
     dead_maps: AtomicUsize,
 }
 
@@ -327,11 +332,11 @@ impl SegmentSet {
     /// Records that the index no longer points at the entry at `offset`
     /// of `segment`, a segment of this set.
     pub fn mark_dead(&self, segment: &Segment, offset: u32) {
-        segment.dead.mark(offset, segment.capacity_bytes(), &self.dead_maps);
+        segment.dead.mark(offset, segment.capacity_bytes(), Some(&self.dead_maps));
     }
 
     /// Marks every entry of `segment`, a sealed segment of this set, dead
-    /// but those at `live`; see `DeadMap::mark_all_but`. Not once GC has
+    /// but those at `live`; see `EntryMarks::mark_all_but`. Not once GC has
     /// removed it: its map would count toward `MAX_MAPS` for good.
     pub fn mark_dead_all_but(&self, segment: &Segment, live: &[u32]) -> bool {
         self.with(segment.id, |_| ()).is_some()

@@ -1,0 +1,376 @@
+//! Cache mode: a hard capacity for the log, kept by evicting its oldest
+//! segment (`Options::cache_capacity_bytes`).
+//!
+//! Eviction is GC with another choice of segment and another fate for
+//! live entries: the collector takes the oldest sealed segment (the log is
+//! a FIFO of writes), skips what is dead, drops expired entries, and for
+//! each live entry asks the eviction filter: `Keep` entries are copied to
+//! the head as GC copies them, `Evict` ones are dropped from the index, and
+//! `SecondChance` ones are dropped unless read since they were written
+//! (`Segment::accessed`, one bit per entry set by reads), in which case
+//! they are copied forward once: their copy starts unread. That is CLOCK
+//! over the log (second-chance FIFO, the reinsertion of CacheLib's and
+//! S3-FIFO's main queue), which approximates LRU without touching a list
+//! on every read.
+//!
+//! Second chances are bounded: once a segment's copies reach three
+//! quarters of its size, read entries are evicted too, so each eviction
+//! frees at least a quarter of a segment unless `Keep` entries fill it. When copies still fill
+//! most of it (entries the filter keeps: the server's big collections),
+//! eviction pauses until another segment's worth has been written, rather
+//! than copying the same entries around forever; the log then outgrows
+//! the capacity by what cannot be evicted.
+//!
+//! Durability: an evicted entry is dropped from the index only, as an
+//! expired one is; nothing is written. The segment's file goes once a
+//! checkpoint that no longer references it is durable (`gc.rs`), so a
+//! crash before that brings evicted entries back: their newest version,
+//! never an older one (a GC copy applies only over its own version).
+//!
+//! When: the background thread evicts once the log holds more than
+//! `EVICT_AHEAD` of the capacity, so writers seldom find it full; a writer
+//! that does first evicts one piece itself (as writers help GC), so the
+//! log stays within about a segment of the capacity (the one being
+//! written, while the oldest is evicted piece by piece).
+
+use std::sync::atomic::Ordering;
+
+use crate::db::Inner;
+use crate::error::Result;
+use crate::gc::{Goal, Turn};
+use crate::index::memtable::{Key, Loc};
+use crate::log::record::EntryView;
+use crate::log::segment::Segment;
+use crate::options::{check_cache_capacity, Eviction};
+
+/// The background thread evicts while the log holds more than this share
+/// of the capacity; writers help only over the whole capacity.
+const EVICT_AHEAD: f64 = 0.95;
+/// Read entries get a second chance while the copies out of their segment
+/// are below this share of it, so an eviction frees at least the rest
+/// (unless `Keep` entries fill it). Copies bunch: a segment written while
+/// an eviction copies is mostly copies, so with half of it, a tenth of the
+/// test's read keys were evicted.
+const CHANCE_SHARE: f64 = 0.75;
+/// A finished eviction that copied forward more than this share of its
+/// segment pauses eviction for a segment's worth of writes.
+const STUCK_SHARE: f64 = 0.9;
+
+impl Inner {
+    /// Bytes the log holds: what every segment has written.
+    pub(crate) fn log_bytes(&self) -> u64 {
+        self.segments.all().iter().map(|s| s.written_bytes.load(Ordering::Relaxed)).sum()
+    }
+
+    pub(crate) fn cache_capacity(&self) -> u64 {
+        self.cache_capacity.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn set_cache_capacity(&self, bytes: u64) -> Result<()> {
+        check_cache_capacity(bytes, self.options.segment_size_bytes)?;
+        self.cache_capacity.store(bytes, Ordering::Relaxed);
+        self.evict_paused_until.store(0, Ordering::Relaxed);
+        self.refresh_cache_over();
+        Ok(())
+    }
+
+    /// Notes a read of the entry at `loc` (cache mode only): eviction gives
+    /// it a second chance. A relaxed load and, the first time, a store.
+    pub(crate) fn note_access(&self, loc: Loc) {
+        if self.cache_capacity() > 0 {
+            self.segments.with(loc.seg, |s| s.accessed.mark(loc.off, s.capacity_bytes(), None));
+        }
+    }
+
+    /// Whether eviction drops the live entry `entry` at `loc` of `segment`,
+    /// `kept_bytes` of which it has copied forward so far.
+    pub(crate) fn evicts(&self, segment: &Segment, loc: Loc, entry: &EntryView<'_>, kept_bytes: u64) -> bool {
+        let eviction = match &self.options.eviction_filter {
+            Some(filter) => (filter.0)(entry.key, entry.value, entry.expiry_ms),
+            None => Eviction::SecondChance,
+        };
+        match eviction {
+            Eviction::Keep => false,
+            Eviction::Evict => true,
+            Eviction::SecondChance => {
+                let chance = (kept_bytes as f64) < segment.capacity_bytes() as f64 * CHANCE_SHARE
+                    && segment.accessed.is_marked(loc.off as usize);
+                self.counters.second_chances.fetch_add(u64::from(chance), Ordering::Relaxed);
+                !chance
+            }
+        }
+    }
+
+    /// Drops evicted entries from the index, where it still points at them.
+    pub(crate) fn drop_evicted(&self, evicted: Vec<(Key, Loc)>) {
+        for (key, loc) in evicted {
+            if self.index.remove_if_at(&key, loc, &self.segments) {
+                self.counters.evicted_keys.fetch_add(1, Ordering::Relaxed);
+                self.counters.evicted_bytes.fetch_add(loc.len as u64, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Evicts up to `max_segments` oldest segments while the log holds
+    /// more than `above` bytes; returns how many were freed.
+    pub(crate) fn evict(&self, above: u64, max_segments: usize) -> Result<u64> {
+        let (mut freed, mut finished) = (0, Vec::new());
+        while finished.len() < max_segments && !self.eviction_paused() {
+            match self.collector_turn(Goal::Evict { above }, &finished)? {
+                Turn::Idle => break,
+                Turn::Piece => {}
+                turn @ Turn::Finished { id, freed: was_freed, .. } => {
+                    self.note_finished(&turn);
+                    freed += u64::from(was_freed);
+                    finished.push(id);
+                }
+            }
+        }
+        self.refresh_cache_over();
+        Ok(freed)
+    }
+
+    /// The background thread's share: eviction ahead of the writers.
+    pub(crate) fn evict_ahead(&self) -> Result<u64> {
+        match self.cache_capacity() {
+            0 => Ok(0),
+            capacity => self.evict((capacity as f64 * EVICT_AHEAD) as u64, crate::gc::SEGMENTS_PER_PASS),
+        }
+    }
+
+    /// Called before each write while the log is over the capacity: one
+    /// piece of eviction, or a wait while another collector finishes its
+    /// piece.
+    pub(crate) fn help_evict(&self) {
+        let started = std::time::Instant::now();
+        let turn = self.collector_turn(Goal::Evict { above: self.cache_capacity() }, &[]);
+        match turn {
+            Ok(turn) => self.note_finished(&turn),
+            Err(error) => {
+                // The background thread reports it too; the write goes on.
+                tracing::error!(dir = %self.dir.display(), %error, "eviction on a writer's thread failed");
+                self.pause_eviction();
+            }
+        }
+        self.refresh_cache_over();
+        self.counters.evict_stalled_writes.fetch_add(1, Ordering::Relaxed);
+        self.counters.evict_stall_micros.fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+    }
+
+    /// Sets `cache_over` while the log holds more than the capacity and
+    /// eviction is not paused. Called after eviction, when the log moves
+    /// to a new segment, and by the checkpoint thread every 100 ms.
+    pub(crate) fn refresh_cache_over(&self) {
+        let capacity = self.cache_capacity();
+        let over = capacity > 0 && !self.eviction_paused() && self.log_bytes() > capacity;
+        self.cache_over.store(over, Ordering::Relaxed);
+    }
+
+    fn eviction_paused(&self) -> bool {
+        self.counters.log_bytes_written.load(Ordering::Relaxed) < self.evict_paused_until.load(Ordering::Relaxed)
+    }
+
+    fn pause_eviction(&self) {
+        let until = self.counters.log_bytes_written.load(Ordering::Relaxed) + self.options.segment_size_bytes as u64;
+        self.evict_paused_until.store(until, Ordering::Relaxed);
+    }
+
+    /// Pauses eviction after one that copied forward most of its segment.
+    fn note_finished(&self, turn: &Turn) {
+        if let Turn::Finished { evicted: true, kept_bytes, .. } = *turn {
+            if kept_bytes as f64 > self.options.segment_size_bytes as f64 * STUCK_SHARE {
+                tracing::warn!(dir = %self.dir.display(), kept_bytes, "eviction found little to evict; paused");
+                self.pause_eviction();
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use crate::{Db, Error, Eviction, EvictionFilter, Options};
+
+    const SEGMENT: usize = 64 * 1024;
+    const CAPACITY: u64 = 8 * SEGMENT as u64;
+
+    /// A cache of eight 64 KiB segments without background work: writers
+    /// evict when the log is over the capacity.
+    fn options(filter: Option<EvictionFilter>) -> Options {
+        Options {
+            background_work: false,
+            segment_size_bytes: SEGMENT,
+            cache_capacity_bytes: CAPACITY,
+            eviction_filter: filter,
+            ..Options::default()
+        }
+    }
+
+    /// A 1000-byte value that names its key and version.
+    fn value(key: u32, version: u32) -> Vec<u8> {
+        let mut value = vec![(key % 251) as u8; 1000];
+        value[..4].copy_from_slice(&key.to_le_bytes());
+        value[4..8].copy_from_slice(&version.to_le_bytes());
+        value
+    }
+
+    fn put(db: &Db, key: u32, version: u32) {
+        db.put(&key.to_be_bytes(), &value(key, version)).unwrap();
+    }
+
+    /// Writes 4,000 keys (about 8x the capacity), reading every 20th key
+    /// written so far after every 50 writes: the log stays within about a
+    /// segment of the capacity, the keys read survive, most others go, and
+    /// every key still there holds its own value.
+    #[test]
+    fn a_cache_stays_within_its_capacity_and_keeps_what_is_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::open(dir.path(), options(None)).unwrap();
+        let mut most = 0;
+        for key in 0..4000u32 {
+            put(&db, key, 0);
+            if key % 50 == 49 {
+                for hot in (0..=key).step_by(20) {
+                    db.get(&hot.to_be_bytes()).unwrap();
+                }
+            }
+            most = most.max(db.log_bytes());
+        }
+        let stats = db.stats();
+        // Over by the segment being written, and the piece under eviction.
+        assert!(most <= CAPACITY + 2 * SEGMENT as u64, "log grew to {most}: {stats:?}");
+        assert!(stats.evicted_keys > 3000 && stats.second_chances > 0, "{stats:?}");
+        assert!(stats.evict_stalled_writes > 0, "{stats:?}");
+        let (mut hot_kept, mut cold_kept) = (0, 0);
+        for key in 0..4000u32 {
+            if let Some(found) = db.get(&key.to_be_bytes()).unwrap() {
+                assert_eq!(found, value(key, 0), "key {key}");
+                if key % 20 == 0 {
+                    hot_kept += 1;
+                } else {
+                    cold_kept += 1;
+                }
+            }
+        }
+        // The 200 hot keys (200 KB) fit; the cold keys of the last ~300 KB
+        // written are still there.
+        assert!(hot_kept >= 190, "hot {hot_kept} of 200, cold {cold_kept} of 3800");
+        assert!(cold_kept < 400, "hot {hot_kept} of 200, cold {cold_kept} of 3800");
+        assert_eq!(stats.cache_capacity_bytes, CAPACITY);
+    }
+
+    /// `Keep` entries are never evicted, `Evict` ones go even when read.
+    #[test]
+    fn the_filter_decides_what_may_go() {
+        let dir = tempfile::tempdir().unwrap();
+        let filter = EvictionFilter(Arc::new(
+            |key: &[u8], _: &[u8], _| {
+                if key[3].is_multiple_of(4) {
+                    Eviction::Keep
+                } else {
+                    Eviction::Evict
+                }
+            },
+        ));
+        let db = Db::open(dir.path(), options(Some(filter))).unwrap();
+        for key in 0..3000u32 {
+            put(&db, key, 0);
+            db.get(&1u32.to_be_bytes()).unwrap();
+        }
+        for key in (0..3000u32).step_by(4) {
+            assert_eq!(db.get(&key.to_be_bytes()).unwrap(), Some(value(key, 0)), "kept key {key}");
+        }
+        assert_eq!(db.get(&1u32.to_be_bytes()).unwrap(), None, "evicted although read");
+        let stats = db.stats();
+        assert!(stats.evicted_keys > 1000 && stats.second_chances == 0, "{stats:?}");
+    }
+
+    /// With nothing the filter lets go, eviction pauses after each segment
+    /// it could only copy, instead of copying the same entries around: the
+    /// log outgrows the capacity and copies stay a fraction of the writes.
+    #[test]
+    fn eviction_pauses_when_nothing_may_go() {
+        let dir = tempfile::tempdir().unwrap();
+        let filter = EvictionFilter(Arc::new(|_: &[u8], _: &[u8], _| Eviction::Keep));
+        let db = Db::open(dir.path(), options(Some(filter))).unwrap();
+        for key in 0..1500u32 {
+            put(&db, key, 0);
+        }
+        let stats = db.stats();
+        assert_eq!(stats.evicted_keys, 0, "{stats:?}");
+        assert!(db.log_bytes() > 2 * CAPACITY, "{stats:?}");
+        assert!(stats.gc_bytes_written < stats.user_bytes_written / 2, "{stats:?}");
+        for key in 0..1500u32 {
+            assert_eq!(db.get(&key.to_be_bytes()).unwrap(), Some(value(key, 0)), "key {key}");
+        }
+    }
+
+    /// A crash after evictions (every write durable, the files as they
+    /// are) reopens each key at its newest acknowledged version or without
+    /// it: an evicted key may come back, never an older version of it.
+    #[test]
+    fn a_crash_brings_back_no_older_version() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::open(dir.path(), options(None)).unwrap();
+        let mut newest = vec![0u32; 300];
+        for round in 0..12u32 {
+            for key in 0..300u32 {
+                // Some keys are rewritten every round, the others seldom.
+                if key % 3 == 0 || round % 4 == 0 {
+                    put(&db, key, round);
+                    newest[key as usize] = round;
+                }
+                db.get(&(key / 2).to_be_bytes()).unwrap();
+            }
+            if round == 6 {
+                db.inner.checkpoint().unwrap();
+            }
+        }
+        assert!(db.stats().evicted_keys > 0, "{:?}", db.stats());
+        let crashed = tempfile::tempdir().unwrap();
+        for file in std::fs::read_dir(dir.path()).unwrap() {
+            let path = file.unwrap().path();
+            if path.file_name().unwrap() != "LOCK" {
+                std::fs::copy(&path, crashed.path().join(path.file_name().unwrap())).unwrap();
+            }
+        }
+        drop(db);
+        for reopened in [Db::open(crashed.path(), options(None)).unwrap(), Db::open(dir.path(), options(None)).unwrap()]
+        {
+            let mut present = 0;
+            for key in 0..300u32 {
+                if let Some(found) = reopened.get(&key.to_be_bytes()).unwrap() {
+                    assert_eq!(found, value(key, newest[key as usize]), "key {key}");
+                    present += 1;
+                }
+            }
+            assert!(present > 0);
+        }
+    }
+
+    /// A capacity below eight segments is refused with a clear error; a
+    /// lower one set at runtime evicts at once, and 0 turns eviction off.
+    #[test]
+    fn capacity_is_checked_and_can_change() {
+        let dir = tempfile::tempdir().unwrap();
+        let small = Options { cache_capacity_bytes: CAPACITY - 1, ..options(None) };
+        let error = Db::open(dir.path(), small).err().expect("refused");
+        assert!(matches!(&error, Error::InvalidOptions(m) if m.contains("8 segments")), "{error}");
+        let db = Db::open(dir.path(), Options { cache_capacity_bytes: 0, ..options(None) }).unwrap();
+        for key in 0..1500u32 {
+            put(&db, key, 0);
+        }
+        assert!(db.log_bytes() > 2 * CAPACITY && db.stats().evicted_keys == 0);
+        assert!(db.set_cache_capacity(CAPACITY - 1).is_err());
+        db.set_cache_capacity(CAPACITY).unwrap();
+        assert!(db.log_bytes() <= CAPACITY, "{:?}", db.stats());
+        assert!(db.stats().evicted_keys > 500);
+        db.set_cache_capacity(0).unwrap();
+        let before = db.stats().evicted_keys;
+        for key in 1500..3000u32 {
+            put(&db, key, 0);
+        }
+        assert_eq!(db.stats().evicted_keys, before);
+    }
+}
