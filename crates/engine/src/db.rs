@@ -143,10 +143,12 @@ pub(crate) struct Inner {
     /// Segments GC found corrupt and no longer tries to collect.
     pub(crate) gc_refused: Mutex<Vec<u32>>,
     /// Cache mode (`evict.rs`): the log's capacity (0: off); set while
-    /// the log is over it, so writers evict first; eviction waits until
-    /// `LogWriter::appended_bytes` passes this after one that freed little.
+    /// the log is over it, so writers evict first; bytes copied by the
+    /// evictions in a row that freed little; eviction waits until
+    /// `LogWriter::appended_bytes` passes `evict_paused_until`.
     pub(crate) cache_capacity: AtomicU64,
     pub(crate) cache_over: AtomicBool,
+    pub(crate) evict_stuck_bytes: AtomicU64,
     pub(crate) evict_paused_until: AtomicU64,
     poisoned: OnceLock<String>,
     report: RecoveryReport,
@@ -266,6 +268,7 @@ impl Db {
             gc_refused: Mutex::new(Vec::new()),
             cache_capacity: AtomicU64::new(options.cache_capacity_bytes),
             cache_over: AtomicBool::new(false),
+            evict_stuck_bytes: AtomicU64::new(0),
             evict_paused_until: AtomicU64::new(0),
             poisoned: OnceLock::new(),
             report: recovered.report,

@@ -304,7 +304,7 @@ impl Inner {
             }
             if entry.expiry_ms.is_some_and(|expiry| expiry <= now) {
                 expired.push((Key::from_slice(entry.key), loc));
-            } else if evicting && self.evicts(segment, loc, &entry, kept_bytes) {
+            } else if evicting && self.evicts(segment, loc, &entry) {
                 evicted.push((Key::from_slice(entry.key), loc));
             } else {
                 kept_bytes += loc.len as u64;

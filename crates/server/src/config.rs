@@ -1,10 +1,13 @@
 //! Settings: command-line flags over a TOML file over defaults.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use clap::Parser;
 use scaledkv::{Durability, Options};
 use serde::Deserialize;
+
+use crate::maxmemory::{parse_bytes, segment_bytes, MemoryLimit};
 
 pub const DEFAULT_PORT: u16 = 6379;
 pub const DEFAULT_DIR: &str = "scaledkv-data/server";
@@ -69,6 +72,17 @@ pub struct Cli {
     /// memcached's -I).
     #[arg(long = "memcached-item-size-max")]
     pub memcached_item_size_max: Option<usize>,
+    /// Bound the data (the engine's log: keys, values, headers) to this
+    /// many bytes, in Redis's notation (`100mb`, `2gb`; default 0, no
+    /// limit). What happens at the limit is `--maxmemory-policy`'s choice.
+    /// CONFIG SET changes it.
+    #[arg(long)]
+    pub maxmemory: Option<String>,
+    /// `noeviction` (the default: writes get Redis's OOM error), or an
+    /// evicting policy (`allkeys-lru` ...: the server is a cache; see the
+    /// README). CONFIG SET changes it.
+    #[arg(long = "maxmemory-policy")]
+    pub maxmemory_policy: Option<String>,
     /// Write the listening port here once ready (for scripts and tests).
     #[arg(long = "port-file")]
     pub port_file: Option<PathBuf>,
@@ -95,6 +109,8 @@ struct FileConfig {
     notify_keyspace_events: Option<String>,
     memcached_port: Option<u16>,
     memcached_item_size_max: Option<usize>,
+    maxmemory: Option<String>,
+    maxmemory_policy: Option<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -128,6 +144,9 @@ pub struct Config {
     /// The largest memcached item (key, value and memcached's per-item
     /// overhead, `memcache::request::ITEM_OVERHEAD`).
     pub memcached_item_size_max: usize,
+    /// `maxmemory` and `maxmemory-policy`, as CONFIG SET leaves them; the
+    /// engine's eviction filter reads the policy (`crate::maxmemory`).
+    pub memory: Arc<MemoryLimit>,
 }
 
 /// memcached's default largest item (`-I 1m`).
@@ -157,6 +176,7 @@ impl Default for Config {
             notify_keyspace_events: 0,
             memcached_port: None,
             memcached_item_size_max: DEFAULT_MEMCACHED_ITEM_SIZE_MAX,
+            memory: Arc::default(),
         }
     }
 }
@@ -177,7 +197,13 @@ impl Config {
         let notify_keyspace_events = crate::notify::parse(events.as_bytes()).ok_or_else(|| {
             format!("notify-keyspace-events {events:?}: a character names no class (use Ag$lshzxeKEtmdn)")
         })?;
+        let maxmemory = match cli.maxmemory.or(file.maxmemory) {
+            Some(text) => parse_bytes(&text).ok_or_else(|| format!("maxmemory {text:?}: not a size like 100mb"))?,
+            None => 0,
+        };
+        let policy = cli.maxmemory_policy.or(file.maxmemory_policy).unwrap_or_else(|| "noeviction".into());
         let config = Config {
+            memory: Arc::new(MemoryLimit::new(maxmemory, &policy)?),
             bind: cli.bind.or(file.bind).unwrap_or(defaults.bind),
             port: cli.port.or(file.port).unwrap_or(defaults.port),
             dir: cli.dir.or(file.dir).unwrap_or(defaults.dir),
@@ -201,8 +227,9 @@ impl Config {
                 .or(file.memcached_item_size_max)
                 .unwrap_or(defaults.memcached_item_size_max),
         };
-        // Of the settings passed to the engine only gc-space-amp can be out of range.
-        config.engine_options().validate().map_err(|e| format!("gc-space-amp: {e}"))?;
+        // Of the settings passed to the engine gc-space-amp can be out of
+        // range, and maxmemory too small.
+        config.engine_options().validate().map_err(|e| format!("gc-space-amp or maxmemory: {e}"))?;
         if config.max_bulk_bytes > crate::keyspace::MAX_STRING_BYTES {
             return Err(format!(
                 "proto-max-bulk-len {} is above the engine's value limit of {} bytes",
@@ -229,7 +256,11 @@ impl Config {
 
     /// What the engine is opened with.
     pub fn engine_options(&self) -> Options {
+        let defaults = Options::default();
         Options {
+            segment_size_bytes: segment_bytes(self.memory.maxmemory(), defaults.segment_size_bytes),
+            cache_capacity_bytes: self.memory.cache_capacity(),
+            eviction_filter: Some(self.memory.filter()),
             durability: self.durability,
             point_index: self.point_index,
             gc_space_amp: self.gc_space_amp,
@@ -245,7 +276,7 @@ impl Config {
             // SET `-P 1` p99 lower, `-P 16` no slower (tmpfs, interleaved
             // runs; BENCHMARKS.md, twenty-fourth session).
             background_idle: true,
-            ..Options::default()
+            ..defaults
         }
     }
 }

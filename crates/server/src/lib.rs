@@ -28,6 +28,7 @@ pub mod expiry;
 pub mod hash;
 pub mod io_threads;
 pub mod keyspace;
+pub mod maxmemory;
 pub mod memcache;
 pub mod metrics;
 pub mod monitor;

@@ -837,6 +837,16 @@ pub async fn run_command<'s>(
             conn.deliver(out);
         }
     }
+    if command.has(WRITE)
+        && crate::maxmemory::denies_oom(command.name)
+        && shared.config.memory.refuses_writes(&shared.db)
+    {
+        let error = match command.group {
+            "memcached" => "SERVER_ERROR out of memory storing object",
+            _ => crate::maxmemory::OOM_ERROR,
+        };
+        return reject(conn, out, command, error);
+    }
     if conn.multi.is_some() {
         if command.has(NO_MULTI) {
             conn.flag_transaction_error();

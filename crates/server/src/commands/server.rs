@@ -522,8 +522,12 @@ pub fn info_text(ctx: &Ctx<'_>, sections: &[String]) -> String {
         let _ = write!(
             text,
             "# Memory\r\nused_memory:{rss}\r\nused_memory_rss:{rss}\r\nused_memory_index:{}\r\n\
-             index_bytes_per_key:{:.1}\r\nmaxmemory:0\r\nmaxmemory_policy:noeviction\r\n\r\n",
-            stats.index_memory_bytes, stats.index_bytes_per_key
+             index_bytes_per_key:{:.1}\r\nused_memory_log:{}\r\nmaxmemory:{}\r\nmaxmemory_policy:{}\r\n\r\n",
+            stats.index_memory_bytes,
+            stats.index_bytes_per_key,
+            stats.log_bytes,
+            config.memory.maxmemory(),
+            config.memory.policy(),
         );
     }
     if wanted("persistence") {
@@ -563,7 +567,8 @@ pub fn info_text(ctx: &Ctx<'_>, sections: &[String]) -> String {
             text,
             "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\n\
              total_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nrejected_connections:{}\r\n\
-             expired_keys:{}\r\nkeyspace_hits:{}\r\nkeyspace_misses:{}\r\npubsub_channels:{}\r\n\
+             expired_keys:{}\r\nevicted_keys:{}\r\nevicted_bytes:{}\r\nevict_second_chances:{}\r\n\
+             evict_stalled_writes:{}\r\nkeyspace_hits:{}\r\nkeyspace_misses:{}\r\npubsub_channels:{}\r\n\
              pubsub_patterns:{}\r\npubsubshard_channels:{}\r\ntotal_error_replies:{}\r\n\r\n",
             s.connections_received.load(Ordering::Relaxed),
             s.commands.load(Ordering::Relaxed),
@@ -571,6 +576,10 @@ pub fn info_text(ctx: &Ctx<'_>, sections: &[String]) -> String {
             s.net_output_bytes.load(Ordering::Relaxed),
             s.rejected_connections.load(Ordering::Relaxed),
             s.expired_keys.load(Ordering::Relaxed),
+            stats.evicted_keys,
+            stats.evicted_bytes,
+            stats.second_chances,
+            stats.evict_stalled_writes,
             s.keyspace_hits.load(Ordering::Relaxed),
             s.keyspace_misses.load(Ordering::Relaxed),
             shared.pubsub.count(crate::pubsub::Class::Channel),
@@ -645,8 +654,8 @@ fn parameters(ctx: &Ctx<'_>) -> Vec<(&'static str, String)> {
         ("appendfsync", if durable { "always" } else { "no" }.into()),
         ("save", String::new()),
         ("databases", "1".into()),
-        ("maxmemory", "0".into()),
-        ("maxmemory-policy", "noeviction".into()),
+        ("maxmemory", config.memory.maxmemory().to_string()),
+        ("maxmemory-policy", config.memory.policy().into()),
         ("notify-keyspace-events", crate::notify::format(shared.notify_flags.load(Ordering::Relaxed))),
     ]
 }
@@ -719,8 +728,32 @@ fn config_set(ctx: &mut Ctx<'_>, name: &str, value: &[u8]) -> CmdResult {
             }
             shared.set_max_bulk_bytes(n)
         }
-        "save" | "appendonly" | "appendfsync" | "maxmemory" | "maxmemory-policy" | "databases" | "bind" | "port"
-        | "dir" | "durability" | "gc-space-amp" | "io-threads" => {
+        "maxmemory" => {
+            let bytes = crate::maxmemory::parse_bytes(&text).ok_or_else(|| {
+                err(format!(
+                    "ERR CONFIG SET failed (possibly related to argument '{name}') - argument must be a memory value"
+                ))
+            })?;
+            let memory = &shared.config.memory;
+            memory.set(&shared.db, bytes, memory.policy()).map_err(|reason| {
+                err(format!(
+                    "ERR CONFIG SET failed (possibly related to argument '{name}') - {reason} (the segment size is \
+                     fixed when the server starts: start it with --maxmemory for a smaller limit)"
+                ))
+            })?;
+        }
+        "maxmemory-policy" => {
+            let memory = &shared.config.memory;
+            memory.set(&shared.db, memory.maxmemory(), &text).map_err(|_| {
+                err(format!(
+                    "ERR CONFIG SET failed (possibly related to argument '{name}') - argument(s) must be one of the \
+                     following: volatile-lru, volatile-lfu, volatile-random, volatile-ttl, allkeys-lru, allkeys-lfu, \
+                     allkeys-random, noeviction"
+                ))
+            })?;
+        }
+        "save" | "appendonly" | "appendfsync" | "databases" | "bind" | "port" | "dir" | "durability"
+        | "gc-space-amp" | "io-threads" => {
             return Err(err(format!(
                 "ERR CONFIG SET failed (possibly related to argument '{name}') - can't set immutable config"
             )))

@@ -66,7 +66,7 @@ commands! {
     "verbosity", 0, NONE, verbosity, "Sets the log's verbosity (accepted, ignored).";
     "stats", 0, NONE, stats, "Returns the server's counters.";
     "mn", 0, NONE, mn, "Meta no-op: answers MN.";
-    "cache_memlimit", 0, NONE, cache_memlimit, "Sets the cache's memory limit (accepted, ignored: nothing is evicted).";
+    "cache_memlimit", 0, NONE, cache_memlimit, "Sets the memory limit in megabytes (maxmemory).";
     "shutdown", 0, NONE, shutdown, "Refused, as memcached without -A refuses it.";
     // Writes for their `T` (a new expiry), `N` (create) and modes.
     "mg", WRITE, ONE, super::meta::mg, "Meta get: an item's value and metadata, as its flags ask.";
@@ -576,14 +576,17 @@ fn mn(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
     Ok(())
 }
 
+/// `cache_memlimit MB`: sets `maxmemory` (in megabytes, as memcached's
+/// `-m`), keeping `maxmemory-policy`: with `noeviction` writes over the
+/// limit fail, as under memcached's `-M`.
 fn cache_memlimit(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
-    match args {
-        [_, limit] if request::unsigned(limit).is_some() => {
-            ctx.out.memcached_line(b"OK");
-            Ok(())
-        }
-        _ => Err(err("ERROR")),
-    }
+    let [_, limit] = args else { return Err(err("ERROR")) };
+    let megabytes = request::unsigned(limit).ok_or_else(|| err("ERROR"))?;
+    let memory = &ctx.shared.config.memory;
+    let bytes = megabytes.saturating_mul(1 << 20);
+    memory.set(&ctx.shared.db, bytes, memory.policy()).map_err(|reason| err(format!("SERVER_ERROR {reason}")))?;
+    ctx.out.memcached_line(b"OK");
+    Ok(())
 }
 
 fn shutdown(_ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
@@ -687,12 +690,12 @@ fn general(ctx: &Ctx<'_>) -> Vec<(&'static str, String)> {
         ("auth_errors", n(&stats.auth_errors)),
         ("bytes_read", n(&shared.stats.net_input_bytes)),
         ("bytes_written", n(&shared.stats.net_output_bytes)),
-        // Nothing is evicted: no memory limit.
-        ("limit_maxbytes", "0".into()),
+        // `maxmemory` (0: none), shared with the Redis port.
+        ("limit_maxbytes", shared.config.memory.maxmemory().to_string()),
         ("threads", shared.config.io_threads().to_string()),
         ("bytes", db.live_bytes.to_string()),
         ("curr_items", shared.user_keys().to_string()),
-        ("evictions", "0".into()),
+        ("evictions", db.evicted_keys.to_string()),
     ]
 }
 
@@ -700,12 +703,12 @@ fn settings(ctx: &Ctx<'_>) -> Vec<(&'static str, String)> {
     let shared = ctx.shared;
     let config = &shared.config;
     vec![
-        ("maxbytes", "0".into()),
+        ("maxbytes", shared.config.memory.maxmemory().to_string()),
         ("maxconns", shared.maxclients().to_string()),
         ("tcpport", shared.memcached.port.load(Ordering::Relaxed).to_string()),
         ("udpport", "0".into()),
         ("inter", config.bind.clone()),
-        ("evictions", "off".into()),
+        ("evictions", if shared.config.memory.cache_capacity() > 0 { "on" } else { "off" }.into()),
         ("cas_enabled", "yes".into()),
         ("num_threads", config.io_threads().to_string()),
         ("binding_protocol", "ascii".into()),

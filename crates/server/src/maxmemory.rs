@@ -1,0 +1,229 @@
+//! `maxmemory` and `maxmemory-policy`: the server as a cache.
+//!
+//! ScaledKV's data lives in the engine's log (on tmpfs, persistent memory
+//! or a disk), so `maxmemory` bounds the log: the entries' keys, values
+//! and headers, live or dead (`Db::log_bytes`). The index's DRAM comes on
+//! top (INFO's `index_memory_bytes`, 60-90 bytes per key).
+//!
+//! Policies: `noeviction` (Redis's default) refuses writes that may grow
+//! the data with Redis's OOM error once the log is over the limit. Every
+//! other policy turns on the engine's cache mode (`scaledkv::evict`):
+//! when the log outgrows the limit, the oldest segment is evicted, entries
+//! read since they were written copied forward once (second-chance FIFO).
+//! So `allkeys-lru`, `allkeys-lfu`, `volatile-lru`, `volatile-lfu` and
+//! `volatile-ttl` approximate Redis's sampled choices by age and one
+//! access bit, and `allkeys-random`/`volatile-random` evict by age alone;
+//! the `volatile-` policies evict only keys with an expiry time. Big
+//! collections (stored as one entry per member, `commands::table`) and the
+//! server's own entries are never evicted: they are copied forward, and
+//! if they fill the limit, writes get the OOM error once the log is a
+//! quarter over it. Evicted keys raise no keyspace notification and do
+//! not fail a WATCH.
+
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::Arc;
+
+use scaledkv::{Eviction, EvictionFilter};
+
+use crate::keyspace::{is_reserved, is_table};
+
+/// Redis's `maxmemory-policy` names, in `Policy`'s order.
+const POLICIES: [&str; 8] = [
+    "noeviction",
+    "allkeys-lru",
+    "allkeys-lfu",
+    "allkeys-random",
+    "volatile-lru",
+    "volatile-lfu",
+    "volatile-random",
+    "volatile-ttl",
+];
+
+/// The settings CONFIG SET changes, shared with the engine's eviction
+/// filter.
+#[derive(Debug, Default)]
+pub struct MemoryLimit {
+    /// Bytes (0: no limit).
+    maxmemory: AtomicU64,
+    /// An index into `POLICIES`.
+    policy: AtomicU8,
+}
+
+/// Redis's error for a write refused over the limit.
+pub const OOM_ERROR: &str = "OOM command not allowed when used memory > 'maxmemory'.";
+
+impl MemoryLimit {
+    pub fn new(maxmemory: u64, policy: &str) -> Result<MemoryLimit, String> {
+        let limit = MemoryLimit::default();
+        limit.set_policy(policy)?;
+        limit.maxmemory.store(maxmemory, Ordering::Relaxed);
+        Ok(limit)
+    }
+
+    pub fn maxmemory(&self) -> u64 {
+        self.maxmemory.load(Ordering::Relaxed)
+    }
+
+    pub fn policy(&self) -> &'static str {
+        POLICIES[self.policy.load(Ordering::Relaxed) as usize]
+    }
+
+    fn evicts(&self) -> bool {
+        self.policy.load(Ordering::Relaxed) != 0
+    }
+
+    pub fn set_policy(&self, name: &str) -> Result<(), String> {
+        let index = POLICIES
+            .iter()
+            .position(|p| p.eq_ignore_ascii_case(name))
+            .ok_or_else(|| format!("maxmemory-policy {name:?} is none of {}", POLICIES.join(", ")))?;
+        self.policy.store(index as u8, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// The engine's cache capacity for these settings: the limit when a
+    /// policy evicts, else 0 (the server refuses writes instead).
+    pub fn cache_capacity(&self) -> u64 {
+        if self.evicts() {
+            self.maxmemory()
+        } else {
+            0
+        }
+    }
+
+    /// Applies `maxmemory` and `policy` to the engine (`db`), or refuses
+    /// them with the engine's reason, changing nothing.
+    pub fn set(&self, db: &scaledkv::Db, maxmemory: u64, policy: &str) -> Result<(), String> {
+        let was = (self.maxmemory(), self.policy());
+        self.set_policy(policy)?;
+        self.maxmemory.store(maxmemory, Ordering::Relaxed);
+        if let Err(error) = db.set_cache_capacity(self.cache_capacity()) {
+            self.set_policy(was.1).expect("a known policy");
+            self.maxmemory.store(was.0, Ordering::Relaxed);
+            return Err(error.to_string());
+        }
+        Ok(())
+    }
+
+    /// Whether a write that may grow the data is refused now: over the
+    /// limit without eviction, or a quarter over it with (what eviction
+    /// may not drop fills it, or it cannot keep up).
+    pub fn refuses_writes(&self, db: &scaledkv::Db) -> bool {
+        let limit = self.maxmemory();
+        if limit == 0 {
+            return false;
+        }
+        let allowed = if self.evicts() { limit + limit / 4 } else { limit };
+        db.log_bytes() > allowed
+    }
+
+    /// The engine's eviction filter: reads the policy at each call, so
+    /// CONFIG SET takes effect at once.
+    pub fn filter(self: &Arc<Self>) -> EvictionFilter {
+        let limit = self.clone();
+        EvictionFilter(Arc::new(move |key, value, expiry| {
+            let tag = value.first().copied().unwrap_or_default();
+            if is_reserved(key) || is_table(tag) {
+                return Eviction::Keep;
+            }
+            let policy = limit.policy();
+            if policy.starts_with("volatile-") && expiry.is_none() {
+                Eviction::Keep
+            } else if policy.ends_with("-random") {
+                Eviction::Evict
+            } else {
+                Eviction::SecondChance
+            }
+        }))
+    }
+}
+
+/// The segment size for a log bounded to `maxmemory` bytes: a 32nd of it,
+/// 1 to 64 MiB, so eviction drops a small share of the cache at a time.
+/// (A value or batch must fit one segment: in cache mode that bounds the
+/// largest value too.)
+pub fn segment_bytes(maxmemory: u64, default: usize) -> usize {
+    if maxmemory == 0 {
+        return default;
+    }
+    let step = 64 * 1024;
+    ((maxmemory / 32) as usize).clamp(1 << 20, default) / step * step
+}
+
+/// Parses Redis's memory notation: bytes, or a number with `k`, `kb`,
+/// `m`, `mb`, `g`, `gb` (`k` is 1000, `kb` 1024), any case.
+pub fn parse_bytes(text: &str) -> Option<u64> {
+    let lower = text.trim().to_ascii_lowercase();
+    let digits = lower.find(|c: char| !c.is_ascii_digit()).unwrap_or(lower.len());
+    let (number, unit) = lower.split_at(digits);
+    let scale: u64 = match unit {
+        "" | "b" => 1,
+        "k" => 1000,
+        "kb" => 1024,
+        "m" => 1000 * 1000,
+        "mb" => 1024 * 1024,
+        "g" => 1000 * 1000 * 1000,
+        "gb" => 1024 * 1024 * 1024,
+        _ => return None,
+    };
+    number.parse::<u64>().ok()?.checked_mul(scale)
+}
+
+/// Redis 7's commands flagged `denyoom` (those that may add data) among
+/// ScaledKV's writes, and memcached's storage commands.
+pub fn denies_oom(command: &str) -> bool {
+    matches!(
+        command,
+        "set" | "setnx" | "setex" | "psetex" | "getset" | "mset" | "msetnx" | "append" | "incr" | "decr"
+            | "incrby" | "decrby" | "incrbyfloat" | "setrange" | "setbit" | "bitop" | "bitfield"
+            | "hset" | "hsetnx" | "hmset" | "hincrby" | "hincrbyfloat" | "lpush" | "rpush" | "lpushx"
+            | "rpushx" | "lset" | "linsert" | "rpoplpush" | "lmove" | "brpoplpush" | "blmove" | "sadd"
+            | "sinterstore" | "sunionstore" | "sdiffstore" | "zadd" | "zincrby" | "zrangestore"
+            | "zunionstore" | "zinterstore" | "zdiffstore" | "pfadd" | "pfmerge" | "copy" | "restore"
+            // memcached's
+            | "add" | "replace" | "prepend" | "cas" | "ms"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn memory_notation_reads_as_redis_reads_it() {
+        let cases =
+            [("100", 100), ("1k", 1000), ("1KB", 1024), ("3mb", 3 << 20), ("2g", 2_000_000_000), ("1gb", 1 << 30)];
+        for (text, bytes) in cases {
+            assert_eq!(parse_bytes(text), Some(bytes), "{text}");
+        }
+        for bad in ["", "mb", "1tb", "-1", "1.5mb", "99999999999999999999gb"] {
+            assert_eq!(parse_bytes(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn segments_are_a_32nd_of_the_limit_within_1_to_64_mib() {
+        assert_eq!(segment_bytes(0, 64 << 20), 64 << 20);
+        assert_eq!(segment_bytes(10 << 20, 64 << 20), 1 << 20);
+        assert_eq!(segment_bytes(100 << 20, 64 << 20), (100 << 20) / 32 / 65536 * 65536);
+        assert_eq!(segment_bytes(100 << 30, 64 << 20), 64 << 20);
+    }
+
+    #[test]
+    fn the_filter_follows_the_policy() {
+        let limit = Arc::new(MemoryLimit::new(0, "allkeys-lru").unwrap());
+        let filter = limit.filter();
+        let decide = |key: &[u8], value: &[u8], expiry| (filter.0)(key, value, expiry);
+        let string = [crate::keyspace::TYPE_STRING, b'v'];
+        assert_eq!(decide(b"k", &string, None), Eviction::SecondChance);
+        assert_eq!(decide(b"\xff\xffmember", &string, None), Eviction::Keep, "the server's own");
+        assert_eq!(decide(b"big", &[crate::keyspace::TYPE_ZSET_TABLE], None), Eviction::Keep, "a big collection");
+        limit.set_policy("ALLKEYS-RANDOM").unwrap();
+        assert_eq!(decide(b"k", &string, None), Eviction::Evict);
+        limit.set_policy("volatile-lru").unwrap();
+        assert_eq!(decide(b"k", &string, None), Eviction::Keep);
+        assert_eq!(decide(b"k", &string, Some(5)), Eviction::SecondChance);
+        assert!(limit.set_policy("lru").is_err());
+        assert_eq!(limit.policy(), "volatile-lru");
+    }
+}

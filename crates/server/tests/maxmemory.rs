@@ -1,0 +1,208 @@
+//! `maxmemory` and `maxmemory-policy`: the server as a cache. With an
+//! evicting policy the data stays within the limit while clients write
+//! several times more, keys read often stay, every key read back holds
+//! its own bytes; with `noeviction` writes past the limit get Redis's OOM
+//! error and deletes still work; the memcached port shares the limit.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpStream;
+
+use common::Server;
+use redis::{Commands, Value};
+
+const MIB: u64 = 1 << 20;
+
+fn client(server: &Server) -> redis::Connection {
+    redis::Client::open(server.url()).unwrap().get_connection().unwrap()
+}
+
+/// A field of an INFO section.
+fn info(con: &mut redis::Connection, section: &str, field: &str) -> String {
+    let text: String = redis::cmd("INFO").arg(section).query(con).unwrap();
+    let prefix = format!("{field}:");
+    text.lines()
+        .find_map(|line| line.strip_prefix(&prefix))
+        .unwrap_or_else(|| panic!("INFO {section} has no {field}: {text}"))
+        .to_string()
+}
+
+fn number(con: &mut redis::Connection, section: &str, field: &str) -> u64 {
+    info(con, section, field).parse().unwrap()
+}
+
+/// 1,000 bytes that name `key`.
+fn value(key: u64) -> Vec<u8> {
+    let mut value = format!("value-of-{key}-").into_bytes();
+    value.resize(1000, (key % 251) as u8);
+    value
+}
+
+/// SETs keys `from..to` in pipelines of 100.
+fn fill(con: &mut redis::Connection, from: u64, to: u64) {
+    for start in (from..to).step_by(100) {
+        let mut pipe = redis::pipe();
+        for key in start..(start + 100).min(to) {
+            pipe.set(format!("k{key}"), value(key)).ignore();
+        }
+        pipe.query::<()>(con).unwrap();
+    }
+}
+
+fn tmpfs_dir() -> tempfile::TempDir {
+    tempfile::tempdir_in("/dev/shm").unwrap()
+}
+
+#[test]
+fn an_evicting_policy_keeps_the_data_within_maxmemory_and_what_is_read() {
+    let dir = tmpfs_dir();
+    let server = Server::start(dir.path(), &["--maxmemory", "32mb", "--maxmemory-policy", "allkeys-lru"]);
+    let mut con = client(&server);
+    let got: Vec<String> = redis::cmd("CONFIG").arg("GET").arg("maxmemory*").query(&mut con).unwrap();
+    assert_eq!(got, ["maxmemory", &(32 * MIB).to_string(), "maxmemory-policy", "allkeys-lru"]);
+    // 150 MB of 1 KB values, about 5x the limit; keys 0..2000 (2 MB) are
+    // read after every 5,000 writes.
+    let hot = 0..2000u64;
+    let mut most = 0;
+    for round in 0..30 {
+        fill(&mut con, round * 5000, (round + 1) * 5000);
+        let mut pipe = redis::pipe();
+        for key in hot.clone() {
+            pipe.get(format!("k{key}"));
+        }
+        let _: Vec<Option<Vec<u8>>> = pipe.query(&mut con).unwrap();
+        most = most.max(number(&mut con, "memory", "used_memory_log"));
+    }
+    let evicted = number(&mut con, "stats", "evicted_keys");
+    assert!(evicted > 100_000, "evicted {evicted}");
+    // Segments are a 32nd of the limit: at most the one being written
+    // and the one being evicted over it.
+    assert!(most <= 32 * MIB + 2 * MIB, "the log held {most} bytes");
+    let (mut hot_kept, mut kept) = (0, 0);
+    for key in 0..150_000u64 {
+        let got: Option<Vec<u8>> = con.get(format!("k{key}")).unwrap();
+        if let Some(got) = got {
+            assert_eq!(got, value(key), "k{key}");
+            kept += 1;
+            hot_kept += hot.contains(&key) as u64;
+        }
+    }
+    assert!(hot_kept >= 1900, "{hot_kept} of the 2,000 keys read survived ({kept} keys in all)");
+    let keys: u64 = redis::cmd("DBSIZE").query(&mut con).unwrap();
+    assert_eq!(keys, kept);
+    // Each evicted key read back was a miss (the hot reads add more).
+    assert!(number(&mut con, "stats", "keyspace_misses") >= 150_000 - kept);
+}
+
+#[test]
+fn noeviction_refuses_writes_past_maxmemory_with_redis_error() {
+    let dir = tmpfs_dir();
+    let server = Server::start(dir.path(), &["--maxmemory", "16mb"]);
+    let mut con = client(&server);
+    assert_eq!(info(&mut con, "memory", "maxmemory_policy"), "noeviction");
+    let mut written = 0u64;
+    let error = loop {
+        match con.set::<_, _, ()>(format!("k{written}"), value(written)) {
+            Ok(()) => written += 1,
+            Err(error) => break error,
+        }
+        assert!(written < 40_000, "never refused");
+    };
+    assert_eq!(error.code(), Some("OOM"), "{error}");
+    assert_eq!(error.detail(), Some("command not allowed when used memory > 'maxmemory'."), "{error}");
+    assert!(written > 14_000, "refused after {written} writes of 1 KB into 16 MiB");
+    // Reads and deletes still work; a transaction with a refused write is
+    // discarded, as in Redis.
+    let got: Vec<u8> = con.get("k1").unwrap();
+    assert_eq!(got, value(1));
+    let deleted: u64 = con.del("k1").unwrap();
+    assert_eq!(deleted, 1);
+    let replies: Value = redis::cmd("MULTI").query(&mut con).unwrap();
+    assert_eq!(replies, Value::Okay);
+    assert!(redis::cmd("SET").arg("x").arg("y").query::<Value>(&mut con).is_err());
+    let exec = redis::cmd("EXEC").query::<Value>(&mut con).unwrap_err();
+    assert_eq!(exec.code(), Some("EXECABORT"), "{exec}");
+    assert_eq!(number(&mut con, "stats", "evicted_keys"), 0);
+    // An evicting policy set at runtime makes room, and writes go on.
+    redis::cmd("CONFIG").arg("SET").arg("maxmemory-policy").arg("allkeys-random").query::<()>(&mut con).unwrap();
+    fill(&mut con, written, written + 5000);
+    assert!(number(&mut con, "stats", "evicted_keys") > 0);
+    assert!(number(&mut con, "memory", "used_memory_log") <= 18 * MIB);
+}
+
+#[test]
+fn volatile_policies_evict_only_keys_with_an_expiry() {
+    let dir = tmpfs_dir();
+    let server = Server::start(dir.path(), &["--maxmemory", "16mb", "--maxmemory-policy", "volatile-lru"]);
+    let mut con = client(&server);
+    // 6 MB without an expiry, then 30 MB with one.
+    fill(&mut con, 0, 6000);
+    for start in (6000..36_000u64).step_by(100) {
+        let mut pipe = redis::pipe();
+        for key in start..start + 100 {
+            pipe.set_ex(format!("k{key}"), value(key), 3600).ignore();
+        }
+        pipe.query::<()>(&mut con).unwrap();
+    }
+    assert!(number(&mut con, "stats", "evicted_keys") > 10_000);
+    for key in 0..6000u64 {
+        let got: Vec<u8> = con.get(format!("k{key}")).unwrap();
+        assert_eq!(got, value(key), "k{key} has no expiry and stays");
+    }
+    // Keys without an expiry cannot go: past a quarter over, writes fail.
+    let mut written = 100_000u64;
+    let error = loop {
+        match con.set::<_, _, ()>(format!("k{written}"), value(written)) {
+            Ok(()) => written += 1,
+            Err(error) => break error,
+        }
+        assert!(written < 140_000, "never refused");
+    };
+    assert_eq!(error.code(), Some("OOM"), "{error}");
+    let bad = redis::cmd("CONFIG").arg("SET").arg("maxmemory-policy").arg("lru").query::<()>(&mut con).unwrap_err();
+    assert!(bad.to_string().contains("argument(s) must be one of the following"), "{bad}");
+    let small = redis::cmd("CONFIG").arg("SET").arg("maxmemory").arg("1mb").query::<()>(&mut con).unwrap_err();
+    assert!(small.to_string().contains("start it with --maxmemory"), "{small}");
+}
+
+#[test]
+fn the_memcached_port_shares_the_limit_and_reports_evictions() {
+    let dir = tmpfs_dir();
+    let (server, port) =
+        common::start_with_memcached(dir.path(), &["--maxmemory", "16mb", "--maxmemory-policy", "allkeys-lru"]);
+    let stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let mut reader = BufReader::new(stream.try_clone().unwrap());
+    let mut writer = stream;
+    let mut line = String::new();
+    let value = vec![b'v'; 1000];
+    for key in 0..40_000 {
+        let mut request = format!("set m{key} 7 0 {}\r\n", value.len()).into_bytes();
+        request.extend_from_slice(&value);
+        request.extend_from_slice(b"\r\n");
+        writer.write_all(&request).unwrap();
+        line.clear();
+        reader.read_line(&mut line).unwrap();
+        assert_eq!(line, "STORED\r\n", "m{key}");
+    }
+    let mut stats = std::collections::HashMap::new();
+    writer.write_all(b"stats\r\n").unwrap();
+    loop {
+        line.clear();
+        reader.read_line(&mut line).unwrap();
+        if line == "END\r\n" {
+            break;
+        }
+        let mut words = line.split_whitespace().skip(1);
+        stats.insert(words.next().unwrap().to_string(), words.next().unwrap_or_default().to_string());
+    }
+    assert_eq!(stats["limit_maxbytes"], (16 * MIB).to_string());
+    assert!(stats["evictions"].parse::<u64>().unwrap() > 20_000, "{stats:?}");
+    // cache_memlimit (megabytes) is maxmemory.
+    writer.write_all(b"cache_memlimit 64\r\n").unwrap();
+    line.clear();
+    reader.read_line(&mut line).unwrap();
+    assert_eq!(line, "OK\r\n");
+    let mut con = client(&server);
+    assert_eq!(number(&mut con, "memory", "maxmemory"), 64 * MIB);
+}
