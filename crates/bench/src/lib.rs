@@ -1,11 +1,13 @@
 //! The parts of `scaledkv-bench` that other crates' tests drive too: the
 //! engines behind one trait (`store`) and YCSB's workloads (`ycsb`), which
-//! scaledkv-server's tests run through its own protocols.
+//! scaledkv-server's tests run through its own protocols; and the cache
+//! workload (`cache`).
 
 use std::io::IsTerminal;
 
 use indicatif::{ProgressBar, ProgressStyle};
 
+pub mod cache;
 pub mod store;
 pub mod ycsb;
 

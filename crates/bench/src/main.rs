@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use clap::Parser;
 use scaledkv::Durability;
-use scaledkv_bench::{flag_bool, store, ycsb};
+use scaledkv_bench::{cache, flag_bool, store, ycsb};
 
 #[global_allocator]
 static ALLOCATOR: alloc_counter::Counting = alloc_counter::Counting;
@@ -148,6 +148,8 @@ fn main() {
         Some("hashmap") => hashmap::main(args[1..].to_vec()),
         // YCSB's workloads A-F.
         Some("ycsb") => ycsb::main(args[1..].to_vec()).map(drop),
+        // A look-aside cache's hit ratio against a server's memory limit.
+        Some("cache") => cache::main(args[1..].to_vec()),
         // A grouped bar chart for the compare scripts.
         Some("chart") => chart::main(args[1..].to_vec()),
         _ => run(Flags::parse()),

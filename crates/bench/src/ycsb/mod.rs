@@ -4,9 +4,9 @@
 //! ScaledKV, RocksDB, Redis and memcached run the same workload in one
 //! script (`scripts/compare-ycsb.sh`).
 
-mod generators;
+pub(crate) mod generators;
 mod record;
-mod targets;
+pub(crate) mod targets;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};

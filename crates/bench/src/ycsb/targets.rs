@@ -195,7 +195,8 @@ struct Memcached {
     address: String,
 }
 
-struct MemcachedClient {
+/// A memcached text-protocol connection (also `cache.rs`'s).
+pub(crate) struct MemcachedClient {
     reader: BufReader<TcpStream>,
     writer: BufWriter<TcpStream>,
     line: String,
@@ -203,10 +204,7 @@ struct MemcachedClient {
 
 impl Target for Memcached {
     fn connect(&self) -> Result<Box<dyn Client>, String> {
-        let stream = TcpStream::connect(&self.address).map_err(|e| format!("{}: {e}", self.address))?;
-        stream.set_nodelay(true).map_err(|e| e.to_string())?;
-        let reader = BufReader::new(stream.try_clone().map_err(|e| e.to_string())?);
-        Ok(Box::new(MemcachedClient { reader, writer: BufWriter::new(stream), line: String::new() }))
+        Ok(Box::new(MemcachedClient::connect(&self.address)?))
     }
 
     fn describe(&self) -> String {
@@ -219,21 +217,17 @@ impl Target for Memcached {
 }
 
 impl MemcachedClient {
-    fn reply_line(&mut self) -> Result<&str, String> {
-        self.line.clear();
-        match self.reader.read_line(&mut self.line) {
-            Ok(0) => Err("memcached closed the connection".into()),
-            Ok(_) => Ok(self.line.trim_end()),
-            Err(e) => Err(e.to_string()),
-        }
+    pub(crate) fn connect(address: &str) -> Result<MemcachedClient, String> {
+        let stream = TcpStream::connect(address).map_err(|e| format!("{address}: {e}"))?;
+        stream.set_nodelay(true).map_err(|e| e.to_string())?;
+        let reader = BufReader::new(stream.try_clone().map_err(|e| e.to_string())?);
+        Ok(MemcachedClient { reader, writer: BufWriter::new(stream), line: String::new() })
     }
-}
 
-impl Client for MemcachedClient {
-    fn insert(&mut self, key: &str, fields: &Fields) -> Result<(), String> {
-        let value = encode(fields);
+    /// `set` with flags 0 and no expiry.
+    pub(crate) fn set(&mut self, key: &str, value: &[u8]) -> Result<(), String> {
         let sent = write!(self.writer, "set {key} 0 0 {}\r\n", value.len())
-            .and_then(|_| self.writer.write_all(&value))
+            .and_then(|_| self.writer.write_all(value))
             .and_then(|_| self.writer.write_all(b"\r\n"))
             .and_then(|_| self.writer.flush());
         sent.map_err(|e| e.to_string())?;
@@ -243,7 +237,8 @@ impl Client for MemcachedClient {
         }
     }
 
-    fn read(&mut self, key: &str) -> Result<Option<Fields>, String> {
+    /// `get` of one key: its value, or `None` on a miss.
+    pub(crate) fn get(&mut self, key: &str) -> Result<Option<Vec<u8>>, String> {
         write!(self.writer, "get {key}\r\n").and_then(|_| self.writer.flush()).map_err(|e| e.to_string())?;
         let header = self.reply_line()?;
         if header == "END" {
@@ -258,9 +253,28 @@ impl Client for MemcachedClient {
         self.reader.read_exact(&mut value).map_err(|e| e.to_string())?;
         value.truncate(length);
         match self.reply_line()? {
-            "END" => decode(&value).map(Some),
+            "END" => Ok(Some(value)),
             other => Err(format!("get {key}: expected END, got {other}")),
         }
+    }
+
+    fn reply_line(&mut self) -> Result<&str, String> {
+        self.line.clear();
+        match self.reader.read_line(&mut self.line) {
+            Ok(0) => Err("memcached closed the connection".into()),
+            Ok(_) => Ok(self.line.trim_end()),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+}
+
+impl Client for MemcachedClient {
+    fn insert(&mut self, key: &str, fields: &Fields) -> Result<(), String> {
+        self.set(key, &encode(fields))
+    }
+
+    fn read(&mut self, key: &str) -> Result<Option<Fields>, String> {
+        self.get(key)?.map(|value| decode(&value)).transpose()
     }
 
     fn update(&mut self, key: &str, fields: &Fields) -> Result<(), String> {

@@ -1,0 +1,167 @@
+#!/usr/bin/env python3
+"""Caches under the same memory limit, side by side: hit ratio, speed, CPU.
+
+Drives every server with `scaledkv-bench cache` (crates/bench/src/cache.rs):
+each operation GETs a key (YCSB's scrambled zipfian over KEYS keys of
+VALUE bytes); a miss SETs it, as an application fills a look-aside cache.
+WARMUP operations fill the cache, then OPERATIONS are measured, with
+THREADS client threads. Servers, each limited to LIMIT_MB megabytes:
+
+  scaledkv-mc     scaledkv-server's memcached port, --maxmemory LIMIT_MB
+                  --maxmemory-policy allkeys-lru, durability sync (every
+                  SET durable before its reply), data on MEDIUM
+  memcached       memcached 1.6 -m LIMIT_MB (memory only, 4 threads)
+  scaledkv-redis  scaledkv-server as above, through the Redis protocol
+  redis-lru       Redis 7, maxmemory LIMIT_MB, allkeys-lru, no persistence
+
+What each limit counts differs: ScaledKV's bounds its log (keys, values,
+entry headers; the index's DRAM, ~60-90 B per key, comes on top),
+memcached's its slabs, Redis's all its allocations. So the table also
+shows each server's resident memory at the end (VmRSS; ScaledKV's log on
+tmpfs is mapped, so it is part of it).
+
+REPEATS rounds, servers interleaved within a round, medians. Every
+process started here is stopped by its PID. Results are printed and
+appended to bench-results/cache-<timestamp>.md.
+"""
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+
+import compare_memcached
+import compare_redis
+import hoststeal
+from compare_redis import REPO, SERVER, cpu_seconds, free_port, median, ratio
+
+REPEATS = int(os.environ.get("REPEATS", "3"))
+KEYS = int(os.environ.get("KEYS", "500000"))
+VALUE = int(os.environ.get("VALUE", "1000"))
+WARMUP = int(os.environ.get("WARMUP", "500000"))
+OPERATIONS = int(os.environ.get("OPERATIONS", "500000"))
+THREADS = int(os.environ.get("THREADS", "4"))
+LIMITS_MB = [int(m) for m in os.environ.get("LIMIT_MB", "64 256").split()]
+MEDIUM = os.environ.get("MEDIUM", "/dev/shm")
+CONFIGS = os.environ.get("CONFIGS", "scaledkv-mc memcached scaledkv-redis redis-lru").split()
+KNOWN = ["scaledkv-mc", "memcached", "scaledkv-redis", "redis-lru"]
+BENCH = os.path.join(REPO, "target/release/scaledkv-bench")
+REPORT = os.path.join(REPO, "bench-results", f"cache-{time.strftime('%Y%m%d-%H%M%S')}.md")
+compare_redis.REPORT = REPORT
+emit = compare_redis.emit
+MEASURED = re.compile(r"^\[CACHE\] .*: ([\d.]+) ops/sec, hit ratio ([\d.]+) .* GET p50 (\d+) us, p99 (\d+) us")
+
+
+def rss_mb(pid):
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+class Server:
+    def __init__(self, config, limit_mb):
+        self.dir = None
+        self.port = free_port()
+        protocol_port = self.port
+        if config == "memcached":
+            cmd = ["memcached", "-l", "127.0.0.1", "-p", str(self.port), "-U", "0", "-m", str(limit_mb)]
+            if os.geteuid() == 0:
+                cmd += ["-u", "root"]
+            self.target = f"memcached://127.0.0.1:{self.port}"
+        elif config == "redis-lru":
+            self.dir = os.path.join(MEDIUM, "cmp-cache-redis")
+            os.makedirs(self.dir, exist_ok=True)
+            cmd = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir,
+                   "--save", "", "--appendonly", "no", "--maxmemory", f"{limit_mb}mb",
+                   "--maxmemory-policy", "allkeys-lru"]
+            self.target = f"redis://127.0.0.1:{self.port}/"
+        else:
+            self.dir = os.path.join(MEDIUM, f"cmp-cache-{config}")
+            shutil.rmtree(self.dir, ignore_errors=True)
+            memcached_port = free_port()
+            cmd = [SERVER, "--port", str(self.port), "--memcached-port", str(memcached_port), "--dir", self.dir,
+                   "--durability", "sync", "--maxmemory", f"{limit_mb}mb", "--maxmemory-policy", "allkeys-lru"]
+            if config == "scaledkv-mc":
+                protocol_port = memcached_port
+                self.target = f"memcached://127.0.0.1:{memcached_port}"
+            else:
+                self.target = f"redis://127.0.0.1:{self.port}/"
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                     env=dict(os.environ, RUST_LOG="warn"))
+        if self.target.startswith("redis"):
+            compare_redis.wait_ready(self.port, self.proc)
+            return
+        deadline = time.time() + 60
+        while not compare_memcached.answers(protocol_port):
+            if self.proc.poll() is not None or time.time() > deadline:
+                raise RuntimeError(f"{config} did not start")
+            time.sleep(0.05)
+
+    def stop(self):
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        if self.dir:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def run(config, limit_mb):
+    server = Server(config, limit_mb)
+    try:
+        args = [BENCH, "cache", "--target", server.target, "--keys", str(KEYS), "--value-size", str(VALUE),
+                "--warmup", str(WARMUP), "--threads", str(THREADS), "--operations", "0"]
+        subprocess.run(args, capture_output=True, text=True, check=True, timeout=3600)
+        before = cpu_seconds(server.proc.pid)
+        args[args.index("--warmup") + 1] = "0"
+        args[args.index("--operations") + 1] = str(OPERATIONS)
+        out = subprocess.run(args + ["--seed", "8"], capture_output=True, text=True, timeout=3600)
+        cpu = cpu_seconds(server.proc.pid) - before
+        if out.returncode != 0:
+            raise RuntimeError(f"{config}: {out.stdout}\n{out.stderr}")
+        found = next(filter(None, map(MEASURED.match, out.stdout.splitlines())), None)
+        if not found:
+            raise RuntimeError(f"{config}: no [CACHE] line in {out.stdout}")
+        return {"ops": float(found.group(1)), "hit": float(found.group(2)), "p99": int(found.group(4)),
+                "cpu_us": cpu * 1e6 / OPERATIONS, "rss": rss_mb(server.proc.pid)}
+    finally:
+        server.stop()
+
+
+def main():
+    unknown = [c for c in CONFIGS if c not in KNOWN]
+    if unknown:
+        raise SystemExit(f"unknown CONFIGS {unknown}; known: {KNOWN}")
+    os.makedirs(os.path.join(REPO, "bench-results"), exist_ok=True)
+    for limit_mb in LIMITS_MB:
+        runs = {c: [] for c in CONFIGS}
+        steal_from = hoststeal.cpu_times()
+        for rep in range(REPEATS):
+            for config in CONFIGS:
+                result = run(config, limit_mb)
+                runs[config].append(result)
+                print(f"  {limit_mb} MB rep {rep + 1}/{REPEATS} {config:15} hit {result['hit']:.4f} "
+                      f"{result['ops']:>9,.0f} ops/s cpu {result['cpu_us']:.1f} us/op rss {result['rss']:.0f} MB",
+                      flush=True)
+        emit(f"\n### {limit_mb} MB limit: {KEYS} keys of {VALUE} B ({KEYS * VALUE / 1e6:.0f} MB), zipfian, "
+             f"{THREADS} threads, {WARMUP} warm-up + {OPERATIONS} measured operations, data on {MEDIUM}, "
+             f"median of {REPEATS}\n")
+        emit(f"Host CPU steal during these runs: {hoststeal.percent_since(steal_from):.1f}%\n")
+        emit("| server | hit ratio | ops/s | GET p99 µs | server CPU µs/op | RSS MB | ops/s vs its peer |")
+        emit("|---|---:|---:|---:|---:|---:|---:|")
+        peer = {"scaledkv-mc": "memcached", "scaledkv-redis": "redis-lru"}
+        for config in CONFIGS:
+            rs = runs[config]
+            ops = median([r["ops"] for r in rs])
+            base = median([r["ops"] for r in runs.get(peer.get(config), [])])
+            emit(f"| {config} | {median([r['hit'] for r in rs]):.4f} | {ops:,.0f} | "
+                 f"{median([r['p99'] for r in rs]):.0f} | {median([r['cpu_us'] for r in rs]):.1f} | "
+                 f"{median([r['rss'] for r in rs]):.0f} | {ratio(ops, base) if config in peer else ''} |")
+    print(f"\nwritten to {REPORT}")
+
+
+if __name__ == "__main__":
+    main()
