@@ -56,7 +56,7 @@ const STUCK_SHARE: f64 = 0.875;
 impl Inner {
     /// Bytes the log holds: what every segment has written.
     pub(crate) fn log_bytes(&self) -> u64 {
-        self.segments.all().iter().map(|s| s.written_bytes.load(Ordering::Relaxed)).sum()
+        self.segments.written_bytes()
     }
 
     pub(crate) fn cache_capacity(&self) -> u64 {
@@ -331,13 +331,7 @@ mod tests {
             }
         }
         assert!(db.stats().evicted_keys > 0, "{:?}", db.stats());
-        let crashed = tempfile::tempdir().unwrap();
-        for file in std::fs::read_dir(dir.path()).unwrap() {
-            let path = file.unwrap().path();
-            if path.file_name().unwrap() != "LOCK" {
-                std::fs::copy(&path, crashed.path().join(path.file_name().unwrap())).unwrap();
-            }
-        }
+        let crashed = crate::testing::crashed_copy(dir.path());
         drop(db);
         for reopened in [Db::open(crashed.path(), options(None)).unwrap(), Db::open(dir.path(), options(None)).unwrap()]
         {

@@ -490,13 +490,7 @@ mod tests {
         assert_eq!(db.get(b"gone").unwrap(), None);
 
         // The files as a crash now would leave them (every write is durable).
-        let crashed = tempfile::tempdir().unwrap();
-        for file in std::fs::read_dir(dir.path()).unwrap() {
-            let path = file.unwrap().path();
-            if path.file_name().unwrap() != "LOCK" {
-                std::fs::copy(&path, crashed.path().join(path.file_name().unwrap())).unwrap();
-            }
-        }
+        let crashed = crate::testing::crashed_copy(dir.path());
         drop(db);
         let reopened = open(&crashed, 3.0);
         assert_eq!(reopened.get(b"gone").unwrap(), None);

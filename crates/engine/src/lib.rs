@@ -32,6 +32,8 @@ mod manifest;
 mod options;
 mod recovery;
 mod stats;
+#[cfg(test)]
+mod testing;
 pub mod walk;
 
 pub use batch::{BatchEntry, WriteBatch};

@@ -105,12 +105,13 @@ impl MemoryLimit {
         Ok(())
     }
 
-    /// Whether a write that may grow the data is refused now: over the
-    /// limit without eviction, or a quarter over it with (what eviction
-    /// may not drop fills it, or it cannot keep up).
-    pub fn refuses_writes(&self, db: &scaledkv::Db) -> bool {
+    /// Whether write `command` is refused now: it may add data (Redis's
+    /// `denyoom`), and the log is over the limit without eviction, or a
+    /// quarter over it with (what eviction may not drop fills it, or it
+    /// cannot keep up).
+    pub fn refuses(&self, command: &str, db: &scaledkv::Db) -> bool {
         let limit = self.maxmemory();
-        if limit == 0 {
+        if limit == 0 || !denies_oom(command) {
             return false;
         }
         let allowed = if self.evicts() { limit + limit / 4 } else { limit };
@@ -171,7 +172,7 @@ pub fn parse_bytes(text: &str) -> Option<u64> {
 
 /// Redis 7's commands flagged `denyoom` (those that may add data) among
 /// ScaledKV's writes, and memcached's storage commands.
-pub fn denies_oom(command: &str) -> bool {
+fn denies_oom(command: &str) -> bool {
     matches!(
         command,
         "set" | "setnx" | "setex" | "psetex" | "getset" | "mset" | "msetnx" | "append" | "incr" | "decr"

@@ -356,6 +356,12 @@ impl SegmentSet {
         self.retired.lock().clear();
     }
 
+    /// Bytes written into every segment of the set, without cloning the
+    /// table (eviction and the server's memory limit read it per write).
+    pub fn written_bytes(&self) -> u64 {
+        self.table.load().iter().flatten().map(|s| s.written_bytes.load(Ordering::Relaxed)).sum()
+    }
+
     pub fn all(&self) -> Vec<Arc<Segment>> {
         self.table.load().iter().flatten().cloned().collect()
     }

@@ -837,10 +837,7 @@ pub async fn run_command<'s>(
             conn.deliver(out);
         }
     }
-    if command.has(WRITE)
-        && crate::maxmemory::denies_oom(command.name)
-        && shared.config.memory.refuses_writes(&shared.db)
-    {
+    if command.has(WRITE) && shared.config.memory.refuses(command.name, &shared.db) {
         let error = match command.group {
             "memcached" => "SERVER_ERROR out of memory storing object",
             _ => crate::maxmemory::OOM_ERROR,
