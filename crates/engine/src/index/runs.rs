@@ -34,9 +34,14 @@ use super::memtable::Slot;
 /// held / 1024, so that finding a run stays a short binary search.
 pub const MIN_RUN_KEYS: usize = 1024;
 
-/// Rebuilding a run of `n` entries is worth it once `n / GROWN_SHARE` keys
-/// were inserted or removed since it was built: each insert into a full
+/// Rebuilding a run of `n` entries under writes is worth it once it grew
+/// by `n / GROWN_SHARE` keys since it was built: each insert into a full
 /// leaf splits it, ~10 free slots, so ~3% new keys leave ~30% slack.
+/// Growth, not changes: under churn (as many keys removed as inserted: a
+/// cache evicting) the slack a rebuild removes comes back as fast, and
+/// rebuilding a piece of 16K entries every 100 ms took 9% of the server's
+/// CPU at 12k SETs/s into a 64 MB cache (BENCHMARKS.md, thirty-fifth
+/// session).
 const GROWN_SHARE: usize = 32;
 /// Free entry slots a split leaves (a leaf holds 11 entries).
 const SLACK_PER_SPLIT: usize = 10;
@@ -48,13 +53,16 @@ struct Run {
     /// Keys inserted or removed since the run was bulk-built (with full
     /// leaves); 0 means dense.
     reshaped: usize,
+    /// Keys inserted less keys removed since then: under churn it wanders
+    /// about 0 (a count kept at least 0 would drift up).
+    grown: isize,
     /// Counts the calls that may have changed an entry of this run.
     changes: u64,
 }
 
 impl Run {
     fn built(lower: Key, map: BTreeMap<Key, Slot>) -> Run {
-        Run { lower, map, reshaped: 0, changes: 0 }
+        Run { lower, map, reshaped: 0, grown: 0, changes: 0 }
     }
 
     fn is_dense(&self) -> bool {
@@ -75,7 +83,7 @@ pub struct Runs {
 pub enum Rebuild {
     /// Every run a key was inserted into or removed from.
     AnyChanged,
-    /// Runs that grew enough slack to be worth rebuilding (`GROWN_SHARE`).
+    /// Runs that grew by enough keys to be worth rebuilding (`GROWN_SHARE`).
     Grown,
 }
 
@@ -148,6 +156,7 @@ impl Runs {
         run.changes += 1;
         let old = run.map.insert(key, slot);
         run.reshaped += old.is_none() as usize;
+        run.grown += old.is_none() as isize;
         old
     }
 
@@ -177,6 +186,7 @@ impl Runs {
         run.changes += 1;
         let removed = run.map.remove_entry(key);
         run.reshaped += removed.is_some() as usize;
+        run.grown -= removed.is_some() as isize;
         if run.map.is_empty() && self.runs.len() > 1 {
             // Its range joins the run before it (or, for the first, the
             // next run takes everything below its own lower bound).
@@ -210,7 +220,7 @@ impl Runs {
         self.runs.iter().position(|run| {
             !run.is_dense()
                 && !run.map.is_empty()
-                && (which == Rebuild::AnyChanged || run.reshaped * GROWN_SHARE >= run.map.len())
+                && (which == Rebuild::AnyChanged || run.grown * GROWN_SHARE as isize >= run.map.len() as isize)
         })
     }
 
@@ -265,7 +275,9 @@ impl Runs {
         // least one: both stay selected.
         let rest_reshaped = (run.reshaped * rest.len() / len).max(1);
         run.reshaped = run.reshaped.saturating_sub(rest_reshaped).max(1);
-        let rest = Run { lower: rest_lower, map: rest, reshaped: rest_reshaped, changes: 0 };
+        let rest_grown = run.grown * rest.len() as isize / len as isize;
+        run.grown -= rest_grown;
+        let rest = Run { lower: rest_lower, map: rest, reshaped: rest_reshaped, grown: rest_grown, changes: 0 };
         self.runs.insert(point.run + 1, rest);
         self.layout += 1;
         true
@@ -624,6 +636,24 @@ mod tests {
         }
         let (_, entries) = runs.compaction_piece(2000, Rebuild::Grown).unwrap();
         assert_eq!(entries.len(), 1041);
+    }
+
+    /// Churn (a key removed for each one inserted, as a cache evicts)
+    /// changes a run without growing it: only an idle rebuild takes it.
+    #[test]
+    fn churn_is_no_growth() {
+        let key = |n: u32| Key::from_slice(&n.to_be_bytes());
+        let mut runs = Runs::from((0..1000).map(|n| (key(n * 2), slot(n))).collect::<BTreeMap<_, _>>());
+        for n in 0..100 {
+            runs.insert(key(n * 2 + 1), slot(n));
+            runs.remove_entry(key(n * 2).borrow());
+        }
+        assert!(runs.compaction_piece(2000, Rebuild::Grown).is_none(), "1000 keys, as built");
+        assert!(runs.compaction_piece(2000, Rebuild::AnyChanged).is_some());
+        for n in 100..140 {
+            runs.insert(key(n * 2 + 1), slot(n));
+        }
+        assert!(runs.compaction_piece(2000, Rebuild::Grown).is_some(), "grown by 40");
     }
 
     #[test]
