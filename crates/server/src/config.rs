@@ -334,4 +334,30 @@ mod tests {
         let cli = Cli { notify_keyspace_events: Some("KQ".into()), ..Cli::default() };
         assert!(Config::from_cli(cli).unwrap_err().contains("notify-keyspace-events"));
     }
+
+    #[test]
+    fn maxmemory_comes_from_the_file_or_the_flags_and_sizes_the_segments() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("scaledkv.toml");
+        std::fs::write(&path, "maxmemory = \"64mb\"\nmaxmemory-policy = \"allkeys-lru\"\n").unwrap();
+        let config = Config::from_cli(Cli { config: Some(path.clone()), ..Cli::default() }).unwrap();
+        assert_eq!((config.memory.maxmemory(), config.memory.policy()), (64 << 20, "allkeys-lru"));
+        let options = config.engine_options();
+        assert_eq!((options.segment_size_bytes, options.cache_capacity_bytes), (2 << 20, 64 << 20));
+        // noeviction: a limit the server checks, no eviction in the engine.
+        let cli = Cli { config: Some(path), maxmemory_policy: Some("noeviction".into()), ..Cli::default() };
+        assert_eq!(Config::from_cli(cli).unwrap().engine_options().cache_capacity_bytes, 0);
+        let defaults = Config::from_cli(Cli::default()).unwrap();
+        assert_eq!((defaults.memory.maxmemory(), defaults.memory.policy()), (0, "noeviction"));
+        assert_eq!(defaults.engine_options().segment_size_bytes, Options::default().segment_size_bytes);
+        for (size, policy, wrong) in [
+            ("lots", "allkeys-lru", "maxmemory"),
+            ("1gb", "lru", "maxmemory-policy"),
+            ("4mb", "allkeys-lru", "8 segments"),
+        ] {
+            let cli = Cli { maxmemory: Some(size.into()), maxmemory_policy: Some(policy.into()), ..Cli::default() };
+            let error = Config::from_cli(cli).unwrap_err();
+            assert!(error.contains(wrong), "{size} {policy}: {error}");
+        }
+    }
 }
