@@ -99,12 +99,11 @@ impl Inner {
 
     /// Drops evicted entries from the index, where it still points at them.
     pub(crate) fn drop_evicted(&self, evicted: Vec<(Key, Loc)>) {
-        for (key, loc) in evicted {
-            if self.index.remove_if_at(&key, loc, &self.segments) {
-                self.counters.evicted_keys.fetch_add(1, Ordering::Relaxed);
-                self.counters.evicted_bytes.fetch_add(loc.len as u64, Ordering::Relaxed);
-            }
-        }
+        let entries: Vec<(&[u8], Loc)> = evicted.iter().map(|(key, loc)| (key.as_slice(), *loc)).collect();
+        self.index.remove_all_if_at(&entries, &self.segments, |loc| {
+            self.counters.evicted_keys.fetch_add(1, Ordering::Relaxed);
+            self.counters.evicted_bytes.fetch_add(loc.len as u64, Ordering::Relaxed);
+        });
     }
 
     /// Evicts up to `max_segments` oldest segments while the log holds

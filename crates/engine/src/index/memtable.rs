@@ -593,27 +593,42 @@ impl Index {
     /// Removes `key` if its newest version is still the entry at `at` and no
     /// snapshot needs an older one (GC dropping an expired entry).
     pub fn remove_if_at(&self, key: &[u8], at: Loc, segments: &SegmentSet) -> bool {
-        if self.pending_get(key).is_some() {
-            // Lazy expiry of a key just written: rare enough to merge for.
+        let mut removed = false;
+        self.remove_all_if_at(&[(key, at)], segments, |_| removed = true);
+        removed
+    }
+
+    /// `remove_if_at` for each of `entries`, `MERGE_CHUNK` of them per hold
+    /// of the tree's write lock (eviction drops thousands per segment);
+    /// hands each location it removed to `removed`.
+    pub fn remove_all_if_at(&self, entries: &[(&[u8], Loc)], segments: &SegmentSet, mut removed: impl FnMut(Loc)) {
+        if entries.iter().any(|(key, _)| self.pending_get(key).is_some()) {
+            // A key just written (lazy expiry, a write racing eviction):
+            // rare enough to merge for.
             self.settle(segments);
         }
-        let mut tree = self.tree.write();
-        let removable = tree.heads.get(KeyRef::new(key)).is_some_and(|slot| slot.loc == at)
-            && !tree.older.contains_key(KeyRef::new(key));
-        if removable {
-            if let Some(points) = &mut tree.points {
-                points.remove(key, at);
+        for chunk in entries.chunks(MERGE_CHUNK) {
+            let mut tree = self.tree.write();
+            for &(key, at) in chunk {
+                let removable = tree.heads.get(KeyRef::new(key)).is_some_and(|slot| slot.loc == at)
+                    && !tree.older.contains_key(KeyRef::new(key));
+                if !removable {
+                    continue;
+                }
+                if let Some(points) = &mut tree.points {
+                    points.remove(key, at);
+                }
+                if let Some((key, _)) = tree.heads.remove_entry(KeyRef::new(key)) {
+                    self.spilled_key_bytes.fetch_sub(key.heap_bytes(), Ordering::Relaxed);
+                }
+                self.live_keys.fetch_sub(1, Ordering::Relaxed);
+                segments.with(at.seg, |s| {
+                    s.live_bytes.fetch_sub(at.len as u64, Ordering::Relaxed);
+                    segments.mark_dead(s, at.off);
+                });
+                removed(at);
             }
-            if let Some((key, _)) = tree.heads.remove_entry(KeyRef::new(key)) {
-                self.spilled_key_bytes.fetch_sub(key.heap_bytes(), Ordering::Relaxed);
-            }
-            self.live_keys.fetch_sub(1, Ordering::Relaxed);
-            segments.with(at.seg, |s| {
-                s.live_bytes.fetch_sub(at.len as u64, Ordering::Relaxed);
-                segments.mark_dead(s, at.off);
-            });
         }
-        removable
     }
 
     /// Registers a snapshot at the current visible sequence number. First
