@@ -9,7 +9,7 @@
 # Installs Debian's redis-server, redis-tools and memcached, builds
 # scaledkv-server and scaledkv-bench, then runs scripts/compare_cache.py.
 # Environment: REPEATS (3), KEYS (500000), VALUE (1000), WARMUP (500000),
-# OPERATIONS (500000), THREADS (4), LIMIT_MB ("64 256"), MEDIUM
+# OPERATIONS (500000), THREADS (4), LIMIT_MB ("64 256"), MEDIUM, DURABILITY
 # (/dev/shm), CONFIGS; see compare_cache.py.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -8,8 +8,9 @@ WARMUP operations fill the cache, then OPERATIONS are measured, with
 THREADS client threads. Servers, each limited to LIMIT_MB megabytes:
 
   scaledkv-mc     scaledkv-server's memcached port, --maxmemory LIMIT_MB
-                  --maxmemory-policy allkeys-lru, durability sync (every
-                  SET durable before its reply), data on MEDIUM
+                  --maxmemory-policy allkeys-lru, durability DURABILITY
+                  (sync, the default: every SET durable before its reply;
+                  or buffered), data on MEDIUM
   memcached       memcached 1.6 -m LIMIT_MB (memory only, 4 threads)
   scaledkv-redis  scaledkv-server as above, through the Redis protocol
   redis-lru       Redis 7, maxmemory LIMIT_MB, allkeys-lru, no persistence
@@ -45,6 +46,8 @@ OPERATIONS = int(os.environ.get("OPERATIONS", "500000"))
 THREADS = int(os.environ.get("THREADS", "4"))
 LIMITS_MB = [int(m) for m in os.environ.get("LIMIT_MB", "64 256").split()]
 MEDIUM = os.environ.get("MEDIUM", "/dev/shm")
+# ScaledKV's: sync (each SET durable before its reply) or buffered.
+DURABILITY = os.environ.get("DURABILITY", "sync")
 CONFIGS = os.environ.get("CONFIGS", "scaledkv-mc memcached scaledkv-redis redis-lru").split()
 KNOWN = ["scaledkv-mc", "memcached", "scaledkv-redis", "redis-lru"]
 BENCH = os.path.join(REPO, "target/release/scaledkv-bench")
@@ -84,7 +87,7 @@ class Server:
             shutil.rmtree(self.dir, ignore_errors=True)
             memcached_port = free_port()
             cmd = [SERVER, "--port", str(self.port), "--memcached-port", str(memcached_port), "--dir", self.dir,
-                   "--durability", "sync", "--maxmemory", f"{limit_mb}mb", "--maxmemory-policy", "allkeys-lru"]
+                   "--durability", DURABILITY, "--maxmemory", f"{limit_mb}mb", "--maxmemory-policy", "allkeys-lru"]
             if config == "scaledkv-mc":
                 protocol_port = memcached_port
                 self.target = f"memcached://127.0.0.1:{memcached_port}"
@@ -148,7 +151,7 @@ def main():
                       flush=True)
         emit(f"\n### {limit_mb} MB limit: {KEYS} keys of {VALUE} B ({KEYS * VALUE / 1e6:.0f} MB), zipfian, "
              f"{THREADS} threads, {WARMUP} warm-up + {OPERATIONS} measured operations, data on {MEDIUM}, "
-             f"median of {REPEATS}\n")
+             f"ScaledKV {DURABILITY}, median of {REPEATS}\n")
         emit(f"Host CPU steal during these runs: {hoststeal.percent_since(steal_from):.1f}%\n")
         emit("| server | hit ratio | ops/s | GET p99 µs | server CPU µs/op | RSS MB | ops/s vs its peer |")
         emit("|---|---:|---:|---:|---:|---:|---:|")
