@@ -869,6 +869,13 @@ impl Inner {
         let Some(mut loc) = self.index.get(key, at_seq) else {
             return Ok(None);
         };
+        // A newest read of a live entry, with its segment at hand.
+        let f = |segment: &Arc<Segment>, loc: Loc, entry: &EntryView<'_>| {
+            if at_seq.is_none() {
+                self.note_access(segment, loc);
+            }
+            f(segment, loc, entry)
+        };
         // Snapshot reads come from the B-tree; newest reads may come from
         // the point table, whose location can hold another key that shares
         // the hash tag: then the B-tree decides.
@@ -890,7 +897,6 @@ impl Inner {
                     // Expired: drop it now (Redis's lazy expiry), so the key
                     // count and memory follow what readers see.
                     Ok(None) if at_seq.is_none() => _ = self.index.remove_if_at(key, loc, &self.segments),
-                    Ok(Some(_)) if at_seq.is_none() => self.note_access(loc),
                     _ => {}
                 }
                 return result;

@@ -71,11 +71,12 @@ impl Inner {
         Ok(())
     }
 
-    /// Notes a read of the entry at `loc` (cache mode only): eviction gives
-    /// it a second chance. A relaxed load and, the first time, a store.
-    pub(crate) fn note_access(&self, loc: Loc) {
+    /// Notes a read of the entry at `loc` of `segment` (cache mode only):
+    /// eviction gives it a second chance. A relaxed load and, the first
+    /// time, a store.
+    pub(crate) fn note_access(&self, segment: &Segment, loc: Loc) {
         if self.cache_capacity() > 0 {
-            self.segments.with(loc.seg, |s| s.accessed.mark(loc.off, s.capacity_bytes(), None));
+            segment.accessed.mark(loc.off, segment.capacity_bytes(), None);
         }
     }
 
@@ -98,9 +99,8 @@ impl Inner {
     }
 
     /// Drops evicted entries from the index, where it still points at them.
-    pub(crate) fn drop_evicted(&self, evicted: Vec<(Key, Loc)>) {
-        let entries: Vec<(&[u8], Loc)> = evicted.iter().map(|(key, loc)| (key.as_slice(), *loc)).collect();
-        self.index.remove_all_if_at(&entries, &self.segments, |loc| {
+    pub(crate) fn drop_evicted(&self, evicted: &[(Key, Loc)]) {
+        self.index.remove_all_if_at(evicted, &self.segments, |loc| {
             self.counters.evicted_keys.fetch_add(1, Ordering::Relaxed);
             self.counters.evicted_bytes.fetch_add(loc.len as u64, Ordering::Relaxed);
         });

@@ -333,7 +333,7 @@ impl Inner {
         for (key, loc) in expired {
             self.index.remove_if_at(&key, loc, &self.segments);
         }
-        self.drop_evicted(evicted);
+        self.drop_evicted(&evicted);
         collecting.kept_bytes = kept_bytes;
         collecting.next = scanned_to;
         Ok(scanned_to < stop)

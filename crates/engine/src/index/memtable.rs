@@ -601,7 +601,12 @@ impl Index {
     /// `remove_if_at` for each of `entries`, `MERGE_CHUNK` of them per hold
     /// of the tree's write lock (eviction drops thousands per segment);
     /// hands each location it removed to `removed`.
-    pub fn remove_all_if_at(&self, entries: &[(&[u8], Loc)], segments: &SegmentSet, mut removed: impl FnMut(Loc)) {
+    pub fn remove_all_if_at<K: std::ops::Deref<Target = [u8]>>(
+        &self,
+        entries: &[(K, Loc)],
+        segments: &SegmentSet,
+        mut removed: impl FnMut(Loc),
+    ) {
         if entries.iter().any(|(key, _)| self.pending_get(key).is_some()) {
             // A key just written (lazy expiry, a write racing eviction):
             // rare enough to merge for.
@@ -609,7 +614,7 @@ impl Index {
         }
         for chunk in entries.chunks(MERGE_CHUNK) {
             let mut tree = self.tree.write();
-            for &(key, at) in chunk {
+            for (key, at) in chunk.iter().map(|(key, at)| (&**key, *at)) {
                 let removable = tree.heads.get(KeyRef::new(key)).is_some_and(|slot| slot.loc == at)
                     && !tree.older.contains_key(KeyRef::new(key));
                 if !removable {
