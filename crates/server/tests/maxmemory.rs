@@ -50,6 +50,17 @@ fn fill(con: &mut redis::Connection, from: u64, to: u64) {
     }
 }
 
+/// SETs keys from `from` one at a time until one is refused, before
+/// `most`; returns how many were written and the refusal.
+fn set_until_refused(con: &mut redis::Connection, from: u64, most: u64) -> (u64, redis::RedisError) {
+    for key in from..most {
+        if let Err(error) = con.set::<_, _, ()>(format!("k{key}"), value(key)) {
+            return (key - from, error);
+        }
+    }
+    panic!("never refused");
+}
+
 fn tmpfs_dir() -> tempfile::TempDir {
     tempfile::tempdir_in("/dev/shm").unwrap()
 }
@@ -101,14 +112,7 @@ fn noeviction_refuses_writes_past_maxmemory_with_redis_error() {
     let server = Server::start(dir.path(), &["--maxmemory", "16mb"]);
     let mut con = client(&server);
     assert_eq!(info(&mut con, "memory", "maxmemory_policy"), "noeviction");
-    let mut written = 0u64;
-    let error = loop {
-        match con.set::<_, _, ()>(format!("k{written}"), value(written)) {
-            Ok(()) => written += 1,
-            Err(error) => break error,
-        }
-        assert!(written < 40_000, "never refused");
-    };
+    let (written, error) = set_until_refused(&mut con, 0, 40_000);
     assert_eq!(error.code(), Some("OOM"), "{error}");
     assert_eq!(error.detail(), Some("command not allowed when used memory > 'maxmemory'."), "{error}");
     assert!(written > 14_000, "refused after {written} writes of 1 KB into 16 MiB");
@@ -151,14 +155,7 @@ fn volatile_policies_evict_only_keys_with_an_expiry() {
         assert_eq!(got, value(key), "k{key} has no expiry and stays");
     }
     // Keys without an expiry cannot go: past a quarter over, writes fail.
-    let mut written = 100_000u64;
-    let error = loop {
-        match con.set::<_, _, ()>(format!("k{written}"), value(written)) {
-            Ok(()) => written += 1,
-            Err(error) => break error,
-        }
-        assert!(written < 140_000, "never refused");
-    };
+    let (_, error) = set_until_refused(&mut con, 100_000, 140_000);
     assert_eq!(error.code(), Some("OOM"), "{error}");
     let bad = redis::cmd("CONFIG").arg("SET").arg("maxmemory-policy").arg("lru").query::<()>(&mut con).unwrap_err();
     assert!(bad.to_string().contains("argument(s) must be one of the following"), "{bad}");
