@@ -197,6 +197,7 @@ impl Db {
         if lock.try_lock().is_err() {
             return Err(Error::Locked { path: dir });
         }
+        crate::tier::bind(&dir, options.ssd_tier.as_ref())?;
         let manifest = Manifest::load(&dir)?;
         // The checkpoint loads on another core while the log tail replays.
         let (loaded, replayed) = std::thread::scope(|scope| {
@@ -558,17 +559,19 @@ impl Db {
     /// see `Options::cache_capacity_bytes`). Lowering it evicts at once.
     pub fn set_cache_capacity(&self, bytes: u64) -> Result<()> {
         self.inner.set_cache_capacity(bytes)?;
-        match bytes {
-            0 => Ok(()),
-            _ => self.inner.evict(bytes, usize::MAX).map(|_| ()),
-        }
+        self.inner.evict(1.0, usize::MAX).map(|_| ())
     }
 
-    /// Bytes the log holds (entries live and dead, headers included): what
-    /// the cache capacity bounds. Cheaper than `stats`, which merges the
-    /// index's pending updates first.
+    /// Bytes the log holds (entries live and dead, headers included) but
+    /// for its SSD tier: what the cache capacity bounds. Cheaper than
+    /// `stats`, which merges the index's pending updates first.
     pub fn log_bytes(&self) -> u64 {
         self.inner.log_bytes()
+    }
+
+    /// Bytes of the log in its SSD tier (`Options::ssd_tier`).
+    pub fn ssd_tier_bytes(&self) -> u64 {
+        self.inner.ssd_tier_bytes()
     }
 
     /// What recovery found when this database was opened.
@@ -1167,10 +1170,13 @@ impl Inner {
         let log_bytes: u64 = segments.iter().map(|s| s.written_bytes.load(Ordering::Relaxed)).sum();
         let disk_bytes = segments.iter().map(|s| s.capacity_bytes() as u64).sum::<u64>() + self.recycler.held_bytes();
         let index_memory_bytes = self.index.memory_bytes();
-        let medium = segments.first().map_or("unknown", |s| s.region.medium().name());
-        let persist = segments.first().map_or("unknown", |s| s.region.persist_method());
+        // The newest segment: the log's own directory, not the SSD tier.
+        let medium = segments.last().map_or("unknown", |s| s.region.medium().name());
+        let persist = segments.last().map_or("unknown", |s| s.region.persist_method());
         self.counters.snapshot(Stats {
             cache_capacity_bytes: self.cache_capacity(),
+            ssd_tier_bytes: segments.iter().filter(|s| s.cold).map(|s| s.written_bytes.load(Ordering::Relaxed)).sum(),
+            ssd_tier_capacity_bytes: self.options.ssd_tier.as_ref().map_or(0, |tier| tier.capacity_bytes),
             keys,
             live_bytes,
             log_bytes,

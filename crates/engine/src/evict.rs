@@ -23,6 +23,10 @@
 //! entries around for ever, and the log outgrows the capacity by what
 //! cannot be evicted.
 //!
+//! With an SSD tier (`tier.rs`), what eviction lets go of the log's own
+//! directory moves to the tier with its segment instead of being dropped,
+//! and the tier, if bounded, is evicted the same way.
+//!
 //! Durability: an evicted entry is dropped from the index only, as an
 //! expired one is; nothing is written. The segment's file goes once a
 //! checkpoint that no longer references it is durable (`gc.rs`), so a
@@ -38,7 +42,7 @@
 use std::sync::atomic::Ordering;
 
 use crate::db::Inner;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::gc::{Goal, Turn};
 use crate::index::memtable::{Key, Loc};
 use crate::log::record::EntryView;
@@ -54,9 +58,35 @@ const EVICT_AHEAD: f64 = 0.95;
 const STUCK_SHARE: f64 = 0.875;
 
 impl Inner {
-    /// Bytes the log holds: what every segment has written.
+    /// Bytes the log holds but for its SSD tier: what every segment has
+    /// written.
     pub(crate) fn log_bytes(&self) -> u64 {
-        self.segments.written_bytes()
+        self.segments.written_bytes(false)
+    }
+
+    /// Bytes of the log in its SSD tier.
+    pub(crate) fn ssd_tier_bytes(&self) -> u64 {
+        self.segments.written_bytes(true)
+    }
+
+    /// The SSD tier's capacity (0: none, or no bound).
+    fn ssd_tier_capacity(&self) -> u64 {
+        self.options.ssd_tier.as_ref().map_or(0, |tier| tier.capacity_bytes)
+    }
+
+    /// The goal that keeps a tier within `share` of its capacity, if it is
+    /// over: the SSD tier first, as demotions from the log's own directory
+    /// (its eviction, where there is an SSD tier) fill it.
+    fn eviction_goal(&self, share: f64) -> Option<Goal> {
+        let (capacity, tier) = (self.cache_capacity(), self.ssd_tier_capacity());
+        let above = |capacity: u64| (capacity as f64 * share) as u64;
+        if tier > 0 && self.ssd_tier_bytes() > above(tier) {
+            Some(Goal::Evict { cold: true, above: above(tier) })
+        } else if capacity > 0 && self.log_bytes() > above(capacity) {
+            Some(Goal::Evict { cold: false, above: above(capacity) })
+        } else {
+            None
+        }
     }
 
     pub(crate) fn cache_capacity(&self) -> u64 {
@@ -65,6 +95,9 @@ impl Inner {
 
     pub(crate) fn set_cache_capacity(&self, bytes: u64) -> Result<()> {
         check_cache_capacity(bytes, self.options.segment_size_bytes)?;
+        if bytes == 0 && self.options.ssd_tier.is_some() {
+            return Err(Error::InvalidOptions("a database with an SSD tier needs a cache capacity".into()));
+        }
         self.cache_capacity.store(bytes, Ordering::Relaxed);
         self.evict_paused_until.store(0, Ordering::Relaxed);
         self.refresh_cache_over();
@@ -77,23 +110,29 @@ impl Inner {
     pub(crate) fn note_access(&self, segment: &Segment, loc: Loc) {
         if self.cache_capacity() > 0 {
             segment.accessed.mark(loc.off, segment.capacity_bytes(), None);
+            if segment.cold {
+                self.counters.ssd_tier_reads.fetch_add(1, Ordering::Relaxed);
+            }
         }
     }
 
-    /// Whether eviction drops the live entry `entry` at `loc` of `segment`.
-    pub(crate) fn evicts(&self, segment: &Segment, loc: Loc, entry: &EntryView<'_>) -> bool {
+    /// Whether eviction copies the live entry `entry` at `loc` of
+    /// `segment` forward, to the head of the log; if not, it is dropped
+    /// (evicted) or, `demoting`, it moves to the SSD tier with its segment
+    /// (and so does an entry the filter keeps: it is not lost there).
+    pub(crate) fn copies_forward(&self, segment: &Segment, loc: Loc, entry: &EntryView<'_>, demoting: bool) -> bool {
         let eviction = match &self.options.eviction_filter {
             Some(filter) => (filter.0)(entry.key, entry.value, entry.expiry_ms),
             None => Eviction::SecondChance,
         };
         match eviction {
-            Eviction::Keep => false,
-            Eviction::Evict => true,
+            Eviction::Keep => !demoting,
+            Eviction::Evict => false,
             Eviction::SecondChance => {
                 let chance = self.evict_stuck_bytes.load(Ordering::Relaxed) < self.cache_capacity() / 2
                     && segment.accessed.is_marked(loc.off as usize);
                 self.counters.second_chances.fetch_add(u64::from(chance), Ordering::Relaxed);
-                !chance
+                chance
             }
         }
     }
@@ -106,12 +145,13 @@ impl Inner {
         });
     }
 
-    /// Evicts up to `max_segments` oldest segments while the log holds
-    /// more than `above` bytes; returns how many were freed.
-    pub(crate) fn evict(&self, above: u64, max_segments: usize) -> Result<u64> {
+    /// Evicts (or demotes) up to `max_segments` oldest segments while a
+    /// tier is over `share` of its capacity; returns how many were freed.
+    pub(crate) fn evict(&self, share: f64, max_segments: usize) -> Result<u64> {
         let (mut freed, mut finished) = (0, Vec::new());
         while finished.len() < max_segments && !self.eviction_paused() {
-            match self.collector_turn(Goal::Evict { above }, &finished)? {
+            let Some(goal) = self.eviction_goal(share) else { break };
+            match self.collector_turn(goal, &finished)? {
                 Turn::Idle => break,
                 Turn::Piece => {}
                 turn @ Turn::Finished { id, freed: was_freed, .. } => {
@@ -127,10 +167,7 @@ impl Inner {
 
     /// The background thread's share: eviction ahead of the writers.
     pub(crate) fn evict_ahead(&self) -> Result<u64> {
-        match self.cache_capacity() {
-            0 => Ok(0),
-            capacity => self.evict((capacity as f64 * EVICT_AHEAD) as u64, crate::gc::SEGMENTS_PER_PASS),
-        }
+        self.evict(EVICT_AHEAD, crate::gc::SEGMENTS_PER_PASS)
     }
 
     /// Called before each write while the log is over the capacity: one
@@ -138,7 +175,7 @@ impl Inner {
     /// piece.
     pub(crate) fn help_evict(&self) {
         let started = std::time::Instant::now();
-        let turn = self.collector_turn(Goal::Evict { above: self.cache_capacity() }, &[]);
+        let turn = self.eviction_goal(1.0).map_or(Ok(Turn::Idle), |goal| self.collector_turn(goal, &[]));
         match turn {
             Ok(turn) => self.note_finished(&turn),
             Err(error) => {
@@ -152,12 +189,12 @@ impl Inner {
         self.counters.evict_stall_micros.fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
     }
 
-    /// Sets `cache_over` while the log holds more than the capacity and
-    /// eviction is not paused. Called after eviction, when the log moves
-    /// to a new segment, and by the checkpoint thread every 100 ms.
+    /// Sets `cache_over` while the log (or its SSD tier) holds more than
+    /// its capacity and eviction is not paused. Called after eviction, when
+    /// the log moves to a new segment, and by the checkpoint thread every
+    /// 100 ms.
     pub(crate) fn refresh_cache_over(&self) {
-        let capacity = self.cache_capacity();
-        let over = capacity > 0 && !self.eviction_paused() && self.log_bytes() > capacity;
+        let over = !self.eviction_paused() && self.eviction_goal(1.0).is_some();
         self.cache_over.store(over, Ordering::Relaxed);
     }
 

@@ -49,6 +49,7 @@ use crate::log::marks::MAX_MAPS;
 use crate::log::reader::{scan_until, ScanEnd};
 use crate::log::record::EntryKind;
 use crate::log::segment::{Segment, SEGMENT_HEADER_BYTES};
+use crate::tier::Demotion;
 
 /// Segments collected per pass, so one pass stays short.
 pub(crate) const SEGMENTS_PER_PASS: usize = 4;
@@ -81,6 +82,9 @@ pub(crate) struct Collecting {
     /// Evicting (cache mode, `evict.rs`) rather than collecting garbage:
     /// live entries the eviction filter lets go are dropped, not copied.
     evicting: bool,
+    /// Demoting (`tier.rs`): the segment's copy in the SSD tier, made piece
+    /// by piece; live entries the eviction filter lets go stay in it.
+    demotion: Option<Demotion>,
     /// Bytes of live entries copied forward so far.
     kept_bytes: u64,
 }
@@ -91,8 +95,10 @@ pub(crate) enum Goal {
     /// Garbage: the emptiest segment below the live ratio, while the log
     /// exceeds this many times the live bytes (`None`: regardless).
     Garbage(Option<f64>),
-    /// Eviction: the oldest segment, while the log holds more bytes.
-    Evict { above: u64 },
+    /// Eviction: the oldest segment of the log's own directory (`cold`:
+    /// of its SSD tier), while that holds more bytes. With an SSD tier, the
+    /// log's own segments are demoted to it rather than evicted.
+    Evict { cold: bool, above: u64 },
 }
 
 /// What one turn of the collector did.
@@ -172,25 +178,31 @@ impl Inner {
                     }
                     self.gc_candidates().into_iter().find(|s| !skip.contains(&s.id))
                 }
-                Goal::Evict { above } => {
-                    if self.log_bytes() <= above {
+                Goal::Evict { cold, above } => {
+                    let bytes = if cold { self.ssd_tier_bytes() } else { self.log_bytes() };
+                    if bytes <= above {
                         return Ok(Turn::Idle);
                     }
-                    self.oldest_sealed(skip)
+                    self.oldest_sealed(skip, cold)
                 }
             };
             let Some(segment) = segment else {
                 return Ok(Turn::Idle);
             };
             let evicting = matches!(goal, Goal::Evict { .. });
-            *collecting = Some(Collecting { segment, next: SEGMENT_HEADER_BYTES, evicting, kept_bytes: 0 });
+            let demotion = match (&self.options.ssd_tier, goal) {
+                (Some(tier), Goal::Evict { cold: false, .. }) => Some(Demotion::start(&tier.dir, &segment)?),
+                _ => None,
+            };
+            let next = SEGMENT_HEADER_BYTES;
+            *collecting = Some(Collecting { segment, next, evicting, demotion, kept_bytes: 0 });
         }
         let scanned = self.collect_piece(collecting.as_mut().expect("set above"));
         if let Ok(false) = scanned {
             return Ok(Turn::Piece);
         }
         // Finished, or failed: either way start afresh next turn.
-        let Collecting { segment, evicting, kept_bytes, .. } = collecting.take().expect("set above");
+        let Collecting { segment, evicting, demotion, kept_bytes, .. } = collecting.take().expect("set above");
         if let Err(error @ Error::Corruption { .. }) = &scanned {
             // Retrying would rescan it on every write that helps GC; reads
             // of what lies past the damage report it anyway.
@@ -198,17 +210,25 @@ impl Inner {
             self.gc_refused.lock().push(segment.id);
         }
         scanned?;
-        Ok(Turn::Finished { id: segment.id, freed: self.free_if_empty(&segment), kept_bytes, evicted: evicting })
+        let mut freed = self.free_if_empty(&segment);
+        // A demoted segment left nothing live behind it either: the room it
+        // held in the log's own directory is free.
+        if let (Some(demotion), false) = (demotion, freed) {
+            self.finish_demotion(demotion, &segment)?;
+            freed = true;
+        }
+        Ok(Turn::Finished { id: segment.id, freed, kept_bytes, evicted: evicting })
     }
 
-    /// The oldest sealed segment not in `skip`, but for those found damaged.
-    fn oldest_sealed(&self, skip: &[u32]) -> Option<Arc<Segment>> {
+    /// The oldest sealed segment of a tier (the SSD tier's if `cold`) not
+    /// in `skip`, but for those found damaged.
+    fn oldest_sealed(&self, skip: &[u32], cold: bool) -> Option<Arc<Segment>> {
         let active = self.with_log(|log| log.active_id());
         let refused = self.gc_refused.lock();
         let segments = self.segments.all();
         segments
             .into_iter()
-            .filter(|s| s.id < active && !refused.contains(&s.id) && !skip.contains(&s.id))
+            .filter(|s| s.cold == cold && s.id < active && !refused.contains(&s.id) && !skip.contains(&s.id))
             .min_by_key(|s| s.id)
     }
 
@@ -281,7 +301,7 @@ impl Inner {
     /// one found live is copied with its sequence number.
     fn collect_piece(&self, collecting: &mut Collecting) -> Result<bool> {
         let segment = &collecting.segment;
-        let evicting = collecting.evicting;
+        let (evicting, demoting) = (collecting.evicting, collecting.demotion.is_some());
         let end = (segment.written_bytes.load(Ordering::Acquire) as usize).min(segment.capacity_bytes());
         let bytes = &segment.region.as_slice()[..end];
         let stop = collecting.next + piece_bytes(segment);
@@ -304,8 +324,11 @@ impl Inner {
             }
             if entry.expiry_ms.is_some_and(|expiry| expiry <= now) {
                 expired.push((Key::from_slice(entry.key), loc));
-            } else if evicting && self.evicts(segment, loc, &entry) {
-                evicted.push((Key::from_slice(entry.key), loc));
+            } else if evicting && !self.copies_forward(segment, loc, &entry, demoting) {
+                // A demoted entry stays where it is: its segment moves.
+                if !demoting {
+                    evicted.push((Key::from_slice(entry.key), loc));
+                }
             } else {
                 kept_bytes += loc.len as u64;
                 live.push((loc, header.seq));
@@ -334,6 +357,9 @@ impl Inner {
             self.index.remove_if_at(&key, loc, &self.segments);
         }
         self.drop_evicted(&evicted);
+        if let Some(demotion) = &mut collecting.demotion {
+            demotion.copy(&bytes[..scanned_to])?;
+        }
         collecting.kept_bytes = kept_bytes;
         collecting.next = scanned_to;
         Ok(scanned_to < stop)

@@ -34,6 +34,7 @@ mod recovery;
 mod stats;
 #[cfg(test)]
 mod testing;
+mod tier;
 pub mod walk;
 
 pub use batch::{BatchEntry, WriteBatch};
@@ -42,7 +43,8 @@ pub use db::{now_ms, Db, PinnedValue, Snapshot};
 pub use error::{Error, Result};
 pub use iter::Iter;
 pub use options::{
-    Durability, Eviction, EvictionFilter, Options, MAX_BATCH_BYTES, MAX_KEY_BYTES, MAX_VALUE_BYTES, MIN_CACHE_SEGMENTS,
+    Durability, Eviction, EvictionFilter, Options, SsdTier, MAX_BATCH_BYTES, MAX_KEY_BYTES, MAX_VALUE_BYTES,
+    MIN_CACHE_SEGMENTS,
 };
 pub use recovery::{RecoveryReport, Truncation};
 pub use stats::Stats;

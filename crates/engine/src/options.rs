@@ -1,5 +1,6 @@
 //! Options chosen per database at open time.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 
 pub use scaledkv_pmem::Durability;
@@ -62,6 +63,20 @@ impl std::fmt::Debug for EvictionFilter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("EvictionFilter(..)")
     }
+}
+
+/// A second, larger tier for the log (`tier.rs`): when the log outgrows
+/// `Options::cache_capacity_bytes`, its oldest sealed segments move whole
+/// to `dir` (an SSD, where the database's own directory is persistent
+/// memory or tmpfs) instead of being evicted, and are read from there.
+#[derive(Debug, Clone)]
+pub struct SsdTier {
+    /// The tier's directory; one database's, as the database remembers.
+    pub dir: PathBuf,
+    /// The most bytes the tier may hold, past which its oldest segments
+    /// are evicted as cache mode evicts (entries read there are copied
+    /// back to the head of the log); 0: no bound, nothing is evicted.
+    pub capacity_bytes: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -153,6 +168,10 @@ pub struct Options {
     /// written earns them a second chance; `None`: every entry, with a
     /// second chance.
     pub eviction_filter: Option<EvictionFilter>,
+    /// Where the oldest segments go once the log outgrows
+    /// `cache_capacity_bytes` (which it then requires): `None`, the
+    /// default, evicts them.
+    pub ssd_tier: Option<SsdTier>,
     /// Bits of the point table's hash tags: 32. Tests narrow it so that
     /// keys share tags and the fallbacks to the ordered index run.
     #[doc(hidden)]
@@ -178,6 +197,7 @@ impl Default for Options {
             background_idle: false,
             cache_capacity_bytes: 0,
             eviction_filter: None,
+            ssd_tier: None,
             point_tag_bits: 32,
         }
     }
@@ -209,7 +229,16 @@ impl Options {
         if !(self.gc_space_amp >= 1.0 && self.gc_space_amp.is_finite()) {
             return Err(Error::InvalidOptions(format!("gc_space_amp {} is not a number >= 1", self.gc_space_amp)));
         }
-        check_cache_capacity(self.cache_capacity_bytes, self.segment_size_bytes)
+        check_cache_capacity(self.cache_capacity_bytes, self.segment_size_bytes)?;
+        if let Some(tier) = &self.ssd_tier {
+            if self.cache_capacity_bytes == 0 {
+                return Err(Error::InvalidOptions(
+                    "an SSD tier takes the segments the log holds beyond cache_capacity_bytes: set it too".into(),
+                ));
+            }
+            check_cache_capacity(tier.capacity_bytes, self.segment_size_bytes)?;
+        }
+        Ok(())
     }
 
     /// The largest frame that fits a segment, and so the batch limit.

@@ -494,13 +494,24 @@ pub(crate) fn collapse_range(
 
 fn open_segments(dir: &Path, options: &Options, report: &mut RecoveryReport) -> Result<Vec<Arc<Segment>>> {
     let mut segments = Vec::new();
-    let files = list_segment_files(dir)?;
-    let last_id = files.last().map(|(id, _)| *id);
-    for (id, path) in files {
-        if Some(id) == last_id {
+    let mut files: BTreeMap<u32, (PathBuf, bool)> =
+        list_segment_files(dir)?.into_iter().map(|(id, path)| (id, (path, false))).collect();
+    let last_id = files.last_key_value().map(|(id, _)| *id);
+    if let Some(tier) = &options.ssd_tier {
+        for (id, path) in list_segment_files(&tier.dir)? {
+            // Demoted, and the original not yet removed (`tier.rs`): the
+            // copy was whole and durable before it took its name.
+            if let Some((original, false)) = files.insert(id, (path, true)) {
+                std::fs::remove_file(&original).map_err(Error::io(&original, "remove"))?;
+                report.removed_segments.push(original);
+            }
+        }
+    }
+    for (id, (path, cold)) in files {
+        if Some(id) == last_id && !cold {
             restore_truncated_length(&path, report)?;
         }
-        match Segment::open(&path, id, options.durability) {
+        match Segment::open_in(&path, id, options.durability, cold) {
             Ok(segment) => segments.push(Arc::new(segment)),
             Err(error) => {
                 // Before segments were created under a `.tmp` name, a crash

@@ -27,6 +27,11 @@ pub(crate) struct Counters {
     pub second_chances: AtomicU64,
     pub evict_stalled_writes: AtomicU64,
     pub evict_stall_micros: AtomicU64,
+    /// SSD tier (`tier.rs`): segments moved there and their bytes; reads
+    /// served from it.
+    pub demoted_segments: AtomicU64,
+    pub demoted_bytes: AtomicU64,
+    pub ssd_tier_reads: AtomicU64,
 }
 
 impl Counters {
@@ -50,6 +55,9 @@ impl Counters {
         stats.second_chances = self.second_chances.load(Ordering::Relaxed);
         stats.evict_stalled_writes = self.evict_stalled_writes.load(Ordering::Relaxed);
         stats.evict_stall_micros = self.evict_stall_micros.load(Ordering::Relaxed);
+        stats.demoted_segments = self.demoted_segments.load(Ordering::Relaxed);
+        stats.demoted_bytes = self.demoted_bytes.load(Ordering::Relaxed);
+        stats.ssd_tier_reads = self.ssd_tier_reads.load(Ordering::Relaxed);
         let written = log + stats.checkpoint_bytes_written;
         stats.write_amplification = if user == 0 { 0.0 } else { written as f64 / user as f64 };
         stats.space_amplification =
@@ -122,6 +130,15 @@ pub struct Stats {
     /// capacity; and the time they spent so.
     pub evict_stalled_writes: u64,
     pub evict_stall_micros: u64,
+    /// SSD tier (`Options::ssd_tier`): bytes of the log there (counted in
+    /// `log_bytes` too) and its capacity (0: no bound).
+    pub ssd_tier_bytes: u64,
+    pub ssd_tier_capacity_bytes: u64,
+    /// Since open: sealed segments moved to the SSD tier and their bytes;
+    /// reads served from it (newest reads: gets, not scans).
+    pub demoted_segments: u64,
+    pub demoted_bytes: u64,
+    pub ssd_tier_reads: u64,
     pub durability: &'static str,
     /// tmpfs, dax or page-cache.
     pub medium: &'static str,

@@ -6,17 +6,21 @@
 //! holds its newest acknowledged version (or the one write in flight),
 //! never an older one and never wrong bytes.
 //!
+//! With an SSD tier (unbounded), the cache's oldest segments move there
+//! instead, while the writers go on: nothing may be missing after a crash.
+//!
 //! CI runs `SCALEDKV_CRASH_ITERATIONS` (default 30, here halved: each
 //! iteration rewrites the cache several times) iterations on tmpfs and the
 //! disk; set it to 1000 for the long mode.
 
 use std::io::{BufRead, BufReader};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rand::{Rng, SeedableRng};
-use scaledkv::{Db, Durability, Eviction, EvictionFilter, Options, WriteBatch};
+use scaledkv::{Db, Durability, Eviction, EvictionFilter, Options, SsdTier, WriteBatch};
 
 const THREADS: u64 = 2;
 /// Keys per thread, written in turn: 3,000 x ~500 B, about 1.5 MB per
@@ -26,8 +30,10 @@ const KEYS: u64 = 3000;
 const SEGMENT: usize = 256 * 1024;
 const CAPACITY: u64 = 8 * SEGMENT as u64;
 const CHILD_ENV: &str = "SCALEDKV_CACHE_CRASH_CHILD_DIR";
+const CHILD_TIER_ENV: &str = "SCALEDKV_CACHE_CRASH_CHILD_TIER";
 
-fn options() -> Options {
+/// The cache's options, with an unbounded SSD tier in `tier` if given.
+fn options(tier: Option<&Path>) -> Options {
     // The per-thread counters must survive eviction.
     let filter =
         EvictionFilter(Arc::new(
@@ -47,6 +53,7 @@ fn options() -> Options {
         eviction_filter: Some(filter),
         point_index: true,
         deferred_index_updates: 32,
+        ssd_tier: tier.map(|dir| SsdTier { dir: dir.to_path_buf(), capacity_bytes: 0 }),
         ..Options::default()
     }
 }
@@ -72,11 +79,13 @@ fn next_of(db: &Db, t: u64) -> u64 {
 #[test]
 fn cache_crash_child_writer() {
     let Ok(dir) = std::env::var(CHILD_ENV) else { return };
-    let db = Db::open(&dir, options()).unwrap();
+    let tier = std::env::var(CHILD_TIER_ENV).ok();
+    let db = Db::open(&dir, options(tier.as_deref().map(Path::new))).unwrap();
     println!("ready");
     std::thread::scope(|scope| {
         scope.spawn(|| loop {
-            println!("evicted {}", db.stats().evicted_keys);
+            let stats = db.stats();
+            println!("evicted {}", stats.evicted_keys + stats.demoted_segments);
             std::thread::sleep(Duration::from_millis(20));
         });
         for t in 0..THREADS {
@@ -99,8 +108,9 @@ fn cache_crash_child_writer() {
 }
 
 /// Checks a reopened cache against the last acknowledged write of each
-/// thread; returns how many keys it found.
-fn check(db: &Db, acked: &[Option<u64>]) -> u64 {
+/// thread (every key there, if nothing `evicts`); returns how many keys it
+/// found.
+fn check(db: &Db, acked: &[Option<u64>], evicts: bool) -> u64 {
     let mut found = 0;
     for t in 0..THREADS {
         let next = next_of(db, t);
@@ -109,7 +119,10 @@ fn check(db: &Db, acked: &[Option<u64>]) -> u64 {
         let least = last.map_or(0, |seq| seq + 1);
         assert!(next == least || next == least + 1, "thread {t}: next {next}, last acknowledged {last:?}");
         for slot in 0..KEYS.min(next) {
-            let Some(got) = db.get(&key(t, slot)).unwrap() else { continue };
+            let Some(got) = db.get(&key(t, slot)).unwrap() else {
+                assert!(evicts, "thread {t} key {slot} is missing, and nothing is evicted");
+                continue;
+            };
             found += 1;
             // The newest write of this key the reopened counter covers.
             let newest = (next - 1) - ((next - 1 - slot) % KEYS);
@@ -121,15 +134,33 @@ fn check(db: &Db, acked: &[Option<u64>]) -> u64 {
 
 #[test]
 fn acknowledged_writes_of_a_cache_survive_sigkill_or_are_evicted_whole() {
+    let dirs = [tempfile::tempdir_in("/dev/shm").unwrap(), tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap()];
+    crash_loop(&[(dirs[0].path(), None), (dirs[1].path(), None)], "cache");
+}
+
+/// The fast tier on tmpfs, the SSD tier on the disk.
+#[test]
+fn acknowledged_writes_survive_sigkill_while_segments_move_to_an_ssd_tier() {
+    let (dir, tier) =
+        (tempfile::tempdir_in("/dev/shm").unwrap(), tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap());
+    crash_loop(&[(dir.path(), Some(tier.path()))], "SSD tier");
+}
+
+/// SIGKILLs the child writer in each of `setups` (the database's directory
+/// and its SSD tier) in turn, and checks each reopened database.
+fn crash_loop(setups: &[(&Path, Option<&Path>)], name: &str) {
     let iterations: u64 =
         std::env::var("SCALEDKV_CRASH_ITERATIONS").ok().and_then(|s| s.parse().ok()).map_or(15, |n: u64| n.div_ceil(2));
     let exe = std::env::current_exe().unwrap();
-    let dirs = [tempfile::tempdir_in("/dev/shm").unwrap(), tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap()];
     let mut rng = rand::rngs::StdRng::seed_from_u64(11);
     let (mut total_acks, mut most_evicted, mut found) = (0u64, 0u64, 0u64);
     for iteration in 0..iterations {
-        let dir = dirs[iteration as usize % dirs.len()].path();
-        let mut child = Command::new(&exe)
+        let (dir, tier) = setups[iteration as usize % setups.len()];
+        let mut command = Command::new(&exe);
+        if let Some(tier) = tier {
+            command.env(CHILD_TIER_ENV, tier);
+        }
+        let mut child = command
             .args(["--exact", "cache_crash_child_writer", "--nocapture", "--test-threads=1"])
             .env(CHILD_ENV, dir)
             .stdout(Stdio::piped())
@@ -164,16 +195,16 @@ fn acknowledged_writes_of_a_cache_survive_sigkill_or_are_evicted_whole() {
         child.wait().unwrap();
         let (acked, count, evicted) = reader.join().unwrap();
         // Acknowledgements of earlier runs are in the reopened counters.
-        let db = Db::open(dir, options()).unwrap();
+        let db = Db::open(dir, options(tier)).unwrap();
         let acked: Vec<Option<u64>> =
             acked.iter().enumerate().map(|(t, a)| a.or_else(|| next_of(&db, t as u64).checked_sub(1))).collect();
-        found += check(&db, &acked);
+        found += check(&db, &acked, tier.is_none());
         total_acks += count;
         most_evicted = most_evicted.max(evicted);
     }
     eprintln!(
-        "cache crash test: {iterations} SIGKILLs, {total_acks} acknowledged writes, {found} keys checked, \
-         up to {most_evicted} evictions in one run"
+        "{name} crash test: {iterations} SIGKILLs, {total_acks} acknowledged writes, {found} keys checked, \
+         up to {most_evicted} evictions (or segments moved) in one run"
     );
     assert!(total_acks > 0 && found > 0, "the test checked nothing");
     if iterations >= 4 {

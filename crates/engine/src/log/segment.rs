@@ -45,15 +45,22 @@ pub fn declared_size(bytes: &[u8]) -> Option<u64> {
 pub struct Segment {
     pub id: u32,
     pub region: Region,
+    /// Whether the file is in the SSD tier (`tier.rs`): a sealed segment
+    /// moved there whole, under the same id.
+    pub cold: bool,
     /// Bytes of entries the index points at; GC picks by live / written.
-    pub live_bytes: AtomicU64,
+    /// Shared with the segment's copy in the SSD tier (`Segment::demoted`),
+    /// so an overwrite that finds either copy in the table counts.
+    pub live_bytes: Arc<AtomicU64>,
     /// Bytes of frames written so far (the segment's logical end).
     pub written_bytes: AtomicU64,
-    /// Entries the index no longer points at (GC skips them).
-    pub dead: EntryMarks,
+    /// Entries the index no longer points at (GC skips them); shared as
+    /// `live_bytes` is.
+    pub dead: Arc<EntryMarks>,
     /// Entries read since they were written: in cache mode, eviction copies
-    /// them forward once instead of dropping them (`evict.rs`).
-    pub accessed: EntryMarks,
+    /// them forward once instead of dropping them (`evict.rs`); shared as
+    /// `live_bytes` is.
+    pub accessed: Arc<EntryMarks>,
     /// Set when GC has freed the segment: the file is removed once the last
     /// reader or snapshot holding it lets go.
     delete_on_drop: AtomicBool,
@@ -105,15 +112,20 @@ impl Segment {
         self.region.rename(&dir.join(segment_file_name(id)))?;
         sync_name(dir, durability)?;
         self.id = id;
-        self.live_bytes.store(0, Ordering::Relaxed);
+        self.live_bytes = Arc::default();
         self.written_bytes.store(SEGMENT_HEADER_BYTES as u64, Ordering::Relaxed);
-        self.dead = EntryMarks::default();
-        self.accessed = EntryMarks::default();
+        self.dead = Arc::default();
+        self.accessed = Arc::default();
         Ok(())
     }
 
     pub fn open(path: &Path, id: u32, durability: Durability) -> Result<Segment> {
-        let region = Region::open(path, durability)?;
+        Self::open_in(path, id, durability, false)
+    }
+
+    /// Opens segment `id` at `path`, in the SSD tier if `cold`.
+    pub fn open_in(path: &Path, id: u32, durability: Durability, cold: bool) -> Result<Segment> {
+        let region = Region::open(path, if cold { cold_durability(durability) } else { durability })?;
         let corrupt =
             |reason: &str| Error::Corruption { path: path.to_path_buf(), offset: 0, reason: reason.to_string() };
         let header = region.read(0, 40).map_err(|_| corrupt("file shorter than the segment header"))?;
@@ -139,19 +151,38 @@ impl Segment {
         if size != region.len() as u64 {
             return Err(corrupt(&format!("header says {size} bytes, file has {}", region.len())));
         }
-        Ok(Segment::new(id, region))
+        let mut segment = Segment::new(id, region);
+        segment.cold = cold;
+        Ok(segment)
     }
 
     fn new(id: u32, region: Region) -> Segment {
         Segment {
             id,
             region,
-            live_bytes: AtomicU64::new(0),
+            cold: false,
+            live_bytes: Arc::default(),
             written_bytes: AtomicU64::new(SEGMENT_HEADER_BYTES as u64),
-            dead: EntryMarks::default(),
-            accessed: EntryMarks::default(),
+            dead: Arc::default(),
+            accessed: Arc::default(),
             delete_on_drop: AtomicBool::new(false),
         }
+    }
+
+    /// This sealed segment's copy in the SSD tier, once its file `path` is
+    /// there whole and durable (`tier.rs`): the same id, counters and marks.
+    pub fn demoted(&self, path: &Path, durability: Durability) -> Result<Segment> {
+        let region = Region::open(path, cold_durability(durability))?;
+        Ok(Segment {
+            id: self.id,
+            region,
+            cold: true,
+            live_bytes: self.live_bytes.clone(),
+            written_bytes: AtomicU64::new(self.written_bytes.load(Ordering::Acquire)),
+            dead: self.dead.clone(),
+            accessed: self.accessed.clone(),
+            delete_on_drop: AtomicBool::new(false),
+        })
     }
 
     pub fn path(&self) -> &Path {
@@ -177,9 +208,18 @@ impl Drop for Segment {
     }
 }
 
+/// How a segment in the SSD tier is mapped: it is only read (sealed), and
+/// a page-cache file cannot take `pmem`'s cache-line flushes.
+fn cold_durability(durability: Durability) -> Durability {
+    match durability {
+        Durability::Buffered => Durability::Buffered,
+        Durability::Pmem | Durability::Sync => Durability::Sync,
+    }
+}
+
 /// Makes a segment file's name as durable as the writes it will hold
 /// (fdatasync of the file does not cover its directory entry).
-fn sync_name(dir: &Path, durability: Durability) -> Result<()> {
+pub(crate) fn sync_name(dir: &Path, durability: Durability) -> Result<()> {
     if durability == Durability::Buffered {
         return Ok(());
     }
@@ -304,16 +344,20 @@ impl SegmentSet {
         self.table.load_full()
     }
 
-    pub fn insert(&self, segment: Arc<Segment>) {
+    /// Adds `segment`, or puts it in place of the one with its id (a
+    /// demotion to the SSD tier), which it returns.
+    pub fn insert(&self, segment: Arc<Segment>) -> Option<Arc<Segment>> {
+        let mut replaced = None;
         self.table.rcu(|table| {
             let mut next = (**table).clone();
             let at = segment.id as usize;
             if next.len() <= at {
                 next.resize(at + 1, None);
             }
-            next[at] = Some(segment.clone());
+            replaced = next[at].replace(segment.clone());
             next
         });
+        replaced
     }
 
     pub fn remove(&self, id: u32) -> Option<Arc<Segment>> {
@@ -356,10 +400,12 @@ impl SegmentSet {
         self.retired.lock().clear();
     }
 
-    /// Bytes written into every segment of the set, without cloning the
-    /// table (eviction and the server's memory limit read it per write).
-    pub fn written_bytes(&self) -> u64 {
-        self.table.load().iter().flatten().map(|s| s.written_bytes.load(Ordering::Relaxed)).sum()
+    /// Bytes written into the segments of one tier (the SSD tier's if
+    /// `cold`), without cloning the table (eviction and the server's memory
+    /// limit read it per write).
+    pub fn written_bytes(&self, cold: bool) -> u64 {
+        let table = self.table.load();
+        table.iter().flatten().filter(|s| s.cold == cold).map(|s| s.written_bytes.load(Ordering::Relaxed)).sum()
     }
 
     pub fn all(&self) -> Vec<Arc<Segment>> {
