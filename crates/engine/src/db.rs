@@ -147,6 +147,8 @@ pub(crate) struct Inner {
     /// evictions in a row that freed little; eviction waits until
     /// `LogWriter::appended_bytes` passes `evict_paused_until`.
     pub(crate) cache_capacity: AtomicU64,
+    /// The SSD tier's capacity (`Options::ssd_tier`; 0: none, or no bound).
+    pub(crate) ssd_tier_capacity: AtomicU64,
     pub(crate) cache_over: AtomicBool,
     pub(crate) evict_stuck_bytes: AtomicU64,
     pub(crate) evict_paused_until: AtomicU64,
@@ -268,6 +270,7 @@ impl Db {
             gc_behind: AtomicBool::new(false),
             gc_refused: Mutex::new(Vec::new()),
             cache_capacity: AtomicU64::new(options.cache_capacity_bytes),
+            ssd_tier_capacity: AtomicU64::new(options.ssd_tier.as_ref().map_or(0, |tier| tier.capacity_bytes)),
             cache_over: AtomicBool::new(false),
             evict_stuck_bytes: AtomicU64::new(0),
             evict_paused_until: AtomicU64::new(0),
@@ -572,6 +575,13 @@ impl Db {
     /// Bytes of the log in its SSD tier (`Options::ssd_tier`).
     pub fn ssd_tier_bytes(&self) -> u64 {
         self.inner.ssd_tier_bytes()
+    }
+
+    /// Changes the SSD tier's capacity (`SsdTier::capacity_bytes`; 0: no
+    /// bound). Lowering it evicts at once; refused without an SSD tier.
+    pub fn set_ssd_tier_capacity(&self, bytes: u64) -> Result<()> {
+        self.inner.set_ssd_tier_capacity(bytes)?;
+        self.inner.evict(1.0, usize::MAX).map(|_| ())
     }
 
     /// What recovery found when this database was opened.
@@ -1176,7 +1186,7 @@ impl Inner {
         self.counters.snapshot(Stats {
             cache_capacity_bytes: self.cache_capacity(),
             ssd_tier_bytes: segments.iter().filter(|s| s.cold).map(|s| s.written_bytes.load(Ordering::Relaxed)).sum(),
-            ssd_tier_capacity_bytes: self.options.ssd_tier.as_ref().map_or(0, |tier| tier.capacity_bytes),
+            ssd_tier_capacity_bytes: self.ssd_tier_capacity(),
             keys,
             live_bytes,
             log_bytes,

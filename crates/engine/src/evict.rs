@@ -70,8 +70,19 @@ impl Inner {
     }
 
     /// The SSD tier's capacity (0: none, or no bound).
-    fn ssd_tier_capacity(&self) -> u64 {
-        self.options.ssd_tier.as_ref().map_or(0, |tier| tier.capacity_bytes)
+    pub(crate) fn ssd_tier_capacity(&self) -> u64 {
+        self.ssd_tier_capacity.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn set_ssd_tier_capacity(&self, bytes: u64) -> Result<()> {
+        if self.options.ssd_tier.is_none() {
+            return Err(Error::InvalidOptions("this database has no SSD tier".into()));
+        }
+        check_cache_capacity(bytes, self.options.segment_size_bytes)?;
+        self.ssd_tier_capacity.store(bytes, Ordering::Relaxed);
+        self.evict_paused_until.store(0, Ordering::Relaxed);
+        self.refresh_cache_over();
+        Ok(())
     }
 
     /// The goal that keeps a tier within `share` of its capacity, if it is
@@ -148,16 +159,21 @@ impl Inner {
     /// Evicts (or demotes) up to `max_segments` oldest segments while a
     /// tier is over `share` of its capacity; returns how many were freed.
     pub(crate) fn evict(&self, share: f64, max_segments: usize) -> Result<u64> {
-        let (mut freed, mut finished) = (0, Vec::new());
-        while finished.len() < max_segments && !self.eviction_paused() {
+        // Segments finished but kept are not taken again in this call; a
+        // demoted one is taken again once the SSD tier is over, as its own.
+        let (mut freed, mut finished, mut kept) = (0, 0, Vec::new());
+        while finished < max_segments && !self.eviction_paused() {
             let Some(goal) = self.eviction_goal(share) else { break };
-            match self.collector_turn(goal, &finished)? {
+            match self.collector_turn(goal, &kept)? {
                 Turn::Idle => break,
                 Turn::Piece => {}
                 turn @ Turn::Finished { id, freed: was_freed, .. } => {
                     self.note_finished(&turn);
                     freed += u64::from(was_freed);
-                    finished.push(id);
+                    finished += 1;
+                    if !was_freed {
+                        kept.push(id);
+                    }
                 }
             }
         }

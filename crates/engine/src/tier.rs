@@ -284,6 +284,17 @@ mod tests {
             assert_eq!(db.get(&key.to_be_bytes()).unwrap(), Some(value(key, newest(key))), "reopened, key {key}");
         }
         assert_eq!(db.iter().count(), 4000);
+        // Bounding the tier at runtime evicts its oldest segments at once.
+        db.set_ssd_tier_capacity(CAPACITY).unwrap();
+        let bounded = db.stats();
+        assert!(bounded.ssd_tier_bytes <= CAPACITY && bounded.evicted_keys > 2000, "{bounded:?}");
+        // Every key was read since the reopen: what the tier lets go goes
+        // back to the fast tier once, which stays within its capacity too.
+        assert!(db.log_bytes() <= CAPACITY + 2 * SEGMENT as u64, "{bounded:?}");
+        assert!(db.set_ssd_tier_capacity(CAPACITY - 1).is_err());
+        let other = tempfile::tempdir().unwrap();
+        let plain = Db::open(other.path(), Options { ssd_tier: None, ..options(tier.path(), 0) }).unwrap();
+        assert!(matches!(plain.set_ssd_tier_capacity(0), Err(Error::InvalidOptions(_))));
     }
 
     /// A bounded tier evicts its oldest segments; entries read while there
