@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use clap::Parser;
-use scaledkv::{Durability, Options};
+use scaledkv::{Durability, Options, SsdTier};
 use serde::Deserialize;
 
 use crate::maxmemory::{parse_bytes, segment_bytes, MemoryLimit};
@@ -83,6 +83,16 @@ pub struct Cli {
     /// README). CONFIG SET changes it.
     #[arg(long = "maxmemory-policy")]
     pub maxmemory_policy: Option<String>,
+    /// A second tier for the data, on an SSD (`--dir` then holds the fast
+    /// tier: tmpfs or persistent memory): past `--maxmemory`, the oldest
+    /// data moves here instead of being evicted. Needs `--maxmemory`.
+    #[arg(long = "ssd-dir")]
+    pub ssd_dir: Option<PathBuf>,
+    /// Bound the SSD tier to this many bytes, in Redis's notation (default
+    /// 0, no bound). Past it, an evicting policy evicts the tier's oldest
+    /// data and `noeviction` refuses writes.
+    #[arg(long = "ssd-size")]
+    pub ssd_size: Option<String>,
     /// Write the listening port here once ready (for scripts and tests).
     #[arg(long = "port-file")]
     pub port_file: Option<PathBuf>,
@@ -111,6 +121,8 @@ struct FileConfig {
     memcached_item_size_max: Option<usize>,
     maxmemory: Option<String>,
     maxmemory_policy: Option<String>,
+    ssd_dir: Option<PathBuf>,
+    ssd_size: Option<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -147,6 +159,8 @@ pub struct Config {
     /// `maxmemory` and `maxmemory-policy`, as CONFIG SET leaves them; the
     /// engine's eviction filter reads the policy (`crate::maxmemory`).
     pub memory: Arc<MemoryLimit>,
+    /// The SSD tier's directory (`--ssd-dir`); its size is in `memory`.
+    pub ssd_dir: Option<PathBuf>,
 }
 
 /// memcached's default largest item (`-I 1m`).
@@ -177,6 +191,7 @@ impl Default for Config {
             memcached_port: None,
             memcached_item_size_max: DEFAULT_MEMCACHED_ITEM_SIZE_MAX,
             memory: Arc::default(),
+            ssd_dir: None,
         }
     }
 }
@@ -202,8 +217,20 @@ impl Config {
             None => 0,
         };
         let policy = cli.maxmemory_policy.or(file.maxmemory_policy).unwrap_or_else(|| "noeviction".into());
+        let ssd_dir = cli.ssd_dir.or(file.ssd_dir);
+        let ssd_size = match cli.ssd_size.or(file.ssd_size) {
+            Some(text) => parse_bytes(&text).ok_or_else(|| format!("ssd-size {text:?}: not a size like 10gb"))?,
+            None => 0,
+        };
+        if ssd_dir.is_some() && maxmemory == 0 {
+            return Err("ssd-dir: the SSD tier takes the data beyond maxmemory; set maxmemory too".into());
+        }
+        if ssd_dir.is_none() && ssd_size > 0 {
+            return Err("ssd-size: no ssd-dir to bound".into());
+        }
         let config = Config {
-            memory: Arc::new(MemoryLimit::new(maxmemory, &policy)?),
+            memory: Arc::new(MemoryLimit::new(maxmemory, &policy, ssd_dir.is_some().then_some(ssd_size))?),
+            ssd_dir,
             bind: cli.bind.or(file.bind).unwrap_or(defaults.bind),
             port: cli.port.or(file.port).unwrap_or(defaults.port),
             dir: cli.dir.or(file.dir).unwrap_or(defaults.dir),
@@ -228,8 +255,13 @@ impl Config {
                 .unwrap_or(defaults.memcached_item_size_max),
         };
         // Of the settings passed to the engine gc-space-amp can be out of
-        // range, and maxmemory too small.
-        config.engine_options().validate().map_err(|e| format!("gc-space-amp or maxmemory: {e}"))?;
+        // range, and maxmemory and ssd-size too small (checked whatever the
+        // policy, which CONFIG SET may change).
+        let mut options = config.engine_options();
+        if let Some(tier) = &mut options.ssd_tier {
+            tier.capacity_bytes = config.memory.ssd_size().unwrap_or(0);
+        }
+        options.validate().map_err(|e| format!("gc-space-amp, maxmemory or ssd-size: {e}"))?;
         if config.max_bulk_bytes > crate::keyspace::MAX_STRING_BYTES {
             return Err(format!(
                 "proto-max-bulk-len {} is above the engine's value limit of {} bytes",
@@ -261,6 +293,7 @@ impl Config {
             segment_size_bytes: segment_bytes(self.memory.maxmemory(), defaults.segment_size_bytes),
             cache_capacity_bytes: self.memory.cache_capacity(),
             eviction_filter: Some(self.memory.filter()),
+            ssd_tier: self.ssd_dir.clone().map(|dir| SsdTier { dir, capacity_bytes: self.memory.ssd_tier_capacity() }),
             durability: self.durability,
             point_index: self.point_index,
             gc_space_amp: self.gc_space_amp,
@@ -358,6 +391,40 @@ mod tests {
             let cli = Cli { maxmemory: Some(size.into()), maxmemory_policy: Some(policy.into()), ..Cli::default() };
             let error = Config::from_cli(cli).unwrap_err();
             assert!(error.contains(wrong), "{size} {policy}: {error}");
+        }
+    }
+
+    #[test]
+    fn an_ssd_tier_needs_maxmemory_and_takes_its_size_by_policy() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("scaledkv.toml");
+        std::fs::write(&path, "maxmemory = \"64mb\"\nssd-dir = \"/mnt/ssd\"\nssd-size = \"1gb\"\n").unwrap();
+        let config = Config::from_cli(Cli { config: Some(path.clone()), ..Cli::default() }).unwrap();
+        // noeviction: the fast tier moves data, the SSD tier is the server's
+        // to refuse writes past; an evicting policy bounds it in the engine.
+        let options = config.engine_options();
+        let tier = options.ssd_tier.expect("a tier");
+        assert_eq!(
+            (tier.dir.to_str(), tier.capacity_bytes, options.cache_capacity_bytes),
+            (Some("/mnt/ssd"), 0, 64 << 20)
+        );
+        let cli = Cli { config: Some(path), maxmemory_policy: Some("allkeys-lru".into()), ..Cli::default() };
+        assert_eq!(Config::from_cli(cli).unwrap().engine_options().ssd_tier.unwrap().capacity_bytes, 1 << 30);
+        for (cli, wrong) in [
+            (Cli { ssd_dir: Some("/mnt/ssd".into()), ..Cli::default() }, "set maxmemory too"),
+            (Cli { ssd_size: Some("1gb".into()), maxmemory: Some("64mb".into()), ..Cli::default() }, "no ssd-dir"),
+            (
+                Cli {
+                    ssd_dir: Some("/s".into()),
+                    ssd_size: Some("1".into()),
+                    maxmemory: Some("64mb".into()),
+                    ..Cli::default()
+                },
+                "8 segments",
+            ),
+        ] {
+            let error = Config::from_cli(cli).unwrap_err();
+            assert!(error.contains(wrong), "{error}");
         }
     }
 }

@@ -19,6 +19,13 @@
 //! if they fill the limit, writes get the OOM error once the log is a
 //! quarter over it. Evicted keys raise no keyspace notification and do
 //! not fail a WATCH.
+//!
+//! With an SSD tier (`--ssd-dir`, `scaledkv::tier`), `maxmemory` bounds
+//! the fast tier (`--dir`) whatever the policy: past it the oldest data
+//! moves to the SSD tier (entries read since written stay). `--ssd-size`
+//! bounds the SSD tier (0: no bound): past it an evicting policy evicts
+//! the tier's oldest data (entries read there go back to the fast tier),
+//! and `noeviction` refuses writes.
 
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
@@ -47,14 +54,17 @@ pub struct MemoryLimit {
     maxmemory: AtomicU64,
     /// An index into `POLICIES`.
     policy: AtomicU8,
+    /// With an SSD tier, its size (0: no bound).
+    ssd_size: Option<u64>,
 }
 
 /// Redis's error for a write refused over the limit.
 pub const OOM_ERROR: &str = "OOM command not allowed when used memory > 'maxmemory'.";
 
 impl MemoryLimit {
-    pub fn new(maxmemory: u64, policy: &str) -> Result<MemoryLimit, String> {
-        let limit = MemoryLimit::default();
+    /// `ssd_size`: with an SSD tier, its size (0: no bound).
+    pub fn new(maxmemory: u64, policy: &str, ssd_size: Option<u64>) -> Result<MemoryLimit, String> {
+        let limit = MemoryLimit { ssd_size, ..MemoryLimit::default() };
         limit.set_policy(policy)?;
         limit.maxmemory.store(maxmemory, Ordering::Relaxed);
         Ok(limit)
@@ -81,11 +91,27 @@ impl MemoryLimit {
         Ok(())
     }
 
+    /// The SSD tier's size, if there is one (0: no bound).
+    pub fn ssd_size(&self) -> Option<u64> {
+        self.ssd_size
+    }
+
     /// The engine's cache capacity for these settings: the limit when a
-    /// policy evicts, else 0 (the server refuses writes instead).
+    /// policy evicts or there is an SSD tier to move data to, else 0 (the
+    /// server refuses writes instead).
     pub fn cache_capacity(&self) -> u64 {
-        if self.evicts() {
+        if self.evicts() || self.ssd_size.is_some() {
             self.maxmemory()
+        } else {
+            0
+        }
+    }
+
+    /// The engine's SSD tier capacity: its size when a policy evicts, else
+    /// 0 (unbounded: the server refuses writes instead).
+    pub fn ssd_tier_capacity(&self) -> u64 {
+        if self.evicts() {
+            self.ssd_size.unwrap_or(0)
         } else {
             0
         }
@@ -97,9 +123,18 @@ impl MemoryLimit {
         let was = (self.maxmemory(), self.policy());
         self.set_policy(policy)?;
         self.maxmemory.store(maxmemory, Ordering::Relaxed);
-        if let Err(error) = db.set_cache_capacity(self.cache_capacity()) {
+        let applied = db.set_cache_capacity(self.cache_capacity()).and_then(|()| match self.ssd_size {
+            Some(_) => db.set_ssd_tier_capacity(self.ssd_tier_capacity()),
+            None => Ok(()),
+        });
+        if let Err(error) = applied {
             self.set_policy(was.1).expect("a known policy");
             self.maxmemory.store(was.0, Ordering::Relaxed);
+            // Back to what was, which the engine took before.
+            let _ = db.set_cache_capacity(self.cache_capacity());
+            if self.ssd_size.is_some() {
+                let _ = db.set_ssd_tier_capacity(self.ssd_tier_capacity());
+            }
             return Err(error.to_string());
         }
         Ok(())
@@ -108,14 +143,19 @@ impl MemoryLimit {
     /// Whether write `command` is refused now: it may add data (Redis's
     /// `denyoom`), and the log is over the limit without eviction, or a
     /// quarter over it with (what eviction may not drop fills it, or it
-    /// cannot keep up).
+    /// cannot keep up). With an SSD tier, the fast tier is always kept by
+    /// moving data (refused only a quarter over), and the limit without
+    /// eviction is the SSD tier's size.
     pub fn refuses(&self, command: &str, db: &scaledkv::Db) -> bool {
         let limit = self.maxmemory();
         if limit == 0 || !denies_oom(command) {
             return false;
         }
-        let allowed = if self.evicts() { limit + limit / 4 } else { limit };
-        db.log_bytes() > allowed
+        let allowed = |limit: u64| if self.evicts() { limit + limit / 4 } else { limit };
+        match self.ssd_size {
+            None => db.log_bytes() > allowed(limit),
+            Some(ssd) => db.log_bytes() > limit + limit / 4 || (ssd > 0 && db.ssd_tier_bytes() > allowed(ssd)),
+        }
     }
 
     /// The engine's eviction filter: reads the policy at each call, so
@@ -212,7 +252,7 @@ mod tests {
 
     #[test]
     fn the_filter_follows_the_policy() {
-        let limit = Arc::new(MemoryLimit::new(0, "allkeys-lru").unwrap());
+        let limit = Arc::new(MemoryLimit::new(0, "allkeys-lru", None).unwrap());
         let filter = limit.filter();
         let decide = |key: &[u8], value: &[u8], expiry| (filter.0)(key, value, expiry);
         let string = [crate::keyspace::TYPE_STRING, b'v'];

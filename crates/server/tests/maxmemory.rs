@@ -203,3 +203,95 @@ fn the_memcached_port_shares_the_limit_and_reports_evictions() {
     let mut con = client(&server);
     assert_eq!(number(&mut con, "memory", "maxmemory"), 64 * MIB);
 }
+
+/// The fast tier on tmpfs, the SSD tier on the repository's disk.
+fn ssd_dir() -> tempfile::TempDir {
+    tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap()
+}
+
+/// Reads keys `0..count` back in pipelines of 1,000: each holds its value.
+fn check_all(con: &mut redis::Connection, count: u64) {
+    for start in (0..count).step_by(1000) {
+        let mut pipe = redis::pipe();
+        for key in start..(start + 1000).min(count) {
+            pipe.get(format!("k{key}"));
+        }
+        let got: Vec<Option<Vec<u8>>> = pipe.query(con).unwrap();
+        for (key, got) in (start..).zip(got) {
+            assert_eq!(got, Some(value(key)), "k{key}");
+        }
+    }
+}
+
+/// With `--ssd-dir`, `maxmemory` bounds the fast tier and the rest moves
+/// to the SSD tier: 40 MB into 8 MiB, nothing evicted or refused, every
+/// key read back, also after a SIGKILL and a restart.
+#[test]
+fn an_ssd_tier_holds_what_maxmemory_does_not_and_loses_nothing() {
+    let (dir, ssd) = (tmpfs_dir(), ssd_dir());
+    let args = ["--maxmemory", "8mb", "--ssd-dir", ssd.path().to_str().unwrap()];
+    let mut server = Server::start(dir.path(), &args);
+    let mut con = client(&server);
+    let mut most = 0;
+    for round in 0..8 {
+        fill(&mut con, round * 5000, (round + 1) * 5000);
+        most = most.max(number(&mut con, "memory", "used_memory_log"));
+    }
+    assert!(most <= 8 * MIB + 2 * MIB, "the fast tier held {most} bytes");
+    assert!(number(&mut con, "memory", "used_ssd_log") > 25 * MIB);
+    assert_eq!(info(&mut con, "memory", "ssd_dir"), ssd.path().canonicalize().unwrap().to_str().unwrap());
+    assert_eq!(number(&mut con, "stats", "evicted_keys"), 0);
+    assert!(number(&mut con, "stats", "ssd_demoted_segments") >= 25);
+    check_all(&mut con, 40_000);
+    assert!(number(&mut con, "stats", "ssd_reads") > 25_000);
+    let keys: u64 = redis::cmd("DBSIZE").query(&mut con).unwrap();
+    assert_eq!(keys, 40_000);
+    drop(con);
+    server.kill();
+    let server = Server::start(dir.path(), &args);
+    check_all(&mut client(&server), 40_000);
+}
+
+/// `--ssd-size` bounds the SSD tier: `noeviction` refuses writes past it
+/// with Redis's OOM error; an evicting policy, set at runtime, evicts the
+/// tier's oldest keys instead. The memcached port reports the tier as
+/// memcached's extstore does.
+#[test]
+fn ssd_size_bounds_the_tier_by_refusal_or_eviction() {
+    let (dir, ssd) = (tmpfs_dir(), ssd_dir());
+    let ssd_path = ssd.path().to_str().unwrap();
+    let args = ["--maxmemory", "8mb", "--ssd-dir", ssd_path, "--ssd-size", "16mb", "--memcached-port", "0"];
+    let server = Server::start(dir.path(), &args);
+    let mut con = client(&server);
+    let (written, error) = set_until_refused(&mut con, 0, 60_000);
+    assert_eq!(error.code(), Some("OOM"), "{error}");
+    // 24 MiB of 1 KB values fit both tiers, less what is in flight.
+    assert!(written > 20_000, "refused after {written} writes");
+    assert!(number(&mut con, "memory", "used_ssd_log") <= 17 * MIB);
+    redis::cmd("CONFIG").arg("SET").arg("maxmemory-policy").arg("allkeys-lru").query::<()>(&mut con).unwrap();
+    let mut most = 0;
+    for round in 0..6 {
+        fill(&mut con, 100_000 + round * 5000, 100_000 + (round + 1) * 5000);
+        most = most.max(number(&mut con, "memory", "used_ssd_log"));
+    }
+    assert!(most <= 16 * MIB + 2 * MIB, "the SSD tier held {most} bytes");
+    assert!(number(&mut con, "stats", "evicted_keys") > 10_000);
+    for key in 100_000..130_000u64 {
+        let got: Option<Vec<u8>> = con.get(format!("k{key}")).unwrap();
+        assert!(got.is_none_or(|got| got == value(key)), "k{key}");
+    }
+    let port = info(&mut con, "server", "memcached_port");
+    let mut memcached = TcpStream::connect(("127.0.0.1", port.parse::<u16>().unwrap())).unwrap();
+    memcached.write_all(b"stats\r\n").unwrap();
+    let mut stats = std::collections::HashMap::new();
+    for line in BufReader::new(memcached).lines().map(Result::unwrap) {
+        if line == "END" {
+            break;
+        }
+        let mut parts = line.split_whitespace().skip(1);
+        stats.insert(parts.next().unwrap().to_string(), parts.next().unwrap().to_string());
+    }
+    assert_eq!(stats["extstore_limit_maxbytes"], (16 * MIB).to_string());
+    assert!(stats["extstore_bytes_used"].parse::<u64>().unwrap() > 8 * MIB, "{stats:?}");
+    assert!(stats["extstore_bytes_written"].parse::<u64>().unwrap() > 16 * MIB, "{stats:?}");
+}

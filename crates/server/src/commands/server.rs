@@ -522,12 +522,17 @@ pub fn info_text(ctx: &Ctx<'_>, sections: &[String]) -> String {
         let _ = write!(
             text,
             "# Memory\r\nused_memory:{rss}\r\nused_memory_rss:{rss}\r\nused_memory_index:{}\r\n\
-             index_bytes_per_key:{:.1}\r\nused_memory_log:{}\r\nmaxmemory:{}\r\nmaxmemory_policy:{}\r\n\r\n",
+             index_bytes_per_key:{:.1}\r\nused_memory_log:{}\r\nmaxmemory:{}\r\nmaxmemory_policy:{}\r\n\
+             ssd_dir:{}\r\nssd_size:{}\r\nused_ssd_log:{}\r\n\r\n",
             stats.index_memory_bytes,
             stats.index_bytes_per_key,
-            stats.log_bytes,
+            // The log but for its SSD tier: what maxmemory bounds.
+            stats.log_bytes - stats.ssd_tier_bytes,
             config.memory.maxmemory(),
             config.memory.policy(),
+            config.ssd_dir.as_ref().map(|dir| dir.display().to_string()).unwrap_or_default(),
+            config.memory.ssd_size().unwrap_or(0),
+            stats.ssd_tier_bytes,
         );
     }
     if wanted("persistence") {
@@ -568,7 +573,8 @@ pub fn info_text(ctx: &Ctx<'_>, sections: &[String]) -> String {
             "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\n\
              total_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nrejected_connections:{}\r\n\
              expired_keys:{}\r\nevicted_keys:{}\r\nevicted_bytes:{}\r\nevict_second_chances:{}\r\n\
-             evict_stalled_writes:{}\r\nkeyspace_hits:{}\r\nkeyspace_misses:{}\r\npubsub_channels:{}\r\n\
+             evict_stalled_writes:{}\r\nssd_demoted_segments:{}\r\nssd_demoted_bytes:{}\r\nssd_reads:{}\r\n\
+             keyspace_hits:{}\r\nkeyspace_misses:{}\r\npubsub_channels:{}\r\n\
              pubsub_patterns:{}\r\npubsubshard_channels:{}\r\ntotal_error_replies:{}\r\n\r\n",
             s.connections_received.load(Ordering::Relaxed),
             s.commands.load(Ordering::Relaxed),
@@ -580,6 +586,9 @@ pub fn info_text(ctx: &Ctx<'_>, sections: &[String]) -> String {
             stats.evicted_bytes,
             stats.second_chances,
             stats.evict_stalled_writes,
+            stats.demoted_segments,
+            stats.demoted_bytes,
+            stats.ssd_tier_reads,
             s.keyspace_hits.load(Ordering::Relaxed),
             s.keyspace_misses.load(Ordering::Relaxed),
             shared.pubsub.count(crate::pubsub::Class::Channel),

@@ -655,7 +655,7 @@ fn general(ctx: &Ctx<'_>) -> Vec<(&'static str, String)> {
     let (user, system) = crate::commands::cpu_seconds();
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_secs();
     let db = shared.db.stats();
-    vec![
+    let mut pairs = vec![
         ("pid", std::process::id().to_string()),
         ("uptime", shared.started.elapsed().as_secs().to_string()),
         ("time", now.to_string()),
@@ -696,7 +696,17 @@ fn general(ctx: &Ctx<'_>) -> Vec<(&'static str, String)> {
         ("bytes", db.live_bytes.to_string()),
         ("curr_items", shared.user_keys().to_string()),
         ("evictions", db.evicted_keys.to_string()),
-    ]
+    ];
+    // memcached prints these with extstore, its SSD tier.
+    if let Some(size) = shared.config.memory.ssd_size() {
+        pairs.extend([
+            ("get_extstore", db.ssd_tier_reads.to_string()),
+            ("extstore_bytes_written", db.demoted_bytes.to_string()),
+            ("extstore_bytes_used", db.ssd_tier_bytes.to_string()),
+            ("extstore_limit_maxbytes", size.to_string()),
+        ]);
+    }
+    pairs
 }
 
 fn settings(ctx: &Ctx<'_>) -> Vec<(&'static str, String)> {
