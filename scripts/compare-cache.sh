@@ -9,8 +9,11 @@
 # Installs Debian's redis-server, redis-tools and memcached, builds
 # scaledkv-server and scaledkv-bench, then runs scripts/compare_cache.py.
 # Environment: REPEATS (3), KEYS (500000), VALUE (1000), WARMUP (500000),
-# OPERATIONS (500000), THREADS (4), LIMIT_MB ("64 256"), MEDIUM, DURABILITY
-# (/dev/shm), CONFIGS; see compare_cache.py.
+# OPERATIONS (500000), THREADS (4), LIMIT_MB ("64 256"), MEDIUM (/dev/shm),
+# DURABILITY (sync), CONFIGS, SSD_MB (1024), SSD_DIR (target/cmp-cache-ssd),
+# EXTSTORE_OPTS (ext_item_age=0);
+# see compare_cache.py. CONFIGS="scaledkv-tier memcached-ext" compares the
+# SSD tier with memcached's extstore.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if ! command -v redis-server >/dev/null || ! command -v redis-cli >/dev/null || ! command -v memcached >/dev/null; then
