@@ -333,6 +333,36 @@ mod tests {
         assert!(cold_kept < 1100, "hot {hot_kept} of 300, cold {cold_kept} of 5700");
     }
 
+    /// A segment of the tier that GC frees is removed, never reused as a
+    /// new segment of the log (which is how freed segments on tmpfs are
+    /// reused: `buffered` maps the tier's files that way too).
+    #[test]
+    fn segments_freed_in_the_tier_are_removed_not_reused() {
+        let (dir, tier) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let options = Options { durability: crate::Durability::Buffered, ..options(tier.path(), 0) };
+        let db = Db::open(dir.path(), options.clone()).unwrap();
+        (0..1500).for_each(|key| put(&db, key, 0));
+        let demoted = segment_files(tier.path());
+        (0..1500).for_each(|key| put(&db, key, 1));
+        while db.collect_garbage().unwrap() > 0 {}
+        db.inner.checkpoint().unwrap();
+        (0..1500).for_each(|key| put(&db, key, 2));
+        db.inner.checkpoint().unwrap();
+        let segments = db.inner.segments.all();
+        for segment in &segments {
+            assert_eq!(segment.cold, segment.path().starts_with(tier.path()), "{}", segment.path().display());
+        }
+        // Those GC freed in the tier are gone with the checkpoint.
+        let cold = segments.iter().filter(|s| s.cold).count();
+        assert!(db.stats().gc_runs >= demoted as u64 / 2, "{:?}", db.stats());
+        assert_eq!(segment_files(tier.path()), cold, "{:?}", db.stats());
+        drop(db);
+        let db = Db::open(dir.path(), options).unwrap();
+        for key in 0..1500u32 {
+            assert_eq!(db.get(&key.to_be_bytes()).unwrap(), Some(value(key, 2)), "key {key}");
+        }
+    }
+
     /// The directories name each other: a database opened without its tier,
     /// with another, or a tier shared with another database is refused.
     #[test]

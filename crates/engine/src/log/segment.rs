@@ -88,8 +88,10 @@ impl Segment {
     /// costs 40-60 ms of page allocation and page-table work on this
     /// machine's VM, and zeroing a mapped one 3-6 ms. A page-cache file
     /// would have to be rewritten and synced whole, as creating one costs.
+    /// Never a segment of the SSD tier: the log is written in its own
+    /// directory.
     pub fn recyclable(&self) -> bool {
-        !self.region.writes_by_syscall()
+        !self.cold && !self.region.writes_by_syscall()
     }
 
     /// Turns this freed segment, which nothing else references, into an
