@@ -11,7 +11,7 @@
 # Environment: REPEATS (3), KEYS (500000), VALUE (1000), WARMUP (500000),
 # OPERATIONS (500000), THREADS (4), LIMIT_MB ("64 256"), MEDIUM (/dev/shm),
 # DURABILITY (sync), CONFIGS, SSD_MB (1024), SSD_DIR (target/cmp-cache-ssd),
-# EXTSTORE_OPTS (ext_item_age=0);
+# EXTSTORE_OPTS (ext_page_size=8,ext_item_age=0);
 # see compare_cache.py. CONFIGS="scaledkv-tier memcached-ext" compares the
 # SSD tier with memcached's extstore.
 set -euo pipefail

@@ -130,7 +130,7 @@ pub(crate) struct Inner {
     pub(crate) options: Options,
     pub(crate) segments: SegmentSet,
     /// Segments freed by GC, reused by the log writer (`Segment::recycle`).
-    recycler: Arc<Recycler>,
+    pub(crate) recycler: Arc<Recycler>,
     pub(crate) index: Index,
     pub(crate) committer: Committer,
     pub(crate) counters: Counters,
