@@ -244,6 +244,7 @@ impl Inner {
 mod tests {
     use std::sync::Arc;
 
+    use crate::testing::{kept_hot_and_cold, put, value, write_reading_every_20th};
     use crate::{Db, Error, Eviction, EvictionFilter, Options};
 
     const SEGMENT: usize = 64 * 1024;
@@ -261,18 +262,6 @@ mod tests {
         }
     }
 
-    /// A 1000-byte value that names its key and version.
-    fn value(key: u32, version: u32) -> Vec<u8> {
-        let mut value = vec![(key % 251) as u8; 1000];
-        value[..4].copy_from_slice(&key.to_le_bytes());
-        value[4..8].copy_from_slice(&version.to_le_bytes());
-        value
-    }
-
-    fn put(db: &Db, key: u32, version: u32) {
-        db.put(&key.to_be_bytes(), &value(key, version)).unwrap();
-    }
-
     /// Writes 4,000 keys (about 8x the capacity), reading every 20th key
     /// written so far after every 50 writes: the log stays within about a
     /// segment of the capacity, the keys read survive, most others go, and
@@ -281,32 +270,13 @@ mod tests {
     fn a_cache_stays_within_its_capacity_and_keeps_what_is_read() {
         let dir = tempfile::tempdir().unwrap();
         let db = Db::open(dir.path(), options(None)).unwrap();
-        let mut most = 0;
-        for key in 0..4000u32 {
-            put(&db, key, 0);
-            if key % 50 == 49 {
-                for hot in (0..=key).step_by(20) {
-                    db.get(&hot.to_be_bytes()).unwrap();
-                }
-            }
-            most = most.max(db.log_bytes());
-        }
+        let most = write_reading_every_20th(&db, 4000, Db::log_bytes);
         let stats = db.stats();
         // Over by the segment being written, and the piece under eviction.
         assert!(most <= CAPACITY + 2 * SEGMENT as u64, "log grew to {most}: {stats:?}");
         assert!(stats.evicted_keys > 3000 && stats.second_chances > 0, "{stats:?}");
         assert!(stats.evict_stalled_writes > 0, "{stats:?}");
-        let (mut hot_kept, mut cold_kept) = (0, 0);
-        for key in 0..4000u32 {
-            if let Some(found) = db.get(&key.to_be_bytes()).unwrap() {
-                assert_eq!(found, value(key, 0), "key {key}");
-                if key % 20 == 0 {
-                    hot_kept += 1;
-                } else {
-                    cold_kept += 1;
-                }
-            }
-        }
+        let (hot_kept, cold_kept) = kept_hot_and_cold(&db, 4000);
         // The 200 hot keys (200 KB) fit; the cold keys of the last ~300 KB
         // written are still there.
         assert!(hot_kept >= 190, "hot {hot_kept} of 200, cold {cold_kept} of 3800");

@@ -210,6 +210,7 @@ fn write_marker(dir: &Path, name: &str, path: &Path) -> Result<()> {
 mod tests {
     use std::path::Path;
 
+    use crate::testing::{kept_hot_and_cold, put, value, write_reading_every_20th};
     use crate::{Db, Error, Options, SsdTier};
 
     const SEGMENT: usize = 64 * 1024;
@@ -225,18 +226,6 @@ mod tests {
             ssd_tier: Some(SsdTier { dir: tier.to_path_buf(), capacity_bytes: tier_capacity }),
             ..Options::default()
         }
-    }
-
-    /// A 1000-byte value that names its key and version.
-    fn value(key: u32, version: u32) -> Vec<u8> {
-        let mut value = vec![(key % 251) as u8; 1000];
-        value[..4].copy_from_slice(&key.to_le_bytes());
-        value[4..8].copy_from_slice(&version.to_le_bytes());
-        value
-    }
-
-    fn put(db: &Db, key: u32, version: u32) {
-        db.put(&key.to_be_bytes(), &value(key, version)).unwrap();
     }
 
     fn segment_files(dir: &Path) -> usize {
@@ -307,30 +296,11 @@ mod tests {
     fn a_bounded_tier_evicts_and_promotes_what_is_read() {
         let (dir, tier) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
         let db = Db::open(dir.path(), options(tier.path(), CAPACITY)).unwrap();
-        let mut most = 0;
-        for key in 0..6000u32 {
-            put(&db, key, 0);
-            if key % 50 == 49 {
-                for hot in (0..=key).step_by(20) {
-                    db.get(&hot.to_be_bytes()).unwrap();
-                }
-            }
-            most = most.max(db.ssd_tier_bytes());
-        }
+        let most = write_reading_every_20th(&db, 6000, Db::ssd_tier_bytes);
         let stats = db.stats();
         assert!(most <= CAPACITY + 2 * SEGMENT as u64, "SSD tier grew to {most}: {stats:?}");
         assert!(stats.evicted_keys > 3000 && stats.second_chances > 0, "{stats:?}");
-        let (mut hot_kept, mut cold_kept) = (0, 0);
-        for key in 0..6000u32 {
-            if let Some(found) = db.get(&key.to_be_bytes()).unwrap() {
-                assert_eq!(found, value(key, 0), "key {key}");
-                if key % 20 == 0 {
-                    hot_kept += 1;
-                } else {
-                    cold_kept += 1;
-                }
-            }
-        }
+        let (hot_kept, cold_kept) = kept_hot_and_cold(&db, 6000);
         // Both tiers hold ~16 segments of ~64 entries: the 300 hot keys and
         // the last ~700 others written.
         assert!(hot_kept >= 285, "hot {hot_kept} of 300, cold {cold_kept} of 5700");

@@ -166,6 +166,21 @@ fn no_message_follows_the_confirmation_of_an_unsubscribe() {
 fn a_subscriber_that_stops_reading_is_closed_at_the_limit() {
     let (_dir, server) = start();
     let mut slow = server.connect();
+    // A fixed receive buffer: autotuning may grow it to tcp_rmem's maximum
+    // (32 MiB here), which would hold so much of the 48 MiB that the
+    // server's share stays under the limit (it did once, on a busy host).
+    let rcvbuf: libc::c_int = 256 << 10;
+    // SAFETY: setsockopt on our own socket with a c_int it reads.
+    let set = unsafe {
+        libc::setsockopt(
+            std::os::fd::AsRawFd::as_raw_fd(&slow),
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUF,
+            (&rcvbuf as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(set, 0, "setsockopt SO_RCVBUF");
     request(&mut slow, &encode(&[b"SUBSCRIBE", b"big"]));
     let mut fast = server.connect();
     fast.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
