@@ -1179,7 +1179,8 @@ impl Inner {
         let live_bytes: u64 = segments.iter().map(|s| s.live_bytes.load(Ordering::Relaxed)).sum();
         let log_bytes: u64 = segments.iter().map(|s| s.written_bytes.load(Ordering::Relaxed)).sum();
         let disk_bytes = segments.iter().map(|s| s.capacity_bytes() as u64).sum::<u64>() + self.recycler.held_bytes();
-        let index_memory_bytes = self.index.memory_bytes();
+        let index = self.index.memory();
+        let index_memory_bytes = index.total;
         // The newest segment: the log's own directory, not the SSD tier.
         let medium = segments.last().map_or("unknown", |s| s.region.medium().name());
         let persist = segments.last().map_or("unknown", |s| s.region.persist_method());
@@ -1193,6 +1194,8 @@ impl Inner {
             disk_bytes,
             segments: segments.len() as u64,
             index_memory_bytes,
+            index_point_table_bytes: index.points,
+            index_pending_bytes: index.pending,
             index_bytes_per_key: if keys == 0 { 0.0 } else { index_memory_bytes as f64 / keys as f64 },
             last_seq: self.index.visible_seq(),
             durability: self.options.durability.name(),

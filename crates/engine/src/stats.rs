@@ -80,6 +80,11 @@ pub struct Stats {
     pub segments: u64,
     /// Estimated DRAM held by the index (see `index::memtable` for the model).
     pub index_memory_bytes: u64,
+    /// Of `index_memory_bytes`: the point table (`Options::point_index`),
+    /// and the updates waiting for the merger thread; the rest is the
+    /// B-tree.
+    pub index_point_table_bytes: u64,
+    pub index_pending_bytes: u64,
     pub index_bytes_per_key: f64,
     /// DRAM held by GC's maps of dead entries (`log::marks`: at most 1/64
     /// of the log, and 64 maps).

@@ -625,3 +625,26 @@ fn compacting_the_index_keeps_every_entry_while_writes_go_on() {
     let per_key = db.stats().index_bytes_per_key;
     assert!(per_key < 45.0, "{per_key} B per key");
 }
+
+/// `stats` breaks the index's memory down: the point table (16-byte slots
+/// at most three quarters full) is part of the total, and absent without
+/// `point_index`; nothing waits for the merger without background work.
+#[test]
+fn index_memory_is_broken_down_by_part() {
+    for point_index in [true, false] {
+        let dir = tempfile::tempdir().unwrap();
+        let options = Options { point_index, background_work: false, ..small_segments() };
+        let db = Db::open(dir.path(), options).unwrap();
+        for i in 0..1000u32 {
+            db.put(&i.to_be_bytes(), b"value").unwrap();
+        }
+        let stats = db.stats();
+        if point_index {
+            assert!(stats.index_point_table_bytes >= 1000 * 16 * 4 / 3, "{stats:?}");
+            assert!(stats.index_point_table_bytes < stats.index_memory_bytes - 1000 * 30, "{stats:?}");
+        } else {
+            assert_eq!(stats.index_point_table_bytes, 0, "{stats:?}");
+        }
+        assert_eq!(stats.index_pending_bytes, 0, "{stats:?}");
+    }
+}

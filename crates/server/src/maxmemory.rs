@@ -3,7 +3,8 @@
 //! ScaledKV's data lives in the engine's log (on tmpfs, persistent memory
 //! or a disk), so `maxmemory` bounds the log: the entries' keys, values
 //! and headers, live or dead (`Db::log_bytes`). The index's DRAM comes on
-//! top (INFO's `index_memory_bytes`, 60-90 bytes per key).
+//! top (INFO's `used_memory_index`, 60-150 bytes per key, the point table's
+//! share in `used_memory_index_points`).
 //!
 //! Policies: `noeviction` (Redis's default) refuses writes that may grow
 //! the data with Redis's OOM error once the log is over the limit. Every

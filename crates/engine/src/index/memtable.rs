@@ -1183,18 +1183,29 @@ impl Index {
         )
     }
 
-    /// Estimated DRAM bytes held by the index.
-    pub fn memory_bytes(&self) -> u64 {
+    /// Estimated DRAM bytes held by the index, in all and by part.
+    pub fn memory(&self) -> IndexMemory {
         let tree = self.tree.read();
         let spilled = self.spilled_key_bytes.load(Ordering::Relaxed) as usize;
         let entry = std::mem::size_of::<Key>() + std::mem::size_of::<Slot>();
         let nodes = tree.heads.node_bytes(entry);
         let chained = self.chained_versions.load(Ordering::Relaxed) as usize * std::mem::size_of::<Slot>();
-        let points = tree.points.as_ref().map_or(0, Points::memory_bytes);
+        let points = tree.points.as_ref().map_or(0, Points::memory_bytes) as u64;
         drop(tree);
         let pending = self.pending.read().memory_bytes();
-        (nodes + spilled + chained + points) as u64 + pending
+        IndexMemory { total: (nodes + spilled + chained) as u64 + points + pending, points, pending }
     }
+}
+
+/// The index's estimated DRAM (`Index::memory`): in all, the B-tree (its
+/// nodes, keys too long to store inline, versions kept for snapshots) and
+/// the parts below; the point table (`points.rs`, with the old or spare
+/// table of a growth), and the updates waiting for the merger
+/// (`pending.rs`).
+pub struct IndexMemory {
+    pub total: u64,
+    pub points: u64,
+    pub pending: u64,
 }
 
 /// Replaces `key`'s older versions by those still needed after `old` was
@@ -1616,7 +1627,7 @@ mod tests {
         for n in 0..keys {
             put(n);
         }
-        let grown = index.memory_bytes();
+        let grown = index.memory().total;
         index.background_step(&segments, false);
         assert!(index.tree.read().heads.compaction_piece(1, Rebuild::Grown).is_some());
         // A few new keys between steps: one piece rebuilt per step, never idle.
@@ -1627,7 +1638,7 @@ mod tests {
             index.background_step(&segments, false);
         }
         assert!(index.tree.read().heads.compaction_piece(1, Rebuild::Grown).is_none());
-        let rebuilt = index.memory_bytes();
+        let rebuilt = index.memory().total;
         assert!(rebuilt * 10 < grown * 8, "{rebuilt} bytes after the rebuild, {grown} before");
         // Heavy writes (more than a light step's worth): left alone.
         for n in 0..LIGHT_WRITES_PER_STEP + 1 {
@@ -1643,8 +1654,8 @@ mod tests {
             let updates = keys.iter().enumerate().map(|(i, key)| Update::Put { key, loc: loc(i as u32), seq });
             index.apply(updates, seq, &segments);
         }
-        let before = index.memory_bytes();
+        let before = index.memory().total;
         index.background_step(&segments, false);
-        assert_eq!(index.memory_bytes(), before, "nothing rebuilt");
+        assert_eq!(index.memory().total, before, "nothing rebuilt");
     }
 }

@@ -522,9 +522,11 @@ pub fn info_text(ctx: &Ctx<'_>, sections: &[String]) -> String {
         let _ = write!(
             text,
             "# Memory\r\nused_memory:{rss}\r\nused_memory_rss:{rss}\r\nused_memory_index:{}\r\n\
-             index_bytes_per_key:{:.1}\r\nused_memory_log:{}\r\nmaxmemory:{}\r\nmaxmemory_policy:{}\r\n\
+             used_memory_index_points:{}\r\nused_memory_index_pending:{}\r\nindex_bytes_per_key:{:.1}\r\nused_memory_log:{}\r\nmaxmemory:{}\r\nmaxmemory_policy:{}\r\n\
              ssd_dir:{}\r\nssd_size:{}\r\nused_ssd_log:{}\r\n\r\n",
             stats.index_memory_bytes,
+            stats.index_point_table_bytes,
+            stats.index_pending_bytes,
             stats.index_bytes_per_key,
             // The log but for its SSD tier: what maxmemory bounds.
             stats.log_bytes - stats.ssd_tier_bytes,
