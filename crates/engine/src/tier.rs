@@ -256,6 +256,11 @@ mod tests {
         assert!(most <= CAPACITY + 2 * SEGMENT as u64, "fast tier grew to {most}: {stats:?}");
         assert_eq!(stats.evicted_keys, 0, "{stats:?}");
         assert!(stats.demoted_segments >= 40 && stats.ssd_tier_bytes > 5 * CAPACITY, "{stats:?}");
+        // The per-tier sums kept as segments come and go match a walk.
+        assert_eq!(
+            (db.ssd_tier_bytes(), db.log_bytes()),
+            (stats.ssd_tier_bytes, stats.log_bytes - stats.ssd_tier_bytes)
+        );
         let newest =
             |key: u32| if key < 2000 && key.is_multiple_of(5) { 3 } else { 1 + u32::from(key.is_multiple_of(10)) };
         for key in 0..4000u32 {

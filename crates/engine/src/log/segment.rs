@@ -320,6 +320,12 @@ pub struct SegmentSet {
     /// Dead-entry maps allocated by the segments in the table (bounded:
     /// see `log::marks`).
     dead_maps: AtomicUsize,
+    /// Bytes written into the table's segments in the SSD tier (sealed, so
+    /// a sum kept as they come and go), and how many are not in it: the
+    /// memory limit reads both per write, and a tier of thousands of
+    /// segments is not walked for that.
+    cold_bytes: AtomicU64,
+    hot_segments: AtomicUsize,
 }
 
 impl Default for SegmentSet {
@@ -328,6 +334,8 @@ impl Default for SegmentSet {
             table: ArcSwap::from_pointee(Vec::new()),
             retired: parking_lot::Mutex::new(Vec::new()),
             dead_maps: AtomicUsize::new(0),
+            cold_bytes: AtomicU64::new(0),
+            hot_segments: AtomicUsize::new(0),
         }
     }
 }
@@ -359,7 +367,27 @@ impl SegmentSet {
             replaced = next[at].replace(segment.clone());
             next
         });
+        self.count(&segment, true);
+        if let Some(replaced) = &replaced {
+            self.count(replaced, false);
+        }
         replaced
+    }
+
+    /// Keeps `cold_bytes` and `hot_segments` as `segment` joins or leaves.
+    fn count(&self, segment: &Segment, joins: bool) {
+        if segment.cold {
+            let bytes = segment.written_bytes.load(Ordering::Relaxed);
+            if joins {
+                self.cold_bytes.fetch_add(bytes, Ordering::Relaxed);
+            } else {
+                self.cold_bytes.fetch_sub(bytes, Ordering::Relaxed);
+            }
+        } else if joins {
+            self.hot_segments.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.hot_segments.fetch_sub(1, Ordering::Relaxed);
+        }
     }
 
     pub fn remove(&self, id: u32) -> Option<Arc<Segment>> {
@@ -369,8 +397,11 @@ impl SegmentSet {
             removed = next.get_mut(id as usize).and_then(|s| s.take());
             next
         });
-        if removed.as_ref().is_some_and(|s| s.dead.allocated()) {
-            self.dead_maps.fetch_sub(1, Ordering::Relaxed);
+        if let Some(segment) = &removed {
+            if segment.dead.allocated() {
+                self.dead_maps.fetch_sub(1, Ordering::Relaxed);
+            }
+            self.count(segment, false);
         }
         removed
     }
@@ -406,8 +437,25 @@ impl SegmentSet {
     /// `cold`), without cloning the table (eviction and the server's memory
     /// limit read it per write).
     pub fn written_bytes(&self, cold: bool) -> u64 {
+        if cold {
+            return self.cold_bytes.load(Ordering::Relaxed);
+        }
+        // The fast tier's are the newest, but for any the collector could
+        // not move (damaged, or kept for a snapshot): walk from the newest
+        // until all are counted.
+        let mut left = self.hot_segments.load(Ordering::Relaxed);
         let table = self.table.load();
-        table.iter().flatten().filter(|s| s.cold == cold).map(|s| s.written_bytes.load(Ordering::Relaxed)).sum()
+        let mut bytes = 0;
+        for segment in table.iter().rev().flatten() {
+            if left == 0 {
+                break;
+            }
+            if !segment.cold {
+                bytes += segment.written_bytes.load(Ordering::Relaxed);
+                left -= 1;
+            }
+        }
+        bytes
     }
 
     pub fn all(&self) -> Vec<Arc<Segment>> {
