@@ -94,15 +94,14 @@ def rss_mb(pid):
 
 class Server:
     def __init__(self, config, limit_mb):
-        self.dir = None
+        self.dir = self.ssd = None
         self.port = free_port()
         protocol_port = self.port
-        ssd = None
         if config in ("scaledkv-tier", "memcached-ext"):
-            ssd = os.path.join(SSD_DIR, config)
-            shutil.rmtree(ssd, ignore_errors=True)
-            os.makedirs(ssd)
-            self.ssd = ssd
+            self.ssd = os.path.join(SSD_DIR, config)
+            shutil.rmtree(self.ssd, ignore_errors=True)
+            os.makedirs(self.ssd)
+        ssd = self.ssd
         if config in ("memcached", "memcached-ext"):
             cmd = ["memcached", "-l", "127.0.0.1", "-p", str(self.port), "-U", "0", "-m", str(limit_mb)]
             if ssd:
@@ -146,7 +145,7 @@ class Server:
         if self.proc.poll() is None:
             os.kill(self.proc.pid, signal.SIGKILL)
             self.proc.wait()
-        for path in (self.dir, getattr(self, "ssd", None)):
+        for path in (self.dir, self.ssd):
             if path:
                 shutil.rmtree(path, ignore_errors=True)
 
@@ -199,15 +198,14 @@ def main():
         emit("| server | hit ratio | ops/s | GET p99 µs | server CPU µs/op | RSS MB | mapped files MB "
              "| ops/s vs its peer |")
         emit("|---|---:|---:|---:|---:|---:|---:|---:|")
-        peer = PEER
         for config in CONFIGS:
             rs = runs[config]
             ops = median([r["ops"] for r in rs])
-            base = median([r["ops"] for r in runs.get(peer.get(config), [])])
+            base = median([r["ops"] for r in runs.get(PEER.get(config), [])])
             emit(f"| {config} | {median([r['hit'] for r in rs]):.4f} | {ops:,.0f} | "
                  f"{median([r['p99'] for r in rs]):.0f} | {median([r['cpu_us'] for r in rs]):.1f} | "
                  f"{median([r['rss'] for r in rs]):.0f} | {median([r['file'] for r in rs]):.0f} | "
-                 f"{ratio(ops, base) if config in peer else ''} |")
+                 f"{ratio(ops, base) if config in PEER else ''} |")
     print(f"\nwritten to {REPORT}")
 
 
