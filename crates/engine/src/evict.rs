@@ -353,7 +353,7 @@ mod tests {
             }
         }
         assert!(db.stats().evicted_keys > 0, "{:?}", db.stats());
-        let crashed = crate::testing::crashed_copy(dir.path());
+        let crashed = crate::testing::crashed_copy(&db, dir.path());
         drop(db);
         for reopened in [Db::open(crashed.path(), options(None)).unwrap(), Db::open(dir.path(), options(None)).unwrap()]
         {

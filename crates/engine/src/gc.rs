@@ -516,7 +516,7 @@ mod tests {
         assert_eq!(db.get(b"gone").unwrap(), None);
 
         // The files as a crash now would leave them (every write is durable).
-        let crashed = crate::testing::crashed_copy(dir.path());
+        let crashed = crate::testing::crashed_copy(&db, dir.path());
         drop(db);
         let reopened = open(&crashed, 3.0);
         assert_eq!(reopened.get(b"gone").unwrap(), None);

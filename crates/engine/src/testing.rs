@@ -4,9 +4,12 @@ use std::path::Path;
 
 use crate::Db;
 
-/// A copy of database directory `dir` as a crash now would leave it (every
-/// write durable, no close): its files but the lock.
-pub(crate) fn crashed_copy(dir: &Path) -> tempfile::TempDir {
+/// A copy of the directory `dir` of `db` as a crash now would leave it
+/// (every write durable, no close): its files but the lock, once the log's
+/// helper threads are done with them (without `background_work`, nothing
+/// else changes them while the caller does not write).
+pub(crate) fn crashed_copy(db: &Db, dir: &Path) -> tempfile::TempDir {
+    db.inner.committer.with_log(|log| log.wait_for_helpers());
     let crashed = tempfile::tempdir().unwrap();
     for file in std::fs::read_dir(dir).unwrap() {
         let path = file.unwrap().path();

@@ -149,6 +149,23 @@ impl LogWriter {
         Spare { segment: receiver, thread }
     }
 
+    /// Waits until no helper thread of this writer is left to change the
+    /// directory's files (a prefault, a writeback whose segment, freed
+    /// meanwhile, is removed when the thread lets it go; a recycled spare's
+    /// rename): a copy of the directory is then the files a crash would
+    /// leave.
+    #[cfg(test)]
+    pub fn wait_for_helpers(&mut self) {
+        for thread in self.helpers.drain(..) {
+            let _ = thread.join();
+        }
+        if let Some(spare) = &self.spare {
+            while !spare.thread.is_finished() {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+        }
+    }
+
     pub fn persist_waits_for_device(&self) -> bool {
         self.active.region.persist_waits_for_device()
     }
