@@ -17,6 +17,7 @@
 //! - `notify`: keyspace notifications published through them;
 //! - `monitor`: MONITOR's lines, sent through the same mailboxes;
 //! - `memcache`: the memcached text protocol over the same keyspace;
+//! - `script`: Lua scripting (EVAL), its sandbox and script cache;
 //! - `expiry`: active expiry; `metrics`: the Prometheus endpoint;
 //! - `server`: shared state, listeners, shutdown; `config`: flags and TOML.
 
@@ -36,6 +37,7 @@ pub mod notify;
 pub mod pending;
 pub mod pubsub;
 pub mod resp;
+pub mod script;
 pub mod server;
 pub mod waiters;
 pub mod zset;

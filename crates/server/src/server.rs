@@ -88,6 +88,8 @@ pub struct Shared {
     pub monitors: crate::monitor::Monitors,
     /// The memcached protocol's CAS clock, counters and port.
     pub memcached: crate::memcache::State,
+    /// Cached Lua scripts, and what SCRIPT KILL stops (`crate::script`).
+    pub scripts: crate::script::Scripts,
 }
 
 impl Shared {
@@ -227,6 +229,7 @@ pub async fn run(config: Config, db: Db) -> Result<(), String> {
         notify_flags: std::sync::atomic::AtomicU32::new(config.notify_keyspace_events),
         monitors: Default::default(),
         memcached: crate::memcache::State::new(cas),
+        scripts: Default::default(),
         db,
         locks: KeyLocks::default(),
         stats: ServerStats::default(),

@@ -11,6 +11,7 @@ mod list_chunks;
 mod lists;
 mod pubsub;
 pub mod ranks;
+pub mod scripting;
 mod server;
 mod sets;
 mod strings;
@@ -32,7 +33,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 pub use keys::Cursors;
-pub use server::{clear_all, cpu_seconds};
+pub use server::{clear_all, cpu_seconds, REDIS_VERSION};
 pub use tx::exec;
 
 /// A command's failure, replied as a RESP error.
@@ -429,26 +430,18 @@ commands! {
     "unsubscribe", -1, 0, NONE, "pubsub", pubsub::unsubscribe, "Stops listening to messages posted to channels.";
     "punsubscribe", -1, 0, NONE, "pubsub", pubsub::punsubscribe, "Stops listening to messages published to channels that match one or more patterns.";
     "sunsubscribe", -1, 0, ALL_ARGS, "pubsub", pubsub::sunsubscribe, "Stops listening to messages posted to shard channels.";
+    "eval", -3, 0, NONE, "scripting", scripting::eval_in_transaction, "Executes a server-side Lua script.";
+    "evalsha", -3, 0, NONE, "scripting", scripting::eval_in_transaction, "Executes a server-side Lua script by SHA1 digest.";
+    "eval_ro", -3, READONLY, NONE, "scripting", scripting::eval_in_transaction, "Executes a read-only server-side Lua script.";
+    "evalsha_ro", -3, READONLY, NONE, "scripting", scripting::eval_in_transaction, "Executes a read-only server-side Lua script by SHA1 digest.";
+    "script", -2, 0, NONE, "scripting", scripting::script, "A container for Lua scripts management commands.";
     "publish", 3, FAST, NONE, "pubsub", pubsub::publish, "Posts a message to a channel.";
     "spublish", 3, FAST, ONE, "pubsub", pubsub::spublish, "Post a message to a shard channel";
     "pubsub", -2, 0, NONE, "pubsub", pubsub::pubsub, "A container for Pub/Sub commands.";
 }
 
 /// Types that are not built yet: a clear error, never a crash.
-const NOT_YET: &[&str] = &[
-    "xadd",
-    "xrange",
-    "xlen",
-    "xread",
-    "pfdebug",
-    "pfselftest",
-    "geoadd",
-    "eval",
-    "evalsha",
-    "script",
-    "function",
-    "fcall",
-];
+const NOT_YET: &[&str] = &["xadd", "xrange", "xlen", "xread", "pfdebug", "pfselftest", "geoadd", "function", "fcall"];
 
 /// The command named `name`, in any case, without allocating.
 pub fn lookup(name: &[u8]) -> Option<&'static Command> {
@@ -496,7 +489,7 @@ fn unknown_command(args: &[Bytes]) -> String {
     let lower = name.to_ascii_lowercase();
     if NOT_YET.contains(&lower.as_str()) {
         return format!(
-            "ERR '{lower}' is not supported by ScaledKV yet (strings, lists, hashes, sets, sorted sets, HyperLogLogs, keys and pub/sub only; see the README)"
+            "ERR '{lower}' is not supported by ScaledKV yet (strings, lists, hashes, sets, sorted sets, HyperLogLogs, keys, pub/sub and EVAL scripts only; see the README)"
         );
     }
     format!("ERR unknown command '{name}', with args beginning with: {quoted}")
@@ -911,6 +904,11 @@ pub async fn run_command<'s>(
         return;
     }
     run.commit(shared, out).await;
+    if scripting::is_script(command) {
+        scripting::eval(shared, conn, out, command, &args).await;
+        crate::monitor::feed(shared, conn, command, &args);
+        return;
+    }
     if command.name == "exec" {
         exec(shared, conn, out).await;
         // After the commands it ran, as Redis shows them.

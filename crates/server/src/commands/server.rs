@@ -519,11 +519,12 @@ pub fn info_text(ctx: &Ctx<'_>, sections: &[String]) -> String {
     }
     if wanted("memory") {
         let rss = resident_bytes();
+        let scripts = shared.scripts.sizes();
         let _ = write!(
             text,
             "# Memory\r\nused_memory:{rss}\r\nused_memory_rss:{rss}\r\nused_memory_index:{}\r\n\
              used_memory_index_points:{}\r\nused_memory_index_pending:{}\r\nindex_bytes_per_key:{:.1}\r\nused_memory_log:{}\r\nmaxmemory:{}\r\nmaxmemory_policy:{}\r\n\
-             ssd_dir:{}\r\nssd_size:{}\r\nused_ssd_log:{}\r\n\r\n",
+             ssd_dir:{}\r\nssd_size:{}\r\nused_ssd_log:{}\r\nnumber_of_cached_scripts:{}\r\nused_memory_scripts:{}\r\n\r\n",
             stats.index_memory_bytes,
             stats.index_point_table_bytes,
             stats.index_pending_bytes,
@@ -535,6 +536,8 @@ pub fn info_text(ctx: &Ctx<'_>, sections: &[String]) -> String {
             config.ssd_dir.as_ref().map(|dir| dir.display().to_string()).unwrap_or_default(),
             config.memory.ssd_size().unwrap_or(0),
             stats.ssd_tier_bytes,
+            scripts.0,
+            scripts.1,
         );
     }
     if wanted("persistence") {
@@ -668,6 +671,10 @@ fn parameters(ctx: &Ctx<'_>) -> Vec<(&'static str, String)> {
         ("maxmemory", config.memory.maxmemory().to_string()),
         ("maxmemory-policy", config.memory.policy().into()),
         ("notify-keyspace-events", crate::notify::format(shared.notify_flags.load(Ordering::Relaxed))),
+        // How long a script runs before SCRIPT KILL may stop it; Redis's
+        // older name for it too.
+        ("busy-reply-threshold", shared.scripts.control.busy_millis.load(Ordering::Relaxed).to_string()),
+        ("lua-time-limit", shared.scripts.control.busy_millis.load(Ordering::Relaxed).to_string()),
     ]
 }
 
@@ -720,6 +727,9 @@ fn config_set(ctx: &mut Ctx<'_>, name: &str, value: &[u8]) -> CmdResult {
         "requirepass" => shared.set_password(Some(text.clone()).filter(|p| !p.is_empty())),
         "maxclients" => shared.set_maxclients(number()? as usize),
         "timeout" => shared.set_timeout_secs(number()?),
+        "busy-reply-threshold" | "lua-time-limit" => {
+            shared.scripts.control.busy_millis.store(number()?, Ordering::Relaxed)
+        }
         "notify-keyspace-events" => {
             let flags = crate::notify::parse(value).ok_or_else(|| {
                 err(format!(

@@ -81,7 +81,8 @@ pub async fn exec(shared: &Shared, conn: &mut ConnState, out: &mut Out) {
     conn.info.last_command(super::lookup(b"exec").expect("in the table"));
     let mut stripes: Vec<_> = watched.iter().map(|(s, _)| *s).collect();
     for (command, args) in &queued {
-        if command.has(ALL_KEYS) {
+        // A script may touch keys it does not name.
+        if command.has(ALL_KEYS) || super::scripting::is_script(command) {
             stripes = KeyLocks::all();
             break;
         }

@@ -183,6 +183,22 @@ impl Out {
         }
     }
 
+    /// A boolean: `#t`/`#f` in RESP3, `:1`/`:0` in RESP2.
+    pub fn boolean(&mut self, value: bool) {
+        match self.protocol {
+            Protocol::Resp2 => self.int(value as i64),
+            Protocol::Resp3 => self.buf.put_slice(if value { b"#t\r\n" } else { b"#f\r\n" }),
+        }
+    }
+
+    /// A big number's digits: `(` in RESP3, a bulk string in RESP2.
+    pub fn big_number(&mut self, digits: &str) {
+        match self.protocol {
+            Protocol::Resp2 => self.bulk(digits.as_bytes()),
+            Protocol::Resp3 => self.line(b'(', digits.as_bytes()),
+        }
+    }
+
     pub fn len(&self) -> usize {
         self.buf.len()
     }

@@ -1,0 +1,273 @@
+//! EVAL, EVALSHA, their read-only forms, and SCRIPT (`crate::script` runs
+//! the Lua). A script is atomic as in Redis: it holds the locks of its
+//! keys while it runs, and its writes are one batch, durable and visible
+//! together once it ends, before its reply is sent. A script that touches
+//! a key it did not declare takes that key's lock if it is free, or else
+//! is run again holding every key's lock (as Redis, which runs one script
+//! at a time, allows undeclared keys outside a cluster).
+
+use bytes::Bytes;
+use smallvec::SmallVec;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use super::{args, commit, engine_error_text, err, lookup, subcommand_arity, unknown_subcommand};
+use super::{CmdError, CmdResult, Command, Ctx, ALL_KEYS, BLOCKING, TX_CONTROL, WRITE};
+use crate::conn::ConnState;
+use crate::keyspace::{KeyLocks, Stripe, Writes};
+use crate::resp::{Out, Protocol};
+use crate::script::vm::{self, CallError, Outcome};
+use crate::script::Script;
+use crate::server::Shared;
+
+/// EVAL and its kin (the executor runs them itself: they await locks).
+pub fn is_script(command: &Command) -> bool {
+    matches!(command.name, "eval" | "evalsha" | "eval_ro" | "evalsha_ro")
+}
+
+/// One invocation: the script, its keys and arguments.
+struct Invocation<'a> {
+    script: Arc<Script>,
+    keys: &'a [Bytes],
+    argv: &'a [Bytes],
+    read_only: bool,
+}
+
+fn invocation<'a>(shared: &Shared, command: &Command, args: &'a [Bytes]) -> Result<Invocation<'a>, CmdError> {
+    let numkeys = args::int(&args[2])?;
+    if numkeys > (args.len() - 3) as i64 {
+        return Err(err("ERR Number of keys can't be greater than number of args"));
+    }
+    if numkeys < 0 {
+        return Err(err("ERR Number of keys can't be negative"));
+    }
+    let script = if command.name.starts_with("evalsha") {
+        shared.scripts.get(&args[1]).ok_or_else(|| err("NOSCRIPT No matching script. Please use EVAL."))?
+    } else {
+        shared.scripts.add(&args[1], false).map_err(err)?
+    };
+    let split = 3 + numkeys as usize;
+    let read_only = command.name.ends_with("_ro") || script.no_writes;
+    Ok(Invocation { script, keys: &args[3..split], argv: &args[split..], read_only })
+}
+
+/// The key locks a running script holds.
+struct Held<'s> {
+    /// Every key's (EXEC's, or a script run again).
+    all: bool,
+    stripes: Vec<Stripe>,
+    guards: Vec<tokio::sync::RwLockWriteGuard<'s, ()>>,
+}
+
+impl<'s> Held<'s> {
+    /// Takes the lock of every key `command` names that is not held yet,
+    /// if it is free: waiting while holding locks could deadlock.
+    fn cover(&mut self, shared: &'s Shared, command: &Command, args: &[Bytes]) -> Result<(), CallError> {
+        if self.all {
+            return Ok(());
+        }
+        // These read keys their table entry cannot name.
+        if command.has(ALL_KEYS) || matches!(command.name, "sintercard" | "zintercard") {
+            return Err(CallError::NeedsAllKeys);
+        }
+        let mut needed: SmallVec<[Stripe; 4]> = SmallVec::new();
+        command.stripes(args, &mut needed);
+        for stripe in needed {
+            if self.stripes.contains(&stripe) {
+                continue;
+            }
+            let guard = shared.locks.try_lock(stripe).ok_or(CallError::NeedsAllKeys)?;
+            self.stripes.push(stripe);
+            self.guards.push(guard);
+        }
+        Ok(())
+    }
+}
+
+/// Commands a script may not run (Redis's `noscript`).
+fn allowed_in_scripts(command: &Command) -> bool {
+    !(command.has(TX_CONTROL)
+        || command.has(BLOCKING)
+        || is_script(command)
+        || matches!(
+            command.name,
+            "script"
+                | "unwatch"
+                | "auth"
+                | "hello"
+                | "client"
+                | "config"
+                | "monitor"
+                | "subscribe"
+                | "psubscribe"
+                | "ssubscribe"
+                | "unsubscribe"
+                | "punsubscribe"
+                | "sunsubscribe"
+                | "save"
+                | "bgsave"
+                | "shutdown"
+                | "wait"
+        ))
+}
+
+/// Runs the script of `invocation` with its writes in `writes`, each
+/// command in a branch of them when `branch_calls` (a failed command then
+/// leaves nothing), and writes its reply to `out`.
+fn run_script<'s>(
+    shared: &'s Shared,
+    conn: &mut ConnState,
+    out: &mut Out,
+    writes: &mut Writes,
+    invocation: &Invocation<'_>,
+    held: &mut Held<'s>,
+    branch_calls: bool,
+) -> Outcome {
+    let mut call = |args: Vec<Bytes>, resp3: bool| -> Result<Vec<u8>, CallError> {
+        let Some(command) = lookup(&args[0]) else {
+            return Err(CallError::Error("ERR Unknown Redis command called from script".into()));
+        };
+        if !command.arity_ok(args.len()) {
+            return Err(CallError::Error("ERR Wrong number of args calling Redis command from script".into()));
+        }
+        if !allowed_in_scripts(command) {
+            return Err(CallError::Error("ERR This Redis command is not allowed from script".into()));
+        }
+        if command.has(WRITE) {
+            if invocation.read_only {
+                return Err(CallError::Error("ERR Write commands are not allowed from read-only scripts.".into()));
+            }
+            if shared.config.memory.refuses(command.name, &shared.db) {
+                return Err(CallError::Error(crate::maxmemory::OOM_ERROR.into()));
+            }
+        }
+        held.cover(shared, command, &args)?;
+        conn.counts.commands += 1;
+        let mut reply = Out::new(if resp3 { Protocol::Resp3 } else { Protocol::Resp2 });
+        let result = if branch_calls {
+            let mut branch = writes.branch();
+            let result = (command.run)(&mut Ctx { shared, conn, out: &mut reply, writes: &mut branch }, &args);
+            match result {
+                Ok(()) => writes.merge(branch),
+                Err(_) => writes.abandon(branch),
+            }
+            result
+        } else {
+            (command.run)(&mut Ctx { shared, conn, out: &mut reply, writes }, &args)
+        };
+        match result {
+            Ok(()) => Ok(reply.buf.to_vec()),
+            Err(error) => Err(CallError::Error(error.text())),
+        }
+    };
+    let generation = shared.scripts.generation.load(Ordering::Relaxed);
+    let control = &shared.scripts.control;
+    vm::run(control, generation, &invocation.script, invocation.keys, invocation.argv, &mut call, out)
+}
+
+/// EVAL and its kin outside a transaction: locks the declared keys, runs
+/// the script, commits its writes, and replies once they are durable.
+pub async fn eval(shared: &Shared, conn: &mut ConnState, out: &mut Out, command: &'static Command, args: &[Bytes]) {
+    let invocation = match invocation(shared, command, args) {
+        Ok(invocation) => invocation,
+        Err(error) => {
+            out.error(&error.text());
+            shared.stats.errors.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+    };
+    let mut stripes: Vec<Stripe> = invocation.keys.iter().map(|key| KeyLocks::stripe(key)).collect();
+    stripes.sort_unstable();
+    stripes.dedup();
+    let guards = shared.locks.lock(&stripes).await;
+    let mut held = Held { all: false, stripes, guards };
+    loop {
+        let mark = out.len();
+        let mut writes = Writes::new(true);
+        writes.see_pending(&shared.pending);
+        match run_script(shared, conn, out, &mut writes, &invocation, &mut held, true) {
+            Outcome::NeedsAllKeys => {
+                // Nothing it did is visible: run it again with every lock.
+                // (A PUBLISH it sent before is sent again.)
+                out.truncate(mark);
+                drop(held);
+                let stripes = KeyLocks::all();
+                let guards = shared.locks.lock(&stripes).await;
+                held = Held { all: true, stripes, guards };
+            }
+            // Its writes go with it: nothing of a killed script is applied.
+            Outcome::Killed => return,
+            Outcome::Replied => {
+                let Held { stripes, guards, .. } = held;
+                if let Err(error) = commit(shared, writes.take_batch(), &stripes, true, guards).await {
+                    out.truncate(mark);
+                    out.error(&engine_error_text(&error));
+                }
+                return;
+            }
+        }
+    }
+}
+
+/// EVAL and its kin inside EXEC, which holds every key's lock for them.
+pub fn eval_in_transaction(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    let command = lookup(&args[0]).expect("dispatched by its name");
+    let invocation = invocation(ctx.shared, command, args)?;
+    let mut held = Held { all: true, stripes: Vec::new(), guards: Vec::new() };
+    let mut writes = ctx.writes.branch();
+    match run_script(ctx.shared, ctx.conn, ctx.out, &mut writes, &invocation, &mut held, false) {
+        Outcome::Killed => ctx.writes.abandon(writes),
+        _ => ctx.writes.merge(writes),
+    }
+    Ok(())
+}
+
+pub fn script(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    let sub = String::from_utf8_lossy(&args[1]).to_ascii_lowercase();
+    let scripts = &ctx.shared.scripts;
+    match (sub.as_str(), args.len()) {
+        ("load", 3) => {
+            let script = scripts.add(&args[2], true).map_err(err)?;
+            ctx.out.bulk(script.sha.as_bytes());
+        }
+        ("exists", n) if n >= 3 => {
+            ctx.out.array(n - 2);
+            for sha in &args[2..] {
+                ctx.out.int(scripts.contains(sha) as i64);
+            }
+        }
+        ("flush", 2 | 3) => {
+            if let Some(mode) = args.get(2) {
+                if !args::eq(mode, "sync") && !args::eq(mode, "async") {
+                    return Err(err("ERR SCRIPT FLUSH only support SYNC|ASYNC option"));
+                }
+            }
+            scripts.flush();
+            ctx.out.ok();
+        }
+        ("kill", 2) => {
+            if scripts.control.busy.load(Ordering::Relaxed) == 0 {
+                return Err(err("NOTBUSY No scripts in execution right now."));
+            }
+            scripts.control.kill_epoch.fetch_add(1, Ordering::Relaxed);
+            ctx.out.ok();
+        }
+        ("debug", 3) => return Err(err("ERR SCRIPT DEBUG is not supported by ScaledKV")),
+        ("help", 2) => ctx.out.help(&[
+            "SCRIPT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+            "EXISTS <sha1> [<sha1> ...]",
+            "    Return information about the existence of the scripts in the script cache.",
+            "FLUSH [ASYNC|SYNC]",
+            "    Flush the Lua scripts cache.",
+            "KILL",
+            "    Kill the currently executing Lua script (its writes are never applied).",
+            "LOAD <script>",
+            "    Load a script into the scripts cache without executing it.",
+            "HELP",
+            "    Prints this help.",
+        ]),
+        ("load" | "exists" | "flush" | "kill" | "debug" | "help", _) => return Err(subcommand_arity("script", &sub)),
+        _ => return Err(unknown_subcommand("script", &args[1])),
+    }
+    Ok(())
+}

@@ -1,0 +1,577 @@
+//! Each thread's Lua state, sandboxed as Redis 7 sandboxes its own, and
+//! one script's run in it.
+//!
+//! The sandbox: only Lua's base (without files, modules or environments),
+//! string, table and math libraries, plus `redis`, `cjson` and `bit`; the
+//! globals and the libraries are read-only (assigning to them is Redis's
+//! "Attempt to modify a readonly table", reading a missing global its
+//! "Script attempted to access nonexistent global variable"), so one
+//! script cannot change what the next one runs with. Memory is bounded
+//! (`MEMORY_LIMIT`), and a hook looks every `HOOK_INSTRUCTIONS` at the
+//! clock and at SCRIPT KILL.
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use std::ffi::c_int;
+
+use mlua::{ffi, Function, HookTriggers, Lua, LuaOptions, MultiValue, StdLib, Table, Value, VmState};
+
+use super::convert::{lua_to_reply, reply_to_lua};
+use super::{Control, Script};
+use crate::resp::Out;
+
+/// A script's Lua state may hold this much; past it allocations fail and
+/// the script ends with Lua's "not enough memory".
+const MEMORY_LIMIT: usize = 1 << 30;
+
+/// Compiled scripts a thread keeps; past it the cache starts over.
+const COMPILED_MAX: usize = 1000;
+
+/// How often the hook runs: ~1 ms of a busy loop here.
+const HOOK_INSTRUCTIONS: u32 = 100_000;
+
+const KILLED: &str = "ERR Script killed by user with SCRIPT KILL...";
+
+/// What a command run from a script gave.
+pub enum CallError {
+    /// Its error reply's text (or why it may not run from a script).
+    Error(String),
+    /// It names a key whose lock the script does not hold and could not
+    /// take without waiting: the script is run again holding every lock.
+    NeedsAllKeys,
+}
+
+/// How a run ended.
+#[derive(Debug, PartialEq)]
+pub enum Outcome {
+    /// The reply (the result, or the script's error) is in `out`.
+    Replied,
+    /// Stopped by SCRIPT KILL; its error is in `out`, its writes go.
+    Killed,
+    /// Must run again holding every key's lock; nothing is in `out`.
+    NeedsAllKeys,
+}
+
+/// A script's run, as its callbacks and the hook see it.
+struct RunState {
+    started: Cell<Instant>,
+    kill_epoch: Cell<u64>,
+    busy: Cell<bool>,
+    killed: Cell<bool>,
+    needs_all_keys: Cell<bool>,
+    /// `redis.setresp(3)` was called.
+    resp3: Cell<bool>,
+}
+
+struct Vm {
+    lua: Lua,
+    /// What scripts see as globals, behind a read-only proxy: KEYS and
+    /// ARGV are set here for each run.
+    env: Table,
+    /// `xpcall`s a script with the error handler that notes where it failed.
+    runner: Function,
+    compiled: HashMap<String, Function>,
+    generation: u64,
+    control: Arc<Control>,
+    run: Rc<RunState>,
+}
+
+thread_local! {
+    static VM: RefCell<Option<Vm>> = const { RefCell::new(None) };
+}
+
+/// Lua that builds the sandbox, run once per state with its libraries
+/// still writable. Returns the globals' proxy, the table behind it, the
+/// runner.
+const PRELUDE: &str = r#"
+local redis_lib, handler = ...
+local error, type, tostring, setmetatable, getmetatable = error, type, tostring, setmetatable, getmetatable
+local raw_pcall, raw_xpcall, raw_rawset = pcall, xpcall, rawset
+
+local protected = setmetatable({}, {__mode = 'k'})
+local function refuse() error('Attempt to modify a readonly table', 2) end
+local function readonly(t)
+  local proxy = setmetatable({}, {__index = t, __newindex = refuse, __metatable = false})
+  protected[proxy] = true
+  return proxy
+end
+
+-- Redis's pcall gives a caught redis.call error as its text.
+local function caught(ok, ...)
+  if not ok then
+    local e = ...
+    if type(e) == 'table' and type(e.err) == 'string' then e = e.err end
+    return false, e
+  end
+  return true, ...
+end
+
+local env = {
+  assert = assert, collectgarbage = collectgarbage, error = error, gcinfo = gcinfo,
+  getmetatable = getmetatable, ipairs = ipairs, loadstring = loadstring, next = next,
+  pairs = pairs, rawequal = rawequal, rawget = rawget, select = select,
+  setmetatable = setmetatable, tonumber = tonumber, tostring = tostring, type = type,
+  unpack = unpack, print = print, _VERSION = _VERSION, coroutine = readonly(coroutine),
+  pcall = function(...) return caught(raw_pcall(...)) end,
+  xpcall = xpcall,
+  rawset = function(t, k, v)
+    if protected[t] then refuse() end
+    return raw_rawset(t, k, v)
+  end,
+  string = readonly(string), table = readonly(table), math = readonly(math),
+  cjson = readonly(cjson), bit = readonly(bit), redis = readonly(redis_lib),
+}
+local globals = setmetatable({}, {
+  __index = function(_, name)
+    local value = env[name]
+    if value == nil then
+      error("Script attempted to access nonexistent global variable '" .. tostring(name) .. "'", 2)
+    end
+    return value
+  end,
+  __newindex = refuse,
+  __metatable = false,
+})
+protected[globals] = true
+env._G = globals
+getmetatable('').__metatable = false
+
+local function runner(f) return raw_xpcall(f, handler) end
+return globals, env, runner
+"#;
+
+/// Where `redis.call` finds the running script's command callback.
+const CALLBACK: &std::ffi::CStr = c"scaledkv.script_call";
+
+/// `redis.call` and `redis.pcall`: C functions, so that the frame of a
+/// script's `return redis.call(...)` (a tail call) is still there for the
+/// error handler to name its line. They call the running script's
+/// callback, which answers (true, reply) or (false, error text); an error
+/// is raised as Redis raises it, a table `{err=...}` (`redis.call`), or
+/// returned as one (`redis.pcall`).
+unsafe extern "C-unwind" fn redis_call(state: *mut ffi::lua_State) -> c_int {
+    call_callback(state, true)
+}
+
+unsafe extern "C-unwind" fn redis_pcall(state: *mut ffi::lua_State) -> c_int {
+    call_callback(state, false)
+}
+
+/// # Safety
+/// Called by Lua as a C function, with Lua's guaranteed 20 stack slots.
+unsafe fn call_callback(state: *mut ffi::lua_State, raise: bool) -> c_int {
+    let nargs = ffi::lua_gettop(state);
+    ffi::lua_getfield(state, ffi::LUA_REGISTRYINDEX, CALLBACK.as_ptr());
+    ffi::lua_insert(state, 1);
+    // An error of the callback itself propagates (no Rust frame here
+    // holds anything to drop).
+    ffi::lua_call(state, nargs, 2);
+    if ffi::lua_toboolean(state, -2) != 0 {
+        return 1;
+    }
+    ffi::lua_createtable(state, 0, 1);
+    ffi::lua_pushvalue(state, -2);
+    ffi::lua_setfield(state, -2, c"err".as_ptr());
+    if raise {
+        ffi::lua_error(state);
+    }
+    1
+}
+
+fn create(control: &Arc<Control>, generation: u64) -> mlua::Result<Vm> {
+    let lua = Lua::new_with(StdLib::TABLE | StdLib::STRING | StdLib::MATH, LuaOptions::default())?;
+    let globals = lua.globals();
+    super::libs::install(&lua, &globals)?;
+    let run = Rc::new(RunState {
+        started: Cell::new(Instant::now()),
+        kill_epoch: Cell::new(0),
+        busy: Cell::new(false),
+        killed: Cell::new(false),
+        needs_all_keys: Cell::new(false),
+        resp3: Cell::new(false),
+    });
+    let redis = redis_library(&lua, &run)?;
+    // SAFETY: both follow Lua's C function protocol (`call_callback`).
+    unsafe {
+        redis.raw_set("call", lua.create_c_function(redis_call)?)?;
+        redis.raw_set("pcall", lua.create_c_function(redis_pcall)?)?;
+    }
+    let handler = lua.create_function(error_handler)?;
+    let (proxy, env, runner): (Table, Table, Function) =
+        lua.load(PRELUDE).set_name("=prelude").call((redis, handler))?;
+    lua.set_globals(proxy)?;
+    lua.set_memory_limit(MEMORY_LIMIT)?;
+    let (hook_run, hook_control) = (run.clone(), control.clone());
+    lua.set_hook(HookTriggers::new().every_nth_instruction(HOOK_INSTRUCTIONS), move |_, _| {
+        check_clock(&hook_run, &hook_control)
+    })?;
+    Ok(Vm { lua, env, runner, compiled: HashMap::new(), generation, control: control.clone(), run })
+}
+
+/// The hook: marks a script busy once it passes `busy_millis` (SCRIPT KILL
+/// may then stop it, and this I/O thread's other clients move to another
+/// thread), and stops a killed one.
+fn check_clock(run: &RunState, control: &Control) -> mlua::Result<VmState> {
+    if !run.busy.get()
+        && run.started.get().elapsed() >= Duration::from_millis(control.busy_millis.load(Ordering::Relaxed))
+    {
+        run.busy.set(true);
+        control.busy.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!("a script has run past busy-reply-threshold; SCRIPT KILL stops it");
+        hand_over_io_thread();
+    }
+    if run.busy.get() && control.kill_epoch.load(Ordering::Relaxed) != run.kill_epoch.get() {
+        run.killed.set(true);
+    }
+    if run.killed.get() {
+        // Raised again at every hook, should the script catch it.
+        return Err(mlua::Error::runtime(KILLED));
+    }
+    Ok(VmState::Continue)
+}
+
+/// Gives this I/O thread's runtime (its other connections, a client that
+/// would send SCRIPT KILL) to another thread while the script goes on
+/// here. Tokio's `block_in_place` hands the runtime over; the sleep lets
+/// the new thread take it before the hand-over could be undone.
+fn hand_over_io_thread() {
+    let Ok(handle) = tokio::runtime::Handle::try_current() else { return };
+    if handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread {
+        tokio::task::block_in_place(|| std::thread::sleep(Duration::from_millis(10)));
+    }
+}
+
+/// The message handler of every run: the error as Redis keeps it, a table
+/// `{err=..., source=..., line=...}` naming the script's line that failed.
+fn error_handler(lua: &Lua, error: Value) -> mlua::Result<Table> {
+    let location = (0..200)
+        .map_while(|level| {
+            lua.inspect_stack(level, |debug| {
+                let source = debug.source().source.map(|s| s.into_owned());
+                (source, debug.current_line())
+            })
+        })
+        .find(|(source, _)| source.as_deref() == Some("@user_script"));
+    let line = location.as_ref().and_then(|(_, line)| *line);
+    let table = match error {
+        Value::Table(table) => table,
+        Value::String(text) => {
+            let table = lua.create_table()?;
+            let mut message = b"ERR ".to_vec();
+            message.extend_from_slice(&text.as_bytes());
+            table.raw_set("err", lua.create_string(&message)?)?;
+            table
+        }
+        other => {
+            // An error raised in Rust (a library function, the hook):
+            // Lua's own would carry the script's position, as here.
+            let text = match &other {
+                Value::Error(error) => innermost(error),
+                other => other.to_string().unwrap_or_default(),
+            };
+            let table = lua.create_table()?;
+            let message = match (text.strip_prefix("ERR "), line) {
+                (Some(_), _) => text.clone(),
+                (None, Some(line)) => format!("ERR user_script:{line}: {text}"),
+                (None, None) => format!("ERR {text}"),
+            };
+            table.raw_set("err", message)?;
+            table
+        }
+    };
+    if let Some((source, line)) = location {
+        table.raw_set("source", source)?;
+        table.raw_set("line", line)?;
+    }
+    Ok(table)
+}
+
+/// The message of the error at the bottom of a chain of callback errors.
+fn innermost(error: &mlua::Error) -> String {
+    match error {
+        mlua::Error::CallbackError { cause, .. } => innermost(cause),
+        mlua::Error::RuntimeError(message) => message.clone(),
+        mlua::Error::ExternalError(error) => error.to_string(),
+        other => other.to_string(),
+    }
+}
+
+fn redis_library(lua: &Lua, run: &Rc<RunState>) -> mlua::Result<Table> {
+    let redis = lua.create_table()?;
+    redis.raw_set(
+        "error_reply",
+        lua.create_function(|lua, text: mlua::LuaString| {
+            let text = text.as_bytes();
+            let text = text.strip_prefix(b"-").unwrap_or(&text);
+            let mut message = Vec::new();
+            if !text.contains(&b' ') {
+                message.extend_from_slice(b"ERR ");
+            }
+            message.extend_from_slice(text);
+            let table = lua.create_table()?;
+            table.raw_set("err", lua.create_string(&message)?)?;
+            Ok(table)
+        })?,
+    )?;
+    redis.raw_set(
+        "status_reply",
+        lua.create_function(|lua, text: mlua::LuaString| {
+            let table = lua.create_table()?;
+            table.raw_set("ok", text)?;
+            Ok(table)
+        })?,
+    )?;
+    redis.raw_set("sha1hex", lua.create_function(|_, text: mlua::LuaString| Ok(super::sha1_hex(&text.as_bytes())))?)?;
+    redis.raw_set(
+        "log",
+        lua.create_function(|_, (level, rest): (i64, MultiValue)| {
+            let message = super::libs::joined(&rest);
+            match level {
+                0 => tracing::debug!(script = true, "{message}"),
+                1 | 2 => tracing::info!(script = true, "{message}"),
+                3 => tracing::warn!(script = true, "{message}"),
+                _ => return Err(mlua::Error::runtime("ERR Invalid debug level.")),
+            }
+            Ok(())
+        })?,
+    )?;
+    let resp = run.clone();
+    redis.raw_set(
+        "setresp",
+        lua.create_function(move |_, version: i64| {
+            if version != 2 && version != 3 {
+                return Err(mlua::Error::runtime("ERR RESP version must be 2 or 3."));
+            }
+            resp.resp3.set(version == 3);
+            Ok(())
+        })?,
+    )?;
+    // Scripts replicate their effects (a batch) whatever they ask for.
+    redis.raw_set("replicate_commands", lua.create_function(|_, ()| Ok(true))?)?;
+    redis.raw_set("set_repl", lua.create_function(|_, _: MultiValue| Ok(()))?)?;
+    // Redis's debugger (SCRIPT DEBUG) is not built: these do nothing.
+    redis.raw_set("breakpoint", lua.create_function(|_, ()| Ok(false))?)?;
+    redis.raw_set("debug", lua.create_function(|_, _: MultiValue| Ok(()))?)?;
+    for (name, value) in [("LOG_DEBUG", 0), ("LOG_VERBOSE", 1), ("LOG_NOTICE", 2), ("LOG_WARNING", 3)] {
+        redis.raw_set(name, value)?;
+    }
+    for (name, value) in [("REPL_NONE", 0), ("REPL_AOF", 1), ("REPL_SLAVE", 2), ("REPL_REPLICA", 2), ("REPL_ALL", 3)] {
+        redis.raw_set(name, value)?;
+    }
+    let version = crate::commands::REDIS_VERSION;
+    redis.raw_set("REDIS_VERSION", version)?;
+    let number = version.split('.').fold(0i64, |n, part| n * 256 + part.parse::<i64>().unwrap_or(0));
+    redis.raw_set("REDIS_VERSION_NUM", number)?;
+    Ok(redis)
+}
+
+impl Vm {
+    /// The compiled function of `script`, or Redis's compile error.
+    fn function(&mut self, script: &Script) -> Result<Function, String> {
+        if let Some(function) = self.compiled.get(&script.sha) {
+            return Ok(function.clone());
+        }
+        let chunk = self.lua.load(&script.source[..]).set_name("@user_script");
+        let function = chunk.into_function().map_err(|error| {
+            let message = match &error {
+                mlua::Error::SyntaxError { message, .. } => message.clone(),
+                other => innermost(other),
+            };
+            format!("ERR Error compiling script (new function): {message}")
+        })?;
+        if self.compiled.len() >= COMPILED_MAX {
+            self.compiled.clear();
+        }
+        self.compiled.insert(script.sha.clone(), function.clone());
+        Ok(function)
+    }
+
+    fn list(&self, items: &[Bytes]) -> mlua::Result<Table> {
+        let table = self.lua.create_table_with_capacity(items.len(), 0)?;
+        for (i, item) in items.iter().enumerate() {
+            table.raw_set(i + 1, self.lua.create_string(item)?)?;
+        }
+        Ok(table)
+    }
+}
+
+/// The arguments of `redis.call`: strings, or numbers as `%.17g`.
+fn command_args(args: MultiValue) -> Result<Vec<Bytes>, String> {
+    if args.is_empty() {
+        return Err("ERR Please specify at least one argument for this redis lib call".into());
+    }
+    args.iter()
+        .map(|arg| match arg {
+            Value::String(s) => Ok(Bytes::copy_from_slice(&s.as_bytes())),
+            Value::Number(n) => Ok(Bytes::from(crate::zset::format_score(*n))),
+            Value::Integer(n) => Ok(Bytes::from(n.to_string())),
+            _ => Err("ERR Lua redis lib command arguments must be strings or integers".to_string()),
+        })
+        .collect()
+}
+
+/// Runs `script` with `keys` and `argv`, each `redis.call` through `call`
+/// (given the command's arguments and whether the script chose RESP3,
+/// it returns the command's reply in that protocol), and writes its reply
+/// to `out`.
+pub fn run(
+    control: &Arc<Control>,
+    generation: u64,
+    script: &Script,
+    keys: &[Bytes],
+    argv: &[Bytes],
+    call: &mut dyn FnMut(Vec<Bytes>, bool) -> Result<Vec<u8>, CallError>,
+    out: &mut Out,
+) -> Outcome {
+    VM.with(|cell| {
+        let mut cell = cell.borrow_mut();
+        let stale = match &*cell {
+            Some(vm) => vm.generation != generation || !Arc::ptr_eq(&vm.control, control),
+            None => true,
+        };
+        if stale {
+            // SCRIPT FLUSH starts over with a fresh state, as Redis does.
+            *cell = None;
+            match create(control, generation) {
+                Ok(vm) => *cell = Some(vm),
+                Err(error) => {
+                    out.error(&format!("ERR cannot create the Lua state: {error}"));
+                    return Outcome::Replied;
+                }
+            }
+        }
+        let vm = cell.as_mut().expect("created above");
+        let function = match vm.function(script) {
+            Ok(function) => function,
+            Err(message) => {
+                out.error(&message);
+                return Outcome::Replied;
+            }
+        };
+        let outcome = run_in(vm, function, script, keys, argv, call, out);
+        if vm.run.busy.get() {
+            control.busy.fetch_sub(1, Ordering::Relaxed);
+        }
+        vm.run.busy.set(false);
+        outcome
+    })
+}
+
+fn run_in(
+    vm: &Vm,
+    function: Function,
+    script: &Script,
+    keys: &[Bytes],
+    argv: &[Bytes],
+    call: &mut dyn FnMut(Vec<Bytes>, bool) -> Result<Vec<u8>, CallError>,
+    out: &mut Out,
+) -> Outcome {
+    let run = &vm.run;
+    run.started.set(Instant::now());
+    run.kill_epoch.set(vm.control.kill_epoch.load(Ordering::Relaxed));
+    run.killed.set(false);
+    run.needs_all_keys.set(false);
+    run.resp3.set(false);
+    let setup = (|| -> mlua::Result<()> {
+        vm.env.raw_set("KEYS", vm.list(keys)?)?;
+        vm.env.raw_set("ARGV", vm.list(argv)?)
+    })();
+    if let Err(error) = setup {
+        out.error(&format!("ERR {}", innermost(&error)));
+        return Outcome::Replied;
+    }
+    let mark = out.len();
+    let result = vm.lua.scope(|scope| {
+        let callback = scope.create_function_mut(|lua, args: MultiValue| -> mlua::Result<(bool, Value)> {
+            if run.needs_all_keys.get() {
+                return Ok((false, Value::String(lua.create_string("ERR the script is run again")?)));
+            }
+            let args = match command_args(args) {
+                Ok(args) => args,
+                Err(message) => return Ok((false, Value::String(lua.create_string(&message)?))),
+            };
+            match call(args, run.resp3.get()) {
+                Ok(reply) => Ok((true, reply_to_lua(lua, &reply)?)),
+                Err(CallError::Error(message)) => Ok((false, Value::String(lua.create_string(&message)?))),
+                Err(CallError::NeedsAllKeys) => {
+                    run.needs_all_keys.set(true);
+                    Ok((false, Value::String(lua.create_string("ERR the script is run again")?)))
+                }
+            }
+        })?;
+        vm.lua.set_named_registry_value(CALLBACK.to_str().expect("ASCII"), callback)?;
+        let (ok, value): (bool, Value) = vm.runner.call(function)?;
+        if run.killed.get() {
+            // The handler noted where the kill found it (unless the script
+            // caught it and ended before the hook raised it again).
+            let line = match &value {
+                Value::Table(table) => table.raw_get::<Option<usize>>("line").ok().flatten(),
+                _ => None,
+            };
+            out.error(&script_error_text(KILLED, &script.sha, line.map(|l| ("@user_script".into(), l))));
+            return Ok(());
+        }
+        if run.needs_all_keys.get() {
+            return Ok(());
+        }
+        if ok {
+            if let Err(message) = lua_to_reply(out, &value, run.resp3.get()) {
+                out.truncate(mark);
+                out.error(&message);
+            }
+        } else {
+            out.error(&script_error(&value, &script.sha));
+        }
+        Ok(())
+    });
+    let _ = vm.lua.set_named_registry_value(CALLBACK.to_str().expect("ASCII"), Value::Nil);
+    let _ = vm.env.raw_set("KEYS", Value::Nil);
+    let _ = vm.env.raw_set("ARGV", Value::Nil);
+    if run.needs_all_keys.get() {
+        out.truncate(mark);
+        return Outcome::NeedsAllKeys;
+    }
+    if run.killed.get() {
+        if result.is_err() {
+            out.truncate(mark);
+            out.error(&script_error_text(KILLED, &script.sha, None));
+        }
+        return Outcome::Killed;
+    }
+    if let Err(error) = result {
+        // Out of memory, or a failure of the state itself.
+        out.truncate(mark);
+        out.error(&format!("ERR {}", innermost(&error)));
+    }
+    Outcome::Replied
+}
+
+/// A failed script's reply: the error and where the script failed.
+fn script_error(value: &Value, sha: &str) -> String {
+    let Value::Table(table) = value else {
+        // Not through the handler: Lua's memory error.
+        return format!("ERR {}", value.to_string().unwrap_or_default());
+    };
+    let text = |name: &str| match table.raw_get::<Value>(name) {
+        Ok(Value::String(s)) => Some(String::from_utf8_lossy(&s.as_bytes()).into_owned()),
+        Ok(Value::Number(n)) => Some((n as i64).to_string()),
+        Ok(Value::Integer(n)) => Some(n.to_string()),
+        _ => None,
+    };
+    let message = text("err").unwrap_or_else(|| "ERR unknown error".into());
+    let location = text("source").zip(text("line").and_then(|l| l.parse().ok()));
+    script_error_text(&message, sha, location)
+}
+
+fn script_error_text(message: &str, sha: &str, location: Option<(String, usize)>) -> String {
+    match location {
+        Some((source, line)) => format!("{message} script: {sha}, on {source}:{line}."),
+        None => format!("{message} script: {sha}"),
+    }
+}
