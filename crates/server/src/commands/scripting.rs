@@ -44,11 +44,22 @@ fn invocation<'a>(shared: &Shared, command: &Command, args: &'a [Bytes]) -> Resu
     let script = if command.name.starts_with("evalsha") {
         shared.scripts.get(&args[1]).ok_or_else(|| err("NOSCRIPT No matching script. Please use EVAL."))?
     } else {
-        shared.scripts.add(&args[1], false).map_err(err)?
+        cache(shared, &args[1], false)?
     };
     let split = 3 + numkeys as usize;
     let read_only = command.name.ends_with("_ro") || script.no_writes;
     Ok(Invocation { script, keys: &args[3..split], argv: &args[split..], read_only })
+}
+
+/// Caches `body` once it compiles (EVAL, or SCRIPT LOAD when `load`).
+fn cache(shared: &Shared, body: &[u8], load: bool) -> Result<Arc<Script>, CmdError> {
+    let script = shared.scripts.add(body, load).map_err(err)?;
+    let generation = shared.scripts.generation.load(Ordering::Relaxed);
+    if let Err(message) = vm::compile(&shared.scripts.control, generation, &script) {
+        shared.scripts.remove(&script.sha);
+        return Err(err(message));
+    }
+    Ok(script)
 }
 
 /// The key locks a running script holds.
@@ -227,7 +238,7 @@ pub fn script(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let scripts = &ctx.shared.scripts;
     match (sub.as_str(), args.len()) {
         ("load", 3) => {
-            let script = scripts.add(&args[2], true).map_err(err)?;
+            let script = cache(ctx.shared, &args[2], true)?;
             ctx.out.bulk(script.sha.as_bytes());
         }
         ("exists", n) if n >= 3 => {

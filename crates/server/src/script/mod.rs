@@ -111,6 +111,11 @@ impl Scripts {
         Some(cached.script.clone())
     }
 
+    /// Forgets a script that does not compile (Redis never caches one).
+    pub fn remove(&self, sha: &str) {
+        self.cache.lock().remove(sha);
+    }
+
     pub fn contains(&self, sha: &[u8]) -> bool {
         let sha = String::from_utf8_lossy(sha).to_ascii_lowercase();
         self.cache.lock().contains_key(&sha)

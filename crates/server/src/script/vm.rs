@@ -416,6 +416,34 @@ fn command_args(args: MultiValue) -> Result<Vec<Bytes>, String> {
         .collect()
 }
 
+/// Runs `f` with this thread's Lua state, made anew if SCRIPT FLUSH came
+/// since (Redis starts over with a fresh state too) or it has none yet.
+fn with_vm<T>(
+    control: &Arc<Control>,
+    generation: u64,
+    f: impl FnOnce(&mut Vm) -> Result<T, String>,
+) -> Result<T, String> {
+    VM.with(|cell| {
+        let mut cell = cell.borrow_mut();
+        let stale = match &*cell {
+            Some(vm) => vm.generation != generation || !Arc::ptr_eq(&vm.control, control),
+            None => true,
+        };
+        if stale {
+            *cell = None;
+            let vm = create(control, generation).map_err(|e| format!("ERR cannot create the Lua state: {e}"))?;
+            *cell = Some(vm);
+        }
+        f(cell.as_mut().expect("created above"))
+    })
+}
+
+/// Compiles `script` (and keeps it compiled): Redis's compile error if it
+/// is not Lua.
+pub fn compile(control: &Arc<Control>, generation: u64, script: &Script) -> Result<(), String> {
+    with_vm(control, generation, |vm| vm.function(script).map(drop))
+}
+
 /// Runs `script` with `keys` and `argv`, each `redis.call` through `call`
 /// (given the command's arguments and whether the script chose RESP3,
 /// it returns the command's reply in that protocol), and writes its reply
@@ -429,37 +457,18 @@ pub fn run(
     call: &mut dyn FnMut(Vec<Bytes>, bool) -> Result<Vec<u8>, CallError>,
     out: &mut Out,
 ) -> Outcome {
-    VM.with(|cell| {
-        let mut cell = cell.borrow_mut();
-        let stale = match &*cell {
-            Some(vm) => vm.generation != generation || !Arc::ptr_eq(&vm.control, control),
-            None => true,
-        };
-        if stale {
-            // SCRIPT FLUSH starts over with a fresh state, as Redis does.
-            *cell = None;
-            match create(control, generation) {
-                Ok(vm) => *cell = Some(vm),
-                Err(error) => {
-                    out.error(&format!("ERR cannot create the Lua state: {error}"));
-                    return Outcome::Replied;
-                }
-            }
-        }
-        let vm = cell.as_mut().expect("created above");
-        let function = match vm.function(script) {
-            Ok(function) => function,
-            Err(message) => {
-                out.error(&message);
-                return Outcome::Replied;
-            }
-        };
+    let ran = with_vm(control, generation, |vm| {
+        let function = vm.function(script)?;
         let outcome = run_in(vm, function, script, keys, argv, call, out);
         if vm.run.busy.get() {
             control.busy.fetch_sub(1, Ordering::Relaxed);
         }
         vm.run.busy.set(false);
-        outcome
+        Ok(outcome)
+    });
+    ran.unwrap_or_else(|message| {
+        out.error(&message);
+        Outcome::Replied
     })
 }
 
