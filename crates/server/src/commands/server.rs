@@ -675,6 +675,7 @@ fn parameters(ctx: &Ctx<'_>) -> Vec<(&'static str, String)> {
         // older name for it too.
         ("busy-reply-threshold", shared.scripts.control.busy_millis.load(Ordering::Relaxed).to_string()),
         ("lua-time-limit", shared.scripts.control.busy_millis.load(Ordering::Relaxed).to_string()),
+        ("script-memory-limit", shared.scripts.control.memory_limit.load(Ordering::Relaxed).to_string()),
     ]
 }
 
@@ -729,6 +730,14 @@ fn config_set(ctx: &mut Ctx<'_>, name: &str, value: &[u8]) -> CmdResult {
         "timeout" => shared.set_timeout_secs(number()?),
         "busy-reply-threshold" | "lua-time-limit" => {
             shared.scripts.control.busy_millis.store(number()?, Ordering::Relaxed)
+        }
+        "script-memory-limit" => {
+            let bytes = crate::maxmemory::parse_bytes(&text).ok_or_else(|| {
+                err(format!(
+                    "ERR CONFIG SET failed (possibly related to argument '{name}') - argument must be a memory value"
+                ))
+            })?;
+            shared.scripts.control.memory_limit.store(bytes, Ordering::Relaxed)
         }
         "notify-keyspace-events" => {
             let flags = crate::notify::parse(value).ok_or_else(|| {

@@ -113,7 +113,7 @@ fn parse(lua: &Lua, reply: &[u8], at: &mut usize) -> mlua::Result<Value> {
 /// A Lua number as Redis replies it: converted to an integer as C's cast
 /// does on x86-64 (towards zero; out of range or NaN: the lowest integer).
 pub fn lua_integer(value: f64) -> i64 {
-    if value.is_nan() || value >= 9.223_372_036_854_776e18 || value < -9.223_372_036_854_776e18 {
+    if !(-9.223_372_036_854_776e18..9.223_372_036_854_776e18).contains(&value) {
         i64::MIN
     } else {
         value as i64

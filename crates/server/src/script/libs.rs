@@ -17,7 +17,13 @@ pub fn install(lua: &Lua, globals: &Table) -> mlua::Result<()> {
     globals.raw_set("bit", bit(lua)?)?;
     let math: Table = globals.raw_get("math")?;
     math.raw_set("random", lua.create_function(random)?)?;
-    math.raw_set("randomseed", lua.create_function(|_, seed: i32| Ok(seed_rand48(seed)))?)?;
+    math.raw_set(
+        "randomseed",
+        lua.create_function(|_, seed: i32| {
+            seed_rand48(seed);
+            Ok(())
+        })?,
+    )?;
     Ok(())
 }
 

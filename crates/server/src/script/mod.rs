@@ -65,11 +65,20 @@ pub struct Control {
     pub kill_epoch: AtomicU64,
     /// `busy-reply-threshold` (Redis's `lua-time-limit`), milliseconds.
     pub busy_millis: AtomicU64,
+    /// `script-memory-limit`: what a thread's Lua state may hold; past it
+    /// allocations fail and the script ends with "not enough memory".
+    /// Redis sets none.
+    pub memory_limit: AtomicU64,
 }
 
 impl Default for Control {
     fn default() -> Self {
-        Control { busy: AtomicUsize::new(0), kill_epoch: AtomicU64::new(0), busy_millis: AtomicU64::new(5000) }
+        Control {
+            busy: AtomicUsize::new(0),
+            kill_epoch: AtomicU64::new(0),
+            busy_millis: AtomicU64::new(5000),
+            memory_limit: AtomicU64::new(1 << 30),
+        }
     }
 }
 

@@ -7,7 +7,7 @@
 //! "Attempt to modify a readonly table", reading a missing global its
 //! "Script attempted to access nonexistent global variable"), so one
 //! script cannot change what the next one runs with. Memory is bounded
-//! (`MEMORY_LIMIT`), and a hook looks every `HOOK_INSTRUCTIONS` at the
+//! (`Control::memory_limit`), and a hook looks every `HOOK_INSTRUCTIONS` at the
 //! clock and at SCRIPT KILL.
 
 use std::cell::{Cell, RefCell};
@@ -25,10 +25,6 @@ use mlua::{ffi, Function, HookTriggers, Lua, LuaOptions, MultiValue, StdLib, Tab
 use super::convert::{lua_to_reply, reply_to_lua};
 use super::{Control, Script};
 use crate::resp::Out;
-
-/// A script's Lua state may hold this much; past it allocations fail and
-/// the script ends with Lua's "not enough memory".
-const MEMORY_LIMIT: usize = 1 << 30;
 
 /// Compiled scripts a thread keeps; past it the cache starts over.
 const COMPILED_MAX: usize = 1000;
@@ -206,7 +202,6 @@ fn create(control: &Arc<Control>, generation: u64) -> mlua::Result<Vm> {
     let (proxy, env, runner): (Table, Table, Function) =
         lua.load(PRELUDE).set_name("=prelude").call((redis, handler))?;
     lua.set_globals(proxy)?;
-    lua.set_memory_limit(MEMORY_LIMIT)?;
     let (hook_run, hook_control) = (run.clone(), control.clone());
     lua.set_hook(HookTriggers::new().every_nth_instruction(HOOK_INSTRUCTIONS), move |_, _| {
         check_clock(&hook_run, &hook_control)
@@ -487,6 +482,7 @@ fn run_in(
     run.killed.set(false);
     run.needs_all_keys.set(false);
     run.resp3.set(false);
+    let _ = vm.lua.set_memory_limit(vm.control.memory_limit.load(Ordering::Relaxed) as usize);
     let setup = (|| -> mlua::Result<()> {
         vm.env.raw_set("KEYS", vm.list(keys)?)?;
         vm.env.raw_set("ARGV", vm.list(argv)?)

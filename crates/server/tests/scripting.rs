@@ -1,0 +1,356 @@
+//! Lua scripts through the server: atomic under concurrency (declared
+//! keys, and keys a script does not declare), durable and all-or-nothing
+//! across SIGKILL, stoppable by SCRIPT KILL with none of their writes
+//! applied, sandboxed, inside MULTI/EXEC and WATCH, and no script body or
+//! argument crashes the server (a proptest). Redis's own replies are
+//! compared in `differential.rs`.
+
+mod common;
+
+use std::io::Write;
+use std::net::TcpStream;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::{encode, read_reply, request, try_read_reply, Server};
+use proptest::prelude::*;
+
+fn eval(stream: &mut TcpStream, args: &[&str]) -> Vec<u8> {
+    let mut words: Vec<&[u8]> = vec![b"EVAL"];
+    words.extend(args.iter().map(|a| a.as_bytes()));
+    request(stream, &encode(&words))
+}
+
+fn command(stream: &mut TcpStream, args: &[&str]) -> Vec<u8> {
+    let words: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+    request(stream, &encode(&words))
+}
+
+fn text(reply: &[u8]) -> String {
+    String::from_utf8_lossy(reply).into_owned()
+}
+
+/// A read-modify-write no command does alone: the count comes back exact
+/// only if no two scripts interleave, whether a script declares its key
+/// (its lock is taken before it runs) or names it only in ARGV (its lock
+/// is taken when free, or the script runs again holding every lock).
+#[test]
+fn concurrent_scripts_are_atomic_with_and_without_declared_keys() {
+    const THREADS: usize = 6;
+    const ROUNDS: usize = 200;
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("db"), &["--threads", "2"]);
+    let declared = "local v = tonumber(redis.call('get', KEYS[1]) or '0'); \
+                    redis.call('set', KEYS[1], v + 1); return v + 1";
+    let undeclared = "local v = tonumber(redis.call('get', ARGV[1]) or '0'); \
+                      redis.call('set', ARGV[1], v + 1); return v + 1";
+    let threads: Vec<_> = (0..THREADS)
+        .map(|thread| {
+            let mut stream = server.connect();
+            std::thread::spawn(move || {
+                for _ in 0..ROUNDS {
+                    let reply = if thread % 2 == 0 {
+                        eval(&mut stream, &[declared, "1", "counter"])
+                    } else {
+                        eval(&mut stream, &[undeclared, "0", "counter"])
+                    };
+                    assert!(reply.starts_with(b":"), "{}", text(&reply));
+                }
+            })
+        })
+        .collect();
+    for thread in threads {
+        thread.join().unwrap();
+    }
+    let mut stream = server.connect();
+    let expected = (THREADS * ROUNDS).to_string();
+    assert_eq!(command(&mut stream, &["GET", "counter"]), format!("${}\r\n{expected}\r\n", expected.len()).as_bytes());
+}
+
+/// What one client saw acknowledged before the server died.
+#[derive(Default)]
+struct Transfers {
+    /// Transfers 0..acked were acknowledged.
+    acked: u64,
+}
+
+const ACCOUNTS: usize = 8;
+const OPENING: i64 = 1000;
+
+/// Moves money between two of the shared accounts and notes the transfer
+/// in the client's journal, all in one script: a crash keeps all three
+/// writes or none.
+const TRANSFER: &str = "
+local from = tonumber(redis.call('get', KEYS[1]) or ARGV[3])
+local to = tonumber(redis.call('get', KEYS[2]) or ARGV[3])
+local amount = tonumber(ARGV[1])
+redis.call('set', KEYS[1], from - amount)
+redis.call('set', KEYS[2], to + amount)
+redis.call('rpush', KEYS[3], ARGV[2])
+return from - amount";
+
+fn transfer_client(port: u16, client: usize, life: usize, stop: Arc<AtomicBool>) -> Transfers {
+    let mut done = Transfers::default();
+    let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else { return done };
+    stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let mut seq = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        let from = (seq as usize * 3 + client) % ACCOUNTS;
+        let to = (from + 1 + (seq as usize + client) % (ACCOUNTS - 1)) % ACCOUNTS;
+        let (from, to) = (format!("account:{from}"), format!("account:{to}"));
+        let journal = format!("journal:{client}");
+        let id = format!("{life}:{seq}");
+        let amount = (1 + seq % 50).to_string();
+        let opening = OPENING.to_string();
+        let words: Vec<&[u8]> = [
+            "EVAL",
+            TRANSFER,
+            "3",
+            from.as_str(),
+            to.as_str(),
+            journal.as_str(),
+            amount.as_str(),
+            id.as_str(),
+            opening.as_str(),
+        ]
+        .iter()
+        .map(|w| w.as_bytes())
+        .collect();
+        if stream.write_all(&encode(&words)).is_err() {
+            break;
+        }
+        match try_read_reply(&mut stream) {
+            Some(reply) if reply.starts_with(b":") => done.acked = seq + 1,
+            _ => break,
+        }
+        seq += 1;
+    }
+    done
+}
+
+/// SIGKILLed while clients run transfer scripts, restarted: the accounts
+/// still sum to what they opened with (no script half applied), and every
+/// acknowledged transfer is in its client's journal, in order, with at
+/// most the one in flight after it. `SCALEDKV_SCRIPT_CRASH_ITERATIONS`
+/// (default 3) sets the number of kills.
+#[test]
+fn a_scripts_writes_survive_sigkill_together_or_not_at_all() {
+    const CLIENTS: usize = 4;
+    let iterations: usize =
+        std::env::var("SCALEDKV_SCRIPT_CRASH_ITERATIONS").ok().and_then(|v| v.parse().ok()).unwrap_or(3);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    // Per client, per life: how many transfers were acknowledged.
+    let mut acked: Vec<Vec<u64>> = vec![Vec::new(); CLIENTS];
+    for life in 0..iterations {
+        let mut server = Server::start(&path, &["--durability", "sync"]);
+        let stop = Arc::new(AtomicBool::new(false));
+        let clients: Vec<_> = (0..CLIENTS)
+            .map(|client| {
+                let (port, stop) = (server.port, stop.clone());
+                std::thread::spawn(move || transfer_client(port, client, life, stop))
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(300 + 150 * life as u64));
+        server.kill();
+        stop.store(true, Ordering::Relaxed);
+        for (client, done) in clients.into_iter().map(|c| c.join().unwrap()).enumerate() {
+            acked[client].push(done.acked);
+        }
+    }
+    let server = Server::start(&path, &[]);
+    let mut stream = server.connect();
+    let mut sum = 0i64;
+    for account in 0..ACCOUNTS {
+        let reply = command(&mut stream, &["GET", &format!("account:{account}")]);
+        sum += text(&reply).lines().nth(1).map_or(OPENING, |v| v.parse().unwrap());
+    }
+    assert_eq!(sum, OPENING * ACCOUNTS as i64, "a transfer was half applied");
+    let mut total = 0;
+    for (client, lives) in acked.iter().enumerate() {
+        let reply = command(&mut stream, &["LRANGE", &format!("journal:{client}"), "0", "-1"]);
+        let journal: Vec<String> = text(&reply).lines().skip(2).step_by(2).map(str::to_string).collect();
+        // Each life's acknowledged transfers in order, then at most the
+        // one in flight when the server died.
+        let mut expected = Vec::new();
+        for (life, &count) in lives.iter().enumerate() {
+            expected.extend((0..count).map(|seq| format!("{life}:{seq}")));
+            let in_flight = format!("{life}:{count}");
+            if journal.get(expected.len()) == Some(&in_flight) {
+                expected.push(in_flight);
+            }
+            total += count;
+        }
+        assert_eq!(journal, expected, "client {client}: journal against acknowledgements {lives:?}");
+    }
+    eprintln!("script crash test: {total} acknowledged transfer scripts checked after {iterations} kills");
+    assert!(total > 0, "no transfer was acknowledged");
+}
+
+/// A script that runs past `busy-reply-threshold` is stopped by SCRIPT
+/// KILL from another client: its caller gets Redis's error, none of its
+/// writes apply (Redis would refuse to kill a script that wrote), and a
+/// client waiting for a key it locked goes on. Other clients are served
+/// meanwhile (the I/O thread hands its connections over).
+#[test]
+fn script_kill_stops_a_busy_script_and_applies_none_of_its_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("db"), &["--threads", "1"]);
+    let mut admin = server.connect();
+    assert_eq!(command(&mut admin, &["SCRIPT", "KILL"]), b"-NOTBUSY No scripts in execution right now.\r\n");
+    assert_eq!(command(&mut admin, &["CONFIG", "SET", "busy-reply-threshold", "100"]), b"+OK\r\n");
+    assert_eq!(command(&mut admin, &["SET", "other", "v"]), b"+OK\r\n");
+    let mut busy = server.connect();
+    busy.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let script = "redis.call('set', KEYS[1], 'from the script'); while true do end";
+    busy.write_all(&encode(&[b"EVAL", script.as_bytes(), b"1", b"w"])).unwrap();
+    std::thread::sleep(Duration::from_millis(400));
+    // A writer of the script's key waits for its lock.
+    let mut waiter = server.connect();
+    waiter.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    waiter.write_all(&encode(&[b"SET", b"w", b"from the waiter"])).unwrap();
+    // Others are served while it runs.
+    let started = Instant::now();
+    assert_eq!(command(&mut admin, &["GET", "other"]), b"$1\r\nv\r\n");
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert_eq!(command(&mut admin, &["SCRIPT", "KILL"]), b"+OK\r\n");
+    let reply = text(&read_reply(&mut busy));
+    assert!(reply.starts_with("-ERR Script killed by user with SCRIPT KILL... script: "), "{reply}");
+    assert_eq!(read_reply(&mut waiter), b"+OK\r\n");
+    assert_eq!(command(&mut admin, &["GET", "w"]), b"$15\r\nfrom the waiter\r\n");
+    assert_eq!(eval(&mut busy, &["return redis.call('get', 'w')", "0"]), b"$15\r\nfrom the waiter\r\n");
+    assert_eq!(command(&mut admin, &["SCRIPT", "KILL"]), b"-NOTBUSY No scripts in execution right now.\r\n");
+}
+
+/// What a script cannot do: change what the next script runs with, reach
+/// files or the OS, or take the server down by allocating without end.
+#[test]
+fn scripts_cannot_break_the_sandbox_or_the_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("db"), &[]);
+    let mut stream = server.connect();
+    stream.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    assert_eq!(command(&mut stream, &["CONFIG", "SET", "script-memory-limit", "64mb"]), b"+OK\r\n");
+    for (script, error) in [
+        ("x = 1", "Attempt to modify a readonly table"),
+        ("redis.call = nil", "Attempt to modify a readonly table"),
+        ("string.rep = nil", "Attempt to modify a readonly table"),
+        ("rawset(_G, 'x', 1)", "Attempt to modify a readonly table"),
+        ("rawset(string, 'x', 1)", "Attempt to modify a readonly table"),
+        ("setmetatable(_G, {})", "cannot change a protected metatable"),
+        ("getmetatable('').__index.rep = nil", "attempt to index a boolean value"),
+        ("loadstring('y = 1')()", "Attempt to modify a readonly table"),
+        ("return io.open('/etc/passwd')", "nonexistent global variable 'io'"),
+        ("return os.execute('true')", "nonexistent global variable 'os'"),
+        ("return require('os')", "nonexistent global variable 'require'"),
+        ("return string.rep('x', 2^27)", "not enough memory"),
+        ("local t = {} while true do t[#t + 1] = string.rep('x', 2^20) .. #t end", "not enough memory"),
+    ] {
+        let reply = text(&eval(&mut stream, &[script, "0"]));
+        assert!(reply.starts_with('-') && reply.contains(error), "{script}: {reply}");
+    }
+    // Nothing of the above stuck.
+    assert_eq!(
+        eval(&mut stream, &["return {type(rawget(_G, 'x')), string.rep('ab', 2)}", "0"]),
+        b"*2\r\n$3\r\nnil\r\n$4\r\nabab\r\n"
+    );
+    assert_eq!(command(&mut stream, &["PING"]), b"+PONG\r\n");
+}
+
+/// Scripts in transactions: queued by MULTI, run by EXEC with the other
+/// commands' writes visible to them; a key a script changes fails the
+/// EXEC of a client that WATCHed it.
+#[test]
+fn scripts_join_transactions_and_trip_watch() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("db"), &[]);
+    let mut a = server.connect();
+    let mut b = server.connect();
+    assert_eq!(command(&mut a, &["MULTI"]), b"+OK\r\n");
+    assert_eq!(command(&mut a, &["SET", "k", "41"]), b"+QUEUED\r\n");
+    assert_eq!(eval(&mut a, &["return redis.call('incr', KEYS[1])", "1", "k"]), b"+QUEUED\r\n");
+    assert_eq!(eval(&mut a, &["return redis.call('incr', 'nonnumeric')", "0"]), b"+QUEUED\r\n");
+    let reply = text(&command(&mut a, &["EXEC"]));
+    assert!(reply.starts_with("*3\r\n+OK\r\n:42\r\n:1\r\n"), "{reply}");
+    assert_eq!(command(&mut a, &["WATCH", "k"]), b"+OK\r\n");
+    assert_eq!(eval(&mut b, &["return redis.call('set', KEYS[1], 'changed')", "1", "k"]), b"+OK\r\n");
+    assert_eq!(command(&mut a, &["MULTI"]), b"+OK\r\n");
+    assert_eq!(command(&mut a, &["SET", "k", "mine"]), b"+QUEUED\r\n");
+    assert_eq!(command(&mut a, &["EXEC"]), b"*-1\r\n");
+    assert_eq!(command(&mut a, &["GET", "k"]), b"$7\r\nchanged\r\n");
+}
+
+/// Script bodies: Lua-ish token soup and raw bytes.
+fn script_body() -> impl Strategy<Value = Vec<u8>> {
+    let token = prop_oneof![
+        Just("return "),
+        Just("redis.call("),
+        Just("redis.pcall("),
+        Just("'set'"),
+        Just("'get'"),
+        Just("'incr'"),
+        Just("'lpush'"),
+        Just("'hgetall'"),
+        Just("KEYS[1]"),
+        Just("ARGV[1]"),
+        Just(", "),
+        Just(")"),
+        Just("{"),
+        Just("}"),
+        Just("nil"),
+        Just("true"),
+        Just("1.5"),
+        Just("-7"),
+        Just("error("),
+        Just("cjson.decode("),
+        Just("cjson.encode("),
+        Just("redis.setresp(3) "),
+        Just("local x = "),
+        Just("x"),
+        Just(" end "),
+        Just("while false do "),
+        Just("#!lua flags=no-writes\n"),
+        Just("{err="),
+        Just("{ok="),
+        Just("{double="),
+        Just("{map="),
+    ];
+    prop_oneof![
+        prop::collection::vec(token, 1..14).prop_map(|tokens| tokens.concat().into_bytes()),
+        prop::collection::vec(any::<u8>(), 0..64),
+    ]
+}
+
+/// No script body, key count or argument gets anything but a well-formed
+/// reply, and the server answers PING after each.
+#[test]
+fn no_script_or_argument_crashes_the_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("db"), &[]);
+    let stream = std::cell::RefCell::new(server.connect());
+    let config = proptest::test_runner::Config { cases: 300, failure_persistence: None, ..Default::default() };
+    let mut runner = proptest::test_runner::TestRunner::new(config);
+    let strategy = (
+        script_body(),
+        prop_oneof![
+            Just(b"0".to_vec()),
+            Just(b"1".to_vec()),
+            Just(b"-1".to_vec()),
+            Just(b"9".to_vec()),
+            any::<[u8; 2]>().prop_map(|b| b.to_vec())
+        ],
+        prop::collection::vec(prop::collection::vec(any::<u8>(), 0..8), 0..3),
+    );
+    runner
+        .run(&strategy, |(body, numkeys, rest)| {
+            let mut words: Vec<&[u8]> = vec![b"EVAL", &body, &numkeys];
+            words.extend(rest.iter().map(Vec::as_slice));
+            let mut stream = stream.borrow_mut();
+            let reply = request(&mut stream, &encode(&words));
+            prop_assert!(!reply.is_empty());
+            prop_assert_eq!(request(&mut stream, b"PING\r\n"), b"+PONG\r\n".to_vec());
+            Ok(())
+        })
+        .unwrap();
+}
