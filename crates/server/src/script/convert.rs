@@ -1,114 +1,13 @@
-//! Values across the script boundary, by Redis 7's rules: a command's
-//! reply (RESP, in the protocol the script chose with `redis.setresp`) as
-//! the Lua value `redis.call` returns, and the script's result as the reply.
+//! A script's result as its reply, by Redis 7's rules (the other way, a
+//! command's reply as a Lua value, is in `call`).
 
-use mlua::{Lua, Table, Value};
+use mlua::{Table, Value};
 
 use crate::resp::Out;
 
 /// Tables nested deeper than this in a script's result are refused (a
 /// table can hold itself).
 const MAX_DEPTH: usize = 1000;
-
-/// The Lua value of the RESP reply at the start of `reply` (as a command
-/// wrote it into an `Out`): RESP2 nulls are `false`, RESP3's `nil`; a
-/// status is `{ok=...}`, an error `{err=...}`, RESP3's maps, sets,
-/// doubles, big numbers and verbatim strings tables tagged so.
-pub fn reply_to_lua(lua: &Lua, reply: &[u8]) -> mlua::Result<Value> {
-    let mut at = 0;
-    let value = parse(lua, reply, &mut at)?;
-    Ok(value)
-}
-
-fn bad_reply() -> mlua::Error {
-    mlua::Error::runtime("ERR a command's reply could not be read back (a server bug)")
-}
-
-fn line<'a>(reply: &'a [u8], at: &mut usize) -> mlua::Result<&'a [u8]> {
-    let rest = reply.get(*at..).ok_or_else(bad_reply)?;
-    let end = rest.windows(2).position(|w| w == b"\r\n").ok_or_else(bad_reply)?;
-    *at += end + 2;
-    Ok(&rest[..end])
-}
-
-fn number(text: &[u8]) -> mlua::Result<i64> {
-    std::str::from_utf8(text).ok().and_then(|t| t.parse().ok()).ok_or_else(bad_reply)
-}
-
-fn tagged(lua: &Lua, tag: &str, value: Value) -> mlua::Result<Value> {
-    let table = lua.create_table()?;
-    table.raw_set(tag, value)?;
-    Ok(Value::Table(table))
-}
-
-fn parse(lua: &Lua, reply: &[u8], at: &mut usize) -> mlua::Result<Value> {
-    let kind = *reply.get(*at).ok_or_else(bad_reply)?;
-    *at += 1;
-    let text = line(reply, at)?;
-    match kind {
-        b'+' => tagged(lua, "ok", Value::String(lua.create_string(text)?)),
-        b'-' => tagged(lua, "err", Value::String(lua.create_string(text)?)),
-        b':' => Ok(Value::Number(number(text)? as f64)),
-        b'$' | b'=' => {
-            let len = number(text)?;
-            if len < 0 {
-                return Ok(Value::Boolean(false));
-            }
-            let data = reply.get(*at..*at + len as usize).ok_or_else(bad_reply)?;
-            *at += len as usize + 2;
-            if kind == b'$' {
-                return Ok(Value::String(lua.create_string(data)?));
-            }
-            // "txt:..." -> {verbatim_string={format="txt", string="..."}}
-            let (format, string) = data.split_at(data.len().min(3));
-            let inner = lua.create_table()?;
-            inner.raw_set("format", lua.create_string(format)?)?;
-            inner.raw_set("string", lua.create_string(string.get(1..).unwrap_or_default())?)?;
-            tagged(lua, "verbatim_string", Value::Table(inner))
-        }
-        b'*' | b'>' | b'~' | b'%' => {
-            let len = number(text)?;
-            if len < 0 {
-                return Ok(Value::Boolean(false));
-            }
-            let table = lua.create_table()?;
-            match kind {
-                b'%' => {
-                    for _ in 0..len {
-                        let key = parse(lua, reply, at)?;
-                        let value = parse(lua, reply, at)?;
-                        table.raw_set(key, value)?;
-                    }
-                    tagged(lua, "map", Value::Table(table))
-                }
-                b'~' => {
-                    for _ in 0..len {
-                        table.raw_set(parse(lua, reply, at)?, true)?;
-                    }
-                    tagged(lua, "set", Value::Table(table))
-                }
-                _ => {
-                    for i in 1..=len {
-                        table.raw_set(i, parse(lua, reply, at)?)?;
-                    }
-                    Ok(Value::Table(table))
-                }
-            }
-        }
-        b'_' => Ok(Value::Nil),
-        b'#' => Ok(Value::Boolean(text == b"t")),
-        b',' => {
-            let value = match text {
-                b"inf" => f64::INFINITY,
-                b"-inf" => f64::NEG_INFINITY,
-                _ => std::str::from_utf8(text).ok().and_then(|t| t.parse().ok()).ok_or_else(bad_reply)?,
-            };
-            tagged(lua, "double", Value::Number(value))
-        }
-        b'(' => tagged(lua, "big_number", Value::String(lua.create_string(text)?)),
-        _ => Err(bad_reply()),
-    }
-}
 
 /// A Lua number as Redis replies it: converted to an integer as C's cast
 /// does on x86-64 (towards zero; out of range or NaN: the lowest integer).
@@ -208,39 +107,7 @@ fn emit_table(out: &mut Out, table: &Table, resp3: bool, depth: usize) -> Result
 mod tests {
     use super::*;
     use crate::resp::Protocol;
-
-    fn roundtrip(reply: &[u8], resp3: bool) -> Vec<u8> {
-        let lua = Lua::new();
-        let value = reply_to_lua(&lua, reply).unwrap();
-        let mut out = Out::new(if resp3 { Protocol::Resp3 } else { Protocol::Resp2 });
-        lua_to_reply(&mut out, &value, resp3).unwrap();
-        out.buf.to_vec()
-    }
-
-    #[test]
-    fn replies_come_back_as_redis_returns_them() {
-        assert_eq!(roundtrip(b"+OK\r\n", false), b"+OK\r\n");
-        assert_eq!(roundtrip(b"-ERR no\r\n", false), b"-ERR no\r\n");
-        assert_eq!(roundtrip(b":-42\r\n", false), b":-42\r\n");
-        assert_eq!(roundtrip(b"$3\r\na\r\n\r\n", false), b"$3\r\na\r\n\r\n");
-        // A RESP2 null is false, which goes back as a null.
-        assert_eq!(roundtrip(b"$-1\r\n", false), b"$-1\r\n");
-        assert_eq!(roundtrip(b"*-1\r\n", false), b"$-1\r\n");
-        assert_eq!(
-            roundtrip(b"*3\r\n:1\r\n*1\r\n$1\r\nx\r\n$0\r\n\r\n", false),
-            b"*3\r\n:1\r\n*1\r\n$1\r\nx\r\n$0\r\n\r\n"
-        );
-        // RESP3's types keep theirs in a RESP3 reply.
-        assert_eq!(roundtrip(b",1.5\r\n", true), b",1.5\r\n");
-        assert_eq!(roundtrip(b"#t\r\n", true), b"#t\r\n");
-        assert_eq!(roundtrip(b"%1\r\n$1\r\na\r\n:1\r\n", true), b"%1\r\n$1\r\na\r\n:1\r\n");
-        assert_eq!(roundtrip(b"~1\r\n$1\r\na\r\n", true), b"~1\r\n$1\r\na\r\n");
-        assert_eq!(roundtrip(b"=8\r\ntxt:abcd\r\n", true), b"=8\r\ntxt:abcd\r\n");
-        assert_eq!(roundtrip(b"(123\r\n", true), b"(123\r\n");
-        // ... and flatten in a RESP2 one.
-        assert_eq!(roundtrip(b",1.5\r\n", false), b"$3\r\n1.5\r\n");
-        assert_eq!(roundtrip(b"%1\r\n$1\r\na\r\n:1\r\n", false), b"*2\r\n$1\r\na\r\n:1\r\n");
-    }
+    use mlua::Lua;
 
     #[test]
     fn numbers_convert_as_redis_on_x86() {
@@ -257,13 +124,5 @@ mod tests {
         table.raw_set(1, table.clone()).unwrap();
         let mut out = Out::new(Protocol::Resp2);
         assert_eq!(lua_to_reply(&mut out, &Value::Table(table), false).unwrap_err(), "ERR reached lua stack limit");
-    }
-
-    #[test]
-    fn truncated_replies_are_errors() {
-        let lua = Lua::new();
-        for reply in [&b"$5\r\nab"[..], b"*2\r\n:1\r\n", b":12", b"", b"?x\r\n"] {
-            assert!(reply_to_lua(&lua, reply).is_err(), "{reply:?}");
-        }
     }
 }

@@ -2,13 +2,15 @@
 //! shebang flags, and what SCRIPT KILL needs to find a busy script.
 //!
 //! - `vm`: each thread's sandboxed Lua 5.1 state and one script's run;
-//! - `convert`: RESP replies to Lua values and Lua values to replies;
+//! - `call`: `redis.call` on Lua's C API (arguments out, replies in);
+//! - `convert`: a script's result to its reply;
 //! - `libs`: the `cjson` and `bit` libraries Redis gives scripts.
 //!
 //! A script's writes go into one batch, as a transaction's do: they become
 //! durable and visible together once the script ends (`commands::scripting`
 //! holds its keys' locks meanwhile), so a killed script wrote nothing.
 
+pub mod call;
 pub mod convert;
 pub mod libs;
 pub mod vm;

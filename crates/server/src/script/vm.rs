@@ -18,11 +18,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use std::ffi::c_int;
 
 use mlua::{ffi, Function, HookTriggers, Lua, LuaOptions, MultiValue, StdLib, Table, Value, VmState};
 
-use super::convert::{lua_to_reply, reply_to_lua};
+use super::convert::lua_to_reply;
 use super::{Control, Script};
 use crate::resp::Out;
 
@@ -67,12 +66,11 @@ struct RunState {
 
 struct Vm {
     lua: Lua,
-    /// What scripts see as globals, behind a read-only proxy: KEYS and
-    /// ARGV are set here for each run.
-    env: Table,
     /// `xpcall`s a script with the error handler that notes where it failed.
     runner: Function,
     compiled: HashMap<String, Function>,
+    /// The memory limit the state has now.
+    memory_limit: Cell<usize>,
     generation: u64,
     control: Arc<Control>,
     run: Rc<RunState>,
@@ -138,47 +136,14 @@ protected[globals] = true
 env._G = globals
 getmetatable('').__metatable = false
 
-local function runner(f) return raw_xpcall(f, handler) end
+local function runner(f, keys, argv)
+  env.KEYS, env.ARGV = keys, argv
+  local ok, result = raw_xpcall(f, handler)
+  env.KEYS, env.ARGV = nil, nil
+  return ok, result
+end
 return globals, env, runner
 "#;
-
-/// Where `redis.call` finds the running script's command callback.
-const CALLBACK: &std::ffi::CStr = c"scaledkv.script_call";
-
-/// `redis.call` and `redis.pcall`: C functions, so that the frame of a
-/// script's `return redis.call(...)` (a tail call) is still there for the
-/// error handler to name its line. They call the running script's
-/// callback, which answers (true, reply) or (false, error text); an error
-/// is raised as Redis raises it, a table `{err=...}` (`redis.call`), or
-/// returned as one (`redis.pcall`).
-unsafe extern "C-unwind" fn redis_call(state: *mut ffi::lua_State) -> c_int {
-    call_callback(state, true)
-}
-
-unsafe extern "C-unwind" fn redis_pcall(state: *mut ffi::lua_State) -> c_int {
-    call_callback(state, false)
-}
-
-/// # Safety
-/// Called by Lua as a C function, with Lua's guaranteed 20 stack slots.
-unsafe fn call_callback(state: *mut ffi::lua_State, raise: bool) -> c_int {
-    let nargs = ffi::lua_gettop(state);
-    ffi::lua_getfield(state, ffi::LUA_REGISTRYINDEX, CALLBACK.as_ptr());
-    ffi::lua_insert(state, 1);
-    // An error of the callback itself propagates (no Rust frame here
-    // holds anything to drop).
-    ffi::lua_call(state, nargs, 2);
-    if ffi::lua_toboolean(state, -2) != 0 {
-        return 1;
-    }
-    ffi::lua_createtable(state, 0, 1);
-    ffi::lua_pushvalue(state, -2);
-    ffi::lua_setfield(state, -2, c"err".as_ptr());
-    if raise {
-        ffi::lua_error(state);
-    }
-    1
-}
 
 fn create(control: &Arc<Control>, generation: u64) -> mlua::Result<Vm> {
     let lua = Lua::new_with(StdLib::TABLE | StdLib::STRING | StdLib::MATH, LuaOptions::default())?;
@@ -193,20 +158,28 @@ fn create(control: &Arc<Control>, generation: u64) -> mlua::Result<Vm> {
         resp3: Cell::new(false),
     });
     let redis = redis_library(&lua, &run)?;
-    // SAFETY: both follow Lua's C function protocol (`call_callback`).
+    // SAFETY: both follow Lua's C function protocol (`super::call`).
     unsafe {
-        redis.raw_set("call", lua.create_c_function(redis_call)?)?;
-        redis.raw_set("pcall", lua.create_c_function(redis_pcall)?)?;
+        redis.raw_set("call", lua.create_c_function(super::call::redis_call)?)?;
+        redis.raw_set("pcall", lua.create_c_function(super::call::redis_pcall)?)?;
     }
     let handler = lua.create_function(error_handler)?;
-    let (proxy, env, runner): (Table, Table, Function) =
+    let (proxy, _env, runner): (Table, Table, Function) =
         lua.load(PRELUDE).set_name("=prelude").call((redis, handler))?;
     lua.set_globals(proxy)?;
     let (hook_run, hook_control) = (run.clone(), control.clone());
     lua.set_hook(HookTriggers::new().every_nth_instruction(HOOK_INSTRUCTIONS), move |_, _| {
         check_clock(&hook_run, &hook_control)
     })?;
-    Ok(Vm { lua, env, runner, compiled: HashMap::new(), generation, control: control.clone(), run })
+    Ok(Vm {
+        lua,
+        runner,
+        compiled: HashMap::new(),
+        memory_limit: Cell::new(0),
+        generation,
+        control: control.clone(),
+        run,
+    })
 }
 
 /// The hook: marks a script busy once it passes `busy_millis` (SCRIPT KILL
@@ -386,29 +359,6 @@ impl Vm {
         self.compiled.insert(script.sha.clone(), function.clone());
         Ok(function)
     }
-
-    fn list(&self, items: &[Bytes]) -> mlua::Result<Table> {
-        let table = self.lua.create_table_with_capacity(items.len(), 0)?;
-        for (i, item) in items.iter().enumerate() {
-            table.raw_set(i + 1, self.lua.create_string(item)?)?;
-        }
-        Ok(table)
-    }
-}
-
-/// The arguments of `redis.call`: strings, or numbers as `%.17g`.
-fn command_args(args: MultiValue) -> Result<Vec<Bytes>, String> {
-    if args.is_empty() {
-        return Err("ERR Please specify at least one argument for this redis lib call".into());
-    }
-    args.iter()
-        .map(|arg| match arg {
-            Value::String(s) => Ok(Bytes::copy_from_slice(&s.as_bytes())),
-            Value::Number(n) => Ok(Bytes::from(crate::zset::format_score(*n))),
-            Value::Integer(n) => Ok(Bytes::from(n.to_string())),
-            _ => Err("ERR Lua redis lib command arguments must be strings or integers".to_string()),
-        })
-        .collect()
 }
 
 /// Runs `f` with this thread's Lua state, made anew if SCRIPT FLUSH came
@@ -482,36 +432,23 @@ fn run_in(
     run.killed.set(false);
     run.needs_all_keys.set(false);
     run.resp3.set(false);
-    let _ = vm.lua.set_memory_limit(vm.control.memory_limit.load(Ordering::Relaxed) as usize);
-    let setup = (|| -> mlua::Result<()> {
-        vm.env.raw_set("KEYS", vm.list(keys)?)?;
-        vm.env.raw_set("ARGV", vm.list(argv)?)
-    })();
-    if let Err(error) = setup {
-        out.error(&format!("ERR {}", innermost(&error)));
-        return Outcome::Replied;
+    let limit = vm.control.memory_limit.load(Ordering::Relaxed) as usize;
+    if vm.memory_limit.get() != limit {
+        let _ = vm.lua.set_memory_limit(limit);
+        vm.memory_limit.set(limit);
     }
     let mark = out.len();
-    let result = vm.lua.scope(|scope| {
-        let callback = scope.create_function_mut(|lua, args: MultiValue| -> mlua::Result<(bool, Value)> {
-            if run.needs_all_keys.get() {
-                return Ok((false, Value::String(lua.create_string("ERR the script is run again")?)));
-            }
-            let args = match command_args(args) {
-                Ok(args) => args,
-                Err(message) => return Ok((false, Value::String(lua.create_string(&message)?))),
-            };
-            match call(args, run.resp3.get()) {
-                Ok(reply) => Ok((true, reply_to_lua(lua, &reply)?)),
-                Err(CallError::Error(message)) => Ok((false, Value::String(lua.create_string(&message)?))),
-                Err(CallError::NeedsAllKeys) => {
-                    run.needs_all_keys.set(true);
-                    Ok((false, Value::String(lua.create_string("ERR the script is run again")?)))
-                }
-            }
-        })?;
-        vm.lua.set_named_registry_value(CALLBACK.to_str().expect("ASCII"), callback)?;
-        let (ok, value): (bool, Value) = vm.runner.call(function)?;
+    let installed = super::call::install(call, &run.resp3, &run.needs_all_keys);
+    let result = (|| -> mlua::Result<()> {
+        // SAFETY: `push_list` raises Lua errors only inside this protected
+        // call; the runner is called with the function and two tables.
+        let (ok, value): (bool, Value) = unsafe {
+            vm.lua.exec_raw((&vm.runner, function), |state| {
+                super::call::push_list(state, keys);
+                super::call::push_list(state, argv);
+                ffi::lua_call(state, 3, 2);
+            })
+        }?;
         if run.killed.get() {
             // The handler noted where the kill found it (unless the script
             // caught it and ended before the hook raised it again).
@@ -534,10 +471,8 @@ fn run_in(
             out.error(&script_error(&value, &script.sha));
         }
         Ok(())
-    });
-    let _ = vm.lua.set_named_registry_value(CALLBACK.to_str().expect("ASCII"), Value::Nil);
-    let _ = vm.env.raw_set("KEYS", Value::Nil);
-    let _ = vm.env.raw_set("ARGV", Value::Nil);
+    })();
+    drop(installed);
     if run.needs_all_keys.get() {
         out.truncate(mark);
         return Outcome::NeedsAllKeys;
