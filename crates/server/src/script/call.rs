@@ -125,10 +125,18 @@ unsafe fn run_command(state: *mut ffi::lua_State) -> Status {
     }
 }
 
+/// `redis.call`.
+///
+/// # Safety
+/// Called by Lua only, as a C function.
 pub unsafe extern "C-unwind" fn redis_call(state: *mut ffi::lua_State) -> c_int {
     call(state, true)
 }
 
+/// `redis.pcall`.
+///
+/// # Safety
+/// Called by Lua only, as a C function.
 pub unsafe extern "C-unwind" fn redis_pcall(state: *mut ffi::lua_State) -> c_int {
     call(state, false)
 }
