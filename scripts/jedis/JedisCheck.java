@@ -5,7 +5,7 @@ import redis.clients.jedis.resps.Tuple;
 
 /**
  * Jedis, unchanged, against a server on 127.0.0.1:PORT (scripts/check-jedis.sh): the calls
- * YCSB's Redis binding makes, pipelines, transactions, a pool, RESP2 and RESP3. Exits 1 on the
+ * YCSB's Redis binding makes, pipelines, transactions, scripts, a pool, RESP2 and RESP3. Exits 1 on the
  * first wrong answer.
  */
 public class JedisCheck {
@@ -54,6 +54,16 @@ public class JedisCheck {
     tx.incr("tx");
     List<Object> done = tx.exec();
     expect(done.size() == 2 && "2".equals(j.get("tx")), p + "MULTI/EXEC");
+
+    // Scripts: EVAL, then SCRIPT LOAD and EVALSHA, as client libraries run them.
+    j.del("sc", "sh");
+    String script = "local n = redis.call('incr', KEYS[1]); redis.call('hset', KEYS[2], 'last', n); return {n, ARGV[1]}";
+    Object evaluated = j.eval(script, Arrays.asList("sc", "sh"), Arrays.asList("tag"));
+    expect(Arrays.asList(1L, "tag").equals(evaluated) && "1".equals(j.hget("sh", "last")), p + "EVAL");
+    String sha = j.scriptLoad(script);
+    expect(j.scriptExists(sha, "0000000000000000000000000000000000000000").equals(Arrays.asList(true, false)), p + "SCRIPT LOAD/EXISTS");
+    Object bySha = j.evalsha(sha, Arrays.asList("sc", "sh"), Arrays.asList("again"));
+    expect(Arrays.asList(2L, "again").equals(bySha) && "2".equals(j.hget("sh", "last")), p + "EVALSHA");
 
     ScanParams params = new ScanParams().match("k1*").count(100);
     Set<String> seen = new HashSet<>();

@@ -170,9 +170,11 @@ pub struct Writes {
     /// In a transaction or a run, later commands read earlier ones' writes
     /// through here (the batch is not visible until it is committed whole).
     overlay: Option<Overlay>,
-    /// A branch's view of the writes it branched from (`branch`): read
-    /// after `overlay`, before the engine.
-    base: Option<(Overlay, WriteBatch)>,
+    /// A branch's view of the writes it branched from (`branch`), the
+    /// newest last (a branch of a branch: a script's command inside a
+    /// pipeline's run): read after `overlay`, newest first, before the
+    /// engine. Empty for writes that are not a branch.
+    base: Vec<(Overlay, WriteBatch)>,
     /// Entries under `RESERVED` these writes add (or, negative, remove):
     /// applied to `Shared::reserved_entries` once they commit.
     reserved_delta: i64,
@@ -230,7 +232,7 @@ impl Writes {
         Writes {
             batch: WriteBatch::new(),
             overlay: transaction.then(HashMap::new),
-            base: None,
+            base: Vec::new(),
             reserved_delta: 0,
             pushed: false,
             blocks_changed: false,
@@ -259,7 +261,7 @@ impl Writes {
     /// Whether reads see the engine alone: no writes of their own or
     /// others' (a command that takes no locks and has written nothing).
     pub fn reads_engine_only(&self) -> bool {
-        self.pending.is_none() && self.base.is_none() && self.batch.is_empty()
+        self.pending.is_none() && self.base.is_empty() && self.batch.is_empty()
     }
 
     /// Notes that these writes change sorted-set table `id`.
@@ -294,11 +296,12 @@ impl Writes {
     /// copied); `merge` adds its writes here if it succeeds, `abandon`
     /// drops them if it fails half-way.
     pub fn branch(&mut self) -> Writes {
-        let base = (self.overlay.take().unwrap_or_default(), std::mem::take(&mut self.batch));
+        let mut base = std::mem::take(&mut self.base);
+        base.push((self.overlay.take().unwrap_or_default(), std::mem::take(&mut self.batch)));
         Writes {
             batch: WriteBatch::new(),
             overlay: Some(HashMap::new()),
-            base: Some(base),
+            base,
             reserved_delta: 0,
             pushed: false,
             // Known to the branch too: its base's blocks are not the cached.
@@ -312,7 +315,8 @@ impl Writes {
     }
 
     pub fn merge(&mut self, mut branch: Writes) {
-        let (mut overlay, mut batch) = branch.base.take().expect("a branch");
+        let (mut overlay, mut batch) = branch.base.pop().expect("a branch");
+        self.base = std::mem::take(&mut branch.base);
         let shift = batch.size_bytes();
         batch.append(&mut branch.batch);
         overlay.extend(branch.overlay.take().unwrap_or_default().into_iter().map(|(key, at)| (key, at + shift)));
@@ -327,7 +331,8 @@ impl Writes {
     }
 
     pub fn abandon(&mut self, mut branch: Writes) {
-        let (overlay, batch) = branch.base.take().expect("a branch");
+        let (overlay, batch) = branch.base.pop().expect("a branch");
+        self.base = std::mem::take(&mut branch.base);
         (self.overlay, self.batch) = (Some(overlay), batch);
         // Its error reply may tell what it read.
         self.read_pending.set(self.read_pending() || branch.read_pending());
@@ -344,7 +349,7 @@ impl Writes {
     /// Any key, the server's own included.
     pub fn get_internal(&self, db: &Db, key: &[u8]) -> Result<Option<Value>, CmdError> {
         let mine = self.overlay.as_ref().and_then(|o| o.get(key)).map(|&at| (&self.batch, at));
-        let base = || self.base.as_ref().and_then(|(o, batch)| Some((batch, *o.get(key)?)));
+        let base = || self.base.iter().rev().find_map(|(o, batch)| Some((batch, *o.get(key)?)));
         if let Some((batch, at)) = mine.or_else(base) {
             return Ok(match batch.value_at(at) {
                 Some((bytes, expiry)) if expiry.is_none_or(|at| at > now_ms()) => {
@@ -446,7 +451,8 @@ impl Writes {
     /// value without its type byte, None for a delete).
     fn pending_in(&self, bounds: (Bound<&[u8]>, Bound<&[u8]>)) -> BTreeMap<Vec<u8>, Option<Vec<u8>>> {
         use std::ops::RangeBounds;
-        // The branch's own over its base's, over others' published ones.
+        // The branch's own over its bases' (newest last), over others'
+        // published ones.
         let mut pending = BTreeMap::new();
         if let Some(published) = self.published() {
             for (key, value) in published.within(bounds) {
@@ -947,5 +953,37 @@ mod tests {
         for (pattern, text, expected) in cases {
             assert_eq!(glob_match(pattern.as_bytes(), text.as_bytes()), expected, "{pattern} ~ {text}");
         }
+    }
+
+    /// A branch of a branch (a script's command inside a pipeline's run)
+    /// reads every level's writes, newest first; abandoning it drops only
+    /// its own, merging adds them one level up.
+    #[test]
+    fn branches_nest() {
+        let dir = tempfile::tempdir().unwrap();
+        let options = scaledkv::Options { background_work: false, ..Default::default() };
+        let db = scaledkv::Db::open(dir.path(), options).unwrap();
+        let read = |writes: &super::Writes, key: &[u8]| {
+            writes.get(&db, key).unwrap().map(|value| value.string().unwrap().to_vec())
+        };
+        let mut run = super::Writes::new(true);
+        run.put_string(b"a", b"run", None).unwrap();
+        let mut script = run.branch();
+        script.put_string(b"b", b"script", None).unwrap();
+        let mut failed = script.branch();
+        failed.put_string(b"a", b"failed", None).unwrap();
+        assert_eq!(read(&failed, b"a").as_deref(), Some(&b"failed"[..]));
+        assert_eq!(read(&failed, b"b").as_deref(), Some(&b"script"[..]));
+        script.abandon(failed);
+        assert_eq!(read(&script, b"a").as_deref(), Some(&b"run"[..]));
+        let mut done = script.branch();
+        assert_eq!(read(&done, b"a").as_deref(), Some(&b"run"[..]));
+        done.put_string(b"c", b"done", None).unwrap();
+        script.merge(done);
+        run.merge(script);
+        assert_eq!(read(&run, b"a").as_deref(), Some(&b"run"[..]));
+        assert_eq!(read(&run, b"b").as_deref(), Some(&b"script"[..]));
+        assert_eq!(read(&run, b"c").as_deref(), Some(&b"done"[..]));
+        assert_eq!(run.take_batch().batch.len(), 3);
     }
 }

@@ -31,6 +31,9 @@ pub struct ServerStats {
     /// Commits that let their locks go before they were durable, because
     /// another command waited (`crate::pending`).
     pub early_lock_releases: AtomicU64,
+    /// Scripts run again holding every key's lock: they touched a key they
+    /// did not declare whose lock was taken (`commands::scripting`).
+    pub script_reruns: AtomicU64,
 }
 
 pub struct Shared {

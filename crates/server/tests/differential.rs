@@ -1727,5 +1727,21 @@ fn scripts_answer_as_redis_does() {
         let script: Vec<Vec<Vec<u8>>> =
             scripts.iter().map(|words| words.iter().map(|w| w.as_bytes().to_vec()).collect()).collect();
         same_replies(&mut ours, &mut theirs, &script);
+        // Again as one pipeline, from the start: scripts then share a run
+        // of writes with the commands around them.
+        let mut pipeline = encode(&[b"FLUSHALL"]);
+        pipeline.extend(encode(&[b"SCRIPT", b"FLUSH"]));
+        for words in &script {
+            let refs: Vec<&[u8]> = words.iter().map(Vec::as_slice).collect();
+            pipeline.extend(encode(&refs));
+        }
+        let mut replies = Vec::new();
+        for stream in [&mut ours, &mut theirs] {
+            std::io::Write::write_all(stream, &pipeline).unwrap();
+            replies.push((0..script.len() + 2).map(|_| read_reply(stream)).collect::<Vec<_>>());
+        }
+        for (i, (a, b)) in replies[0].iter().zip(&replies[1]).enumerate().skip(2) {
+            assert_eq!(String::from_utf8_lossy(a), String::from_utf8_lossy(b), "pipelined {:?}", scripts[i - 2]);
+        }
     }
 }

@@ -903,12 +903,12 @@ pub async fn run_command<'s>(
         }
         return;
     }
-    run.commit(shared, out).await;
     if scripting::is_script(command) {
-        scripting::eval(shared, conn, out, command, &args).await;
+        scripting::eval(shared, conn, out, command, &args, run).await;
         crate::monitor::feed(shared, conn, command, &args);
         return;
     }
+    run.commit(shared, out).await;
     if command.name == "exec" {
         exec(shared, conn, out).await;
         // After the commands it ran, as Redis shows them.

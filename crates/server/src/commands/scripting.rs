@@ -12,7 +12,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use super::{args, commit, engine_error_text, err, lookup, subcommand_arity, unknown_subcommand};
-use super::{CmdError, CmdResult, Command, Ctx, ALL_KEYS, BLOCKING, TX_CONTROL, WRITE};
+use super::{CmdError, CmdResult, Command, Ctx, Guard, Run, ALL_KEYS, BLOCKING, TX_CONTROL, WRITE};
 use crate::conn::ConnState;
 use crate::keyspace::{KeyLocks, Stripe, Writes};
 use crate::resp::{Out, Protocol};
@@ -63,20 +63,19 @@ fn cache(shared: &Shared, body: &[u8], load: bool) -> Result<Arc<Script>, CmdErr
 }
 
 /// The key locks a running script holds.
-struct Held<'s> {
-    /// Every key's (EXEC's, or a script run again).
-    all: bool,
-    stripes: Vec<Stripe>,
-    guards: Vec<tokio::sync::RwLockWriteGuard<'s, ()>>,
+enum Held<'a, 's> {
+    /// Every key's (EXEC's, or a script run again with all of them).
+    All,
+    /// Those of a connection's run of writes, which the script joins.
+    Run(&'a mut Vec<(Stripe, Guard<'s>)>),
 }
 
-impl<'s> Held<'s> {
+impl<'s> Held<'_, 's> {
     /// Takes the lock of every key `command` names that is not held yet,
-    /// if it is free: waiting while holding locks could deadlock.
+    /// if it is free: waiting while holding locks could deadlock. A key
+    /// the run holds only shared (for blind writes) counts as taken.
     fn cover(&mut self, shared: &'s Shared, command: &Command, args: &[Bytes]) -> Result<(), CallError> {
-        if self.all {
-            return Ok(());
-        }
+        let Held::Run(guards) = self else { return Ok(()) };
         // These read keys their table entry cannot name.
         if command.has(ALL_KEYS) || matches!(command.name, "sintercard" | "zintercard") {
             return Err(CallError::NeedsAllKeys);
@@ -84,12 +83,14 @@ impl<'s> Held<'s> {
         let mut needed: SmallVec<[Stripe; 4]> = SmallVec::new();
         command.stripes(args, &mut needed);
         for stripe in needed {
-            if self.stripes.contains(&stripe) {
-                continue;
+            match guards.iter().find(|(held, _)| *held == stripe) {
+                Some((_, Guard::Exclusive(_))) => continue,
+                Some((_, Guard::Shared(_))) => return Err(CallError::NeedsAllKeys),
+                None => {
+                    let guard = shared.locks.try_lock(stripe).ok_or(CallError::NeedsAllKeys)?;
+                    guards.push((stripe, Guard::Exclusive(guard)));
+                }
             }
-            let guard = shared.locks.try_lock(stripe).ok_or(CallError::NeedsAllKeys)?;
-            self.stripes.push(stripe);
-            self.guards.push(guard);
         }
         Ok(())
     }
@@ -122,17 +123,16 @@ fn allowed_in_scripts(command: &Command) -> bool {
         ))
 }
 
-/// Runs the script of `invocation` with its writes in `writes`, each
-/// command in a branch of them when `branch_calls` (a failed command then
-/// leaves nothing), and writes its reply to `out`.
+/// Runs the script of `invocation` with its writes in `writes` (each
+/// command in a branch of them: a failed one leaves nothing) and writes its
+/// reply to `out`.
 fn run_script<'s>(
     shared: &'s Shared,
     conn: &mut ConnState,
     out: &mut Out,
     writes: &mut Writes,
     invocation: &Invocation<'_>,
-    held: &mut Held<'s>,
-    branch_calls: bool,
+    held: &mut Held<'_, 's>,
 ) -> Outcome {
     let mut call = |args: Vec<Bytes>, resp3: bool| -> Result<Vec<u8>, CallError> {
         let Some(command) = lookup(&args[0]) else {
@@ -155,19 +155,14 @@ fn run_script<'s>(
         held.cover(shared, command, &args)?;
         conn.counts.commands += 1;
         let mut reply = Out::new(if resp3 { Protocol::Resp3 } else { Protocol::Resp2 });
-        let result = if branch_calls {
-            let mut branch = writes.branch();
-            let result = (command.run)(&mut Ctx { shared, conn, out: &mut reply, writes: &mut branch }, &args);
-            match result {
-                Ok(()) => writes.merge(branch),
-                Err(_) => writes.abandon(branch),
-            }
-            result
-        } else {
-            (command.run)(&mut Ctx { shared, conn, out: &mut reply, writes }, &args)
-        };
+        let mut branch = writes.branch();
+        let result = (command.run)(&mut Ctx { shared, conn, out: &mut reply, writes: &mut branch }, &args);
         match result {
-            Ok(()) => Ok(reply.buf.to_vec()),
+            Ok(()) => writes.merge(branch),
+            Err(_) => writes.abandon(branch),
+        }
+        match result {
+            Ok(()) => Ok(reply.buf.into()),
             Err(error) => Err(CallError::Error(error.text())),
         }
     };
@@ -176,46 +171,82 @@ fn run_script<'s>(
     vm::run(control, generation, &invocation.script, invocation.keys, invocation.argv, &mut call, out)
 }
 
-/// EVAL and its kin outside a transaction: locks the declared keys, runs
-/// the script, commits its writes, and replies once they are durable.
-pub async fn eval(shared: &Shared, conn: &mut ConnState, out: &mut Out, command: &'static Command, args: &[Bytes]) {
+/// EVAL and its kin outside a transaction. A script joins the
+/// connection's run of writes, as a read-modify-write command does: it
+/// takes its declared keys' locks for the run, its writes go into the
+/// run's batch (one commit for a pipeline of scripts), and its reply waits
+/// with the run's until that batch is durable.
+pub async fn eval<'s>(
+    shared: &'s Shared,
+    conn: &mut ConnState,
+    out: &mut Out,
+    command: &'static Command,
+    args: &[Bytes],
+    run: &mut Run<'s>,
+) {
     let invocation = match invocation(shared, command, args) {
         Ok(invocation) => invocation,
         Err(error) => {
+            // Settled first, as for a failed write: a failed commit
+            // rewrites every reply of the run.
+            run.commit(shared, out).await;
             out.error(&error.text());
             shared.stats.errors.fetch_add(1, Ordering::Relaxed);
             return;
         }
     };
-    let mut stripes: Vec<Stripe> = invocation.keys.iter().map(|key| KeyLocks::stripe(key)).collect();
+    let mut stripes: SmallVec<[Stripe; 4]> = invocation.keys.iter().map(|key| KeyLocks::stripe(key)).collect();
     stripes.sort_unstable();
     stripes.dedup();
+    if run.commands > 0 && !run.writes.has_overlay() {
+        // Blind writes kept no overlay for the script to read.
+        run.commit(shared, out).await;
+    }
+    run.lock(shared, out, &stripes, true).await;
+    if run.commands == 0 {
+        run.mark = out.len();
+    }
+    let before = out.len();
+    run.writes.keep_overlay();
+    run.writes.see_pending(&shared.pending);
+    let mut writes = run.writes.branch();
+    let mut held = Held::Run(&mut run.guards);
+    match run_script(shared, conn, out, &mut writes, &invocation, &mut held) {
+        Outcome::Replied => {
+            run.writes.merge(writes);
+            run.commands += 1;
+        }
+        // Its writes go with it: nothing of a killed script is applied.
+        Outcome::Killed => {
+            run.writes.abandon(writes);
+            run.commands += 1;
+        }
+        Outcome::NeedsAllKeys => {
+            // Nothing it did is visible: settle the run, then run it again
+            // holding every key's lock. (A PUBLISH it sent is sent again.)
+            run.writes.abandon(writes);
+            out.truncate(before);
+            run.commit(shared, out).await;
+            eval_holding_every_lock(shared, conn, out, &invocation).await;
+            return;
+        }
+    }
+    if run.commands >= super::RUN_MAX_COMMANDS || run.writes.batch.size_bytes() >= super::RUN_MAX_BYTES {
+        run.commit(shared, out).await;
+    }
+}
+
+async fn eval_holding_every_lock(shared: &Shared, conn: &mut ConnState, out: &mut Out, invocation: &Invocation<'_>) {
+    shared.stats.script_reruns.fetch_add(1, Ordering::Relaxed);
+    let stripes = KeyLocks::all();
     let guards = shared.locks.lock(&stripes).await;
-    let mut held = Held { all: false, stripes, guards };
-    loop {
-        let mark = out.len();
-        let mut writes = Writes::new(true);
-        writes.see_pending(&shared.pending);
-        match run_script(shared, conn, out, &mut writes, &invocation, &mut held, true) {
-            Outcome::NeedsAllKeys => {
-                // Nothing it did is visible: run it again with every lock.
-                // (A PUBLISH it sent before is sent again.)
-                out.truncate(mark);
-                drop(held);
-                let stripes = KeyLocks::all();
-                let guards = shared.locks.lock(&stripes).await;
-                held = Held { all: true, stripes, guards };
-            }
-            // Its writes go with it: nothing of a killed script is applied.
-            Outcome::Killed => return,
-            Outcome::Replied => {
-                let Held { stripes, guards, .. } = held;
-                if let Err(error) = commit(shared, writes.take_batch(), &stripes, true, guards).await {
-                    out.truncate(mark);
-                    out.error(&engine_error_text(&error));
-                }
-                return;
-            }
+    let mark = out.len();
+    let mut writes = Writes::new(true);
+    writes.see_pending(&shared.pending);
+    if run_script(shared, conn, out, &mut writes, invocation, &mut Held::All) == Outcome::Replied {
+        if let Err(error) = commit(shared, writes.take_batch(), &stripes, true, guards).await {
+            out.truncate(mark);
+            out.error(&engine_error_text(&error));
         }
     }
 }
@@ -224,9 +255,8 @@ pub async fn eval(shared: &Shared, conn: &mut ConnState, out: &mut Out, command:
 pub fn eval_in_transaction(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let command = lookup(&args[0]).expect("dispatched by its name");
     let invocation = invocation(ctx.shared, command, args)?;
-    let mut held = Held { all: true, stripes: Vec::new(), guards: Vec::new() };
     let mut writes = ctx.writes.branch();
-    match run_script(ctx.shared, ctx.conn, ctx.out, &mut writes, &invocation, &mut held, false) {
+    match run_script(ctx.shared, ctx.conn, ctx.out, &mut writes, &invocation, &mut Held::All) {
         Outcome::Killed => ctx.writes.abandon(writes),
         _ => ctx.writes.merge(writes),
     }

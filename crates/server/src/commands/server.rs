@@ -580,7 +580,7 @@ pub fn info_text(ctx: &Ctx<'_>, sections: &[String]) -> String {
              expired_keys:{}\r\nevicted_keys:{}\r\nevicted_bytes:{}\r\nevict_second_chances:{}\r\n\
              evict_stalled_writes:{}\r\nssd_demoted_segments:{}\r\nssd_demoted_bytes:{}\r\nssd_reads:{}\r\n\
              keyspace_hits:{}\r\nkeyspace_misses:{}\r\npubsub_channels:{}\r\n\
-             pubsub_patterns:{}\r\npubsubshard_channels:{}\r\ntotal_error_replies:{}\r\n\r\n",
+             pubsub_patterns:{}\r\npubsubshard_channels:{}\r\ntotal_error_replies:{}\r\nscript_reruns_with_every_lock:{}\r\n\r\n",
             s.connections_received.load(Ordering::Relaxed),
             s.commands.load(Ordering::Relaxed),
             s.net_input_bytes.load(Ordering::Relaxed),
@@ -600,6 +600,7 @@ pub fn info_text(ctx: &Ctx<'_>, sections: &[String]) -> String {
             shared.pubsub.count(crate::pubsub::Class::Pattern),
             shared.pubsub.count(crate::pubsub::Class::Shard),
             s.errors.load(Ordering::Relaxed),
+            s.script_reruns.load(Ordering::Relaxed),
         );
     }
     if wanted("replication") {

@@ -399,7 +399,7 @@ pub fn run(
     script: &Script,
     keys: &[Bytes],
     argv: &[Bytes],
-    call: &mut dyn FnMut(Vec<Bytes>, bool) -> Result<Vec<u8>, CallError>,
+    call: &mut super::call::CommandCall<'_>,
     out: &mut Out,
 ) -> Outcome {
     let ran = with_vm(control, generation, |vm| {
@@ -423,7 +423,7 @@ fn run_in(
     script: &Script,
     keys: &[Bytes],
     argv: &[Bytes],
-    call: &mut dyn FnMut(Vec<Bytes>, bool) -> Result<Vec<u8>, CallError>,
+    call: &mut super::call::CommandCall<'_>,
     out: &mut Out,
 ) -> Outcome {
     let run = &vm.run;
