@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use scaledkv::{now_ms, Db, PinnedValue, WriteBatch, MAX_KEY_BYTES, MAX_VALUE_BYTES};
+use smallvec::SmallVec;
 use tokio::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use crate::commands::CmdError;
@@ -173,8 +174,9 @@ pub struct Writes {
     /// A branch's view of the writes it branched from (`branch`), the
     /// newest last (a branch of a branch: a script's command inside a
     /// pipeline's run): read after `overlay`, newest first, before the
-    /// engine. Empty for writes that are not a branch.
-    base: Vec<(Overlay, WriteBatch)>,
+    /// engine. Empty for writes that are not a branch; one level inline
+    /// (a branch per read-modify-write command of a run allocates none).
+    base: SmallVec<[(Overlay, WriteBatch); 1]>,
     /// Entries under `RESERVED` these writes add (or, negative, remove):
     /// applied to `Shared::reserved_entries` once they commit.
     reserved_delta: i64,
@@ -232,7 +234,7 @@ impl Writes {
         Writes {
             batch: WriteBatch::new(),
             overlay: transaction.then(HashMap::new),
-            base: Vec::new(),
+            base: SmallVec::new(),
             reserved_delta: 0,
             pushed: false,
             blocks_changed: false,
