@@ -13,7 +13,6 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use scaledkv::{now_ms, Db, PinnedValue, WriteBatch, MAX_KEY_BYTES, MAX_VALUE_BYTES};
-use smallvec::SmallVec;
 use tokio::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use crate::commands::CmdError;
@@ -171,12 +170,14 @@ pub struct Writes {
     /// In a transaction or a run, later commands read earlier ones' writes
     /// through here (the batch is not visible until it is committed whole).
     overlay: Option<Overlay>,
-    /// A branch's view of the writes it branched from (`branch`), the
-    /// newest last (a branch of a branch: a script's command inside a
-    /// pipeline's run): read after `overlay`, newest first, before the
-    /// engine. Empty for writes that are not a branch; one level inline
-    /// (a branch per read-modify-write command of a run allocates none).
-    base: SmallVec<[(Overlay, WriteBatch); 1]>,
+    /// A branch's view of the writes it branched from (`branch`): read
+    /// after `overlay`, before `outer` and the engine.
+    base: Option<(Overlay, WriteBatch)>,
+    /// A branch of a branch (a script's command inside a pipeline's run):
+    /// the bases of the branches it came from, the newest last, read after
+    /// `base`. Kept apart so that the usual single branch (one per
+    /// read-modify-write command of a run) moves no more than it did.
+    outer: Vec<(Overlay, WriteBatch)>,
     /// Entries under `RESERVED` these writes add (or, negative, remove):
     /// applied to `Shared::reserved_entries` once they commit.
     reserved_delta: i64,
@@ -234,7 +235,8 @@ impl Writes {
         Writes {
             batch: WriteBatch::new(),
             overlay: transaction.then(HashMap::new),
-            base: SmallVec::new(),
+            base: None,
+            outer: Vec::new(),
             reserved_delta: 0,
             pushed: false,
             blocks_changed: false,
@@ -263,7 +265,7 @@ impl Writes {
     /// Whether reads see the engine alone: no writes of their own or
     /// others' (a command that takes no locks and has written nothing).
     pub fn reads_engine_only(&self) -> bool {
-        self.pending.is_none() && self.base.is_empty() && self.batch.is_empty()
+        self.pending.is_none() && self.base.is_none() && self.batch.is_empty()
     }
 
     /// Notes that these writes change sorted-set table `id`.
@@ -298,12 +300,14 @@ impl Writes {
     /// copied); `merge` adds its writes here if it succeeds, `abandon`
     /// drops them if it fails half-way.
     pub fn branch(&mut self) -> Writes {
-        let mut base = std::mem::take(&mut self.base);
-        base.push((self.overlay.take().unwrap_or_default(), std::mem::take(&mut self.batch)));
+        let mut outer = std::mem::take(&mut self.outer);
+        outer.extend(self.base.take());
+        let base = (self.overlay.take().unwrap_or_default(), std::mem::take(&mut self.batch));
         Writes {
             batch: WriteBatch::new(),
             overlay: Some(HashMap::new()),
-            base,
+            base: Some(base),
+            outer,
             reserved_delta: 0,
             pushed: false,
             // Known to the branch too: its base's blocks are not the cached.
@@ -317,8 +321,9 @@ impl Writes {
     }
 
     pub fn merge(&mut self, mut branch: Writes) {
-        let (mut overlay, mut batch) = branch.base.pop().expect("a branch");
-        self.base = std::mem::take(&mut branch.base);
+        let (mut overlay, mut batch) = branch.base.take().expect("a branch");
+        self.base = branch.outer.pop();
+        self.outer = std::mem::take(&mut branch.outer);
         let shift = batch.size_bytes();
         batch.append(&mut branch.batch);
         overlay.extend(branch.overlay.take().unwrap_or_default().into_iter().map(|(key, at)| (key, at + shift)));
@@ -333,8 +338,9 @@ impl Writes {
     }
 
     pub fn abandon(&mut self, mut branch: Writes) {
-        let (overlay, batch) = branch.base.pop().expect("a branch");
-        self.base = std::mem::take(&mut branch.base);
+        let (overlay, batch) = branch.base.take().expect("a branch");
+        self.base = branch.outer.pop();
+        self.outer = std::mem::take(&mut branch.outer);
         (self.overlay, self.batch) = (Some(overlay), batch);
         // Its error reply may tell what it read.
         self.read_pending.set(self.read_pending() || branch.read_pending());
@@ -351,7 +357,8 @@ impl Writes {
     /// Any key, the server's own included.
     pub fn get_internal(&self, db: &Db, key: &[u8]) -> Result<Option<Value>, CmdError> {
         let mine = self.overlay.as_ref().and_then(|o| o.get(key)).map(|&at| (&self.batch, at));
-        let base = || self.base.iter().rev().find_map(|(o, batch)| Some((batch, *o.get(key)?)));
+        let base =
+            || self.base.iter().chain(self.outer.iter().rev()).find_map(|(o, batch)| Some((batch, *o.get(key)?)));
         if let Some((batch, at)) = mine.or_else(base) {
             return Ok(match batch.value_at(at) {
                 Some((bytes, expiry)) if expiry.is_none_or(|at| at > now_ms()) => {
@@ -453,8 +460,8 @@ impl Writes {
     /// value without its type byte, None for a delete).
     fn pending_in(&self, bounds: (Bound<&[u8]>, Bound<&[u8]>)) -> BTreeMap<Vec<u8>, Option<Vec<u8>>> {
         use std::ops::RangeBounds;
-        // The branch's own over its bases' (newest last), over others'
-        // published ones.
+        // The branch's own over its bases' (the oldest first), over
+        // others' published ones.
         let mut pending = BTreeMap::new();
         if let Some(published) = self.published() {
             for (key, value) in published.within(bounds) {
@@ -462,7 +469,8 @@ impl Writes {
                 pending.insert(key, value.map(|(bytes, _)| bytes.get(1..).unwrap_or_default().to_vec()));
             }
         }
-        let sources = self.base.iter().map(|(o, b)| (o, b)).chain(self.overlay.iter().map(|o| (o, &self.batch)));
+        let bases = self.outer.iter().chain(self.base.iter());
+        let sources = bases.map(|(o, b)| (o, b)).chain(self.overlay.iter().map(|o| (o, &self.batch)));
         for (overlay, batch) in sources {
             for (key, &at) in overlay.iter().filter(|(key, _)| RangeBounds::<&[u8]>::contains(&bounds, &key.as_slice()))
             {
