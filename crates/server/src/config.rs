@@ -93,6 +93,16 @@ pub struct Cli {
     /// data and `noeviction` refuses writes.
     #[arg(long = "ssd-size")]
     pub ssd_size: Option<String>,
+    /// Milliseconds a Lua script runs before SCRIPT KILL may stop it
+    /// (default 5000; Redis's `busy-reply-threshold`, once
+    /// `lua-time-limit`). CONFIG SET changes it.
+    #[arg(long = "busy-reply-threshold")]
+    pub busy_reply_threshold: Option<u64>,
+    /// The most memory a thread's Lua state may hold, in Redis's notation
+    /// (default 1gb); past it a script fails with "not enough memory".
+    /// CONFIG SET changes it.
+    #[arg(long = "script-memory-limit")]
+    pub script_memory_limit: Option<String>,
     /// Write the listening port here once ready (for scripts and tests).
     #[arg(long = "port-file")]
     pub port_file: Option<PathBuf>,
@@ -123,6 +133,8 @@ struct FileConfig {
     maxmemory_policy: Option<String>,
     ssd_dir: Option<PathBuf>,
     ssd_size: Option<String>,
+    busy_reply_threshold: Option<u64>,
+    script_memory_limit: Option<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -161,6 +173,10 @@ pub struct Config {
     pub memory: Arc<MemoryLimit>,
     /// The SSD tier's directory (`--ssd-dir`); its size is in `memory`.
     pub ssd_dir: Option<PathBuf>,
+    /// Lua scripts: `busy-reply-threshold` (ms) and `script-memory-limit`
+    /// (bytes) at start (`crate::script::Control`).
+    pub busy_reply_threshold_ms: u64,
+    pub script_memory_limit: u64,
 }
 
 /// memcached's default largest item (`-I 1m`).
@@ -192,6 +208,8 @@ impl Default for Config {
             memcached_item_size_max: DEFAULT_MEMCACHED_ITEM_SIZE_MAX,
             memory: Arc::default(),
             ssd_dir: None,
+            busy_reply_threshold_ms: 5000,
+            script_memory_limit: 1 << 30,
         }
     }
 }
@@ -228,7 +246,18 @@ impl Config {
         if ssd_dir.is_none() && ssd_size > 0 {
             return Err("ssd-size: no ssd-dir to bound".into());
         }
+        let script_memory_limit = match cli.script_memory_limit.or(file.script_memory_limit) {
+            Some(text) => {
+                parse_bytes(&text).ok_or_else(|| format!("script-memory-limit {text:?}: not a size like 256mb"))?
+            }
+            None => defaults.script_memory_limit,
+        };
         let config = Config {
+            busy_reply_threshold_ms: cli
+                .busy_reply_threshold
+                .or(file.busy_reply_threshold)
+                .unwrap_or(defaults.busy_reply_threshold_ms),
+            script_memory_limit,
             memory: Arc::new(MemoryLimit::new(maxmemory, &policy, ssd_dir.is_some().then_some(ssd_size))?),
             ssd_dir,
             bind: cli.bind.or(file.bind).unwrap_or(defaults.bind),
@@ -336,6 +365,21 @@ mod tests {
         std::fs::write(&path, "prot = 1\n").unwrap();
         let error = Config::from_cli(Cli { config: Some(path), ..Cli::default() }).unwrap_err();
         assert!(error.contains("unknown field"), "{error}");
+    }
+
+    #[test]
+    fn script_limits_come_from_the_file_or_the_flag() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("scaledkv.toml");
+        std::fs::write(&path, "busy-reply-threshold = 250\nscript-memory-limit = \"64mb\"\n").unwrap();
+        let from_file = Config::from_cli(Cli { config: Some(path.clone()), ..Cli::default() }).unwrap();
+        assert_eq!((from_file.busy_reply_threshold_ms, from_file.script_memory_limit), (250, 64 << 20));
+        let cli = Cli { config: Some(path), busy_reply_threshold: Some(9), ..Cli::default() };
+        assert_eq!(Config::from_cli(cli).unwrap().busy_reply_threshold_ms, 9);
+        let defaults = Config::from_cli(Cli::default()).unwrap();
+        assert_eq!((defaults.busy_reply_threshold_ms, defaults.script_memory_limit), (5000, 1 << 30));
+        let cli = Cli { script_memory_limit: Some("lots".into()), ..Cli::default() };
+        assert!(Config::from_cli(cli).unwrap_err().contains("script-memory-limit"));
     }
 
     #[test]

@@ -232,7 +232,7 @@ pub async fn run(config: Config, db: Db) -> Result<(), String> {
         notify_flags: std::sync::atomic::AtomicU32::new(config.notify_keyspace_events),
         monitors: Default::default(),
         memcached: crate::memcache::State::new(cas),
-        scripts: Default::default(),
+        scripts: crate::script::Scripts::new(config.busy_reply_threshold_ms, config.script_memory_limit),
         db,
         locks: KeyLocks::default(),
         stats: ServerStats::default(),

@@ -210,10 +210,13 @@ fn a_scripts_writes_survive_sigkill_together_or_not_at_all() {
 #[test]
 fn script_kill_stops_a_busy_script_and_applies_none_of_its_writes() {
     let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(&dir.path().join("db"), &["--threads", "1"]);
+    let server = Server::start(&dir.path().join("db"), &["--threads", "1", "--busy-reply-threshold", "100"]);
     let mut admin = server.connect();
     assert_eq!(command(&mut admin, &["SCRIPT", "KILL"]), b"-NOTBUSY No scripts in execution right now.\r\n");
-    assert_eq!(command(&mut admin, &["CONFIG", "SET", "busy-reply-threshold", "100"]), b"+OK\r\n");
+    assert_eq!(
+        command(&mut admin, &["CONFIG", "GET", "busy-reply-threshold"]),
+        b"*2\r\n$20\r\nbusy-reply-threshold\r\n$3\r\n100\r\n"
+    );
     assert_eq!(command(&mut admin, &["SET", "other", "v"]), b"+OK\r\n");
     let mut busy = server.connect();
     busy.set_read_timeout(Some(Duration::from_secs(30))).unwrap();

@@ -85,6 +85,17 @@ impl Default for Control {
 }
 
 impl Scripts {
+    /// No scripts yet; scripts run `busy_millis` before SCRIPT KILL may
+    /// stop them, in Lua states of at most `memory_limit` bytes.
+    pub fn new(busy_millis: u64, memory_limit: u64) -> Scripts {
+        let control = Control {
+            busy_millis: AtomicU64::new(busy_millis),
+            memory_limit: AtomicU64::new(memory_limit),
+            ..Control::default()
+        };
+        Scripts { control: Arc::new(control), ..Scripts::default() }
+    }
+
     /// Caches `body` (EVAL, or SCRIPT LOAD when `load`) and returns it, or
     /// the shebang's error.
     pub fn add(&self, body: &[u8], load: bool) -> Result<Arc<Script>, String> {
