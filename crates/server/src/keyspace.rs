@@ -201,6 +201,21 @@ pub struct Writes {
     zset_tables: Vec<u64>,
     /// Keyspace notifications, published once these writes commit.
     events: Vec<crate::notify::Event>,
+    /// Set in a transaction and a script: PUBLISH leaves its message here,
+    /// sent once these writes commit, so that a subscriber that reads on
+    /// receiving it sees the writes before it (as Redis, which runs the
+    /// whole transaction or script before anything else), and a script
+    /// that is killed or run again sends nothing twice.
+    defers_messages: bool,
+    messages: Vec<Message>,
+}
+
+/// A PUBLISH (or SPUBLISH, `shard`) held until its writes commit.
+#[derive(Debug)]
+pub struct Message {
+    pub channel: bytes::Bytes,
+    pub payload: bytes::Bytes,
+    pub shard: bool,
 }
 
 /// Owned (key, value) pairs, in key order.
@@ -228,6 +243,7 @@ pub struct Ready {
     pub read_pending: bool,
     pub zset_tables: Vec<u64>,
     pub events: Vec<crate::notify::Event>,
+    pub messages: Vec<Message>,
 }
 
 impl Writes {
@@ -245,7 +261,23 @@ impl Writes {
             read_pending: Cell::new(false),
             zset_tables: Vec::new(),
             events: Vec::new(),
+            defers_messages: false,
+            messages: Vec::new(),
         }
+    }
+
+    /// Holds PUBLISH's messages until these writes commit (a transaction,
+    /// a script); branches inherit it.
+    pub fn defer_messages(&mut self) {
+        self.defers_messages = true;
+    }
+
+    pub fn defers_messages(&self) -> bool {
+        self.defers_messages
+    }
+
+    pub fn note_message(&mut self, message: Message) {
+        self.messages.push(message);
     }
 
     /// For a command that holds the locks of every key it reads: reads see
@@ -317,6 +349,8 @@ impl Writes {
             read_pending: Cell::new(false),
             zset_tables: Vec::new(),
             events: Vec::new(),
+            defers_messages: self.defers_messages,
+            messages: Vec::new(),
         }
     }
 
@@ -335,6 +369,7 @@ impl Writes {
         self.read_pending.set(self.read_pending() || branch.read_pending());
         self.zset_tables.append(&mut branch.zset_tables);
         self.events.append(&mut branch.events);
+        self.messages.append(&mut branch.messages);
     }
 
     pub fn abandon(&mut self, mut branch: Writes) {
@@ -675,6 +710,7 @@ impl Writes {
             read_pending: self.read_pending.take(),
             zset_tables: std::mem::take(&mut self.zset_tables),
             events: std::mem::take(&mut self.events),
+            messages: std::mem::take(&mut self.messages),
         }
     }
 
@@ -701,6 +737,7 @@ impl Writes {
             read_pending: self.read_pending.take(),
             zset_tables: std::mem::take(&mut self.zset_tables),
             events: std::mem::take(&mut self.events),
+            messages: std::mem::take(&mut self.messages),
         }
     }
 }

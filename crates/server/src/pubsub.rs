@@ -267,6 +267,22 @@ impl PubSub {
         received
     }
 
+    /// How many clients a PUBLISH to `channel` would reach now (a
+    /// transaction's or a script's reply; the message goes once its writes
+    /// commit).
+    pub fn receivers(&self, channel: &[u8]) -> usize {
+        let mut count = self.listeners(Class::Channel, channel);
+        if self.patterns.load(Ordering::Relaxed) > 0 {
+            let listeners = self.classes[Class::Pattern as usize].read();
+            count += listeners
+                .iter()
+                .filter(|(pattern, _)| glob_match(pattern, channel))
+                .map(|(_, c)| c.len())
+                .sum::<usize>();
+        }
+        count
+    }
+
     /// SPUBLISH: the number of clients listening to the shard channel.
     pub fn publish_shard(&self, channel: &[u8], payload: &[u8], woken: &mut Vec<Arc<ClientInfo>>) -> usize {
         let listeners = self.classes[Class::Shard as usize].read();

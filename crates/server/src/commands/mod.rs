@@ -600,7 +600,8 @@ impl<'s> Run<'s> {
 ///
 /// The batch's keyspace notifications go out last, once it is durable
 /// (an event of a command that changed nothing, as LTRIM keeping all,
-/// once what it read is).
+/// once what it read is), then the messages a transaction or a script
+/// published.
 pub async fn commit<G>(
     shared: &Shared,
     mut ready: Ready,
@@ -609,9 +610,21 @@ pub async fn commit<G>(
     guards: G,
 ) -> scaledkv::Result<()> {
     let events = std::mem::take(&mut ready.events);
+    let messages = std::mem::take(&mut ready.messages);
     let result = commit_batch(shared, ready, stripes, exclusive, guards).await;
     if result.is_ok() && !events.is_empty() {
         crate::notify::publish(shared, &events);
+    }
+    if result.is_ok() && !messages.is_empty() {
+        let mut woken = Vec::new();
+        for message in &messages {
+            if message.shard {
+                shared.pubsub.publish_shard(&message.channel, &message.payload, &mut woken);
+            } else {
+                shared.pubsub.publish(&message.channel, &message.payload, &mut woken);
+            }
+        }
+        crate::pubsub::wake(&mut woken);
     }
     result
 }
@@ -623,7 +636,7 @@ async fn commit_batch<G>(
     exclusive: bool,
     guards: G,
 ) -> scaledkv::Result<()> {
-    let Ready { batch, reserved_delta, pushed, fence_edits, read_pending, zset_tables, events: _ } = ready;
+    let Ready { batch, reserved_delta, pushed, fence_edits, read_pending, zset_tables, events: _, messages: _ } = ready;
     let fences = (!fence_edits.is_empty()).then_some(&fence_edits[..]);
     if batch.is_empty() {
         drop(guards);

@@ -5,6 +5,7 @@
 use bytes::Bytes;
 
 use super::{err, subcommand_arity, unknown_subcommand, CmdResult, Ctx};
+use crate::keyspace::Message;
 use crate::pubsub::Class;
 
 fn subscribe_to(ctx: &mut Ctx<'_>, args: &[Bytes], class: Class) -> CmdResult {
@@ -73,6 +74,9 @@ pub fn sunsubscribe(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
 }
 
 pub fn publish(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    if ctx.writes.defers_messages() {
+        return defer(ctx, args, false);
+    }
     let received = ctx.shared.pubsub.publish(&args[1], &args[2], &mut ctx.conn.woken);
     // A RESP3 client listening to its own channel gets the message first.
     ctx.conn.deliver(ctx.out);
@@ -80,7 +84,22 @@ pub fn publish(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     Ok(())
 }
 
+/// PUBLISH or SPUBLISH in a transaction or a script: the message goes
+/// once its writes commit (`Writes::defer_messages`); the reply counts the
+/// clients that listen now.
+fn defer(ctx: &mut Ctx<'_>, args: &[Bytes], shard: bool) -> CmdResult {
+    let pubsub = &ctx.shared.pubsub;
+    let receivers = if shard { pubsub.listeners(Class::Shard, &args[1]) } else { pubsub.receivers(&args[1]) };
+    let message = Message { channel: args[1].clone(), payload: args[2].clone(), shard };
+    ctx.writes.note_message(message);
+    ctx.out.int(receivers as i64);
+    Ok(())
+}
+
 pub fn spublish(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    if ctx.writes.defers_messages() {
+        return defer(ctx, args, true);
+    }
     let received = ctx.shared.pubsub.publish_shard(&args[1], &args[2], &mut ctx.conn.woken);
     ctx.conn.deliver(ctx.out);
     ctx.out.int(received as i64);

@@ -210,6 +210,7 @@ pub async fn eval<'s>(
     run.writes.keep_overlay();
     run.writes.see_pending(&shared.pending);
     let mut writes = run.writes.branch();
+    writes.defer_messages();
     let mut held = Held::Run(&mut run.guards);
     match run_script(shared, conn, out, &mut writes, &invocation, &mut held) {
         Outcome::Replied => {
@@ -222,8 +223,8 @@ pub async fn eval<'s>(
             run.commands += 1;
         }
         Outcome::NeedsAllKeys => {
-            // Nothing it did is visible: settle the run, then run it again
-            // holding every key's lock. (A PUBLISH it sent is sent again.)
+            // Nothing it did is visible (its PUBLISHes wait for its
+            // writes): settle the run, then run it again holding every lock.
             run.writes.abandon(writes);
             out.truncate(before);
             run.commit(shared, out).await;
@@ -243,6 +244,7 @@ async fn eval_holding_every_lock(shared: &Shared, conn: &mut ConnState, out: &mu
     let mark = out.len();
     let mut writes = Writes::new(true);
     writes.see_pending(&shared.pending);
+    writes.defer_messages();
     if run_script(shared, conn, out, &mut writes, invocation, &mut Held::All) == Outcome::Replied {
         if let Err(error) = commit(shared, writes.take_batch(), &stripes, true, guards).await {
             out.truncate(mark);

@@ -105,6 +105,7 @@ pub async fn exec(shared: &Shared, conn: &mut ConnState, out: &mut Out) {
     out.array(queued.len());
     let mut writes = Writes::new(true);
     writes.see_pending(&shared.pending);
+    writes.defer_messages();
     for (command, args) in &queued {
         conn.counts.commands += 1;
         crate::monitor::feed(shared, conn, command, args);
