@@ -36,18 +36,27 @@ impl Monitors {
 /// Tells the monitors that `conn` ran `args` (not ADMIN commands, as
 /// Redis does not show them; AUTH's and HELLO's credentials redacted).
 pub fn feed(shared: &Shared, conn: &mut ConnState, command: &Command, args: &[Bytes]) {
+    feed_from(shared, conn, &conn.info.addr.clone(), command, args);
+}
+
+/// A command a script runs, shown as Redis shows it (`[0 lua]`).
+pub fn feed_script_command(shared: &Shared, conn: &mut ConnState, command: &Command, args: &[Bytes]) {
+    feed_from(shared, conn, &"lua", command, args);
+}
+
+fn feed_from(shared: &Shared, conn: &mut ConnState, source: &dyn std::fmt::Display, command: &Command, args: &[Bytes]) {
     if shared.monitors.count.load(Ordering::Acquire) == 0 || command.has(crate::commands::ADMIN) {
         return;
     }
-    let line = Bytes::from(line(conn.info.addr, command.name, args, std::time::SystemTime::now()));
+    let line = Bytes::from(line(source, command.name, args, std::time::SystemTime::now()));
     for client in shared.monitors.clients.read().iter() {
         crate::pubsub::post_line(client, line.clone(), &mut conn.woken);
     }
 }
 
-fn line(addr: std::net::SocketAddr, name: &str, args: &[Bytes], at: std::time::SystemTime) -> Vec<u8> {
+fn line(source: &dyn std::fmt::Display, name: &str, args: &[Bytes], at: std::time::SystemTime) -> Vec<u8> {
     let since = at.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-    let mut line = format!("+{}.{:06} [0 {addr}]", since.as_secs(), since.subsec_micros()).into_bytes();
+    let mut line = format!("+{}.{:06} [0 {source}]", since.as_secs(), since.subsec_micros()).into_bytes();
     // AUTH's arguments, and the two after HELLO's AUTH, are credentials.
     let mut redact = if name == "auth" { args.len() } else { 0 };
     for (i, arg) in args.iter().enumerate() {
@@ -92,19 +101,19 @@ mod tests {
     #[test]
     fn lines_are_written_as_redis_writes_them() {
         let at = std::time::UNIX_EPOCH + std::time::Duration::from_micros(1_795_720_963_045_499);
-        let addr = "127.0.0.1:42684".parse().unwrap();
+        let addr: std::net::SocketAddr = "127.0.0.1:42684".parse().unwrap();
         let args = |words: &[&[u8]]| words.iter().map(|w| Bytes::copy_from_slice(w)).collect::<Vec<_>>();
         let text = |line: Vec<u8>| String::from_utf8(line).unwrap();
         assert_eq!(
-            text(line(addr, "set", &args(&[b"SET", b"a b", b"x\"y\n\x01\\\t"]), at)),
+            text(line(&addr, "set", &args(&[b"SET", b"a b", b"x\"y\n\x01\\\t"]), at)),
             "+1795720963.045499 [0 127.0.0.1:42684] \"SET\" \"a b\" \"x\\\"y\\n\\x01\\\\\\t\"\r\n"
         );
         assert_eq!(
-            text(line(addr, "auth", &args(&[b"AUTH", b"user", b"secret"]), at)),
+            text(line(&addr, "auth", &args(&[b"AUTH", b"user", b"secret"]), at)),
             "+1795720963.045499 [0 127.0.0.1:42684] \"AUTH\" \"(redacted)\" \"(redacted)\"\r\n"
         );
         assert_eq!(
-            text(line(addr, "hello", &args(&[b"HELLO", b"3", b"AUTH", b"u", b"p", b"SETNAME", b"n"]), at)),
+            text(line(&addr, "hello", &args(&[b"HELLO", b"3", b"AUTH", b"u", b"p", b"SETNAME", b"n"]), at)),
             "+1795720963.045499 [0 127.0.0.1:42684] \"HELLO\" \"3\" \"AUTH\" \"(redacted)\" \"(redacted)\" \"SETNAME\" \"n\"\r\n"
         );
     }

@@ -1422,6 +1422,7 @@ fn monitor_matches_redis() {
     let server = Server::start(&dir.path().join("db"), &["--threads", "2"]);
     let ours = monitor_transcript(server.port);
     assert!(ours.len() > 10, "{ours:?}");
+    assert_eq!(ours.iter().filter(|line| line.contains(" [0 lua] ")).count(), 3, "{ours:?}");
     assert_eq!(ours, monitor_transcript(redis.port));
 }
 
@@ -1434,7 +1435,7 @@ fn monitor_transcript(port: u16) -> Vec<String> {
     let (mut monitor, mut client) = (connect(), connect());
     request(&mut client, b"FLUSHALL\r\n");
     let mut seen = vec![String::from_utf8(request(&mut monitor, &encode(&[b"MONITOR"]))).unwrap()];
-    let commands = "SET k v | SET a\\x20b x\\x22y\\x0a\\x01 | GET k | CONFIG GET maxmemory | AUTH x | PING | MULTI | INCR n | EXEC | NOSUCH x | GET | HELLO 2 AUTH default pw | CLIENT ID | BLPOP nolist 0.1 | EXEC | RPUSH q x | SUBSCRIBE ch | RESET";
+    let commands = "SET k v | SET a\\x20b x\\x22y\\x0a\\x01 | GET k | CONFIG GET maxmemory | AUTH x | PING | MULTI | INCR n | EXEC | NOSUCH x | GET | HELLO 2 AUTH default pw | CLIENT ID | BLPOP nolist 0.1 | EXEC | RPUSH q x | EVAL redis.call('set',KEYS[1],'v');return(redis.call('get',KEYS[1])) 1 k | EVAL return(redis.pcall('incr','k')) 0 | EVAL return(redis.call('nosuch')) 0 | SUBSCRIBE ch | RESET";
     for command in commands.split('|') {
         let args = words(command.trim());
         let refs: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
@@ -1470,10 +1471,14 @@ fn monitor_transcript(port: u16) -> Vec<String> {
 }
 
 /// A monitor line with its time and client address replaced
-/// (`+<time> [0 <addr>] ...` -> `+TIME [0 ADDR] ...`).
+/// (`+<time> [0 <addr>] ...` -> `+TIME [0 ADDR] ...`; a script's command,
+/// `[0 lua]`, keeps its source).
 fn normalize_monitor_line(line: &str) -> String {
     match (line.strip_prefix('+'), line.find(" [0 "), line.find("] ")) {
-        (Some(_), Some(_), Some(end)) => format!("+TIME [0 ADDR]{}", &line[end + 1..]),
+        (Some(_), Some(start), Some(end)) if &line[start..=end] != " [0 lua]" => {
+            format!("+TIME [0 ADDR]{}", &line[end + 1..])
+        }
+        (Some(_), Some(_), Some(end)) => format!("+TIME [0 lua]{}", &line[end + 1..]),
         _ => line.to_string(),
     }
 }

@@ -917,8 +917,9 @@ pub async fn run_command<'s>(
         return;
     }
     if scripting::is_script(command) {
-        scripting::eval(shared, conn, out, command, &args, run).await;
+        // Before the commands it runs, as Redis shows them.
         crate::monitor::feed(shared, conn, command, &args);
+        scripting::eval(shared, conn, out, command, &args, run).await;
         return;
     }
     run.commit(shared, out).await;

@@ -154,6 +154,7 @@ fn run_script<'s>(
         }
         held.cover(shared, command, &args)?;
         conn.counts.commands += 1;
+        crate::monitor::feed_script_command(shared, conn, command, &args);
         let mut reply = Out::new(if resp3 { Protocol::Resp3 } else { Protocol::Resp2 });
         let mut branch = writes.branch();
         let result = (command.run)(&mut Ctx { shared, conn, out: &mut reply, writes: &mut branch }, &args);
