@@ -1605,7 +1605,7 @@ fn random_hyperloglog_commands_match_redis() {
 /// byte-identical replies (results, conversions both ways, error texts
 /// with their script and line), in RESP2 and RESP3. Left out: what prints
 /// a pointer, `math.random` (Redis's sequence runs on across scripts),
-/// cjson's parse-error wording, and `cmsgpack`/`struct` (not built).
+/// cjson's parse-error wording, and `struct` (not built).
 #[test]
 fn scripts_answer_as_redis_does() {
     let Some(redis) = RedisServer::start() else { return };
@@ -1696,6 +1696,11 @@ fn scripts_answer_as_redis_does() {
         &["EVAL", "return cjson.encode(cjson.decode('{\"x\":null}'))", "0"],
         &["EVAL", "return cjson.decode('[1,2,null,{\"a\":\"b\"}]')[4].a", "0"],
         &["EVAL", "return {bit.band(7, 3), bit.bnot(0), bit.lshift(1, 31), bit.tohex(255), bit.bxor(1, 2, 4)}", "0"],
+        &["EVAL", "return cmsgpack.pack(1, -1, 128, -33, 70000, -70000, 5000000000, 1.5, 0.1, nil, true)", "0"],
+        &["EVAL", "return cmsgpack.pack({1, 2, 3}, {a=1}, {}, {1, nil, 3}, string.rep('x', 40))", "0"],
+        &["EVAL", "local a, b, c = cmsgpack.unpack(cmsgpack.pack(7, 'x', {1, {k='v'}})); return {a, b, c[2].k}", "0"],
+        &["EVAL", "return {cmsgpack.unpack_limit(cmsgpack.pack(1, 2, 3), 2)}", "0"],
+        &["EVAL", "return {cmsgpack.unpack_one(cmsgpack.pack(1, 2, 3), 1)}", "0"],
         &["EVAL", "return redis.log(redis.LOG_WARNING, 'a line from a script')", "0"],
         &["EVAL", "return {redis.REDIS_VERSION, redis.REDIS_VERSION_NUM}", "0"],
         &["EVAL", "return redis.replicate_commands()", "0"],

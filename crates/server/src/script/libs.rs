@@ -1,9 +1,8 @@
 //! The libraries Redis gives scripts beside Lua's own: `cjson`, `bit` (Lua
-//! BitOp's functions on 32-bit integers) and `math.random` as Redis's
-//! (rand48 from Redis's starting state, so a fresh server's first picks
-//! are Redis's).
-//! `cmsgpack` and `struct` are not built: a script that uses them gets
-//! the nonexistent-global error.
+//! BitOp's functions on 32-bit integers), `cmsgpack` (`super::msgpack`)
+//! and `math.random` as Redis's (rand48 from Redis's starting state, so a
+//! fresh server's first picks are Redis's). `struct` is not built: a
+//! script that uses it gets the nonexistent-global error.
 
 use std::cell::Cell;
 
@@ -15,6 +14,7 @@ const JSON_MAX_DEPTH: usize = 1000;
 pub fn install(lua: &Lua, globals: &Table) -> mlua::Result<()> {
     globals.raw_set("cjson", cjson(lua)?)?;
     globals.raw_set("bit", bit(lua)?)?;
+    globals.raw_set("cmsgpack", super::msgpack::library(lua)?)?;
     let math: Table = globals.raw_get("math")?;
     math.raw_set("random", lua.create_function(random)?)?;
     math.raw_set(

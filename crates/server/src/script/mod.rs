@@ -4,7 +4,8 @@
 //! - `vm`: each thread's sandboxed Lua 5.1 state and one script's run;
 //! - `call`: `redis.call` on Lua's C API (arguments out, replies in);
 //! - `convert`: a script's result to its reply;
-//! - `libs`: the `cjson` and `bit` libraries Redis gives scripts.
+//! - `libs`, `msgpack`: the `cjson`, `bit` and `cmsgpack` libraries Redis
+//!   gives scripts.
 //!
 //! A script's writes go into one batch, as a transaction's do: they become
 //! durable and visible together once the script ends (`commands::scripting`
@@ -13,6 +14,7 @@
 pub mod call;
 pub mod convert;
 pub mod libs;
+pub mod msgpack;
 pub mod vm;
 
 use std::collections::HashMap;

@@ -119,7 +119,8 @@ local env = {
     return raw_rawset(t, k, v)
   end,
   string = readonly(string), table = readonly(table), math = readonly(math),
-  cjson = readonly(cjson), bit = readonly(bit), redis = readonly(redis_lib),
+  cjson = readonly(cjson), bit = readonly(bit), cmsgpack = readonly(cmsgpack),
+  redis = readonly(redis_lib),
 }
 local globals = setmetatable({}, {
   __index = function(_, name)
