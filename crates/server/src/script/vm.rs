@@ -81,8 +81,7 @@ thread_local! {
 }
 
 /// Lua that builds the sandbox, run once per state with its libraries
-/// still writable. Returns the globals' proxy, the table behind it, the
-/// runner.
+/// still writable. Returns the globals' proxy and the runner.
 const PRELUDE: &str = r#"
 local redis_lib, handler = ...
 local error, type, tostring, setmetatable, getmetatable = error, type, tostring, setmetatable, getmetatable
@@ -143,7 +142,7 @@ local function runner(f, keys, argv)
   env.KEYS, env.ARGV = nil, nil
   return ok, result
 end
-return globals, env, runner
+return globals, runner
 "#;
 
 fn create(control: &Arc<Control>, generation: u64) -> mlua::Result<Vm> {
@@ -165,8 +164,7 @@ fn create(control: &Arc<Control>, generation: u64) -> mlua::Result<Vm> {
         redis.raw_set("pcall", lua.create_c_function(super::call::redis_pcall)?)?;
     }
     let handler = lua.create_function(error_handler)?;
-    let (proxy, _env, runner): (Table, Table, Function) =
-        lua.load(PRELUDE).set_name("=prelude").call((redis, handler))?;
+    let (proxy, runner): (Table, Function) = lua.load(PRELUDE).set_name("=prelude").call((redis, handler))?;
     lua.set_globals(proxy)?;
     let (hook_run, hook_control) = (run.clone(), control.clone());
     lua.set_hook(HookTriggers::new().every_nth_instruction(HOOK_INSTRUCTIONS), move |_, _| {
