@@ -6,7 +6,7 @@
 //! is run again holding every key's lock (as Redis, which runs one script
 //! at a time, allows undeclared keys outside a cluster).
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use smallvec::SmallVec;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -134,7 +134,7 @@ fn run_script<'s>(
     invocation: &Invocation<'_>,
     held: &mut Held<'_, 's>,
 ) -> Outcome {
-    let mut call = |args: Vec<Bytes>, resp3: bool| -> Result<Vec<u8>, CallError> {
+    let mut call = |args: Vec<Bytes>, resp3: bool, buf: &mut BytesMut| -> Result<(), CallError> {
         let Some(command) = lookup(&args[0]) else {
             return Err(CallError::Error("ERR Unknown Redis command called from script".into()));
         };
@@ -155,16 +155,20 @@ fn run_script<'s>(
         held.cover(shared, command, &args)?;
         conn.counts.commands += 1;
         crate::monitor::feed_script_command(shared, conn, command, &args);
-        let mut reply = Out::new(if resp3 { Protocol::Resp3 } else { Protocol::Resp2 });
+        let protocol = if resp3 { Protocol::Resp3 } else { Protocol::Resp2 };
+        let mut reply = Out { buf: std::mem::take(buf), protocol, memcached: false, quiet: false };
         let mut branch = writes.branch();
         let result = (command.run)(&mut Ctx { shared, conn, out: &mut reply, writes: &mut branch }, &args);
+        *buf = reply.buf;
         match result {
-            Ok(()) => writes.merge(branch),
-            Err(_) => writes.abandon(branch),
-        }
-        match result {
-            Ok(()) => Ok(reply.buf.into()),
-            Err(error) => Err(CallError::Error(error.text())),
+            Ok(()) => {
+                writes.merge(branch);
+                Ok(())
+            }
+            Err(error) => {
+                writes.abandon(branch);
+                Err(CallError::Error(error.text()))
+            }
         }
     };
     let generation = shared.scripts.generation.load(Ordering::Relaxed);

@@ -13,14 +13,15 @@
 use std::cell::{Cell, RefCell};
 use std::ffi::{c_char, c_int};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use mlua::ffi;
 
 use super::vm::CallError;
 
-/// A script's way to run a command: its arguments and whether the script
-/// chose RESP3, to its reply in that protocol.
-pub type CommandCall<'a> = dyn FnMut(Vec<Bytes>, bool) -> Result<Vec<u8>, CallError> + 'a;
+/// A script's way to run a command: its arguments, whether the script
+/// chose RESP3, and the (empty) buffer its reply goes into in that
+/// protocol. The buffer is this thread's, reused call after call.
+pub type CommandCall<'a> = dyn FnMut(Vec<Bytes>, bool, &mut BytesMut) -> Result<(), CallError> + 'a;
 
 #[derive(Clone, Copy)]
 struct Current {
@@ -32,7 +33,7 @@ struct Current {
 thread_local! {
     static CURRENT: Cell<Option<Current>> = const { Cell::new(None) };
     /// The last command's reply, or its error text.
-    static REPLY: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+    static REPLY: RefCell<BytesMut> = RefCell::new(BytesMut::new());
 }
 
 /// While alive, `redis.call` on this thread runs commands through `call`.
@@ -103,12 +104,13 @@ unsafe fn run_command(state: *mut ffi::lua_State) -> Status {
         }
     }
     let resp3 = (*current.resp3).get();
-    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (*current.call)(args, resp3)));
+    let result = REPLY.with(|reply| {
+        let mut reply = reply.borrow_mut();
+        reply.clear();
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (*current.call)(args, resp3, &mut reply)))
+    });
     match result {
-        Ok(Ok(reply)) => {
-            REPLY.with(|buffer| *buffer.borrow_mut() = reply);
-            Status::Reply
-        }
+        Ok(Ok(())) => Status::Reply,
         Ok(Err(CallError::Error(text))) => {
             set_reply(text.as_bytes());
             Status::Error
