@@ -616,15 +616,7 @@ pub async fn commit<G>(
         crate::notify::publish(shared, &events);
     }
     if result.is_ok() && !messages.is_empty() {
-        let mut woken = Vec::new();
-        for message in &messages {
-            if message.shard {
-                shared.pubsub.publish_shard(&message.channel, &message.payload, &mut woken);
-            } else {
-                shared.pubsub.publish(&message.channel, &message.payload, &mut woken);
-            }
-        }
-        crate::pubsub::wake(&mut woken);
+        pubsub::send_held(shared, &messages);
     }
     result
 }

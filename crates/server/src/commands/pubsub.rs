@@ -96,6 +96,20 @@ fn defer(ctx: &mut Ctx<'_>, args: &[Bytes], shard: bool) -> CmdResult {
     Ok(())
 }
 
+/// Sends the messages a transaction or a script published, once its
+/// writes are visible.
+pub fn send_held(shared: &crate::server::Shared, messages: &[Message]) {
+    let mut woken = Vec::new();
+    for message in messages {
+        if message.shard {
+            shared.pubsub.publish_shard(&message.channel, &message.payload, &mut woken);
+        } else {
+            shared.pubsub.publish(&message.channel, &message.payload, &mut woken);
+        }
+    }
+    crate::pubsub::wake(&mut woken);
+}
+
 pub fn spublish(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     if ctx.writes.defers_messages() {
         return defer(ctx, args, true);

@@ -53,12 +53,14 @@ fn emit_table(out: &mut Out, table: &Table, resp3: bool, depth: usize) -> Result
         out.simple(&String::from_utf8_lossy(&status.as_bytes()));
         return Ok(());
     }
-    if let Value::Number(n) = field("double") {
-        out.double(n);
-        return Ok(());
-    }
-    if let Value::Integer(n) = field("double") {
-        out.double(n as f64);
+    // mlua gives an integral Lua number as an Integer.
+    let double = match field("double") {
+        Value::Number(n) => Some(n),
+        Value::Integer(n) => Some(n as f64),
+        _ => None,
+    };
+    if let Some(value) = double {
+        out.double(value);
         return Ok(());
     }
     if let Value::String(digits) = field("big_number") {
