@@ -190,6 +190,9 @@ pub struct ConnState {
     /// A blocking command (BLPOP ...) that found nothing, and how long it
     /// may wait (None: for ever): `wait_blocked` runs it again.
     pub blocked: Option<(Vec<bytes::Bytes>, Option<std::time::Duration>)>,
+    /// What a blocking command asks to be run again as, when not as it
+    /// was sent (XREAD's `$` replaced by the IDs it stood for).
+    pub block_args: Option<Vec<bytes::Bytes>>,
     /// This client's place in the lines of the keys it is blocked on
     /// (`crate::waiters`), while it waits.
     pub ticket: Option<u64>,
@@ -289,6 +292,7 @@ impl ConnState {
             watched: Vec::new(),
             close: false,
             blocked: None,
+            block_args: None,
             ticket: None,
             subscriptions: Subscriptions::default(),
             woken: Vec::new(),

@@ -41,10 +41,13 @@ pub const TYPE_LIST_TABLE: u8 = 0x81;
 pub const TYPE_SET_TABLE: u8 = 0x82;
 pub const TYPE_ZSET_TABLE: u8 = 0x83;
 pub const TYPE_HASH_TABLE: u8 = 0x84;
+/// A stream (Redis's object type 6) is always a table: its stub holds the
+/// stream's metadata (`crate::stream::Meta`).
+pub const TYPE_STREAM_TABLE: u8 = 0x86;
 
 /// Whether a value of type `tag` is a table's stub (`commands::table`).
 pub fn is_table(tag: u8) -> bool {
-    matches!(tag, TYPE_LIST_TABLE | TYPE_SET_TABLE | TYPE_ZSET_TABLE | TYPE_HASH_TABLE)
+    matches!(tag, TYPE_LIST_TABLE | TYPE_SET_TABLE | TYPE_ZSET_TABLE | TYPE_HASH_TABLE | TYPE_STREAM_TABLE)
 }
 /// Longest string value: the engine's limit less the type byte.
 pub const MAX_STRING_BYTES: usize = MAX_VALUE_BYTES - 1;
@@ -56,6 +59,7 @@ pub fn type_name(tag: u8) -> &'static str {
         TYPE_SET | TYPE_SET_TABLE => "set",
         TYPE_LIST | TYPE_LIST_TABLE => "list",
         TYPE_ZSET | TYPE_ZSET_TABLE => "zset",
+        TYPE_STREAM_TABLE => "stream",
         _ => "unknown",
     }
 }

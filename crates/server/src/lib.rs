@@ -10,6 +10,7 @@
 //! - `keyspace`: value encoding, key locks for read-modify-write, globs;
 //! - `pending`: queued writes the next lock holder reads (early lock release);
 //! - `hash`: how a hash's fields sit in one engine value;
+//! - `stream`: stream IDs and how a stream's parts are encoded;
 //! - `committer`: the commit thread, where group commits wait for a disk;
 //! - `io_threads`: the threads that serve connections;
 //! - `waiters`: clients blocked in BLPOP and the like, in line per key;
@@ -38,6 +39,7 @@ pub mod pending;
 pub mod pubsub;
 pub mod resp;
 pub mod script;
+pub mod stream;
 pub mod server;
 pub mod waiters;
 pub mod zset;

@@ -125,6 +125,7 @@ pub fn source_keys(args: &[Bytes]) -> Vec<&[u8]> {
             let count = std::str::from_utf8(&args[2]).ok().and_then(|n| n.parse::<usize>().ok()).unwrap_or(0);
             &args[3..(3 + count).min(args.len())]
         }
+        b"xread" | b"xreadgroup" => crate::commands::stream_read_keys(args),
         _ => &[],
     };
     keys.iter().map(|key| &key[..]).collect()

@@ -215,6 +215,11 @@ pub fn copy(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     }
     ctx.writes.note_pushed();
     ctx.notify(crate::notify::GENERIC, "copy_to", &args[2]);
+    if value.tag() == crate::keyspace::TYPE_STREAM_TABLE {
+        super::streams::copy(ctx, &args[2], &value)?;
+        ctx.out.int(1);
+        return Ok(());
+    }
     if value.tag() == TYPE_LIST_TABLE {
         // Renumbered from the first position.
         let elements = super::lists::elements_of(ctx, &args[1], &value)?;
@@ -458,6 +463,7 @@ pub fn object(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
                     "encoding" if value.tag() == TYPE_ZSET || value.tag() == TYPE_ZSET_TABLE => {
                         ctx.out.bulk(super::zsets::encoding(&value)?.as_bytes())
                     }
+                    "encoding" if value.tag() == crate::keyspace::TYPE_STREAM_TABLE => ctx.out.bulk(b"stream"),
                     "encoding" => ctx.out.bulk(super::sets::encoding(&value)?.as_bytes()),
                     "refcount" => ctx.out.int(1),
                     "freq" => return Err(no_lfu()),

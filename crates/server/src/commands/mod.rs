@@ -14,6 +14,7 @@ pub mod ranks;
 pub mod scripting;
 mod server;
 mod sets;
+mod streams;
 mod strings;
 pub mod table;
 mod tx;
@@ -33,6 +34,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 pub use keys::Cursors;
+pub use streams::read_keys as stream_read_keys;
 pub use server::{clear_all, cpu_seconds, REDIS_VERSION};
 pub use tx::exec;
 
@@ -390,6 +392,25 @@ commands! {
     "zinterstore", -4, WRITE, ALL_ARGS, "sorted-set", zsets::zinterstore, "Stores the intersect of multiple sorted sets in a key.";
     "zdiffstore", -4, WRITE, ALL_ARGS, "sorted-set", zsets::zdiffstore, "Stores the difference of multiple sorted sets in a key.";
     "zintercard", -3, READONLY, NONE, "sorted-set", zsets::zintercard, "Returns the number of members of the intersect of multiple sorted sets.";
+    "xadd", -5, WRITE | FAST, ONE, "stream", streams::xadd, "Appends a new message to a stream. Creates the key if it doesn't exist.";
+    "xlen", 2, READONLY | FAST, ONE, "stream", streams::xlen, "Return the number of messages in a stream.";
+    "xrange", -4, READONLY, ONE, "stream", streams::xrange, "Returns the messages from a stream within a range of IDs.";
+    "xrevrange", -4, READONLY, ONE, "stream", streams::xrevrange, "Returns the messages from a stream within a range of IDs in reverse order.";
+    "xdel", -3, WRITE | FAST, ONE, "stream", streams::xdel, "Returns the number of messages after removing them from a stream.";
+    "xtrim", -4, WRITE, ONE, "stream", streams::xtrim, "Deletes messages from the beginning of a stream.";
+    "xsetid", -3, WRITE | FAST, ONE, "stream", streams::xsetid, "An internal command for replicating stream values.";
+    // Its keys follow STREAMS; a read takes no locks. With BLOCK it waits
+    // (`CmdError::Blocked`) like BLPOP, without the BLOCKING flag, which
+    // would keep it out of scripts.
+    "xread", -4, READONLY, NONE, "stream", streams::xread, "Returns messages from multiple streams with IDs greater than the ones requested. Blocks until a message is available otherwise.";
+    // Its keys follow STREAMS: every argument's stripe is locked.
+    "xreadgroup", -7, WRITE, ALL_ARGS, "stream", streams::xreadgroup, "Returns new or historical messages from a stream for a consumer in a group. Blocks until a message is available otherwise.";
+    "xack", -4, WRITE | FAST, ONE, "stream", streams::xack, "Returns the number of messages that were successfully acknowledged by the consumer group member of a stream.";
+    "xpending", -3, READONLY, ONE, "stream", streams::xpending, "Returns the information and entries from a stream consumer group's pending entries list.";
+    "xclaim", -6, WRITE | FAST, ONE, "stream", streams::xclaim, "Changes, or acquires, ownership of a message in a consumer group, as if the message was delivered a consumer group member.";
+    "xautoclaim", -6, WRITE | FAST, ONE, "stream", streams::xautoclaim, "Changes, or acquires, ownership of messages in a consumer group, as if the messages were delivered to as consumer group member.";
+    "xgroup", -2, WRITE, (2, 2, 1), "stream", streams::xgroup, "A container for consumer groups commands.";
+    "xinfo", -2, READONLY, (2, 2, 1), "stream", streams::xinfo, "A container for stream introspection commands.";
     "pfadd", -2, WRITE | FAST, ONE, "hyperloglog", hll::pfadd, "Adds elements to a HyperLogLog key. Creates the key if it doesn't exist.";
     // A write here: it caches the count in the value, as Redis does.
     "pfcount", -2, WRITE, ALL_ARGS, "hyperloglog", hll::pfcount, "Returns the approximated cardinality of the set(s) observed by the HyperLogLog key(s).";
@@ -441,7 +462,7 @@ commands! {
 }
 
 /// Types that are not built yet: a clear error, never a crash.
-const NOT_YET: &[&str] = &["xadd", "xrange", "xlen", "xread", "pfdebug", "pfselftest", "geoadd", "function", "fcall"];
+const NOT_YET: &[&str] = &["pfdebug", "pfselftest", "geoadd", "function", "fcall"];
 
 /// The command named `name`, in any case, without allocating.
 pub fn lookup(name: &[u8]) -> Option<&'static Command> {
@@ -866,7 +887,8 @@ pub async fn run_command<'s>(
     }
     // Every write but FLUSHALL's (which locks every stripe) and a blocking
     // one keeps its effects in its batch, so it can join a run.
-    if conn.multi.is_none() && command.has(WRITE) && !command.has(ALL_KEYS) && !command.has(BLOCKING) {
+    let may_block = command.has(BLOCKING) || (command.name == "xreadgroup" && streams::may_block(&args));
+    if conn.multi.is_none() && command.has(WRITE) && !command.has(ALL_KEYS) && !may_block {
         let blind = is_blind(command, &args);
         if !blind && run.commands > 0 && !run.writes.has_overlay() {
             // Blind writes kept no overlay for this one to read.
@@ -933,6 +955,7 @@ pub async fn run_command<'s>(
     if command.has(WRITE) {
         writes.see_pending(&shared.pending);
     }
+    conn.block_args = None;
     let result = (command.run)(&mut Ctx { shared, conn, out, writes: &mut writes }, &args);
     // A blocking command is shown once it ends (`conn::wait_blocked`), and
     // its looks again while it waits not at all.
@@ -942,7 +965,8 @@ pub async fn run_command<'s>(
     if let Err(CmdError::Blocked(timeout, _)) = result {
         // The connection waits and runs it again (`conn::wait_blocked`).
         out.truncate(mark);
-        conn.blocked = Some((args, timeout));
+        // XREAD's `$` stands for the IDs it had when it blocked.
+        conn.blocked = Some((conn.block_args.take().unwrap_or(args), timeout));
         return;
     }
     if let Err(error) = result {

@@ -165,6 +165,15 @@ fn run_script<'s>(
                 writes.merge(branch);
                 Ok(())
             }
+            // A script never waits: XREAD BLOCK that finds nothing
+            // answers as if it timed out, as in Redis.
+            Err(CmdError::Blocked(..)) => {
+                writes.abandon(branch);
+                let mut reply = Out { buf: std::mem::take(buf), protocol, memcached: false, quiet: false };
+                reply.null_array();
+                *buf = reply.buf;
+                Ok(())
+            }
             Err(error) => {
                 writes.abandon(branch);
                 Err(CallError::Error(error.text()))

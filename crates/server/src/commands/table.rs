@@ -71,6 +71,8 @@ impl Table {
             16 => (0, 0),
             24 => (i64::from_le_bytes(word(16)?), 0),
             32 => (i64::from_le_bytes(word(16)?), u64::from_le_bytes(word(24)?)),
+            // A stream's stub: its metadata follows (`crate::stream::Meta`).
+            n if tag == crate::keyspace::TYPE_STREAM_TABLE && n > 16 => (0, 0),
             _ => return Err(Corrupt),
         };
         let (id, count) = (u64::from_le_bytes(word(0)?), u64::from_le_bytes(word(8)?));
