@@ -221,15 +221,17 @@ impl Meta {
     }
 
     /// A group's lag: entries added after its last delivered one, where
-    /// that can be told (Redis's `streamReplyWithCGLag`).
-    pub fn lag(&self, group: &Group) -> Option<u64> {
+    /// that can be told (Redis's `streamReplyWithCGLag`; negative when
+    /// XGROUP set an entries-read counter past the stream's).
+    pub fn lag(&self, group: &Group) -> Option<i64> {
         if self.entries_added == 0 {
             return Some(0);
         }
-        if let (Some(read), false) = (group.entries_read, self.has_tombstones_from(group.last_id)) {
-            return Some(self.entries_added.saturating_sub(read));
-        }
-        self.entries_up_to(group.last_id).map(|read| self.entries_added.saturating_sub(read))
+        let read = match (group.entries_read, self.has_tombstones_from(group.last_id)) {
+            (Some(read), false) => read,
+            _ => self.entries_up_to(group.last_id)?,
+        };
+        Some((self.entries_added as i64).wrapping_sub(read as i64))
     }
 }
 

@@ -570,9 +570,6 @@ pub fn xsetid(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let Some(mut stream) = open(ctx, &args[1])? else {
         return Err(err("ERR no such key"));
     };
-    if id < stream.meta.max_deleted {
-        return Err(err("ERR The ID specified in XSETID is smaller than current max_deleted_entry_id"));
-    }
     if stream.meta.length > 0 {
         let top = stream.last_entry(ctx)?.map_or(StreamId::MIN, |(id, _)| id);
         if id < top {
@@ -651,10 +648,8 @@ fn parse_read_args(args: &[Bytes], xreadgroup: bool) -> Result<ReadArgs<'_>, Cmd
     let Some(at) = streams_at else { return Err(CmdError::Syntax) };
     let rest = &args[at..];
     if rest.len() % 2 != 0 {
-        let (name, symbol) = if xreadgroup { ("xreadgroup", '>') } else { ("xread", '$') };
-        return Err(err(format!(
-            "ERR Unbalanced '{name}' list of streams: for each stream key an ID or '{symbol}' must be specified."
-        )));
+        // Redis 7.0 says so for XREADGROUP too.
+        return Err(err("ERR Unbalanced XREAD list of streams: for each stream key an ID or '$' must be specified."));
     }
     if xreadgroup && parsed.group.is_none() {
         return Err(err("ERR Missing GROUP option for XREADGROUP"));
@@ -1364,7 +1359,7 @@ pub fn xgroup(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
                 other => parse_id(other, 0, false).map_err(|_| err(INVALID_ID))?,
             };
             if args.len() == 7 {
-                if !eq(&args[5], "entriesread") || int(&args[6]).is_err() {
+                if !eq(&args[5], "entriesread") {
                     return Err(subcommand_syntax("XGROUP", &args[1]));
                 }
                 entries_read = entries_read_arg(&args[6])?;
@@ -1505,7 +1500,7 @@ fn reply_counters(out: &mut Out, meta: &Meta, group: &Group) {
     }
     out.bulk(b"lag");
     match meta.lag(group) {
-        Some(lag) => out.int(lag as i64),
+        Some(lag) => out.int(lag),
         None => out.null(),
     }
 }
@@ -1516,12 +1511,8 @@ fn stream_info(ctx: &mut Ctx<'_>, stream: &Stream, args: &[Bytes]) -> CmdResult 
     let mut count = 10usize;
     let full = match &args[3..] {
         [] => false,
-        [full, ..] if args.len() <= 6 && !eq(full, "full") => return Err(syntax()),
-        [_] | [_, _] => true,
-        [_, word, n] => {
-            if !eq(word, "count") {
-                return Err(syntax());
-            }
+        [full] if eq(full, "full") => true,
+        [full, word, n] if eq(full, "full") && eq(word, "count") => {
             let n = int(n)?;
             count = if n <= 0 { usize::MAX } else { n.min(isize::MAX as i64) as usize };
             true
