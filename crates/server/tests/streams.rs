@@ -1,0 +1,458 @@
+//! Streams through the server: blocked XREAD and XREADGROUP woken by
+//! XADD, IDs from the clock, idle times, big streams paged and trimmed,
+//! and producers and consumer groups under SIGKILL (every acknowledged
+//! XADD, delivery and XACK survives; the group's books balance). Redis's
+//! own replies are compared in `differential.rs`.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::Server;
+use rand::{Rng, SeedableRng};
+use redis::Value;
+
+fn client(port: u16) -> redis::RedisResult<redis::Connection> {
+    let con = redis::Client::open(format!("redis://127.0.0.1:{port}/"))?.get_connection()?;
+    con.set_read_timeout(Some(Duration::from_secs(20)))?;
+    Ok(con)
+}
+
+fn cmd(con: &mut redis::Connection, args: &[&str]) -> Value {
+    let mut command = redis::cmd(args[0]);
+    for arg in &args[1..] {
+        command.arg(*arg);
+    }
+    command.query(con).unwrap_or_else(|e| panic!("{args:?}: {e}"))
+}
+
+fn text(value: &Value) -> String {
+    match value {
+        Value::BulkString(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+        Value::SimpleString(s) => s.clone(),
+        Value::Int(n) => n.to_string(),
+        other => panic!("not a string: {other:?}"),
+    }
+}
+
+fn items(value: &Value) -> &[Value] {
+    match value {
+        Value::Array(items) => items,
+        other => panic!("not an array: {other:?}"),
+    }
+}
+
+fn int(value: &Value) -> i64 {
+    match value {
+        Value::Int(n) => *n,
+        other => text(other).parse().unwrap(),
+    }
+}
+
+/// A stream ID as (ms, seq), for ordering.
+fn id(text: &str) -> (u64, u64) {
+    let (ms, seq) = text.split_once('-').expect("ms-seq");
+    (ms.parse().unwrap(), seq.parse().unwrap())
+}
+
+/// Entries of an XRANGE-shaped reply: (id, fields and values).
+fn entries(value: &Value) -> Vec<(String, Vec<String>)> {
+    items(value).iter().map(|e| (text(&items(e)[0]), items(&items(e)[1]).iter().map(text).collect())).collect()
+}
+
+/// The entries an XREAD or XREADGROUP reply (RESP2) gives for its one stream.
+fn read_entries(value: &Value) -> Vec<(String, Vec<String>)> {
+    match value {
+        Value::Nil => Vec::new(),
+        _ => entries(&items(&items(value)[0])[1]),
+    }
+}
+
+/// A map-shaped reply (XINFO), by field name.
+fn fields(value: &Value) -> HashMap<String, Value> {
+    items(value).chunks(2).map(|pair| (text(&pair[0]), pair[1].clone())).collect()
+}
+
+#[test]
+fn xread_block_waits_for_the_next_xadd_and_times_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("db"), &[]);
+    let mut writer = client(server.port).unwrap();
+    cmd(&mut writer, &["XADD", "s", "1-0", "old", "x"]);
+    // `$` stands for the last ID when the reader blocked: it gets the
+    // entry added after, not the one before, however long it waits.
+    let port = server.port;
+    let reader = std::thread::spawn(move || {
+        let mut con = client(port).unwrap();
+        let started = Instant::now();
+        let reply = cmd(&mut con, &["XREAD", "BLOCK", "0", "STREAMS", "s", "$"]);
+        (read_entries(&reply), started.elapsed())
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    cmd(&mut writer, &["XADD", "other", "1-0", "f", "v"]);
+    cmd(&mut writer, &["XADD", "s", "2-0", "new", "y"]);
+    let (got, waited) = reader.join().unwrap();
+    assert_eq!(got, vec![("2-0".to_string(), vec!["new".to_string(), "y".to_string()])]);
+    assert!(waited >= Duration::from_millis(250), "it waited for the XADD: {waited:?}");
+    // Several streams: the first to get an entry answers.
+    let reader = std::thread::spawn(move || {
+        let mut con = client(port).unwrap();
+        cmd(&mut con, &["XREAD", "BLOCK", "5000", "STREAMS", "a", "b", "$", "$"])
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    cmd(&mut writer, &["XADD", "b", "7-7", "k", "v"]);
+    let reply = reader.join().unwrap();
+    assert_eq!(text(&items(&items(&reply)[0])[0]), "b");
+    assert_eq!(read_entries(&reply)[0].0, "7-7");
+    // A timeout is a null reply, after the time asked for.
+    let started = Instant::now();
+    let reply = cmd(&mut writer, &["XREAD", "BLOCK", "150", "STREAMS", "s", "$"]);
+    assert_eq!(reply, Value::Nil);
+    assert!(started.elapsed() >= Duration::from_millis(140));
+    // Inside a script it never waits.
+    let reply = cmd(&mut writer, &["EVAL", "return redis.call('xread', 'block', 0, 'streams', KEYS[1], '$')", "1", "s"]);
+    assert_eq!(reply, Value::Nil);
+}
+
+#[test]
+fn blocked_consumers_of_a_group_get_each_entry_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("db"), &[]);
+    let mut writer = client(server.port).unwrap();
+    cmd(&mut writer, &["XGROUP", "CREATE", "jobs", "workers", "$", "MKSTREAM"]);
+    let port = server.port;
+    let consumers: Vec<_> = (0..3)
+        .map(|i| {
+            std::thread::spawn(move || {
+                let mut con = client(port).unwrap();
+                let name = format!("c{i}");
+                let reply = cmd(
+                    &mut con,
+                    &["XREADGROUP", "GROUP", "workers", &name, "COUNT", "1", "BLOCK", "10000", "STREAMS", "jobs", ">"],
+                );
+                (name, read_entries(&reply))
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    for n in 1..=3 {
+        cmd(&mut writer, &["XADD", "jobs", &format!("{n}-0"), "job", &n.to_string()]);
+    }
+    let mut delivered = BTreeMap::new();
+    for consumer in consumers {
+        let (name, got) = consumer.join().unwrap();
+        assert_eq!(got.len(), 1, "{name} got one job: {got:?}");
+        assert!(delivered.insert(got[0].0.clone(), name).is_none(), "a job went to two consumers");
+    }
+    assert_eq!(delivered.keys().cloned().collect::<Vec<_>>(), ["1-0", "2-0", "3-0"]);
+    // Each is pending with the consumer that got it.
+    let pending = cmd(&mut writer, &["XPENDING", "jobs", "workers", "-", "+", "10"]);
+    for entry in items(&pending) {
+        let entry = items(entry);
+        assert_eq!(delivered[&text(&entry[0])], text(&entry[1]));
+        assert_eq!(int(&entry[3]), 1, "delivered once");
+    }
+    // Destroying the group ends a consumer's wait with an error.
+    let waiting = std::thread::spawn(move || {
+        let mut con = client(port).unwrap();
+        redis::cmd("XREADGROUP")
+            .arg(&["GROUP", "workers", "late", "BLOCK", "0", "STREAMS", "jobs", ">"])
+            .query::<Value>(&mut con)
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(cmd(&mut writer, &["XGROUP", "DESTROY", "jobs", "workers"]), Value::Int(1));
+    let error = waiting.join().unwrap().expect_err("NOGROUP");
+    assert!(error.to_string().contains("NOGROUP"), "{error}");
+}
+
+#[test]
+fn ids_from_the_clock_grow_and_idle_times_count() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("db"), &[]);
+    let mut con = client(server.port).unwrap();
+    let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
+    let mut pipe = redis::pipe();
+    for i in 0..1000 {
+        pipe.cmd("XADD").arg("s").arg("*").arg("i").arg(i);
+    }
+    let ids: Vec<String> = pipe.query(&mut con).unwrap();
+    let parsed: Vec<(u64, u64)> = ids.iter().map(|i| id(i)).collect();
+    assert!(parsed.windows(2).all(|w| w[0] < w[1]), "IDs grow");
+    assert!(parsed[0].0 >= now_ms && parsed[999].0 < now_ms + 60_000, "from the clock: {:?}", parsed[0]);
+    // An explicit ms with a picked sequence follows the last entry.
+    let last = parsed[999];
+    let next = text(&cmd(&mut con, &["XADD", "s", &format!("{}-*", last.0), "x", "y"]));
+    assert_eq!(id(&next), (last.0, last.1 + 1));
+    assert_eq!(cmd(&mut con, &["XLEN", "s"]), Value::Int(1001));
+
+    cmd(&mut con, &["XGROUP", "CREATE", "s", "g", "0"]);
+    cmd(&mut con, &["XREADGROUP", "GROUP", "g", "alice", "COUNT", "2", "STREAMS", "s", ">"]);
+    std::thread::sleep(Duration::from_millis(120));
+    let pending = cmd(&mut con, &["XPENDING", "s", "g", "IDLE", "100", "-", "+", "10"]);
+    assert_eq!(items(&pending).len(), 2);
+    for entry in items(&pending) {
+        assert!(int(&items(entry)[2]) >= 100, "idle since delivery: {entry:?}");
+    }
+    let consumers = cmd(&mut con, &["XINFO", "CONSUMERS", "s", "g"]);
+    let alice = fields(&items(&consumers)[0]);
+    assert!(int(&alice["idle"]) >= 100 && int(&alice["pending"]) == 2, "{alice:?}");
+    // XCLAIM with IDLE sets the delivery time back; a min-idle above it
+    // leaves the entry where it is.
+    let first = &ids[0];
+    let claimed = cmd(&mut con, &["XCLAIM", "s", "g", "bob", "50", first, "IDLE", "5000", "JUSTID"]);
+    assert_eq!(claimed, Value::Array(vec![Value::BulkString(first.clone().into_bytes())]));
+    let pending = cmd(&mut con, &["XPENDING", "s", "g", first, first, "1"]);
+    let entry = &items(&pending)[0];
+    assert_eq!(text(&items(entry)[1]), "bob");
+    assert!(int(&items(entry)[2]) >= 5000, "{entry:?}");
+    assert_eq!(int(&items(entry)[3]), 1, "JUSTID leaves the count");
+    let unclaimed = cmd(&mut con, &["XCLAIM", "s", "g", "carol", "60000", first, "JUSTID"]);
+    assert_eq!(unclaimed, Value::Array(vec![]));
+    // XAUTOCLAIM takes what has been idle long enough.
+    let auto = cmd(&mut con, &["XAUTOCLAIM", "s", "g", "carol", "1000", "0", "JUSTID"]);
+    assert_eq!(items(&items(&auto)[1]), &[Value::BulkString(first.clone().into_bytes())]);
+}
+
+#[test]
+fn big_streams_page_trim_and_survive_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = Server::start(&dir.path().join("db"), &[]);
+    let mut con = client(server.port).unwrap();
+    const N: usize = 5000;
+    let value = |i: usize| format!("{i:0>100}");
+    let mut pipe = redis::pipe();
+    for i in 1..=N {
+        pipe.cmd("XADD").arg("big").arg(format!("{i}-1")).arg("n").arg(value(i)).ignore();
+    }
+    pipe.query::<()>(&mut con).unwrap();
+    cmd(&mut con, &["SET", "plain", "x"]);
+    assert_eq!(cmd(&mut con, &["DBSIZE"]), Value::Int(2), "a stream's entries are not keys");
+    // Paging forward with an exclusive start sees every entry once, in order.
+    let mut seen = Vec::new();
+    let mut start = "-".to_string();
+    loop {
+        let page = entries(&cmd(&mut con, &["XRANGE", "big", &start, "+", "COUNT", "333"]));
+        let Some((last, _)) = page.last() else { break };
+        start = format!("({last}");
+        seen.extend(page);
+    }
+    assert_eq!(seen.len(), N);
+    for (i, (entry_id, fields)) in seen.iter().enumerate() {
+        assert_eq!(entry_id, &format!("{}-1", i + 1));
+        assert_eq!(fields, &["n".to_string(), value(i + 1)]);
+    }
+    let tail = entries(&cmd(&mut con, &["XREVRANGE", "big", "+", "-", "COUNT", "3"]));
+    assert_eq!(tail.iter().map(|e| e.0.as_str()).collect::<Vec<_>>(), ["5000-1", "4999-1", "4998-1"]);
+    assert_eq!(cmd(&mut con, &["XTRIM", "big", "MAXLEN", "1000"]), Value::Int(4000));
+    assert_eq!(cmd(&mut con, &["XTRIM", "big", "MINID", "4500"]), Value::Int(499));
+    let info = fields(&cmd(&mut con, &["XINFO", "STREAM", "big"]));
+    assert_eq!(int(&info["length"]), 501);
+    assert_eq!(text(&info["recorded-first-entry-id"]), "4500-1");
+    assert_eq!(int(&info["entries-added"]), N as i64);
+    // After a clean restart everything reads back.
+    assert!(server.terminate());
+    let server = Server::start(&dir.path().join("db"), &[]);
+    let mut con = client(server.port).unwrap();
+    let all = entries(&cmd(&mut con, &["XRANGE", "big", "-", "+"]));
+    assert_eq!(all.len(), 501);
+    assert_eq!(all[0], ("4500-1".to_string(), vec!["n".to_string(), value(4500)]));
+    assert_eq!(cmd(&mut con, &["XLEN", "big"]), Value::Int(501));
+    assert_eq!(cmd(&mut con, &["DEL", "big"]), Value::Int(1));
+    assert_eq!(cmd(&mut con, &["XLEN", "big"]), Value::Int(0));
+    assert_eq!(cmd(&mut con, &["DBSIZE"]), Value::Int(1));
+}
+
+/// What producers and consumers were told before the server died.
+#[derive(Default)]
+struct Books {
+    /// Acknowledged XADDs: ID → (producer, sequence).
+    added: BTreeMap<(u64, u64), (usize, u64)>,
+    /// Entries an XREADGROUP reply delivered.
+    delivered: BTreeSet<(u64, u64)>,
+    /// Entries an XACK reply acknowledged.
+    acked: BTreeSet<(u64, u64)>,
+    /// Entries of an XACK sent but not answered (it may have landed).
+    maybe_acked: BTreeSet<(u64, u64)>,
+}
+
+fn payload(producer: usize, seq: u64) -> String {
+    let len = 1 + (seq as usize * 31 + producer * 7) % 300;
+    (0..len).map(|i| (b'a' + ((i as u64 + seq) % 26) as u8) as char).collect()
+}
+
+fn produce(port: u16, producer: usize, next_seq: u64, stop: Arc<AtomicBool>) -> Vec<((u64, u64), u64)> {
+    let mut acked = Vec::new();
+    let Ok(mut con) = client(port) else { return acked };
+    let mut seq = next_seq;
+    while !stop.load(Ordering::Relaxed) {
+        let mut pipe = redis::pipe();
+        for s in seq..seq + 4 {
+            pipe.cmd("XADD")
+                .arg("events")
+                .arg("*")
+                .arg("p")
+                .arg(producer)
+                .arg("seq")
+                .arg(s)
+                .arg("data")
+                .arg(payload(producer, s));
+        }
+        let Ok(ids) = pipe.query::<Vec<String>>(&mut con) else { return acked };
+        for (i, entry_id) in ids.iter().enumerate() {
+            acked.push((id(entry_id), seq + i as u64));
+        }
+        seq += 4;
+    }
+    acked
+}
+
+fn consume(port: u16, consumer: usize, stop: Arc<AtomicBool>) -> Books {
+    let mut books = Books::default();
+    let Ok(mut con) = client(port) else { return books };
+    let name = format!("c{consumer}");
+    while !stop.load(Ordering::Relaxed) {
+        // One consumer waits in BLOCK, the other polls.
+        let block = if consumer == 0 { "20" } else { "0" };
+        let mut read = redis::cmd("XREADGROUP");
+        read.arg(&["GROUP", "g", &name, "COUNT", "7"]);
+        if consumer == 0 {
+            read.arg("BLOCK").arg(block);
+        }
+        read.arg(&["STREAMS", "events", ">"]);
+        let Ok(reply) = read.query::<Value>(&mut con) else { return books };
+        let got = read_entries(&reply);
+        if got.is_empty() {
+            std::thread::sleep(Duration::from_millis(1));
+            continue;
+        }
+        let ids: Vec<(u64, u64)> = got.iter().map(|(i, _)| id(i)).collect();
+        books.delivered.extend(&ids);
+        // Every other batch is acknowledged; the rest stays pending.
+        if ids[0].1 % 2 == 0 {
+            continue;
+        }
+        let mut ack = redis::cmd("XACK");
+        ack.arg("events").arg("g");
+        for (ms, seq) in &ids {
+            ack.arg(format!("{ms}-{seq}"));
+        }
+        books.maybe_acked.extend(&ids);
+        let Ok(n) = ack.query::<i64>(&mut con) else { return books };
+        assert_eq!(n, ids.len() as i64, "each delivered entry acknowledged once");
+        for entry in &ids {
+            books.maybe_acked.remove(entry);
+            books.acked.insert(*entry);
+        }
+    }
+    books
+}
+
+/// Producers XADD to one stream and consumers of a group read and
+/// acknowledge while the server is SIGKILLed, in a loop
+/// (`SCALEDKV_STREAM_CRASH_ITERATIONS`, default 3). After each restart:
+/// every acknowledged XADD is there byte for byte, in its producer's
+/// order; every acknowledged delivery is pending or was acknowledged;
+/// every acknowledged XACK stays acknowledged; the group's counts agree
+/// with its pending entries.
+#[test]
+fn producers_and_consumer_groups_survive_sigkill() {
+    let iterations: usize =
+        std::env::var("SCALEDKV_STREAM_CRASH_ITERATIONS").ok().and_then(|n| n.parse().ok()).unwrap_or(3);
+    let dir = tempfile::tempdir().unwrap();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(0x5EED);
+    let mut books = Books::default();
+    let mut next_seq = [0u64; 2];
+    for life in 0..iterations {
+        let mut server = Server::start(&dir.path().join("db"), &[]);
+        let mut con = client(server.port).unwrap();
+        if life == 0 {
+            cmd(&mut con, &["XGROUP", "CREATE", "events", "g", "$", "MKSTREAM"]);
+        }
+        check(&mut con, &books);
+        let stop = Arc::new(AtomicBool::new(false));
+        let producers: Vec<_> = (0..2)
+            .map(|p| {
+                let (port, stop, seq) = (server.port, stop.clone(), next_seq[p]);
+                std::thread::spawn(move || produce(port, p, seq, stop))
+            })
+            .collect();
+        let consumers: Vec<_> = (0..2)
+            .map(|c| {
+                let (port, stop) = (server.port, stop.clone());
+                std::thread::spawn(move || consume(port, c, stop))
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(rng.gen_range(150..500)));
+        server.kill();
+        stop.store(true, Ordering::Relaxed);
+        for (p, producer) in producers.into_iter().enumerate() {
+            let acked = producer.join().unwrap();
+            // A life's unanswered XADDs may have landed: the next life
+            // goes on from past them, so no sequence is added twice.
+            next_seq[p] = acked.last().map_or(next_seq[p], |(_, seq)| seq + 1) + 4;
+            for (entry_id, seq) in acked {
+                books.added.insert(entry_id, (p, seq));
+            }
+        }
+        for consumer in consumers {
+            let got = consumer.join().unwrap();
+            books.delivered.extend(got.delivered);
+            books.acked.extend(&got.acked);
+            books.maybe_acked.extend(got.maybe_acked);
+        }
+        assert!(!books.added.is_empty(), "life {life} added something");
+    }
+    let server = Server::start(&dir.path().join("db"), &[]);
+    let mut con = client(server.port).unwrap();
+    check(&mut con, &books);
+    assert!(!books.acked.is_empty() && books.delivered.len() > books.acked.len(), "both kinds were seen");
+}
+
+fn check(con: &mut redis::Connection, books: &Books) {
+    let all = entries(&cmd(con, &["XRANGE", "events", "-", "+"]));
+    assert_eq!(cmd(con, &["XLEN", "events"]), Value::Int(all.len() as i64));
+    let found: BTreeMap<(u64, u64), Vec<String>> = all.iter().map(|(i, f)| (id(i), f.clone())).collect();
+    assert_eq!(found.len(), all.len(), "no ID twice");
+    let mut last_seq: HashMap<String, u64> = HashMap::new();
+    for (entry_id, fields) in &found {
+        let (p, seq) = (fields[1].clone(), fields[3].parse::<u64>().unwrap());
+        assert_eq!(fields[5], payload(p.parse().unwrap(), seq), "entry {entry_id:?} byte for byte");
+        if let Some(&before) = last_seq.get(&p) {
+            assert!(seq > before, "producer {p}'s entries in the order it added them");
+        }
+        last_seq.insert(p, seq);
+    }
+    for (entry_id, (p, seq)) in &books.added {
+        let fields = found.get(entry_id).unwrap_or_else(|| panic!("acknowledged XADD {entry_id:?} lost"));
+        assert_eq!((fields[1].as_str(), fields[3].as_str()), (p.to_string().as_str(), seq.to_string().as_str()));
+    }
+    let pending: BTreeMap<(u64, u64), String> = items(&cmd(con, &["XPENDING", "events", "g", "-", "+", "1000000"]))
+        .iter()
+        .map(|e| (id(&text(&items(e)[0])), text(&items(e)[1])))
+        .collect();
+    for entry in &books.delivered {
+        let acked = books.acked.contains(entry) || books.maybe_acked.contains(entry);
+        assert!(pending.contains_key(entry) || acked, "delivered {entry:?} neither pending nor acknowledged");
+        assert!(found.contains_key(entry), "a delivered entry is in the stream");
+    }
+    for entry in &books.acked {
+        assert!(!pending.contains_key(entry), "acknowledged {entry:?} pending again");
+    }
+    let summary = cmd(con, &["XPENDING", "events", "g"]);
+    assert_eq!(int(&items(&summary)[0]), pending.len() as i64, "the group's count");
+    let mut by_consumer: BTreeMap<String, i64> = BTreeMap::new();
+    for consumer in pending.values() {
+        *by_consumer.entry(consumer.clone()).or_default() += 1;
+    }
+    let counted: BTreeMap<String, i64> = match &items(&summary)[3] {
+        Value::Nil => BTreeMap::new(),
+        list => items(list).iter().map(|c| (text(&items(c)[0]), int(&items(c)[1]))).collect(),
+    };
+    assert_eq!(counted, by_consumer, "each consumer's count");
+    let group = fields(&items(&cmd(con, &["XINFO", "GROUPS", "events"]))[0]);
+    let last_delivered = id(&text(&group["last-delivered-id"]));
+    assert!(books.delivered.iter().all(|entry| *entry <= last_delivered), "last-delivered-id covers every delivery");
+}
