@@ -39,8 +39,8 @@ pub mod pending;
 pub mod pubsub;
 pub mod resp;
 pub mod script;
-pub mod stream;
 pub mod server;
+pub mod stream;
 pub mod waiters;
 pub mod zset;
 

@@ -108,35 +108,35 @@ fn parse_digits(text: &[u8]) -> Option<u64> {
 /// to its first NUL byte, at most 127 bytes): `ms-seq`, or `ms` with the
 /// sequence `missing`; unless `strict`, `-` and `+` stand for the first
 /// and last IDs.
-pub fn parse_id(arg: &[u8], missing: u64, strict: bool) -> Result<StreamId, ()> {
+pub fn parse_id(arg: &[u8], missing: u64, strict: bool) -> Option<StreamId> {
     parse_id_or_auto(arg, missing, strict, false).map(|(id, _)| id)
 }
 
 /// XADD's ID: also `ms-*` (the sequence to be picked: false).
-pub fn parse_add_id(arg: &[u8]) -> Result<(StreamId, bool), ()> {
+pub fn parse_add_id(arg: &[u8]) -> Option<(StreamId, bool)> {
     parse_id_or_auto(arg, 0, true, true)
 }
 
-fn parse_id_or_auto(arg: &[u8], missing: u64, strict: bool, auto_seq: bool) -> Result<(StreamId, bool), ()> {
+fn parse_id_or_auto(arg: &[u8], missing: u64, strict: bool, auto_seq: bool) -> Option<(StreamId, bool)> {
     if arg.len() > 127 {
-        return Err(());
+        return None;
     }
     let text = arg.split(|&b| b == 0).next().unwrap_or_default();
     match text {
-        b"-" | b"+" if strict => return Err(()),
-        b"-" => return Ok((StreamId::MIN, true)),
-        b"+" => return Ok((StreamId::MAX, true)),
+        b"-" | b"+" if strict => return None,
+        b"-" => return Some((StreamId::MIN, true)),
+        b"+" => return Some((StreamId::MAX, true)),
         _ => {}
     }
     let (ms, seq) = match text.iter().position(|&b| b == b'-') {
         Some(dash) => (&text[..dash], Some(&text[dash + 1..])),
         None => (text, None),
     };
-    let ms = parse_u64(ms).ok_or(())?;
+    let ms = parse_u64(ms)?;
     match seq {
-        Some(b"*") if auto_seq => Ok((StreamId::new(ms, 0), false)),
-        Some(seq) => Ok((StreamId::new(ms, parse_u64(seq).ok_or(())?), true)),
-        None => Ok((StreamId::new(ms, missing), true)),
+        Some(b"*") if auto_seq => Some((StreamId::new(ms, 0), false)),
+        Some(seq) => Some((StreamId::new(ms, parse_u64(seq)?), true)),
+        None => Some((StreamId::new(ms, missing), true)),
     }
 }
 
@@ -439,28 +439,28 @@ mod tests {
     fn ids_parse_as_redis_reads_them() {
         let strict = |s: &str| parse_id(s.as_bytes(), 0, true);
         let range = |s: &str| parse_id(s.as_bytes(), u64::MAX, false);
-        assert_eq!(strict("5-3"), Ok(StreamId::new(5, 3)));
-        assert_eq!(strict("5"), Ok(StreamId::new(5, 0)));
-        assert_eq!(range("5"), Ok(StreamId::new(5, u64::MAX)));
-        assert_eq!(range("-"), Ok(StreamId::MIN));
-        assert_eq!(range("+"), Ok(StreamId::MAX));
-        assert_eq!(strict("-"), Err(()));
-        assert_eq!(strict("+"), Err(()));
-        assert_eq!(strict("-5"), Err(()), "an empty ms part");
-        assert_eq!(strict("5--3"), Err(()), "a negative sequence");
-        assert_eq!(strict("5-3-1"), Err(()));
-        assert_eq!(strict("18446744073709551615-18446744073709551615"), Ok(StreamId::MAX));
-        assert_eq!(strict("18446744073709551616"), Err(()), "past 64 bits");
-        assert_eq!(strict("+7"), Ok(StreamId::new(7, 0)), "strtoull takes a sign");
-        assert_eq!(strict(" 7"), Ok(StreamId::new(7, 0)), "and leading spaces");
-        assert_eq!(strict("007-01"), Ok(StreamId::new(7, 1)));
-        assert_eq!(strict(""), Err(()));
-        assert_eq!(strict("a"), Err(()));
-        assert_eq!(strict("5-*"), Err(()), "only XADD picks a sequence");
-        assert_eq!(parse_add_id(b"5-*"), Ok((StreamId::new(5, 0), false)));
-        assert_eq!(parse_add_id(b"5-2"), Ok((StreamId::new(5, 2), true)));
-        assert_eq!(parse_id(&[b'x'; 128], 0, true), Err(()));
-        assert_eq!(parse_id(b"5\x00junk", 0, true), Ok(StreamId::new(5, 0)), "C stops at NUL");
+        assert_eq!(strict("5-3"), Some(StreamId::new(5, 3)));
+        assert_eq!(strict("5"), Some(StreamId::new(5, 0)));
+        assert_eq!(range("5"), Some(StreamId::new(5, u64::MAX)));
+        assert_eq!(range("-"), Some(StreamId::MIN));
+        assert_eq!(range("+"), Some(StreamId::MAX));
+        assert_eq!(strict("-"), None);
+        assert_eq!(strict("+"), None);
+        assert_eq!(strict("-5"), None, "an empty ms part");
+        assert_eq!(strict("5--3"), None, "a negative sequence");
+        assert_eq!(strict("5-3-1"), None);
+        assert_eq!(strict("18446744073709551615-18446744073709551615"), Some(StreamId::MAX));
+        assert_eq!(strict("18446744073709551616"), None, "past 64 bits");
+        assert_eq!(strict("+7"), Some(StreamId::new(7, 0)), "strtoull takes a sign");
+        assert_eq!(strict(" 7"), Some(StreamId::new(7, 0)), "and leading spaces");
+        assert_eq!(strict("007-01"), Some(StreamId::new(7, 1)));
+        assert_eq!(strict(""), None);
+        assert_eq!(strict("a"), None);
+        assert_eq!(strict("5-*"), None, "only XADD picks a sequence");
+        assert_eq!(parse_add_id(b"5-*"), Some((StreamId::new(5, 0), false)));
+        assert_eq!(parse_add_id(b"5-2"), Some((StreamId::new(5, 2), true)));
+        assert_eq!(parse_id(&[b'x'; 128], 0, true), None);
+        assert_eq!(parse_id(b"5\x00junk", 0, true), Some(StreamId::new(5, 0)), "C stops at NUL");
     }
 
     #[test]

@@ -734,6 +734,131 @@ fn random_hash_commands_match_redis() {
     assert!(tables > 0, "no hash became a table");
 }
 
+/// Random stream commands with explicit IDs: entries added, deleted,
+/// trimmed and read in ranges, consumer groups created, moved back, read
+/// by three consumers, acknowledged and claimed, streams renamed, copied
+/// and overwritten.
+#[test]
+fn random_stream_commands_match_redis() {
+    let keys = ["x0", "x1", "x2"];
+    random_commands_match_redis("stream", |next| {
+        let key = pick(next, &keys);
+        let id = |next: &mut dyn FnMut(u64) -> u64| match next(12) {
+            0 => b"-".to_vec(),
+            1 => b"+".to_vec(),
+            2 => format!("({}-{}", 1 + next(40), next(3)).into_bytes(),
+            3 => format!("{}", 1 + next(40)).into_bytes(),
+            _ => format!("{}-{}", 1 + next(40), next(3)).into_bytes(),
+        };
+        let exact = |next: &mut dyn FnMut(u64) -> u64| format!("{}-{}", 1 + next(40), next(3)).into_bytes();
+        let group = |next: &mut dyn FnMut(u64) -> u64| format!("g{}", next(2)).into_bytes();
+        let consumer = |next: &mut dyn FnMut(u64) -> u64| format!("c{}", next(3)).into_bytes();
+        let w = |word: &str| word.as_bytes().to_vec();
+        match next(30) {
+            0..=7 => {
+                let mut words = vec![w("XADD"), key];
+                match next(8) {
+                    0 => words.extend([w("MAXLEN"), next(6).to_string().into_bytes()]),
+                    1 => words.extend([w("MINID"), exact(next)]),
+                    _ => {}
+                }
+                words.push(match next(6) {
+                    0 => format!("{}-*", 1 + next(40)).into_bytes(),
+                    _ => exact(next),
+                });
+                for _ in 0..1 + next(2) {
+                    words.extend([format!("f{}", next(3)).into_bytes(), vec![b'v'; 1 + next(30) as usize]]);
+                }
+                (false, words)
+            }
+            8 => {
+                let mut words = vec![w("XDEL"), key];
+                words.extend((0..1 + next(3)).map(|_| exact(next)));
+                (false, words)
+            }
+            9 | 10 => {
+                let name = if next(2) == 0 { "XRANGE" } else { "XREVRANGE" };
+                let mut words = vec![w(name), key, id(next), id(next)];
+                if next(2) == 0 {
+                    words.extend([w("COUNT"), next(5).to_string().into_bytes()]);
+                }
+                (false, words)
+            }
+            11 => (false, vec![w("XLEN"), key]),
+            12 => match next(2) {
+                0 => (false, vec![w("XTRIM"), key, w("MAXLEN"), next(8).to_string().into_bytes()]),
+                _ => (false, vec![w("XTRIM"), key, w("MINID"), exact(next)]),
+            },
+            13 => {
+                let start = [w("$"), w("0"), exact(next)][next(3) as usize].clone();
+                let mut words = vec![w("XGROUP"), w("CREATE"), key, group(next), start];
+                if next(2) == 0 {
+                    words.push(w("MKSTREAM"));
+                }
+                (false, words)
+            }
+            14 => (
+                false,
+                vec![
+                    w("XGROUP"),
+                    w("SETID"),
+                    key,
+                    group(next),
+                    [w("$"), w("0"), exact(next)][next(3) as usize].clone(),
+                ],
+            ),
+            15 => match next(4) {
+                0 => (false, vec![w("XGROUP"), w("DESTROY"), key, group(next)]),
+                1 => (false, vec![w("XGROUP"), w("CREATECONSUMER"), key, group(next), consumer(next)]),
+                _ => (false, vec![w("XGROUP"), w("DELCONSUMER"), key, group(next), consumer(next)]),
+            },
+            16..=19 => {
+                let mut words = vec![w("XREADGROUP"), w("GROUP"), group(next), consumer(next)];
+                if next(2) == 0 {
+                    words.extend([w("COUNT"), (1 + next(4)).to_string().into_bytes()]);
+                }
+                if next(6) == 0 {
+                    words.push(w("NOACK"));
+                }
+                words.extend([w("STREAMS"), key, if next(4) == 0 { w("0") } else { w(">") }]);
+                (false, words)
+            }
+            20 | 21 => {
+                let mut words = vec![w("XACK"), key, group(next)];
+                words.extend((0..1 + next(3)).map(|_| exact(next)));
+                (false, words)
+            }
+            22 => (false, vec![w("XPENDING"), key, group(next)]),
+            23 => {
+                let mut words = vec![w("XCLAIM"), key, group(next), consumer(next), w("0")];
+                words.extend((0..1 + next(3)).map(|_| exact(next)));
+                match next(3) {
+                    0 => words.push(w("JUSTID")),
+                    1 => words.extend([w("FORCE"), w("JUSTID")]),
+                    _ => {}
+                }
+                (false, words)
+            }
+            24 => {
+                let mut words = vec![w("XAUTOCLAIM"), key, group(next), consumer(next), w("0"), exact(next)];
+                words.extend([w("COUNT"), (1 + next(3)).to_string().into_bytes()]);
+                if next(2) == 0 {
+                    words.push(w("JUSTID"));
+                }
+                (false, words)
+            }
+            25 => (false, vec![w("XINFO"), w("GROUPS"), key]),
+            26 => (
+                false,
+                vec![w("XREAD"), w("COUNT"), (1 + next(3)).to_string().into_bytes(), w("STREAMS"), key, exact(next)],
+            ),
+            27 => (false, vec![w("XSETID"), key, exact(next)]),
+            28 => moves_or_ends(next, key, &keys),
+            _ => (false, vec![[w("TYPE"), w("EXISTS")][next(2) as usize].clone(), key]),
+        }
+    });
+}
+
 /// Random set commands: sets of integers (intsets in Redis, listed in
 /// order) and of words grow past 8 KiB into tables, meet in set algebra,
 /// move members, and get renamed, copied, deleted and overwritten.

@@ -73,9 +73,9 @@ fn serialize(ctx: &mut Ctx<'_>, key: &[u8], value: &Value) -> Result<Vec<u8>, Cm
             Ok(serialize_strings(TYPE_LIST_ELEMENTS, &super::lists::elements_of(ctx, key, value)?))
         }
         TYPE_ZSET | TYPE_ZSET_TABLE => Ok(serialize_zset(&super::zsets::members_of(ctx, value)?)),
-        crate::keyspace::TYPE_STREAM_TABLE => {
-            Err(super::err("ERR DUMP of a stream is not supported by ScaledKV (Redis's stream serialization is not built)"))
-        }
+        crate::keyspace::TYPE_STREAM_TABLE => Err(super::err(
+            "ERR DUMP of a stream is not supported by ScaledKV (Redis's stream serialization is not built)",
+        )),
         _ => Ok(serialize_string(value.string()?)),
     }
 }

@@ -34,8 +34,8 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 pub use keys::Cursors;
-pub use streams::read_keys as stream_read_keys;
 pub use server::{clear_all, cpu_seconds, REDIS_VERSION};
+pub use streams::read_keys as stream_read_keys;
 pub use tx::exec;
 
 /// A command's failure, replied as a RESP error.

@@ -25,8 +25,8 @@ use super::{err, CmdError, CmdResult, Ctx};
 use crate::keyspace::TYPE_STREAM_TABLE;
 use crate::resp::{Out, Protocol};
 use crate::stream::{
-    decode_pairs, encode_pairs, entry_field, group_field, nack_field, parse_add_id, parse_id, Group,
-    Meta, Nack, StreamId, GROUP,
+    decode_pairs, encode_pairs, entry_field, group_field, nack_field, parse_add_id, parse_id, Group, Meta, Nack,
+    StreamId, GROUP,
 };
 
 const INVALID_ID: &str = "ERR Invalid stream ID specified as stream command argument";
@@ -36,15 +36,15 @@ const NOTIFY: u32 = crate::notify::STREAM;
 const NODE_ENTRIES: u64 = 100;
 
 fn strict_id(arg: &[u8]) -> Result<StreamId, CmdError> {
-    parse_id(arg, 0, true).map_err(|_| err(INVALID_ID))
+    parse_id(arg, 0, true).ok_or_else(|| err(INVALID_ID))
 }
 
 /// A range bound: `(id` excludes it (Redis's
 /// `streamParseIntervalIDOrReply`); `missing` is a bare `ms`'s sequence.
 fn interval_id(arg: &[u8], missing: u64) -> Result<(StreamId, bool), CmdError> {
     match arg.strip_prefix(b"(") {
-        Some(rest) if !rest.is_empty() => Ok((parse_id(rest, missing, true).map_err(|_| err(INVALID_ID))?, true)),
-        _ => Ok((parse_id(arg, missing, false).map_err(|_| err(INVALID_ID))?, false)),
+        Some(rest) if !rest.is_empty() => Ok((parse_id(rest, missing, true).ok_or_else(|| err(INVALID_ID))?, true)),
+        _ => Ok((parse_id(arg, missing, false).ok_or_else(|| err(INVALID_ID))?, false)),
     }
 }
 
@@ -348,7 +348,7 @@ fn parse_add_args(args: &[Bytes], xadd: bool) -> Result<AddArgs, CmdError> {
         } else if xadd && eq(option, "nomkstream") {
             parsed.nomkstream = true;
         } else if xadd {
-            parsed.id = Some(parse_add_id(option).map_err(|_| err(INVALID_ID))?);
+            parsed.id = Some(parse_add_id(option).ok_or_else(|| err(INVALID_ID))?);
             break;
         } else {
             return Err(CmdError::Syntax);
@@ -614,8 +614,8 @@ fn parse_read_args(args: &[Bytes], xreadgroup: bool) -> Result<ReadArgs<'_>, Cmd
         let option = &args[i];
         if eq(option, "block") && more > 0 {
             i += 1;
-            let ms = super::args::parse_i64(&args[i])
-                .ok_or_else(|| err("ERR timeout is not an integer or out of range"))?;
+            let ms =
+                super::args::parse_i64(&args[i]).ok_or_else(|| err("ERR timeout is not an integer or out of range"))?;
             if ms < 0 {
                 return Err(err("ERR timeout is negative"));
             }
@@ -647,7 +647,7 @@ fn parse_read_args(args: &[Bytes], xreadgroup: bool) -> Result<ReadArgs<'_>, Cmd
     }
     let Some(at) = streams_at else { return Err(CmdError::Syntax) };
     let rest = &args[at..];
-    if rest.len() % 2 != 0 {
+    if !rest.len().is_multiple_of(2) {
         // Redis 7.0 says so for XREADGROUP too.
         return Err(err("ERR Unbalanced XREAD list of streams: for each stream key an ID or '$' must be specified."));
     }
@@ -673,9 +673,12 @@ pub fn may_block(args: &[Bytes]) -> bool {
     parse_read_args(args, true).is_ok_and(|parsed| parsed.block.is_some())
 }
 
-/// What one stream gives a read: its key and entries (None for an entry
-/// a consumer's history names that is gone).
-type Served = (Bytes, Vec<(StreamId, Option<Vec<u8>>)>);
+/// Entries a read gives (None for an entry a consumer's history names
+/// that is gone).
+type Delivered = Vec<(StreamId, Option<Vec<u8>>)>;
+
+/// What one stream gives a read: its key and entries.
+type Served = (Bytes, Delivered);
 
 fn reply_served(out: &mut Out, served: &[Served]) -> CmdResult {
     match out.protocol {
@@ -727,11 +730,9 @@ pub fn xread(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         let stream = open(ctx, key)?;
         let id = match id.as_ref() {
             b"$" => stream.as_ref().map_or(StreamId::MIN, |s| s.meta.last_id),
-            b">" => {
-                return Err(err(
-                    "ERR The > ID can be specified only when calling XREADGROUP using the GROUP <group> <consumer> option.",
-                ))
-            }
+            b">" => return Err(err(
+                "ERR The > ID can be specified only when calling XREADGROUP using the GROUP <group> <consumer> option.",
+            )),
             _ => strict_id(id)?,
         };
         after.push(id);
@@ -783,19 +784,25 @@ pub fn xreadgroup(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let mut served = Vec::new();
     for (key, mut stream, mut group, id) in targets {
         let stream = &mut stream;
-        let (consumer, created) = group.consumer(consumer_name, now);
-        consumer.seen_ms = now;
-        if created {
-            ctx.notify(NOTIFY, "xgroup-createconsumer", key);
-        }
+        // As in Redis 7.0, a consumer is made (or seen) only by a read
+        // that is served: its history always, new entries if there are.
         let entries = match id {
-            Some(after) => Some(history(ctx, stream, group_name, consumer_name, after, limit)?),
-            None => new_entries(ctx, stream, &mut group, group_name, consumer_name, parsed.noack, limit, now)?,
+            Some(after) => {
+                touch(ctx, &mut group, consumer_name, key, now);
+                history(ctx, stream, group_name, consumer_name, after, limit)?
+            }
+            None => {
+                let Some(from) = group.last_id.next() else { continue };
+                let entries = stream.entries(ctx, from, StreamId::MAX, false, limit)?;
+                if entries.is_empty() {
+                    continue;
+                }
+                touch(ctx, &mut group, consumer_name, key, now);
+                deliver(ctx, stream, &mut group, group_name, consumer_name, parsed.noack, entries, now)?
+            }
         };
         stream.put_group(ctx, group_name, &group, false)?;
-        if let Some(entries) = entries {
-            served.push((key.clone(), entries));
-        }
+        served.push((key.clone(), entries));
     }
     if served.is_empty() {
         return nothing_yet(ctx, args, &parsed, &[]);
@@ -811,7 +818,7 @@ fn history(
     consumer_name: &[u8],
     after: StreamId,
     limit: usize,
-) -> Result<Vec<(StreamId, Option<Vec<u8>>)>, CmdError> {
+) -> Result<Delivered, CmdError> {
     let mut found = Vec::new();
     let Some(mut from) = after.next() else { return Ok(found) };
     let now = now_ms();
@@ -840,24 +847,28 @@ fn history(
     Ok(found)
 }
 
+/// Consumer `name` of `group`, made if new, is seen now.
+fn touch(ctx: &mut Ctx<'_>, group: &mut Group, name: &[u8], key: &[u8], now: u64) {
+    let (consumer, created) = group.consumer(name, now);
+    consumer.seen_ms = now;
+    if created {
+        ctx.notify(NOTIFY, "xgroup-createconsumer", key);
+    }
+}
+
 /// Entries past the group's last delivered one (`>`), now delivered to
-/// the consumer: pending unless `noack`. None when there are none.
+/// the consumer: pending unless `noack`.
 #[allow(clippy::too_many_arguments)]
-fn new_entries(
+fn deliver(
     ctx: &mut Ctx<'_>,
     stream: &Stream,
     group: &mut Group,
     group_name: &[u8],
     consumer_name: &[u8],
     noack: bool,
-    limit: usize,
+    entries: Vec<Entry>,
     now: u64,
-) -> Result<Option<Vec<(StreamId, Option<Vec<u8>>)>>, CmdError> {
-    let Some(from) = group.last_id.next() else { return Ok(None) };
-    let entries = stream.entries(ctx, from, StreamId::MAX, false, limit)?;
-    if entries.is_empty() {
-        return Ok(None);
-    }
+) -> Result<Delivered, CmdError> {
     let mut served = Vec::with_capacity(entries.len());
     for (id, data) in entries {
         match (group.entries_read, stream.meta.has_tombstones_from(id)) {
@@ -886,7 +897,7 @@ fn new_entries(
         }
         served.push((id, Some(data)));
     }
-    Ok(Some(served))
+    Ok(served)
 }
 
 pub fn xack(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
@@ -1035,11 +1046,7 @@ fn claim_one(
     justid: bool,
 ) -> CmdResult {
     let now = now_ms();
-    let (consumer, created) = group.consumer(consumer_name, now);
-    consumer.seen_ms = now;
-    if created {
-        ctx.notify(NOTIFY, "xgroup-createconsumer", key);
-    }
+    touch(ctx, group, consumer_name, key, now);
     if new {
         group.pending += 1;
     } else if nack.consumer != consumer_name {
@@ -1074,7 +1081,7 @@ pub fn xclaim(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         .max(0) as u64;
     let mut ids = Vec::new();
     let mut i = 5;
-    while let Some(Ok(id)) = args.get(i).map(|arg| parse_id(arg, 0, true)) {
+    while let Some(Some(id)) = args.get(i).map(|arg| parse_id(arg, 0, true)) {
         ids.push(id);
         i += 1;
     }
@@ -1356,7 +1363,7 @@ pub fn xgroup(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
             let mut group = group.expect("checked above");
             let id = match args[4].as_ref() {
                 b"$" => stream.meta.last_id,
-                other => parse_id(other, 0, false).map_err(|_| err(INVALID_ID))?,
+                other => parse_id(other, 0, false).ok_or_else(|| err(INVALID_ID))?,
             };
             if args.len() == 7 {
                 if !eq(&args[5], "entriesread") {
