@@ -1,0 +1,102 @@
+#!/usr/bin/env python3
+"""Streams, scaledkv-server vs redis-server, side by side.
+
+redis-benchmark sends stream commands with -c 50 and -n N at each pipeline
+depth, in this order on one server:
+  xadd        XADD events * f <100 B>: every client appends to one stream
+  xadd-capped XADD capped MAXLEN ~ 1000 * f <100 B>: one stream, trimmed
+  xadd-keys   XADD stream:<rand> * f <100 B>: -r KEYSPACE streams
+  xrevrange   XREVRANGE events + - COUNT 10: the ten newest entries
+  xrange      XRANGE events - + COUNT 10: the ten oldest
+  xreadgroup  XREADGROUP GROUP g c COUNT 1 STREAMS events >: each call
+              delivers the next entry of `events` and makes it pending
+against Redis 7 without persistence and with `appendfsync always`, and
+ScaledKV in `sync` mode (every write durable before its reply), each on a
+fresh data directory on each medium, REPEATS times interleaved. Medians of
+req/s, p50/p99 latency and the server's CPU time per request.
+
+Every process started here is stopped by its PID. Results are printed and
+appended to bench-results/streams-<timestamp>.md.
+"""
+
+import os
+import subprocess
+import time
+
+import compare_redis
+import hoststeal
+from compare_redis import REPO, Server, median, ratio
+
+REPEATS = int(os.environ.get("REPEATS", "3"))
+N = int(os.environ.get("N", "200000"))
+KEYSPACE = int(os.environ.get("KEYSPACE", "10000"))
+PIPELINES = [int(p) for p in os.environ.get("PIPELINES", "1 16").split()]
+MEDIA = os.environ.get("MEDIA", f"/dev/shm {REPO}/bench-data").split()
+CONFIGS = os.environ.get("CONFIGS", "redis-none redis-always scaledkv-sync").split()
+CLIENTS = 50
+REPORT = os.path.join(REPO, "bench-results", f"streams-{time.strftime('%Y%m%d-%H%M%S')}.md")
+compare_redis.REPORT = REPORT
+emit = compare_redis.emit
+
+VALUE = "v" * 100
+WORKLOADS = {
+    "xadd": ["XADD", "events", "*", "f", VALUE],
+    "xadd-capped": ["XADD", "capped", "MAXLEN", "~", "1000", "*", "f", VALUE],
+    "xadd-keys": ["XADD", "stream:__rand_int__", "*", "f", VALUE],
+    "xrevrange": ["XREVRANGE", "events", "+", "-", "COUNT", "10"],
+    "xrange": ["XRANGE", "events", "-", "+", "COUNT", "10"],
+    "xreadgroup": ["XREADGROUP", "GROUP", "g", "c", "COUNT", "1", "STREAMS", "events", ">"],
+}
+
+
+def bench(server, name, pipeline):
+    if name == "xreadgroup":
+        subprocess.run(["redis-cli", "-p", str(server.port), "XGROUP", "CREATE", "events", "g", "0"],
+                       capture_output=True, check=True)
+    before = server.cpu_seconds()
+    out = subprocess.run(
+        ["redis-benchmark", "-p", str(server.port), "-n", str(N), "-r", str(KEYSPACE), "-c", str(CLIENTS),
+         "-P", str(pipeline), "--csv"] + WORKLOADS[name],
+        capture_output=True, text=True, check=True)
+    cpu = server.cpu_seconds() - before
+    row = out.stdout.strip().splitlines()[-1].replace('"', "").split(",")
+    return {"rps": float(row[1]), "p50": float(row[4]), "p99": float(row[6]), "cpu_us": cpu * 1e6 / N}
+
+
+def main():
+    emit(f"## Streams: scaledkv-server vs Redis ({time.strftime('%Y-%m-%d %H:%M')}, "
+         f"{os.cpu_count()} cores, -n {N} -r {KEYSPACE} -c {CLIENTS}, 100-byte values)")
+    for medium in MEDIA:
+        for pipeline in PIPELINES:
+            steal_from = hoststeal.cpu_times()
+            runs = {}
+            for rep in range(REPEATS):
+                for config in CONFIGS:
+                    server = Server(config, medium)
+                    try:
+                        for name in WORKLOADS:
+                            result = bench(server, name, pipeline)
+                            runs.setdefault((config, name), []).append(result)
+                            print(f"  {medium} -P {pipeline} rep {rep + 1}/{REPEATS} {config:14} {name}: "
+                                  f"{result['rps']:>10,.0f} req/s  p99 {result['p99']:.3f} ms  "
+                                  f"cpu {result['cpu_us']:.2f} us/req", flush=True)
+                    finally:
+                        server.stop()
+            emit(f"\n### {medium}, -P {pipeline}, median of {REPEATS}\n")
+            emit(f"Host CPU steal during these runs: {hoststeal.percent_since(steal_from):.1f}%\n")
+            emit("| workload | server | req/s | p50 ms | p99 ms | server CPU µs/req | vs redis-none | vs redis-always |")
+            emit("|---|---|---:|---:|---:|---:|---:|---:|")
+            for name in WORKLOADS:
+                base_none = median([r["rps"] for r in runs.get(("redis-none", name), [])])
+                base_always = median([r["rps"] for r in runs.get(("redis-always", name), [])])
+                for config in CONFIGS:
+                    rs = runs[(config, name)]
+                    rps = median([r["rps"] for r in rs])
+                    emit(f"| {name} | {config} | {rps:,.0f} | {median([r['p50'] for r in rs]):.3f} | "
+                         f"{median([r['p99'] for r in rs]):.3f} | {median([r['cpu_us'] for r in rs]):.2f} | "
+                         f"{ratio(rps, base_none)} | {ratio(rps, base_always)} |")
+    print(f"\nwritten to {REPORT}")
+
+
+if __name__ == "__main__":
+    main()
