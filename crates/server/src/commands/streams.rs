@@ -286,7 +286,14 @@ impl Stream {
 }
 
 fn reply_id(out: &mut Out, id: StreamId) {
-    out.bulk(id.to_string().as_bytes());
+    // Formatted without the `fmt` machinery: one per entry of every reply.
+    let mut text = [0u8; 41];
+    let (mut ms, mut seq) = (itoa::Buffer::new(), itoa::Buffer::new());
+    let (ms, seq) = (ms.format(id.ms).as_bytes(), seq.format(id.seq).as_bytes());
+    text[..ms.len()].copy_from_slice(ms);
+    text[ms.len()] = b'-';
+    text[ms.len() + 1..ms.len() + 1 + seq.len()].copy_from_slice(seq);
+    out.bulk(&text[..ms.len() + 1 + seq.len()]);
 }
 
 /// An entry as Redis sends it: its ID and its field/value pairs.
