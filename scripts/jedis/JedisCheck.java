@@ -1,11 +1,14 @@
 import java.util.*;
 import redis.clients.jedis.*;
 import redis.clients.jedis.params.ScanParams;
+import redis.clients.jedis.params.XAddParams;
+import redis.clients.jedis.params.XReadGroupParams;
+import redis.clients.jedis.resps.StreamEntry;
 import redis.clients.jedis.resps.Tuple;
 
 /**
  * Jedis, unchanged, against a server on 127.0.0.1:PORT (scripts/check-jedis.sh): the calls
- * YCSB's Redis binding makes, pipelines, transactions, scripts, a pool, RESP2 and RESP3. Exits 1 on the
+ * YCSB's Redis binding makes, pipelines, transactions, scripts, streams, a pool, RESP2 and RESP3. Exits 1 on the
  * first wrong answer.
  */
 public class JedisCheck {
@@ -64,6 +67,24 @@ public class JedisCheck {
     expect(j.scriptExists(sha, "0000000000000000000000000000000000000000").equals(Arrays.asList(true, false)), p + "SCRIPT LOAD/EXISTS");
     Object bySha = j.evalsha(sha, Arrays.asList("sc", "sh"), Arrays.asList("again"));
     expect(Arrays.asList(2L, "again").equals(bySha) && "2".equals(j.hget("sh", "last")), p + "EVALSHA");
+
+    // Streams: a producer appends, a consumer group reads and acknowledges.
+    j.del("events");
+    Map<String, String> event = new HashMap<>();
+    event.put("kind", "click");
+    event.put("n", "1");
+    StreamEntryID first = j.xadd("events", StreamEntryID.NEW_ENTRY, event);
+    StreamEntryID second = j.xadd("events", XAddParams.xAddParams().maxLen(1000).approximateTrimming(), event);
+    expect(j.xlen("events") == 2 && second.compareTo(first) > 0, p + "XADD/XLEN");
+    List<StreamEntry> range = j.xrange("events", "-", "+");
+    expect(range.size() == 2 && range.get(0).getID().equals(first) && range.get(0).getFields().equals(event), p + "XRANGE");
+    expect("OK".equals(j.xgroupCreate("events", "workers", new StreamEntryID(0, 0), false)), p + "XGROUP CREATE");
+    var read = j.xreadGroup("workers", "w1", XReadGroupParams.xReadGroupParams().count(10),
+        Collections.singletonMap("events", StreamEntryID.XREADGROUP_UNDELIVERED_ENTRY));
+    expect(read.size() == 1 && read.get(0).getValue().size() == 2 && j.xpending("events", "workers").getTotal() == 2,
+        p + "XREADGROUP");
+    expect(j.xack("events", "workers", first, second) == 2 && j.xpending("events", "workers").getTotal() == 0,
+        p + "XACK/XPENDING");
 
     ScanParams params = new ScanParams().match("k1*").count(100);
     Set<String> seen = new HashSet<>();

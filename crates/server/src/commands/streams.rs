@@ -111,6 +111,14 @@ impl Stream {
         member_key(self.meta.table, field)
     }
 
+    /// Where a scan from `from` starts: no entry sorts before the first
+    /// one, and the index would walk over the keys of every entry trimmed
+    /// or deleted before it (a capped stream's XADDs slowed down from 16k
+    /// to 8k/s as they piled up). None for an empty stream.
+    fn start(&self, from: StreamId) -> Option<StreamId> {
+        (self.meta.length > 0).then(|| from.max(self.meta.first_id))
+    }
+
     /// Up to `limit` entries with IDs in `from..=to`, from the low end or
     /// (`reverse`) the high one.
     fn entries(
@@ -121,6 +129,7 @@ impl Stream {
         reverse: bool,
         limit: usize,
     ) -> Result<Vec<Entry>, CmdError> {
+        let Some(from) = self.start(from) else { return Ok(Vec::new()) };
         if from > to || limit == 0 {
             return Ok(Vec::new());
         }
@@ -129,39 +138,9 @@ impl Stream {
         found.into_iter().map(|(key, value)| Ok((StreamId::from_bytes(&key[key.len() - 16..])?, value))).collect()
     }
 
-    /// Up to `limit` IDs of entries in `from..=to`, from the low end (their
-    /// keys alone, no values read).
-    fn ids(&self, ctx: &mut Ctx<'_>, from: StreamId, to: StreamId, limit: usize) -> Result<Vec<StreamId>, CmdError> {
-        let mut ids = Vec::new();
-        if from > to || limit == 0 {
-            return Ok(ids);
-        }
-        let (low, high) = (self.key_of(&entry_field(from)), self.key_of(&entry_field(to)));
-        let mut corrupt = false;
-        ctx.writes.walk_keys(ctx.db(), (Bound::Included(&low), Bound::Included(&high)), false, |key| {
-            match StreamId::from_bytes(&key[key.len().saturating_sub(16)..]) {
-                Ok(id) => ids.push(id),
-                Err(_) => corrupt = true,
-            }
-            !corrupt && ids.len() < limit
-        });
-        if corrupt {
-            return Err(crate::hash::Corrupt.into());
-        }
-        Ok(ids)
-    }
-
     fn entry(&self, ctx: &mut Ctx<'_>, id: StreamId) -> Result<Option<Vec<u8>>, CmdError> {
         let key = self.key_of(&entry_field(id));
         Ok(ctx.writes.get_internal(ctx.db(), &key)?.map(|value| value.data().to_vec()))
-    }
-
-    fn first_entry(&self, ctx: &mut Ctx<'_>) -> Result<Option<Entry>, CmdError> {
-        Ok(self.entries(ctx, StreamId::MIN, StreamId::MAX, false, 1)?.pop())
-    }
-
-    fn last_entry(&self, ctx: &mut Ctx<'_>) -> Result<Option<Entry>, CmdError> {
-        Ok(self.entries(ctx, StreamId::MIN, StreamId::MAX, true, 1)?.pop())
     }
 
     fn add_entry(&mut self, ctx: &mut Ctx<'_>, id: StreamId, pairs: &[Bytes]) -> CmdResult {
@@ -188,7 +167,9 @@ impl Stream {
     fn refresh_first(&mut self, ctx: &mut Ctx<'_>) -> CmdResult {
         self.meta.first_id = match self.meta.length {
             0 => StreamId::MIN,
-            _ => self.first_entry(ctx)?.map_or(StreamId::MIN, |(id, _)| id),
+            _ => {
+                self.entries(ctx, StreamId::MIN, StreamId::MAX, false, 1)?.first().map_or(StreamId::MIN, |(id, _)| *id)
+            }
         };
         Ok(())
     }
@@ -426,7 +407,11 @@ fn trim(ctx: &mut Ctx<'_>, stream: &mut Stream, parsed: &AddArgs) -> Result<u64,
     let mut from = StreamId::MIN;
     let mut trimmed = 0;
     while left > 0 {
-        let batch = stream.ids(ctx, from, to, left.min(step) as usize)?;
+        // An iterator, not a walk of the keys: a walk looks at every pending
+        // index update of the database (capped XADDs at -P 16: 74-96k/s
+        // that way, 138-171k/s this way).
+        let batch: Vec<StreamId> =
+            stream.entries(ctx, from, to, false, left.min(step) as usize)?.into_iter().map(|(id, _)| id).collect();
         if parsed.approx && (batch.len() as u64) < step {
             break;
         }
@@ -613,7 +598,8 @@ pub fn xsetid(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         return Err(err("ERR no such key"));
     };
     if stream.meta.length > 0 {
-        let top = stream.last_entry(ctx)?.map_or(StreamId::MIN, |(id, _)| id);
+        let top =
+            stream.entries(ctx, StreamId::MIN, StreamId::MAX, true, 1)?.first().map_or(StreamId::MIN, |(id, _)| *id);
         if id < top {
             return Err(err("ERR The ID specified in XSETID is smaller than the target stream top item"));
         }
