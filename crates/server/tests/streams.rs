@@ -459,3 +459,100 @@ fn check(con: &mut redis::Connection, books: &Books) {
     let last_delivered = id(&text(&group["last-delivered-id"]));
     assert!(books.delivered.iter().all(|entry| *entry <= last_delivered), "last-delivered-id covers every delivery");
 }
+
+/// No stream command with arguments drawn from its own vocabulary (and
+/// raw bytes) gets anything but a reply, and the server answers PING
+/// after each. (BLOCK is left out: a valid one would wait.)
+#[test]
+fn no_stream_command_crashes_the_server() {
+    use proptest::prelude::*;
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("db"), &[]);
+    let stream = std::cell::RefCell::new(server.connect());
+    let config = proptest::test_runner::Config { cases: 500, failure_persistence: None, ..Default::default() };
+    let mut runner = proptest::test_runner::TestRunner::new(config);
+    let name = prop::sample::select(vec![
+        "XADD",
+        "XLEN",
+        "XRANGE",
+        "XREVRANGE",
+        "XDEL",
+        "XTRIM",
+        "XSETID",
+        "XREAD",
+        "XREADGROUP",
+        "XACK",
+        "XPENDING",
+        "XCLAIM",
+        "XAUTOCLAIM",
+        "XGROUP",
+        "XINFO",
+    ]);
+    let word = prop_oneof![
+        prop::sample::select(vec![
+            "s",
+            "t",
+            "g",
+            "c",
+            "*",
+            "$",
+            ">",
+            "-",
+            "+",
+            "0",
+            "1",
+            "1-1",
+            "2-*",
+            "(1",
+            "(",
+            "-1",
+            "MAXLEN",
+            "~",
+            "=",
+            "MINID",
+            "LIMIT",
+            "NOMKSTREAM",
+            "COUNT",
+            "STREAMS",
+            "GROUP",
+            "NOACK",
+            "JUSTID",
+            "FORCE",
+            "IDLE",
+            "TIME",
+            "RETRYCOUNT",
+            "LASTID",
+            "MKSTREAM",
+            "ENTRIESREAD",
+            "ENTRIESADDED",
+            "MAXDELETEDID",
+            "CREATE",
+            "SETID",
+            "DESTROY",
+            "CREATECONSUMER",
+            "DELCONSUMER",
+            "HELP",
+            "STREAM",
+            "GROUPS",
+            "CONSUMERS",
+            "FULL",
+            "18446744073709551615-18446744073709551615",
+            "18446744073709551615-*",
+            "9223372036854775808",
+        ])
+        .prop_map(|w| w.as_bytes().to_vec()),
+        prop::collection::vec(any::<u8>(), 0..6),
+    ];
+    let strategy = (name, prop::collection::vec(word, 0..10));
+    runner
+        .run(&strategy, |(name, words)| {
+            let mut args: Vec<&[u8]> = vec![name.as_bytes()];
+            args.extend(words.iter().map(Vec::as_slice));
+            let mut stream = stream.borrow_mut();
+            let reply = common::request(&mut stream, &common::encode(&args));
+            prop_assert!(!reply.is_empty());
+            prop_assert_eq!(common::request(&mut stream, b"PING\r\n"), b"+PONG\r\n".to_vec());
+            Ok(())
+        })
+        .unwrap();
+}
