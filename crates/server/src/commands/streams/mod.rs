@@ -261,7 +261,8 @@ impl Stream {
         let mut from = StreamId::MIN;
         let mut dropped = 0;
         loop {
-            let batch = self.nacks(ctx, group, from, StreamId::MAX, false, 1024)?;
+            let size = batch_size(dropped) as usize;
+            let batch = self.nacks(ctx, group, from, StreamId::MAX, false, size)?;
             for (id, nack) in &batch {
                 if !keep(nack) {
                     self.delete_nack(ctx, group, *id);
@@ -269,11 +270,19 @@ impl Stream {
                 }
             }
             match batch.last().map(|(id, _)| id.next()) {
-                Some(Some(next)) if batch.len() == 1024 => from = next,
+                Some(Some(next)) if batch.len() == size => from = next,
                 _ => return Ok(dropped),
             }
         }
     }
+}
+
+/// How many entries the next batch of a long deletion takes, after
+/// `done`: it grows with what is done (in whole nodes of 100), because
+/// each batch's scan also looks at every write of its command so far; a
+/// fixed batch of 1,024 made XTRIM of 800,000 entries take 22 s.
+fn batch_size(done: u64) -> u64 {
+    done.clamp(1_000, 64_000) / NODE_ENTRIES * NODE_ENTRIES
 }
 
 fn reply_id(out: &mut Out, id: StreamId) {
@@ -408,12 +417,9 @@ fn trim(ctx: &mut Ctx<'_>, stream: &mut Stream, parsed: &AddArgs) -> Result<u64,
     // `~` trims whole nodes only, as Redis does (its nodes hold up to 100
     // entries): a capped stream is trimmed once per 100 XADDs, not on
     // each.
-    let step = if parsed.approx {
+    if parsed.approx {
         left -= left % NODE_ENTRIES;
-        NODE_ENTRIES
-    } else {
-        1024
-    };
+    }
     let mut from = StreamId::MIN;
     let mut trimmed = 0;
     // The first entry left, once a batch has seen it.
@@ -424,11 +430,11 @@ fn trim(ctx: &mut Ctx<'_>, stream: &mut Stream, parsed: &AddArgs) -> Result<u64,
         // that way, 138-171k/s this way). Each iterator first merges the
         // index's pending updates, so one batch also reads the entry after
         // it: the next first entry, with no iterator of its own.
-        let want = left.min(step) as usize;
+        let want = left.min(batch_size(trimmed)) as usize;
         let found = stream.entries(ctx, from, StreamId::MAX, false, want + 1)?;
-        let doomed = found.iter().take(want).take_while(|(id, _)| *id <= to).count();
-        if parsed.approx && (doomed as u64) < step {
-            break;
+        let mut doomed = found.iter().take(want).take_while(|(id, _)| *id <= to).count();
+        if parsed.approx {
+            doomed -= doomed % NODE_ENTRIES as usize;
         }
         for (id, _) in &found[..doomed] {
             stream.delete_entry(ctx, *id);
@@ -436,6 +442,9 @@ fn trim(ctx: &mut Ctx<'_>, stream: &mut Stream, parsed: &AddArgs) -> Result<u64,
         trimmed += doomed as u64;
         left -= doomed as u64;
         first_left = found.get(doomed).map(|(id, _)| *id);
+        if doomed == 0 {
+            break;
+        }
         match first_left {
             Some(next) if doomed == want => from = next,
             _ => break,
