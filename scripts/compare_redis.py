@@ -148,6 +148,43 @@ def ratio(value, base):
     return "—" if base != base or not base else f"{value / base:.2f}x"
 
 
+def side_by_side(names, bench, configs, media, pipelines, repeats, column):
+    """Each medium and pipeline depth: `repeats` rounds of each config on a
+    fresh data directory, `bench(server, name, pipeline)` (a dict of rps,
+    p50, p99, cpu_us) for every name in turn, then a table of medians with
+    ratios to redis-none and redis-always. Used by compare_scripts.py and
+    compare_streams.py; `column` heads the names' column."""
+    for medium in media:
+        for pipeline in pipelines:
+            steal_from = hoststeal.cpu_times()
+            runs = {}
+            for rep in range(repeats):
+                for config in configs:
+                    server = Server(config, medium)
+                    try:
+                        for name in names:
+                            result = bench(server, name, pipeline)
+                            runs.setdefault((config, name), []).append(result)
+                            print(f"  {medium} -P {pipeline} rep {rep + 1}/{repeats} {config:14} {name}: "
+                                  f"{result['rps']:>10,.0f} req/s  p99 {result['p99']:.3f} ms  "
+                                  f"cpu {result['cpu_us']:.2f} us/req", flush=True)
+                    finally:
+                        server.stop()
+            emit(f"\n### {medium}, -P {pipeline}, median of {repeats}\n")
+            emit(f"Host CPU steal during these runs: {hoststeal.percent_since(steal_from):.1f}%\n")
+            emit(f"| {column} | server | req/s | p50 ms | p99 ms | server CPU µs/req | vs redis-none | vs redis-always |")
+            emit("|---|---|---:|---:|---:|---:|---:|---:|")
+            for name in names:
+                base_none = median([r["rps"] for r in runs.get(("redis-none", name), [])])
+                base_always = median([r["rps"] for r in runs.get(("redis-always", name), [])])
+                for config in configs:
+                    rs = runs[(config, name)]
+                    rps = median([r["rps"] for r in rs])
+                    emit(f"| {name} | {config} | {rps:,.0f} | {median([r['p50'] for r in rs]):.3f} | "
+                         f"{median([r['p99'] for r in rs]):.3f} | {median([r['cpu_us'] for r in rs]):.2f} | "
+                         f"{ratio(rps, base_none)} | {ratio(rps, base_always)} |")
+
+
 def main_tables():
     for medium in MEDIA:
         os.makedirs(medium, exist_ok=True)

@@ -22,8 +22,7 @@ import subprocess
 import time
 
 import compare_redis
-import hoststeal
-from compare_redis import REPO, Server, median, ratio
+from compare_redis import REPO
 
 REPEATS = int(os.environ.get("REPEATS", "3"))
 N = int(os.environ.get("N", "200000"))
@@ -67,35 +66,7 @@ def bench(server, name, pipeline):
 def main():
     emit(f"## Lua scripts (EVALSHA): scaledkv-server vs Redis ({time.strftime('%Y-%m-%d %H:%M')}, "
          f"{os.cpu_count()} cores, -n {N} -r {KEYSPACE} -c {CLIENTS})")
-    for medium in MEDIA:
-        for pipeline in PIPELINES:
-            steal_from = hoststeal.cpu_times()
-            runs = {}
-            for rep in range(REPEATS):
-                for config in CONFIGS:
-                    server = Server(config, medium)
-                    try:
-                        for name in SCRIPTS:
-                            result = bench(server, name, pipeline)
-                            runs.setdefault((config, name), []).append(result)
-                            print(f"  {medium} -P {pipeline} rep {rep + 1}/{REPEATS} {config:14} {name}: "
-                                  f"{result['rps']:>10,.0f} req/s  p99 {result['p99']:.3f} ms  "
-                                  f"cpu {result['cpu_us']:.2f} us/req", flush=True)
-                    finally:
-                        server.stop()
-            emit(f"\n### {medium}, -P {pipeline}, median of {REPEATS}\n")
-            emit(f"Host CPU steal during these runs: {hoststeal.percent_since(steal_from):.1f}%\n")
-            emit("| script | server | req/s | p50 ms | p99 ms | server CPU µs/req | vs redis-none | vs redis-always |")
-            emit("|---|---|---:|---:|---:|---:|---:|---:|")
-            for name in SCRIPTS:
-                base_none = median([r["rps"] for r in runs.get(("redis-none", name), [])])
-                base_always = median([r["rps"] for r in runs.get(("redis-always", name), [])])
-                for config in CONFIGS:
-                    rs = runs[(config, name)]
-                    rps = median([r["rps"] for r in rs])
-                    emit(f"| {name} | {config} | {rps:,.0f} | {median([r['p50'] for r in rs]):.3f} | "
-                         f"{median([r['p99'] for r in rs]):.3f} | {median([r['cpu_us'] for r in rs]):.2f} | "
-                         f"{ratio(rps, base_none)} | {ratio(rps, base_always)} |")
+    compare_redis.side_by_side(list(SCRIPTS), bench, CONFIGS, MEDIA, PIPELINES, REPEATS, "script")
     print(f"\nwritten to {REPORT}")
 
 

@@ -6,18 +6,16 @@ use scaledkv::now_ms;
 
 use super::read::touch;
 use super::{
-    create, interval, interval_id, nogroup, open, reply_entry, reply_id, strict_id, Stream, INVALID_ID, NOTIFY,
+    create, interval, interval_id, nogroup, open_group, reply_entry, reply_id, strict_id, Entry, Stream, INVALID_ID,
+    NOTIFY,
 };
 use crate::commands::args::{eq, int};
 use crate::commands::{err, CmdError, CmdResult, Ctx};
+use crate::resp::Out;
 use crate::stream::{group_field, parse_id, Group, Nack, StreamId};
 
 pub fn xack(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
-    let stream = open(ctx, &args[1])?;
-    let group = match &stream {
-        Some(stream) => stream.group(ctx, &args[2])?,
-        None => None,
-    };
+    let (stream, group) = open_group(ctx, &args[1], &args[2])?;
     let ids = args[3..].iter().map(|arg| strict_id(arg)).collect::<Result<Vec<_>, _>>()?;
     let (Some(stream), Some(mut group)) = (stream, group) else {
         ctx.out.int(0);
@@ -64,11 +62,7 @@ pub fn xpending(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         range = (from, to, count.min(isize::MAX as i64) as usize);
         consumer_name = args.get(at + 3);
     }
-    let stream = open(ctx, &args[1])?;
-    let group = match &stream {
-        Some(stream) => stream.group(ctx, &args[2])?,
-        None => None,
-    };
+    let (stream, group) = open_group(ctx, &args[1], &args[2])?;
     let (Some(stream), Some(group)) = (stream, group) else {
         return Err(nogroup(&args[1], &args[2]));
     };
@@ -180,11 +174,7 @@ fn claim_one(
 }
 
 pub fn xclaim(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
-    let stream = open(ctx, &args[1])?;
-    let group = match &stream {
-        Some(stream) => stream.group(ctx, &args[2])?,
-        None => None,
-    };
+    let (stream, group) = open_group(ctx, &args[1], &args[2])?;
     let (Some(mut stream), Some(mut group)) = (stream, group) else {
         return Err(nogroup(&args[1], &args[2]));
     };
@@ -263,12 +253,19 @@ pub fn xclaim(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     }
     stream.put_group(ctx, &args[2], &group, false)?;
     stream.store(ctx, &args[1])?;
-    ctx.out.array(claimed.len());
+    reply_claimed(ctx.out, &claimed, justid)?;
+    Ok(())
+}
+
+/// XCLAIM's and XAUTOCLAIM's claimed entries: their IDs (JUSTID) or the
+/// entries.
+fn reply_claimed(out: &mut Out, claimed: &[Entry], justid: bool) -> CmdResult {
+    out.array(claimed.len());
     for (id, data) in claimed {
         if justid {
-            reply_id(ctx.out, id);
+            reply_id(out, *id);
         } else {
-            reply_entry(ctx.out, id, &data)?;
+            reply_entry(out, *id, data)?;
         }
     }
     Ok(())
@@ -309,11 +306,7 @@ pub fn xautoclaim(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         }
         i += 1;
     }
-    let stream = open(ctx, &args[1])?;
-    let group = match &stream {
-        Some(stream) => stream.group(ctx, &args[2])?,
-        None => None,
-    };
+    let (stream, group) = open_group(ctx, &args[1], &args[2])?;
     let (Some(stream), Some(mut group)) = (stream, group) else {
         return Err(nogroup(&args[1], &args[2]));
     };
@@ -354,14 +347,7 @@ pub fn xautoclaim(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     stream.put_group(ctx, &args[2], &group, false)?;
     ctx.out.array(3);
     reply_id(ctx.out, cursor);
-    ctx.out.array(claimed.len());
-    for (id, data) in claimed {
-        if justid {
-            reply_id(ctx.out, id);
-        } else {
-            reply_entry(ctx.out, id, &data)?;
-        }
-    }
+    reply_claimed(ctx.out, &claimed, justid)?;
     ctx.out.array(deleted.len());
     for id in deleted {
         reply_id(ctx.out, id);
@@ -437,11 +423,7 @@ pub fn xgroup(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         }
     }
     ctx.writes.keep_overlay();
-    let stream = open(ctx, key)?;
-    let group = match &stream {
-        Some(stream) => stream.group(ctx, name)?,
-        None => None,
-    };
+    let (stream, group) = open_group(ctx, key, name)?;
     if stream.is_none() && !mkstream {
         return Err(err("ERR The XGROUP subcommand requires the key to exist. Note that for CREATE you may want to use the MKSTREAM option to create an empty stream automatically."));
     }

@@ -100,6 +100,16 @@ fn open(ctx: &mut Ctx<'_>, key: &[u8]) -> Result<Option<Stream>, CmdError> {
     }
 }
 
+/// The stream at `key` and its group `name`, where they exist.
+fn open_group(ctx: &mut Ctx<'_>, key: &[u8], name: &[u8]) -> Result<(Option<Stream>, Option<Group>), CmdError> {
+    let stream = open(ctx, key)?;
+    let group = match &stream {
+        Some(stream) => stream.group(ctx, name)?,
+        None => None,
+    };
+    Ok((stream, group))
+}
+
 /// A new, empty stream at `key` (its stub is written by `store`).
 fn create(ctx: &mut Ctx<'_>, key: &[u8]) -> Result<Stream, CmdError> {
     let table = table::fill(ctx, key, TYPE_STREAM_TABLE, std::iter::empty())?;

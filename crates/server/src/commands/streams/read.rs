@@ -5,7 +5,7 @@
 use bytes::Bytes;
 use scaledkv::now_ms;
 
-use super::{open, reply_entry, reply_id, strict_id, Entry, Stream, NOTIFY};
+use super::{open, open_group, reply_entry, reply_id, strict_id, Entry, Stream, NOTIFY};
 use crate::commands::args::{eq, int};
 use crate::commands::{err, CmdError, CmdResult, Ctx};
 use crate::resp::{Out, Protocol};
@@ -179,11 +179,7 @@ pub fn xreadgroup(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     ctx.writes.keep_overlay();
     let mut targets = Vec::with_capacity(parsed.keys.len());
     for (key, id) in parsed.keys.iter().zip(parsed.ids) {
-        let stream = open(ctx, key)?;
-        let group = match &stream {
-            Some(stream) => stream.group(ctx, group_name)?,
-            None => None,
-        };
+        let (stream, group) = open_group(ctx, key, group_name)?;
         let (Some(stream), Some(group)) = (stream, group) else {
             return Err(err(format!(
                 "NOGROUP No such key '{}' or consumer group '{}' in XREADGROUP with GROUP option",
