@@ -310,6 +310,30 @@ fn produce(port: u16, producer: usize, next_seq: u64, stop: Arc<AtomicBool>) -> 
     acked
 }
 
+/// Appends to `capped`, trimmed by `MAXLEN ~ 200` (whole nodes of 100)
+/// and now and then by an exact XTRIM to 150; returns the acknowledged
+/// sequence numbers.
+fn produce_capped(port: u16, next_seq: u64, stop: Arc<AtomicBool>) -> Vec<u64> {
+    let mut acked = Vec::new();
+    let Ok(mut con) = client(port) else { return acked };
+    let mut seq = next_seq;
+    while !stop.load(Ordering::Relaxed) {
+        let mut pipe = redis::pipe();
+        for s in seq..seq + 8 {
+            pipe.cmd("XADD").arg(&["capped", "MAXLEN", "~", "200", "*", "seq"]).arg(s).arg("data").arg(payload(9, s));
+        }
+        if seq % 400 == 0 {
+            pipe.cmd("XTRIM").arg(&["capped", "MAXLEN", "150"]).ignore();
+        }
+        if pipe.query::<Vec<String>>(&mut con).is_err() {
+            return acked;
+        }
+        acked.extend(seq..seq + 8);
+        seq += 8;
+    }
+    acked
+}
+
 fn consume(port: u16, consumer: usize, stop: Arc<AtomicBool>) -> Books {
     let mut books = Books::default();
     let Ok(mut con) = client(port) else { return books };
@@ -368,6 +392,7 @@ fn producers_and_consumer_groups_survive_sigkill() {
     let mut rng = rand::rngs::StdRng::seed_from_u64(0x5EED);
     let mut books = Books::default();
     let mut next_seq = [0u64; 2];
+    let (mut capped_acked, mut capped_next) = (Vec::new(), 0u64);
     for life in 0..iterations {
         let mut server = Server::start(&dir.path().join("db"), &[]);
         let mut con = client(server.port).unwrap();
@@ -375,6 +400,7 @@ fn producers_and_consumer_groups_survive_sigkill() {
             cmd(&mut con, &["XGROUP", "CREATE", "events", "g", "$", "MKSTREAM"]);
         }
         check(&mut con, &books);
+        check_capped(&mut con, &capped_acked);
         let stop = Arc::new(AtomicBool::new(false));
         let producers: Vec<_> = (0..2)
             .map(|p| {
@@ -382,6 +408,10 @@ fn producers_and_consumer_groups_survive_sigkill() {
                 std::thread::spawn(move || produce(port, p, seq, stop))
             })
             .collect();
+        let capped = {
+            let (port, stop) = (server.port, stop.clone());
+            std::thread::spawn(move || produce_capped(port, capped_next, stop))
+        };
         let consumers: Vec<_> = (0..2)
             .map(|c| {
                 let (port, stop) = (server.port, stop.clone());
@@ -400,6 +430,9 @@ fn producers_and_consumer_groups_survive_sigkill() {
                 books.added.insert(entry_id, (p, seq));
             }
         }
+        let acked = capped.join().unwrap();
+        capped_next = acked.last().map_or(capped_next, |seq| seq + 1) + 8;
+        capped_acked.extend(acked);
         for consumer in consumers {
             let got = consumer.join().unwrap();
             books.delivered.extend(got.delivered);
@@ -411,6 +444,7 @@ fn producers_and_consumer_groups_survive_sigkill() {
     let server = Server::start(&dir.path().join("db"), &[]);
     let mut con = client(server.port).unwrap();
     check(&mut con, &books);
+    check_capped(&mut con, &capped_acked);
     assert!(!books.acked.is_empty() && books.delivered.len() > books.acked.len(), "both kinds were seen");
 }
 
@@ -555,4 +589,30 @@ fn no_stream_command_crashes_the_server() {
             Ok(())
         })
         .unwrap();
+}
+
+/// A trimmed stream after a crash: its length, first entry and last
+/// entry agree with its entries; they are a run of the producer's newest
+/// (trims take the oldest, whole); the newest acknowledged XADD and every
+/// acknowledged one within the last 140 are there byte for byte.
+fn check_capped(con: &mut redis::Connection, acked: &[u64]) {
+    let all = entries(&cmd(con, &["XRANGE", "capped", "-", "+"]));
+    assert_eq!(cmd(con, &["XLEN", "capped"]), Value::Int(all.len() as i64));
+    let Some(newest) = acked.last() else { return };
+    let seqs: Vec<u64> = all.iter().map(|(_, f)| f[1].parse().unwrap()).collect();
+    for (entry, seq) in all.iter().zip(&seqs) {
+        assert_eq!(entry.1[3], payload(9, *seq), "capped entry {} byte for byte", entry.0);
+    }
+    assert!(seqs.windows(2).all(|w| w[0] < w[1]), "in the order added");
+    let info = fields(&cmd(con, &["XINFO", "STREAM", "capped"]));
+    assert_eq!(text(&info["recorded-first-entry-id"]), all[0].0, "the first entry recorded");
+    assert_eq!(text(&items(&info["first-entry"])[0]), all[0].0);
+    assert_eq!(text(&items(&info["last-entry"])[0]), all[all.len() - 1].0);
+    let top = *seqs.last().unwrap();
+    assert!(top >= *newest, "the newest acknowledged XADD {newest} is there (top {top})");
+    let present: BTreeSet<u64> = seqs.iter().copied().collect();
+    for seq in acked.iter().filter(|&&s| s + 140 > top) {
+        assert!(present.contains(seq), "acknowledged capped XADD {seq} lost (top {top})");
+    }
+    assert!(all.len() >= acked.len().min(140), "a trim keeps at least 150 entries: {}", all.len());
 }
