@@ -322,7 +322,7 @@ fn produce_capped(port: u16, next_seq: u64, stop: Arc<AtomicBool>) -> Vec<u64> {
         for s in seq..seq + 8 {
             pipe.cmd("XADD").arg(&["capped", "MAXLEN", "~", "200", "*", "seq"]).arg(s).arg("data").arg(payload(9, s));
         }
-        if seq % 400 == 0 {
+        if seq.is_multiple_of(400) {
             pipe.cmd("XTRIM").arg(&["capped", "MAXLEN", "150"]).ignore();
         }
         if pipe.query::<Vec<String>>(&mut con).is_err() {
