@@ -217,6 +217,43 @@ fn ids_from_the_clock_grow_and_idle_times_count() {
     assert_eq!(items(&items(&auto)[1]), &[Value::BulkString(first.clone().into_bytes())]);
 }
 
+/// XINFO STREAM FULL lists each consumer's own pending entries (at most
+/// COUNT of them) with the group's.
+#[test]
+fn xinfo_full_lists_each_consumers_pending_entries() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("db"), &[]);
+    let mut con = client(server.port).unwrap();
+    for n in 1..=5 {
+        cmd(&mut con, &["XADD", "s", &format!("{n}-0"), "f", "v"]);
+    }
+    cmd(&mut con, &["XGROUP", "CREATE", "s", "g", "0"]);
+    cmd(&mut con, &["XREADGROUP", "GROUP", "g", "alice", "COUNT", "3", "STREAMS", "s", ">"]);
+    cmd(&mut con, &["XREADGROUP", "GROUP", "g", "bob", "COUNT", "2", "STREAMS", "s", ">"]);
+    cmd(&mut con, &["XGROUP", "CREATECONSUMER", "s", "g", "carol"]);
+    let info = fields(&cmd(&mut con, &["XINFO", "STREAM", "s", "FULL", "COUNT", "2"]));
+    let group = fields(&items(&info["groups"])[0]);
+    assert_eq!(int(&group["pel-count"]), 5);
+    let listed: Vec<String> = items(&group["pending"]).iter().map(|p| text(&items(p)[0])).collect();
+    assert_eq!(listed, ["1-0", "2-0"], "the group's first COUNT");
+    let consumers: Vec<HashMap<String, Value>> = items(&group["consumers"]).iter().map(fields).collect();
+    let own = |c: &HashMap<String, Value>| -> Vec<String> {
+        items(&c["pending"]).iter().map(|p| text(&items(p)[0])).collect()
+    };
+    assert_eq!((text(&consumers[0]["name"]), int(&consumers[0]["pel-count"])), ("alice".into(), 3));
+    assert_eq!(own(&consumers[0]), ["1-0", "2-0"]);
+    assert_eq!(
+        (text(&consumers[1]["name"]), own(&consumers[1])),
+        ("bob".into(), vec!["4-0".to_string(), "5-0".into()])
+    );
+    assert_eq!((text(&consumers[2]["name"]), own(&consumers[2]).len()), ("carol".into(), 0));
+    // COUNT 0: everything.
+    let info = fields(&cmd(&mut con, &["XINFO", "STREAM", "s", "FULL", "COUNT", "0"]));
+    let group = fields(&items(&info["groups"])[0]);
+    assert_eq!(items(&group["pending"]).len(), 5);
+    assert_eq!(own(&items(&group["consumers"]).iter().map(fields).next().unwrap()), ["1-0", "2-0", "3-0"]);
+}
+
 #[test]
 fn big_streams_page_trim_and_survive_a_restart() {
     let dir = tempfile::tempdir().unwrap();

@@ -1,5 +1,7 @@
 //! XINFO: a stream's, its groups' and their consumers' state.
 
+use std::collections::HashMap;
+
 use bytes::Bytes;
 use scaledkv::now_ms;
 
@@ -8,7 +10,7 @@ use super::{open, reply_entries, reply_entry, reply_id, Stream, NODE_ENTRIES};
 use crate::commands::args::{eq, int};
 use crate::commands::{err, CmdResult, Ctx};
 use crate::resp::Out;
-use crate::stream::{Group, Meta, StreamId};
+use crate::stream::{Group, Meta, Nack, StreamId};
 
 const XINFO_HELP: &[&str] = &[
     "XINFO <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
@@ -167,6 +169,17 @@ fn stream_info(ctx: &mut Ctx<'_>, stream: &Stream, args: &[Bytes]) -> CmdResult 
             ctx.out.int(nack.delivered_ms as i64);
             ctx.out.int(nack.deliveries as i64);
         }
+        // Each consumer's first `count` pending entries, from one scan of
+        // the group's (they are not kept per consumer).
+        let mut by_consumer: HashMap<Vec<u8>, Vec<(StreamId, Nack)>> = HashMap::new();
+        if group.pending > 0 && !group.consumers.is_empty() {
+            for (id, nack) in stream.nacks(ctx, name, StreamId::MIN, StreamId::MAX, false, usize::MAX)? {
+                let own = by_consumer.entry(nack.consumer.clone()).or_default();
+                if own.len() < count {
+                    own.push((id, nack));
+                }
+            }
+        }
         ctx.out.bulk(b"consumers");
         ctx.out.array(group.consumers.len());
         for consumer in &group.consumers {
@@ -177,12 +190,7 @@ fn stream_info(ctx: &mut Ctx<'_>, stream: &Stream, args: &[Bytes]) -> CmdResult 
             ctx.out.int(consumer.seen_ms as i64);
             ctx.out.bulk(b"pel-count");
             ctx.out.int(consumer.pending as i64);
-            let own: Vec<_> = if consumer.pending == 0 {
-                Vec::new()
-            } else {
-                let all = stream.nacks(ctx, name, StreamId::MIN, StreamId::MAX, false, usize::MAX)?;
-                all.into_iter().filter(|(_, nack)| nack.consumer == consumer.name).take(count).collect()
-            };
+            let own = by_consumer.remove(&consumer.name).unwrap_or_default();
             ctx.out.bulk(b"pending");
             ctx.out.array(own.len());
             for (id, nack) in &own {
