@@ -299,8 +299,8 @@ pub struct Group {
     /// Entries the group has read, where known (Redis's `entries_read`,
     /// -1 there for unknown).
     pub entries_read: Option<u64>,
-    /// Its pending entries.
-    pub pending: u64,
+    /// Every pending entry is some consumer's: the group's count is theirs
+    /// summed (`pending`).
     pub consumers: Vec<Consumer>,
 }
 
@@ -317,7 +317,6 @@ impl Group {
         let mut out = Vec::with_capacity(48 + self.consumers.iter().map(|c| 20 + c.name.len()).sum::<usize>());
         out.extend_from_slice(&self.last_id.to_bytes());
         out.extend_from_slice(&self.entries_read.map_or(-1, |n| n as i64).to_le_bytes());
-        out.extend_from_slice(&self.pending.to_le_bytes());
         out.extend_from_slice(&(self.consumers.len() as u32).to_le_bytes());
         for consumer in &self.consumers {
             put_string(&mut out, &consumer.name);
@@ -331,7 +330,6 @@ impl Group {
         let mut reader = Reader(data);
         let last_id = StreamId::from_bytes(reader.take(16)?)?;
         let read = reader.u64()? as i64;
-        let pending = reader.u64()?;
         let count = reader.u32()? as usize;
         let mut consumers = Vec::with_capacity(count.min(data.len() / 20));
         for _ in 0..count {
@@ -340,7 +338,12 @@ impl Group {
         }
         reader.end()?;
         let entries_read = u64::try_from(read).ok();
-        Ok(Group { last_id, entries_read, pending, consumers })
+        Ok(Group { last_id, entries_read, consumers })
+    }
+
+    /// The group's pending entries.
+    pub fn pending(&self) -> u64 {
+        self.consumers.iter().map(|c| c.pending).sum()
     }
 
     /// The consumer named `name`, made (seen now) if new; true if new.
@@ -493,7 +496,6 @@ mod tests {
             let group = Group {
                 last_id: StreamId::new(words.0, words.1),
                 entries_read: (words.2 % 3 != 0).then_some(words.2 >> 1),
-                pending: words.3,
                 consumers: names.iter().map(|n| Consumer { name: n.clone(), seen_ms: words.0, pending: words.1 }).collect(),
             };
             prop_assert_eq!(Group::decode(&group.encode()), Ok(group));

@@ -137,6 +137,9 @@ pub const BLOCKING: u32 = 1 << 8;
 /// A write that reads nothing (memcached's `set`): it joins a run sharing
 /// its stripes (`is_blind`).
 pub const BLIND: u32 = 1 << 9;
+/// Blocks when given a BLOCK option (XREAD, XREADGROUP): never part of a
+/// run then. Not BLOCKING, which would keep it out of scripts.
+pub const BLOCK_OPTION: u32 = 1 << 10;
 
 pub type Handler = fn(&mut Ctx<'_>, &[Bytes]) -> CmdResult;
 
@@ -399,12 +402,10 @@ commands! {
     "xdel", -3, WRITE | FAST, ONE, "stream", streams::xdel, "Returns the number of messages after removing them from a stream.";
     "xtrim", -4, WRITE, ONE, "stream", streams::xtrim, "Deletes messages from the beginning of a stream.";
     "xsetid", -3, WRITE | FAST, ONE, "stream", streams::xsetid, "An internal command for replicating stream values.";
-    // Its keys follow STREAMS; a read takes no locks. With BLOCK it waits
-    // (`CmdError::Blocked`) like BLPOP, without the BLOCKING flag, which
-    // would keep it out of scripts.
-    "xread", -4, READONLY, NONE, "stream", streams::xread, "Returns messages from multiple streams with IDs greater than the ones requested. Blocks until a message is available otherwise.";
+    // Its keys follow STREAMS; a read takes no locks.
+    "xread", -4, READONLY | BLOCK_OPTION, NONE, "stream", streams::xread, "Returns messages from multiple streams with IDs greater than the ones requested. Blocks until a message is available otherwise.";
     // Its keys follow STREAMS: every argument's stripe is locked.
-    "xreadgroup", -7, WRITE, ALL_ARGS, "stream", streams::xreadgroup, "Returns new or historical messages from a stream for a consumer in a group. Blocks until a message is available otherwise.";
+    "xreadgroup", -7, WRITE | BLOCK_OPTION, ALL_ARGS, "stream", streams::xreadgroup, "Returns new or historical messages from a stream for a consumer in a group. Blocks until a message is available otherwise.";
     "xack", -4, WRITE | FAST, ONE, "stream", streams::xack, "Returns the number of messages that were successfully acknowledged by the consumer group member of a stream.";
     "xpending", -3, READONLY, ONE, "stream", streams::xpending, "Returns the information and entries from a stream consumer group's pending entries list.";
     "xclaim", -6, WRITE | FAST, ONE, "stream", streams::xclaim, "Changes, or acquires, ownership of a message in a consumer group, as if the message was delivered a consumer group member.";
@@ -886,9 +887,14 @@ pub async fn run_command<'s>(
         stripes.dedup();
     }
     // Every write but FLUSHALL's (which locks every stripe) and a blocking
-    // one keeps its effects in its batch, so it can join a run.
-    let may_block = command.has(BLOCKING) || (command.name == "xreadgroup" && streams::may_block(&args));
-    if conn.multi.is_none() && command.has(WRITE) && !command.has(ALL_KEYS) && !may_block {
+    // one (BLPOP, XREADGROUP ... BLOCK) keeps its effects in its batch, so
+    // it can join a run.
+    if conn.multi.is_none()
+        && command.has(WRITE)
+        && !command.has(ALL_KEYS)
+        && !command.has(BLOCKING)
+        && !(command.has(BLOCK_OPTION) && streams::may_block(&args))
+    {
         let blind = is_blind(command, &args);
         if !blind && run.commands > 0 && !run.writes.has_overlay() {
             // Blind writes kept no overlay for this one to read.

@@ -17,7 +17,7 @@ use crate::stream::{group_field, parse_id, Group, Nack, StreamId};
 pub fn xack(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let (stream, group) = open_group(ctx, &args[1], &args[2])?;
     let ids = args[3..].iter().map(|arg| strict_id(arg)).collect::<Result<Vec<_>, _>>()?;
-    let (Some(stream), Some(mut group)) = (stream, group) else {
+    let (Some(mut stream), Some(mut group)) = (stream, group) else {
         ctx.out.int(0);
         return Ok(());
     };
@@ -25,15 +25,10 @@ pub fn xack(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let mut acknowledged = 0;
     for id in ids {
         let Some(nack) = stream.nack(ctx, &args[2], id)? else { continue };
-        stream.delete_nack(ctx, &args[2], id);
-        group.pending -= 1;
-        if let Some(consumer) = group.find(&nack.consumer) {
-            consumer.pending -= 1;
-        }
+        drop_pending(ctx, &stream, &mut group, &args[2], id, &nack);
         acknowledged += 1;
     }
     if acknowledged > 0 {
-        let mut stream = stream;
         stream.put_group(ctx, &args[2], &group, false)?;
     }
     ctx.out.int(acknowledged);
@@ -68,11 +63,11 @@ pub fn xpending(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     };
     if summary {
         ctx.out.array(4);
-        ctx.out.int(group.pending as i64);
+        ctx.out.int(group.pending() as i64);
         let first = stream.nacks(ctx, &args[2], StreamId::MIN, StreamId::MAX, false, 1)?;
         let last = stream.nacks(ctx, &args[2], StreamId::MIN, StreamId::MAX, true, 1)?;
         match (first.first(), last.first()) {
-            (Some((first, _)), Some((last, _))) if group.pending > 0 => {
+            (Some((first, _)), Some((last, _))) if group.pending() > 0 => {
                 reply_id(ctx.out, *first);
                 reply_id(ctx.out, *last);
                 let with_pending: Vec<_> = group.consumers.iter().filter(|c| c.pending > 0).collect();
@@ -100,27 +95,19 @@ pub fn xpending(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     }
     let now = now_ms();
     let mut found = Vec::new();
-    let mut from = from;
-    'scan: while count > 0 {
-        let batch = stream.nacks(ctx, &args[2], from, to, false, 1024)?;
-        for (id, nack) in &batch {
-            if count == 0 {
-                break 'scan;
-            }
+    if count > 0 {
+        stream.visit_nacks(ctx, &args[2], from, to, |_, id, nack| {
             if consumer_name.is_some_and(|name| nack.consumer != name.as_ref()) {
-                continue;
+                return Ok(true);
             }
             let idle = now.saturating_sub(nack.delivered_ms);
             if min_idle != 0 && (idle as i64) < min_idle {
-                continue;
+                return Ok(true);
             }
-            found.push((*id, nack.clone(), idle));
+            found.push((id, nack, idle));
             count -= 1;
-        }
-        match batch.last().map(|(id, _)| id.next()) {
-            Some(Some(next)) if batch.len() == 1024 => from = next,
-            _ => break,
-        }
+            Ok(count > 0)
+        })?;
     }
     ctx.out.array(found.len());
     for (id, nack, idle) in found {
@@ -153,9 +140,7 @@ fn claim_one(
 ) -> CmdResult {
     let now = now_ms();
     touch(ctx, group, consumer_name, key, now);
-    if new {
-        group.pending += 1;
-    } else if nack.consumer != consumer_name {
+    if !new && nack.consumer != consumer_name {
         if let Some(previous) = group.find(&nack.consumer) {
             previous.pending -= 1;
         }
@@ -271,10 +256,10 @@ fn reply_claimed(out: &mut Out, claimed: &[Entry], justid: bool) -> CmdResult {
     Ok(())
 }
 
-/// Forgets pending entry `id`, whose entry is gone from the stream.
+/// Forgets pending entry `id` (acknowledged, or its entry gone from the
+/// stream).
 fn drop_pending(ctx: &mut Ctx<'_>, stream: &Stream, group: &mut Group, group_name: &[u8], id: StreamId, nack: &Nack) {
     stream.delete_nack(ctx, group_name, id);
-    group.pending -= 1;
     if let Some(consumer) = group.find(&nack.consumer) {
         consumer.pending -= 1;
     }
@@ -307,7 +292,7 @@ pub fn xautoclaim(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         i += 1;
     }
     let (stream, group) = open_group(ctx, &args[1], &args[2])?;
-    let (Some(stream), Some(mut group)) = (stream, group) else {
+    let (Some(mut stream), Some(mut group)) = (stream, group) else {
         return Err(nogroup(&args[1], &args[2]));
     };
     ctx.writes.keep_overlay();
@@ -317,33 +302,26 @@ pub fn xautoclaim(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let mut deleted = Vec::new();
     // The pending entry after the last one looked at: the next call's start.
     let mut cursor = StreamId::MIN;
-    'scan: loop {
-        let batch = stream.nacks(ctx, &args[2], from, StreamId::MAX, false, 1024)?;
-        for (id, nack) in batch.iter().cloned() {
-            if attempts == 0 || count == 0 {
-                cursor = id;
-                break 'scan;
-            }
-            attempts -= 1;
-            let Some(data) = stream.entry(ctx, id)? else {
-                drop_pending(ctx, &stream, &mut group, &args[2], id, &nack);
-                deleted.push(id);
-                count -= 1;
-                continue;
-            };
-            if min_idle > 0 && now.saturating_sub(nack.delivered_ms) < min_idle {
-                continue;
-            }
-            claim_one(ctx, &stream, &args[1], &mut group, &args[2], &args[3], id, nack, false, now, None, justid)?;
-            claimed.push((id, data));
+    stream.visit_nacks(ctx, &args[2], from, StreamId::MAX, |ctx, id, nack| {
+        if attempts == 0 || count == 0 {
+            cursor = id;
+            return Ok(false);
+        }
+        attempts -= 1;
+        let Some(data) = stream.entry(ctx, id)? else {
+            drop_pending(ctx, &stream, &mut group, &args[2], id, &nack);
+            deleted.push(id);
             count -= 1;
+            return Ok(true);
+        };
+        if min_idle > 0 && now.saturating_sub(nack.delivered_ms) < min_idle {
+            return Ok(true);
         }
-        match batch.last().map(|(id, _)| id.next()) {
-            Some(Some(next)) if batch.len() == 1024 => from = next,
-            _ => break,
-        }
-    }
-    let mut stream = stream;
+        claim_one(ctx, &stream, &args[1], &mut group, &args[2], &args[3], id, nack, false, now, None, justid)?;
+        claimed.push((id, data));
+        count -= 1;
+        Ok(true)
+    })?;
     stream.put_group(ctx, &args[2], &group, false)?;
     ctx.out.array(3);
     reply_id(ctx.out, cursor);
@@ -505,7 +483,6 @@ pub fn xgroup(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
                 Some(pending) => {
                     if pending > 0 {
                         stream.drop_nacks(ctx, name, |nack| nack.consumer != consumer)?;
-                        group.pending -= pending;
                     }
                     stream.put_group(ctx, name, &group, false)?;
                     ctx.notify(NOTIFY, "xgroup-delconsumer", key);

@@ -74,7 +74,7 @@ pub fn xinfo(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
                 ctx.out.bulk(b"consumers");
                 ctx.out.int(group.consumers.len() as i64);
                 ctx.out.bulk(b"pending");
-                ctx.out.int(group.pending as i64);
+                ctx.out.int(group.pending() as i64);
                 ctx.out.bulk(b"last-delivered-id");
                 reply_id(ctx.out, group.last_id);
                 reply_counters(ctx.out, &stream.meta, group);
@@ -158,7 +158,7 @@ fn stream_info(ctx: &mut Ctx<'_>, stream: &Stream, args: &[Bytes]) -> CmdResult 
         reply_id(ctx.out, group.last_id);
         reply_counters(ctx.out, &meta, group);
         ctx.out.bulk(b"pel-count");
-        ctx.out.int(group.pending as i64);
+        ctx.out.int(group.pending() as i64);
         let pending = stream.nacks(ctx, name, StreamId::MIN, StreamId::MAX, false, count)?;
         ctx.out.bulk(b"pending");
         ctx.out.array(pending.len());
@@ -172,7 +172,7 @@ fn stream_info(ctx: &mut Ctx<'_>, stream: &Stream, args: &[Bytes]) -> CmdResult 
         // Each consumer's first `count` pending entries, from one scan of
         // the group's (they are not kept per consumer).
         let mut by_consumer: HashMap<Vec<u8>, Vec<(StreamId, Nack)>> = HashMap::new();
-        if group.pending > 0 && !group.consumers.is_empty() {
+        if group.pending() > 0 {
             for (id, nack) in stream.nacks(ctx, name, StreamId::MIN, StreamId::MAX, false, usize::MAX)? {
                 let own = by_consumer.entry(nack.consumer.clone()).or_default();
                 if own.len() < count {

@@ -265,25 +265,47 @@ impl Stream {
             .collect()
     }
 
-    /// Deletes every pending entry of `group` that `keep` refuses, in
-    /// batches; how many went.
-    fn drop_nacks(&self, ctx: &mut Ctx<'_>, group: &[u8], keep: impl Fn(&Nack) -> bool) -> Result<u64, CmdError> {
-        let mut from = StreamId::MIN;
-        let mut dropped = 0;
+    /// Calls `visit` with each pending entry of `group` with an ID in
+    /// `from..=to`, in ID order, until it returns false; they are read in
+    /// batches that grow with how many were visited (`batch_size`).
+    fn visit_nacks(
+        &self,
+        ctx: &mut Ctx<'_>,
+        group: &[u8],
+        mut from: StreamId,
+        to: StreamId,
+        mut visit: impl FnMut(&mut Ctx<'_>, StreamId, Nack) -> Result<bool, CmdError>,
+    ) -> CmdResult {
+        let mut visited = 0;
         loop {
-            let size = batch_size(dropped) as usize;
-            let batch = self.nacks(ctx, group, from, StreamId::MAX, false, size)?;
-            for (id, nack) in &batch {
-                if !keep(nack) {
-                    self.delete_nack(ctx, group, *id);
-                    dropped += 1;
+            let size = batch_size(visited) as usize;
+            let batch = self.nacks(ctx, group, from, to, false, size)?;
+            let (full, last) = (batch.len() == size, batch.last().map(|(id, _)| *id));
+            for (id, nack) in batch {
+                visited += 1;
+                if !visit(ctx, id, nack)? {
+                    return Ok(());
                 }
             }
-            match batch.last().map(|(id, _)| id.next()) {
-                Some(Some(next)) if batch.len() == size => from = next,
-                _ => return Ok(dropped),
+            match last.and_then(StreamId::next) {
+                Some(next) if full => from = next,
+                _ => return Ok(()),
             }
         }
+    }
+
+    /// Deletes every pending entry of `group` that `keep` refuses; how
+    /// many went.
+    fn drop_nacks(&self, ctx: &mut Ctx<'_>, group: &[u8], keep: impl Fn(&Nack) -> bool) -> Result<u64, CmdError> {
+        let mut dropped = 0;
+        self.visit_nacks(ctx, group, StreamId::MIN, StreamId::MAX, |ctx, id, nack| {
+            if !keep(&nack) {
+                self.delete_nack(ctx, group, id);
+                dropped += 1;
+            }
+            Ok(true)
+        })?;
+        Ok(dropped)
     }
 }
 
@@ -661,10 +683,7 @@ pub fn xsetid(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
 /// table, its stub with the new table's id.
 pub fn copy(ctx: &mut Ctx<'_>, to: &[u8], value: &crate::keyspace::Value) -> CmdResult {
     let meta = Meta::decode(value.data())?;
-    let prefix = table::members_prefix(meta.table);
-    let fields = ctx.writes.scan_internal(ctx.db(), &prefix, None, usize::MAX)?;
-    let pairs: Vec<(Vec<u8>, Vec<u8>)> =
-        fields.into_iter().map(|(key, value)| (key[prefix.len()..].to_vec(), value)).collect();
+    let pairs = table::entries(ctx, &table::Table::of(value)?, None, usize::MAX)?;
     let table = table::fill(ctx, to, TYPE_STREAM_TABLE, pairs.iter().map(|(f, v)| (&f[..], &v[..])))?;
     let copy = Meta { table: table.id, ..meta };
     ctx.writes.put(to, TYPE_STREAM_TABLE, &copy.encode(), value.expiry_ms())

@@ -79,17 +79,19 @@ fn parse_read_args(args: &[Bytes], xreadgroup: bool) -> Result<ReadArgs<'_>, Cmd
     Ok(parsed)
 }
 
-/// The stream keys of an XREAD or XREADGROUP (as `args`, its name first),
-/// which it waits on.
-pub fn read_keys(args: &[Bytes]) -> &[Bytes] {
-    let xreadgroup = args[0].len() == "xreadgroup".len();
-    parse_read_args(args, xreadgroup).map_or(&[], |parsed| parsed.keys)
+/// An XREAD's or XREADGROUP's options (as `args`, its name first).
+fn read_args(args: &[Bytes]) -> Result<ReadArgs<'_>, CmdError> {
+    parse_read_args(args, args[0].eq_ignore_ascii_case(b"xreadgroup"))
 }
 
-/// Whether an XREADGROUP may block (it has a BLOCK option): it then never
-/// joins a run of writes.
+/// The stream keys of an XREAD or XREADGROUP, which it waits on.
+pub fn read_keys(args: &[Bytes]) -> &[Bytes] {
+    read_args(args).map_or(&[], |parsed| parsed.keys)
+}
+
+/// Whether an XREAD or XREADGROUP may block (it has a BLOCK option).
 pub fn may_block(args: &[Bytes]) -> bool {
-    parse_read_args(args, true).is_ok_and(|parsed| parsed.block.is_some())
+    read_args(args).is_ok_and(|parsed| parsed.block.is_some())
 }
 
 /// Entries a read gives (None for an entry a consumer's history names
@@ -235,30 +237,21 @@ fn history(
     limit: usize,
 ) -> Result<Delivered, CmdError> {
     let mut found = Vec::new();
-    let Some(mut from) = after.next() else { return Ok(found) };
+    let Some(from) = after.next() else { return Ok(found) };
     let now = now_ms();
-    'scan: loop {
-        let batch = stream.nacks(ctx, group_name, from, StreamId::MAX, false, 1024)?;
-        for (id, mut nack) in batch.iter().cloned() {
-            if found.len() >= limit {
-                break 'scan;
-            }
-            if nack.consumer != consumer_name {
-                continue;
-            }
-            let data = stream.entry(ctx, id)?;
-            if data.is_some() {
-                nack.delivered_ms = now;
-                nack.deliveries += 1;
-                stream.put_nack(ctx, group_name, id, &nack, false)?;
-            }
-            found.push((id, data));
+    stream.visit_nacks(ctx, group_name, from, StreamId::MAX, |ctx, id, mut nack| {
+        if nack.consumer != consumer_name {
+            return Ok(true);
         }
-        match batch.last().map(|(id, _)| id.next()) {
-            Some(Some(next)) if batch.len() == 1024 => from = next,
-            _ => break,
+        let data = stream.entry(ctx, id)?;
+        if data.is_some() {
+            nack.delivered_ms = now;
+            nack.deliveries += 1;
+            stream.put_nack(ctx, group_name, id, &nack, false)?;
         }
-    }
+        found.push((id, data));
+        Ok(found.len() < limit)
+    })?;
     Ok(found)
 }
 
@@ -304,7 +297,6 @@ fn deliver(
                     stream.put_nack(ctx, group_name, id, &nack, false)?;
                 }
                 None => {
-                    group.pending += 1;
                     stream.put_nack(ctx, group_name, id, &nack, true)?;
                 }
             }
