@@ -27,6 +27,7 @@ pub mod committer;
 pub mod config;
 pub mod conn;
 pub mod expiry;
+pub mod geo;
 pub mod hash;
 pub mod io_threads;
 pub mod keyspace;

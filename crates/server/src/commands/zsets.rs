@@ -93,7 +93,7 @@ fn score_arg(arg: &[u8]) -> Result<f64, CmdError> {
 }
 
 /// The sorted set at `key`: None if missing, WRONGTYPE for another type.
-fn read_zset(ctx: &mut Ctx<'_>, key: &[u8]) -> Result<Option<Value>, CmdError> {
+pub(super) fn read_zset(ctx: &mut Ctx<'_>, key: &[u8]) -> Result<Option<Value>, CmdError> {
     ctx.read_collection(key, TYPE_ZSET, TYPE_ZSET_TABLE)
 }
 
@@ -102,7 +102,7 @@ type Scored = Vec<(Vec<u8>, f64)>;
 
 /// Where a walk over a sorted set starts, in its direction.
 #[derive(Clone, Copy)]
-enum From<'a> {
+pub(super) enum From<'a> {
     /// The `n`th member from the walk's end (0: the first).
     Rank(u64),
     /// The first score at or past this one (past it when exclusive).
@@ -114,7 +114,7 @@ enum From<'a> {
 
 /// A sorted set a command reads or changes, in either encoding (a missing
 /// key is an empty one).
-enum Open<'v> {
+pub(super) enum Open<'v> {
     /// In Redis's order; `bytes` estimates its encoding's size.
     Value {
         entries: Vec<(Cow<'v, [u8]>, f64)>,
@@ -125,7 +125,7 @@ enum Open<'v> {
 }
 
 impl<'v> Open<'v> {
-    fn of(value: Option<&'v Value>) -> Result<Open<'v>, CmdError> {
+    pub(super) fn of(value: Option<&'v Value>) -> Result<Open<'v>, CmdError> {
         Ok(match value {
             Some(value) if value.tag() == TYPE_ZSET_TABLE => Open::Table(Table::of(value)?),
             Some(value) => {
@@ -145,7 +145,7 @@ impl<'v> Open<'v> {
         }
     }
 
-    fn score(&self, ctx: &mut Ctx<'_>, member: &[u8]) -> Result<Option<f64>, CmdError> {
+    pub(super) fn score(&self, ctx: &mut Ctx<'_>, member: &[u8]) -> Result<Option<f64>, CmdError> {
         match self {
             Open::Value { entries, .. } => Ok(entries.iter().find(|(m, _)| m[..] == *member).map(|&(_, s)| s)),
             Open::Table(table) => match table::get(ctx, table, &member_field(member))? {
@@ -236,7 +236,7 @@ impl<'v> Open<'v> {
     /// Calls `visit` with each member and score from `from` on, in Redis's
     /// order or (`reverse`) against it, until it returns false; `wanted`
     /// guesses how many it will take (a table reads that many at first).
-    fn walk(
+    pub(super) fn walk(
         &self,
         ctx: &mut Ctx<'_>,
         from: From<'_>,
@@ -1060,7 +1060,12 @@ fn range_command(ctx: &mut Ctx<'_>, args: &[Bytes], command: RangeCommand) -> Cm
 
 /// `store_new` after noting keyspace event `event`, or `del` when
 /// nothing is stored where a key was, as Redis tells of a *STORE.
-fn store_new_noting(ctx: &mut Ctx<'_>, key: &[u8], members: &[(Vec<u8>, f64)], event: &'static str) -> CmdResult {
+pub(super) fn store_new_noting(
+    ctx: &mut Ctx<'_>,
+    key: &[u8],
+    members: &[(Vec<u8>, f64)],
+    event: &'static str,
+) -> CmdResult {
     if !members.is_empty() {
         ctx.notify(crate::notify::ZSET, event, key);
     } else if ctx.read(key)?.is_some() {

@@ -176,7 +176,12 @@ impl Out {
     /// A double as Redis 7.0 replies one (`%.17g`): `,` in RESP3, a bulk
     /// string in RESP2.
     pub fn double(&mut self, value: f64) {
-        let text = crate::zset::format_score(value);
+        self.double_text(&crate::zset::format_score(value));
+    }
+
+    /// A double already in the text Redis gives it (GEO's coordinates):
+    /// `,` in RESP3, a bulk string in RESP2.
+    pub fn double_text(&mut self, text: &str) {
         match self.protocol {
             Protocol::Resp2 => self.bulk(text.as_bytes()),
             Protocol::Resp3 => self.line(b',', text.as_bytes()),
