@@ -189,9 +189,9 @@ impl Search {
     /// and where it repeats the one read before it.
     pub fn ranges(&self) -> Vec<(f64, f64)> {
         let mut ranges = Vec::with_capacity(9);
-        // Redis compares a box with the last one read but for the centre's:
-        // a neighbour that is the centre's own box (a radius of thousands
-        // of kilometres) is read twice, and its points come twice.
+        // At one bit a coordinate east is west, north-east north-west ...:
+        // Redis skips a box equal to the last one read (but the centre's,
+        // which no neighbour can equal).
         let mut last: Option<Hash> = None;
         for (i, hash) in self.boxes().into_iter().enumerate() {
             if hash == NO_BOX || last == Some(hash) {

@@ -368,6 +368,31 @@ fn streams_match_redis() {
     }
 }
 
+/// GEO commands: Redis's own example points, every option and error, the
+/// odd scores of members that are not points, searches that span the
+/// globe, and members at the same place (their order when COUNT cuts).
+const GEO_SCRIPTS: &[&str] = &[
+    "GEOADD Sicily 13.361389 38.115556 Palermo 15.087269 37.502669 Catania | GEODIST Sicily Palermo Catania | GEODIST Sicily Palermo Catania km | GEORADIUS Sicily 15 37 100 km | GEORADIUS Sicily 15 37 200 km WITHDIST WITHCOORD WITHHASH | GEOPOS Sicily Palermo Catania NonExisting | GEOHASH Sicily Palermo Catania x | GEOSEARCH Sicily FROMLONLAT 15 37 BYBOX 400 400 km ASC WITHCOORD WITHDIST | GEOADD Sicily ch 13.361389 38.115556 Palermo 1 1 new | ZRANGE Sicily 0 -1 WITHSCORES | TYPE Sicily | OBJECT ENCODING Sicily",
+    "GEOADD g 13.361389 38.115556 Palermo 15.087269 37.502669 Catania | SET str v | GEOADD str 1 1 a | GEOPOS str a | GEOHASH str a | GEODIST str a b | GEORADIUS str 1 1 1 km | GEOSEARCH str FROMLONLAT 1 1 BYRADIUS 1 km | GEOSEARCHSTORE d str FROMLONLAT 1 1 BYRADIUS 1 km | GEOSEARCHSTORE str g FROMLONLAT 1 1 BYRADIUS 1000 km | TYPE str | GEOPOS missing a b | GEOHASH missing a",
+    "GEOADD g 181 1 a | GEOADD g -180.0000001 1 a | GEOADD g 1 85.06 a | GEOADD g 1 -90 a | GEOADD g inf 1 a | GEOADD g 1 nan a | GEOADD g 1e400 1 a | GEOADD g 1 2 a b | GEOADD g xx nx 1 2 a | GEOADD g ch ch ch | GEOADD g gt 1 1 a | GEOADD g xx 1 1 nosuch | GEOADD g 15 37 Catania | GEOADD g xx ch 15.1 37 Catania | GEOADD g nx 15 37 Catania 1 1 n2 | ZSCORE g n2 | GEOADD g 180 85.05112878 ne -180 -85.05112878 sw | GEOPOS g ne sw | GEOHASH g ne sw",
+    "GEOADD g 13.361389 38.115556 Palermo 15.087269 37.502669 Catania 13.361389 38.115556 Twin | GEODIST g Palermo Catania parsecs | GEODIST g Palermo Catania km extra | GEODIST g Palermo nosuch | GEODIST missing a b | GEODIST g Palermo Palermo | GEODIST g Palermo Twin mi | GEODIST g Palermo Catania FT | GEODIST g Palermo Catania MI",
+    "GEOADD g 13.361389 38.115556 Palermo 15.087269 37.502669 Catania | GEORADIUS g 15 37 -1 km | GEORADIUS g 15 37 x km | GEORADIUS g 15 37 1 lightyear | GEORADIUS g x 37 1 km | GEORADIUS g 15 37 200 km COUNT 0 | GEORADIUS g 15 37 200 km COUNT -1 | GEORADIUS g 15 37 200 km COUNT x | GEORADIUS g 15 37 200 km COUNT | GEORADIUS g 15 37 200 km ANY | GEORADIUS g 15 37 200 km STORE | GEORADIUS g 15 37 200 km STORE d WITHDIST | GEORADIUS g 15 37 200 km FOO | GEORADIUS g 15 37 200 km BYBOX 1 1 km | GEORADIUS_RO g 15 37 200 km STORE d | GEORADIUSBYMEMBER g nosuch 1 km | GEORADIUSBYMEMBER g Palermo x km | GEORADIUSBYMEMBER missing nosuch x km | GEORADIUSBYMEMBER missing nosuch x km STORE d | GEORADIUSBYMEMBER_RO missing a 1 km WITHDIST FOO | GEORADIUSBYMEMBER_RO g Palermo 200 km WITHDIST",
+    "GEOADD g 13.361389 38.115556 Palermo 15.087269 37.502669 Catania | GEOSEARCH g FROMLONLAT 15 37 | GEOSEARCH g BYRADIUS 1 km | GEOSEARCH g FROMLONLAT 15 37 FROMMEMBER Palermo BYRADIUS 1 km | GEOSEARCH g FROMMEMBER Palermo FROMLONLAT 15 37 BYRADIUS 1 km | GEOSEARCH g FROMMEMBER Palermo FROMMEMBER Catania BYRADIUS 1 km | GEOSEARCH g FROMMEMBER Palermo BYRADIUS 1 km BYBOX 1 1 km | GEOSEARCH g FROMMEMBER Palermo BYBOX 1 1 km BYRADIUS 1 km | GEOSEARCH g FROMMEMBER Palermo BYBOX 1 km | GEOSEARCH g FROMMEMBER Palermo BYBOX x 1 km | GEOSEARCH g FROMMEMBER Palermo BYBOX 1 x km | GEOSEARCH g FROMMEMBER Palermo BYBOX -1 1 km | GEOSEARCH g FROMMEMBER Palermo BYBOX 1 1 au | GEOSEARCH g FROMMEMBER nosuch BYRADIUS 1 km | GEOSEARCH missing FROMMEMBER nosuch BYRADIUS 1 km | GEOSEARCH missing FROMMEMBER nosuch | geosearch missing BYRADIUS 1 km | GEOSEARCH g FROMMEMBER Palermo BYRADIUS 1 km STORE d | GEOSEARCH g FROMMEMBER Palermo BYRADIUS 1 km STOREDIST | GEOSEARCH g FROMLONLAT 200 1 BYRADIUS 1 km | GEOSEARCH g FROMMEMBER Palermo BYRADIUS 1 km ANY | GEOSEARCH g BYBOX 1 1 km FROMMEMBER Catania BYBOX 300 300 km",
+    "GEOADD g 13.361389 38.115556 Palermo 15.087269 37.502669 Catania 13.361389 38.115556 Twin | GEOSEARCHSTORE d g FROMMEMBER Palermo BYRADIUS 300 km WITHDIST | GEOSEARCHSTORE d g FROMMEMBER Palermo BYRADIUS 300 km STOREDIST | ZRANGE d 0 -1 WITHSCORES | GEOSEARCHSTORE d g FROMMEMBER Palermo BYRADIUS 300 km STORE e | GEOSEARCHSTORE d g FROMMEMBER Palermo BYRADIUS 300 km COUNT 1 DESC | ZRANGE d 0 -1 WITHSCORES | GEOSEARCHSTORE d missing FROMMEMBER Palermo BYRADIUS 300 km | EXISTS d | GEORADIUS g 15 37 200 km STORE d | ZRANGE d 0 -1 WITHSCORES | GEORADIUS g 15 37 200 km STOREDIST d COUNT 1 | ZRANGE d 0 -1 WITHSCORES | GEORADIUS g 15 37 1 m STORE d | EXISTS d | EXPIRE g 100 | GEORADIUS g 15 37 200 km STORE g | TTL g | ZCARD g",
+    "GEOADD g 13.361389 38.115556 Palermo 15.087269 37.502669 Catania 13.361389 38.115556 Twin | GEORADIUS g 14 38 500 km WITHDIST ASC | GEORADIUS g 14 38 500 km WITHDIST DESC | GEORADIUS g 14 38 500 km COUNT 2 ASC | GEORADIUS g 14 38 500 km COUNT 1 ANY | GEORADIUS g 14 38 500 km ASC DESC | GEORADIUS g 13.361389 38.115556 0 m WITHDIST | GEOSEARCH g FROMMEMBER Palermo BYBOX 0 0 m WITHDIST | GEORADIUS g 13.361389 38.115556 15000 km | GEORADIUS g 13.361389 38.115556 20000 km WITHDIST | GEOSEARCH g FROMLONLAT 0 0 BYBOX 50000 50000 km | GEORADIUS g 0 0 10000 km WITHHASH",
+    "ZADD z -1 neg 1e300 big 4503599627370496 top 4503599627370495 under 2.5 small inf pinf -inf ninf | GEOPOS z neg big top under small pinf ninf | GEOHASH z neg big top under small pinf ninf | GEODIST z neg big | GEORADIUS z 0 0 30000 km WITHCOORD WITHDIST",
+    "GEOADD g 0.5 0.5 a 0.5 0.5 b 0.5 0.5 c 0.25 0.5 d 0.25 0.5 e -0.5 0.5 f 0.5 0.5 g -0.5 0.5 h 0.25 0.5 i 0.5 0.5 j | GEORADIUS g 0 0 500 km COUNT 1 | GEORADIUS g 0 0 500 km COUNT 3 | GEORADIUS g 0 0 500 km COUNT 4 DESC | GEORADIUS g 0 0 500 km COUNT 9 WITHDIST | GEORADIUS g 0 0 500 km ASC | GEORADIUS g 0 0 500 km DESC | GEORADIUS g 0 0 500 km COUNT 2 ANY",
+];
+
+#[test]
+fn geo_matches_redis() {
+    for protocol in [2, 3] {
+        let mut mismatches = run(protocol, GEO_SCRIPTS);
+        mismatches.extend(run_pipelined(protocol, GEO_SCRIPTS));
+        assert!(mismatches.is_empty(), "{} mismatches:\n{}", mismatches.len(), mismatches.join("\n"));
+    }
+}
+
 /// The bytes of a RESP bulk string reply.
 fn bulk(reply: &[u8]) -> Vec<u8> {
     let header_end = reply.iter().position(|&b| b == b'\n').expect("a header line") + 1;
@@ -658,6 +683,132 @@ fn random_commands_match_redis(
     assert_eq!(request(&mut ours, b"DBSIZE\r\n"), request(&mut theirs, b"DBSIZE\r\n"));
     assert!(mismatches.is_empty(), "{} mismatches:\n{}", mismatches.len(), mismatches.join("\n"));
     tables
+}
+
+/// Random GEO commands over two indexes that grow past Redis's listpack
+/// and ScaledKV's one-value limits (so they become tables): points all
+/// over the globe, at its edges and poles, and in clusters that share
+/// places (ties in distance); searches by radius and box of every size,
+/// with every option, stored or replied; distances, positions, hashes.
+#[test]
+fn random_geo_commands_match_redis() {
+    let keys = ["geo0", "geo1"];
+    let tables = random_commands_match_redis("geo", |next| {
+        let key = pick(next, &keys);
+        let w = |word: &str| word.as_bytes().to_vec();
+        let number = |value: f64, digits: u64| format!("{value:.*}", digits as usize).into_bytes();
+        let lon = |next: &mut dyn FnMut(u64) -> u64| -> Vec<u8> {
+            match next(8) {
+                0 => w(["-180", "180", "0", "179.9999"][next(4) as usize]),
+                1 | 2 => number(next(11) as f64 / 10.0 - 0.5, 1),
+                _ => number(next(3_600_001) as f64 / 10_000.0 - 180.0, next(8)),
+            }
+        };
+        let lat = |next: &mut dyn FnMut(u64) -> u64| -> Vec<u8> {
+            match next(8) {
+                0 => w(["-85.05112878", "85.05112878", "0", "84.9", "-80.5"][next(5) as usize]),
+                1 | 2 => number(next(11) as f64 / 10.0 - 0.5, 1),
+                _ => number(next(1_701_001) as f64 / 10_000.0 - 85.05, next(8)),
+            }
+        };
+        let member = |next: &mut dyn FnMut(u64) -> u64| format!("m{}", next(900)).into_bytes();
+        let unit = |next: &mut dyn FnMut(u64) -> u64| w(["m", "km", "ft", "mi", "KM"][next(5) as usize]);
+        let radius = |next: &mut dyn FnMut(u64) -> u64| -> Vec<Vec<u8>> {
+            let size = ["0", "1", "50", "900", "5000", "100000", "2000000", "9000000"][next(8) as usize];
+            vec![w(size), w(["m", "m", "ft", "mi"][next(4) as usize])]
+        };
+        let options = |next: &mut dyn FnMut(u64) -> u64, replied: bool| -> Vec<Vec<u8>> {
+            let mut words = Vec::new();
+            if replied {
+                for option in ["WITHDIST", "WITHHASH", "WITHCOORD"] {
+                    if next(3) == 0 {
+                        words.push(w(option));
+                    }
+                }
+            }
+            if next(2) == 0 {
+                words.extend([w("COUNT"), (1 + next(12)).to_string().into_bytes()]);
+                if next(4) == 0 {
+                    words.push(w("ANY"));
+                }
+            }
+            match next(3) {
+                0 => words.push(w("ASC")),
+                1 => words.push(w("DESC")),
+                _ => {}
+            }
+            words
+        };
+        let center = |next: &mut dyn FnMut(u64) -> u64| -> Vec<Vec<u8>> {
+            if next(2) == 0 {
+                vec![w("FROMMEMBER"), member(next)]
+            } else {
+                vec![w("FROMLONLAT"), lon(next), lat(next)]
+            }
+        };
+        let shape = |next: &mut dyn FnMut(u64) -> u64| -> Vec<Vec<u8>> {
+            if next(2) == 0 {
+                let mut words = vec![w("BYRADIUS")];
+                words.extend(radius(next));
+                words
+            } else {
+                let side = |next: &mut dyn FnMut(u64) -> u64| w(["0", "10", "700", "4000", "60000"][next(5) as usize]);
+                vec![w("BYBOX"), side(next), side(next), unit(next)]
+            }
+        };
+        match next(20) {
+            0..=6 => {
+                let mut words = vec![w("GEOADD"), key];
+                match next(8) {
+                    0 => words.push(w("NX")),
+                    1 => words.extend([w("XX"), w("CH")]),
+                    2 => words.push(w("CH")),
+                    _ => {}
+                }
+                for _ in 0..1 + next(8) {
+                    words.extend([lon(next), lat(next), member(next)]);
+                }
+                (false, words)
+            }
+            7 | 8 => {
+                let mut words = vec![w(["GEORADIUS", "GEORADIUS_RO"][next(2) as usize]), key, lon(next), lat(next)];
+                words.extend(radius(next));
+                words.extend(options(next, true));
+                (false, words)
+            }
+            9 => {
+                let mut words = vec![w("GEORADIUSBYMEMBER"), key, member(next)];
+                words.extend(radius(next));
+                words.extend(options(next, false));
+                words.extend([w(["STORE", "STOREDIST"][next(2) as usize]), w("dst")]);
+                (false, words)
+            }
+            10..=12 => {
+                let mut words = vec![w("GEOSEARCH"), key];
+                words.extend(center(next));
+                words.extend(shape(next));
+                words.extend(options(next, true));
+                (false, words)
+            }
+            13 => {
+                let mut words = vec![w("GEOSEARCHSTORE"), w("dst"), key];
+                words.extend(shape(next));
+                words.extend(center(next));
+                words.extend(options(next, false));
+                if next(2) == 0 {
+                    words.push(w("STOREDIST"));
+                }
+                (false, words)
+            }
+            14 => (false, vec![w("ZRANGE"), w("dst"), w("0"), w("-1"), w("WITHSCORES")]),
+            15 => (false, vec![w("GEODIST"), key, member(next), member(next), unit(next)]),
+            16 => (false, vec![w("GEOPOS"), key, member(next), member(next)]),
+            17 => (false, vec![w("GEOHASH"), key, member(next), member(next)]),
+            18 => (false, vec![w("ZREM"), key, member(next), member(next)]),
+            _ => (false, vec![w("ZCARD"), key]),
+        }
+    });
+    assert!(tables > 0, "the indexes never grew into tables");
 }
 
 /// RENAME or COPY ... REPLACE of `key` onto one of `keys`, or DEL of it.
@@ -1487,6 +1638,7 @@ const KEYSPACE_SCRIPTS: &[&str] = &[
     "d: CONFIG SET notify-keyspace-events KEA | b: PSUBSCRIBE __key*__:* | a: SADD s a b | a: SADD s a | a: SREM s a | a: SREM s zz | a: SPOP s | a: SADD s x y | a: SMOVE s s2 x | a: SMOVE s s2 y | a: SMOVE s2 s2 x | a: SADD s3 x | a: SINTERSTORE s4 s3 s3 | a: SUNIONSTORE s5 s3 s3 | a: SDIFFSTORE s6 s3 s3 | a: SDIFFSTORE s5 s3 s3 | a: SPOP s3 5",
     "d: CONFIG SET notify-keyspace-events KEA | b: PSUBSCRIBE __key*__:* | a: ZADD z 1 a 2 b | a: ZADD z 1 a | a: ZADD z INCR 5 a | a: ZINCRBY z 1 b | a: ZREM z a | a: ZPOPMIN z | a: ZADD z 1 a 2 b 3 c | a: ZREMRANGEBYRANK z 0 0 | a: ZREMRANGEBYSCORE z 0 2 | a: ZREMRANGEBYLEX z - + | a: ZADD z1 1 a | a: ZUNIONSTORE z2 1 z1 | a: ZINTERSTORE z3 1 z1 | a: ZRANGESTORE z4 z1 0 -1 | a: ZDIFFSTORE z5 1 z1 | a: ZDIFFSTORE z4 2 z1 z1 | a: ZADD zz 1 a 2 b | a: ZMPOP 1 zz MAX COUNT 5 | a: ZADD zz 1 a | a: BZPOPMAX zz 1",
     "d: CONFIG SET notify-keyspace-events KEA | b: PSUBSCRIBE __key*__:* | a: XADD x 1-0 f v | a: XADD x MAXLEN 1 2-0 f v | a: XDEL x 2-0 9-0 | a: XDEL x 9-0 | a: XADD x 3-0 f v | a: XTRIM x MAXLEN 0 | a: XTRIM x MAXLEN 0 | a: XSETID x 5-0 | a: XGROUP CREATE x g 0 | a: XGROUP CREATECONSUMER x g c | a: XADD x 6-0 f v | a: XREADGROUP GROUP g c2 STREAMS x > | a: XACK x g 6-0 | a: XCLAIM x g c3 0 6-0 FORCE | a: XAUTOCLAIM x g c4 0 0 | a: XGROUP SETID x g 0 | a: XGROUP DELCONSUMER x g c | a: XGROUP DESTROY x g | a: XGROUP CREATE y g $ MKSTREAM | a: DEL x y",
+    "d: CONFIG SET notify-keyspace-events KEA | b: PSUBSCRIBE __key*__:* | a: GEOADD g 1 1 a 2 2 b | a: GEOADD g 1 1 a | a: GEORADIUS g 1 1 500 km STORE d | a: GEORADIUS g 1 1 500 km STOREDIST d | a: GEOSEARCHSTORE d2 g FROMMEMBER a BYRADIUS 1 km | a: GEOSEARCHSTORE d2 g FROMLONLAT 50 50 BYRADIUS 1 km | a: GEORADIUSBYMEMBER g a 1 m STORE d | a: GEORADIUS missing 1 1 1 km STORE d2",
     "d: CONFIG SET notify-keyspace-events KEA | b: PSUBSCRIBE __key*__:* | a: PFADD p a b | a: PFADD p a | a: PFCOUNT p | a: PFADD q | a: PFMERGE m p q | a: PFCOUNT p q",
     "b: PSUBSCRIBE __key*__:* | d: CONFIG SET notify-keyspace-events Kl | d: CONFIG GET notify-keyspace-events | a: SET k v | a: LPUSH l x | d: CONFIG SET notify-keyspace-events E$ | d: CONFIG GET notify-keyspace-events | a: SET k v | a: LPUSH l x | d: CONFIG SET notify-keyspace-events gx | a: DEL k | d: CONFIG SET notify-keyspace-events KQ | d: CONFIG GET notify-keyspace-events | d: CONFIG SET notify-keyspace-events AKEm | d: CONFIG GET notify-keyspace-events | d: CONFIG SET notify-keyspace-events '' | a: DEL l",
 ];

@@ -360,8 +360,8 @@ fn reply_or_store(
         let mut members: Vec<(Vec<u8>, f64)> = Vec::with_capacity(found.len());
         let mut seen = std::collections::HashSet::new();
         for point in found {
-            // A box read twice finds its members twice (see
-            // `Search::ranges`); a sorted set holds each once.
+            // Each box is read once (`Search::ranges`), so each member
+            // comes once; a sorted set could not hold it twice.
             if seen.insert(point.member.clone()) {
                 let score = if options.store_dist { point.distance / to_meters } else { point.score };
                 members.push((point.member, score));
