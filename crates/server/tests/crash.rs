@@ -1,5 +1,5 @@
 //! The server is SIGKILLed while clients write (pipelined SETs, INCRs,
-//! MSETs, HSETs, HINCRBYs and ZADDs, and INCRs and RPUSHes of keys all
+//! MSETs, HSETs, HINCRBYs, ZADDs and GEOADDs, and INCRs and RPUSHes of keys all
 //! clients share, whose writers let their locks go before they are
 //! durable), then restarted: every acknowledged write must be there byte
 //! for byte, and no MSET may be half applied. In a loop:
@@ -37,6 +37,8 @@ struct Acked {
     hash_counter: i64,
     /// ZADDs of rounds 0..zset_rounds were acknowledged.
     zset_rounds: u64,
+    /// GEOADDs of rounds 0..geo_rounds were acknowledged.
+    geo_rounds: u64,
     /// Highest reply to an INCR of the key all writers share.
     shared_counter: i64,
     /// (reply, element) of each acknowledged RPUSH to the list all share.
@@ -73,6 +75,14 @@ fn writer(port: u16, iteration: usize, thread: usize, stop: Arc<AtomicBool>) -> 
         request.extend(encode(&[b"HINCRBY", format!("hcount:t{thread}").as_bytes(), b"n", b"1"]));
         let zset = format!("z:i{iteration}:t{thread}");
         request.extend(encode(&[b"ZADD", zset.as_bytes(), n.as_bytes(), zset_member(seq).as_bytes()]));
+        let (geo, (lon, lat)) = (format!("geo:i{iteration}:t{thread}"), place(seq));
+        request.extend(encode(&[
+            b"GEOADD",
+            geo.as_bytes(),
+            lon.as_bytes(),
+            lat.as_bytes(),
+            place_name(seq).as_bytes(),
+        ]));
         request.extend(encode(&[b"INCR", b"shared-counter"]));
         let element = format!("i{iteration}:t{thread}:{seq}");
         request.extend(encode(&[b"RPUSH", b"shared-list", element.as_bytes()]));
@@ -109,6 +119,11 @@ fn writer(port: u16, iteration: usize, thread: usize, stop: Arc<AtomicBool>) -> 
             None => return acked,
         }
         match try_read_reply(&mut stream) {
+            Some(reply) if reply == b":1\r\n" => acked.geo_rounds += 1,
+            Some(reply) => panic!("unexpected GEOADD reply {:?}", String::from_utf8_lossy(&reply)),
+            None => return acked,
+        }
+        match try_read_reply(&mut stream) {
             Some(reply) => acked.shared_counter = integer(&reply),
             None => return acked,
         }
@@ -119,6 +134,52 @@ fn writer(port: u16, iteration: usize, thread: usize, stop: Arc<AtomicBool>) -> 
         seq += PIPELINE as u64;
     }
     acked
+}
+
+/// Round `seq`'s point, all over the globe: longitude and latitude text.
+fn place(seq: u64) -> (String, String) {
+    let lon = (seq % 3600) as f64 / 10.0 - 179.9876;
+    let lat = (seq * 7 % 1700) as f64 / 20.0 - 84.9876;
+    (format!("{lon:.4}"), format!("{lat:.4}"))
+}
+
+fn place_name(seq: u64) -> String {
+    format!("p{seq}")
+}
+
+/// GEOPOS's reply for round `seq`'s point: its 52-bit cell's centre, as
+/// Redis 7.0 prints it (17 decimals, trailing zeros cut).
+fn geopos(seq: u64) -> Vec<u8> {
+    let (lon, lat) = place(seq);
+    let score = geohash(lon.parse().unwrap(), lat.parse().unwrap());
+    let (lon, lat) = cell_centre(score);
+    let mut reply = b"*2\r\n".to_vec();
+    for x in [lon, lat] {
+        let text = format!("{x:.17}");
+        reply.extend(bulk(text.trim_end_matches('0').trim_end_matches('.').as_bytes()));
+    }
+    reply
+}
+
+/// The 26 bits of each coordinate, interleaved (latitude's at even
+/// places), over Redis's latitude range: written out here rather than
+/// borrowed from the server, so that the test checks it.
+fn geohash(lon: f64, lat: f64) -> u64 {
+    let lat_cell = ((lat + 85.05112878) / (85.05112878 * 2.0) * (1u64 << 26) as f64) as u64;
+    let lon_cell = ((lon + 180.0) / 360.0 * (1u64 << 26) as f64) as u64;
+    (0..26).fold(0, |bits, i| bits | ((lat_cell >> i) & 1) << (2 * i) | ((lon_cell >> i) & 1) << (2 * i + 1))
+}
+
+fn cell_centre(bits: u64) -> (f64, f64) {
+    let (lat_cell, lon_cell) = (0..26).fold((0u64, 0u64), |(lat, lon), i| {
+        (lat | ((bits >> (2 * i)) & 1) << i, lon | ((bits >> (2 * i + 1)) & 1) << i)
+    });
+    let cells = (1u64 << 26) as f64;
+    let span = |cell: u64, min: f64, max: f64| {
+        let (low, high) = (min + (cell as f64 / cells) * (max - min), min + ((cell + 1) as f64 / cells) * (max - min));
+        (low + high) / 2.0
+    };
+    (span(lon_cell, -180.0, 180.0), span(lat_cell, -85.05112878, 85.05112878))
 }
 
 fn integer(reply: &[u8]) -> i64 {
@@ -285,6 +346,24 @@ fn check(server: &Server, history: &[Vec<Acked>]) -> u64 {
                 "{zset}: {card} {acked:?}"
             );
             zsets_checked += acked.zset_rounds;
+            // Every acknowledged GEOADD's point where it was put.
+            let geo = format!("geo:i{iteration}:t{thread}");
+            let names: Vec<String> = (0..acked.geo_rounds).map(|round| place_name(round * PIPELINE as u64)).collect();
+            let mut command: Vec<&[u8]> = vec![b"GEOPOS", geo.as_bytes()];
+            command.extend(names.iter().map(String::as_bytes));
+            let mut expected = format!("*{}\r\n", names.len()).into_bytes();
+            for round in 0..acked.geo_rounds {
+                expected.extend(geopos(round * PIPELINE as u64));
+            }
+            if acked.geo_rounds > 0 {
+                assert_eq!(
+                    String::from_utf8_lossy(&common::request(&mut stream, &encode(&command))),
+                    String::from_utf8_lossy(&expected),
+                    "{geo}: an acknowledged GEOADD lost or moved"
+                );
+            }
+            let card = integer(&common::request(&mut stream, &encode(&[b"ZCARD", geo.as_bytes()])));
+            assert!(card as u64 == acked.geo_rounds || card as u64 == acked.geo_rounds + 1, "{geo}: {card} {acked:?}");
         }
     }
 
