@@ -1,5 +1,8 @@
 import java.util.*;
 import redis.clients.jedis.*;
+import redis.clients.jedis.args.GeoUnit;
+import redis.clients.jedis.params.GeoRadiusParam;
+import redis.clients.jedis.resps.GeoRadiusResponse;
 import redis.clients.jedis.params.ScanParams;
 import redis.clients.jedis.params.XAddParams;
 import redis.clients.jedis.params.XReadGroupParams;
@@ -8,7 +11,7 @@ import redis.clients.jedis.resps.Tuple;
 
 /**
  * Jedis, unchanged, against a server on 127.0.0.1:PORT (scripts/check-jedis.sh): the calls
- * YCSB's Redis binding makes, pipelines, transactions, scripts, streams, a pool, RESP2 and RESP3. Exits 1 on the
+ * YCSB's Redis binding makes, pipelines, transactions, scripts, streams, geo, a pool, RESP2 and RESP3. Exits 1 on the
  * first wrong answer.
  */
 public class JedisCheck {
@@ -85,6 +88,24 @@ public class JedisCheck {
         p + "XREADGROUP");
     expect(j.xack("events", "workers", first, second) == 2 && j.xpending("events", "workers").getTotal() == 0,
         p + "XACK/XPENDING");
+
+    // Geo: the points of Redis's documentation, searched as a store locator would.
+    j.del("sicily");
+    expect(j.geoadd("sicily", 13.361389, 38.115556, "Palermo") == 1
+        && j.geoadd("sicily", 15.087269, 37.502669, "Catania") == 1, p + "GEOADD");
+    Double km = j.geodist("sicily", "Palermo", "Catania", GeoUnit.KM);
+    expect(km != null && Math.abs(km - 166.2742) < 1e-9, p + "GEODIST " + km);
+    List<GeoCoordinate> where = j.geopos("sicily", "Palermo", "nowhere");
+    expect(where.size() == 2 && Math.abs(where.get(0).getLongitude() - 13.361389) < 1e-5 && where.get(1) == null,
+        p + "GEOPOS");
+    expect(j.geohash("sicily", "Palermo").equals(Collections.singletonList("sqc8b49rny0")), p + "GEOHASH");
+    List<GeoRadiusResponse> near = j.georadius("sicily", 15, 37, 200, GeoUnit.KM,
+        GeoRadiusParam.geoRadiusParam().withDist().withCoord().sortAscending());
+    expect(near.size() == 2 && near.get(0).getMemberByString().equals("Catania")
+        && Math.abs(near.get(0).getDistance() - 56.4413) < 1e-9
+        && Math.abs(near.get(1).getCoordinate().getLatitude() - 38.115556) < 1e-5, p + "GEORADIUS WITHDIST WITHCOORD ASC");
+    List<GeoRadiusResponse> boxed = j.geosearch("sicily", new GeoCoordinate(15, 37), 400, 400, GeoUnit.KM);
+    expect(boxed.size() == 2, p + "GEOSEARCH BYBOX");
 
     ScanParams params = new ScanParams().match("k1*").count(100);
     Set<String> seen = new HashSet<>();
