@@ -11,7 +11,7 @@ use std::cmp::Ordering;
 use bytes::Bytes;
 
 use super::args::{eq, int};
-use super::zsets::{read_zset, store_new_noting, From, Open};
+use super::zsets::{read_zset, store_new_noting, Open};
 use super::{err, CmdError, CmdResult, Ctx};
 use crate::geo::{self, Search, Shape};
 use crate::zset::parse_score;
@@ -329,15 +329,11 @@ fn search_command(ctx: &mut Ctx<'_>, args: &[Bytes], kind: Kind, read_only: bool
 fn find(ctx: &mut Ctx<'_>, set: &Open<'_>, search: &Search, limit: usize) -> Result<Vec<Found>, CmdError> {
     let mut found = Vec::new();
     let full = |found: &Vec<Found>| limit > 0 && found.len() >= limit;
-    for (min, max) in search.ranges() {
+    for range in search.ranges() {
         if full(&found) {
             break;
         }
-        let wanted = if limit > 0 { limit } else { 64 };
-        set.walk(ctx, From::Score(min, false), false, wanted, |member, score| {
-            if score >= max {
-                return false;
-            }
+        set.walk_scores(ctx, range, |member, score| {
             if let Some((point, distance)) = search.contains(score) {
                 found.push(Found { member: member.to_vec(), score, point, distance });
             }

@@ -680,7 +680,7 @@ fn walk_table(
     from: From<'_>,
     reverse: bool,
     wanted: usize,
-    mut visit: impl FnMut(&[u8], f64) -> bool,
+    visit: impl FnMut(&[u8], f64) -> bool,
 ) -> CmdResult {
     let prefix = table::member_key(table.id, &[INDEX]);
     let end = prefix_end(&prefix).expect("ends below 0xFF");
@@ -727,6 +727,21 @@ fn walk_table(
             }
         }
     }
+    walk_bounds(ctx, &prefix, (lower, upper), reverse, skip, wanted, visit)
+}
+
+/// Calls `visit` with the index entries of a table within `bounds` (keys
+/// after the index's `prefix`), after skipping `skip`, until it returns
+/// false; reads `wanted` at first, then chunks four times bigger.
+fn walk_bounds(
+    ctx: &mut Ctx<'_>,
+    prefix: &[u8],
+    (mut lower, mut upper): (Bound<Vec<u8>>, Bound<Vec<u8>>),
+    reverse: bool,
+    mut skip: u64,
+    wanted: usize,
+    mut visit: impl FnMut(&[u8], f64) -> bool,
+) -> CmdResult {
     const MOST: usize = 4096;
     let mut chunk = skip.saturating_add(wanted as u64).clamp(1, MOST as u64) as usize;
     loop {
@@ -921,6 +936,36 @@ pub fn zmscore(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         }
     }
     Ok(())
+}
+
+impl Open<'_> {
+    /// Calls `visit` with each member whose score is in `[min, max)`, in
+    /// Redis's order, until it returns false (GEO's box searches). A table
+    /// reads only the entries in the range.
+    pub(super) fn walk_scores(
+        &self,
+        ctx: &mut Ctx<'_>,
+        (min, max): (f64, f64),
+        mut visit: impl FnMut(&[u8], f64) -> bool,
+    ) -> CmdResult {
+        match self {
+            Open::Value { entries, .. } => {
+                let start = entries.partition_point(|e| e.1 < min);
+                for (member, score) in entries[start..].iter().take_while(|e| e.1 < max) {
+                    if !visit(member, *score) {
+                        break;
+                    }
+                }
+                Ok(())
+            }
+            Open::Table(table) => {
+                let prefix = table::member_key(table.id, &[INDEX]);
+                let at_score = |score: f64| [&prefix[..], &score_key(score)].concat();
+                let bounds = (Bound::Included(at_score(min)), Bound::Excluded(at_score(max)));
+                walk_bounds(ctx, &prefix, bounds, false, 0, 256, visit)
+            }
+        }
+    }
 }
 
 /// A range's members, its limits parsed: by score, by member or by rank.
