@@ -520,32 +520,44 @@ impl Writes {
         pending
     }
 
+    /// Whether these writes (or the queued ones they read) hold a change
+    /// within `bounds`: a read there must merge them with the engine's.
+    pub fn holds_pending_in(&self, bounds: (Bound<&[u8]>, Bound<&[u8]>)) -> bool {
+        !self.pending_in(bounds).is_empty()
+    }
+
     /// Calls `visit` with up to `limit` entries within `bounds` (inside
     /// one of the server's own ranges), in key order, values without their
-    /// type byte; returns how many. Where these writes hold none there the
-    /// engine lends them in place (LRANGE of a big list: no copy per
-    /// element before the reply's).
+    /// type byte, until it returns false; returns how many it saw. Where
+    /// these writes hold none there the engine lends them in place (LRANGE
+    /// of a big list, GEO's box searches: no copy per entry).
     pub fn visit_range(
         &self,
         db: &Db,
         bounds: (Bound<&[u8]>, Bound<&[u8]>),
         limit: usize,
-        mut visit: impl FnMut(&[u8], &[u8]),
+        mut visit: impl FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<usize, CmdError> {
         if !self.pending_in(bounds).is_empty() {
             let found = self.scan_range(db, bounds, false, limit)?;
+            let mut seen = 0;
             for (key, value) in &found {
-                visit(key, value);
+                seen += 1;
+                if !visit(key, value) {
+                    break;
+                }
             }
-            return Ok(found.len());
+            return Ok(seen);
         }
         let mut iter = db.range::<&[u8], _>(bounds).expect(limit);
         let mut seen = 0;
         while seen < limit {
             let Some(item) = iter.next_ref() else { break };
             let (key, value) = item?;
-            visit(key, value.get(1..).unwrap_or_default());
             seen += 1;
+            if !visit(key, value.get(1..).unwrap_or_default()) {
+                break;
+            }
         }
         Ok(seen)
     }

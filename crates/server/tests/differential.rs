@@ -393,6 +393,39 @@ fn geo_matches_redis() {
     }
 }
 
+/// A big index (a table here) searched inside MULTI and a script, after
+/// GEOADDs and a ZREM of the same transaction: the search merges its own
+/// writes with what is stored, and STORE writes what it found.
+#[test]
+fn geo_searches_see_their_transactions_writes() {
+    let Some(mut servers) = Servers::start() else { return };
+    let Servers { ours, theirs, .. } = &mut servers;
+    let w = |text: &str| text.split(' ').map(|word| word.as_bytes().to_vec()).collect::<Vec<_>>();
+    let mut fill = w("GEOADD big");
+    for i in 0..1200 {
+        let (lon, lat) = ((i % 40) as f64 * 0.01, (i / 40) as f64 * 0.01);
+        fill.extend([lon.to_string().into_bytes(), lat.to_string().into_bytes(), format!("member:{i}").into_bytes()]);
+    }
+    let script = "redis.call('GEOADD', KEYS[1], 0.2, 0.2, 'member:7') \
+                  return redis.call('GEOSEARCH', KEYS[1], 'FROMLONLAT', 0.2, 0.2, 'BYRADIUS', 1, 'km', 'WITHDIST')";
+    let mut commands = vec![
+        fill,
+        w("OBJECT ENCODING big"),
+        w("MULTI"),
+        w("GEOADD big 0.1 0.1 member:5"),
+        w("GEOADD big 0.105 0.105 fresh"),
+        w("ZREM big member:164"),
+        w("GEOSEARCH big FROMLONLAT 0.1 0.1 BYRADIUS 2 km ASC WITHDIST"),
+        w("GEORADIUS big 0.1 0.1 3 km COUNT 5 STORE dst"),
+        w("GEOSEARCH big FROMMEMBER fresh BYBOX 3 3 km DESC COUNT 7 WITHCOORD"),
+        w("EXEC"),
+        w("ZRANGE dst 0 -1 WITHSCORES"),
+    ];
+    commands.push(vec![b"EVAL".to_vec(), script.as_bytes().to_vec(), b"1".to_vec(), b"big".to_vec()]);
+    commands.push(w("GEOSEARCH big FROMLONLAT 0.1 0.1 BYRADIUS 2 km ASC WITHDIST"));
+    same_replies(ours, theirs, &commands);
+}
+
 /// The bytes of a RESP bulk string reply.
 fn bulk(reply: &[u8]) -> Vec<u8> {
     let header_end = reply.iter().position(|&b| b == b'\n').expect("a header line") + 1;

@@ -328,18 +328,12 @@ fn search_command(ctx: &mut Ctx<'_>, args: &[Bytes], kind: Kind, read_only: bool
 /// the set's order; with a `limit`, no more once that many are found.
 fn find(ctx: &mut Ctx<'_>, set: &Open<'_>, search: &Search, limit: usize) -> Result<Vec<Found>, CmdError> {
     let mut found = Vec::new();
-    let full = |found: &Vec<Found>| limit > 0 && found.len() >= limit;
-    for range in search.ranges() {
-        if full(&found) {
-            break;
+    set.walk_score_ranges(ctx, &search.ranges(), |member, score| {
+        if let Some((point, distance)) = search.contains(score) {
+            found.push(Found { member: member.to_vec(), score, point, distance });
         }
-        set.walk_scores(ctx, range, |member, score| {
-            if let Some((point, distance)) = search.contains(score) {
-                found.push(Found { member: member.to_vec(), score, point, distance });
-            }
-            !full(&found)
-        })?;
-    }
+        limit == 0 || found.len() < limit
+    })?;
     Ok(found)
 }
 

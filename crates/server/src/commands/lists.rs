@@ -401,7 +401,10 @@ pub fn lrange(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         let bounds = (std::ops::Bound::Included(&from[..]), std::ops::Bound::Excluded(&end[..]));
         ctx.out.array(n);
         let out = &mut *ctx.out;
-        let seen = ctx.writes.visit_range(&ctx.shared.db, bounds, n, |_, element| out.bulk(element))?;
+        let seen = ctx.writes.visit_range(&ctx.shared.db, bounds, n, |_, element| {
+            out.bulk(element);
+            true
+        })?;
         if seen != n {
             // A table that holds fewer elements than its stub counts.
             return Err(hash::Corrupt.into());

@@ -939,33 +939,88 @@ pub fn zmscore(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
 }
 
 impl Open<'_> {
-    /// Calls `visit` with each member whose score is in `[min, max)`, in
-    /// Redis's order, until it returns false (GEO's box searches). A table
-    /// reads only the entries in the range.
-    pub(super) fn walk_scores(
+    /// Calls `visit` with each member whose score is in each of `ranges`
+    /// (`[min, max)`), range after range, each in Redis's order, until it
+    /// returns false (GEO's box searches). A table's come from one engine
+    /// snapshot, so that a search of several ranges sees one state of the
+    /// set though it holds no lock (a member moved between two ranges
+    /// during the search is seen once), and from the index alone: no log
+    /// read per entry. Ranges that this command's own writes touch (in a
+    /// transaction, a script, a run) are read merged with them.
+    pub(super) fn walk_score_ranges(
         &self,
         ctx: &mut Ctx<'_>,
-        (min, max): (f64, f64),
+        ranges: &[(f64, f64)],
         mut visit: impl FnMut(&[u8], f64) -> bool,
     ) -> CmdResult {
-        match self {
+        let table = match self {
+            Open::Table(table) => table,
             Open::Value { entries, .. } => {
-                let start = entries.partition_point(|e| e.1 < min);
-                for (member, score) in entries[start..].iter().take_while(|e| e.1 < max) {
-                    if !visit(member, *score) {
-                        break;
+                for &(min, max) in ranges {
+                    let start = entries.partition_point(|e| e.1 < min);
+                    for (member, score) in entries[start..].iter().take_while(|e| e.1 < max) {
+                        if !visit(member, *score) {
+                            return Ok(());
+                        }
                     }
                 }
-                Ok(())
+                return Ok(());
             }
-            Open::Table(table) => {
-                let prefix = table::member_key(table.id, &[INDEX]);
-                let at_score = |score: f64| [&prefix[..], &score_key(score)].concat();
-                let bounds = (Bound::Included(at_score(min)), Bound::Excluded(at_score(max)));
-                walk_bounds(ctx, &prefix, bounds, false, 0, 256, visit)
+        };
+        let prefix = table::member_key(table.id, &[INDEX]);
+        let at_score = |score: f64| [&prefix[..], &score_key(score)].concat();
+        let snapshot = ctx.db().snapshot();
+        // One range's keys, end to end: copied out under the index's read
+        // lock, looked at after it.
+        let (mut keys, mut ends) = (Vec::new(), Vec::new());
+        for &(min, max) in ranges {
+            let (low, high) = (at_score(min), at_score(max));
+            let bounds = (Bound::Included(&low[..]), Bound::Excluded(&high[..]));
+            if ctx.writes.holds_pending_in(bounds) {
+                let (mut going, mut damaged) = (true, false);
+                ctx.writes.visit_range(ctx.db(), bounds, usize::MAX, |key, _| {
+                    going = match index_entry(prefix.len(), key) {
+                        Ok((score, member)) => visit(member, score),
+                        Err(Corrupt) => {
+                            damaged = true;
+                            false
+                        }
+                    };
+                    going
+                })?;
+                if damaged {
+                    return Err(Corrupt.into());
+                }
+                if !going {
+                    return Ok(());
+                }
+                continue;
+            }
+            keys.clear();
+            ends.clear();
+            snapshot.visit_keys::<&[u8], _>(bounds, |key| {
+                keys.extend_from_slice(key);
+                ends.push(keys.len());
+                true
+            });
+            let mut start = 0;
+            for &end in &ends {
+                let (score, member) = index_entry(prefix.len(), &keys[start..end])?;
+                start = end;
+                if !visit(member, score) {
+                    return Ok(());
+                }
             }
         }
+        Ok(())
     }
+}
+
+/// The score and member of an index entry's key (the index's prefix is
+/// `prefix_len` bytes).
+fn index_entry(prefix_len: usize, key: &[u8]) -> Result<(f64, &[u8]), Corrupt> {
+    let (score, member) = key.get(prefix_len..).and_then(|rest| rest.split_at_checked(8)).ok_or(Corrupt)?;
+    Ok((score_from_key(score.try_into().expect("8 bytes")), member))
 }
 
 /// A range's members, its limits parsed: by score, by member or by rank.
