@@ -102,7 +102,7 @@ type Scored = Vec<(Vec<u8>, f64)>;
 
 /// Where a walk over a sorted set starts, in its direction.
 #[derive(Clone, Copy)]
-pub(super) enum From<'a> {
+enum From<'a> {
     /// The `n`th member from the walk's end (0: the first).
     Rank(u64),
     /// The first score at or past this one (past it when exclusive).
@@ -236,7 +236,7 @@ impl<'v> Open<'v> {
     /// Calls `visit` with each member and score from `from` on, in Redis's
     /// order or (`reverse`) against it, until it returns false; `wanted`
     /// guesses how many it will take (a table reads that many at first).
-    pub(super) fn walk(
+    fn walk(
         &self,
         ctx: &mut Ctx<'_>,
         from: From<'_>,
@@ -680,7 +680,7 @@ fn walk_table(
     from: From<'_>,
     reverse: bool,
     wanted: usize,
-    visit: impl FnMut(&[u8], f64) -> bool,
+    mut visit: impl FnMut(&[u8], f64) -> bool,
 ) -> CmdResult {
     let prefix = table::member_key(table.id, &[INDEX]);
     let end = prefix_end(&prefix).expect("ends below 0xFF");
@@ -727,21 +727,6 @@ fn walk_table(
             }
         }
     }
-    walk_bounds(ctx, &prefix, (lower, upper), reverse, skip, wanted, visit)
-}
-
-/// Calls `visit` with the index entries of a table within `bounds` (keys
-/// after the index's `prefix`), after skipping `skip`, until it returns
-/// false; reads `wanted` at first, then chunks four times bigger.
-fn walk_bounds(
-    ctx: &mut Ctx<'_>,
-    prefix: &[u8],
-    (mut lower, mut upper): (Bound<Vec<u8>>, Bound<Vec<u8>>),
-    reverse: bool,
-    mut skip: u64,
-    wanted: usize,
-    mut visit: impl FnMut(&[u8], f64) -> bool,
-) -> CmdResult {
     const MOST: usize = 4096;
     let mut chunk = skip.saturating_add(wanted as u64).clamp(1, MOST as u64) as usize;
     loop {
