@@ -193,6 +193,9 @@ pub struct ConnState {
     /// What a blocking command asks to be run again as, when not as it
     /// was sent (XREAD's `$` replaced by the IDs it stood for).
     pub block_args: Option<Vec<bytes::Bytes>>,
+    /// Set while a script's command runs (SORT of a set by nothing sorts
+    /// it there, as in Redis).
+    pub in_script: bool,
     /// This client's place in the lines of the keys it is blocked on
     /// (`crate::waiters`), while it waits.
     pub ticket: Option<u64>,
@@ -293,6 +296,7 @@ impl ConnState {
             close: false,
             blocked: None,
             block_args: None,
+            in_script: false,
             ticket: None,
             subscriptions: Subscriptions::default(),
             woken: Vec::new(),

@@ -37,6 +37,7 @@ pub mod metrics;
 pub mod monitor;
 pub mod notify;
 pub mod pending;
+pub mod pqsort;
 pub mod pubsub;
 pub mod resp;
 pub mod script;

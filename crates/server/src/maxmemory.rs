@@ -222,7 +222,7 @@ fn denies_oom(command: &str) -> bool {
             | "rpushx" | "lset" | "linsert" | "rpoplpush" | "lmove" | "brpoplpush" | "blmove" | "sadd"
             | "sinterstore" | "sunionstore" | "sdiffstore" | "zadd" | "zincrby" | "zrangestore"
             | "zunionstore" | "zinterstore" | "zdiffstore" | "pfadd" | "pfmerge" | "copy" | "restore"
-            | "geoadd" | "georadius" | "georadiusbymember" | "geosearchstore" | "xadd"
+            | "geoadd" | "georadius" | "georadiusbymember" | "geosearchstore" | "xadd" | "sort"
             // memcached's
             | "add" | "replace" | "prepend" | "cas" | "ms"
     )

@@ -2,9 +2,10 @@
 //! is a sorted set whose scores are the members' 52-bit geohashes
 //! (`crate::geo`), as in Redis: GEOADD is a ZADD, every sorted-set command
 //! works on it, and a search reads up to nine score ranges.
+//!
 //! Members at the same distance come in Redis's order too: a full sort is
 //! stable (glibc's qsort is a merge sort), a sort cut short by COUNT is
-//! Redis's partial quicksort (`geo::partial_sort`).
+//! Redis's partial quicksort (`crate::pqsort`).
 
 use std::cmp::Ordering;
 
@@ -317,7 +318,7 @@ fn search_command(ctx: &mut Ctx<'_>, args: &[Bytes], kind: Kind, read_only: bool
         if returned == found.len() {
             found.sort_by(cmp);
         } else {
-            geo::partial_sort(&mut found, cmp, 0, returned - 1);
+            crate::pqsort::partial_sort(&mut found, cmp, 0, returned - 1);
         }
     }
     found.truncate(returned);

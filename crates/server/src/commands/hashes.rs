@@ -173,6 +173,13 @@ pub fn hget(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     with_field(ctx, args, |out, value| out.bulk_opt(value))
 }
 
+/// `field` of the hash `value` (SORT's BY and GET patterns).
+pub fn field_of(ctx: &mut Ctx<'_>, value: Value, field: &[u8]) -> Result<Option<Vec<u8>>, CmdError> {
+    let value = Some(value);
+    let hash = Open::of(&value)?;
+    Ok(hash.get(ctx, field)?.map(Cow::into_owned))
+}
+
 pub fn hmget(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let value = read_hash(ctx, &args[1])?;
     let hash = Open::of(&value)?;

@@ -15,6 +15,7 @@ pub mod ranks;
 pub mod scripting;
 mod server;
 mod sets;
+mod sort;
 mod streams;
 mod strings;
 pub mod table;
@@ -448,6 +449,10 @@ commands! {
     "keys", 2, READONLY, NONE, "generic", keys::keys, "Returns all key names that match a pattern.";
     "scan", -2, READONLY, NONE, "generic", keys::scan, "Iterates over the key names in the database.";
     "randomkey", 1, READONLY, NONE, "generic", keys::randomkey, "Returns a random key name from the database.";
+    // Its BY and GET patterns name keys, STORE one: every argument's
+    // stripe is locked.
+    "sort", -2, WRITE, ALL_ARGS, "generic", sort::sort, "Sorts the elements in a list, a set, or a sorted set, optionally storing the result.";
+    "sort_ro", -2, READONLY, ONE, "generic", sort::sort_ro, "Returns the sorted elements of a list, a set, or a sorted set.";
     "dump", 2, READONLY, ONE, "generic", dump::dump, "Returns a serialized representation of the value stored at a key.";
     "restore", -4, WRITE, ONE, "generic", dump::restore, "Creates a key from the serialized representation of a value.";
     "object", -2, READONLY, NONE, "generic", keys::object, "A container for object introspection commands.";

@@ -158,7 +158,9 @@ fn run_script<'s>(
         let protocol = if resp3 { Protocol::Resp3 } else { Protocol::Resp2 };
         let mut reply = Out { buf: std::mem::take(buf), protocol, memcached: false, quiet: false };
         let mut branch = writes.branch();
+        conn.in_script = true;
         let result = (command.run)(&mut Ctx { shared, conn, out: &mut reply, writes: &mut branch }, &args);
+        conn.in_script = false;
         *buf = reply.buf;
         match result {
             Ok(()) => {
