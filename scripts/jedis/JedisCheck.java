@@ -2,6 +2,7 @@ import java.util.*;
 import redis.clients.jedis.*;
 import redis.clients.jedis.args.GeoUnit;
 import redis.clients.jedis.params.GeoRadiusParam;
+import redis.clients.jedis.params.SortingParams;
 import redis.clients.jedis.resps.GeoRadiusResponse;
 import redis.clients.jedis.params.ScanParams;
 import redis.clients.jedis.params.XAddParams;
@@ -11,7 +12,7 @@ import redis.clients.jedis.resps.Tuple;
 
 /**
  * Jedis, unchanged, against a server on 127.0.0.1:PORT (scripts/check-jedis.sh): the calls
- * YCSB's Redis binding makes, pipelines, transactions, scripts, streams, geo, a pool, RESP2 and RESP3. Exits 1 on the
+ * YCSB's Redis binding makes, pipelines, transactions, scripts, streams, geo, SORT, a pool, RESP2 and RESP3. Exits 1 on the
  * first wrong answer.
  */
 public class JedisCheck {
@@ -106,6 +107,16 @@ public class JedisCheck {
         && Math.abs(near.get(1).getCoordinate().getLatitude() - 38.115556) < 1e-5, p + "GEORADIUS WITHDIST WITHCOORD ASC");
     List<GeoRadiusResponse> boxed = j.geosearch("sicily", new GeoCoordinate(15, 37), 400, 400, GeoUnit.KM);
     expect(boxed.size() == 2, p + "GEOSEARCH BYBOX");
+
+    // SORT: by itself, by weights in other keys with GET, stored.
+    j.del("ids", "sorted");
+    j.rpush("ids", "3", "1", "2");
+    j.mset("w_1", "30", "w_2", "20", "w_3", "10", "name_1", "one", "name_3", "three");
+    expect(j.sort("ids").equals(List.of("1", "2", "3")), p + "SORT");
+    expect(j.sort("ids", new SortingParams().by("w_*").get("#", "name_*").limit(0, 2))
+        .equals(Arrays.asList("3", "three", "2", null)), p + "SORT BY GET LIMIT");
+    expect(j.sort("ids", new SortingParams().alpha().desc(), "sorted") == 3
+        && j.lrange("sorted", 0, -1).equals(List.of("3", "2", "1")), p + "SORT ALPHA DESC STORE");
 
     ScanParams params = new ScanParams().match("k1*").count(100);
     Set<String> seen = new HashSet<>();
