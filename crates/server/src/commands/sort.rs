@@ -114,13 +114,11 @@ fn sort_command(ctx: &mut Ctx<'_>, args: &[Bytes], read_only: bool) -> CmdResult
                 elements.reverse();
             }
             let taken = (end - start + 1).max(0) as usize;
-            let range: Vec<Vec<u8>> = elements.drain(..).skip(start.max(0) as usize).take(taken).collect();
+            elements = elements.into_iter().skip(start.max(0) as usize).take(taken).collect();
             end -= start;
             start = 0;
-            range.into_iter().map(|element| Item { element, score: 0.0, by: None }).collect()
-        } else {
-            elements.into_iter().map(|element| Item { element, score: 0.0, by: None }).collect()
         }
+        elements.into_iter().map(|element| Item { element, score: 0.0, by: None }).collect()
     } else {
         let mut items = Vec::with_capacity(elements.len());
         let mut unreadable = false;

@@ -1,0 +1,84 @@
+#!/usr/bin/env python3
+"""SORT, scaledkv-server vs redis-server, side by side.
+
+Each fresh server first gets a list `ids` of ELEMENTS numbers (in a
+random order), a string `w_<id>` (its weight) and a hash `h_<id>` (field
+`name`) for each; then redis-benchmark sends, with -c 50 and -n N at each
+pipeline depth:
+  sort-10      SORT ids LIMIT 0 10: the ten smallest numbers
+  sort-alpha   SORT ids ALPHA DESC LIMIT 0 10
+  sort-by-get  SORT ids BY w_* GET # GET h_*->name LIMIT 0 10: by the
+               weights, with each one's name (ELEMENTS + 20 reads of
+               other keys per call)
+  sort-store   SORT ids BY w_* STORE out: the whole list sorted by the
+               weights and written (durable in ScaledKV)
+against Redis 7 without persistence and with `appendfsync always`, and
+ScaledKV in `sync` mode, each on a fresh data directory on each medium,
+REPEATS times interleaved. Medians of req/s, p50/p99 latency and the
+server's CPU time per request.
+
+Every process started here is stopped by its PID. Results are printed and
+appended to bench-results/sort-<timestamp>.md.
+"""
+
+import os
+import random
+import subprocess
+import time
+
+import compare_redis
+from compare_redis import REPO
+
+REPEATS = int(os.environ.get("REPEATS", "3"))
+N = int(os.environ.get("N", "100000"))
+ELEMENTS = int(os.environ.get("ELEMENTS", "100"))
+PIPELINES = [int(p) for p in os.environ.get("PIPELINES", "1 16").split()]
+MEDIA = os.environ.get("MEDIA", f"/dev/shm {REPO}/bench-data").split()
+CONFIGS = os.environ.get("CONFIGS", "redis-none redis-always scaledkv-sync").split()
+CLIENTS = 50
+REPORT = os.path.join(REPO, "bench-results", f"sort-{time.strftime('%Y%m%d-%H%M%S')}.md")
+compare_redis.REPORT = REPORT
+emit = compare_redis.emit
+
+WORKLOADS = {
+    "sort-10": ["SORT", "ids", "LIMIT", "0", "10"],
+    "sort-alpha": ["SORT", "ids", "ALPHA", "DESC", "LIMIT", "0", "10"],
+    "sort-by-get": ["SORT", "ids", "BY", "w_*", "GET", "#", "GET", "h_*->name", "LIMIT", "0", "10"],
+    "sort-store": ["SORT", "ids", "BY", "w_*", "STORE", "out"],
+}
+
+
+def fill(server):
+    ids = list(range(ELEMENTS))
+    random.Random(7).shuffle(ids)
+    commands = [["RPUSH", "ids"] + [str(i) for i in ids]]
+    for i in ids:
+        commands.append(["SET", f"w_{i}", str((i * 7919) % 1000)])
+        commands.append(["HSET", f"h_{i}", "name", f"item-{i}"])
+    text = "".join("*%d\r\n" % len(c) + "".join("$%d\r\n%s\r\n" % (len(a), a) for a in c) for c in commands)
+    subprocess.run(["redis-cli", "-p", str(server.port), "--pipe"], input=text.encode(), capture_output=True,
+                   check=True)
+
+
+def bench(server, name, pipeline):
+    if name == "sort-10":
+        fill(server)
+    before = server.cpu_seconds()
+    out = subprocess.run(
+        ["redis-benchmark", "-p", str(server.port), "-n", str(N), "-c", str(CLIENTS), "-P", str(pipeline),
+         "--csv"] + WORKLOADS[name],
+        capture_output=True, text=True, check=True)
+    cpu = server.cpu_seconds() - before
+    row = out.stdout.strip().splitlines()[-1].replace('"', "").split(",")
+    return {"rps": float(row[1]), "p50": float(row[4]), "p99": float(row[6]), "cpu_us": cpu * 1e6 / N}
+
+
+def main():
+    emit(f"## SORT: scaledkv-server vs Redis ({time.strftime('%Y-%m-%d %H:%M')}, "
+         f"{os.cpu_count()} cores, -n {N} -c {CLIENTS}, a list of {ELEMENTS})")
+    compare_redis.side_by_side(list(WORKLOADS), bench, CONFIGS, MEDIA, PIPELINES, REPEATS, "workload")
+    print(f"\nwritten to {REPORT}")
+
+
+if __name__ == "__main__":
+    main()
