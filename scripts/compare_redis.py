@@ -129,11 +129,23 @@ class Server:
 
 
 def bench(server, test, n, keyspace, pipeline, clients=CLIENTS, value=VALUE):
+    return run_benchmark(server, n, ["-t", test, "-r", str(keyspace), "-c", str(clients), "-d", str(value),
+                                     "-P", str(pipeline)])
+
+
+def bench_command(server, words, n, pipeline, clients=CLIENTS, keyspace=None):
+    """redis-benchmark sending the command `words` n times (its
+    __rand_int__ below `keyspace`)."""
+    extra = ["-r", str(keyspace)] if keyspace else []
+    return run_benchmark(server, n, extra + ["-c", str(clients), "-P", str(pipeline)] + words)
+
+
+def run_benchmark(server, n, args):
+    """One redis-benchmark run of n requests against `server`: req/s, p50
+    and p99 in ms, and the server's CPU µs per request."""
     before = server.cpu_seconds()
-    out = subprocess.run(
-        ["redis-benchmark", "-p", str(server.port), "-t", test, "-n", str(n), "-r", str(keyspace),
-         "-c", str(clients), "-d", str(value), "-P", str(pipeline), "--csv"],
-        capture_output=True, text=True, check=True)
+    out = subprocess.run(["redis-benchmark", "-p", str(server.port), "-n", str(n), "--csv"] + args,
+                         capture_output=True, text=True, check=True)
     cpu = server.cpu_seconds() - before
     row = out.stdout.strip().splitlines()[-1].replace('"', "").split(",")
     return {"rps": float(row[1]), "p50": float(row[4]), "p99": float(row[6]), "cpu_us": cpu * 1e6 / n}

@@ -53,14 +53,7 @@ def load(server, body):
 def bench(server, name, pipeline):
     body, args = SCRIPTS[name]
     sha = load(server, body)
-    before = server.cpu_seconds()
-    out = subprocess.run(
-        ["redis-benchmark", "-p", str(server.port), "-n", str(N), "-r", str(KEYSPACE), "-c", str(CLIENTS),
-         "-P", str(pipeline), "--csv", "EVALSHA", sha] + args,
-        capture_output=True, text=True, check=True)
-    cpu = server.cpu_seconds() - before
-    row = out.stdout.strip().splitlines()[-1].replace('"', "").split(",")
-    return {"rps": float(row[1]), "p50": float(row[4]), "p99": float(row[6]), "cpu_us": cpu * 1e6 / N}
+    return compare_redis.bench_command(server, ["EVALSHA", sha] + args, N, pipeline, CLIENTS, KEYSPACE)
 
 
 def main():

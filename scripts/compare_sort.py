@@ -63,14 +63,7 @@ def fill(server):
 def bench(server, name, pipeline):
     if name == "sort-10":
         fill(server)
-    before = server.cpu_seconds()
-    out = subprocess.run(
-        ["redis-benchmark", "-p", str(server.port), "-n", str(N), "-c", str(CLIENTS), "-P", str(pipeline),
-         "--csv"] + WORKLOADS[name],
-        capture_output=True, text=True, check=True)
-    cpu = server.cpu_seconds() - before
-    row = out.stdout.strip().splitlines()[-1].replace('"', "").split(",")
-    return {"rps": float(row[1]), "p50": float(row[4]), "p99": float(row[6]), "cpu_us": cpu * 1e6 / N}
+    return compare_redis.bench_command(server, WORKLOADS[name], N, pipeline, CLIENTS)
 
 
 def main():

@@ -52,14 +52,7 @@ def bench(server, name, pipeline):
     if name == "xreadgroup":
         subprocess.run(["redis-cli", "-p", str(server.port), "XGROUP", "CREATE", "events", "g", "0"],
                        capture_output=True, check=True)
-    before = server.cpu_seconds()
-    out = subprocess.run(
-        ["redis-benchmark", "-p", str(server.port), "-n", str(N), "-r", str(KEYSPACE), "-c", str(CLIENTS),
-         "-P", str(pipeline), "--csv"] + WORKLOADS[name],
-        capture_output=True, text=True, check=True)
-    cpu = server.cpu_seconds() - before
-    row = out.stdout.strip().splitlines()[-1].replace('"', "").split(",")
-    return {"rps": float(row[1]), "p50": float(row[4]), "p99": float(row[6]), "cpu_us": cpu * 1e6 / N}
+    return compare_redis.bench_command(server, WORKLOADS[name], N, pipeline, CLIENTS, KEYSPACE)
 
 
 def main():

@@ -1126,7 +1126,6 @@ fn client_list_shows_a_transaction_and_a_monitor() {
 /// tables): every one gets a reply, and the server answers PING after it.
 #[test]
 fn geo_and_sort_commands_with_any_arguments_get_a_reply() {
-    use proptest::prelude::*;
     let (_dir, server) = start(&[]);
     let mut setup = server.connect();
     let mut fill: Vec<Vec<u8>> = vec![b"GEOADD".to_vec(), b"g".to_vec()];
@@ -1146,10 +1145,7 @@ fn geo_and_sort_commands_with_any_arguments_get_a_reply() {
         let args: Vec<&[u8]> = command.iter().map(|w| w.as_bytes()).collect();
         assert_ne!(request(&mut setup, &encode(&args)).first(), Some(&b'-'), "{command:?}");
     }
-    let stream = std::cell::RefCell::new(server.connect());
-    let config = proptest::test_runner::Config { cases: 600, failure_persistence: None, ..Default::default() };
-    let mut runner = proptest::test_runner::TestRunner::new(config);
-    let name = prop::sample::select(vec![
+    let names = vec![
         "GEOADD",
         "GEOPOS",
         "GEOHASH",
@@ -1162,74 +1158,59 @@ fn geo_and_sort_commands_with_any_arguments_get_a_reply() {
         "GEOSEARCHSTORE",
         "SORT",
         "SORT_RO",
-    ]);
-    let word = prop_oneof![
-        prop::sample::select(vec![
-            "g",
-            "l",
-            "s",
-            "z",
-            "d",
-            "place-3",
-            "place-699",
-            "0",
-            "1",
-            "-1",
-            "13.36",
-            "38.1",
-            "180",
-            "-85.06",
-            "200",
-            "1e400",
-            "nan",
-            "inf",
-            "-inf",
-            "m",
-            "km",
-            "ft",
-            "mi",
-            "NX",
-            "XX",
-            "CH",
-            "WITHDIST",
-            "WITHHASH",
-            "WITHCOORD",
-            "COUNT",
-            "ANY",
-            "ASC",
-            "DESC",
-            "STORE",
-            "STOREDIST",
-            "FROMMEMBER",
-            "FROMLONLAT",
-            "BYRADIUS",
-            "BYBOX",
-            "BY",
-            "GET",
-            "#",
-            "w_*",
-            "h_*->f",
-            "*",
-            "->",
-            "nosort",
-            "LIMIT",
-            "ALPHA",
-            "9223372036854775807",
-            "-9223372036854775808",
-        ])
-        .prop_map(|w| w.as_bytes().to_vec()),
-        prop::collection::vec(any::<u8>(), 0..6),
     ];
-    let strategy = (name, prop::collection::vec(word, 0..12));
-    runner
-        .run(&strategy, |(name, words)| {
-            let mut args: Vec<&[u8]> = vec![name.as_bytes()];
-            args.extend(words.iter().map(Vec::as_slice));
-            let mut stream = stream.borrow_mut();
-            let reply = request(&mut stream, &encode(&args));
-            prop_assert!(!reply.is_empty());
-            prop_assert_eq!(request(&mut stream, b"PING\r\n"), b"+PONG\r\n".to_vec());
-            Ok(())
-        })
-        .unwrap();
+    let words = vec![
+        "g",
+        "l",
+        "s",
+        "z",
+        "d",
+        "place-3",
+        "place-699",
+        "0",
+        "1",
+        "-1",
+        "13.36",
+        "38.1",
+        "180",
+        "-85.06",
+        "200",
+        "1e400",
+        "nan",
+        "inf",
+        "-inf",
+        "m",
+        "km",
+        "ft",
+        "mi",
+        "NX",
+        "XX",
+        "CH",
+        "WITHDIST",
+        "WITHHASH",
+        "WITHCOORD",
+        "COUNT",
+        "ANY",
+        "ASC",
+        "DESC",
+        "STORE",
+        "STOREDIST",
+        "FROMMEMBER",
+        "FROMLONLAT",
+        "BYRADIUS",
+        "BYBOX",
+        "BY",
+        "GET",
+        "#",
+        "w_*",
+        "h_*->f",
+        "*",
+        "->",
+        "nosort",
+        "LIMIT",
+        "ALPHA",
+        "9223372036854775807",
+        "-9223372036854775808",
+    ];
+    common::any_arguments_get_a_reply(&server, names, words, 600);
 }
