@@ -530,7 +530,7 @@ impl Writes {
     /// one of the server's own ranges), in key order, values without their
     /// type byte, until it returns false; returns how many it saw. Where
     /// these writes hold none there the engine lends them in place (LRANGE
-    /// of a big list, GEO's box searches: no copy per entry).
+    /// of a big list: no copy per element before the reply's).
     pub fn visit_range(
         &self,
         db: &Db,
