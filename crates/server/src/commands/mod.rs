@@ -271,6 +271,7 @@ commands! {
     "memory", -2, 0, NONE, "server", server::memory, "A container for memory diagnostics commands.";
     "command", -1, 0, NONE, "server", server::command, "Returns detailed information about all commands.";
     "time", 1, FAST, NONE, "server", server::time, "Returns the server time.";
+    "role", 1, FAST, NONE, "server", server::role, "Returns the replication role.";
     "shutdown", -1, ADMIN | NO_MULTI, NONE, "server", server::shutdown, "Synchronously saves the database(s) to disk and shuts down the Redis server.";
     "save", 1, ADMIN | NO_MULTI, NONE, "server", server::save, "Synchronously saves the database(s) to disk.";
     "bgsave", -1, ADMIN, NONE, "server", server::save, "Asynchronously saves the database(s) to disk.";

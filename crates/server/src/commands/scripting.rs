@@ -120,6 +120,7 @@ fn allowed_in_scripts(command: &Command) -> bool {
                 | "bgsave"
                 | "shutdown"
                 | "wait"
+                | "role"
         ))
 }
 

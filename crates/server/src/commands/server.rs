@@ -429,6 +429,16 @@ pub fn time(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
     Ok(())
 }
 
+/// ROLE: a master with no replicas (ScaledKV does not replicate), as a
+/// Redis master that never had one answers: its offset 0.
+pub fn role(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
+    ctx.out.array(3);
+    ctx.out.bulk(b"master");
+    ctx.out.int(0);
+    ctx.out.array(0);
+    Ok(())
+}
+
 pub fn shutdown(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     for arg in &args[1..] {
         if !["nosave", "save", "now", "force", "abort"].iter().any(|w| eq(arg, w)) {
