@@ -538,7 +538,7 @@ impl Writes {
         limit: usize,
         mut visit: impl FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<usize, CmdError> {
-        if !self.pending_in(bounds).is_empty() {
+        if self.holds_pending_in(bounds) {
             let found = self.scan_range(db, bounds, false, limit)?;
             let mut seen = 0;
             for (key, value) in &found {

@@ -81,7 +81,11 @@ fn trim_zeros(number: &str) -> &str {
 /// `strtod`: no leading space, nothing after the number, no NaN, and no
 /// finite number too big or too small for a double.
 pub fn parse_score(arg: &[u8]) -> Option<f64> {
-    let text = std::str::from_utf8(arg).ok()?;
+    parse_score_text(std::str::from_utf8(arg).ok()?)
+}
+
+/// `parse_score` of text already known to be UTF-8.
+pub fn parse_score_text(text: &str) -> Option<f64> {
     if text.is_empty() || text.starts_with(|c: char| c.is_ascii_whitespace()) {
         return None;
     }

@@ -362,11 +362,7 @@ const STREAM_SCRIPTS: &[&str] = &[
 
 #[test]
 fn streams_match_redis() {
-    for protocol in [2, 3] {
-        let mut mismatches = run(protocol, STREAM_SCRIPTS);
-        mismatches.extend(run_pipelined(protocol, STREAM_SCRIPTS));
-        assert!(mismatches.is_empty(), "{} mismatches:\n{}", mismatches.len(), mismatches.join("\n"));
-    }
+    scripts_match_redis(STREAM_SCRIPTS);
 }
 
 /// GEO commands: Redis's own example points, every option and error, the
@@ -387,11 +383,7 @@ const GEO_SCRIPTS: &[&str] = &[
 
 #[test]
 fn geo_matches_redis() {
-    for protocol in [2, 3] {
-        let mut mismatches = run(protocol, GEO_SCRIPTS);
-        mismatches.extend(run_pipelined(protocol, GEO_SCRIPTS));
-        assert!(mismatches.is_empty(), "{} mismatches:\n{}", mismatches.len(), mismatches.join("\n"));
-    }
+    scripts_match_redis(GEO_SCRIPTS);
 }
 
 /// A big index (a table here) searched inside MULTI and a script, after
@@ -446,9 +438,15 @@ const SORT_SCRIPTS: &[&str] = &[
 
 #[test]
 fn sort_matches_redis() {
+    scripts_match_redis(SORT_SCRIPTS);
+}
+
+/// Every script of `scripts` gets the same replies from both servers, in
+/// RESP2 and RESP3, sent one by one and pipelined.
+fn scripts_match_redis(scripts: &[&str]) {
     for protocol in [2, 3] {
-        let mut mismatches = run(protocol, SORT_SCRIPTS);
-        mismatches.extend(run_pipelined(protocol, SORT_SCRIPTS));
+        let mut mismatches = run(protocol, scripts);
+        mismatches.extend(run_pipelined(protocol, scripts));
         assert!(mismatches.is_empty(), "{} mismatches:\n{}", mismatches.len(), mismatches.join("\n"));
     }
 }

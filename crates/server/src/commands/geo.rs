@@ -348,18 +348,17 @@ fn reply_or_store(
     event: &'static str,
 ) -> CmdResult {
     if let Some(destination) = options.store {
-        let mut members: Vec<(Vec<u8>, f64)> = Vec::with_capacity(found.len());
-        let mut seen = std::collections::HashSet::new();
-        for point in found {
-            // Each box is read once (`Search::ranges`), so each member
-            // comes once; a sorted set could not hold it twice.
-            if seen.insert(point.member.clone()) {
+        // Each box is read once and boxes do not overlap (`Search::ranges`),
+        // so each member comes once.
+        let members: Vec<(Vec<u8>, f64)> = found
+            .into_iter()
+            .map(|point| {
                 let score = if options.store_dist { point.distance / to_meters } else { point.score };
-                members.push((point.member, score));
-            }
-        }
+                (point.member, score)
+            })
+            .collect();
         store_new_noting(ctx, destination, &members, event)?;
-        ctx.out.int(seen.len() as i64);
+        ctx.out.int(members.len() as i64);
         return Ok(());
     }
     let extras = options.with_dist as usize + options.with_hash as usize + options.with_coord as usize;

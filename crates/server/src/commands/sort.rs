@@ -184,12 +184,13 @@ fn sort_command(ctx: &mut Ctx<'_>, args: &[Bytes], read_only: bool) -> CmdResult
         }
         items
     };
-    let chosen = if end >= start { &items[start as usize..=end as usize] } else { &items[..0] };
+    let taken = if end >= start { (end - start + 1) as usize } else { 0 };
+    let chosen: Vec<Item> = items.into_iter().skip(start.max(0) as usize).take(taken).collect();
     let outputs = if gets.is_empty() { chosen.len() } else { chosen.len() * gets.len() };
     match store {
         None => {
             ctx.out.array(outputs);
-            for item in chosen {
+            for item in &chosen {
                 if gets.is_empty() {
                     ctx.out.bulk(&item.element);
                 }
@@ -203,7 +204,8 @@ fn sort_command(ctx: &mut Ctx<'_>, args: &[Bytes], read_only: bool) -> CmdResult
             let mut list = Vec::with_capacity(outputs);
             for item in chosen {
                 if gets.is_empty() {
-                    list.push(item.element.clone());
+                    list.push(item.element);
+                    continue;
                 }
                 for pattern in &gets {
                     list.push(lookup(ctx, pattern, &item.element)?.unwrap_or_default());
@@ -285,7 +287,7 @@ fn score(bytes: &[u8]) -> Option<f64> {
         let value = hex_float(hex)?;
         return Some(if negative { -value } else { value });
     }
-    crate::zset::parse_score(text.as_bytes())
+    crate::zset::parse_score_text(text)
 }
 
 /// C's hexadecimal floating constant after its `0x`: digits, an optional
