@@ -23,22 +23,9 @@ Every process started here is stopped by its PID. Results are printed and
 appended to bench-results/geo-<timestamp>.md.
 """
 
-import os
-import time
-
 import compare_redis
-from compare_redis import REPO
 
-REPEATS = int(os.environ.get("REPEATS", "3"))
-N = int(os.environ.get("N", "200000"))
-KEYSPACE = int(os.environ.get("KEYSPACE", "100000"))
-PIPELINES = [int(p) for p in os.environ.get("PIPELINES", "1 16").split()]
-MEDIA = os.environ.get("MEDIA", f"/dev/shm {REPO}/bench-data").split()
-CONFIGS = os.environ.get("CONFIGS", "redis-none redis-always scaledkv-sync").split()
-CLIENTS = 50
-REPORT = os.path.join(REPO, "bench-results", f"geo-{time.strftime('%Y%m%d-%H%M%S')}.md")
-compare_redis.REPORT = REPORT
-emit = compare_redis.emit
+RUN = compare_redis.Comparison("geo", n=200000, keyspace=100000)
 
 POINT = ["__rand_int__e-5", "__rand_int__e-5"]
 WORKLOADS = {
@@ -51,14 +38,11 @@ WORKLOADS = {
 
 
 def bench(server, name, pipeline):
-    return compare_redis.bench_command(server, WORKLOADS[name], N, pipeline, CLIENTS, KEYSPACE)
+    return RUN.bench(server, WORKLOADS[name], pipeline)
 
 
 def main():
-    emit(f"## GEO: scaledkv-server vs Redis ({time.strftime('%Y-%m-%d %H:%M')}, "
-         f"{os.cpu_count()} cores, -n {N} -r {KEYSPACE} -c {CLIENTS})")
-    compare_redis.side_by_side(list(WORKLOADS), bench, CONFIGS, MEDIA, PIPELINES, REPEATS, "workload")
-    print(f"\nwritten to {REPORT}")
+    RUN.run("GEO", list(WORKLOADS), bench)
 
 
 if __name__ == "__main__":

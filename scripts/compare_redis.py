@@ -151,6 +151,34 @@ def run_benchmark(server, n, args):
     return {"rps": float(row[1]), "p50": float(row[4]), "p99": float(row[6]), "cpu_us": cpu * 1e6 / n}
 
 
+class Comparison:
+    """A side-by-side comparison of custom commands (compare_geo.py,
+    compare_sort.py, compare_streams.py, compare_scripts.py): its settings
+    from the environment (REPEATS, N, KEYSPACE, PIPELINES, MEDIA, CONFIGS)
+    and its report, bench-results/<name>-<timestamp>.md."""
+
+    def __init__(self, name, n, keyspace=None):
+        global REPORT
+        self.repeats = int(os.environ.get("REPEATS", "3"))
+        self.n = int(os.environ.get("N", str(n)))
+        self.keyspace = int(os.environ.get("KEYSPACE", str(keyspace))) if keyspace else None
+        self.pipelines = [int(p) for p in os.environ.get("PIPELINES", "1 16").split()]
+        self.media = os.environ.get("MEDIA", f"/dev/shm {REPO}/bench-data").split()
+        self.configs = os.environ.get("CONFIGS", "redis-none redis-always scaledkv-sync").split()
+        REPORT = os.path.join(REPO, "bench-results", f"{name}-{time.strftime('%Y%m%d-%H%M%S')}.md")
+
+    def bench(self, server, words, pipeline):
+        return bench_command(server, words, self.n, pipeline, CLIENTS, self.keyspace)
+
+    def run(self, title, names, bench, column="workload", detail=""):
+        """Emits the heading, runs `side_by_side` and says where the report is."""
+        keyspace = f" -r {self.keyspace}" if self.keyspace else ""
+        emit(f"## {title}: scaledkv-server vs Redis ({time.strftime('%Y-%m-%d %H:%M')}, "
+             f"{os.cpu_count()} cores, -n {self.n}{keyspace} -c {CLIENTS}{detail})")
+        side_by_side(names, bench, self.configs, self.media, self.pipelines, self.repeats, column)
+        print(f"\nwritten to {REPORT}")
+
+
 def median(values):
     return statistics.median(values) if values else float("nan")
 

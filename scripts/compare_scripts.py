@@ -17,23 +17,11 @@ appended to bench-results/scripts-<timestamp>.md.
 """
 
 import hashlib
-import os
 import subprocess
-import time
 
 import compare_redis
-from compare_redis import REPO
 
-REPEATS = int(os.environ.get("REPEATS", "3"))
-N = int(os.environ.get("N", "200000"))
-KEYSPACE = int(os.environ.get("KEYSPACE", "100000"))
-PIPELINES = [int(p) for p in os.environ.get("PIPELINES", "1 16").split()]
-MEDIA = os.environ.get("MEDIA", f"/dev/shm {REPO}/bench-data").split()
-CONFIGS = os.environ.get("CONFIGS", "redis-none redis-always scaledkv-sync").split()
-CLIENTS = 50
-REPORT = os.path.join(REPO, "bench-results", f"scripts-{time.strftime('%Y%m%d-%H%M%S')}.md")
-compare_redis.REPORT = REPORT
-emit = compare_redis.emit
+RUN = compare_redis.Comparison("scripts", n=200000, keyspace=100000)
 
 SCRIPTS = {
     "set": ("return redis.call('set', KEYS[1], ARGV[1])", ["1", "key:__rand_int__", "x" * 1024]),
@@ -53,14 +41,11 @@ def load(server, body):
 def bench(server, name, pipeline):
     body, args = SCRIPTS[name]
     sha = load(server, body)
-    return compare_redis.bench_command(server, ["EVALSHA", sha] + args, N, pipeline, CLIENTS, KEYSPACE)
+    return RUN.bench(server, ["EVALSHA", sha] + args, pipeline)
 
 
 def main():
-    emit(f"## Lua scripts (EVALSHA): scaledkv-server vs Redis ({time.strftime('%Y-%m-%d %H:%M')}, "
-         f"{os.cpu_count()} cores, -n {N} -r {KEYSPACE} -c {CLIENTS})")
-    compare_redis.side_by_side(list(SCRIPTS), bench, CONFIGS, MEDIA, PIPELINES, REPEATS, "script")
-    print(f"\nwritten to {REPORT}")
+    RUN.run("Lua scripts (EVALSHA)", list(SCRIPTS), bench, column="script")
 
 
 if __name__ == "__main__":

@@ -24,21 +24,11 @@ appended to bench-results/sort-<timestamp>.md.
 import os
 import random
 import subprocess
-import time
 
 import compare_redis
-from compare_redis import REPO
 
-REPEATS = int(os.environ.get("REPEATS", "3"))
-N = int(os.environ.get("N", "100000"))
+RUN = compare_redis.Comparison("sort", n=100000)
 ELEMENTS = int(os.environ.get("ELEMENTS", "100"))
-PIPELINES = [int(p) for p in os.environ.get("PIPELINES", "1 16").split()]
-MEDIA = os.environ.get("MEDIA", f"/dev/shm {REPO}/bench-data").split()
-CONFIGS = os.environ.get("CONFIGS", "redis-none redis-always scaledkv-sync").split()
-CLIENTS = 50
-REPORT = os.path.join(REPO, "bench-results", f"sort-{time.strftime('%Y%m%d-%H%M%S')}.md")
-compare_redis.REPORT = REPORT
-emit = compare_redis.emit
 
 WORKLOADS = {
     "sort-10": ["SORT", "ids", "LIMIT", "0", "10"],
@@ -63,14 +53,11 @@ def fill(server):
 def bench(server, name, pipeline):
     if name == "sort-10":
         fill(server)
-    return compare_redis.bench_command(server, WORKLOADS[name], N, pipeline, CLIENTS)
+    return RUN.bench(server, WORKLOADS[name], pipeline)
 
 
 def main():
-    emit(f"## SORT: scaledkv-server vs Redis ({time.strftime('%Y-%m-%d %H:%M')}, "
-         f"{os.cpu_count()} cores, -n {N} -c {CLIENTS}, a list of {ELEMENTS})")
-    compare_redis.side_by_side(list(WORKLOADS), bench, CONFIGS, MEDIA, PIPELINES, REPEATS, "workload")
-    print(f"\nwritten to {REPORT}")
+    RUN.run("SORT", list(WORKLOADS), bench, detail=f", a list of {ELEMENTS}")
 
 
 if __name__ == "__main__":

@@ -19,23 +19,11 @@ Every process started here is stopped by its PID. Results are printed and
 appended to bench-results/streams-<timestamp>.md.
 """
 
-import os
 import subprocess
-import time
 
 import compare_redis
-from compare_redis import REPO
 
-REPEATS = int(os.environ.get("REPEATS", "3"))
-N = int(os.environ.get("N", "200000"))
-KEYSPACE = int(os.environ.get("KEYSPACE", "10000"))
-PIPELINES = [int(p) for p in os.environ.get("PIPELINES", "1 16").split()]
-MEDIA = os.environ.get("MEDIA", f"/dev/shm {REPO}/bench-data").split()
-CONFIGS = os.environ.get("CONFIGS", "redis-none redis-always scaledkv-sync").split()
-CLIENTS = 50
-REPORT = os.path.join(REPO, "bench-results", f"streams-{time.strftime('%Y%m%d-%H%M%S')}.md")
-compare_redis.REPORT = REPORT
-emit = compare_redis.emit
+RUN = compare_redis.Comparison("streams", n=200000, keyspace=10000)
 
 VALUE = "v" * 100
 WORKLOADS = {
@@ -52,14 +40,11 @@ def bench(server, name, pipeline):
     if name == "xreadgroup":
         subprocess.run(["redis-cli", "-p", str(server.port), "XGROUP", "CREATE", "events", "g", "0"],
                        capture_output=True, check=True)
-    return compare_redis.bench_command(server, WORKLOADS[name], N, pipeline, CLIENTS, KEYSPACE)
+    return RUN.bench(server, WORKLOADS[name], pipeline)
 
 
 def main():
-    emit(f"## Streams: scaledkv-server vs Redis ({time.strftime('%Y-%m-%d %H:%M')}, "
-         f"{os.cpu_count()} cores, -n {N} -r {KEYSPACE} -c {CLIENTS}, 100-byte values)")
-    compare_redis.side_by_side(list(WORKLOADS), bench, CONFIGS, MEDIA, PIPELINES, REPEATS, "workload")
-    print(f"\nwritten to {REPORT}")
+    RUN.run("Streams", list(WORKLOADS), bench, detail=", 100-byte values")
 
 
 if __name__ == "__main__":
