@@ -70,6 +70,8 @@ pub fn type_name(tag: u8) -> &'static str {
 /// nothing, and SCAN, KEYS, RANDOMKEY and DBSIZE leave them out. They sort
 /// after every client key; a 0xFF byte never occurs in UTF-8 text.
 pub const RESERVED: &[u8] = b"\xff\xff";
+/// The server's settings start with these bytes: FLUSHALL keeps them.
+pub const SETTINGS: &[u8] = b"\xff\xff\x00";
 /// Written once into every database this server opens: a database without
 /// it was written before keys were reserved and must hold none of them.
 pub const FORMAT_MARKER: &[u8] = b"\xff\xff\x00format";

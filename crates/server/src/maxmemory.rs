@@ -148,8 +148,13 @@ impl MemoryLimit {
     /// moving data (refused only a quarter over), and the limit without
     /// eviction is the SSD tier's size.
     pub fn refuses(&self, command: &str, db: &scaledkv::Db) -> bool {
+        denies_oom(command) && self.over_limit(db)
+    }
+
+    /// Whether writes that may add data are refused now (`refuses`).
+    pub fn over_limit(&self, db: &scaledkv::Db) -> bool {
         let limit = self.maxmemory();
-        if limit == 0 || !denies_oom(command) {
+        if limit == 0 {
             return false;
         }
         let allowed = |limit: u64| if self.evicts() { limit + limit / 4 } else { limit };

@@ -93,6 +93,8 @@ pub struct Shared {
     pub memcached: crate::memcache::State,
     /// Cached Lua scripts, and what SCRIPT KILL stops (`crate::script`).
     pub scripts: crate::script::Scripts,
+    /// The function libraries FCALL calls (`crate::script::functions`).
+    pub functions: crate::script::functions::Functions,
 }
 
 impl Shared {
@@ -221,6 +223,8 @@ pub async fn run(config: Config, db: Db) -> Result<(), String> {
         None => None,
     };
     let next_table_id = crate::commands::table::next_id(&db)?;
+    let scripts = crate::script::Scripts::new(config.busy_reply_threshold_ms, config.script_memory_limit);
+    let libraries = crate::commands::functions::load_stored(&db, &scripts)?;
     let shared = Arc::new(Shared {
         reserved_entries: AtomicU64::new(reserved_entries),
         next_table_id: AtomicU64::new(next_table_id),
@@ -232,7 +236,8 @@ pub async fn run(config: Config, db: Db) -> Result<(), String> {
         notify_flags: std::sync::atomic::AtomicU32::new(config.notify_keyspace_events),
         monitors: Default::default(),
         memcached: crate::memcache::State::new(cas),
-        scripts: crate::script::Scripts::new(config.busy_reply_threshold_ms, config.script_memory_limit),
+        scripts,
+        functions: crate::script::functions::Functions::new(libraries),
         db,
         locks: KeyLocks::default(),
         stats: ServerStats::default(),

@@ -162,6 +162,65 @@ fn write_length(out: &mut Vec<u8>, len: u64) {
     }
 }
 
+/// RDB_OPCODE_FUNCTION2 (a library's code, what Redis 7.0 GA writes) and
+/// RDB_OPCODE_FUNCTION (7.0's release candidates: name, engine, an
+/// optional description and the code after the shebang).
+const OPCODE_FUNCTION2: u8 = 245;
+const OPCODE_FUNCTION_RC: u8 = 246;
+
+/// FUNCTION DUMP's payload: each library's code (shebang and all), then
+/// the RDB version and the CRC-64. Plain strings, as DUMP writes them.
+pub fn serialize_functions<'a>(codes: impl Iterator<Item = &'a [u8]>) -> Vec<u8> {
+    let mut out = Vec::new();
+    for code in codes {
+        out.push(OPCODE_FUNCTION2);
+        write_length(&mut out, code.len() as u64);
+        out.extend_from_slice(code);
+    }
+    with_footer(out)
+}
+
+/// The libraries' codes a FUNCTION DUMP payload holds, or Redis's error.
+pub fn deserialize_functions(payload: &[u8]) -> Result<Vec<Vec<u8>>, &'static str> {
+    let body = verified(payload).map_err(|_| "DUMP payload version or checksum are wrong")?;
+    let mut reader = Reader { bytes: body };
+    let mut codes = Vec::new();
+    while !reader.bytes.is_empty() {
+        match reader.byte().map_err(|_| "can not read data type")? {
+            OPCODE_FUNCTION2 => codes.push(reader.string().map_err(|_| "Failed loading library payload")?),
+            OPCODE_FUNCTION_RC => {
+                let name = reader.string().map_err(|_| "Failed loading library name")?;
+                let engine = reader.string().map_err(|_| "Failed loading engine name")?;
+                let described = reader.length().map_err(|_| "Failed loading library description indicator")?;
+                if !matches!(described, Length::Plain(0)) {
+                    reader.string().map_err(|_| "Failed loading library description")?;
+                }
+                let blob = reader.string().map_err(|_| "Failed loading library blob")?;
+                let mut code = [b"#!", &engine[..], b" name=", &name[..], b"\n"].concat();
+                code.extend_from_slice(&blob);
+                codes.push(code);
+            }
+            _ => return Err("given type is not a function"),
+        }
+    }
+    Ok(codes)
+}
+
+/// The object of a payload whose version ScaledKV reads and whose CRC-64
+/// is right (what precedes the version).
+fn verified(payload: &[u8]) -> Result<&[u8], Refused> {
+    if payload.len() < 10 {
+        return Err(Refused::VersionOrChecksum);
+    }
+    let (body, footer) = payload.split_at(payload.len() - 8);
+    let version = u16::from_le_bytes([body[body.len() - 2], body[body.len() - 1]]);
+    let crc = u64::from_le_bytes(footer.try_into().expect("8 bytes"));
+    if version > NEWEST_RDB_VERSION || CRC64.checksum(body) != crc {
+        return Err(Refused::VersionOrChecksum);
+    }
+    Ok(&body[..body.len() - 2])
+}
+
 /// Why a payload cannot be restored, in Redis's words where Redis has them.
 #[derive(Debug, PartialEq)]
 pub enum Refused {
@@ -173,16 +232,7 @@ pub enum Refused {
 
 /// The value a payload holds: its keyspace type and encoded data.
 pub fn deserialize(payload: &[u8]) -> Result<(u8, Vec<u8>), Refused> {
-    if payload.len() < 10 {
-        return Err(Refused::VersionOrChecksum);
-    }
-    let (body, footer) = payload.split_at(payload.len() - 8);
-    let version = u16::from_le_bytes([body[body.len() - 2], body[body.len() - 1]]);
-    let crc = u64::from_le_bytes(footer.try_into().expect("8 bytes"));
-    if version > NEWEST_RDB_VERSION || CRC64.checksum(body) != crc {
-        return Err(Refused::VersionOrChecksum);
-    }
-    let mut object = Reader { bytes: &body[..body.len() - 2] };
+    let mut object = Reader { bytes: verified(payload)? };
     match object.byte()? {
         TYPE_STRING => Ok((crate::keyspace::TYPE_STRING, object.string()?)),
         TYPE_HASH_PAIRS => {

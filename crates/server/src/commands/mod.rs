@@ -4,6 +4,7 @@
 
 mod bits;
 mod dump;
+pub mod functions;
 mod geo;
 mod hashes;
 mod hll;
@@ -475,13 +476,16 @@ commands! {
     "eval_ro", -3, READONLY, NONE, "scripting", scripting::eval_in_transaction, "Executes a read-only server-side Lua script.";
     "evalsha_ro", -3, READONLY, NONE, "scripting", scripting::eval_in_transaction, "Executes a read-only server-side Lua script by SHA1 digest.";
     "script", -2, 0, NONE, "scripting", scripting::script, "A container for Lua scripts management commands.";
+    "fcall", -3, 0, NONE, "scripting", scripting::eval_in_transaction, "Invokes a function.";
+    "fcall_ro", -3, READONLY, NONE, "scripting", scripting::eval_in_transaction, "Invokes a read-only function.";
+    "function", -2, 0, NONE, "scripting", functions::function, "A container for function commands.";
     "publish", 3, FAST, NONE, "pubsub", pubsub::publish, "Posts a message to a channel.";
     "spublish", 3, FAST, ONE, "pubsub", pubsub::spublish, "Post a message to a shard channel";
     "pubsub", -2, 0, NONE, "pubsub", pubsub::pubsub, "A container for Pub/Sub commands.";
 }
 
 /// Types that are not built yet: a clear error, never a crash.
-const NOT_YET: &[&str] = &["pfdebug", "pfselftest", "function", "fcall", "fcall_ro"];
+const NOT_YET: &[&str] = &["pfdebug", "pfselftest"];
 
 /// The command named `name`, in any case, without allocating.
 pub fn lookup(name: &[u8]) -> Option<&'static Command> {

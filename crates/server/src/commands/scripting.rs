@@ -16,24 +16,46 @@ use super::{CmdError, CmdResult, Command, Ctx, Guard, Run, ALL_KEYS, BLOCKING, T
 use crate::conn::ConnState;
 use crate::keyspace::{KeyLocks, Stripe, Writes};
 use crate::resp::{Out, Protocol};
-use crate::script::vm::{self, CallError, Outcome};
+use crate::script::functions::Flags;
+use crate::script::vm::{self, CallError, Outcome, Program};
 use crate::script::Script;
 use crate::server::Shared;
 
-/// EVAL and its kin (the executor runs them itself: they await locks).
+/// EVAL, FCALL and their kin (the executor runs them itself: they await
+/// locks).
 pub fn is_script(command: &Command) -> bool {
-    matches!(command.name, "eval" | "evalsha" | "eval_ro" | "evalsha_ro")
+    matches!(command.name, "eval" | "evalsha" | "eval_ro" | "evalsha_ro" | "fcall" | "fcall_ro")
 }
 
-/// One invocation: the script, its keys and arguments.
+/// What an invocation runs.
+enum Target {
+    Script(Arc<Script>),
+    /// A library function, by its name as registered.
+    Function(String),
+}
+
+/// One invocation: the script or function, its keys and arguments.
 struct Invocation<'a> {
-    script: Arc<Script>,
+    target: Target,
+    /// The whole command (FUNCTION STATS shows a busy function's).
+    command: &'a [Bytes],
     keys: &'a [Bytes],
     argv: &'a [Bytes],
     read_only: bool,
+    /// `allow-oom`: its writes are not checked against `maxmemory`.
+    allow_oom: bool,
 }
 
 fn invocation<'a>(shared: &Shared, command: &Command, args: &'a [Bytes]) -> Result<Invocation<'a>, CmdError> {
+    let function = match command.name {
+        "fcall" | "fcall_ro" => {
+            let libraries = shared.functions.current();
+            let (_, function) = libraries.function(&args[1]).ok_or_else(|| err("ERR Function not found"))?;
+            args::int(&args[2]).map_err(|_| err("ERR Bad number of keys provided"))?;
+            Some((function.name.clone(), function.flags))
+        }
+        _ => None,
+    };
     let numkeys = args::int(&args[2])?;
     if numkeys > (args.len() - 3) as i64 {
         return Err(err("ERR Number of keys can't be greater than number of args"));
@@ -41,14 +63,42 @@ fn invocation<'a>(shared: &Shared, command: &Command, args: &'a [Bytes]) -> Resu
     if numkeys < 0 {
         return Err(err("ERR Number of keys can't be negative"));
     }
-    let script = if command.name.starts_with("evalsha") {
-        shared.scripts.get(&args[1]).ok_or_else(|| err("NOSCRIPT No matching script. Please use EVAL."))?
-    } else {
-        cache(shared, &args[1], false)?
+    let (target, flags) = match function {
+        Some((name, flags)) => (Target::Function(name), Some(flags)),
+        None if command.name.starts_with("evalsha") => {
+            let script =
+                shared.scripts.get(&args[1]).ok_or_else(|| err("NOSCRIPT No matching script. Please use EVAL."))?;
+            let flags = script.flags;
+            (Target::Script(script), flags)
+        }
+        None => {
+            let script = cache(shared, &args[1], false)?;
+            let flags = script.flags;
+            (Target::Script(script), flags)
+        }
     };
+    let ro_command = command.name.ends_with("_ro");
+    // Redis's `scriptPrepareForRun`, for scripts with flags (a shebang) and
+    // functions; a script without is checked command by command.
+    if let Some(flags) = flags {
+        if !flags.has(Flags::NO_WRITES) && ro_command {
+            return Err(err("ERR Can not execute a script with write flag using *_ro command."));
+        }
+        if !flags.has(Flags::NO_WRITES) && !flags.has(Flags::ALLOW_OOM) && shared.config.memory.over_limit(&shared.db) {
+            return Err(err(
+                "OOM allow-oom flag is not set on the script, can not run it when used memory > 'maxmemory'",
+            ));
+        }
+    }
     let split = 3 + numkeys as usize;
-    let read_only = command.name.ends_with("_ro") || script.no_writes;
-    Ok(Invocation { script, keys: &args[3..split], argv: &args[split..], read_only })
+    Ok(Invocation {
+        target,
+        command: args,
+        keys: &args[3..split],
+        argv: &args[split..],
+        read_only: ro_command || flags.is_some_and(|flags| flags.has(Flags::NO_WRITES)),
+        allow_oom: flags.is_some_and(|flags| flags.has(Flags::ALLOW_OOM)),
+    })
 }
 
 /// Caches `body` once it compiles (EVAL, or SCRIPT LOAD when `load`).
@@ -104,6 +154,7 @@ fn allowed_in_scripts(command: &Command) -> bool {
         || matches!(
             command.name,
             "script"
+                | "function"
                 | "unwatch"
                 | "auth"
                 | "hello"
@@ -149,7 +200,7 @@ fn run_script<'s>(
             if invocation.read_only {
                 return Err(CallError::Error("ERR Write commands are not allowed from read-only scripts.".into()));
             }
-            if shared.config.memory.refuses(command.name, &shared.db) {
+            if !invocation.allow_oom && shared.config.memory.refuses(command.name, &shared.db) {
                 return Err(CallError::Error(crate::maxmemory::OOM_ERROR.into()));
             }
         }
@@ -185,7 +236,11 @@ fn run_script<'s>(
     };
     let generation = shared.scripts.generation.load(Ordering::Relaxed);
     let control = &shared.scripts.control;
-    vm::run(control, generation, &invocation.script, invocation.keys, invocation.argv, &mut call, out)
+    let program = match &invocation.target {
+        Target::Script(script) => Program::Script(script),
+        Target::Function(name) => Program::Function { functions: &shared.functions, name, command: invocation.command },
+    };
+    vm::run(control, generation, &program, invocation.keys, invocation.argv, &mut call, out)
 }
 
 /// EVAL and its kin outside a transaction. A script joins the
@@ -308,6 +363,11 @@ pub fn script(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         ("kill", 2) => {
             if scripts.control.busy.load(Ordering::Relaxed) == 0 {
                 return Err(err("NOTBUSY No scripts in execution right now."));
+            }
+            if scripts.control.busy_scripts() == 0 {
+                return Err(err(
+                    "BUSY Redis is busy running a script. You can only call FUNCTION KILL or SHUTDOWN NOSAVE.",
+                ));
             }
             scripts.control.kill_epoch.fetch_add(1, Ordering::Relaxed);
             ctx.out.ok();

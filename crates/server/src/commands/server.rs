@@ -399,12 +399,12 @@ pub fn flushall(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
 /// caller holding every key's lock: one atomic batch when it fits (the
 /// usual case); a huge database is cleared in several batches, each
 /// durable before the next. Everything but the server's settings (the
-/// format marker, the memcached CAS epoch): its other entries go with the
-/// keys they belong to.
+/// format marker, the memcached CAS epoch, the function libraries, which
+/// Redis's FLUSHALL keeps too): its other entries go with the keys they
+/// belong to.
 pub fn clear_all(db: &scaledkv::Db, writes: &mut crate::keyspace::Writes) -> scaledkv::Result<()> {
     let keys: Vec<Vec<u8>> = db.iter().map(|item| item.map(|(k, _)| k)).collect::<Result<_, _>>()?;
-    let keys =
-        keys.into_iter().filter(|key| key != crate::keyspace::FORMAT_MARKER && key != crate::memcache::cas::EPOCH_KEY);
+    let keys = keys.into_iter().filter(|key| !key.starts_with(crate::keyspace::SETTINGS));
     let mut bytes = 0;
     for key in keys {
         bytes += key.len() + 32;

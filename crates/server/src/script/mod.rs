@@ -13,6 +13,7 @@
 
 pub mod call;
 pub mod convert;
+pub mod functions;
 pub mod libs;
 pub mod msgpack;
 pub mod vm;
@@ -36,8 +37,10 @@ pub struct Script {
     /// What Lua compiles: the body with a shebang line turned into a
     /// comment (line numbers stay those the client sent).
     pub source: Vec<u8>,
-    /// `#!lua flags=no-writes`: it may only read.
-    pub no_writes: bool,
+    /// The shebang's flags (`#!lua flags=no-writes`); none without a
+    /// shebang (Redis's compatibility mode: it may write, checked command
+    /// by command).
+    pub flags: Option<functions::Flags>,
 }
 
 struct Cached {
@@ -67,6 +70,11 @@ pub struct Control {
     /// Bumped by SCRIPT KILL; a busy script that started under another
     /// value stops.
     pub kill_epoch: AtomicU64,
+    /// The busy scripts that are library functions (FUNCTION STATS shows
+    /// them; FUNCTION KILL stops them, SCRIPT KILL the others).
+    pub busy_functions: Mutex<Vec<BusyFunction>>,
+    /// Bumped by FUNCTION KILL, as `kill_epoch` by SCRIPT KILL.
+    pub function_kill_epoch: AtomicU64,
     /// `busy-reply-threshold` (Redis's `lua-time-limit`), milliseconds.
     pub busy_millis: AtomicU64,
     /// `script-memory-limit`: what a thread's Lua state may hold; past it
@@ -80,9 +88,29 @@ impl Default for Control {
         Control {
             busy: AtomicUsize::new(0),
             kill_epoch: AtomicU64::new(0),
+            busy_functions: Mutex::new(Vec::new()),
+            function_kill_epoch: AtomicU64::new(0),
             busy_millis: AtomicU64::new(5000),
             memory_limit: AtomicU64::new(1 << 30),
         }
+    }
+}
+
+/// A library function's run, as FUNCTION STATS shows it once busy.
+#[derive(Clone)]
+pub struct BusyFunction {
+    /// Tells runs apart.
+    pub run: u64,
+    pub name: String,
+    /// The FCALL that called it.
+    pub command: Vec<bytes::Bytes>,
+    pub started: std::time::Instant,
+}
+
+impl Control {
+    /// Busy scripts that are not library functions.
+    pub fn busy_scripts(&self) -> usize {
+        self.busy.load(Ordering::Relaxed).saturating_sub(self.busy_functions.lock().len())
     }
 }
 
@@ -109,8 +137,8 @@ impl Scripts {
             cached.last_used = used;
             return Ok(cached.script.clone());
         }
-        let (no_writes, source) = parse_shebang(body)?;
-        let script = Arc::new(Script { sha: sha.clone(), source, no_writes });
+        let (flags, source) = parse_shebang(body)?;
+        let script = Arc::new(Script { sha: sha.clone(), source, flags });
         cache.insert(sha, Cached { script: script.clone(), loaded: load, last_used: used });
         if !load {
             let evaluated = cache.values().filter(|c| !c.loaded).count();
@@ -162,14 +190,13 @@ pub fn sha1_hex(data: &[u8]) -> String {
     digest.iter().map(|byte| format!("{byte:02x}")).collect()
 }
 
-/// Redis 7's shebang (`#!lua flags=no-writes,allow-oom`): whether the
-/// script may only read, and the source Lua compiles. Flags ScaledKV
-/// accepts but need not act on: `allow-oom` (a script's writes are
-/// checked against the memory limit one by one), `allow-stale`,
-/// `no-cluster`, `allow-cross-slot-keys` (one node, no replicas).
-fn parse_shebang(body: &[u8]) -> Result<(bool, Vec<u8>), String> {
+/// Redis 7's shebang (`#!lua flags=no-writes,allow-oom`): its flags
+/// (none without one), and the source Lua compiles. Flags ScaledKV
+/// accepts but need not act on: `allow-stale`, `no-cluster`,
+/// `allow-cross-slot-keys` (one node, no replicas).
+fn parse_shebang(body: &[u8]) -> Result<(Option<functions::Flags>, Vec<u8>), String> {
     let Some(rest) = body.strip_prefix(b"#!") else {
-        return Ok((false, body.to_vec()));
+        return Ok((None, body.to_vec()));
     };
     let line_end = rest.iter().position(|&b| b == b'\n').unwrap_or(rest.len());
     let line = String::from_utf8_lossy(&rest[..line_end]);
@@ -178,22 +205,19 @@ fn parse_shebang(body: &[u8]) -> Result<(bool, Vec<u8>), String> {
         let shown = String::from_utf8_lossy(&body[..line_end + 2]);
         return Err(format!("ERR Unexpected engine in script shebang: {shown}"));
     }
-    let mut no_writes = false;
+    let mut flags = functions::Flags::default();
     for word in words {
-        let Some(flags) = word.strip_prefix("flags=") else {
+        let Some(names) = word.strip_prefix("flags=") else {
             return Err(format!("ERR Unknown lua shebang option: {word}"));
         };
-        for flag in flags.split(',').filter(|f| !f.is_empty()) {
-            match flag {
-                "no-writes" => no_writes = true,
-                "allow-oom" | "allow-stale" | "no-cluster" | "allow-cross-slot-keys" => {}
-                other => return Err(format!("ERR Unexpected flag in script shebang: {other}")),
-            }
+        for name in names.split(',').filter(|f| !f.is_empty()) {
+            let flag = functions::Flags::named(name);
+            flags.insert(flag.ok_or_else(|| format!("ERR Unexpected flag in script shebang: {name}"))?);
         }
     }
     let mut source = b"--".to_vec();
     source.extend_from_slice(body);
-    Ok((no_writes, source))
+    Ok((Some(flags), source))
 }
 
 #[cfg(test)]
@@ -208,9 +232,10 @@ mod tests {
 
     #[test]
     fn shebangs_are_parsed_as_redis_does() {
-        assert_eq!(parse_shebang(b"return 1").unwrap(), (false, b"return 1".to_vec()));
-        let (no_writes, source) = parse_shebang(b"#!lua flags=no-writes,allow-oom\nreturn 1").unwrap();
-        assert!(no_writes);
+        assert_eq!(parse_shebang(b"return 1").unwrap(), (None, b"return 1".to_vec()));
+        let (flags, source) = parse_shebang(b"#!lua flags=no-writes,allow-oom\nreturn 1").unwrap();
+        assert_eq!(flags.unwrap().names().collect::<Vec<_>>(), ["no-writes", "allow-oom"]);
+        assert_eq!(parse_shebang(b"#!lua\nreturn 1").unwrap().0, Some(functions::Flags::default()));
         assert_eq!(source, b"--#!lua flags=no-writes,allow-oom\nreturn 1");
         assert_eq!(parse_shebang(b"#!lua flags=bogus\n").unwrap_err(), "ERR Unexpected flag in script shebang: bogus");
         assert_eq!(parse_shebang(b"#!lua name=x\n").unwrap_err(), "ERR Unknown lua shebang option: name=x");

@@ -13,7 +13,7 @@
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::rc::Rc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -22,7 +22,8 @@ use bytes::Bytes;
 use mlua::{ffi, Function, HookTriggers, Lua, LuaOptions, MultiValue, StdLib, Table, Value, VmState};
 
 use super::convert::lua_to_reply;
-use super::{Control, Script};
+use super::functions::{Flags, Functions, Library};
+use super::{BusyFunction, Control, Script};
 use crate::resp::Out;
 
 /// Compiled scripts a thread keeps; past it the cache starts over.
@@ -62,6 +63,10 @@ struct RunState {
     needs_all_keys: Cell<bool>,
     /// `redis.setresp(3)` was called.
     resp3: Cell<bool>,
+    /// While a library loads: when it must have finished.
+    load_deadline: Cell<Option<Instant>>,
+    /// The library function running, if it is one.
+    function: RefCell<Option<BusyFunction>>,
 }
 
 struct Vm {
@@ -69,6 +74,14 @@ struct Vm {
     /// `xpcall`s a script with the error handler that notes where it failed.
     runner: Function,
     compiled: HashMap<String, Function>,
+    /// Runs a library's code with the library API (`PRELUDE`).
+    loader: Function,
+    /// `xpcall`s a library's function as `runner` does a script.
+    function_runner: Function,
+    /// The libraries' functions by lower-cased name, as loaded here for
+    /// the generation of `Functions` that `libraries` names.
+    functions: HashMap<String, Function>,
+    libraries: Option<u64>,
     /// The memory limit the state has now.
     memory_limit: Cell<usize>,
     generation: u64,
@@ -83,8 +96,9 @@ thread_local! {
 /// Lua that builds the sandbox, run once per state with its libraries
 /// still writable. Returns the globals' proxy and the runner.
 const PRELUDE: &str = r#"
-local redis_lib, handler = ...
+local redis_lib, handler, flag_bits = ...
 local error, type, tostring, setmetatable, getmetatable = error, type, tostring, setmetatable, getmetatable
+local select, next, ipairs, pairs, setfenv, string = select, next, ipairs, pairs, setfenv, string
 local raw_pcall, raw_xpcall, raw_rawset = pcall, xpcall, rawset
 
 local protected = setmetatable({}, {__mode = 'k'})
@@ -142,7 +156,125 @@ local function runner(f, keys, argv)
   env.KEYS, env.ARGV = nil, nil
   return ok, result
 end
-return globals, runner
+
+-- Redis 7's functions. A library's code runs once per state with only the
+-- library API (`redis.register_function`, `redis.log`, the constants);
+-- its functions run later with the globals scripts have, KEYS and ARGV
+-- given as arguments instead. Every library shares one read-only table
+-- of globals, as in Redis.
+local registering
+local loading = false
+local function nonexistent(name)
+  error("Script attempted to access nonexistent global variable '" .. tostring(name) .. "'", 3)
+end
+local function register_function(...)
+  local n = select('#', ...)
+  if n < 1 or n > 2 then error('wrong number of arguments to redis.register_function', 0) end
+  local name, callback, description, flags = nil, nil, nil, 0
+  local first, second = ...
+  if n == 2 then
+    if type(first) ~= 'string' and type(first) ~= 'number' then
+      error('first argument to redis.register_function must be a string', 0)
+    end
+    if type(second) ~= 'function' then error('second argument to redis.register_function must be a function', 0) end
+    name, callback = tostring(first), second
+  else
+    if type(first) ~= 'table' then
+      error('calling redis.register_function with a single argument is only applicable to Lua table (representing named arguments).', 0)
+    end
+    for key, value in next, first do
+      if type(key) ~= 'string' and type(key) ~= 'number' then
+        error('named argument key given to redis.register_function is not a string', 0)
+      end
+      local lower = string.lower(tostring(key))
+      if lower == 'function_name' then
+        if type(value) ~= 'string' and type(value) ~= 'number' then
+          error('function_name argument given to redis.register_function must be a string', 0)
+        end
+        name = tostring(value)
+      elseif lower == 'description' then
+        if type(value) ~= 'string' and type(value) ~= 'number' then
+          error('description argument given to redis.register_function must be a string', 0)
+        end
+        description = tostring(value)
+      elseif lower == 'callback' then
+        if type(value) ~= 'function' then
+          error('callback argument given to redis.register_function must be a function', 0)
+        end
+        callback = value
+      elseif lower == 'flags' then
+        if type(value) ~= 'table' then
+          error('flags argument to redis.register_function must be a table representing function flags', 0)
+        end
+        local i = 1
+        while value[i] ~= nil do
+          local flag = value[i]
+          local bit = (type(flag) == 'string' or type(flag) == 'number') and flag_bits[string.lower(tostring(flag))]
+          if not bit then error('unknown flag given', 0) end
+          if flags % (2 * bit) < bit then flags = flags + bit end
+          i = i + 1
+        end
+      else
+        error('unknown argument given to redis.register_function', 0)
+      end
+    end
+    if name == nil then error('redis.register_function must get a function name argument', 0) end
+    if callback == nil then error('redis.register_function must get a callback argument', 0) end
+  end
+  if not string.find(name, '^[%w_]+$') then
+    error('Library names can only contain letters, numbers, or underscores(_) and must be at least one character long', 0)
+  end
+  for _, registered in ipairs(registering) do
+    if registered.name == name then error('Function already exists in the library', 0) end
+  end
+  registering[#registering + 1] = {name = name, callback = callback, description = description, flags = flags}
+end
+
+local library_redis_fields = {register_function = register_function, log = redis_lib.log}
+for name, value in pairs(redis_lib) do
+  if string.sub(name, 1, 4) == 'LOG_' or string.sub(name, 1, 13) == 'REDIS_VERSION' then
+    library_redis_fields[name] = value
+  end
+end
+local library_redis = setmetatable({}, {
+  __index = function(_, name)
+    local value = library_redis_fields[name]
+    if value == nil then nonexistent(name) end
+    return value
+  end,
+  __newindex = refuse,
+  __metatable = false,
+})
+protected[library_redis] = true
+local library_api = {redis = library_redis}
+local library_globals = setmetatable({}, {
+  __index = function(_, name)
+    local value
+    if loading then value = library_api[name] else value = env[name] end
+    if value == nil then nonexistent(name) end
+    return value
+  end,
+  __newindex = refuse,
+  __metatable = false,
+})
+protected[library_globals] = true
+
+-- Runs a library's compiled code: true and what it registered, or false
+-- and its error.
+local function load_library(chunk)
+  registering, loading = {}, true
+  setfenv(chunk, library_globals)
+  local ok, err = raw_pcall(chunk)
+  local registered = registering
+  registering, loading = nil, false
+  if not ok then return false, err end
+  return true, registered
+end
+
+local function call_function(f, keys, args)
+  return raw_xpcall(function() return f(keys, args) end, handler)
+end
+return globals, runner, load_library, call_function
 "#;
 
 fn create(control: &Arc<Control>, generation: u64) -> mlua::Result<Vm> {
@@ -156,6 +288,8 @@ fn create(control: &Arc<Control>, generation: u64) -> mlua::Result<Vm> {
         killed: Cell::new(false),
         needs_all_keys: Cell::new(false),
         resp3: Cell::new(false),
+        load_deadline: Cell::new(None),
+        function: RefCell::new(None),
     });
     let redis = redis_library(&lua, &run)?;
     // SAFETY: both follow Lua's C function protocol (`super::call`).
@@ -164,7 +298,14 @@ fn create(control: &Arc<Control>, generation: u64) -> mlua::Result<Vm> {
         redis.raw_set("pcall", lua.create_c_function(super::call::redis_pcall)?)?;
     }
     let handler = lua.create_function(error_handler)?;
-    let (proxy, runner): (Table, Function) = lua.load(PRELUDE).set_name("=prelude").call((redis, handler))?;
+    let flag_bits = lua.create_table()?;
+    for bit in 0..8 {
+        if let Some(name) = Flags::from_bits(1 << bit).names().next() {
+            flag_bits.raw_set(name, 1 << bit)?;
+        }
+    }
+    let (proxy, runner, loader, function_runner): (Table, Function, Function, Function) =
+        lua.load(PRELUDE).set_name("=prelude").call((redis, handler, flag_bits))?;
     lua.set_globals(proxy)?;
     let (hook_run, hook_control) = (run.clone(), control.clone());
     lua.set_hook(HookTriggers::new().every_nth_instruction(HOOK_INSTRUCTIONS), move |_, _| {
@@ -174,6 +315,10 @@ fn create(control: &Arc<Control>, generation: u64) -> mlua::Result<Vm> {
         lua,
         runner,
         compiled: HashMap::new(),
+        loader,
+        function_runner,
+        functions: HashMap::new(),
+        libraries: None,
         memory_limit: Cell::new(0),
         generation,
         control: control.clone(),
@@ -185,15 +330,24 @@ fn create(control: &Arc<Control>, generation: u64) -> mlua::Result<Vm> {
 /// may then stop it, and this I/O thread's other clients move to another
 /// thread), and stops a killed one.
 fn check_clock(run: &RunState, control: &Control) -> mlua::Result<VmState> {
+    if let Some(deadline) = run.load_deadline.get() {
+        if Instant::now() >= deadline {
+            return Err(mlua::Error::runtime("FUNCTION LOAD timeout"));
+        }
+        return Ok(VmState::Continue);
+    }
     if !run.busy.get()
         && run.started.get().elapsed() >= Duration::from_millis(control.busy_millis.load(Ordering::Relaxed))
     {
         run.busy.set(true);
+        if let Some(function) = &*run.function.borrow() {
+            control.busy_functions.lock().push(function.clone());
+        }
         control.busy.fetch_add(1, Ordering::Relaxed);
         tracing::warn!("a script has run past busy-reply-threshold; SCRIPT KILL stops it");
         hand_over_io_thread();
     }
-    if run.busy.get() && control.kill_epoch.load(Ordering::Relaxed) != run.kill_epoch.get() {
+    if run.busy.get() && kill_epoch(run, control).load(Ordering::Relaxed) != run.kill_epoch.get() {
         run.killed.set(true);
     }
     if run.killed.get() {
@@ -201,6 +355,15 @@ fn check_clock(run: &RunState, control: &Control) -> mlua::Result<VmState> {
         return Err(mlua::Error::runtime(KILLED));
     }
     Ok(VmState::Continue)
+}
+
+/// What stops the run: FUNCTION KILL's epoch for a function, SCRIPT
+/// KILL's for a script.
+fn kill_epoch<'c>(run: &RunState, control: &'c Control) -> &'c AtomicU64 {
+    match *run.function.borrow() {
+        Some(_) => &control.function_kill_epoch,
+        None => &control.kill_epoch,
+    }
 }
 
 /// Gives this I/O thread's runtime (its other connections, a client that
@@ -224,7 +387,7 @@ fn error_handler(lua: &Lua, error: Value) -> mlua::Result<Table> {
                 (source, debug.current_line())
             })
         })
-        .find(|(source, _)| source.as_deref() == Some("@user_script"));
+        .find(|(source, _)| matches!(source.as_deref(), Some("@user_script" | "@user_function")));
     let line = location.as_ref().and_then(|(_, line)| *line);
     let table = match error {
         Value::Table(table) => table,
@@ -345,19 +508,100 @@ impl Vm {
             return Ok(function.clone());
         }
         let chunk = self.lua.load(&script.source[..]).set_name("@user_script");
-        let function = chunk.into_function().map_err(|error| {
-            let message = match &error {
-                mlua::Error::SyntaxError { message, .. } => message.clone(),
-                other => innermost(other),
-            };
-            format!("ERR Error compiling script (new function): {message}")
-        })?;
+        let function = chunk
+            .into_function()
+            .map_err(|error| format!("ERR Error compiling script (new function): {}", compile_error(&error)))?;
         if self.compiled.len() >= COMPILED_MAX {
             self.compiled.clear();
         }
         self.compiled.insert(script.sha.clone(), function.clone());
         Ok(function)
     }
+
+    /// Runs a library's Lua (`body`) with the library API, for at most
+    /// `timeout`: what it registers, with its callbacks, or Redis's error
+    /// (without `ERR `).
+    fn load_library(
+        &self,
+        body: &[u8],
+        timeout: Option<Duration>,
+    ) -> Result<Vec<(super::functions::Function, Function)>, String> {
+        let chunk = self.lua.load(body).set_name("@user_function");
+        let chunk = chunk.into_function().map_err(|e| format!("Error compiling function: {}", compile_error(&e)))?;
+        self.run.load_deadline.set(timeout.map(|timeout| Instant::now() + timeout));
+        let loaded = self.loader.call::<(bool, Value)>(chunk);
+        self.run.load_deadline.set(None);
+        let (ok, value) = loaded.map_err(|e| format!("Error registering functions: ERR {}", innermost(&e)))?;
+        if !ok {
+            let message = match &value {
+                Value::Table(table) => match table.raw_get::<Value>("err") {
+                    Ok(Value::String(text)) => String::from_utf8_lossy(&text.as_bytes()).into_owned(),
+                    _ => "ERR unknown error".into(),
+                },
+                Value::String(text) => format!("ERR {}", String::from_utf8_lossy(&text.as_bytes())),
+                // Raised in Rust (`redis.log`, the hook): its text may
+                // carry the code already.
+                Value::Error(error) => {
+                    let text = innermost(error);
+                    if text.starts_with("ERR ") {
+                        text
+                    } else {
+                        format!("ERR {text}")
+                    }
+                }
+                other => format!("ERR {}", other.to_string().unwrap_or_default()),
+            };
+            return Err(format!("Error registering functions: {message}"));
+        }
+        let Value::Table(registered) = value else { return Err("Error registering functions".into()) };
+        let mut functions = Vec::new();
+        for entry in registered.sequence_values::<Table>() {
+            let entry = entry.map_err(|e| e.to_string())?;
+            let read = || -> mlua::Result<_> {
+                let name: String = entry.raw_get("name")?;
+                let description: Option<mlua::LuaString> = entry.raw_get("description")?;
+                let flags: u8 = entry.raw_get("flags")?;
+                let callback: Function = entry.raw_get("callback")?;
+                let description = description.map(|text| text.as_bytes().to_vec());
+                Ok((super::functions::Function { name, description, flags: Flags::from_bits(flags) }, callback))
+            };
+            functions.push(read().map_err(|e| e.to_string())?);
+        }
+        Ok(functions)
+    }
+
+    /// The function FCALL calls `name` (as registered), loading this
+    /// state's libraries again first if they changed.
+    fn library_function(&mut self, functions: &Functions, name: &str) -> Result<Function, String> {
+        let (generation, libraries) = functions.snapshot();
+        if self.libraries != Some(generation) {
+            self.functions.clear();
+            for library in libraries.iter() {
+                // Loaded once already: no timeout, as Redis loads its RDB.
+                let loaded = self.load_library(library.body(), None).map_err(|e| stored_library_error(library, &e))?;
+                for (function, callback) in loaded {
+                    self.functions.insert(function.name.to_ascii_lowercase(), callback);
+                }
+            }
+            self.libraries = Some(generation);
+        }
+        self.functions.get(&name.to_ascii_lowercase()).cloned().ok_or_else(|| "ERR Function not found".into())
+    }
+}
+
+/// How long a library's code may run when it loads (Redis's
+/// `LOAD_TIMEOUT_MS`).
+const LOAD_TIMEOUT: Duration = Duration::from_millis(500);
+
+fn compile_error(error: &mlua::Error) -> String {
+    match error {
+        mlua::Error::SyntaxError { message, .. } => message.clone(),
+        other => innermost(other),
+    }
+}
+
+fn stored_library_error(library: &Library, error: &str) -> String {
+    format!("ERR the library '{}' no longer loads: {error}", library.name)
 }
 
 /// Runs `f` with this thread's Lua state, made anew if SCRIPT FLUSH came
@@ -388,23 +632,63 @@ pub fn compile(control: &Arc<Control>, generation: u64, script: &Script) -> Resu
     with_vm(control, generation, |vm| vm.function(script).map(drop))
 }
 
-/// Runs `script` with `keys` and `argv`, each `redis.call` through `call`
+/// Runs a library's Lua (the code after its shebang line) to learn what
+/// it registers (FUNCTION LOAD): its functions, or Redis's error (without
+/// `ERR `).
+pub fn register_library(
+    control: &Arc<Control>,
+    generation: u64,
+    body: &[u8],
+) -> Result<Vec<super::functions::Function>, String> {
+    with_vm(control, generation, |vm| {
+        Ok(vm
+            .load_library(body, Some(LOAD_TIMEOUT))
+            .map(|loaded| loaded.into_iter().map(|(function, _)| function).collect()))
+    })
+    .and_then(|registered| registered)
+}
+
+/// What runs: a script, or a library's function (its name as
+/// registered, and the FCALL that calls it).
+pub enum Program<'a> {
+    Script(&'a Script),
+    Function { functions: &'a Functions, name: &'a str, command: &'a [Bytes] },
+}
+
+/// Runs `program` with `keys` and `argv`, each `redis.call` through `call`
 /// (given the command's arguments and whether the script chose RESP3,
 /// it returns the command's reply in that protocol), and writes its reply
 /// to `out`.
 pub fn run(
     control: &Arc<Control>,
     generation: u64,
-    script: &Script,
+    program: &Program<'_>,
     keys: &[Bytes],
     argv: &[Bytes],
     call: &mut super::call::CommandCall<'_>,
     out: &mut Out,
 ) -> Outcome {
     let ran = with_vm(control, generation, |vm| {
-        let function = vm.function(script)?;
-        let outcome = run_in(vm, function, script, keys, argv, call, out);
+        let (function, runner, name, source) = match program {
+            Program::Script(script) => (vm.function(script)?, vm.runner.clone(), &script.sha[..], "@user_script"),
+            Program::Function { functions, name, command } => {
+                let function = vm.library_function(functions, name)?;
+                static RUNS: AtomicU64 = AtomicU64::new(0);
+                *vm.run.function.borrow_mut() = Some(BusyFunction {
+                    run: RUNS.fetch_add(1, Ordering::Relaxed),
+                    name: name.to_string(),
+                    command: command.to_vec(),
+                    started: Instant::now(),
+                });
+                (function, vm.function_runner.clone(), *name, "@user_function")
+            }
+        };
+        let outcome = run_in(vm, &runner, function, (name, source), keys, argv, call, out);
+        let function = vm.run.function.borrow_mut().take();
         if vm.run.busy.get() {
+            if let Some(function) = function {
+                control.busy_functions.lock().retain(|busy| busy.run != function.run);
+            }
             control.busy.fetch_sub(1, Ordering::Relaxed);
         }
         vm.run.busy.set(false);
@@ -416,10 +700,13 @@ pub fn run(
     })
 }
 
+/// Runs `function` through `runner`; `(name, source)` name it in errors.
+#[allow(clippy::too_many_arguments)]
 fn run_in(
     vm: &Vm,
+    runner: &Function,
     function: Function,
-    script: &Script,
+    (name, source): (&str, &str),
     keys: &[Bytes],
     argv: &[Bytes],
     call: &mut super::call::CommandCall<'_>,
@@ -427,7 +714,7 @@ fn run_in(
 ) -> Outcome {
     let run = &vm.run;
     run.started.set(Instant::now());
-    run.kill_epoch.set(vm.control.kill_epoch.load(Ordering::Relaxed));
+    run.kill_epoch.set(kill_epoch(run, &vm.control).load(Ordering::Relaxed));
     run.killed.set(false);
     run.needs_all_keys.set(false);
     run.resp3.set(false);
@@ -442,7 +729,7 @@ fn run_in(
         // SAFETY: `push_list` raises Lua errors only inside this protected
         // call; the runner is called with the function and two tables.
         let (ok, value): (bool, Value) = unsafe {
-            vm.lua.exec_raw((&vm.runner, function), |state| {
+            vm.lua.exec_raw((runner, function), |state| {
                 super::call::push_list(state, keys);
                 super::call::push_list(state, argv);
                 ffi::lua_call(state, 3, 2);
@@ -455,7 +742,7 @@ fn run_in(
                 Value::Table(table) => table.raw_get::<Option<usize>>("line").ok().flatten(),
                 _ => None,
             };
-            out.error(&script_error_text(KILLED, &script.sha, line.map(|l| ("@user_script".into(), l))));
+            out.error(&script_error_text(KILLED, name, line.map(|l| (source.into(), l))));
             return Ok(());
         }
         if run.needs_all_keys.get() {
@@ -467,7 +754,7 @@ fn run_in(
                 out.error(&message);
             }
         } else {
-            out.error(&script_error(&value, &script.sha));
+            out.error(&script_error(&value, name));
         }
         Ok(())
     })();
@@ -479,7 +766,7 @@ fn run_in(
     if run.killed.get() {
         if result.is_err() {
             out.truncate(mark);
-            out.error(&script_error_text(KILLED, &script.sha, None));
+            out.error(&script_error_text(KILLED, name, None));
         }
         return Outcome::Killed;
     }
@@ -491,8 +778,9 @@ fn run_in(
     Outcome::Replied
 }
 
-/// A failed script's reply: the error and where the script failed.
-fn script_error(value: &Value, sha: &str) -> String {
+/// A failed script's reply: the error and where the script (its SHA1 or
+/// function name) failed.
+fn script_error(value: &Value, name: &str) -> String {
     let Value::Table(table) = value else {
         // Not through the handler: Lua's memory error.
         return format!("ERR {}", value.to_string().unwrap_or_default());
@@ -505,12 +793,12 @@ fn script_error(value: &Value, sha: &str) -> String {
     };
     let message = text("err").unwrap_or_else(|| "ERR unknown error".into());
     let location = text("source").zip(text("line").and_then(|l| l.parse().ok()));
-    script_error_text(&message, sha, location)
+    script_error_text(&message, name, location)
 }
 
-fn script_error_text(message: &str, sha: &str, location: Option<(String, usize)>) -> String {
+fn script_error_text(message: &str, name: &str, location: Option<(String, usize)>) -> String {
     match location {
-        Some((source, line)) => format!("{message} script: {sha}, on {source}:{line}."),
-        None => format!("{message} script: {sha}"),
+        Some((source, line)) => format!("{message} script: {name}, on {source}:{line}."),
+        None => format!("{message} script: {name}"),
     }
 }
