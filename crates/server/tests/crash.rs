@@ -2,7 +2,10 @@
 //! MSETs, HSETs, HINCRBYs, ZADDs and GEOADDs, and INCRs and RPUSHes of keys all
 //! clients share, whose writers let their locks go before they are
 //! durable), then restarted: every acknowledged write must be there byte
-//! for byte, and no MSET may be half applied. In a loop:
+//! for byte, and no MSET may be half applied. A client loads function
+//! libraries meanwhile (FUNCTION LOAD, one new library and one replaced
+//! per round): every acknowledged one must answer FCALL after the restart.
+//! In a loop:
 //! `SCALEDKV_SERVER_CRASH_ITERATIONS` (default 5) sets the count.
 
 mod common;
@@ -136,6 +139,65 @@ fn writer(port: u16, iteration: usize, thread: usize, stop: Arc<AtomicBool>) -> 
     acked
 }
 
+/// Loads a new library and replaces the shared one per round until the
+/// server dies: how many rounds were acknowledged.
+fn function_loader(port: u16, iteration: usize, stop: Arc<AtomicBool>) -> u64 {
+    let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else { return 0 };
+    stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let mut rounds = 0;
+    while !stop.load(Ordering::Relaxed) {
+        let round = rounds;
+        let new = format!("#!lua name=l{iteration}_{round}\nredis.register_function('f{iteration}_{round}', function() return {round} end)");
+        let replaced = format!(
+            "#!lua name=shared\nredis.register_function('version', function() return {} end)",
+            version(iteration, round)
+        );
+        let mut request = encode(&[b"FUNCTION", b"LOAD", new.as_bytes()]);
+        request.extend(encode(&[b"FUNCTION", b"LOAD", b"REPLACE", replaced.as_bytes()]));
+        if stream.write_all(&request).is_err() {
+            return rounds;
+        }
+        for expected in [format!("l{iteration}_{round}"), "shared".to_string()] {
+            match try_read_reply(&mut stream) {
+                Some(reply) if reply == bulk(expected.as_bytes()) => {}
+                Some(reply) => panic!("unexpected FUNCTION LOAD reply {:?}", String::from_utf8_lossy(&reply)),
+                None => return rounds,
+            }
+        }
+        rounds += 1;
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    rounds
+}
+
+/// What the shared library's function returns after `round` of life
+/// `iteration`: increasing across lives.
+fn version(iteration: usize, round: u64) -> u64 {
+    iteration as u64 * 1_000_000 + round
+}
+
+/// Every acknowledged library of `loads` (rounds per life) answers, and the
+/// shared one is at least the last acknowledged version (one unacknowledged
+/// round more may have landed).
+fn check_functions(server: &Server, loads: &[u64]) {
+    let mut stream = server.connect();
+    for (iteration, &rounds) in loads.iter().enumerate() {
+        for round in 0..rounds {
+            let name = format!("f{iteration}_{round}");
+            let reply = common::request(&mut stream, &encode(&[b"FCALL", name.as_bytes(), b"0"]));
+            assert_eq!(String::from_utf8_lossy(&reply), format!(":{round}\r\n"), "library of {name} lost");
+        }
+    }
+    let acked = loads.iter().enumerate().rev().find(|(_, &rounds)| rounds > 0);
+    if let Some((iteration, &rounds)) = acked {
+        let reply = common::request(&mut stream, &encode(&[b"FCALL", b"version", b"0"]));
+        let found = integer(&reply) as u64;
+        let low = version(iteration, rounds - 1);
+        let newer_life = found / 1_000_000 > iteration as u64;
+        assert!(found >= low && (found <= low + 1 || newer_life), "shared library at {found}, acknowledged {low}");
+    }
+}
+
 /// Round `seq`'s point, all over the globe: longitude and latitude text.
 fn place(seq: u64) -> (String, String) {
     let lon = (seq % 3600) as f64 / 10.0 - 179.9876;
@@ -217,11 +279,13 @@ fn kill_loop(base: &str, iterations: usize, rng: &mut impl Rng) {
     let dir = tempfile::tempdir_in(base).unwrap();
     let path = dir.path().join("db");
     let mut history: Vec<Vec<Acked>> = Vec::new();
+    let mut loads = Vec::new();
     let (mut total_acked, mut total_hsets) = (0, 0);
     for iteration in 0..iterations {
         let mut server = Server::start(&path, &["--durability", "sync"]);
         // Everything acknowledged in earlier lives is still there.
         let _ = check(&server, &history);
+        check_functions(&server, &loads);
         let stop = Arc::new(AtomicBool::new(false));
         let writers: Vec<_> = (0..THREADS)
             .map(|thread| {
@@ -229,22 +293,29 @@ fn kill_loop(base: &str, iterations: usize, rng: &mut impl Rng) {
                 std::thread::spawn(move || writer(port, iteration, thread, stop))
             })
             .collect();
+        let loader = {
+            let (port, stop) = (server.port, stop.clone());
+            std::thread::spawn(move || function_loader(port, iteration, stop))
+        };
         std::thread::sleep(Duration::from_millis(rng.gen_range(100..600)));
         server.kill();
         stop.store(true, Ordering::Relaxed);
         let acked: Vec<Acked> = writers.into_iter().map(|w| w.join().unwrap()).collect();
+        loads.push(loader.join().unwrap());
         total_acked += acked.iter().map(|a| a.sets).sum::<u64>();
         total_hsets += acked.iter().map(|a| a.hash_rounds).sum::<u64>();
         history.push(acked);
     }
     let server = Server::start(&path, &[]);
     let zadds = check(&server, &history);
+    check_functions(&server, &loads);
+    let libraries: u64 = loads.iter().sum();
     let tables = history.iter().flatten().filter(|acked| acked.zset_rounds > 250).count();
     let pushes: usize = history.iter().flatten().map(|acked| acked.pushed.len()).sum();
     eprintln!(
         "server crash test in {base}: {total_acked} acknowledged SETs, {total_hsets} HSETs, {zadds} ZADDs \
-         ({tables} sorted sets grown into tables) and {pushes} RPUSHes to a shared list checked after \
-         {iterations} kills"
+         ({tables} sorted sets grown into tables), {pushes} RPUSHes to a shared list and {libraries} \
+         function libraries checked after {iterations} kills"
     );
     assert!(total_acked > 0, "the writers never got an acknowledgement");
 }
