@@ -2206,23 +2206,30 @@ fn scripts_answer_as_redis_does() {
         &["EVAL", "return redis.call('incr', 'k')", "0"],
         &["EXEC"],
     ];
+    let script: Vec<Vec<Vec<u8>>> =
+        scripts.iter().map(|words| words.iter().map(|w| w.as_bytes().to_vec()).collect()).collect();
+    answers_match(&redis, &server, &script, &[b"SCRIPT", b"FLUSH"]);
+}
+
+/// `script`'s commands get byte-identical replies from both servers in
+/// RESP2 and RESP3, one by one and then as one pipeline (where writes
+/// share a run with the commands around them); each pass starts with
+/// FLUSHALL and `reset`.
+fn answers_match(redis: &RedisServer, server: &Server, script: &[Vec<Vec<u8>>], reset: &[&[u8]]) {
     for protocol in [2, 3] {
         let mut ours = server.connect();
         let mut theirs = TcpStream::connect(("127.0.0.1", redis.port)).unwrap();
         for stream in [&mut ours, &mut theirs] {
             assert_eq!(request(stream, b"FLUSHALL\r\n"), b"+OK\r\n");
+            request(stream, &encode(reset));
             if protocol == 3 {
                 request(stream, &encode(&[b"HELLO", b"3"]));
             }
         }
-        let script: Vec<Vec<Vec<u8>>> =
-            scripts.iter().map(|words| words.iter().map(|w| w.as_bytes().to_vec()).collect()).collect();
-        same_replies(&mut ours, &mut theirs, &script);
-        // Again as one pipeline, from the start: scripts then share a run
-        // of writes with the commands around them.
+        same_replies(&mut ours, &mut theirs, script);
         let mut pipeline = encode(&[b"FLUSHALL"]);
-        pipeline.extend(encode(&[b"SCRIPT", b"FLUSH"]));
-        for words in &script {
+        pipeline.extend(encode(reset));
+        for words in script {
             let refs: Vec<&[u8]> = words.iter().map(Vec::as_slice).collect();
             pipeline.extend(encode(&refs));
         }
@@ -2232,7 +2239,264 @@ fn scripts_answer_as_redis_does() {
             replies.push((0..script.len() + 2).map(|_| read_reply(stream)).collect::<Vec<_>>());
         }
         for (i, (a, b)) in replies[0].iter().zip(&replies[1]).enumerate().skip(2) {
-            assert_eq!(String::from_utf8_lossy(a), String::from_utf8_lossy(b), "pipelined {:?}", scripts[i - 2]);
+            let command: Vec<_> = script[i - 2].iter().take(3).map(|w| String::from_utf8_lossy(w)).collect();
+            assert_eq!(String::from_utf8_lossy(a), String::from_utf8_lossy(b), "pipelined {command:?}");
         }
     }
+}
+
+/// A library's code: the shebang naming it, then `body`.
+fn library(name: &str, body: &str) -> String {
+    format!("#!lua name={name}\n{body}")
+}
+
+/// Redis 7's functions: FUNCTION LOAD's errors (metadata, compilation,
+/// `redis.register_function`'s arguments, the library API's limits, the
+/// load timeout), FCALL and FCALL_RO with their flags and errors (named by
+/// function and line), FUNCTION LIST, STATS, DELETE, FLUSH and RESTORE's
+/// argument errors, functions in MULTI and refused in scripts, FLUSHALL
+/// keeping them; byte-identical in RESP2 and RESP3, one by one and
+/// pipelined. Left out: several libraries or functions in one LIST (Redis
+/// lists them in its hash tables' order, which changes from run to run).
+#[test]
+fn functions_answer_as_redis_does() {
+    let Some(redis) = RedisServer::start() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("db"), &[]);
+    let load = |name: &str, body: &str| vec!["FUNCTION".to_string(), "LOAD".into(), library(name, body)];
+    let mut script: Vec<Vec<String>> = vec![
+        load("lib1", "redis.register_function('f1', function(keys, args) return {keys, args} end)"),
+        load(
+            "lib1b",
+            "redis.register_function{function_name='F2', callback=function(keys, args) \
+             return redis.call('set', keys[1], args[1]) end, flags={'no-writes','allow-oom'}, description='desc'}",
+        ),
+        load("lib1", "redis.register_function('f1', function() return 1 end)"),
+        load("lib2", "redis.register_function('F1', function() return 1 end)"),
+        load(
+            "lib2",
+            "redis.register_function('x', function() return 1 end)\nredis.register_function('x', function() end)",
+        ),
+    ];
+    for body in [
+        "redis.call('ping')",
+        "foo()",
+        "local x = = 1",
+        "return 1",
+        "error('boom')",
+        "redis.register_function('a b', function() end)",
+        "redis.register_function(1)",
+        "redis.register_function()",
+        "redis.register_function('a')",
+        "redis.register_function('a', 'b')",
+        "redis.register_function({}, function() end)",
+        "redis.register_function('a', function() end, 3)",
+        "redis.register_function{function_name='z', callback=function() end, flags={'bad'}}",
+        "redis.register_function{function_name='z', callback=function() end, flags={'NO-WRITES'}}\n\
+         redis.register_function{function_name='z2', callback=function() end, flags='x'}",
+        "redis.register_function{function_name='z', callback=function() end, bogus=1}",
+        "redis.register_function{callback=function() end}",
+        "redis.register_function{function_name='z'}",
+        "redis.register_function{function_name={}, callback=function() end}",
+        "redis.register_function{function_name='q', callback=1}",
+        "redis.register_function{function_name='q', callback=function() end, description={}}",
+        "redis.register_function{function_name='q', callback=function() end, flags=1}",
+        "redis.register_function{function_name='q', callback=function() end, [1]=2}",
+        "string.len('x')",
+        "x = 1",
+        "redis.x = 1",
+        "redis.log(redis.LOG_WARNING, 'a line from a library') return redis.REDIS_VERSION_NUM",
+        "redis.log(99, 'x')",
+        "while true do end",
+    ] {
+        script.push(load("lib2", body));
+    }
+    for code in [
+        "#!lua",
+        "#!lua name=a-b\n",
+        "#!js name=ab\n",
+        "#!lua name=ab foo=bar\n",
+        "lua name=ab",
+        "#!lua name=ab name=cd\n",
+        "#!lua name=ab",
+        "#!lua NAME=ab\n",
+        "#!lua name=\"a b\"\n",
+        "#!LUA name=ab\n",
+    ] {
+        script.push(vec!["FUNCTION".into(), "LOAD".into(), code.into()]);
+    }
+    let calls = r#"local function helper(x) return x * 2 end
+redis.register_function('dbl', function(keys, args) return helper(tonumber(args[1])) end)
+redis.register_function('boom', function(keys, args) return redis.call('nosuch') end)
+redis.register_function('boom2', function(keys, args) error('bad thing') end)
+redis.register_function('boom3', function(keys, args) return redis.error_reply('MY custom') end)
+redis.register_function('glob', function(keys, args) return KEYS end)
+redis.register_function('setg', function(keys, args) y = 1 end)
+redis.register_function('reg', function(keys, args) redis.register_function('q', function() end) end)
+redis.register_function('wr', function(keys, args) return redis.call('set', keys[1], args[1]) end)
+redis.register_function{function_name='ro', callback=function(keys, args) return redis.call('get', keys[1]) end, flags={'no-writes'}}
+redis.register_function{function_name='rowr', callback=function(keys, args) return redis.call('set', keys[1], 'x') end, flags={'no-writes'}}
+redis.register_function('str', function(keys, args) return string.rep(args[1], 3) end)
+redis.register_function('resp', function(keys, args) redis.setresp(3); return redis.call('hgetall', keys[1]) end)
+redis.register_function('nested', function(keys, args) return redis.call('fcall', 'dbl', 0, 1) end)
+redis.register_function('admin', function(keys, args) return redis.call('function', 'list') end)"#;
+    script.push(load("lib3", calls));
+    let line = |text: &str| text.split(' ').map(String::from).collect::<Vec<_>>();
+    for call in [
+        "FCALL f1 2 a b c d",
+        "FCALL F1 0",
+        "FCALL f2 1 k v",
+        "FCALL f3 0",
+        "FCALL f1 x",
+        "FCALL f1 -1",
+        "FCALL f1 3 a",
+        "FCALL dbl 0 21",
+        "FCALL DBL 0 4",
+        "FCALL boom 0",
+        "FCALL boom2 0",
+        "FCALL boom3 0",
+        "FCALL glob 0",
+        "FCALL setg 0",
+        "FCALL reg 0",
+        "FCALL wr 1 k v",
+        "FCALL ro 1 k",
+        "FCALL rowr 1 k",
+        "FCALL str 0 ab",
+        "FCALL nested 0",
+        "FCALL admin 0",
+        "FCALL_RO f1 0",
+        "FCALL_RO wr 1 k v",
+        "FCALL_RO ro 1 k",
+        "FCALL_RO rowr 1 k",
+        "FCALL_RO nosuch 0",
+        "FCALL_RO f2 1 k v",
+        "HSET h a 1",
+        "FCALL resp 1 h",
+        "FCALL",
+        "FCALL f1",
+        "FUNCTION LIST LIBRARYNAME lib1",
+        "FUNCTION LIST LIBRARYNAME lib1b WITHCODE",
+        "FUNCTION LIST withcode libraryname lib*1",
+        "FUNCTION LIST LIBRARYNAME nomatch*",
+        "FUNCTION LIST LIBRARYNAME",
+        "FUNCTION LIST bogus",
+        "FUNCTION LIST withcode withcode",
+        "FUNCTION STATS",
+        "FUNCTION STATS x",
+        "FUNCTION KILL",
+        "FUNCTION KILL x",
+        "FUNCTION NOSUCH",
+        "FUNCTION HELP",
+        "FUNCTION HELP x",
+        "FUNCTION",
+        "FUNCTION LOAD",
+        "FUNCTION LOAD replace",
+        "FUNCTION LOAD bogus x",
+        "FUNCTION LOAD replace replace x",
+        "FUNCTION DELETE nosuch",
+        "FUNCTION DELETE",
+        "FUNCTION DELETE lib3",
+        "FCALL dbl 0 1",
+        "FUNCTION LIST LIBRARYNAME lib3",
+        "FUNCTION STATS",
+        "FUNCTION FLUSH bogus",
+        "FUNCTION FLUSH sync x",
+        "FUNCTION FLUSH ASYNC",
+        "FUNCTION LIST",
+        "FCALL f1 0",
+        "FUNCTION RESTORE x",
+        "FUNCTION RESTORE x bogus",
+        "FUNCTION RESTORE x y z",
+        "FUNCTION RESTORE",
+        "FUNCTION DUMP x",
+        "MULTI",
+    ] {
+        script.push(line(call));
+    }
+    script.push(load(
+        "txlib",
+        "redis.register_function('t', function(keys, args) return redis.call('incr', keys[1]) end)",
+    ));
+    for call in [
+        "FCALL t 1 n",
+        "FCALL t 1 n",
+        "EXEC",
+        "FCALL t 1 n",
+        "FUNCTION LIST",
+        "DBSIZE",
+        "FLUSHALL",
+        "FCALL t 1 n",
+        "DBSIZE",
+    ] {
+        script.push(line(call));
+    }
+    for (command, body) in [
+        ("EVAL", "return redis.call('function', 'list')"),
+        ("EVAL", "return redis.call('fcall', 't', '1', 'n')"),
+        ("EVAL_RO", "#!lua\nreturn 1"),
+        ("EVAL_RO", "#!lua flags=no-writes\nreturn 1"),
+        ("EVAL", "#!lua flags=allow-oom\nreturn redis.call('set', 'a', 'b')"),
+    ] {
+        script.push(vec![command.into(), body.into(), "0".into()]);
+    }
+    let script: Vec<Vec<Vec<u8>>> =
+        script.iter().map(|words| words.iter().map(|w| w.as_bytes().to_vec()).collect()).collect();
+    answers_match(&redis, &server, &script, &[b"FUNCTION", b"FLUSH"]);
+}
+
+/// FUNCTION DUMP's payloads move libraries between the two servers both
+/// ways (Redis compresses its strings with LZF, ScaledKV writes them
+/// plain), and RESTORE's policies answer alike on either.
+#[test]
+fn function_payloads_restore_across_servers() {
+    let Some(mut servers) = Servers::start() else { return };
+    let Servers { ours, theirs, .. } = &mut servers;
+    let alpha =
+        library("alpha", &format!("redis.register_function('fa', function() return 'a' end)\n--{}", "pad ".repeat(40)));
+    let beta = library(
+        "beta",
+        "redis.register_function{function_name='fb', callback=function() return 'b' end, flags={'no-writes'}, \
+         description='the b'}",
+    );
+    let mut payloads = Vec::new();
+    for stream in [&mut *ours, &mut *theirs] {
+        request(stream, &encode(&[b"FUNCTION", b"FLUSH"]));
+        for code in [&alpha, &beta] {
+            request(stream, &encode(&[b"FUNCTION", b"LOAD", code.as_bytes()]));
+        }
+        let reply = request(stream, &encode(&[b"FUNCTION", b"DUMP"]));
+        let start = reply.iter().position(|&b| b == b'\n').unwrap() + 1;
+        payloads.push(reply[start..reply.len() - 2].to_vec());
+    }
+    let gamma = library("gamma", "redis.register_function('FA', function() return 1 end)");
+    for payload in &payloads {
+        let mut corrupt = payload.clone();
+        *corrupt.last_mut().unwrap() ^= 1;
+        let words = |words: &[&[u8]]| words.iter().map(|w| w.to_vec()).collect::<Vec<_>>();
+        let script = vec![
+            words(&[b"FUNCTION", b"FLUSH"]),
+            words(&[b"FUNCTION", b"RESTORE", payload]),
+            words(&[b"FCALL", b"fa", b"0"]),
+            words(&[b"FCALL_RO", b"fb", b"0"]),
+            words(&[b"FUNCTION", b"LIST", b"LIBRARYNAME", b"beta"]),
+            words(&[b"FUNCTION", b"DELETE", b"beta"]),
+            words(&[b"FUNCTION", b"RESTORE", payload, b"APPEND"]),
+            words(&[b"FUNCTION", b"RESTORE", payload, b"REPLACE"]),
+            words(&[b"FUNCTION", b"DELETE", b"alpha"]),
+            words(&[b"FUNCTION", b"LOAD", gamma.as_bytes()]),
+            words(&[b"FUNCTION", b"RESTORE", payload, b"REPLACE"]),
+            words(&[b"FUNCTION", b"RESTORE", payload, b"FLUSH"]),
+            words(&[b"FCALL", b"fa", b"0"]),
+            words(&[b"FUNCTION", b"RESTORE", &corrupt]),
+            words(&[b"FUNCTION", b"RESTORE", &payload[..5]]),
+            words(&[b"SET", b"k", b"v"]),
+        ];
+        same_replies(ours, theirs, &script);
+    }
+    // A key's payload is not a library.
+    let reply = request(ours, &encode(&[b"DUMP", b"k"]));
+    let start = reply.iter().position(|&b| b == b'\n').unwrap() + 1;
+    let key_payload = &reply[start..reply.len() - 2];
+    let script = vec![vec![b"FUNCTION".to_vec(), b"RESTORE".to_vec(), key_payload.to_vec()]];
+    same_replies(ours, theirs, &script);
 }
