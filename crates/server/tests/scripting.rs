@@ -240,6 +240,51 @@ fn script_kill_stops_a_busy_script_and_applies_none_of_its_writes() {
     assert_eq!(command(&mut admin, &["SCRIPT", "KILL"]), b"-NOTBUSY No scripts in execution right now.\r\n");
 }
 
+/// A library function that runs past `busy-reply-threshold`: FUNCTION
+/// STATS shows it (name, the FCALL, how long), SCRIPT KILL refuses it with
+/// Redis's error, FUNCTION KILL stops it with none of its writes applied;
+/// and while a script is busy, FUNCTION KILL and STATS refuse it.
+#[test]
+fn function_kill_stops_a_busy_function_and_script_kill_does_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("db"), &["--threads", "1", "--busy-reply-threshold", "100"]);
+    let mut admin = server.connect();
+    let code = "#!lua name=spin\nredis.register_function('spin', function(keys, args) \
+                redis.call('set', keys[1], 'from the function'); while true do end end)";
+    assert_eq!(command(&mut admin, &["FUNCTION", "LOAD", code]), b"$4\r\nspin\r\n");
+    assert_eq!(command(&mut admin, &["FUNCTION", "KILL"]), b"-NOTBUSY No scripts in execution right now.\r\n");
+    let mut busy = server.connect();
+    busy.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    busy.write_all(&encode(&[b"FCALL", b"SPIN", b"1", b"w", b"arg"])).unwrap();
+    std::thread::sleep(Duration::from_millis(400));
+    let stats = text(&command(&mut admin, &["FUNCTION", "STATS"]));
+    let expected = "*4\r\n$14\r\nrunning_script\r\n*6\r\n$4\r\nname\r\n$4\r\nspin\r\n$7\r\ncommand\r\n*5\r\n\
+                    $5\r\nFCALL\r\n$4\r\nSPIN\r\n$1\r\n1\r\n$1\r\nw\r\n$3\r\narg\r\n$11\r\nduration_ms\r\n:";
+    assert!(stats.starts_with(expected), "{stats}");
+    let millis: u64 = stats[expected.len()..].split("\r\n").next().unwrap().parse().unwrap();
+    assert!(millis >= 300, "ran {millis} ms");
+    assert!(stats.ends_with(
+        "$7\r\nengines\r\n*2\r\n$3\r\nLUA\r\n*4\r\n$15\r\nlibraries_count\r\n:1\r\n$15\r\nfunctions_count\r\n:1\r\n"
+    ));
+    assert_eq!(
+        text(&command(&mut admin, &["SCRIPT", "KILL"])),
+        "-BUSY Redis is busy running a script. You can only call FUNCTION KILL or SHUTDOWN NOSAVE.\r\n"
+    );
+    assert_eq!(command(&mut admin, &["FUNCTION", "KILL"]), b"+OK\r\n");
+    let reply = text(&read_reply(&mut busy));
+    assert_eq!(reply, "-ERR Script killed by user with SCRIPT KILL... script: spin, on @user_function:2.\r\n");
+    assert_eq!(command(&mut admin, &["EXISTS", "w"]), b":0\r\n");
+    assert!(text(&command(&mut admin, &["FUNCTION", "STATS"])).starts_with("*4\r\n$14\r\nrunning_script\r\n$-1\r\n"));
+    // A busy script: FUNCTION KILL and STATS point at SCRIPT KILL.
+    busy.write_all(&encode(&[b"EVAL", b"while true do end", b"0"])).unwrap();
+    std::thread::sleep(Duration::from_millis(400));
+    let refused = "-BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.\r\n";
+    assert_eq!(text(&command(&mut admin, &["FUNCTION", "KILL"])), refused);
+    assert_eq!(text(&command(&mut admin, &["FUNCTION", "STATS"])), refused);
+    assert_eq!(command(&mut admin, &["SCRIPT", "KILL"]), b"+OK\r\n");
+    assert!(text(&read_reply(&mut busy)).starts_with("-ERR Script killed by user with SCRIPT KILL..."));
+}
+
 /// What a script cannot do: change what the next script runs with, reach
 /// files or the OS, or take the server down by allocating without end.
 #[test]
