@@ -1214,3 +1214,58 @@ fn geo_and_sort_commands_with_any_arguments_get_a_reply() {
     ];
     common::any_arguments_get_a_reply(&server, names, words, 600);
 }
+
+/// FUNCTION, FCALL and FCALL_RO with arguments from their vocabulary
+/// (library code that loads, fails to compile, fails to register, spins
+/// past the load timeout; a DUMP payload) and raw bytes: every one gets a
+/// reply, and the server answers PING after it.
+#[test]
+fn function_commands_with_any_arguments_get_a_reply() {
+    let (_dir, server) = start(&[]);
+    let mut setup = server.connect();
+    let good = "#!lua name=lib\nredis.register_function('f', function(keys, args) return redis.call('incr', keys[1]) end)\n\
+                redis.register_function{function_name='g', callback=function(keys, args) return args end, flags={'no-writes'}}";
+    assert_eq!(request(&mut setup, &encode(&[b"FUNCTION", b"LOAD", good.as_bytes()])), b"$3\r\nlib\r\n");
+    let dump = request(&mut setup, &encode(&[b"FUNCTION", b"DUMP"]));
+    let start = dump.iter().position(|&b| b == b'\n').unwrap() + 1;
+    // The vocabulary is `'static`; one payload for the whole test.
+    let payload: &'static [u8] = Box::leak(dump[start..dump.len() - 2].to_vec().into_boxed_slice());
+    let names = vec!["FUNCTION", "FCALL", "FCALL_RO"];
+    let mut words: Vec<&'static [u8]> = [
+        "LOAD",
+        "REPLACE",
+        "DELETE",
+        "FLUSH",
+        "ASYNC",
+        "LIST",
+        "LIBRARYNAME",
+        "WITHCODE",
+        "DUMP",
+        "RESTORE",
+        "APPEND",
+        "STATS",
+        "KILL",
+        "HELP",
+        good,
+        "#!lua name=other\nredis.register_function('h', function() return 1 end)",
+        "#!lua name=bad\nlocal = 1",
+        "#!lua name=bad\nredis.register_function{function_name='x'}",
+        "#!lua name=slow\nwhile true do end",
+        "#!lua",
+        "lib",
+        "other",
+        "f",
+        "g",
+        "h",
+        "k",
+        "0",
+        "1",
+        "2",
+        "-1",
+        "*",
+    ]
+    .map(str::as_bytes)
+    .to_vec();
+    words.push(payload);
+    common::any_arguments_get_a_reply(&server, names, words, 300);
+}

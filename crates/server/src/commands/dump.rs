@@ -661,6 +661,18 @@ mod tests {
     use super::*;
 
     #[test]
+    fn function_payloads_round_trip_and_read_the_release_candidates_format() {
+        let codes: Vec<&[u8]> = vec![b"#!lua name=a\nreturn 1", &[b'x'; 300]];
+        assert_eq!(deserialize_functions(&serialize_functions(codes.iter().copied())).unwrap(), codes);
+        // Name, engine, a description, the code after the shebang.
+        let old = with_footer(b"\xf6\x01a\x03LUA\x01\x04desc\x08return 1".to_vec());
+        assert_eq!(deserialize_functions(&old).unwrap(), [b"#!LUA name=a\nreturn 1".to_vec()]);
+        assert_eq!(deserialize_functions(&with_footer(b"\x00\x01a".to_vec())), Err("given type is not a function"));
+        assert_eq!(deserialize_functions(&with_footer(b"\xf5\x05ab".to_vec())), Err("Failed loading library payload"));
+        assert_eq!(deserialize_functions(b"short"), Err("DUMP payload version or checksum are wrong"));
+    }
+
+    #[test]
     fn strings_survive_a_round_trip_in_every_encoding() {
         let long = vec![b'x'; 20_000];
         for data in
@@ -875,13 +887,14 @@ mod tests {
         /// Any object under a valid footer (so that the checksum lets it
         /// through to the parser) is read or refused, never a panic; and
         /// what is read as a string re-serializes to a payload that reads
-        /// back the same. Strings, hashes and listpacks to start from.
+        /// back the same. Strings, hashes and listpacks to start from, and
+        /// FUNCTION RESTORE's libraries (both formats).
         #[test]
         fn any_object_is_read_or_refused(
             // Most cases start as a string, plain or LZF, to reach deep.
             prefix in proptest::sample::select(vec![
                 vec![], vec![0u8], vec![0, 0xC3], vec![0, 0xC3, 0x05, 0x20], vec![4, 1], vec![16], vec![16, 0x20],
-                vec![2, 2], vec![11, 0x10], vec![1, 2], vec![18, 1, 2, 0x20],
+                vec![2, 2], vec![11, 0x10], vec![1, 2], vec![18, 1, 2, 0x20], vec![0xF5], vec![0xF6, 1, b'a'],
             ]),
             object in proptest::collection::vec(proptest::num::u8::ANY, 0..64),
         ) {
@@ -892,6 +905,10 @@ mod tests {
             payload.extend_from_slice(&crc.to_le_bytes());
             if let Ok((crate::keyspace::TYPE_STRING, data)) = deserialize(&payload) {
                 proptest::prop_assert_eq!(deserialize(&serialize_string(&data)), Ok(string(&data)));
+            }
+            if let Ok(codes) = deserialize_functions(&payload) {
+                let again = serialize_functions(codes.iter().map(Vec::as_slice));
+                proptest::prop_assert_eq!(deserialize_functions(&again), Ok(codes));
             }
         }
     }

@@ -331,13 +331,16 @@ pub fn read_memcached_until(stream: &mut TcpStream, end: &[u8]) -> Option<Vec<u8
 /// Sends `cases` commands (proptest) named from `names`, with up to 11
 /// arguments from `words` and raw bytes, to `server` on one connection:
 /// each must get a reply, and PING must answer after it.
-pub fn any_arguments_get_a_reply(server: &Server, names: Vec<&'static str>, words: Vec<&'static str>, cases: u32) {
+pub fn any_arguments_get_a_reply<W>(server: &Server, names: Vec<&'static str>, words: Vec<W>, cases: u32)
+where
+    W: AsRef<[u8]> + Clone + std::fmt::Debug + 'static,
+{
     use proptest::prelude::*;
     let stream = std::cell::RefCell::new(server.connect());
     let config = proptest::test_runner::Config { cases, failure_persistence: None, ..Default::default() };
     let mut runner = proptest::test_runner::TestRunner::new(config);
     let word = prop_oneof![
-        prop::sample::select(words).prop_map(|w| w.as_bytes().to_vec()),
+        prop::sample::select(words).prop_map(|w| w.as_ref().to_vec()),
         prop::collection::vec(any::<u8>(), 0..6),
     ];
     let strategy = (prop::sample::select(names), prop::collection::vec(word, 0..12));
