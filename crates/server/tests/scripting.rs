@@ -253,6 +253,8 @@ fn function_kill_stops_a_busy_function_and_script_kill_does_not() {
                 redis.call('set', keys[1], 'from the function'); while true do end end)";
     assert_eq!(command(&mut admin, &["FUNCTION", "LOAD", code]), b"$4\r\nspin\r\n");
     assert_eq!(command(&mut admin, &["FUNCTION", "KILL"]), b"-NOTBUSY No scripts in execution right now.\r\n");
+    let memory = text(&command(&mut admin, &["INFO", "memory"]));
+    assert!(memory.contains("\r\nnumber_of_functions:1\r\nnumber_of_libraries:1\r\n"), "{memory}");
     let mut busy = server.connect();
     busy.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
     busy.write_all(&encode(&[b"FCALL", b"SPIN", b"1", b"w", b"arg"])).unwrap();

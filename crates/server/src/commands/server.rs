@@ -530,11 +530,14 @@ pub fn info_text(ctx: &Ctx<'_>, sections: &[String]) -> String {
     if wanted("memory") {
         let rss = resident_bytes();
         let scripts = shared.scripts.sizes();
+        let libraries = shared.functions.current();
+        let functions_bytes: usize = libraries.iter().map(|library| library.code.len()).sum();
         let _ = write!(
             text,
             "# Memory\r\nused_memory:{rss}\r\nused_memory_rss:{rss}\r\nused_memory_index:{}\r\n\
              used_memory_index_points:{}\r\nused_memory_index_pending:{}\r\nindex_bytes_per_key:{:.1}\r\nused_memory_log:{}\r\nmaxmemory:{}\r\nmaxmemory_policy:{}\r\n\
-             ssd_dir:{}\r\nssd_size:{}\r\nused_ssd_log:{}\r\nnumber_of_cached_scripts:{}\r\nused_memory_scripts:{}\r\n\r\n",
+             ssd_dir:{}\r\nssd_size:{}\r\nused_ssd_log:{}\r\nnumber_of_cached_scripts:{}\r\nused_memory_scripts:{}\r\n\
+             number_of_functions:{}\r\nnumber_of_libraries:{}\r\nused_memory_functions:{}\r\n\r\n",
             stats.index_memory_bytes,
             stats.index_point_table_bytes,
             stats.index_pending_bytes,
@@ -548,6 +551,9 @@ pub fn info_text(ctx: &Ctx<'_>, sections: &[String]) -> String {
             stats.ssd_tier_bytes,
             scripts.0,
             scripts.1,
+            libraries.function_count(),
+            libraries.len(),
+            functions_bytes,
         );
     }
     if wanted("persistence") {
