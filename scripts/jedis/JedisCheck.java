@@ -3,7 +3,9 @@ import redis.clients.jedis.*;
 import redis.clients.jedis.args.GeoUnit;
 import redis.clients.jedis.params.GeoRadiusParam;
 import redis.clients.jedis.params.SortingParams;
+import redis.clients.jedis.resps.FunctionStats;
 import redis.clients.jedis.resps.GeoRadiusResponse;
+import redis.clients.jedis.resps.LibraryInfo;
 import redis.clients.jedis.params.ScanParams;
 import redis.clients.jedis.params.XAddParams;
 import redis.clients.jedis.params.XReadGroupParams;
@@ -12,7 +14,7 @@ import redis.clients.jedis.resps.Tuple;
 
 /**
  * Jedis, unchanged, against a server on 127.0.0.1:PORT (scripts/check-jedis.sh): the calls
- * YCSB's Redis binding makes, pipelines, transactions, scripts, streams, geo, SORT, a pool, RESP2 and RESP3. Exits 1 on the
+ * YCSB's Redis binding makes, pipelines, transactions, scripts, functions, streams, geo, SORT, a pool, RESP2 and RESP3. Exits 1 on the
  * first wrong answer.
  */
 public class JedisCheck {
@@ -117,6 +119,26 @@ public class JedisCheck {
         .equals(Arrays.asList("3", "three", "2", null)), p + "SORT BY GET LIMIT");
     expect(j.sort("ids", new SortingParams().alpha().desc(), "sorted") == 3
         && j.lrange("sorted", 0, -1).equals(List.of("3", "2", "1")), p + "SORT ALPHA DESC STORE");
+
+    // Functions (Redis 7): a library loaded, called, listed, dumped, restored, deleted.
+    j.functionFlush();
+    String library = "#!lua name=jlib\n"
+        + "redis.register_function('jincr', function(keys, args) return redis.call('incrby', keys[1], args[1]) end)\n"
+        + "redis.register_function{function_name='jget', callback=function(keys, args) "
+        + "return redis.call('get', keys[1]) end, flags={'no-writes'}}";
+    j.del("fc");
+    expect("jlib".equals(j.functionLoad(library)), p + "FUNCTION LOAD");
+    expect(Long.valueOf(5).equals(j.fcall("jincr", List.of("fc"), List.of("5"))), p + "FCALL");
+    expect("5".equals(j.fcallReadonly("jget", List.of("fc"), List.of())), p + "FCALL_RO");
+    List<LibraryInfo> libraries = j.functionList();
+    expect(libraries.size() == 1 && "jlib".equals(libraries.get(0).getLibraryName())
+        && libraries.get(0).getFunctions().size() == 2, p + "FUNCTION LIST");
+    FunctionStats stats = j.functionStats();
+    expect(stats.getRunningScript() == null && stats.getEngines().containsKey("LUA"), p + "FUNCTION STATS");
+    byte[] dump = j.functionDump();
+    expect("OK".equals(j.functionFlush()) && "OK".equals(j.functionRestore(dump)), p + "FUNCTION DUMP, FLUSH, RESTORE");
+    expect(Long.valueOf(7).equals(j.fcall("jincr", List.of("fc"), List.of("2"))), p + "FCALL after RESTORE");
+    expect("OK".equals(j.functionDelete("jlib")) && j.functionList().isEmpty(), p + "FUNCTION DELETE");
 
     ScanParams params = new ScanParams().match("k1*").count(100);
     Set<String> seen = new HashSet<>();
