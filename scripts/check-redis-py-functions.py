@@ -6,7 +6,9 @@ with each policy, STATS, DELETE, FLUSH), a library in a pipeline and in a
 transaction, and the errors redis-py raises, in RESP2 and RESP3. Run by hand
 (pip install redis); it passes against redis-server too. Raises on the first
 wrong answer."""
-import redis, sys
+import sys
+
+import redis
 
 LIBRARY = """#!lua name=counters
 local function bump(keys, args)
