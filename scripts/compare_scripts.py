@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Lua scripts (EVALSHA), scaledkv-server vs redis-server, side by side.
+"""Lua scripts (EVALSHA) and functions (FCALL), scaledkv-server vs
+redis-server, side by side.
 
 redis-benchmark runs a script by its SHA1 (what clients send after SCRIPT
 LOAD) with -c 50, -r KEYSPACE, -n N at each pipeline depth:
@@ -7,6 +8,8 @@ LOAD) with -c 50, -r KEYSPACE, -n N at each pipeline depth:
   rmw   INCR of KEYS[1] and HSET of KEYS[2] with the count (two keys,
         a read-modify-write a script makes atomic)
   get   a script that GETs KEYS[1] (after `set` filled the keyspace)
+and the same three as functions of one library (FUNCTION LOAD, then FCALL:
+fcall-set, fcall-rmw, fcall-get); WORKLOADS picks some (default all),
 against Redis 7 without persistence and with `appendfsync always`, and
 ScaledKV in `sync` mode (every script's writes durable before its reply),
 each on a fresh data directory on each medium, REPEATS times interleaved.
@@ -17,6 +20,7 @@ appended to bench-results/scripts-<timestamp>.md.
 """
 
 import hashlib
+import os
 import subprocess
 
 import compare_redis
@@ -31,6 +35,11 @@ SCRIPTS = {
 }
 
 
+LIBRARY = "#!lua name=bench\n" + "\n".join(
+    f"redis.register_function('{name}', function(KEYS, ARGV) {body} end)" for name, (body, _) in SCRIPTS.items())
+WORKLOADS = os.environ.get("WORKLOADS", " ".join(list(SCRIPTS) + [f"fcall-{name}" for name in SCRIPTS])).split()
+
+
 def load(server, body):
     sha = subprocess.run(["redis-cli", "-p", str(server.port), "SCRIPT", "LOAD", body],
                          capture_output=True, text=True, check=True).stdout.strip()
@@ -39,13 +48,18 @@ def load(server, body):
 
 
 def bench(server, name, pipeline):
+    if name.startswith("fcall-"):
+        function = name[len("fcall-"):]
+        subprocess.run(["redis-cli", "-p", str(server.port), "FUNCTION", "LOAD", "REPLACE", LIBRARY],
+                       capture_output=True, check=True)
+        return RUN.bench(server, ["FCALL", function] + SCRIPTS[function][1], pipeline)
     body, args = SCRIPTS[name]
     sha = load(server, body)
     return RUN.bench(server, ["EVALSHA", sha] + args, pipeline)
 
 
 def main():
-    RUN.run("Lua scripts (EVALSHA)", list(SCRIPTS), bench, column="script")
+    RUN.run("Lua scripts (EVALSHA) and functions (FCALL)", WORKLOADS, bench, column="script")
 
 
 if __name__ == "__main__":
