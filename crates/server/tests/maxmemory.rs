@@ -112,10 +112,34 @@ fn noeviction_refuses_writes_past_maxmemory_with_redis_error() {
     let server = Server::start(dir.path(), &["--maxmemory", "16mb"]);
     let mut con = client(&server);
     assert_eq!(info(&mut con, "memory", "maxmemory_policy"), "noeviction");
+    let library = "#!lua name=m\n\
+        redis.register_function('plain', function(keys) return redis.call('set', keys[1], 'v') end)\n\
+        redis.register_function{function_name='oom_ok', callback=function(keys) return redis.call('set', keys[1], 'v') end, \
+        flags={'allow-oom'}}\n\
+        redis.register_function{function_name='reads', callback=function(keys) return redis.call('get', keys[1]) end, \
+        flags={'no-writes'}}";
+    let loaded: String = redis::cmd("FUNCTION").arg("LOAD").arg(library).query(&mut con).unwrap();
+    assert_eq!(loaded, "m");
     let (written, error) = set_until_refused(&mut con, 0, 40_000);
     assert_eq!(error.code(), Some("OOM"), "{error}");
     assert_eq!(error.detail(), Some("command not allowed when used memory > 'maxmemory'."), "{error}");
     assert!(written > 14_000, "refused after {written} writes of 1 KB into 16 MiB");
+    // Functions and scripts with a shebang are refused before they run
+    // unless they may not write, or carry `allow-oom`, whose writes then
+    // go through; a script without a shebang runs (Redis 7's rules).
+    let fcall =
+        |con: &mut redis::Connection, name: &str| redis::cmd("FCALL").arg(name).arg(1).arg("f").query::<Value>(con);
+    let refused = fcall(&mut con, "plain").unwrap_err();
+    assert_eq!(refused.code(), Some("OOM"), "{refused}");
+    let detail = "allow-oom flag is not set on the script, can not run it when used memory > 'maxmemory'";
+    assert_eq!(refused.detail(), Some(detail));
+    assert_eq!(fcall(&mut con, "oom_ok").unwrap(), Value::Okay);
+    assert_eq!(fcall(&mut con, "reads").unwrap(), Value::BulkString(b"v".to_vec()));
+    let shebang = redis::cmd("EVAL").arg("#!lua\nreturn redis.call('set', 'g', 'v')").arg(0).query::<Value>(&mut con);
+    assert_eq!(shebang.unwrap_err().detail(), Some(detail));
+    assert_eq!(redis::cmd("EVAL").arg("return 1").arg(0).query::<i64>(&mut con).unwrap(), 1);
+    let load = redis::cmd("FUNCTION").arg("LOAD").arg("REPLACE").arg(library).query::<Value>(&mut con).unwrap_err();
+    assert_eq!(load.code(), Some("OOM"), "{load}");
     // Reads and deletes still work; a transaction with a refused write is
     // discarded, as in Redis.
     let got: Vec<u8> = con.get("k1").unwrap();

@@ -51,12 +51,14 @@ fn invocation<'a>(shared: &Shared, command: &Command, args: &'a [Bytes]) -> Resu
         "fcall" | "fcall_ro" => {
             let libraries = shared.functions.current();
             let (_, function) = libraries.function(&args[1]).ok_or_else(|| err("ERR Function not found"))?;
-            args::int(&args[2]).map_err(|_| err("ERR Bad number of keys provided"))?;
             Some((function.name.clone(), function.flags))
         }
         _ => None,
     };
-    let numkeys = args::int(&args[2])?;
+    let numkeys = match args::int(&args[2]) {
+        Err(_) if function.is_some() => return Err(err("ERR Bad number of keys provided")),
+        numkeys => numkeys?,
+    };
     if numkeys > (args.len() - 3) as i64 {
         return Err(err("ERR Number of keys can't be greater than number of args"));
     }

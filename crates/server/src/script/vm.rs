@@ -502,6 +502,15 @@ fn redis_library(lua: &Lua, run: &Rc<RunState>) -> mlua::Result<Table> {
 }
 
 impl Vm {
+    /// Gives the state `script-memory-limit` as it is now.
+    fn limit_memory(&self) {
+        let limit = self.control.memory_limit.load(Ordering::Relaxed) as usize;
+        if self.memory_limit.get() != limit {
+            let _ = self.lua.set_memory_limit(limit);
+            self.memory_limit.set(limit);
+        }
+    }
+
     /// The compiled function of `script`, or Redis's compile error.
     fn function(&mut self, script: &Script) -> Result<Function, String> {
         if let Some(function) = self.compiled.get(&script.sha) {
@@ -526,6 +535,7 @@ impl Vm {
         body: &[u8],
         timeout: Option<Duration>,
     ) -> Result<Vec<(super::functions::Function, Function)>, String> {
+        self.limit_memory();
         let chunk = self.lua.load(body).set_name("@user_function");
         let chunk = chunk.into_function().map_err(|e| format!("Error compiling function: {}", compile_error(&e)))?;
         self.run.load_deadline.set(timeout.map(|timeout| Instant::now() + timeout));
@@ -718,11 +728,7 @@ fn run_in(
     run.killed.set(false);
     run.needs_all_keys.set(false);
     run.resp3.set(false);
-    let limit = vm.control.memory_limit.load(Ordering::Relaxed) as usize;
-    if vm.memory_limit.get() != limit {
-        let _ = vm.lua.set_memory_limit(limit);
-        vm.memory_limit.set(limit);
-    }
+    vm.limit_memory();
     let mark = out.len();
     let installed = super::call::install(call, &run.resp3, &run.needs_all_keys);
     let result = (|| -> mlua::Result<()> {
