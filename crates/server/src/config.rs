@@ -103,6 +103,13 @@ pub struct Cli {
     /// CONFIG SET changes it.
     #[arg(long = "script-memory-limit")]
     pub script_memory_limit: Option<String>,
+    /// SLOWLOG keeps the commands that took at least this many
+    /// microseconds (default 10000; negative: none). CONFIG SET changes it.
+    #[arg(long = "slowlog-log-slower-than", allow_negative_numbers = true)]
+    pub slowlog_log_slower_than: Option<i64>,
+    /// The most commands SLOWLOG keeps (default 128). CONFIG SET changes it.
+    #[arg(long = "slowlog-max-len")]
+    pub slowlog_max_len: Option<usize>,
     /// Write the listening port here once ready (for scripts and tests).
     #[arg(long = "port-file")]
     pub port_file: Option<PathBuf>,
@@ -135,6 +142,8 @@ struct FileConfig {
     ssd_size: Option<String>,
     busy_reply_threshold: Option<u64>,
     script_memory_limit: Option<String>,
+    slowlog_log_slower_than: Option<i64>,
+    slowlog_max_len: Option<usize>,
 }
 
 #[derive(Debug, Clone)]
@@ -177,6 +186,10 @@ pub struct Config {
     /// (bytes) at start (`crate::script::Control`).
     pub busy_reply_threshold_ms: u64,
     pub script_memory_limit: u64,
+    /// SLOWLOG's `slowlog-log-slower-than` (µs) and `slowlog-max-len` at
+    /// start (`crate::slowlog`).
+    pub slowlog_log_slower_than: i64,
+    pub slowlog_max_len: usize,
 }
 
 /// memcached's default largest item (`-I 1m`).
@@ -210,6 +223,8 @@ impl Default for Config {
             ssd_dir: None,
             busy_reply_threshold_ms: 5000,
             script_memory_limit: 1 << 30,
+            slowlog_log_slower_than: 10_000,
+            slowlog_max_len: 128,
         }
     }
 }
@@ -258,6 +273,11 @@ impl Config {
                 .or(file.busy_reply_threshold)
                 .unwrap_or(defaults.busy_reply_threshold_ms),
             script_memory_limit,
+            slowlog_log_slower_than: cli
+                .slowlog_log_slower_than
+                .or(file.slowlog_log_slower_than)
+                .unwrap_or(defaults.slowlog_log_slower_than),
+            slowlog_max_len: cli.slowlog_max_len.or(file.slowlog_max_len).unwrap_or(defaults.slowlog_max_len),
             memory: Arc::new(MemoryLimit::new(maxmemory, &policy, ssd_dir.is_some().then_some(ssd_size))?),
             ssd_dir,
             bind: cli.bind.or(file.bind).unwrap_or(defaults.bind),
@@ -365,6 +385,19 @@ mod tests {
         std::fs::write(&path, "prot = 1\n").unwrap();
         let error = Config::from_cli(Cli { config: Some(path), ..Cli::default() }).unwrap_err();
         assert!(error.contains("unknown field"), "{error}");
+    }
+
+    #[test]
+    fn slowlog_settings_come_from_the_file_or_the_flag() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("scaledkv.toml");
+        std::fs::write(&path, "slowlog-log-slower-than = -1\nslowlog-max-len = 16\n").unwrap();
+        let from_file = Config::from_cli(Cli { config: Some(path.clone()), ..Cli::default() }).unwrap();
+        assert_eq!((from_file.slowlog_log_slower_than, from_file.slowlog_max_len), (-1, 16));
+        let cli = Cli { config: Some(path), slowlog_log_slower_than: Some(500), ..Cli::default() };
+        assert_eq!(Config::from_cli(cli).unwrap().slowlog_log_slower_than, 500);
+        let defaults = Config::from_cli(Cli::default()).unwrap();
+        assert_eq!((defaults.slowlog_log_slower_than, defaults.slowlog_max_len), (10_000, 128));
     }
 
     #[test]

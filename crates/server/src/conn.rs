@@ -77,6 +77,11 @@ pub const UNBLOCK_TIMEOUT: u8 = 1;
 pub const UNBLOCK_ERROR: u8 = 2;
 
 impl ClientInfo {
+    /// `ip:port` and the name CLIENT SETNAME gave (SLOWLOG's entries).
+    pub fn peer_and_name(&self) -> (String, String) {
+        (self.addr.to_string(), self.name.lock().clone().unwrap_or_default())
+    }
+
     pub fn new(id: u64, addr: SocketAddr, local: SocketAddr) -> ClientInfo {
         ClientInfo {
             id,

@@ -42,6 +42,7 @@ pub mod pubsub;
 pub mod resp;
 pub mod script;
 pub mod server;
+pub mod slowlog;
 pub mod stream;
 pub mod waiters;
 pub mod zset;

@@ -95,6 +95,8 @@ pub struct Shared {
     pub scripts: crate::script::Scripts,
     /// The function libraries FCALL calls (`crate::script::functions`).
     pub functions: crate::script::functions::Functions,
+    /// The slow commands (`crate::slowlog`).
+    pub slowlog: crate::slowlog::SlowLog,
 }
 
 impl Shared {
@@ -238,6 +240,7 @@ pub async fn run(config: Config, db: Db) -> Result<(), String> {
         memcached: crate::memcache::State::new(cas),
         scripts,
         functions: crate::script::functions::Functions::new(libraries),
+        slowlog: crate::slowlog::SlowLog::new(config.slowlog_log_slower_than, config.slowlog_max_len),
         db,
         locks: KeyLocks::default(),
         stats: ServerStats::default(),

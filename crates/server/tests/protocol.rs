@@ -1269,3 +1269,32 @@ fn function_commands_with_any_arguments_get_a_reply() {
     words.push(payload);
     common::any_arguments_get_a_reply(&server, names, words, 300);
 }
+
+/// At the default threshold (10 ms) SLOWLOG keeps a slow command (a
+/// script that spins 50 ms), with how long it took, and none of the fast
+/// ones around it; above the threshold set by the flag it keeps nothing.
+#[test]
+fn slowlog_keeps_the_slow_commands() {
+    let (_dir, server) = start(&[]);
+    let mut client = server.connect();
+    let spin = "local start = redis.call('TIME'); local now = start \
+                repeat now = redis.call('TIME') until (now[1] - start[1]) * 1000000 + now[2] - start[2] >= 50000 \
+                return 1";
+    for i in 0..200 {
+        assert_eq!(request(&mut client, &encode(&[b"SET", b"k", i.to_string().as_bytes()])), b"+OK\r\n");
+    }
+    assert_eq!(request(&mut client, &encode(&[b"EVAL", spin.as_bytes(), b"0"])), b":1\r\n");
+    assert_eq!(request(&mut client, &encode(&[b"GET", b"k"])), b"$3\r\n199\r\n");
+    assert_eq!(request(&mut client, &encode(&[b"SLOWLOG", b"LEN"])), b":1\r\n");
+    let entry = String::from_utf8(request(&mut client, &encode(&[b"SLOWLOG", b"GET"]))).unwrap();
+    let lines: Vec<&str> = entry.split("\r\n").collect();
+    assert_eq!(lines[..3], ["*1", "*6", ":0"], "{entry}");
+    let micros: u64 = lines[4].trim_start_matches(':').parse().unwrap();
+    assert!((50_000..5_000_000).contains(&micros), "{entry}");
+    assert_eq!(lines[5..8], ["*3", "$4", "EVAL"], "{entry}");
+
+    let (_dir, server) = start(&["--slowlog-log-slower-than", "1000000"]);
+    let mut client = server.connect();
+    assert_eq!(request(&mut client, &encode(&[b"EVAL", spin.as_bytes(), b"0"])), b":1\r\n");
+    assert_eq!(request(&mut client, &encode(&[b"SLOWLOG", b"LEN"])), b":0\r\n");
+}

@@ -16,7 +16,7 @@ use scaledkv::{Db, WriteBatch};
 
 use super::args::eq;
 use super::dump::{deserialize_functions, serialize_functions};
-use super::{err, subcommand_arity, unknown_subcommand, CmdError, CmdResult, Ctx};
+use super::{err, subcommand_arity, subcommand_syntax_error, unknown_subcommand, CmdError, CmdResult, Ctx};
 use crate::script::functions::{Functions, Libraries};
 use crate::script::{vm, Scripts};
 use crate::server::Shared;
@@ -104,7 +104,7 @@ pub fn function(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         }
         "flush" => {
             match args.get(2) {
-                _ if args.len() > 3 => return Err(syntax_error(args)),
+                _ if args.len() > 3 => return Err(subcommand_syntax_error(args)),
                 Some(mode) if !eq(mode, "sync") && !eq(mode, "async") => {
                     return Err(err("ERR FUNCTION FLUSH only supports SYNC|ASYNC option"))
                 }
@@ -147,13 +147,6 @@ pub fn function(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
 /// A script (not a function) is busy: SCRIPT KILL is what stops it.
 const BUSY_SCRIPT: &str = "BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.";
 
-/// Redis's `addReplySubcommandSyntaxError`.
-fn syntax_error(args: &[Bytes]) -> CmdError {
-    let sub: String = String::from_utf8_lossy(&args[1]).chars().take(128).collect();
-    let container = String::from_utf8_lossy(&args[0]).to_ascii_uppercase();
-    err(format!("ERR unknown subcommand or wrong number of arguments for '{sub}'. Try {container} HELP."))
-}
-
 fn refuse_over_maxmemory(shared: &Shared) -> CmdResult {
     if shared.config.memory.over_limit(&shared.db) {
         return Err(err(crate::maxmemory::OOM_ERROR));
@@ -186,7 +179,7 @@ fn load(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
 /// FUNCTION RESTORE payload [FLUSH|APPEND|REPLACE]
 fn restore(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     if args.len() > 4 {
-        return Err(syntax_error(args));
+        return Err(subcommand_syntax_error(args));
     }
     #[derive(PartialEq)]
     enum Policy {

@@ -56,12 +56,16 @@ pub enum CmdError {
     /// Inside MULTI it answers at once: a null bulk string where the flag
     /// says so (BRPOPLPUSH, BLMOVE), else a null array.
     Blocked(Option<std::time::Duration>, bool),
+    /// A container's unknown subcommand, or a subcommand given the wrong
+    /// number of arguments: what Redis refuses before the command runs
+    /// (SLOWLOG leaves it out).
+    Refused(String),
 }
 
 impl CmdError {
     pub fn text(&self) -> String {
         match self {
-            CmdError::Msg(text) => text.clone(),
+            CmdError::Msg(text) | CmdError::Refused(text) => text.clone(),
             CmdError::Syntax => "ERR syntax error".into(),
             CmdError::NotInteger => "ERR value is not an integer or out of range".into(),
             CmdError::NotFloat => "ERR value is not a valid float".into(),
@@ -103,12 +107,20 @@ pub fn err(text: impl Into<String>) -> CmdError {
 /// named in lower case).
 pub fn unknown_subcommand(container: &str, sub: &[u8]) -> CmdError {
     let sub: String = String::from_utf8_lossy(sub).chars().take(128).collect();
-    err(format!("ERR unknown subcommand '{sub}'. Try {} HELP.", container.to_ascii_uppercase()))
+    CmdError::Refused(format!("ERR unknown subcommand '{sub}'. Try {} HELP.", container.to_ascii_uppercase()))
+}
+
+/// Redis's `addReplySubcommandSyntaxError`: a subcommand its container
+/// does not know, or given the wrong number of arguments.
+pub fn subcommand_syntax_error(args: &[Bytes]) -> CmdError {
+    let sub: String = String::from_utf8_lossy(&args[1]).chars().take(128).collect();
+    let container = String::from_utf8_lossy(&args[0]).to_ascii_uppercase();
+    err(format!("ERR unknown subcommand or wrong number of arguments for '{sub}'. Try {container} HELP."))
 }
 
 /// Redis's reply to a known subcommand given the wrong number of arguments.
 pub fn subcommand_arity(container: &str, sub: &str) -> CmdError {
-    err(format!("ERR wrong number of arguments for '{container}|{sub}' command"))
+    CmdError::Refused(format!("ERR wrong number of arguments for '{container}|{sub}' command"))
 }
 
 pub type CmdResult = Result<(), CmdError>;
@@ -476,6 +488,7 @@ commands! {
     "eval_ro", -3, READONLY, NONE, "scripting", scripting::eval_in_transaction, "Executes a read-only server-side Lua script.";
     "evalsha_ro", -3, READONLY, NONE, "scripting", scripting::eval_in_transaction, "Executes a read-only server-side Lua script by SHA1 digest.";
     "script", -2, 0, NONE, "scripting", scripting::script, "A container for Lua scripts management commands.";
+    "slowlog", -2, 0, NONE, "server", server::slowlog, "A container for slow log commands.";
     "fcall", -3, 0, NONE, "scripting", scripting::eval_in_transaction, "Invokes a function.";
     "fcall_ro", -3, READONLY, NONE, "scripting", scripting::eval_in_transaction, "Invokes a read-only function.";
     "function", -2, 0, NONE, "scripting", functions::function, "A container for function commands.";
@@ -816,7 +829,10 @@ fn is_blind(command: &Command, args: &[Bytes]) -> bool {
 /// Refuses a command before it runs: a transaction it was queued for
 /// fails at EXEC, and a refused EXEC ends the transaction with Redis's
 /// EXECABORT naming why.
-fn reject(conn: &mut ConnState, out: &mut Out, command: &Command, error: &str) {
+/// Refuses `command` before it runs (arity, AUTH, ...): it leaves `args`
+/// empty, so SLOWLOG does not log it (Redis logs only what ran).
+fn reject(conn: &mut ConnState, out: &mut Out, command: &Command, args: &mut Vec<Bytes>, error: &str) {
+    args.clear();
     if command.name == "exec" {
         conn.reset_transaction();
         let why = error.strip_prefix("ERR ").unwrap_or(error);
@@ -838,36 +854,51 @@ pub async fn execute<'s>(shared: &'s Shared, conn: &mut ConnState, out: &mut Out
         out.error(&unknown_command(&args));
         return;
     };
-    run_command(shared, conn, out, command, args, run).await
+    let started = shared.slowlog.start();
+    let mut args = args;
+    run_command(shared, conn, out, command, &mut args, run).await;
+    // Taken when queued in MULTI or blocked (logged when they run), or
+    // refused.
+    if let (Some(started), false) = (started, args.is_empty()) {
+        shared.slowlog.finish(started, &args, || conn.info.peer_and_name());
+    }
 }
 
 /// Runs `command`, which `args` invoke, appending its reply to `out`: a
 /// Redis command `execute` looked up, or a memcached protocol command.
+/// It leaves `args` empty when it keeps them (queued in MULTI, blocked) or
+/// refuses the command.
 pub async fn run_command<'s>(
     shared: &'s Shared,
     conn: &mut ConnState,
     out: &mut Out,
     command: &'static Command,
-    args: Vec<Bytes>,
+    args: &mut Vec<Bytes>,
     run: &mut Run<'s>,
 ) {
     if !command.arity_ok(args.len()) {
-        return reject(conn, out, command, &format!("ERR wrong number of arguments for '{}' command", command.name));
+        return reject(
+            conn,
+            out,
+            command,
+            args,
+            &format!("ERR wrong number of arguments for '{}' command", command.name),
+        );
     }
     if !conn.authenticated && !command.has(NO_AUTH) && shared.password().is_some() {
-        return reject(conn, out, command, "NOAUTH Authentication required.");
+        return reject(conn, out, command, args, "NOAUTH Authentication required.");
     }
     if conn.listens() {
         if !conn.subscriptions.is_empty()
             && conn.protocol == crate::resp::Protocol::Resp2
             && !pubsub::allowed_while_subscribed(command.name)
         {
-            return reject(conn, out, command, &pubsub::not_while_subscribed(command.name, &args));
+            return reject(conn, out, command, args, &pubsub::not_while_subscribed(command.name, args));
         }
         // A monitor is a replica to Redis, which keeps replicas' hands off
         // the keys.
         if conn.monitors() && (command.has(WRITE) || command.has(READONLY)) {
-            return reject(conn, out, command, "ERR Replica can't interact with the keyspace");
+            return reject(conn, out, command, args, "ERR Replica can't interact with the keyspace");
         }
         if conn.info.mail.has_mail() {
             // Published before this command arrived: sent before its
@@ -882,7 +913,7 @@ pub async fn run_command<'s>(
             "memcached" => "SERVER_ERROR out of memory storing object",
             _ => crate::maxmemory::OOM_ERROR,
         };
-        return reject(conn, out, command, error);
+        return reject(conn, out, command, args, error);
     }
     if conn.multi.is_some() {
         if command.has(NO_MULTI) {
@@ -892,7 +923,7 @@ pub async fn run_command<'s>(
         }
         if !command.has(TX_CONTROL) {
             let queued = conn.multi.as_mut().expect("checked");
-            queued.push((command, args));
+            queued.push((command, std::mem::take(args)));
             conn.info.queued.store(queued.len() as i64, Ordering::Relaxed);
             out.simple("QUEUED");
             return;
@@ -902,7 +933,7 @@ pub async fn run_command<'s>(
     // Most writes name one or two keys: no allocation for their stripes.
     let mut stripes: SmallVec<[Stripe; 4]> = SmallVec::new();
     if command.has(WRITE) {
-        command.stripes(&args, &mut stripes);
+        command.stripes(args, &mut stripes);
         stripes.sort_unstable();
         stripes.dedup();
     }
@@ -913,9 +944,9 @@ pub async fn run_command<'s>(
         && command.has(WRITE)
         && !command.has(ALL_KEYS)
         && !command.has(BLOCKING)
-        && !(command.has(BLOCK_OPTION) && streams::may_block(&args))
+        && !(command.has(BLOCK_OPTION) && streams::may_block(args))
     {
-        let blind = is_blind(command, &args);
+        let blind = is_blind(command, args);
         if !blind && run.commands > 0 && !run.writes.has_overlay() {
             // Blind writes kept no overlay for this one to read.
             run.commit(shared, out).await;
@@ -927,19 +958,19 @@ pub async fn run_command<'s>(
         let before = out.len();
         let result = if blind {
             // It validates before it writes: a failure leaves nothing.
-            (command.run)(&mut Ctx { shared, conn, out, writes: &mut run.writes }, &args)
+            (command.run)(&mut Ctx { shared, conn, out, writes: &mut run.writes }, args)
         } else {
             run.writes.keep_overlay();
             run.writes.see_pending(&shared.pending);
             let mut branch = run.writes.branch();
-            let result = (command.run)(&mut Ctx { shared, conn, out, writes: &mut branch }, &args);
+            let result = (command.run)(&mut Ctx { shared, conn, out, writes: &mut branch }, args);
             match result {
                 Ok(()) => run.writes.merge(branch),
                 Err(_) => run.writes.abandon(branch),
             }
             result
         };
-        crate::monitor::feed(shared, conn, command, &args);
+        crate::monitor::feed(shared, conn, command, args);
         match result {
             Ok(()) => run.commands += 1,
             Err(error) => {
@@ -958,15 +989,15 @@ pub async fn run_command<'s>(
     }
     if scripting::is_script(command) {
         // Before the commands it runs, as Redis shows them.
-        crate::monitor::feed(shared, conn, command, &args);
-        scripting::eval(shared, conn, out, command, &args, run).await;
+        crate::monitor::feed(shared, conn, command, args);
+        scripting::eval(shared, conn, out, command, args, run).await;
         return;
     }
     run.commit(shared, out).await;
     if command.name == "exec" {
         exec(shared, conn, out).await;
         // After the commands it ran, as Redis shows them.
-        crate::monitor::feed(shared, conn, command, &args);
+        crate::monitor::feed(shared, conn, command, args);
         return;
     }
     let guards = shared.locks.lock(&stripes).await;
@@ -982,21 +1013,24 @@ pub async fn run_command<'s>(
         writes.see_pending(&shared.pending);
     }
     conn.block_args = None;
-    let result = (command.run)(&mut Ctx { shared, conn, out, writes: &mut writes }, &args);
+    let result = (command.run)(&mut Ctx { shared, conn, out, writes: &mut writes }, args);
     // A blocking command is shown once it ends (`conn::wait_blocked`), and
     // its looks again while it waits not at all.
     if !matches!(result, Err(CmdError::Blocked(..))) && !conn.info.blocked.load(Ordering::Relaxed) {
-        crate::monitor::feed(shared, conn, command, &args);
+        crate::monitor::feed(shared, conn, command, args);
     }
     if let Err(CmdError::Blocked(timeout, _)) = result {
         // The connection waits and runs it again (`conn::wait_blocked`).
         out.truncate(mark);
         // XREAD's `$` stands for the IDs it had when it blocked.
-        conn.blocked = Some((conn.block_args.take().unwrap_or(args), timeout));
+        conn.blocked = Some((conn.block_args.take().unwrap_or(std::mem::take(args)), timeout));
         return;
     }
     if let Err(error) = result {
         out.truncate(mark);
+        if matches!(error, CmdError::Refused(_)) {
+            args.clear();
+        }
         // The error may tell what it read: not before that is durable.
         if writes.read_pending() {
             drop(guards);

@@ -429,6 +429,69 @@ pub fn time(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
     Ok(())
 }
 
+/// SLOWLOG GET [count] | LEN | RESET | HELP (`crate::slowlog`).
+pub fn slowlog(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    let log = &ctx.shared.slowlog;
+    let sub = |name: &str| eq(&args[1], name);
+    match args.len() {
+        2 if sub("help") => ctx.out.help(&[
+            "SLOWLOG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+            "GET [<count>]",
+            "    Return top <count> entries from the slowlog (default: 10, -1 mean all).",
+            "    Entries are made of:",
+            "    id, timestamp, time in microseconds, arguments array, client IP and port,",
+            "    client name",
+            "LEN",
+            "    Return the length of the slowlog.",
+            "RESET",
+            "    Reset the slowlog.",
+            "HELP",
+            "    Prints this help.",
+        ]),
+        2 if sub("reset") => {
+            log.reset();
+            ctx.out.ok();
+        }
+        2 if sub("len") => ctx.out.int(log.len() as i64),
+        2 | 3 if sub("get") => {
+            let count = match args.get(2) {
+                None => Some(10),
+                Some(arg) => match super::args::int(arg) {
+                    Ok(-1) => None,
+                    Ok(n) if n >= 0 => Some(n as usize),
+                    _ => return Err(err("ERR count should be greater than or equal to -1")),
+                },
+            };
+            let entries = log.newest(count);
+            let out = &mut *ctx.out;
+            out.array(entries.len());
+            for entry in entries {
+                out.array(6);
+                out.int(entry.id as i64);
+                out.int(entry.time as i64);
+                out.int(entry.micros as i64);
+                out.array(entry.args.len());
+                for arg in &entry.args {
+                    out.bulk(arg);
+                }
+                out.bulk(entry.peer.as_bytes());
+                out.bulk(entry.name.as_bytes());
+            }
+        }
+        _ if ["get", "len", "reset", "help"].iter().any(|name| sub(name)) => {
+            let name = String::from_utf8_lossy(&args[1]).to_ascii_lowercase();
+            let arity_ok = if name == "get" { args.len() >= 2 } else { args.len() == 2 };
+            return Err(if arity_ok {
+                super::subcommand_syntax_error(args)
+            } else {
+                subcommand_arity("slowlog", &name)
+            });
+        }
+        _ => return Err(unknown_subcommand("slowlog", &args[1])),
+    }
+    Ok(())
+}
+
 /// ROLE: a master with no replicas (ScaledKV does not replicate), as a
 /// Redis master that never had one answers: its offset 0.
 pub fn role(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
@@ -693,6 +756,8 @@ fn parameters(ctx: &Ctx<'_>) -> Vec<(&'static str, String)> {
         ("busy-reply-threshold", shared.scripts.control.busy_millis.load(Ordering::Relaxed).to_string()),
         ("lua-time-limit", shared.scripts.control.busy_millis.load(Ordering::Relaxed).to_string()),
         ("script-memory-limit", shared.scripts.control.memory_limit.load(Ordering::Relaxed).to_string()),
+        ("slowlog-log-slower-than", shared.slowlog.slower_than().to_string()),
+        ("slowlog-max-len", shared.slowlog.max_len().to_string()),
     ]
 }
 
@@ -735,16 +800,28 @@ pub fn config(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
 
 fn config_set(ctx: &mut Ctx<'_>, name: &str, value: &[u8]) -> CmdResult {
     let text = String::from_utf8_lossy(value).to_string();
-    let number = || -> Result<u64, CmdError> {
-        text.parse::<u64>().map_err(|_| {
-            err(format!("ERR CONFIG SET failed (possibly related to argument '{name}') - argument couldn't be parsed into an integer"))
-        })
+    let not_integer = || {
+        err(format!("ERR CONFIG SET failed (possibly related to argument '{name}') - argument couldn't be parsed into an integer"))
+    };
+    let number = || -> Result<u64, CmdError> { text.parse::<u64>().map_err(|_| not_integer()) };
+    // Redis's range error for a signed setting below `low`.
+    let signed = |low: i64| -> Result<i64, CmdError> {
+        let n = text.parse::<i64>().map_err(|_| not_integer())?;
+        if n < low {
+            return Err(err(format!(
+                "ERR CONFIG SET failed (possibly related to argument '{name}') - argument must be between {low} and \
+                 9223372036854775807 inclusive"
+            )));
+        }
+        Ok(n)
     };
     let shared = ctx.shared;
     match name {
         "requirepass" => shared.set_password(Some(text.clone()).filter(|p| !p.is_empty())),
         "maxclients" => shared.set_maxclients(number()? as usize),
         "timeout" => shared.set_timeout_secs(number()?),
+        "slowlog-log-slower-than" => shared.slowlog.set_slower_than(signed(-1)?),
+        "slowlog-max-len" => shared.slowlog.set_max_len(signed(0)? as usize),
         "busy-reply-threshold" | "lua-time-limit" => {
             shared.scripts.control.busy_millis.store(number()?, Ordering::Relaxed)
         }

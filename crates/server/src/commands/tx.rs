@@ -110,7 +110,11 @@ pub async fn exec(shared: &Shared, conn: &mut ConnState, out: &mut Out) {
         conn.counts.commands += 1;
         crate::monitor::feed(shared, conn, command, args);
         let before = out.len();
+        let started = shared.slowlog.start();
         let result = (command.run)(&mut Ctx { shared, conn: &mut *conn, out: &mut *out, writes: &mut writes }, args);
+        if let Some(started) = started {
+            shared.slowlog.finish(started, args, || conn.info.peer_and_name());
+        }
         match result {
             Ok(()) => {}
             // Inside MULTI a blocking pop that finds nothing answers at

@@ -103,10 +103,10 @@ async fn run(shared: &Shared, stream: &mut TcpStream, conn: &mut ConnState) -> s
                     run.commit(shared, &mut out).await;
                     authenticate(shared, conn, &mut out, &args, noreply);
                 }
-                Request::Command { args, noreply } => match commands::lookup(&args[0]) {
+                Request::Command { mut args, noreply } => match commands::lookup(&args[0]) {
                     Some(command) => {
                         out.quiet = noreply;
-                        crate::commands::run_command(shared, conn, &mut out, command, args, &mut run).await;
+                        crate::commands::run_command(shared, conn, &mut out, command, &mut args, &mut run).await;
                         out.quiet = false;
                     }
                     None => {
@@ -119,8 +119,8 @@ async fn run(shared: &Shared, stream: &mut TcpStream, conn: &mut ConnState) -> s
                         // The old item goes, quietly; the refusal follows.
                         out.quiet = true;
                         let delete = commands::lookup(b"delete").expect("in the table");
-                        let args = vec![Bytes::from_static(b"delete"), key];
-                        crate::commands::run_command(shared, conn, &mut out, delete, args, &mut run).await;
+                        let mut args = vec![Bytes::from_static(b"delete"), key];
+                        crate::commands::run_command(shared, conn, &mut out, delete, &mut args, &mut run).await;
                     }
                     run.commit(shared, &mut out).await;
                     out.quiet = noreply;
