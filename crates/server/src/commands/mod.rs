@@ -17,6 +17,7 @@ pub mod scripting;
 mod server;
 mod sets;
 mod sort;
+mod standalone;
 mod streams;
 mod strings;
 pub mod table;
@@ -489,6 +490,15 @@ commands! {
     "evalsha_ro", -3, READONLY, NONE, "scripting", scripting::eval_in_transaction, "Executes a read-only server-side Lua script by SHA1 digest.";
     "script", -2, 0, NONE, "scripting", scripting::script, "A container for Lua scripts management commands.";
     "slowlog", -2, 0, NONE, "server", server::slowlog, "A container for slow log commands.";
+    "bgrewriteaof", 1, ADMIN, NONE, "server", standalone::bgrewriteaof, "Asynchronously rewrites the append-only file to disk.";
+    "replicaof", 3, ADMIN, NONE, "server", standalone::replicaof, "Configures a server as replica of another, or promotes it to a master.";
+    "slaveof", 3, ADMIN, NONE, "server", standalone::replicaof, "Sets a Redis server as a replica of another, or promotes it to being a master.";
+    "failover", -1, ADMIN, NONE, "server", standalone::failover, "Starts a coordinated failover from a server to one of its replicas.";
+    "debug", -2, ADMIN, NONE, "server", standalone::debug, "A container for debugging commands.";
+    "cluster", -2, 0, NONE, "cluster", standalone::cluster, "A container for Redis Cluster commands.";
+    "readonly", 1, FAST, NONE, "cluster", standalone::cluster_disabled, "Enables read-only queries for a connection to a Redis Cluster replica node.";
+    "readwrite", 1, FAST, NONE, "cluster", standalone::cluster_disabled, "Enables read-write queries for a connection to a Reids Cluster replica node.";
+    "asking", 1, FAST, NONE, "cluster", standalone::cluster_disabled, "Signals that a cluster client is following an -ASK redirect.";
     "fcall", -3, 0, NONE, "scripting", scripting::eval_in_transaction, "Invokes a function.";
     "fcall_ro", -3, READONLY, NONE, "scripting", scripting::eval_in_transaction, "Invokes a read-only function.";
     "function", -2, 0, NONE, "scripting", functions::function, "A container for function commands.";
@@ -907,6 +917,9 @@ pub async fn run_command<'s>(
             run.commit(shared, out).await;
             conn.deliver(out);
         }
+    }
+    if command.name == "debug" {
+        return reject(conn, out, command, args, standalone::DEBUG_REFUSED);
     }
     if command.has(WRITE) && shared.config.memory.refuses(command.name, &shared.db) {
         let error = match command.group {

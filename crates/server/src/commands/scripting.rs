@@ -174,6 +174,11 @@ fn allowed_in_scripts(command: &Command) -> bool {
                 | "shutdown"
                 | "wait"
                 | "role"
+                | "replicaof"
+                | "slaveof"
+                | "failover"
+                | "debug"
+                | "bgrewriteaof"
         ))
 }
 

@@ -1,0 +1,129 @@
+//! Cluster, replication and debugging commands, answered as a standalone
+//! Redis 7.0 without replicas answers them (Debian's build, DEBUG off), so
+//! that clients and tools that probe for a cluster or a replica (CLUSTER
+//! INFO, READONLY, REPLICAOF NO ONE, FAILOVER) get the replies they
+//! expect from a plain server instead of an unknown command. ScaledKV
+//! neither clusters nor replicates: REPLICAOF of a real master is refused.
+
+use bytes::Bytes;
+
+use super::args::eq;
+use super::{err, CmdError, CmdResult, Ctx};
+
+const CLUSTER_DISABLED: &str = "ERR This instance has cluster support disabled";
+
+/// READONLY, READWRITE, ASKING.
+pub fn cluster_disabled(_ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
+    Err(err(CLUSTER_DISABLED))
+}
+
+/// Redis 7.0's CLUSTER subcommands and their arities, which it checks
+/// before it says that cluster support is disabled.
+const CLUSTER_SUBCOMMANDS: &[(&str, i32)] = &[
+    ("addslots", -3),
+    ("addslotsrange", -4),
+    ("bumpepoch", 2),
+    ("count-failure-reports", 3),
+    ("countkeysinslot", 3),
+    ("delslots", -3),
+    ("delslotsrange", -4),
+    ("failover", -2),
+    ("flushslots", 2),
+    ("forget", 3),
+    ("getkeysinslot", 4),
+    ("help", 2),
+    ("info", 2),
+    ("keyslot", 3),
+    ("links", 2),
+    ("meet", -4),
+    ("myid", 2),
+    ("nodes", 2),
+    ("replicas", 3),
+    ("replicate", 3),
+    ("reset", -2),
+    ("saveconfig", 2),
+    ("set-config-epoch", 3),
+    ("setslot", -4),
+    ("shards", 2),
+    ("slaves", 3),
+    ("slots", 2),
+];
+
+/// CLUSTER: Redis's errors for an unknown subcommand or a wrong count of
+/// arguments, else cluster support is disabled.
+pub fn cluster(_ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    let sub = String::from_utf8_lossy(&args[1]).to_ascii_lowercase();
+    let Some(&(_, arity)) = CLUSTER_SUBCOMMANDS.iter().find(|(name, _)| *name == sub) else {
+        return Err(super::unknown_subcommand("cluster", &args[1]));
+    };
+    let n = args.len() as i32;
+    if (arity >= 0 && n != arity) || (arity < 0 && n < -arity) {
+        return Err(super::subcommand_arity("cluster", &sub));
+    }
+    Err(err(CLUSTER_DISABLED))
+}
+
+/// DEBUG is off, with Redis's text for `enable-debug-command no`: refused
+/// before it runs or is queued (`run_command`), as Redis refuses it.
+pub const DEBUG_REFUSED: &str = "ERR DEBUG command not allowed. If the enable-debug-command option is set to \
+                                 \"local\", you can run it from a local connection, otherwise you need to set \
+                                 this option in the configuration file, and then restart the server.";
+
+pub fn debug(_ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
+    Err(err(DEBUG_REFUSED))
+}
+
+/// REPLICAOF / SLAVEOF: NO ONE (already a master) is OK; a master to
+/// follow is refused, ScaledKV does not replicate.
+pub fn replicaof(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    if eq(&args[1], "no") && eq(&args[2], "one") {
+        ctx.out.ok();
+        return Ok(());
+    }
+    match super::args::int(&args[2]) {
+        Ok(port) if (0..=65535).contains(&port) => {}
+        _ => return Err(err("ERR Invalid master port")),
+    }
+    Err(err("ERR ScaledKV does not replicate: REPLICAOF of a master is not supported (see the README)"))
+}
+
+/// FAILOVER [TO host port [FORCE]] [ABORT] [TIMEOUT ms]: Redis's checks
+/// of its arguments, then its answer for a master without replicas.
+pub fn failover(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    if args.len() == 2 && eq(&args[1], "abort") {
+        return Err(err("ERR No failover in progress."));
+    }
+    let (mut timeout, mut to, mut force) = (None, false, false);
+    let mut at = 1;
+    while at < args.len() {
+        if eq(&args[at], "timeout") && at + 1 < args.len() && timeout.is_none() {
+            let ms = super::args::int(&args[at + 1])?;
+            if ms <= 0 {
+                return Err(err("ERR FAILOVER timeout must be greater than 0"));
+            }
+            timeout = Some(ms);
+            at += 2;
+        } else if eq(&args[at], "to") && at + 2 < args.len() && !to {
+            super::args::int(&args[at + 2])?;
+            to = true;
+            at += 3;
+        } else if eq(&args[at], "force") && !force {
+            force = true;
+            at += 1;
+        } else {
+            return Err(CmdError::Syntax);
+        }
+    }
+    let _ = ctx;
+    Err(err("ERR FAILOVER requires connected replicas."))
+}
+
+/// BGREWRITEAOF: the log needs no rewrite (GC compacts it as it goes);
+/// an index checkpoint is written, as SAVE does, so the next start
+/// replays nothing.
+pub fn bgrewriteaof(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
+    ctx.db().flush()?;
+    ctx.shared.last_save.store(scaledkv::now_ms() / 1000, std::sync::atomic::Ordering::Relaxed);
+    ctx.out.simple("Background append only file rewriting started");
+    Ok(())
+}
