@@ -110,6 +110,10 @@ pub struct Cli {
     /// The most commands SLOWLOG keeps (default 128). CONFIG SET changes it.
     #[arg(long = "slowlog-max-len")]
     pub slowlog_max_len: Option<usize>,
+    /// The latency monitor samples commands that take at least this many
+    /// milliseconds (default 0: off). CONFIG SET changes it.
+    #[arg(long = "latency-monitor-threshold")]
+    pub latency_monitor_threshold: Option<u64>,
     /// Write the listening port here once ready (for scripts and tests).
     #[arg(long = "port-file")]
     pub port_file: Option<PathBuf>,
@@ -144,6 +148,7 @@ struct FileConfig {
     script_memory_limit: Option<String>,
     slowlog_log_slower_than: Option<i64>,
     slowlog_max_len: Option<usize>,
+    latency_monitor_threshold: Option<u64>,
 }
 
 #[derive(Debug, Clone)]
@@ -190,6 +195,8 @@ pub struct Config {
     /// start (`crate::slowlog`).
     pub slowlog_log_slower_than: i64,
     pub slowlog_max_len: usize,
+    /// The latency monitor's `latency-monitor-threshold` (ms) at start.
+    pub latency_monitor_threshold: u64,
 }
 
 /// memcached's default largest item (`-I 1m`).
@@ -225,6 +232,7 @@ impl Default for Config {
             script_memory_limit: 1 << 30,
             slowlog_log_slower_than: 10_000,
             slowlog_max_len: 128,
+            latency_monitor_threshold: 0,
         }
     }
 }
@@ -278,6 +286,10 @@ impl Config {
                 .or(file.slowlog_log_slower_than)
                 .unwrap_or(defaults.slowlog_log_slower_than),
             slowlog_max_len: cli.slowlog_max_len.or(file.slowlog_max_len).unwrap_or(defaults.slowlog_max_len),
+            latency_monitor_threshold: cli
+                .latency_monitor_threshold
+                .or(file.latency_monitor_threshold)
+                .unwrap_or(defaults.latency_monitor_threshold),
             memory: Arc::new(MemoryLimit::new(maxmemory, &policy, ssd_dir.is_some().then_some(ssd_size))?),
             ssd_dir,
             bind: cli.bind.or(file.bind).unwrap_or(defaults.bind),
@@ -388,16 +400,19 @@ mod tests {
     }
 
     #[test]
-    fn slowlog_settings_come_from_the_file_or_the_flag() {
+    fn slowlog_and_latency_settings_come_from_the_file_or_the_flag() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("scaledkv.toml");
-        std::fs::write(&path, "slowlog-log-slower-than = -1\nslowlog-max-len = 16\n").unwrap();
+        std::fs::write(&path, "slowlog-log-slower-than = -1\nslowlog-max-len = 16\nlatency-monitor-threshold = 5\n")
+            .unwrap();
         let from_file = Config::from_cli(Cli { config: Some(path.clone()), ..Cli::default() }).unwrap();
         assert_eq!((from_file.slowlog_log_slower_than, from_file.slowlog_max_len), (-1, 16));
+        assert_eq!(from_file.latency_monitor_threshold, 5);
         let cli = Cli { config: Some(path), slowlog_log_slower_than: Some(500), ..Cli::default() };
         assert_eq!(Config::from_cli(cli).unwrap().slowlog_log_slower_than, 500);
         let defaults = Config::from_cli(Cli::default()).unwrap();
         assert_eq!((defaults.slowlog_log_slower_than, defaults.slowlog_max_len), (10_000, 128));
+        assert_eq!(defaults.latency_monitor_threshold, 0);
     }
 
     #[test]

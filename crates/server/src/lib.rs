@@ -31,6 +31,7 @@ pub mod geo;
 pub mod hash;
 pub mod io_threads;
 pub mod keyspace;
+pub mod latency;
 pub mod maxmemory;
 pub mod memcache;
 pub mod metrics;

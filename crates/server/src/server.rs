@@ -97,6 +97,8 @@ pub struct Shared {
     pub functions: crate::script::functions::Functions,
     /// The slow commands (`crate::slowlog`).
     pub slowlog: crate::slowlog::SlowLog,
+    /// The latency monitor's events (`crate::latency`).
+    pub latency: crate::latency::LatencyMonitor,
 }
 
 impl Shared {
@@ -241,6 +243,7 @@ pub async fn run(config: Config, db: Db) -> Result<(), String> {
         scripts,
         functions: crate::script::functions::Functions::new(libraries),
         slowlog: crate::slowlog::SlowLog::new(config.slowlog_log_slower_than, config.slowlog_max_len),
+        latency: crate::latency::LatencyMonitor::new(config.latency_monitor_threshold),
         db,
         locks: KeyLocks::default(),
         stats: ServerStats::default(),

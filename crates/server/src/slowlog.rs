@@ -11,7 +11,8 @@
 //! run. A command inside EXEC is timed and logged by itself, EXEC not (as
 //! in Redis). A blocked command's wait is not counted, and it is not
 //! logged when it wakes. Times come from the TSC (`quanta`): two reads per
-//! command, ~10 ns each, instead of ~25 ns for each `Instant`.
+//! command, ~10 ns each, instead of ~25 ns for each `Instant`. The latency
+//! monitor (`crate::latency`) takes the same times.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
@@ -56,16 +57,24 @@ impl SlowLog {
         }
     }
 
-    /// When a command starts, unless nothing is logged.
-    pub fn start(&self) -> Option<u64> {
-        (self.slower_than.load(Ordering::Relaxed) >= 0).then(|| self.clock.raw())
+    /// Whether it logs anything.
+    pub fn enabled(&self) -> bool {
+        self.slower_than.load(Ordering::Relaxed) >= 0
     }
 
-    /// Logs `args`, a command that ran since `started` for `peer` (named
-    /// `name`), if it took long enough.
-    pub fn finish(&self, started: u64, args: &[Bytes], peer: impl FnOnce() -> (String, String)) {
+    /// The clock commands are timed with (a raw TSC reading).
+    pub fn now(&self) -> u64 {
+        self.clock.raw()
+    }
+
+    pub fn micros_since(&self, started: u64) -> u64 {
+        self.clock.delta_as_nanos(started, self.clock.raw()) / 1000
+    }
+
+    /// Logs `args`, a command that took `micros` for `peer` (named
+    /// `name`), if that is long enough.
+    pub fn record(&self, micros: u64, args: &[Bytes], peer: impl FnOnce() -> (String, String)) {
         let threshold = self.slower_than.load(Ordering::Relaxed);
-        let micros = self.clock.delta_as_nanos(started, self.clock.raw()) / 1000;
         if threshold < 0 || micros < threshold as u64 || is_exec(args) {
             return;
         }
@@ -195,8 +204,7 @@ mod tests {
     fn the_log_keeps_the_newest_and_skips_exec() {
         let log = SlowLog::new(0, 2);
         for name in ["a", "b", "exec", "c"] {
-            let started = log.start().unwrap();
-            log.finish(started, &args(&[name]), || ("127.0.0.1:1".into(), "me".into()));
+            log.record(0, &args(&[name]), || ("127.0.0.1:1".into(), "me".into()));
         }
         let newest = log.newest(None);
         assert_eq!(
@@ -207,10 +215,10 @@ mod tests {
         log.set_max_len(1);
         assert_eq!(log.len(), 1);
         log.set_slower_than(-1);
-        assert!(log.start().is_none());
+        assert!(!log.enabled());
+        log.record(5_000_000, &args(&["off"]), || unreachable!("off"));
         log.set_slower_than(1_000_000);
-        let started = log.start().unwrap();
-        log.finish(started, &args(&["fast"]), || unreachable!("not slow enough"));
+        log.record(999_999, &args(&["fast"]), || unreachable!("not slow enough"));
         log.reset();
         assert!(log.is_empty());
     }

@@ -1298,3 +1298,46 @@ fn slowlog_keeps_the_slow_commands() {
     assert_eq!(request(&mut client, &encode(&[b"EVAL", spin.as_bytes(), b"0"])), b":1\r\n");
     assert_eq!(request(&mut client, &encode(&[b"SLOWLOG", b"LEN"])), b":0\r\n");
 }
+
+/// The latency monitor: off by default (LATENCY DOCTOR says so in Redis's
+/// words); with `latency-monitor-threshold` set, a 50 ms script is a
+/// `command` spike in LATEST, HISTORY, GRAPH and DOCTOR, a fast command is
+/// not, and RESET forgets it. (The replies' shapes and the errors are
+/// compared with Redis's in `differential.rs`.)
+#[test]
+fn the_latency_monitor_samples_slow_commands() {
+    let (_dir, server) = start(&[]);
+    let mut client = server.connect();
+    let text = |client: &mut std::net::TcpStream, words: &[&str]| {
+        let words: Vec<&[u8]> = words.iter().map(|w| w.as_bytes()).collect();
+        String::from_utf8(request(client, &encode(&words))).unwrap()
+    };
+    assert!(text(&mut client, &["LATENCY", "DOCTOR"]).contains("Latency monitoring is disabled"));
+    let spin = "local start = redis.call('TIME'); local now = start \
+                repeat now = redis.call('TIME') until (now[1] - start[1]) * 1000000 + now[2] - start[2] >= 50000 \
+                return 1";
+    assert_eq!(text(&mut client, &["EVAL", spin, "0"]), ":1\r\n");
+    assert_eq!(text(&mut client, &["LATENCY", "LATEST"]), "*0\r\n", "off: nothing sampled");
+    assert_eq!(text(&mut client, &["CONFIG", "SET", "latency-monitor-threshold", "20"]), "+OK\r\n");
+    assert_eq!(text(&mut client, &["EVAL", spin, "0"]), ":1\r\n");
+    assert_eq!(text(&mut client, &["GET", "k"]), "$-1\r\n");
+    let latest = text(&mut client, &["LATENCY", "LATEST"]);
+    let lines: Vec<&str> = latest.split("\r\n").collect();
+    assert_eq!(lines[..4], ["*1", "*4", "$7", "command"], "{latest}");
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64;
+    let number = |line: &str| line.trim_start_matches(':').parse::<i64>().unwrap();
+    assert!((number(lines[4]) - now).abs() <= 5, "{latest}");
+    let (millis, max) = (number(lines[5]), number(lines[6]));
+    assert!((50..5000).contains(&millis) && max == millis, "{latest}");
+    let history = text(&mut client, &["LATENCY", "HISTORY", "command"]);
+    assert!(history.starts_with("*1\r\n*2\r\n:") && history.ends_with(&format!(":{millis}\r\n")), "{history}");
+    let graph = text(&mut client, &["LATENCY", "GRAPH", "command"]);
+    let header =
+        format!("command - high {millis} ms, low {millis} ms (all time high {millis} ms)\n{}\n", "-".repeat(80));
+    assert!(graph.contains(&header), "{graph}");
+    let doctor = text(&mut client, &["LATENCY", "DOCTOR"]);
+    assert!(doctor.contains("1. command: 1 latency spikes"), "{doctor}");
+    assert!(doctor.contains("- Check your Slow Log"), "{doctor}");
+    assert_eq!(text(&mut client, &["LATENCY", "RESET"]), ":1\r\n");
+    assert_eq!(text(&mut client, &["LATENCY", "LATEST"]), "*0\r\n");
+}

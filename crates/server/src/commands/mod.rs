@@ -490,6 +490,7 @@ commands! {
     "evalsha_ro", -3, READONLY, NONE, "scripting", scripting::eval_in_transaction, "Executes a read-only server-side Lua script by SHA1 digest.";
     "script", -2, 0, NONE, "scripting", scripting::script, "A container for Lua scripts management commands.";
     "slowlog", -2, 0, NONE, "server", server::slowlog, "A container for slow log commands.";
+    "latency", -2, 0, NONE, "server", server::latency, "A container for latency diagnostics commands.";
     "bgrewriteaof", 1, ADMIN, NONE, "server", standalone::bgrewriteaof, "Asynchronously rewrites the append-only file to disk.";
     "replicaof", 3, ADMIN, NONE, "server", standalone::replicaof, "Configures a server as replica of another, or promotes it to a master.";
     "slaveof", 3, ADMIN, NONE, "server", standalone::replicaof, "Sets a Redis server as a replica of another, or promotes it to being a master.";
@@ -864,14 +865,27 @@ pub async fn execute<'s>(shared: &'s Shared, conn: &mut ConnState, out: &mut Out
         out.error(&unknown_command(&args));
         return;
     };
-    let started = shared.slowlog.start();
+    let started = timing_start(shared);
     let mut args = args;
     run_command(shared, conn, out, command, &mut args, run).await;
-    // Taken when queued in MULTI or blocked (logged when they run), or
+    // Taken when queued in MULTI or blocked (timed when they run), or
     // refused.
     if let (Some(started), false) = (started, args.is_empty()) {
-        shared.slowlog.finish(started, &args, || conn.info.peer_and_name());
+        timing_end(shared, started, command, &args, &conn.info);
     }
+}
+
+/// When a command starts, if SLOWLOG or the latency monitor wants its time.
+fn timing_start(shared: &Shared) -> Option<u64> {
+    (shared.slowlog.enabled() || shared.latency.enabled()).then(|| shared.slowlog.now())
+}
+
+/// Gives `command`, which ran since `started`, to SLOWLOG and the latency
+/// monitor (its event `fast-command` or `command`, as Redis's).
+fn timing_end(shared: &Shared, started: u64, command: &Command, args: &[Bytes], client: &crate::conn::ClientInfo) {
+    let micros = shared.slowlog.micros_since(started);
+    shared.slowlog.record(micros, args, || client.peer_and_name());
+    shared.latency.record(if command.has(FAST) { "fast-command" } else { "command" }, micros / 1000);
 }
 
 /// Runs `command`, which `args` invoke, appending its reply to `out`: a

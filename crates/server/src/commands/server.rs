@@ -492,6 +492,73 @@ pub fn slowlog(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     Ok(())
 }
 
+/// LATENCY LATEST | HISTORY event | RESET [event...] | GRAPH event |
+/// DOCTOR | HELP (`crate::latency`); HISTOGRAM is not built.
+pub fn latency(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    let monitor = &ctx.shared.latency;
+    let now = now_ms() / 1000;
+    let sub = String::from_utf8_lossy(&args[1]).to_ascii_lowercase();
+    let out = &mut *ctx.out;
+    match (sub.as_str(), args.len()) {
+        ("latest", 2) => {
+            let events = monitor.events();
+            out.array(events.len());
+            for (event, series) in events {
+                let (time, millis) = series.latest();
+                out.array(4);
+                out.bulk(event.as_bytes());
+                out.int(time as i64);
+                out.int(millis as i64);
+                out.int(series.max as i64);
+            }
+        }
+        ("history", 3) => {
+            let history = monitor.event(&args[2]).map(|(_, series)| series.history()).unwrap_or_default();
+            out.array(history.len());
+            for (time, millis) in history {
+                out.array(2);
+                out.int(time as i64);
+                out.int(millis as i64);
+            }
+        }
+        ("reset", _) => {
+            let names: Vec<&[u8]> = args[2..].iter().map(|name| &name[..]).collect();
+            out.int(monitor.reset(&names) as i64);
+        }
+        ("graph", 3) => {
+            let Some((event, series)) = monitor.event(&args[2]) else {
+                return Err(err(format!("ERR No samples available for event '{}'", String::from_utf8_lossy(&args[2]))));
+            };
+            out.verbatim(&crate::latency::graph(event, &series, now));
+        }
+        ("doctor", 2) => out.verbatim(&monitor.doctor(now, ctx.shared.slowlog.slower_than())),
+        ("histogram", _) => return Err(err("ERR LATENCY HISTOGRAM is not supported by ScaledKV yet")),
+        ("help", 2) => out.help(&[
+            "LATENCY <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+            "DOCTOR",
+            "    Return a human readable latency analysis report.",
+            "GRAPH <event>",
+            "    Return an ASCII latency graph for the <event> class.",
+            "HISTORY <event>",
+            "    Return time-latency samples for the <event> class.",
+            "LATEST",
+            "    Return the latest latency samples for all events.",
+            "RESET [<event> ...]",
+            "    Reset latency data of one or more <event> classes.",
+            "    (default: reset all data for all event classes)",
+            "HISTOGRAM [COMMAND ...]",
+            "    Return a cumulative distribution of latencies in the format of a histogram for the specified \
+             command names.",
+            "    If no commands are specified then all histograms are replied.",
+            "HELP",
+            "    Prints this help.",
+        ]),
+        ("latest" | "doctor" | "help" | "history" | "graph", _) => return Err(subcommand_arity("latency", &sub)),
+        _ => return Err(unknown_subcommand("latency", &args[1])),
+    }
+    Ok(())
+}
+
 /// ROLE: a master with no replicas (ScaledKV does not replicate), as a
 /// Redis master that never had one answers: its offset 0.
 pub fn role(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
@@ -758,6 +825,7 @@ fn parameters(ctx: &Ctx<'_>) -> Vec<(&'static str, String)> {
         ("script-memory-limit", shared.scripts.control.memory_limit.load(Ordering::Relaxed).to_string()),
         ("slowlog-log-slower-than", shared.slowlog.slower_than().to_string()),
         ("slowlog-max-len", shared.slowlog.max_len().to_string()),
+        ("latency-monitor-threshold", shared.latency.threshold().to_string()),
     ]
 }
 
@@ -822,6 +890,7 @@ fn config_set(ctx: &mut Ctx<'_>, name: &str, value: &[u8]) -> CmdResult {
         "timeout" => shared.set_timeout_secs(number()?),
         "slowlog-log-slower-than" => shared.slowlog.set_slower_than(signed(-1)?),
         "slowlog-max-len" => shared.slowlog.set_max_len(signed(0)? as usize),
+        "latency-monitor-threshold" => shared.latency.set_threshold(signed(0)? as u64),
         "busy-reply-threshold" | "lua-time-limit" => {
             shared.scripts.control.busy_millis.store(number()?, Ordering::Relaxed)
         }

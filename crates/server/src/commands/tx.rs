@@ -110,10 +110,10 @@ pub async fn exec(shared: &Shared, conn: &mut ConnState, out: &mut Out) {
         conn.counts.commands += 1;
         crate::monitor::feed(shared, conn, command, args);
         let before = out.len();
-        let started = shared.slowlog.start();
+        let started = super::timing_start(shared);
         let result = (command.run)(&mut Ctx { shared, conn: &mut *conn, out: &mut *out, writes: &mut writes }, args);
         if let Some(started) = started {
-            shared.slowlog.finish(started, args, || conn.info.peer_and_name());
+            super::timing_end(shared, started, command, args, &conn.info);
         }
         match result {
             Ok(()) => {}
