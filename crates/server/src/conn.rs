@@ -201,6 +201,9 @@ pub struct ConnState {
     /// Set while a script's command runs (SORT of a set by nothing sorts
     /// it there, as in Redis).
     pub in_script: bool,
+    /// The command just run was refused before it ran (INFO
+    /// commandstats' `rejected_calls`; SLOWLOG leaves it out).
+    pub refused: bool,
     /// This client's place in the lines of the keys it is blocked on
     /// (`crate::waiters`), while it waits.
     pub ticket: Option<u64>,
@@ -302,6 +305,7 @@ impl ConnState {
             blocked: None,
             block_args: None,
             in_script: false,
+            refused: false,
             ticket: None,
             subscriptions: Subscriptions::default(),
             woken: Vec::new(),

@@ -23,6 +23,7 @@
 //! - `server`: shared state, listeners, shutdown; `config`: flags and TOML.
 
 pub mod commands;
+pub mod commandstats;
 pub mod committer;
 pub mod config;
 pub mod conn;

@@ -49,7 +49,7 @@ pub fn render(shared: &Shared) -> String {
         ),
         ("keyspace_hits_total", "Key lookups that found a key", s.keyspace_hits.load(Ordering::Relaxed)),
         ("keyspace_misses_total", "Key lookups that found nothing", s.keyspace_misses.load(Ordering::Relaxed)),
-        ("errors_total", "Commands answered with an error", s.errors.load(Ordering::Relaxed)),
+        ("errors_total", "Commands answered with an error", crate::commandstats::total_errors()),
         ("expired_keys_total", "Keys dropped by active expiry", s.expired_keys.load(Ordering::Relaxed)),
         ("log_bytes_written_total", "Bytes appended to the value log", stats.log_bytes_written),
         (

@@ -24,7 +24,6 @@ pub struct ServerStats {
     pub rejected_connections: AtomicU64,
     pub keyspace_hits: AtomicU64,
     pub keyspace_misses: AtomicU64,
-    pub errors: AtomicU64,
     pub expired_keys: AtomicU64,
     pub net_input_bytes: AtomicU64,
     pub net_output_bytes: AtomicU64,

@@ -57,11 +57,6 @@ impl SlowLog {
         }
     }
 
-    /// Whether it logs anything.
-    pub fn enabled(&self) -> bool {
-        self.slower_than.load(Ordering::Relaxed) >= 0
-    }
-
     /// The clock commands are timed with (a raw TSC reading).
     pub fn now(&self) -> u64 {
         self.clock.raw()
@@ -215,7 +210,6 @@ mod tests {
         log.set_max_len(1);
         assert_eq!(log.len(), 1);
         log.set_slower_than(-1);
-        assert!(!log.enabled());
         log.record(5_000_000, &args(&["off"]), || unreachable!("off"));
         log.set_slower_than(1_000_000);
         log.record(999_999, &args(&["fast"]), || unreachable!("not slow enough"));

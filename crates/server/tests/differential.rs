@@ -2536,6 +2536,7 @@ fn slowlog_matches_redis() {
         "NOSUCH x",
         "GET",
         "EVAL return\\x201 0",
+        "EVAL return\\x20redis.call('set','a','b') 0",
         "SLOWLOG LEN",
         "SLOWLOG GET x",
         "SLOWLOG GET -2",
@@ -2593,4 +2594,70 @@ fn slowlog_matches_redis() {
         let (a, b) = (mask(request(ours, &encode(&refs))), mask(request(theirs, &encode(&refs))));
         assert_eq!(a, b, "{command:?}");
     }
+}
+
+/// INFO commandstats and errorstats after the same commands: every
+/// command's calls, rejected calls (arity, an unknown subcommand, inside
+/// MULTI) and failed calls (WRONGTYPE, syntax, a failed command in EXEC),
+/// every error code's count and `total_error_replies`, as Redis counts
+/// them, a script's commands included. Times are masked; CONFIG and OBJECT
+/// are left out (Redis counts `config|resetstat` by its subcommand,
+/// ScaledKV by the container).
+#[test]
+fn commandstats_and_errorstats_count_as_redis_does() {
+    let Some(mut servers) = Servers::start() else { return };
+    let Servers { ours, theirs, .. } = &mut servers;
+    let script: Vec<Vec<Vec<u8>>> = [
+        "CONFIG RESETSTAT",
+        "SET k v",
+        "GET k",
+        "GET k",
+        "LPUSH k x",
+        "GET",
+        "NOSUCH x",
+        "SET k v BOGUS",
+        "INCR k",
+        "HSET h f v",
+        "HGET h f",
+        "MULTI",
+        "INCR n",
+        "LPUSH k y",
+        "GET",
+        "EXEC",
+        "MULTI",
+        "INCR n",
+        "LPUSH k y",
+        "EXEC",
+        "OBJECT BOGUS",
+        "OBJECT ENCODING",
+        "OBJECT ENCODING k",
+        "EVAL return\\x20redis.call('incr','k') 0",
+    ]
+    .iter()
+    .map(|line| words(line))
+    .collect();
+    for command in &script {
+        let refs: Vec<&[u8]> = command.iter().map(Vec::as_slice).collect();
+        request(ours, &encode(&refs));
+        request(theirs, &encode(&refs));
+    }
+    let counts = |stream: &mut TcpStream| -> Vec<String> {
+        let info = String::from_utf8(request(stream, &encode(&[b"INFO", b"everything"]))).unwrap();
+        let mut lines: Vec<String> = info
+            .lines()
+            .filter(|line| {
+                (line.starts_with("cmdstat_")
+                    && !["cmdstat_config", "cmdstat_info", "cmdstat_object"].iter().any(|c| line.starts_with(c)))
+                    || line.starts_with("errorstat_")
+                    || line.starts_with("total_error_replies:")
+            })
+            .map(|line| {
+                // calls=N,usec=N,usec_per_call=N,rejected_calls=N,failed_calls=N: the times masked.
+                line.split(',').filter(|field| !field.starts_with("usec")).collect::<Vec<_>>().join(",")
+            })
+            .collect();
+        lines.sort();
+        lines
+    };
+    assert_eq!(counts(ours), counts(theirs));
 }

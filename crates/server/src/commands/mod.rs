@@ -614,7 +614,6 @@ impl<'s> Run<'s> {
             for _ in 0..self.commands {
                 out.error(&engine_error_text(&error));
             }
-            shared.stats.errors.fetch_add(self.commands as u64, std::sync::atomic::Ordering::Relaxed);
         }
         self.commands = 0;
     }
@@ -844,6 +843,7 @@ fn is_blind(command: &Command, args: &[Bytes]) -> bool {
 /// empty, so SLOWLOG does not log it (Redis logs only what ran).
 fn reject(conn: &mut ConnState, out: &mut Out, command: &Command, args: &mut Vec<Bytes>, error: &str) {
     args.clear();
+    conn.refused = true;
     if command.name == "exec" {
         conn.reset_transaction();
         let why = error.strip_prefix("ERR ").unwrap_or(error);
@@ -865,27 +865,40 @@ pub async fn execute<'s>(shared: &'s Shared, conn: &mut ConnState, out: &mut Out
         out.error(&unknown_command(&args));
         return;
     };
-    let started = timing_start(shared);
+    let started = shared.slowlog.now();
+    let errors = crate::commandstats::errors_sent();
     let mut args = args;
+    conn.refused = false;
     run_command(shared, conn, out, command, &mut args, run).await;
-    // Taken when queued in MULTI or blocked (timed when they run), or
-    // refused.
-    if let (Some(started), false) = (started, args.is_empty()) {
-        timing_end(shared, started, command, &args, &conn.info);
+    if conn.refused {
+        crate::commandstats::rejected(index_of(command));
+    } else if !args.is_empty() {
+        // (Taken when queued in MULTI or blocked: counted when they run.)
+        let failed = crate::commandstats::errors_sent() > errors;
+        command_ran(shared, started, command, &args, failed, || conn.info.peer_and_name());
     }
 }
 
-/// When a command starts, if SLOWLOG or the latency monitor wants its time.
-fn timing_start(shared: &Shared) -> Option<u64> {
-    (shared.slowlog.enabled() || shared.latency.enabled()).then(|| shared.slowlog.now())
+/// Counts `command`, which ran since `started` (`SlowLog::now`) for the
+/// client `peer` names, in INFO commandstats, and gives it to SLOWLOG and
+/// the latency monitor (its event `fast-command` or `command`, as Redis's).
+pub fn command_ran(
+    shared: &Shared,
+    started: u64,
+    command: &'static Command,
+    args: &[Bytes],
+    failed: bool,
+    peer: impl FnOnce() -> (String, String),
+) {
+    let micros = shared.slowlog.micros_since(started);
+    crate::commandstats::ran(index_of(command), micros, failed);
+    shared.slowlog.record(micros, args, peer);
+    shared.latency.record(if command.has(FAST) { "fast-command" } else { "command" }, micros / 1000);
 }
 
-/// Gives `command`, which ran since `started`, to SLOWLOG and the latency
-/// monitor (its event `fast-command` or `command`, as Redis's).
-fn timing_end(shared: &Shared, started: u64, command: &Command, args: &[Bytes], client: &crate::conn::ClientInfo) {
-    let micros = shared.slowlog.micros_since(started);
-    shared.slowlog.record(micros, args, || client.peer_and_name());
-    shared.latency.record(if command.has(FAST) { "fast-command" } else { "command" }, micros / 1000);
+/// How many Redis commands there are (`index_of` gives each a place).
+pub fn command_count() -> usize {
+    TABLE.len()
 }
 
 /// Runs `command`, which `args` invoke, appending its reply to `out`: a
@@ -1006,7 +1019,6 @@ pub async fn run_command<'s>(
                 out.truncate(before);
                 run.commit(shared, out).await;
                 out.error(&error.text());
-                shared.stats.errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             }
         }
         if run.commands >= RUN_MAX_COMMANDS || run.writes.batch.size_bytes() >= RUN_MAX_BYTES {
@@ -1057,6 +1069,7 @@ pub async fn run_command<'s>(
         out.truncate(mark);
         if matches!(error, CmdError::Refused(_)) {
             args.clear();
+            conn.refused = true;
         }
         // The error may tell what it read: not before that is durable.
         if writes.read_pending() {
@@ -1067,13 +1080,11 @@ pub async fn run_command<'s>(
             }
         }
         out.error(&error.text());
-        shared.stats.errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         return;
     }
     if let Err(error) = commit(shared, writes.take_batch(), &stripes, true, guards).await {
         out.truncate(mark);
         out.error(&engine_error_text(&error));
-        shared.stats.errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 }
 

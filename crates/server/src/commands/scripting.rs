@@ -218,8 +218,13 @@ fn run_script<'s>(
         let mut reply = Out { buf: std::mem::take(buf), protocol, memcached: false, quiet: false };
         let mut branch = writes.branch();
         conn.in_script = true;
+        let started = shared.slowlog.now();
         let result = (command.run)(&mut Ctx { shared, conn, out: &mut reply, writes: &mut branch }, &args);
         conn.in_script = false;
+        // Counted and logged as Redis does a script's commands: its Lua
+        // client has no address.
+        let failed = matches!(&result, Err(error) if !matches!(error, CmdError::Blocked(..)));
+        super::command_ran(shared, started, command, &args, failed, || ("?:0".into(), String::new()));
         *buf = reply.buf;
         match result {
             Ok(()) => {
@@ -270,7 +275,6 @@ pub async fn eval<'s>(
             // rewrites every reply of the run.
             run.commit(shared, out).await;
             out.error(&error.text());
-            shared.stats.errors.fetch_add(1, Ordering::Relaxed);
             return;
         }
     };

@@ -745,7 +745,7 @@ pub fn info_text(ctx: &Ctx<'_>, sections: &[String]) -> String {
             shared.pubsub.count(crate::pubsub::Class::Channel),
             shared.pubsub.count(crate::pubsub::Class::Pattern),
             shared.pubsub.count(crate::pubsub::Class::Shard),
-            s.errors.load(Ordering::Relaxed),
+            crate::commandstats::total_errors(),
             s.script_reruns.load(Ordering::Relaxed),
         );
     }
@@ -755,6 +755,31 @@ pub fn info_text(ctx: &Ctx<'_>, sections: &[String]) -> String {
     if wanted("cpu") {
         let (user, system) = cpu_seconds();
         let _ = write!(text, "# CPU\r\nused_cpu_sys:{system:.6}\r\nused_cpu_user:{user:.6}\r\n\r\n");
+    }
+    // Not among the default sections, as in Redis.
+    if all || sections.iter().any(|s| s == "commandstats") {
+        text.push_str("# Commandstats\r\n");
+        for (index, [calls, micros, rejected, failed]) in crate::commandstats::commands() {
+            let Some(command) = super::by_index(index) else { continue };
+            let per_call = if calls > 0 { micros as f64 / calls as f64 } else { 0.0 };
+            let _ = write!(
+                text,
+                "cmdstat_{}:calls={calls},usec={micros},usec_per_call={per_call:.2},rejected_calls={rejected},\
+                 failed_calls={failed}\r\n",
+                command.name
+            );
+        }
+        text.push_str("\r\n");
+    }
+    if wanted("errorstats") {
+        text.push_str("# Errorstats\r\n");
+        for (code, count) in crate::commandstats::errors() {
+            let _ = write!(text, "errorstat_{code}:count={count}\r\n");
+        }
+        text.push_str("\r\n");
+    }
+    if wanted("cluster") {
+        text.push_str("# Cluster\r\ncluster_enabled:0\r\n\r\n");
     }
     if wanted("keyspace") {
         text.push_str("# Keyspace\r\n");
@@ -854,9 +879,10 @@ pub fn config(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         }
         "resetstat" if args.len() == 2 => {
             let s = &ctx.shared.stats;
-            for counter in [&s.commands, &s.keyspace_hits, &s.keyspace_misses, &s.errors, &s.expired_keys] {
+            for counter in [&s.commands, &s.keyspace_hits, &s.keyspace_misses, &s.expired_keys] {
                 counter.store(0, Ordering::Relaxed);
             }
+            crate::commandstats::reset();
             ctx.out.ok();
         }
         "rewrite" if args.len() == 2 => return Err(err("ERR The server is running without a config file")),

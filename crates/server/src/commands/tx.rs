@@ -110,11 +110,11 @@ pub async fn exec(shared: &Shared, conn: &mut ConnState, out: &mut Out) {
         conn.counts.commands += 1;
         crate::monitor::feed(shared, conn, command, args);
         let before = out.len();
-        let started = super::timing_start(shared);
+        let started = shared.slowlog.now();
+        let errors = crate::commandstats::errors_sent();
         let result = (command.run)(&mut Ctx { shared, conn: &mut *conn, out: &mut *out, writes: &mut writes }, args);
-        if let Some(started) = started {
-            super::timing_end(shared, started, command, args, &conn.info);
-        }
+        let failed = matches!(&result, Err(error) if !matches!(error, super::CmdError::Blocked(..)));
+        super::command_ran(shared, started, command, args, failed, || conn.info.peer_and_name());
         match result {
             Ok(()) => {}
             // Inside MULTI a blocking pop that finds nothing answers at
@@ -132,6 +132,8 @@ pub async fn exec(shared: &Shared, conn: &mut ConnState, out: &mut Out) {
                 out.error(&error.text());
             }
         }
+        // Its error replies are its own, not EXEC's.
+        crate::commandstats::nested(crate::commandstats::errors_sent() - errors);
     }
     if let Err(error) = super::commit(shared, writes.take_batch(), &stripes, true, guards).await {
         out.truncate(mark);

@@ -59,6 +59,9 @@ impl Out {
 
     /// `text` is the whole message, code included ("ERR syntax error").
     pub fn error(&mut self, text: &str) {
+        if !self.memcached {
+            crate::commandstats::error_sent(text);
+        }
         // A newline would end the reply early: Redis replaces them too.
         let clean: String = text.chars().map(|c| if c == '\r' || c == '\n' { ' ' } else { c }).collect();
         if self.memcached {

@@ -1,0 +1,151 @@
+//! INFO commandstats and errorstats, as Redis 7 keeps them: for each
+//! command its calls, their time in microseconds, and the calls refused
+//! before they ran (arity, AUTH, OOM ...) or that failed (an error reply);
+//! for each error code (an error reply's first word) how many were sent.
+//!
+//! Each thread adds to counters of its own (no cache line is shared
+//! between the I/O threads on the hot path); INFO sums every thread's.
+//! The counts are the process's, as Redis's are the server's.
+
+use std::cell::Cell;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+/// Per command: calls, microseconds, rejected calls, failed calls.
+const FIELDS: usize = 4;
+/// Redis keeps at most this many error codes (`ERRORSTATS_LIMIT`).
+const ERROR_CODES_MAX: usize = 128;
+
+struct Counts {
+    cells: Box<[AtomicU64]>,
+}
+
+static THREADS: Mutex<Vec<Arc<Counts>>> = Mutex::new(Vec::new());
+static ERRORS: Mutex<BTreeMap<String, u64>> = Mutex::new(BTreeMap::new());
+/// Every error reply (INFO's `total_error_replies`), past the codes' cap too.
+static TOTAL_ERRORS: AtomicU64 = AtomicU64::new(0);
+
+thread_local! {
+    static MINE: Arc<Counts> = {
+        let cells = (0..crate::commands::command_count() * FIELDS).map(|_| AtomicU64::new(0)).collect();
+        let counts = Arc::new(Counts { cells });
+        THREADS.lock().push(counts.clone());
+        counts
+    };
+    /// Error replies this thread has sent: a command failed if it grew.
+    static ERRORS_SENT: Cell<u64> = const { Cell::new(0) };
+    /// Those of them that commands inside EXEC sent: counted as theirs,
+    /// not EXEC's.
+    static NESTED: Cell<u64> = const { Cell::new(0) };
+}
+
+fn add(command: usize, field: usize, n: u64) {
+    MINE.with(|counts| {
+        if let Some(cell) = counts.cells.get(command * FIELDS + field) {
+            cell.fetch_add(n, Ordering::Relaxed);
+        }
+    });
+}
+
+/// The command at `index` (`commands::index_of`) ran for `micros`;
+/// `failed` if it replied with an error.
+pub fn ran(index: usize, micros: u64, failed: bool) {
+    add(index, 0, 1);
+    add(index, 1, micros);
+    if failed {
+        add(index, 3, 1);
+    }
+}
+
+/// The command at `index` was refused before it ran.
+pub fn rejected(index: usize) {
+    add(index, 2, 1);
+}
+
+/// An error reply `text` was sent (`resp::Out::error`).
+pub fn error_sent(text: &str) {
+    ERRORS_SENT.with(|sent| sent.set(sent.get() + 1));
+    TOTAL_ERRORS.fetch_add(1, Ordering::Relaxed);
+    let code = text.split(' ').next().unwrap_or_default();
+    let mut errors = ERRORS.lock();
+    if let Some(count) = errors.get_mut(code) {
+        *count += 1;
+    } else if errors.len() < ERROR_CODES_MAX {
+        errors.insert(code.to_string(), 1);
+    }
+}
+
+/// This thread's error replies so far, but for those `nested` set aside.
+pub fn errors_sent() -> u64 {
+    ERRORS_SENT.with(Cell::get) - NESTED.with(Cell::get)
+}
+
+/// Sets aside `n` error replies that a command inside another (EXEC's)
+/// sent, so they do not count as the outer command failing.
+pub fn nested(n: u64) {
+    NESTED.with(|nested| nested.set(nested.get() + n));
+}
+
+/// Every command's (calls, microseconds, rejected, failed) summed over the
+/// threads, by command index; commands never called are left out.
+pub fn commands() -> Vec<(usize, [u64; FIELDS])> {
+    let threads = THREADS.lock();
+    let mut sums = vec![[0u64; FIELDS]; crate::commands::command_count()];
+    for counts in threads.iter() {
+        for (i, cell) in counts.cells.iter().enumerate() {
+            sums[i / FIELDS][i % FIELDS] += cell.load(Ordering::Relaxed);
+        }
+    }
+    sums.into_iter().enumerate().filter(|(_, s)| s[0] + s[2] > 0).collect()
+}
+
+/// Error replies sent since the start or CONFIG RESETSTAT.
+pub fn total_errors() -> u64 {
+    TOTAL_ERRORS.load(Ordering::Relaxed)
+}
+
+/// Error replies by code.
+pub fn errors() -> Vec<(String, u64)> {
+    ERRORS.lock().iter().map(|(code, n)| (code.clone(), *n)).collect()
+}
+
+/// CONFIG RESETSTAT.
+pub fn reset() {
+    for counts in THREADS.lock().iter() {
+        for cell in counts.cells.iter() {
+            cell.store(0, Ordering::Relaxed);
+        }
+    }
+    ERRORS.lock().clear();
+    TOTAL_ERRORS.store(0, Ordering::Relaxed);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_are_summed_over_threads_and_errors_kept_by_code() {
+        let get = crate::commands::index_of(crate::commands::lookup(b"get").unwrap());
+        let before = commands().into_iter().find(|(i, _)| *i == get).map_or([0; FIELDS], |(_, c)| c);
+        ran(get, 10, false);
+        std::thread::spawn(move || {
+            ran(get, 5, true);
+            rejected(get);
+        })
+        .join()
+        .unwrap();
+        let after = commands().into_iter().find(|(i, _)| *i == get).unwrap().1;
+        assert_eq!(
+            [after[0] - before[0], after[1] - before[1], after[2] - before[2], after[3] - before[3]],
+            [2, 15, 1, 1]
+        );
+        let sent = errors_sent();
+        error_sent("WRONGTYPE Operation against a key");
+        assert_eq!(errors_sent(), sent + 1);
+        assert!(errors().iter().any(|(code, n)| code == "WRONGTYPE" && *n >= 1));
+    }
+}
