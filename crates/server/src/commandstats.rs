@@ -3,9 +3,11 @@
 //! before they ran (arity, AUTH, OOM ...) or that failed (an error reply);
 //! for each error code (an error reply's first word) how many were sent.
 //!
-//! Each thread adds to counters of its own (no cache line is shared
-//! between the I/O threads on the hot path); INFO sums every thread's.
-//! The counts are the process's, as Redis's are the server's.
+//! Each thread adds to counters of its own, with plain loads and stores
+//! (one writer each: no locked instruction, no cache line shared between
+//! the I/O threads on the hot path); INFO sums every thread's. A reset
+//! while a thread adds may lose to that add. The counts are the
+//! process's, as Redis's are the server's.
 
 use std::cell::Cell;
 use std::collections::BTreeMap;
@@ -28,46 +30,55 @@ static ERRORS: Mutex<BTreeMap<String, u64>> = Mutex::new(BTreeMap::new());
 /// Every error reply (INFO's `total_error_replies`), past the codes' cap too.
 static TOTAL_ERRORS: AtomicU64 = AtomicU64::new(0);
 
+/// A thread's own counts.
+struct Local {
+    counts: Arc<Counts>,
+    /// Error replies this thread has sent: a command failed if it grew.
+    errors_sent: Cell<u64>,
+    /// Those of them that commands inside EXEC sent: counted as theirs,
+    /// not EXEC's.
+    nested: Cell<u64>,
+}
+
 thread_local! {
-    static MINE: Arc<Counts> = {
+    static LOCAL: Local = {
         let cells = (0..crate::commands::command_count() * FIELDS).map(|_| AtomicU64::new(0)).collect();
         let counts = Arc::new(Counts { cells });
         THREADS.lock().push(counts.clone());
-        counts
+        Local { counts, errors_sent: Cell::new(0), nested: Cell::new(0) }
     };
-    /// Error replies this thread has sent: a command failed if it grew.
-    static ERRORS_SENT: Cell<u64> = const { Cell::new(0) };
-    /// Those of them that commands inside EXEC sent: counted as theirs,
-    /// not EXEC's.
-    static NESTED: Cell<u64> = const { Cell::new(0) };
 }
 
-fn add(command: usize, field: usize, n: u64) {
-    MINE.with(|counts| {
-        if let Some(cell) = counts.cells.get(command * FIELDS + field) {
-            cell.fetch_add(n, Ordering::Relaxed);
-        }
-    });
+/// Adds `n` to a counter only this thread writes.
+fn bump(cell: &AtomicU64, n: u64) {
+    cell.store(cell.load(Ordering::Relaxed) + n, Ordering::Relaxed);
 }
 
 /// The command at `index` (`commands::index_of`) ran for `micros`;
 /// `failed` if it replied with an error.
 pub fn ran(index: usize, micros: u64, failed: bool) {
-    add(index, 0, 1);
-    add(index, 1, micros);
-    if failed {
-        add(index, 3, 1);
-    }
+    LOCAL.with(|local| {
+        let Some(cells) = local.counts.cells.get(index * FIELDS..(index + 1) * FIELDS) else { return };
+        bump(&cells[0], 1);
+        bump(&cells[1], micros);
+        if failed {
+            bump(&cells[3], 1);
+        }
+    });
 }
 
 /// The command at `index` was refused before it ran.
 pub fn rejected(index: usize) {
-    add(index, 2, 1);
+    LOCAL.with(|local| {
+        if let Some(cell) = local.counts.cells.get(index * FIELDS + 2) {
+            bump(cell, 1);
+        }
+    });
 }
 
 /// An error reply `text` was sent (`resp::Out::error`).
 pub fn error_sent(text: &str) {
-    ERRORS_SENT.with(|sent| sent.set(sent.get() + 1));
+    LOCAL.with(|local| local.errors_sent.set(local.errors_sent.get() + 1));
     TOTAL_ERRORS.fetch_add(1, Ordering::Relaxed);
     let code = text.split(' ').next().unwrap_or_default();
     let mut errors = ERRORS.lock();
@@ -80,13 +91,13 @@ pub fn error_sent(text: &str) {
 
 /// This thread's error replies so far, but for those `nested` set aside.
 pub fn errors_sent() -> u64 {
-    ERRORS_SENT.with(Cell::get) - NESTED.with(Cell::get)
+    LOCAL.with(|local| local.errors_sent.get() - local.nested.get())
 }
 
 /// Sets aside `n` error replies that a command inside another (EXEC's)
 /// sent, so they do not count as the outer command failing.
 pub fn nested(n: u64) {
-    NESTED.with(|nested| nested.set(nested.get() + n));
+    LOCAL.with(|local| local.nested.set(local.nested.get() + n));
 }
 
 /// Every command's (calls, microseconds, rejected, failed) summed over the
