@@ -98,6 +98,8 @@ pub struct Shared {
     pub slowlog: crate::slowlog::SlowLog,
     /// The latency monitor's events (`crate::latency`).
     pub latency: crate::latency::LatencyMonitor,
+    /// Failed authentications (`commands::acl`).
+    pub acl_log: crate::commands::acl::AclLog,
 }
 
 impl Shared {
@@ -243,6 +245,7 @@ pub async fn run(config: Config, db: Db) -> Result<(), String> {
         functions: crate::script::functions::Functions::new(libraries),
         slowlog: crate::slowlog::SlowLog::new(config.slowlog_log_slower_than, config.slowlog_max_len),
         latency: crate::latency::LatencyMonitor::new(config.latency_monitor_threshold),
+        acl_log: Default::default(),
         db,
         locks: KeyLocks::default(),
         stats: ServerStats::default(),

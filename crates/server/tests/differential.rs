@@ -2661,3 +2661,40 @@ fn commandstats_and_errorstats_count_as_redis_does() {
     };
     assert_eq!(counts(ours), counts(theirs));
 }
+
+/// ACL for the one `default` user: WHOAMI, USERS, LIST and GETUSER with
+/// and without `requirepass` (its SHA-256), CAT, DRYRUN, DELUSER, GENPASS's
+/// and the subcommands' errors as Redis's; the ACL log of failed AUTH and
+/// HELLO AUTH attempts (repeats counted in one entry) with the same
+/// entries but for their age and the client's description.
+#[test]
+fn acl_answers_as_redis_does() {
+    let Some(mut servers) = Servers::start() else { return };
+    let Servers { ours, theirs, .. } = &mut servers;
+    let lines = "ACL WHOAMI | ACL WHOAMI x | ACL USERS | ACL LIST | ACL GETUSER default | ACL GETUSER nobody | ACL GETUSER \
+                 | ACL CAT | ACL CAT bogus | ACL CAT a b | ACL GENPASS 0 | ACL GENPASS 4097 | ACL GENPASS x | ACL GENPASS 1 2 \
+                 | ACL LOG x | ACL LOG 1 2 | ACL HELP | ACL HELP x | ACL DRYRUN default nosuch | ACL DRYRUN nobody get k \
+                 | ACL DRYRUN default get | ACL DRYRUN default get k | ACL DRYRUN default | ACL DELUSER nobody \
+                 | ACL DELUSER default | ACL DELUSER | ACL SAVE | ACL LOAD | ACL BOGUS | ACL | ACL LOG RESET \
+                 | AUTH nobody x | AUTH nobody y | auth bob x | HELLO 2 AUTH carl z \
+                 | CONFIG SET requirepass secret | ACL LIST | ACL GETUSER default | AUTH wrong | AUTH secret";
+    let script: Vec<Vec<Vec<u8>>> = lines.split('|').map(|line| words(line.trim())).collect();
+    same_replies(ours, theirs, &script);
+    for stream in [&mut *ours, &mut *theirs] {
+        assert_eq!(request(stream, &encode(&[b"ACL", b"GENPASS", b"5"])).len(), b"$2\r\nxx\r\n".len());
+    }
+    let log = |stream: &mut TcpStream, count: &[u8]| -> String {
+        let reply = String::from_utf8(request(stream, &encode(&[b"ACL", b"LOG", count]))).unwrap();
+        let mut lines: Vec<&str> = reply.split("\r\n").collect();
+        for i in 0..lines.len() {
+            if i >= 2 && (lines[i - 2] == "age-seconds" || lines[i - 2] == "client-info") {
+                lines[i] = "masked";
+                lines[i - 1] = "$masked";
+            }
+        }
+        lines.join("\r\n")
+    };
+    assert_eq!(log(ours, b"10"), log(theirs, b"10"));
+    assert_eq!(log(ours, b"1"), log(theirs, b"1"));
+    same_replies(ours, theirs, &[words("CONFIG SET requirepass ''"), words("ACL LOG RESET"), words("ACL LOG")]);
+}

@@ -2,6 +2,7 @@
 //! queueing, key locks, one atomic batch per command, and replies sent only
 //! once that batch is durable.
 
+pub mod acl;
 mod bits;
 mod dump;
 pub mod functions;
@@ -491,6 +492,7 @@ commands! {
     "script", -2, 0, NONE, "scripting", scripting::script, "A container for Lua scripts management commands.";
     "slowlog", -2, 0, NONE, "server", server::slowlog, "A container for slow log commands.";
     "latency", -2, 0, NONE, "server", server::latency, "A container for latency diagnostics commands.";
+    "acl", -2, 0, NONE, "server", acl::acl, "A container for Access List Control commands.";
     "bgrewriteaof", 1, ADMIN, NONE, "server", standalone::bgrewriteaof, "Asynchronously rewrites the append-only file to disk.";
     "replicaof", 3, ADMIN, NONE, "server", standalone::replicaof, "Configures a server as replica of another, or promotes it to a master.";
     "slaveof", 3, ADMIN, NONE, "server", standalone::replicaof, "Sets a Redis server as a replica of another, or promotes it to being a master.";

@@ -82,11 +82,13 @@ pub fn reset(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
 }
 
 /// Checks a username/password pair against `requirepass` (only the
-/// `default` user exists).
-fn check_password(ctx: &mut Ctx<'_>, user: &[u8], password: &[u8]) -> CmdResult {
+/// `default` user exists) for `command` (AUTH or HELLO, as sent); a
+/// failure goes into the ACL log.
+fn check_password(ctx: &mut Ctx<'_>, command: &[u8], user: &[u8], password: &[u8]) -> CmdResult {
     let expected = ctx.shared.password();
     let good = user == b"default" && expected.as_deref().is_none_or(|p| p.as_bytes() == password);
     if !good {
+        ctx.shared.acl_log.auth_failed(command, user, ctx.conn.info.describe());
         return Err(err("WRONGPASS invalid username-password pair or user is disabled."));
     }
     ctx.conn.authenticated = true;
@@ -100,9 +102,9 @@ pub fn auth(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
                 return Err(err("ERR AUTH <password> called without any password configured for the default user. \
                                 Are you sure your configuration is correct?"));
             }
-            check_password(ctx, b"default", &args[1])?;
+            check_password(ctx, &args[0], b"default", &args[1])?;
         }
-        3 => check_password(ctx, &args[1], &args[2])?,
+        3 => check_password(ctx, &args[0], &args[1], &args[2])?,
         _ => return Err(CmdError::Syntax),
     }
     ctx.out.ok();
@@ -123,7 +125,7 @@ pub fn hello(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let mut i = 2;
     while i < args.len() {
         if eq(&args[i], "auth") && i + 2 < args.len() {
-            check_password(ctx, &args[i + 1], &args[i + 2])?;
+            check_password(ctx, &args[0], &args[i + 1], &args[i + 2])?;
             i += 3;
         } else if eq(&args[i], "setname") && i + 1 < args.len() {
             name = Some(valid_name(&args[i + 1])?);
