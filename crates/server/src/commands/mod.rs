@@ -4,6 +4,7 @@
 
 pub mod acl;
 mod bits;
+mod diagnostics;
 mod dump;
 pub mod functions;
 mod geo;
@@ -490,8 +491,8 @@ commands! {
     "eval_ro", -3, READONLY, NONE, "scripting", scripting::eval_in_transaction, "Executes a read-only server-side Lua script.";
     "evalsha_ro", -3, READONLY, NONE, "scripting", scripting::eval_in_transaction, "Executes a read-only server-side Lua script by SHA1 digest.";
     "script", -2, 0, NONE, "scripting", scripting::script, "A container for Lua scripts management commands.";
-    "slowlog", -2, 0, NONE, "server", server::slowlog, "A container for slow log commands.";
-    "latency", -2, 0, NONE, "server", server::latency, "A container for latency diagnostics commands.";
+    "slowlog", -2, 0, NONE, "server", diagnostics::slowlog, "A container for slow log commands.";
+    "latency", -2, 0, NONE, "server", diagnostics::latency, "A container for latency diagnostics commands.";
     "acl", -2, 0, NONE, "server", acl::acl, "A container for Access List Control commands.";
     "bgrewriteaof", 1, ADMIN, NONE, "server", standalone::bgrewriteaof, "Asynchronously rewrites the append-only file to disk.";
     "replicaof", 3, ADMIN, NONE, "server", standalone::replicaof, "Configures a server as replica of another, or promotes it to a master.";
@@ -838,11 +839,11 @@ fn is_blind(command: &Command, args: &[Bytes]) -> bool {
     }
 }
 
-/// Refuses a command before it runs: a transaction it was queued for
-/// fails at EXEC, and a refused EXEC ends the transaction with Redis's
-/// EXECABORT naming why.
-/// Refuses `command` before it runs (arity, AUTH, ...): it leaves `args`
-/// empty, so SLOWLOG does not log it (Redis logs only what ran).
+/// Refuses a command before it runs (arity, AUTH, OOM ...): a transaction
+/// it was queued for fails at EXEC, and a refused EXEC ends the
+/// transaction with Redis's EXECABORT naming why. It leaves `args` empty
+/// and marks the connection, so the command counts as rejected in INFO
+/// commandstats and SLOWLOG leaves it out (Redis logs only what ran).
 fn reject(conn: &mut ConnState, out: &mut Out, command: &Command, args: &mut Vec<Bytes>, error: &str) {
     args.clear();
     conn.refused = true;

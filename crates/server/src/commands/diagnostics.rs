@@ -1,0 +1,138 @@
+//! SLOWLOG and LATENCY: what the server noticed about slow commands
+//! (`crate::slowlog`, `crate::latency`).
+
+use bytes::Bytes;
+use scaledkv::now_ms;
+
+use super::args::eq;
+use super::{err, subcommand_arity, unknown_subcommand, CmdResult, Ctx};
+
+/// SLOWLOG GET [count] | LEN | RESET | HELP (`crate::slowlog`).
+pub fn slowlog(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    let log = &ctx.shared.slowlog;
+    let sub = |name: &str| eq(&args[1], name);
+    match args.len() {
+        2 if sub("help") => ctx.out.help(&[
+            "SLOWLOG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+            "GET [<count>]",
+            "    Return top <count> entries from the slowlog (default: 10, -1 mean all).",
+            "    Entries are made of:",
+            "    id, timestamp, time in microseconds, arguments array, client IP and port,",
+            "    client name",
+            "LEN",
+            "    Return the length of the slowlog.",
+            "RESET",
+            "    Reset the slowlog.",
+            "HELP",
+            "    Prints this help.",
+        ]),
+        2 if sub("reset") => {
+            log.reset();
+            ctx.out.ok();
+        }
+        2 if sub("len") => ctx.out.int(log.len() as i64),
+        2 | 3 if sub("get") => {
+            let count = match args.get(2) {
+                None => Some(10),
+                Some(arg) => match super::args::int(arg) {
+                    Ok(-1) => None,
+                    Ok(n) if n >= 0 => Some(n as usize),
+                    _ => return Err(err("ERR count should be greater than or equal to -1")),
+                },
+            };
+            let entries = log.newest(count);
+            let out = &mut *ctx.out;
+            out.array(entries.len());
+            for entry in entries {
+                out.array(6);
+                out.int(entry.id as i64);
+                out.int(entry.time as i64);
+                out.int(entry.micros as i64);
+                out.array(entry.args.len());
+                for arg in &entry.args {
+                    out.bulk(arg);
+                }
+                out.bulk(entry.peer.as_bytes());
+                out.bulk(entry.name.as_bytes());
+            }
+        }
+        _ if ["get", "len", "reset", "help"].iter().any(|name| sub(name)) => {
+            let name = String::from_utf8_lossy(&args[1]).to_ascii_lowercase();
+            let arity_ok = if name == "get" { args.len() >= 2 } else { args.len() == 2 };
+            return Err(if arity_ok {
+                super::subcommand_syntax_error(args)
+            } else {
+                subcommand_arity("slowlog", &name)
+            });
+        }
+        _ => return Err(unknown_subcommand("slowlog", &args[1])),
+    }
+    Ok(())
+}
+
+/// LATENCY LATEST | HISTORY event | RESET [event...] | GRAPH event |
+/// DOCTOR | HELP (`crate::latency`); HISTOGRAM is not built.
+pub fn latency(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    let monitor = &ctx.shared.latency;
+    let now = now_ms() / 1000;
+    let sub = String::from_utf8_lossy(&args[1]).to_ascii_lowercase();
+    let out = &mut *ctx.out;
+    match (sub.as_str(), args.len()) {
+        ("latest", 2) => {
+            let events = monitor.events();
+            out.array(events.len());
+            for (event, series) in events {
+                let (time, millis) = series.latest();
+                out.array(4);
+                out.bulk(event.as_bytes());
+                out.int(time as i64);
+                out.int(millis as i64);
+                out.int(series.max as i64);
+            }
+        }
+        ("history", 3) => {
+            let history = monitor.event(&args[2]).map(|(_, series)| series.history()).unwrap_or_default();
+            out.array(history.len());
+            for (time, millis) in history {
+                out.array(2);
+                out.int(time as i64);
+                out.int(millis as i64);
+            }
+        }
+        ("reset", _) => {
+            let names: Vec<&[u8]> = args[2..].iter().map(|name| &name[..]).collect();
+            out.int(monitor.reset(&names) as i64);
+        }
+        ("graph", 3) => {
+            let Some((event, series)) = monitor.event(&args[2]) else {
+                return Err(err(format!("ERR No samples available for event '{}'", String::from_utf8_lossy(&args[2]))));
+            };
+            out.verbatim(&crate::latency::graph(event, &series, now));
+        }
+        ("doctor", 2) => out.verbatim(&monitor.doctor(now, ctx.shared.slowlog.slower_than())),
+        ("histogram", _) => return Err(err("ERR LATENCY HISTOGRAM is not supported by ScaledKV yet")),
+        ("help", 2) => out.help(&[
+            "LATENCY <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+            "DOCTOR",
+            "    Return a human readable latency analysis report.",
+            "GRAPH <event>",
+            "    Return an ASCII latency graph for the <event> class.",
+            "HISTORY <event>",
+            "    Return time-latency samples for the <event> class.",
+            "LATEST",
+            "    Return the latest latency samples for all events.",
+            "RESET [<event> ...]",
+            "    Reset latency data of one or more <event> classes.",
+            "    (default: reset all data for all event classes)",
+            "HISTOGRAM [COMMAND ...]",
+            "    Return a cumulative distribution of latencies in the format of a histogram for the specified \
+             command names.",
+            "    If no commands are specified then all histograms are replied.",
+            "HELP",
+            "    Prints this help.",
+        ]),
+        ("latest" | "doctor" | "help" | "history" | "graph", _) => return Err(subcommand_arity("latency", &sub)),
+        _ => return Err(unknown_subcommand("latency", &args[1])),
+    }
+    Ok(())
+}
