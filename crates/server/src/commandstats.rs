@@ -1,6 +1,7 @@
 //! INFO commandstats and errorstats, as Redis 7 keeps them: for each
 //! command its calls, their time in microseconds, and the calls refused
-//! before they ran (arity, AUTH, OOM ...) or that failed (an error reply);
+//! before they ran (arity, AUTH, OOM ...) or that failed (an error reply),
+//! and the histogram of its calls' times that LATENCY HISTOGRAM shows;
 //! for each error code (an error reply's first word) how many were sent.
 //!
 //! Each thread adds to counters of its own, with plain loads and stores
@@ -16,8 +17,13 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-/// Per command: calls, microseconds, rejected calls, failed calls.
-const FIELDS: usize = 4;
+/// Per command: calls, microseconds, rejected calls, failed calls, then
+/// the histogram's buckets.
+const COUNTS: usize = 4;
+/// LATENCY HISTOGRAM's buckets: times up to 1024·2^k ns (k < 21, up to
+/// the second where Redis's histogram stops).
+const BUCKETS: usize = 21;
+pub const FIELDS: usize = COUNTS + BUCKETS;
 /// Redis keeps at most this many error codes (`ERRORSTATS_LIMIT`).
 const ERROR_CODES_MAX: usize = 128;
 
@@ -54,17 +60,45 @@ fn bump(cell: &AtomicU64, n: u64) {
     cell.store(cell.load(Ordering::Relaxed) + n, Ordering::Relaxed);
 }
 
-/// The command at `index` (`commands::index_of`) ran for `micros`;
+/// The command at `index` (`commands::index_of`) ran for `nanos`;
 /// `failed` if it replied with an error.
-pub fn ran(index: usize, micros: u64, failed: bool) {
+pub fn ran(index: usize, nanos: u64, failed: bool) {
     LOCAL.with(|local| {
         let Some(cells) = local.counts.cells.get(index * FIELDS..(index + 1) * FIELDS) else { return };
         bump(&cells[0], 1);
-        bump(&cells[1], micros);
+        bump(&cells[1], nanos / 1000);
         if failed {
             bump(&cells[3], 1);
         }
+        bump(&cells[COUNTS + bucket(nanos)], 1);
     });
+}
+
+/// The top of bucket `k` as Redis's histogram (HdrHistogram, 2
+/// significant digits, from 1024 ns) reports it: its highest value
+/// equivalent to 1024·2^k ns.
+fn bucket_top_nanos(k: usize) -> u64 {
+    (1024u64 << k) + (8u64 << k) - 1
+}
+
+/// The bucket a time falls in: the first whose top it does not pass.
+fn bucket(nanos: u64) -> usize {
+    (0..BUCKETS).find(|&k| nanos <= bucket_top_nanos(k)).unwrap_or(BUCKETS - 1)
+}
+
+/// LATENCY HISTOGRAM of a command's counts (`commands`): its calls and,
+/// for each bucket a call reached, the bucket's top in microseconds (as
+/// Redis labels it) and the calls up to it.
+pub fn histogram(counts: &[u64; FIELDS]) -> (u64, Vec<(u64, u64)>) {
+    let mut cumulative = 0;
+    let mut points = Vec::new();
+    for (k, &n) in counts[COUNTS..].iter().enumerate() {
+        if n > 0 {
+            cumulative += n;
+            points.push((bucket_top_nanos(k) / 1000, cumulative));
+        }
+    }
+    (counts[0], points)
 }
 
 /// The command at `index` was refused before it ran.
@@ -142,9 +176,9 @@ mod tests {
     fn counts_are_summed_over_threads_and_errors_kept_by_code() {
         let get = crate::commands::index_of(crate::commands::lookup(b"get").unwrap());
         let before = commands().into_iter().find(|(i, _)| *i == get).map_or([0; FIELDS], |(_, c)| c);
-        ran(get, 10, false);
+        ran(get, 10_000, false);
         std::thread::spawn(move || {
-            ran(get, 5, true);
+            ran(get, 5_000, true);
             rejected(get);
         })
         .join()
@@ -158,5 +192,27 @@ mod tests {
         error_sent("WRONGTYPE Operation against a key");
         assert_eq!(errors_sent(), sent + 1);
         assert!(errors().iter().any(|(code, n)| code == "WRONGTYPE" && *n >= 1));
+    }
+}
+
+#[cfg(test)]
+mod histogram_tests {
+    use super::*;
+
+    #[test]
+    fn buckets_are_labelled_as_redis_labels_them() {
+        // Redis 7.0.15's labels for EVALs of 40 µs to 20 ms and TIME.
+        let labels: Vec<u64> = (0..BUCKETS).map(|k| bucket_top_nanos(k) / 1000).collect();
+        assert_eq!(labels[..8], [1, 2, 4, 8, 16, 33, 66, 132]);
+        assert_eq!([labels[8], labels[9], labels[10], labels[13], labels[15]], [264, 528, 1056, 8454, 33816]);
+        assert_eq!(
+            (bucket(0), bucket(1031), bucket(1032), bucket(40_000), bucket(u64::MAX)),
+            (0, 0, 1, 6, BUCKETS - 1)
+        );
+        let mut counts = [0u64; FIELDS];
+        counts[0] = 3;
+        counts[COUNTS] = 1;
+        counts[COUNTS + 6] = 2;
+        assert_eq!(histogram(&counts), (3, vec![(1, 1), (66, 3)]));
     }
 }

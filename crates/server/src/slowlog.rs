@@ -62,8 +62,8 @@ impl SlowLog {
         self.clock.raw()
     }
 
-    pub fn micros_since(&self, started: u64) -> u64 {
-        self.clock.delta_as_nanos(started, self.clock.raw()) / 1000
+    pub fn nanos_since(&self, started: u64) -> u64 {
+        self.clock.delta_as_nanos(started, self.clock.raw())
     }
 
     /// Logs `args`, a command that took `micros` for `peer` (named

@@ -71,7 +71,8 @@ pub fn slowlog(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
 }
 
 /// LATENCY LATEST | HISTORY event | RESET [event...] | GRAPH event |
-/// DOCTOR | HELP (`crate::latency`); HISTOGRAM is not built.
+/// DOCTOR | HISTOGRAM [command...] | HELP (`crate::latency`,
+/// `crate::commandstats`).
 pub fn latency(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let monitor = &ctx.shared.latency;
     let now = now_ms() / 1000;
@@ -110,7 +111,7 @@ pub fn latency(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
             out.verbatim(&crate::latency::graph(event, &series, now));
         }
         ("doctor", 2) => out.verbatim(&monitor.doctor(now, ctx.shared.slowlog.slower_than())),
-        ("histogram", _) => return Err(err("ERR LATENCY HISTOGRAM is not supported by ScaledKV yet")),
+        ("histogram", _) => histogram(out, &args[2..]),
         ("help", 2) => out.help(&[
             "LATENCY <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
             "DOCTOR",
@@ -135,4 +136,31 @@ pub fn latency(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         _ => return Err(unknown_subcommand("latency", &args[1])),
     }
     Ok(())
+}
+
+/// LATENCY HISTOGRAM [command...]: each command's calls and the
+/// cumulative counts of their times (all commands called when none is
+/// named; a name not known is left out). Containers count as one command.
+fn histogram(out: &mut crate::resp::Out, names: &[Bytes]) {
+    let counts = crate::commandstats::commands();
+    let wanted: Vec<usize> = names.iter().filter_map(|name| super::lookup(name)).map(super::index_of).collect();
+    let shown: Vec<_> = counts
+        .iter()
+        .filter(|(index, counts)| counts[0] > 0 && (names.is_empty() || wanted.contains(index)))
+        .filter_map(|(index, counts)| Some((super::by_index(*index)?, counts)))
+        .collect();
+    out.map(shown.len());
+    for (command, counts) in shown {
+        let (calls, points) = crate::commandstats::histogram(counts);
+        out.bulk(command.name.as_bytes());
+        out.map(2);
+        out.bulk(b"calls");
+        out.int(calls as i64);
+        out.bulk(b"histogram_usec");
+        out.map(points.len());
+        for (micros, cumulative) in points {
+            out.int(micros as i64);
+            out.int(cumulative as i64);
+        }
+    }
 }

@@ -893,8 +893,9 @@ pub fn command_ran(
     failed: bool,
     peer: impl FnOnce() -> (String, String),
 ) {
-    let micros = shared.slowlog.micros_since(started);
-    crate::commandstats::ran(index_of(command), micros, failed);
+    let nanos = shared.slowlog.nanos_since(started);
+    let micros = nanos / 1000;
+    crate::commandstats::ran(index_of(command), nanos, failed);
     shared.slowlog.record(micros, args, peer);
     shared.latency.record(if command.has(FAST) { "fast-command" } else { "command" }, micros / 1000);
 }

@@ -631,7 +631,7 @@ pub fn info_text(ctx: &Ctx<'_>, sections: &[String]) -> String {
     // Not among the default sections, as in Redis.
     if all || sections.iter().any(|s| s == "commandstats") {
         text.push_str("# Commandstats\r\n");
-        for (index, [calls, micros, rejected, failed]) in crate::commandstats::commands() {
+        for (index, [calls, micros, rejected, failed, ..]) in crate::commandstats::commands() {
             let Some(command) = super::by_index(index) else { continue };
             let per_call = if calls > 0 { micros as f64 / calls as f64 } else { 0.0 };
             let _ = write!(
