@@ -9,8 +9,8 @@
 //! it commits alone, for its durable commit (Redis has no such wait); a
 //! pipelined write's commit is counted in the command that settles the
 //! run. A command inside EXEC is timed and logged by itself, EXEC not (as
-//! in Redis). A blocked command's wait is not counted, and it is not
-//! logged when it wakes. Times come from the TSC (`quanta`): two reads per
+//! in Redis). A blocked command is timed by the run that serves it, its
+//! wait not counted (one that times out is not logged). Times come from the TSC (`quanta`): two reads per
 //! command, ~10 ns each, instead of ~25 ns for each `Instant`. The latency
 //! monitor (`crate::latency`) takes the same times.
 
