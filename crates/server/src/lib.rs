@@ -38,6 +38,7 @@ pub mod memcache;
 pub mod metrics;
 pub mod monitor;
 pub mod notify;
+pub mod pause;
 pub mod pending;
 pub mod pqsort;
 pub mod pubsub;

@@ -100,6 +100,8 @@ pub struct Shared {
     pub latency: crate::latency::LatencyMonitor,
     /// Failed authentications (`commands::acl`).
     pub acl_log: crate::commands::acl::AclLog,
+    /// CLIENT PAUSE (`crate::pause`).
+    pub pause: crate::pause::Pause,
 }
 
 impl Shared {
@@ -246,6 +248,7 @@ pub async fn run(config: Config, db: Db) -> Result<(), String> {
         slowlog: crate::slowlog::SlowLog::new(config.slowlog_log_slower_than, config.slowlog_max_len),
         latency: crate::latency::LatencyMonitor::new(config.latency_monitor_threshold),
         acl_log: Default::default(),
+        pause: Default::default(),
         db,
         locks: KeyLocks::default(),
         stats: ServerStats::default(),

@@ -1367,3 +1367,32 @@ fn the_latency_monitor_samples_slow_commands() {
         }
     }
 }
+
+/// CLIENT PAUSE, as Redis: WRITE holds writes (not reads) until it ends,
+/// ALL holds everything, an ended pause is not merged into the next, and
+/// CLIENT UNPAUSE from another client lets a held write go at once.
+#[test]
+fn client_pause_holds_writes_or_everything() {
+    let (_dir, server) = start(&[]);
+    let (mut admin, mut client) = (server.connect(), server.connect());
+    let timed = |stream: &mut std::net::TcpStream, words: &[&[u8]]| {
+        let started = std::time::Instant::now();
+        let reply = request(stream, &encode(words));
+        (reply, started.elapsed())
+    };
+    assert_eq!(request(&mut admin, &encode(&[b"CLIENT", b"PAUSE", b"300", b"WRITE"])), b"+OK\r\n");
+    let (reply, read) = timed(&mut client, &[b"GET", b"k"]);
+    assert_eq!((reply, read < Duration::from_millis(200)), (b"$-1\r\n".to_vec(), true), "{read:?}");
+    let (reply, write) = timed(&mut client, &[b"SET", b"k", b"v"]);
+    assert_eq!((reply, write >= Duration::from_millis(250)), (b"+OK\r\n".to_vec(), true), "{write:?}");
+    assert_eq!(request(&mut admin, &encode(&[b"CLIENT", b"PAUSE", b"200", b"ALL"])), b"+OK\r\n");
+    let (reply, ping) = timed(&mut client, &[b"PING"]);
+    assert_eq!((reply, ping >= Duration::from_millis(150)), (b"+PONG\r\n".to_vec(), true), "{ping:?}");
+    assert_eq!(request(&mut admin, &encode(&[b"CLIENT", b"PAUSE", b"20000", b"WRITE"])), b"+OK\r\n");
+    client.write_all(&encode(&[b"SET", b"k", b"w"])).unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let (reply, unpause) = timed(&mut admin, &[b"CLIENT", b"UNPAUSE"]);
+    assert_eq!((reply, unpause < Duration::from_secs(2)), (b"+OK\r\n".to_vec(), true), "{unpause:?}");
+    assert_eq!(read_reply(&mut client), b"+OK\r\n");
+    assert_eq!(request(&mut client, &encode(&[b"GET", b"k"])), b"$1\r\nw\r\n");
+}

@@ -868,6 +868,7 @@ pub async fn execute<'s>(shared: &'s Shared, conn: &mut ConnState, out: &mut Out
         out.error(&unknown_command(&args));
         return;
     };
+    wait_while_paused(shared, conn, out, command, run).await;
     let started = shared.slowlog.now();
     let errors = crate::commandstats::errors_sent();
     let mut args = args;
@@ -879,6 +880,35 @@ pub async fn execute<'s>(shared: &'s Shared, conn: &mut ConnState, out: &mut Out
         // (Taken when queued in MULTI or blocked: counted when they run.)
         let failed = crate::commandstats::errors_sent() > errors;
         command_ran(shared, started, command, &args, failed, || conn.info.peer_and_name());
+    }
+}
+
+/// Holds `command` while CLIENT PAUSE holds it (`crate::pause`), its
+/// connection's run of writes settled first.
+async fn wait_while_paused<'s>(
+    shared: &'s Shared,
+    conn: &ConnState,
+    out: &mut Out,
+    command: &'static Command,
+    run: &mut Run<'s>,
+) {
+    let may_write = |command: &Command| {
+        command.has(WRITE) || scripting::is_script(command) || matches!(command.name, "publish" | "spublish")
+    };
+    let writes = may_write(command)
+        || (command.name == "exec"
+            && conn.multi.as_ref().is_some_and(|queued| queued.iter().any(|(c, _)| may_write(c))));
+    loop {
+        // Listening before looking: an UNPAUSE after the look wakes it.
+        let unpaused = shared.pause.unpaused.notified();
+        tokio::pin!(unpaused);
+        unpaused.as_mut().enable();
+        let Some(wait) = shared.pause.wait(writes) else { return };
+        run.commit(shared, out).await;
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            _ = &mut unpaused => {}
+        }
     }
 }
 

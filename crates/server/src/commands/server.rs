@@ -232,13 +232,124 @@ pub fn client(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
             let client = u64::try_from(id).ok().and_then(|id| ctx.shared.clients.lock().get(&id).cloned());
             ctx.out.int(client.is_some_and(|client| client.unblock(how)) as i64);
         }
-        "id" | "getname" | "setname" | "info" | "setinfo" | "kill" | "unblock" => {
+        "no-evict" if args.len() == 3 => {
+            // ScaledKV never evicts clients: on and off are both true.
+            if !eq(&args[2], "on") && !eq(&args[2], "off") {
+                return Err(CmdError::Syntax);
+            }
+            ctx.out.ok();
+        }
+        "getredir" if args.len() == 2 => ctx.out.int(-1),
+        "trackinginfo" if args.len() == 2 => {
+            ctx.out.map(3);
+            ctx.out.bulk(b"flags");
+            ctx.out.set(1);
+            ctx.out.bulk(b"off");
+            ctx.out.bulk(b"redirect");
+            ctx.out.int(-1);
+            ctx.out.bulk(b"prefixes");
+            ctx.out.array(0);
+        }
+        "caching" if args.len() == 3 => {
+            return Err(err(
+                "ERR CLIENT CACHING can be called only when the client is in tracking mode with OPTIN or OPTOUT mode \
+                 enabled",
+            ))
+        }
+        "tracking" if args.len() >= 3 => match () {
+            _ if eq(&args[2], "off") => ctx.out.ok(),
+            _ if eq(&args[2], "on") => {
+                return Err(err("ERR CLIENT TRACKING is not supported by ScaledKV yet (see the README)"))
+            }
+            _ => return Err(CmdError::Syntax),
+        },
+        "reply" if args.len() == 3 => match () {
+            _ if eq(&args[2], "on") => ctx.out.ok(),
+            _ if eq(&args[2], "off") || eq(&args[2], "skip") => {
+                return Err(err("ERR CLIENT REPLY OFF and SKIP are not supported by ScaledKV yet (see the README)"))
+            }
+            _ => return Err(CmdError::Syntax),
+        },
+        "pause" if args.len() == 3 || args.len() == 4 => {
+            let all = match args.get(3) {
+                None => true,
+                Some(mode) if eq(mode, "all") => true,
+                Some(mode) if eq(mode, "write") => false,
+                Some(_) => return Err(err("ERR CLIENT PAUSE mode must be WRITE or ALL")),
+            };
+            let millis =
+                super::args::parse_i64(&args[2]).ok_or_else(|| err("ERR timeout is not an integer or out of range"))?;
+            if millis < 0 {
+                return Err(err("ERR timeout is negative"));
+            }
+            ctx.shared.pause.pause(millis as u64, all);
+            ctx.out.ok();
+        }
+        "pause" if args.len() > 4 => return Err(super::subcommand_syntax_error(args)),
+        "unpause" if args.len() == 2 => {
+            ctx.shared.pause.unpause();
+            ctx.out.ok();
+        }
+        "help" if args.len() == 2 => ctx.out.help(CLIENT_HELP),
+        "id" | "getname" | "setname" | "info" | "setinfo" | "kill" | "unblock" | "no-evict" | "getredir"
+        | "trackinginfo" | "caching" | "tracking" | "reply" | "pause" | "unpause" | "help" => {
             return Err(subcommand_arity("client", &sub))
         }
         _ => return Err(unknown_subcommand("client", &args[1])),
     }
     Ok(())
 }
+
+const CLIENT_HELP: &[&str] = &[
+    "CLIENT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+    "CACHING (YES|NO)",
+    "    Enable/disable tracking of the keys for next command in OPTIN/OPTOUT modes.",
+    "GETREDIR",
+    "    Return the client ID we are redirecting to when tracking is enabled.",
+    "GETNAME",
+    "    Return the name of the current connection.",
+    "ID",
+    "    Return the ID of the current connection.",
+    "INFO",
+    "    Return information about the current client connection.",
+    "KILL <ip:port>",
+    "    Kill connection made from <ip:port>.",
+    "KILL <option> <value> [<option> <value> [...]]",
+    "    Kill connections. Options are:",
+    "    * ADDR (<ip:port>|<unixsocket>:0)",
+    "      Kill connections made from the specified address",
+    "    * LADDR (<ip:port>|<unixsocket>:0)",
+    "      Kill connections made to specified local address",
+    "    * TYPE (NORMAL|MASTER|REPLICA|PUBSUB)",
+    "      Kill connections by type.",
+    "    * USER <username>",
+    "      Kill connections authenticated by <username>.",
+    "    * SKIPME (YES|NO)",
+    "      Skip killing current connection (default: yes).",
+    "LIST [options ...]",
+    "    Return information about client connections. Options:",
+    "    * TYPE (NORMAL|MASTER|REPLICA|PUBSUB)",
+    "      Return clients of specified type.",
+    "UNPAUSE",
+    "    Stop the current client pause, resuming traffic.",
+    "PAUSE <timeout> [WRITE|ALL]",
+    "    Suspend all, or just write, clients for <timeout> milliseconds.",
+    "REPLY (ON|OFF|SKIP)",
+    "    Control the replies sent to the current connection.",
+    "SETNAME <name>",
+    "    Assign the name <name> to the current connection.",
+    "UNBLOCK <clientid> [TIMEOUT|ERROR]",
+    "    Unblock the specified blocked client.",
+    "TRACKING (ON|OFF) [REDIRECT <id>] [BCAST] [PREFIX <prefix> [...]]",
+    "         [OPTIN] [OPTOUT] [NOLOOP]",
+    "    Control server assisted client side caching.",
+    "TRACKINGINFO",
+    "    Report tracking status for the current connection.",
+    "NO-EVICT (ON|OFF)",
+    "    Protect current client connection from eviction.",
+    "HELP",
+    "    Prints this help.",
+];
 
 /// CLIENT KILL addr:port (Redis's old form: OK, or an error when no
 /// client has that address) or CLIENT KILL with filters ID, ADDR, LADDR,
