@@ -13,22 +13,22 @@
 use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use parking_lot::Mutex;
 
-/// Per command: calls, microseconds, rejected calls, failed calls, then
-/// the histogram's buckets.
-const COUNTS: usize = 4;
-/// LATENCY HISTOGRAM's buckets: times up to 1024·2^k ns (k < 21, up to
-/// the second where Redis's histogram stops).
-const BUCKETS: usize = 21;
-pub const FIELDS: usize = COUNTS + BUCKETS;
+use crate::histogram;
+
+/// Per command: calls, microseconds, rejected calls, failed calls.
+pub const FIELDS: usize = 4;
 /// Redis keeps at most this many error codes (`ERRORSTATS_LIMIT`).
 const ERROR_CODES_MAX: usize = 128;
 
 struct Counts {
     cells: Box<[AtomicU64]>,
+    /// Per command, once it has run here: its times' histogram
+    /// (`crate::histogram`).
+    histograms: Box<[OnceLock<Box<[AtomicU64]>>]>,
 }
 
 static THREADS: Mutex<Vec<Arc<Counts>>> = Mutex::new(Vec::new());
@@ -48,8 +48,10 @@ struct Local {
 
 thread_local! {
     static LOCAL: Local = {
-        let cells = (0..crate::commands::command_count() * FIELDS).map(|_| AtomicU64::new(0)).collect();
-        let counts = Arc::new(Counts { cells });
+        let commands = crate::commands::command_count();
+        let cells = (0..commands * FIELDS).map(|_| AtomicU64::new(0)).collect();
+        let histograms = (0..commands).map(|_| OnceLock::new()).collect();
+        let counts = Arc::new(Counts { cells, histograms });
         THREADS.lock().push(counts.clone());
         Local { counts, errors_sent: Cell::new(0), nested: Cell::new(0) }
     };
@@ -70,35 +72,25 @@ pub fn ran(index: usize, nanos: u64, failed: bool) {
         if failed {
             bump(&cells[3], 1);
         }
-        bump(&cells[COUNTS + bucket(nanos)], 1);
+        let histogram =
+            local.counts.histograms[index].get_or_init(|| (0..histogram::SLOTS).map(|_| AtomicU64::new(0)).collect());
+        bump(&histogram[histogram::slot(histogram::recorded(nanos))], 1);
     });
 }
 
-/// The top of bucket `k` as Redis's histogram (HdrHistogram, 2
-/// significant digits, from 1024 ns) reports it: its highest value
-/// equivalent to 1024·2^k ns.
-fn bucket_top_nanos(k: usize) -> u64 {
-    (1024u64 << k) + (8u64 << k) - 1
-}
-
-/// The bucket a time falls in: the first whose top it does not pass.
-fn bucket(nanos: u64) -> usize {
-    (0..BUCKETS).find(|&k| nanos <= bucket_top_nanos(k)).unwrap_or(BUCKETS - 1)
-}
-
-/// LATENCY HISTOGRAM of a command's counts (`commands`): its calls and,
-/// for each bucket a call reached, the bucket's top in microseconds (as
-/// Redis labels it) and the calls up to it.
-pub fn histogram(counts: &[u64; FIELDS]) -> (u64, Vec<(u64, u64)>) {
-    let mut cumulative = 0;
-    let mut points = Vec::new();
-    for (k, &n) in counts[COUNTS..].iter().enumerate() {
-        if n > 0 {
-            cumulative += n;
-            points.push((bucket_top_nanos(k) / 1000, cumulative));
+/// The times' histogram of the command at `index` summed over the
+/// threads (`crate::histogram`'s slots), if it ever ran.
+pub fn histogram(index: usize) -> Option<Vec<u64>> {
+    let threads = THREADS.lock();
+    let mut sums: Option<Vec<u64>> = None;
+    for counts in threads.iter() {
+        let Some(histogram) = counts.histograms.get(index).and_then(OnceLock::get) else { continue };
+        let sums = sums.get_or_insert_with(|| vec![0; histogram::SLOTS]);
+        for (sum, count) in sums.iter_mut().zip(histogram.iter()) {
+            *sum += count.load(Ordering::Relaxed);
         }
     }
-    (counts[0], points)
+    sums
 }
 
 /// The command at `index` was refused before it ran.
@@ -160,7 +152,8 @@ pub fn errors() -> Vec<(String, u64)> {
 /// CONFIG RESETSTAT.
 pub fn reset() {
     for counts in THREADS.lock().iter() {
-        for cell in counts.cells.iter() {
+        let histograms = counts.histograms.iter().filter_map(OnceLock::get);
+        for cell in counts.cells.iter().chain(histograms.flat_map(|h| h.iter())) {
             cell.store(0, Ordering::Relaxed);
         }
     }
@@ -192,27 +185,5 @@ mod tests {
         error_sent("WRONGTYPE Operation against a key");
         assert_eq!(errors_sent(), sent + 1);
         assert!(errors().iter().any(|(code, n)| code == "WRONGTYPE" && *n >= 1));
-    }
-}
-
-#[cfg(test)]
-mod histogram_tests {
-    use super::*;
-
-    #[test]
-    fn buckets_are_labelled_as_redis_labels_them() {
-        // Redis 7.0.15's labels for EVALs of 40 µs to 20 ms and TIME.
-        let labels: Vec<u64> = (0..BUCKETS).map(|k| bucket_top_nanos(k) / 1000).collect();
-        assert_eq!(labels[..8], [1, 2, 4, 8, 16, 33, 66, 132]);
-        assert_eq!([labels[8], labels[9], labels[10], labels[13], labels[15]], [264, 528, 1056, 8454, 33816]);
-        assert_eq!(
-            (bucket(0), bucket(1031), bucket(1032), bucket(40_000), bucket(u64::MAX)),
-            (0, 0, 1, 6, BUCKETS - 1)
-        );
-        let mut counts = [0u64; FIELDS];
-        counts[0] = 3;
-        counts[COUNTS] = 1;
-        counts[COUNTS + 6] = 2;
-        assert_eq!(histogram(&counts), (3, vec![(1, 1), (66, 3)]));
     }
 }

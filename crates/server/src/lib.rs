@@ -30,6 +30,7 @@ pub mod conn;
 pub mod expiry;
 pub mod geo;
 pub mod hash;
+pub mod histogram;
 pub mod io_threads;
 pub mod keyspace;
 pub mod latency;

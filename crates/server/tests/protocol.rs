@@ -1366,6 +1366,18 @@ fn the_latency_monitor_samples_slow_commands() {
             assert_eq!(pairs, [(":67633", ":2")], "{histogram}");
         }
     }
+    // INFO latencystats reads the same histograms: percentiles in Redis's
+    // format, in order, the scripts' at 50 ms or more.
+    let info = text(&mut client, &["INFO", "latencystats"]);
+    let percentiles = |name: &str| -> Vec<f64> {
+        let prefix = format!("latency_percentiles_usec_{name}:");
+        let line = info.lines().find(|line| line.starts_with(&prefix)).unwrap_or_else(|| panic!("{info}"));
+        line[prefix.len()..].split(',').map(|part| part.split('=').nth(1).unwrap().parse().unwrap()).collect()
+    };
+    let get = percentiles("get");
+    assert!(get.len() == 3 && get[0] <= get[1] && get[1] <= get[2] && get[2] < 50_000.0, "{info}");
+    assert!(percentiles("eval").iter().all(|&micros| micros >= 50_000.0), "{info}");
+    assert!(info.contains("\r\n# Latencystats\r\n"), "{info}");
 }
 
 /// CLIENT PAUSE, as Redis: WRITE holds writes (not reads) until it ends,

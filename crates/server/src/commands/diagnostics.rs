@@ -139,19 +139,22 @@ pub fn latency(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
 }
 
 /// LATENCY HISTOGRAM [command...]: each command's calls and the
-/// cumulative counts of their times (all commands called when none is
-/// named; a name not known is left out). Containers count as one command.
+/// cumulative counts of their times at Redis's levels (all commands called
+/// when none is named; a name not known is left out). Containers count
+/// as one command.
 fn histogram(out: &mut crate::resp::Out, names: &[Bytes]) {
     let counts = crate::commandstats::commands();
     let wanted: Vec<usize> = names.iter().filter_map(|name| super::lookup(name)).map(super::index_of).collect();
     let shown: Vec<_> = counts
         .iter()
         .filter(|(index, counts)| counts[0] > 0 && (names.is_empty() || wanted.contains(index)))
-        .filter_map(|(index, counts)| Some((super::by_index(*index)?, counts)))
+        .filter_map(|(index, counts)| {
+            let histogram = crate::commandstats::histogram(*index)?;
+            Some((super::by_index(*index)?, counts[0], crate::histogram::cumulative(&histogram)))
+        })
         .collect();
     out.map(shown.len());
-    for (command, counts) in shown {
-        let (calls, points) = crate::commandstats::histogram(counts);
+    for (command, calls, points) in shown {
         out.bulk(command.name.as_bytes());
         out.map(2);
         out.bulk(b"calls");

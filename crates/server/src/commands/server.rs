@@ -742,7 +742,7 @@ pub fn info_text(ctx: &Ctx<'_>, sections: &[String]) -> String {
     // Not among the default sections, as in Redis.
     if all || sections.iter().any(|s| s == "commandstats") {
         text.push_str("# Commandstats\r\n");
-        for (index, [calls, micros, rejected, failed, ..]) in crate::commandstats::commands() {
+        for (index, [calls, micros, rejected, failed]) in crate::commandstats::commands() {
             let Some(command) = super::by_index(index) else { continue };
             let per_call = if calls > 0 { micros as f64 / calls as f64 } else { 0.0 };
             let _ = write!(
@@ -758,6 +758,28 @@ pub fn info_text(ctx: &Ctx<'_>, sections: &[String]) -> String {
         text.push_str("# Errorstats\r\n");
         for (code, count) in crate::commandstats::errors() {
             let _ = write!(text, "errorstat_{code}:count={count}\r\n");
+        }
+        text.push_str("\r\n");
+    }
+    if all || sections.iter().any(|s| s == "latencystats") {
+        text.push_str("# Latencystats\r\n");
+        for (index, counts) in crate::commandstats::commands() {
+            let (Some(command), Some(histogram)) = (super::by_index(index), crate::commandstats::histogram(index))
+            else {
+                continue;
+            };
+            if counts[0] == 0 {
+                continue;
+            }
+            let at = |p: f64| crate::histogram::percentile(&histogram, p) as f64 / 1000.0;
+            let _ = write!(
+                text,
+                "latency_percentiles_usec_{}:p50={:.3},p99={:.3},p99.9={:.3}\r\n",
+                command.name,
+                at(50.0),
+                at(99.0),
+                at(99.9)
+            );
         }
         text.push_str("\r\n");
     }
