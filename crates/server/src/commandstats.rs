@@ -12,7 +12,7 @@
 
 use std::cell::Cell;
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use parking_lot::Mutex;
@@ -32,6 +32,17 @@ struct Counts {
 }
 
 static THREADS: Mutex<Vec<Arc<Counts>>> = Mutex::new(Vec::new());
+/// Redis's `latency-tracking`: whether commands' times go into their
+/// histograms (CONFIG SET latency-tracking no saves that work).
+static TRACKING: AtomicBool = AtomicBool::new(true);
+
+pub fn tracking() -> bool {
+    TRACKING.load(Ordering::Relaxed)
+}
+
+pub fn set_tracking(on: bool) {
+    TRACKING.store(on, Ordering::Relaxed);
+}
 static ERRORS: Mutex<BTreeMap<String, u64>> = Mutex::new(BTreeMap::new());
 /// Every error reply (INFO's `total_error_replies`), past the codes' cap too.
 static TOTAL_ERRORS: AtomicU64 = AtomicU64::new(0);
@@ -72,9 +83,11 @@ pub fn ran(index: usize, nanos: u64, failed: bool) {
         if failed {
             bump(&cells[3], 1);
         }
-        let histogram =
-            local.counts.histograms[index].get_or_init(|| (0..histogram::SLOTS).map(|_| AtomicU64::new(0)).collect());
-        bump(&histogram[histogram::slot(histogram::recorded(nanos))], 1);
+        if tracking() {
+            let histogram = local.counts.histograms[index]
+                .get_or_init(|| (0..histogram::SLOTS).map(|_| AtomicU64::new(0)).collect());
+            bump(&histogram[histogram::slot(histogram::recorded(nanos))], 1);
+        }
     });
 }
 

@@ -856,6 +856,7 @@ fn parameters(ctx: &Ctx<'_>) -> Vec<(&'static str, String)> {
         ("slowlog-log-slower-than", shared.slowlog.slower_than().to_string()),
         ("slowlog-max-len", shared.slowlog.max_len().to_string()),
         ("latency-monitor-threshold", shared.latency.threshold().to_string()),
+        ("latency-tracking", if crate::commandstats::tracking() { "yes" } else { "no" }.into()),
     ]
 }
 
@@ -922,6 +923,15 @@ fn config_set(ctx: &mut Ctx<'_>, name: &str, value: &[u8]) -> CmdResult {
         "slowlog-log-slower-than" => shared.slowlog.set_slower_than(signed(-1)?),
         "slowlog-max-len" => shared.slowlog.set_max_len(signed(0)? as usize),
         "latency-monitor-threshold" => shared.latency.set_threshold(signed(0)? as u64),
+        "latency-tracking" => match text.to_ascii_lowercase().as_str() {
+            "yes" => crate::commandstats::set_tracking(true),
+            "no" => crate::commandstats::set_tracking(false),
+            _ => {
+                return Err(err(format!(
+                    "ERR CONFIG SET failed (possibly related to argument '{name}') - argument must be 'yes' or 'no'"
+                )))
+            }
+        },
         "busy-reply-threshold" | "lua-time-limit" => {
             shared.scripts.control.busy_millis.store(number()?, Ordering::Relaxed)
         }
