@@ -35,6 +35,12 @@ impl Pause {
         });
     }
 
+    /// Whether a pause was set (it may have ended): the only check a
+    /// command makes when none was.
+    pub fn set(&self) -> bool {
+        self.state.load(Ordering::Relaxed) != 0
+    }
+
     pub fn unpause(&self) {
         self.state.store(0, Ordering::Release);
         self.unpaused.notify_waiters();
@@ -49,7 +55,12 @@ impl Pause {
         }
         let now = self.base.elapsed().as_millis() as u64;
         let end = state >> 1;
-        (end > now).then(|| Duration::from_millis(end - now))
+        if end <= now {
+            // Over: later commands take the fast path again.
+            let _ = self.state.compare_exchange(state, 0, Ordering::AcqRel, Ordering::Relaxed);
+            return None;
+        }
+        Some(Duration::from_millis(end - now))
     }
 }
 
@@ -71,6 +82,7 @@ mod tests {
         pause.pause(0, true);
         std::thread::sleep(Duration::from_millis(5));
         assert!(pause.wait(true).is_none(), "over");
+        assert!(!pause.set(), "and forgotten");
         pause.pause(10_000, false);
         assert!(pause.wait(false).is_none(), "an ended ALL pause does not make a new WRITE pause ALL");
     }

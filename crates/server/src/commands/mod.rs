@@ -892,6 +892,9 @@ async fn wait_while_paused<'s>(
     command: &'static Command,
     run: &mut Run<'s>,
 ) {
+    if !shared.pause.set() {
+        return;
+    }
     let may_write = |command: &Command| {
         command.has(WRITE) || scripting::is_script(command) || matches!(command.name, "publish" | "spublish")
     };
