@@ -31,7 +31,11 @@ struct Counts {
     histograms: Box<[OnceLock<Box<[AtomicU64]>>]>,
 }
 
+/// Every thread's counts (a thread's stay after it ends).
 static THREADS: Mutex<Vec<Arc<Counts>>> = Mutex::new(Vec::new());
+static ERRORS: Mutex<BTreeMap<String, u64>> = Mutex::new(BTreeMap::new());
+/// Every error reply (INFO's `total_error_replies`), past the codes' cap too.
+static TOTAL_ERRORS: AtomicU64 = AtomicU64::new(0);
 /// Redis's `latency-tracking`: whether commands' times go into their
 /// histograms (CONFIG SET latency-tracking no saves that work).
 static TRACKING: AtomicBool = AtomicBool::new(true);
@@ -43,9 +47,6 @@ pub fn tracking() -> bool {
 pub fn set_tracking(on: bool) {
     TRACKING.store(on, Ordering::Relaxed);
 }
-static ERRORS: Mutex<BTreeMap<String, u64>> = Mutex::new(BTreeMap::new());
-/// Every error reply (INFO's `total_error_replies`), past the codes' cap too.
-static TOTAL_ERRORS: AtomicU64 = AtomicU64::new(0);
 
 /// A thread's own counts.
 struct Local {
