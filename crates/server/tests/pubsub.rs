@@ -220,8 +220,14 @@ fn a_subscriber_that_stops_reading_is_closed_at_the_limit() {
     let (sizes, _fast) = reader.join().unwrap();
     assert!(sizes.iter().all(|&size| size > 1 << 20), "the reading subscriber got every message whole");
     assert_eq!(receivers[0], 2);
-    assert_eq!(*receivers.last().unwrap(), 1, "the slow subscriber was dropped: {receivers:?}");
-    assert_eq!(numsub(&mut publisher, "big"), 1);
+    // Dropped once past the limit; as in Redis, the close may finish after
+    // the PUBLISH that passed it (on a loaded host, after the last one).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while numsub(&mut publisher, "big") != 1 {
+        assert!(Instant::now() < deadline, "the slow subscriber was never dropped: {receivers:?}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(publisher.publish::<_, _, i64>("big", "after").unwrap(), 1, "{receivers:?}");
     // The slow client finds its connection closed after what was sent.
     slow.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let mut sink = Vec::new();
