@@ -14,7 +14,7 @@ use rand::RngCore;
 use sha2::{Digest, Sha256};
 
 use super::args::eq;
-use super::{err, lookup, subcommand_arity, subcommand_syntax_error, unknown_subcommand, CmdResult, Ctx};
+use super::{err, lookup, subcommand_arity, subcommand_syntax, unknown_subcommand, CmdResult, Ctx};
 
 /// Redis's `acllog-max-len` default.
 const LOG_MAX: usize = 128;
@@ -268,7 +268,7 @@ pub fn acl(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
             "HELP",
             "    Prints this help.",
         ]),
-        _ => return Err(subcommand_syntax_error(args)),
+        _ => return Err(subcommand_syntax("ACL", &args[1])),
     }
     Ok(())
 }

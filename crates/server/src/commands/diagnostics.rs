@@ -60,7 +60,7 @@ pub fn slowlog(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
             let name = String::from_utf8_lossy(&args[1]).to_ascii_lowercase();
             let arity_ok = if name == "get" { args.len() >= 2 } else { args.len() == 2 };
             return Err(if arity_ok {
-                super::subcommand_syntax_error(args)
+                super::subcommand_syntax("SLOWLOG", &args[1])
             } else {
                 subcommand_arity("slowlog", &name)
             });

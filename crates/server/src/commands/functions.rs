@@ -16,7 +16,7 @@ use scaledkv::{Db, WriteBatch};
 
 use super::args::eq;
 use super::dump::{deserialize_functions, serialize_functions};
-use super::{err, subcommand_arity, subcommand_syntax_error, unknown_subcommand, CmdError, CmdResult, Ctx};
+use super::{err, subcommand_arity, subcommand_syntax, unknown_subcommand, CmdError, CmdResult, Ctx};
 use crate::script::functions::{Functions, Libraries};
 use crate::script::{vm, Scripts};
 use crate::server::Shared;
@@ -104,7 +104,7 @@ pub fn function(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         }
         "flush" => {
             match args.get(2) {
-                _ if args.len() > 3 => return Err(subcommand_syntax_error(args)),
+                _ if args.len() > 3 => return Err(subcommand_syntax("FUNCTION", &args[1])),
                 Some(mode) if !eq(mode, "sync") && !eq(mode, "async") => {
                     return Err(err("ERR FUNCTION FLUSH only supports SYNC|ASYNC option"))
                 }
@@ -179,7 +179,7 @@ fn load(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
 /// FUNCTION RESTORE payload [FLUSH|APPEND|REPLACE]
 fn restore(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     if args.len() > 4 {
-        return Err(subcommand_syntax_error(args));
+        return Err(subcommand_syntax("FUNCTION", &args[1]));
     }
     #[derive(PartialEq)]
     enum Policy {

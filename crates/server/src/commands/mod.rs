@@ -114,10 +114,10 @@ pub fn unknown_subcommand(container: &str, sub: &[u8]) -> CmdError {
 }
 
 /// Redis's `addReplySubcommandSyntaxError`: a subcommand its container
-/// does not know, or given the wrong number of arguments.
-pub fn subcommand_syntax_error(args: &[Bytes]) -> CmdError {
-    let sub: String = String::from_utf8_lossy(&args[1]).chars().take(128).collect();
-    let container = String::from_utf8_lossy(&args[0]).to_ascii_uppercase();
+/// (named in upper case) does not know, or given the wrong number of
+/// arguments.
+pub fn subcommand_syntax(container: &str, sub: &[u8]) -> CmdError {
+    let sub: String = String::from_utf8_lossy(sub).chars().take(128).collect();
     err(format!("ERR unknown subcommand or wrong number of arguments for '{sub}'. Try {container} HELP."))
 }
 

@@ -4,7 +4,7 @@
 
 use bytes::Bytes;
 
-use super::{err, subcommand_arity, unknown_subcommand, CmdResult, Ctx};
+use super::{subcommand_arity, unknown_subcommand, CmdResult, Ctx};
 use crate::keyspace::Message;
 use crate::pubsub::Class;
 
@@ -134,12 +134,7 @@ pub fn pubsub(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
                 out.bulk(&name);
             }
         }
-        "channels" | "shardchannels" => {
-            return Err(err(format!(
-                "ERR unknown subcommand or wrong number of arguments for '{}'. Try PUBSUB HELP.",
-                String::from_utf8_lossy(&args[1])
-            )))
-        }
+        "channels" | "shardchannels" => return Err(super::subcommand_syntax("PUBSUB", &args[1])),
         "numsub" | "shardnumsub" => {
             let class = if sub == "numsub" { Class::Channel } else { Class::Shard };
             // A flat array in RESP3 too, as Redis 7.0 answers.

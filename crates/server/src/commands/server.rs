@@ -285,7 +285,7 @@ pub fn client(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
             ctx.shared.pause.pause(millis as u64, all);
             ctx.out.ok();
         }
-        "pause" if args.len() > 4 => return Err(super::subcommand_syntax_error(args)),
+        "pause" if args.len() > 4 => return Err(super::subcommand_syntax("CLIENT", &args[1])),
         "unpause" if args.len() == 2 => {
             ctx.shared.pause.unpause();
             ctx.out.ok();

@@ -10,7 +10,7 @@ use super::{
     NOTIFY,
 };
 use crate::commands::args::{eq, int};
-use crate::commands::{err, CmdError, CmdResult, Ctx};
+use crate::commands::{err, subcommand_syntax, CmdError, CmdResult, Ctx};
 use crate::resp::Out;
 use crate::stream::{group_field, parse_id, Group, Nack, StreamId};
 
@@ -352,11 +352,6 @@ const XGROUP_HELP: &[&str] = &[
     "HELP",
     "    Prints this help.",
 ];
-
-pub(super) fn subcommand_syntax(container: &str, sub: &[u8]) -> CmdError {
-    let sub: String = String::from_utf8_lossy(sub).chars().take(128).collect();
-    err(format!("ERR unknown subcommand or wrong number of arguments for '{sub}'. Try {container} HELP."))
-}
 
 /// ENTRIESREAD's value: a count, or -1 for unknown.
 fn entries_read_arg(arg: &[u8]) -> Result<Option<u64>, CmdError> {

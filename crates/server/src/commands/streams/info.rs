@@ -5,9 +5,9 @@ use std::collections::HashMap;
 use bytes::Bytes;
 use scaledkv::now_ms;
 
-use super::groups::subcommand_syntax;
 use super::{open, reply_entries, reply_entry, reply_id, Stream, NODE_ENTRIES};
 use crate::commands::args::{eq, int};
+use crate::commands::subcommand_syntax;
 use crate::commands::{err, CmdResult, Ctx};
 use crate::resp::Out;
 use crate::stream::{Group, Meta, Nack, StreamId};
