@@ -93,7 +93,7 @@ fn default_user_rules(password: Option<&str>) -> String {
 }
 
 fn sha256_hex(text: &str) -> String {
-    Sha256::digest(text.as_bytes()).iter().map(|byte| format!("{byte:02x}")).collect()
+    crate::script::hex(&Sha256::digest(text.as_bytes()))
 }
 
 pub fn acl(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
@@ -174,7 +174,7 @@ pub fn acl(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
             };
             let mut bytes = vec![0u8; bits.div_ceil(8)];
             rand::thread_rng().fill_bytes(&mut bytes);
-            let hex: String = bytes.iter().map(|byte| format!("{byte:02x}")).collect();
+            let hex = crate::script::hex(&bytes);
             out.bulk(&hex.as_bytes()[..bits.div_ceil(4)]);
         }
         "log" if n == 3 && eq(&args[2], "reset") => {

@@ -186,8 +186,17 @@ impl Scripts {
 }
 
 pub fn sha1_hex(data: &[u8]) -> String {
-    let digest = Sha1::digest(data);
-    digest.iter().map(|byte| format!("{byte:02x}")).collect()
+    hex(&Sha1::digest(data))
+}
+
+/// `bytes` as lower-case hex digits.
+pub fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    let mut text = String::with_capacity(bytes.len() * 2);
+    for byte in bytes {
+        let _ = write!(text, "{byte:02x}");
+    }
+    text
 }
 
 /// Redis 7's shebang (`#!lua flags=no-writes,allow-oom`): its flags
