@@ -78,7 +78,8 @@ struct Vm {
     loader: Function,
     /// `xpcall`s a library's function as `runner` does a script.
     function_runner: Function,
-    /// The libraries' functions by lower-cased name, as loaded here for
+    /// The libraries' functions by name as registered (FCALL looks the
+    /// name up, in any case, in the registry first), as loaded here for
     /// the generation of `Functions` that `libraries` names.
     functions: HashMap<String, Function>,
     libraries: Option<u64>,
@@ -590,12 +591,12 @@ impl Vm {
                 // Loaded once already: no timeout, as Redis loads its RDB.
                 let loaded = self.load_library(library.body(), None).map_err(|e| stored_library_error(library, &e))?;
                 for (function, callback) in loaded {
-                    self.functions.insert(function.name.to_ascii_lowercase(), callback);
+                    self.functions.insert(function.name, callback);
                 }
             }
             self.libraries = Some(generation);
         }
-        self.functions.get(&name.to_ascii_lowercase()).cloned().ok_or_else(|| "ERR Function not found".into())
+        self.functions.get(name).cloned().ok_or_else(|| "ERR Function not found".into())
     }
 }
 
