@@ -53,8 +53,8 @@ fn register(scripts: &Scripts, body: &[u8]) -> Result<Vec<crate::script::functio
 /// and then the server's. On an error nothing changes.
 fn change<T>(shared: &Shared, change: impl FnOnce(&mut Libraries) -> Result<T, String>) -> Result<T, CmdError> {
     let functions: &Functions = &shared.functions;
-    let (lock, mut libraries) = functions.begin();
-    let old = functions.current();
+    let (lock, old) = functions.begin();
+    let mut libraries = (*old).clone();
     let result = change(&mut libraries).map_err(|message| err(format!("ERR {message}")))?;
     let mut batch = WriteBatch::new();
     for library in old.iter() {

@@ -262,12 +262,11 @@ impl Functions {
         (self.generation.load(Ordering::Acquire), current.clone())
     }
 
-    /// Starts a change: the libraries to change a copy of, and the lock
-    /// that keeps other changes out until `install`.
-    pub fn begin(&self) -> (MutexGuard<'_, ()>, Libraries) {
+    /// Starts a change: the lock that keeps other changes out until
+    /// `install`, and the libraries as they are (to change a copy of).
+    pub fn begin(&self) -> (MutexGuard<'_, ()>, Arc<Libraries>) {
         let guard = self.changing.lock();
-        let copy = (**self.current.read()).clone();
-        (guard, copy)
+        (guard, self.current())
     }
 
     /// Makes `libraries` (once durable) the server's.

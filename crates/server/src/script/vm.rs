@@ -652,11 +652,9 @@ pub fn register_library(
     body: &[u8],
 ) -> Result<Vec<super::functions::Function>, String> {
     with_vm(control, generation, |vm| {
-        Ok(vm
-            .load_library(body, Some(LOAD_TIMEOUT))
-            .map(|loaded| loaded.into_iter().map(|(function, _)| function).collect()))
+        let loaded = vm.load_library(body, Some(LOAD_TIMEOUT))?;
+        Ok(loaded.into_iter().map(|(function, _)| function).collect())
     })
-    .and_then(|registered| registered)
 }
 
 /// What runs: a script, or a library's function (its name as
