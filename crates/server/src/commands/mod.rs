@@ -158,6 +158,9 @@ pub const BLIND: u32 = 1 << 9;
 /// Blocks when given a BLOCK option (XREAD, XREADGROUP): never part of a
 /// run then. Not BLOCKING, which would keep it out of scripts.
 pub const BLOCK_OPTION: u32 = 1 << 10;
+/// Refused before it runs or is queued, as Redis refuses its protected
+/// commands when their `enable-<name>-command` is off (DEBUG).
+pub const PROTECTED: u32 = 1 << 11;
 
 pub type Handler = fn(&mut Ctx<'_>, &[Bytes]) -> CmdResult;
 
@@ -498,7 +501,7 @@ commands! {
     "replicaof", 3, ADMIN, NONE, "server", standalone::replicaof, "Configures a server as replica of another, or promotes it to a master.";
     "slaveof", 3, ADMIN, NONE, "server", standalone::replicaof, "Sets a Redis server as a replica of another, or promotes it to being a master.";
     "failover", -1, ADMIN, NONE, "server", standalone::failover, "Starts a coordinated failover from a server to one of its replicas.";
-    "debug", -2, ADMIN, NONE, "server", standalone::debug, "A container for debugging commands.";
+    "debug", -2, ADMIN | PROTECTED, NONE, "server", standalone::debug, "A container for debugging commands.";
     "cluster", -2, 0, NONE, "cluster", standalone::cluster, "A container for Redis Cluster commands.";
     "readonly", 1, FAST, NONE, "cluster", standalone::cluster_disabled, "Enables read-only queries for a connection to a Redis Cluster replica node.";
     "readwrite", 1, FAST, NONE, "cluster", standalone::cluster_disabled, "Enables read-write queries for a connection to a Reids Cluster replica node.";
@@ -982,8 +985,8 @@ pub async fn run_command<'s>(
             conn.deliver(out);
         }
     }
-    if command.name == "debug" {
-        return reject(conn, out, command, args, standalone::DEBUG_REFUSED);
+    if command.has(PROTECTED) {
+        return reject(conn, out, command, args, &standalone::protected_refusal(command.name));
     }
     if command.has(WRITE) && shared.config.memory.refuses(command.name, &shared.db) {
         let error = match command.group {

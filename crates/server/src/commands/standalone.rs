@@ -63,14 +63,21 @@ pub fn cluster(_ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     Err(err(CLUSTER_DISABLED))
 }
 
-/// DEBUG is off, with Redis's text for `enable-debug-command no`: refused
-/// before it runs or is queued (`run_command`), as Redis refuses it.
-pub const DEBUG_REFUSED: &str = "ERR DEBUG command not allowed. If the enable-debug-command option is set to \
-                                 \"local\", you can run it from a local connection, otherwise you need to set \
-                                 this option in the configuration file, and then restart the server.";
+/// Redis's refusal of a protected command (DEBUG) whose
+/// `enable-<name>-command` is off, as Debian's Redis has it.
+pub fn protected_refusal(name: &str) -> String {
+    format!(
+        "ERR {} command not allowed. If the enable-{name}-command option is set to \"local\", you can run it from a \
+         local connection, otherwise you need to set this option in the configuration file, and then restart the \
+         server.",
+        name.to_ascii_uppercase()
+    )
+}
 
+/// DEBUG's entry in the table: `run_command` refuses it before it runs
+/// (PROTECTED), and scripts refuse it as Redis's do.
 pub fn debug(_ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
-    Err(err(DEBUG_REFUSED))
+    Err(err(protected_refusal("debug")))
 }
 
 /// REPLICAOF / SLAVEOF: NO ONE (already a master) is OK; a master to
