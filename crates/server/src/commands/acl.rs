@@ -14,7 +14,7 @@ use rand::RngCore;
 use sha2::{Digest, Sha256};
 
 use super::args::eq;
-use super::{err, lookup, subcommand_arity, subcommand_syntax, unknown_subcommand, CmdResult, Ctx};
+use super::{err, lookup, subcommand, subcommand_syntax, CmdResult, Ctx};
 
 /// Redis's `acllog-max-len` default.
 const LOG_MAX: usize = 128;
@@ -96,20 +96,26 @@ fn sha256_hex(text: &str) -> String {
     crate::script::hex(&Sha256::digest(text.as_bytes()))
 }
 
+/// Redis 7.0's ACL subcommands and their arities.
+const SUBCOMMANDS: &[(&str, i32)] = &[
+    ("cat", -2),
+    ("deluser", -3),
+    ("dryrun", -4),
+    ("genpass", -2),
+    ("getuser", 3),
+    ("help", 2),
+    ("list", 2),
+    ("load", 2),
+    ("log", -2),
+    ("save", 2),
+    ("setuser", -3),
+    ("users", 2),
+    ("whoami", 2),
+];
+
 pub fn acl(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
-    let sub = String::from_utf8_lossy(&args[1]).to_ascii_lowercase();
+    let sub = subcommand("acl", args, SUBCOMMANDS)?;
     let n = args.len();
-    let arity_ok = match sub.as_str() {
-        "whoami" | "users" | "list" | "save" | "load" | "help" => n == 2,
-        "getuser" => n == 3,
-        "cat" | "genpass" | "log" => n >= 2,
-        "deluser" | "setuser" => n >= 3,
-        "dryrun" => n >= 4,
-        _ => return Err(unknown_subcommand("acl", &args[1])),
-    };
-    if !arity_ok {
-        return Err(subcommand_arity("acl", &sub));
-    }
     let password = ctx.shared.password();
     let out = &mut *ctx.out;
     match sub.as_str() {

@@ -4,15 +4,14 @@
 use bytes::Bytes;
 use scaledkv::now_ms;
 
-use super::args::eq;
-use super::{err, subcommand_arity, unknown_subcommand, CmdResult, Ctx};
+use super::{err, subcommand, CmdResult, Ctx};
 
 /// SLOWLOG GET [count] | LEN | RESET | HELP (`crate::slowlog`).
 pub fn slowlog(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let log = &ctx.shared.slowlog;
-    let sub = |name: &str| eq(&args[1], name);
-    match args.len() {
-        2 if sub("help") => ctx.out.help(&[
+    let sub = subcommand("slowlog", args, &[("get", -2), ("help", 2), ("len", 2), ("reset", 2)])?;
+    match sub.as_str() {
+        "help" => ctx.out.help(&[
             "SLOWLOG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
             "GET [<count>]",
             "    Return top <count> entries from the slowlog (default: 10, -1 mean all).",
@@ -26,12 +25,13 @@ pub fn slowlog(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
             "HELP",
             "    Prints this help.",
         ]),
-        2 if sub("reset") => {
+        "reset" => {
             log.reset();
             ctx.out.ok();
         }
-        2 if sub("len") => ctx.out.int(log.len() as i64),
-        2 | 3 if sub("get") => {
+        "len" => ctx.out.int(log.len() as i64),
+        // GET [count], the one left.
+        _ if args.len() <= 3 => {
             let count = match args.get(2) {
                 None => Some(10),
                 Some(arg) => match super::args::int(arg) {
@@ -56,16 +56,7 @@ pub fn slowlog(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
                 out.bulk(entry.name.as_bytes());
             }
         }
-        _ if ["get", "len", "reset", "help"].iter().any(|name| sub(name)) => {
-            let name = String::from_utf8_lossy(&args[1]).to_ascii_lowercase();
-            let arity_ok = if name == "get" { args.len() >= 2 } else { args.len() == 2 };
-            return Err(if arity_ok {
-                super::subcommand_syntax("SLOWLOG", &args[1])
-            } else {
-                subcommand_arity("slowlog", &name)
-            });
-        }
-        _ => return Err(unknown_subcommand("slowlog", &args[1])),
+        _ => return Err(super::subcommand_syntax("SLOWLOG", &args[1])),
     }
     Ok(())
 }
@@ -76,10 +67,14 @@ pub fn slowlog(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
 pub fn latency(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let monitor = &ctx.shared.latency;
     let now = now_ms() / 1000;
-    let sub = String::from_utf8_lossy(&args[1]).to_ascii_lowercase();
+    let sub = subcommand(
+        "latency",
+        args,
+        &[("doctor", 2), ("graph", 3), ("help", 2), ("histogram", -2), ("history", 3), ("latest", 2), ("reset", -2)],
+    )?;
     let out = &mut *ctx.out;
-    match (sub.as_str(), args.len()) {
-        ("latest", 2) => {
+    match sub.as_str() {
+        "latest" => {
             let events = monitor.events();
             out.array(events.len());
             for (event, series) in events {
@@ -91,7 +86,7 @@ pub fn latency(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
                 out.int(series.max as i64);
             }
         }
-        ("history", 3) => {
+        "history" => {
             let history = monitor.event(&args[2]).map(|(_, series)| series.history()).unwrap_or_default();
             out.array(history.len());
             for (time, millis) in history {
@@ -100,19 +95,20 @@ pub fn latency(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
                 out.int(millis as i64);
             }
         }
-        ("reset", _) => {
+        "reset" => {
             let names: Vec<&[u8]> = args[2..].iter().map(|name| &name[..]).collect();
             out.int(monitor.reset(&names) as i64);
         }
-        ("graph", 3) => {
+        "graph" => {
             let Some((event, series)) = monitor.event(&args[2]) else {
                 return Err(err(format!("ERR No samples available for event '{}'", String::from_utf8_lossy(&args[2]))));
             };
             out.verbatim(&crate::latency::graph(event, &series, now));
         }
-        ("doctor", 2) => out.verbatim(&monitor.doctor(now, ctx.shared.slowlog.slower_than())),
-        ("histogram", _) => histogram(out, &args[2..]),
-        ("help", 2) => out.help(&[
+        "doctor" => out.verbatim(&monitor.doctor(now, ctx.shared.slowlog.slower_than())),
+        "histogram" => histogram(out, &args[2..]),
+        // HELP, the one left.
+        _ => out.help(&[
             "LATENCY <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
             "DOCTOR",
             "    Return a human readable latency analysis report.",
@@ -132,8 +128,6 @@ pub fn latency(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
             "HELP",
             "    Prints this help.",
         ]),
-        ("latest" | "doctor" | "help" | "history" | "graph", _) => return Err(subcommand_arity("latency", &sub)),
-        _ => return Err(unknown_subcommand("latency", &args[1])),
     }
     Ok(())
 }

@@ -16,7 +16,7 @@ use scaledkv::{Db, WriteBatch};
 
 use super::args::eq;
 use super::dump::{deserialize_functions, serialize_functions};
-use super::{err, subcommand_arity, subcommand_syntax, unknown_subcommand, CmdError, CmdResult, Ctx};
+use super::{err, subcommand, subcommand_syntax, CmdError, CmdResult, Ctx};
 use crate::script::functions::{Functions, Libraries};
 use crate::script::{vm, Scripts};
 use crate::server::Shared;
@@ -80,18 +80,21 @@ fn change<T>(shared: &Shared, change: impl FnOnce(&mut Libraries) -> Result<T, S
     Ok(result)
 }
 
+/// Redis 7.0's FUNCTION subcommands and their arities.
+const SUBCOMMANDS: &[(&str, i32)] = &[
+    ("delete", 3),
+    ("dump", 2),
+    ("flush", -2),
+    ("help", 2),
+    ("kill", 2),
+    ("list", -2),
+    ("load", -3),
+    ("restore", -3),
+    ("stats", 2),
+];
+
 pub fn function(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
-    let sub = String::from_utf8_lossy(&args[1]).to_ascii_lowercase();
-    let arity_ok = match sub.as_str() {
-        "load" | "restore" => args.len() >= 3,
-        "delete" => args.len() == 3,
-        "flush" | "list" => args.len() >= 2,
-        "dump" | "stats" | "kill" | "help" => args.len() == 2,
-        _ => return Err(unknown_subcommand("function", &args[1])),
-    };
-    if !arity_ok {
-        return Err(subcommand_arity("function", &sub));
-    }
+    let sub = subcommand("function", args, SUBCOMMANDS)?;
     match sub.as_str() {
         "load" => load(ctx, args),
         "delete" => {

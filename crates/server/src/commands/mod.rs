@@ -121,6 +121,30 @@ pub fn subcommand_syntax(container: &str, sub: &[u8]) -> CmdError {
     err(format!("ERR unknown subcommand or wrong number of arguments for '{sub}'. Try {container} HELP."))
 }
 
+/// A container's subcommand, checked against `table` (name, Redis's
+/// arity) as Redis checks it before the command runs: the subcommand in
+/// lower case, or Redis's unknown-subcommand or arity error.
+pub fn subcommand(container: &str, args: &[Bytes], table: &[(&str, i32)]) -> Result<String, CmdError> {
+    let sub = String::from_utf8_lossy(&args[1]).to_ascii_lowercase();
+    let Some(&(_, arity)) = table.iter().find(|(name, _)| *name == sub) else {
+        return Err(unknown_subcommand(container, &args[1]));
+    };
+    if !arity_ok(arity, args.len()) {
+        return Err(subcommand_arity(container, &sub));
+    }
+    Ok(sub)
+}
+
+/// Redis's arity rule: exactly `arity` arguments, or at least `-arity`.
+fn arity_ok(arity: i32, argc: usize) -> bool {
+    let argc = argc as i32;
+    if arity >= 0 {
+        argc == arity
+    } else {
+        argc >= -arity
+    }
+}
+
 /// Redis's reply to a known subcommand given the wrong number of arguments.
 pub fn subcommand_arity(container: &str, sub: &str) -> CmdError {
     CmdError::Refused(format!("ERR wrong number of arguments for '{container}|{sub}' command"))
@@ -184,12 +208,7 @@ impl Command {
     }
 
     fn arity_ok(&self, argc: usize) -> bool {
-        let argc = argc as i32;
-        if self.arity >= 0 {
-            argc == self.arity
-        } else {
-            argc >= -self.arity
-        }
+        arity_ok(self.arity, argc)
     }
 
     /// The key arguments of `args`, by the table's key positions.

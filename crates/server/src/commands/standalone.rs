@@ -52,14 +52,7 @@ const CLUSTER_SUBCOMMANDS: &[(&str, i32)] = &[
 /// CLUSTER: Redis's errors for an unknown subcommand or a wrong count of
 /// arguments, else cluster support is disabled.
 pub fn cluster(_ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
-    let sub = String::from_utf8_lossy(&args[1]).to_ascii_lowercase();
-    let Some(&(_, arity)) = CLUSTER_SUBCOMMANDS.iter().find(|(name, _)| *name == sub) else {
-        return Err(super::unknown_subcommand("cluster", &args[1]));
-    };
-    let n = args.len() as i32;
-    if (arity >= 0 && n != arity) || (arity < 0 && n < -arity) {
-        return Err(super::subcommand_arity("cluster", &sub));
-    }
+    super::subcommand("cluster", args, CLUSTER_SUBCOMMANDS)?;
     Err(err(CLUSTER_DISABLED))
 }
 
