@@ -880,7 +880,13 @@ fn reject(conn: &mut ConnState, out: &mut Out, command: &Command, args: &mut Vec
 }
 
 /// Runs one request from a connection, appending its reply to `out`.
-pub async fn execute<'s>(shared: &'s Shared, conn: &mut ConnState, out: &mut Out, args: Vec<Bytes>, run: &mut Run<'s>) {
+pub async fn execute<'s>(
+    shared: &'s Shared,
+    conn: &mut ConnState,
+    out: &mut Out,
+    mut args: Vec<Bytes>,
+    run: &mut Run<'s>,
+) {
     if args.is_empty() {
         return;
     }
@@ -893,7 +899,6 @@ pub async fn execute<'s>(shared: &'s Shared, conn: &mut ConnState, out: &mut Out
     wait_while_paused(shared, conn, out, command, run).await;
     let started = shared.slowlog.now();
     let errors = crate::commandstats::errors_sent();
-    let mut args = args;
     conn.refused = false;
     run_command(shared, conn, out, command, &mut args, run).await;
     if conn.refused {
