@@ -8,7 +8,8 @@
 #
 # Environment: REPEATS (3), TIME (8 s per run), WORKLOADS ("set get
 # multiget"), CONFIGS ("memcached memcached-1t scaledkv-tmpfs scaledkv-disk"),
-# BASELINE_SERVER (an A/B build); see compare_memcached.py.
+# BASELINE_SERVER (an A/B build), PROTOCOL (ascii; binary: memaslap -B);
+# see compare_memcached.py.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if ! command -v memcached >/dev/null || ! command -v memcaslap >/dev/null; then

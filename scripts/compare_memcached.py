@@ -16,6 +16,8 @@ Workloads (WORKLOADS):
   get       memaslap's default mix: 90% get, 10% set (of keys it set)
   multiget  the same with gets of 16 keys at once (-d 16), memcached's
             way to batch reads
+PROTOCOL=binary runs memaslap with -B (memcached's binary protocol)
+instead of the text protocol.
 Reported per workload and server, medians: operations/s, the server's CPU
 time per operation from /proc (the load generator shares the 2 cores, so
 this is the figure that decides who wins on a bigger machine), and the
@@ -46,6 +48,7 @@ KEY = 16
 VALUE = 1024
 CONFIGS = os.environ.get("CONFIGS", "memcached memcached-1t scaledkv-tmpfs scaledkv-disk").split()
 WORKLOADS = os.environ.get("WORKLOADS", "set get multiget").split()
+PROTOCOL = os.environ.get("PROTOCOL", "ascii")
 MEDIA = {"scaledkv-tmpfs": "/dev/shm", "scaledkv-disk": os.path.join(REPO, "bench-data")}
 REPORT = os.path.join(REPO, "bench-results", f"memcached-{time.strftime('%Y%m%d-%H%M%S')}.md")
 # A/B against another build: BASELINE_SERVER=/path/to/scaledkv-server adds
@@ -116,6 +119,8 @@ def bench(server, workload):
            "-F", config]
     if workload == "multiget":
         cmd += ["-d", "16"]
+    if PROTOCOL == "binary":
+        cmd += ["-B"]
     before = server.cpu_seconds()
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=TIME + 60)
     cpu = server.cpu_seconds() - before
@@ -132,7 +137,7 @@ def bench(server, workload):
 
 def main():
     os.makedirs(MEDIA["scaledkv-disk"], exist_ok=True)
-    emit(f"## memcached protocol: memaslap -T 1 -c {CLIENTS}, keys {KEY} B, values {VALUE} B, {TIME} s per run, "
+    emit(f"## memcached {PROTOCOL} protocol: memaslap -T 1 -c {CLIENTS}, keys {KEY} B, values {VALUE} B, {TIME} s per run, "
          f"median of {REPEATS} interleaved ({time.strftime('%Y-%m-%d %H:%M')})\n")
     for workload in WORKLOADS:
         runs = {c: [] for c in CONFIGS}

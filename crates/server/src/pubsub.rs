@@ -75,12 +75,7 @@ impl Message {
     /// matched for a pmessage, the channel and the payload.
     fn new(kind: &[u8], pattern: Option<&[u8]>, channel: &[u8], payload: &[u8]) -> Message {
         let bytes = 16 * 4 + kind.len() + pattern.map_or(0, <[u8]>::len) + channel.len() + payload.len();
-        let mut out = Out {
-            buf: bytes::BytesMut::with_capacity(bytes),
-            protocol: Protocol::Resp2,
-            memcached: false,
-            quiet: false,
-        };
+        let mut out = Out::with_buf(bytes::BytesMut::with_capacity(bytes), Protocol::Resp2);
         out.array(3 + pattern.is_some() as usize);
         out.bulk(kind);
         if let Some(pattern) = pattern {

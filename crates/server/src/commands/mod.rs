@@ -636,9 +636,7 @@ impl<'s> Run<'s> {
         // Drained, not taken: the next run reuses the vector.
         if let Err(error) = commit(shared, ready, &stripes, exclusive, self.guards.drain(..)).await {
             out.truncate(self.mark);
-            for _ in 0..self.commands {
-                out.error(&engine_error_text(&error));
-            }
+            out.failed_run(self.commands, &engine_error_text(&error));
         }
         self.commands = 0;
     }

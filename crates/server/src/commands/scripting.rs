@@ -215,7 +215,7 @@ fn run_script<'s>(
         conn.counts.commands += 1;
         crate::monitor::feed_script_command(shared, conn, command, &args);
         let protocol = if resp3 { Protocol::Resp3 } else { Protocol::Resp2 };
-        let mut reply = Out { buf: std::mem::take(buf), protocol, memcached: false, quiet: false };
+        let mut reply = Out::with_buf(std::mem::take(buf), protocol);
         let mut branch = writes.branch();
         conn.in_script = true;
         let started = shared.slowlog.now();
@@ -235,7 +235,7 @@ fn run_script<'s>(
             // answers as if it timed out, as in Redis.
             Err(CmdError::Blocked(..)) => {
                 writes.abandon(branch);
-                let mut reply = Out { buf: std::mem::take(buf), protocol, memcached: false, quiet: false };
+                let mut reply = Out::with_buf(std::mem::take(buf), protocol);
                 reply.null_array();
                 *buf = reply.buf;
                 Ok(())

@@ -20,6 +20,7 @@ use super::request::{self, MAX_KEY_BYTES};
 use crate::commands::{err, CmdError, CmdResult, Command, Ctx, ALL_KEYS, BLIND, READONLY, WRITE};
 use crate::keyspace::{is_reserved, Value, TYPE_STRING};
 use crate::notify::{GENERIC, STRING};
+use crate::server::Shared;
 
 /// The memcached version whose replies these are.
 pub const VERSION: &str = "1.6.18";
@@ -113,7 +114,7 @@ pub(super) fn bump(counter: &AtomicU64) {
 
 /// Adds `n` (nothing for 0: each add is a locked instruction on a line
 /// every connection's thread writes).
-fn count(counter: &AtomicU64, n: u64) {
+pub(super) fn count(counter: &AtomicU64, n: u64) {
     if n > 0 {
         counter.fetch_add(n, Ordering::Relaxed);
     }
@@ -170,7 +171,7 @@ pub(super) fn cas_of(value: &Value) -> u64 {
     value.item_meta().map_or_else(|| cas::derived(value.data()), |(_, cas)| cas)
 }
 
-fn check_key(key: &[u8]) -> CmdResult {
+pub(super) fn check_key(key: &[u8]) -> CmdResult {
     if key.len() > MAX_KEY_BYTES {
         return Err(err(BAD_FORMAT));
     }
@@ -220,18 +221,23 @@ pub(super) fn put_joined(
     data: &[u8],
     append: bool,
 ) -> Result<u64, CmdError> {
+    if !joined_fits(ctx, key, &item, data) {
+        return Err(err("SERVER_ERROR out of memory storing object"));
+    }
     let joined = match append {
         true => [item.data(), data].concat(),
         false => [data, item.data()].concat(),
     };
-    if joined.len() + key.len() + request::ITEM_OVERHEAD > ctx.shared.config.memcached_item_size_max {
-        return Err(err("SERVER_ERROR out of memory storing object"));
-    }
     let (flags, expiry) = (flags_of(&item), Expiry::from_ms(item.expiry_ms()));
     drop(item);
     let cas = put_item(ctx, key, flags, &joined, expiry)?;
     ctx.notify(STRING, "append", key);
     Ok(cas)
+}
+
+/// Whether `item` with `data` added still fits an item.
+pub(super) fn joined_fits(ctx: &Ctx<'_>, key: &[u8], item: &Value, data: &[u8]) -> bool {
+    item.data().len() + data.len() + key.len() + request::ITEM_OVERHEAD <= ctx.shared.config.memcached_item_size_max
 }
 
 /// Adds `delta` to `item`'s decimal number (`up`, wrapping at 2^64) or
@@ -543,6 +549,14 @@ fn flush_all(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         Some(delay) => request::exptime(delay).ok_or_else(|| err(BAD_EXPTIME))?,
         None => 0,
     };
+    flush(ctx, delay)?;
+    ctx.out.memcached_line(b"OK");
+    Ok(())
+}
+
+/// Removes every key now, or once `delay` seconds have passed (an exptime:
+/// a Unix time past 30 days).
+pub(super) fn flush(ctx: &mut Ctx<'_>, delay: i64) -> CmdResult {
     let state = &ctx.shared.memcached;
     bump(&state.stats.cmd_flush);
     match expiry(delay) {
@@ -552,7 +566,6 @@ fn flush_all(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
             crate::commands::clear_all(&ctx.shared.db, ctx.writes)?;
         }
     }
-    ctx.out.memcached_line(b"OK");
     Ok(())
 }
 
@@ -601,32 +614,10 @@ fn meta_debug(_ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
 /// empty (there are no slabs).
 fn stats(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let lines = match args.get(1).map(|a| &a[..]) {
-        None => general(ctx),
-        Some(b"settings") => settings(ctx),
+        None => general(ctx.shared),
+        Some(b"settings") => settings(ctx.shared),
         Some(b"reset") => {
-            let stats = &ctx.shared.memcached.stats;
-            for counter in [
-                &stats.cmd_get,
-                &stats.cmd_set,
-                &stats.cmd_flush,
-                &stats.cmd_touch,
-                &stats.get_hits,
-                &stats.get_misses,
-                &stats.delete_hits,
-                &stats.delete_misses,
-                &stats.incr_hits,
-                &stats.incr_misses,
-                &stats.decr_hits,
-                &stats.decr_misses,
-                &stats.cas_hits,
-                &stats.cas_misses,
-                &stats.cas_badval,
-                &stats.touch_hits,
-                &stats.touch_misses,
-                &stats.total_connections,
-            ] {
-                counter.store(0, Ordering::Relaxed);
-            }
+            reset(&ctx.shared.memcached.stats);
             ctx.out.memcached_line(b"RESET");
             return Ok(());
         }
@@ -648,8 +639,34 @@ fn stats(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     Ok(())
 }
 
-fn general(ctx: &Ctx<'_>) -> Vec<(&'static str, String)> {
-    let shared = ctx.shared;
+/// `stats reset`: the counters a client may reset.
+pub(super) fn reset(stats: &Stats) {
+    for counter in [
+        &stats.cmd_get,
+        &stats.cmd_set,
+        &stats.cmd_flush,
+        &stats.cmd_touch,
+        &stats.get_hits,
+        &stats.get_misses,
+        &stats.delete_hits,
+        &stats.delete_misses,
+        &stats.incr_hits,
+        &stats.incr_misses,
+        &stats.decr_hits,
+        &stats.decr_misses,
+        &stats.cas_hits,
+        &stats.cas_misses,
+        &stats.cas_badval,
+        &stats.touch_hits,
+        &stats.touch_misses,
+        &stats.total_connections,
+    ] {
+        counter.store(0, Ordering::Relaxed);
+    }
+}
+
+/// `stats`: the server's counters, as memcached names them.
+pub(super) fn general(shared: &Shared) -> Vec<(&'static str, String)> {
     let stats = &shared.memcached.stats;
     let n = |counter: &AtomicU64| counter.load(Ordering::Relaxed).to_string();
     let (user, system) = crate::commands::cpu_seconds();
@@ -709,8 +726,8 @@ fn general(ctx: &Ctx<'_>) -> Vec<(&'static str, String)> {
     pairs
 }
 
-fn settings(ctx: &Ctx<'_>) -> Vec<(&'static str, String)> {
-    let shared = ctx.shared;
+/// `stats settings`.
+pub(super) fn settings(shared: &Shared) -> Vec<(&'static str, String)> {
     let config = &shared.config;
     vec![
         ("maxbytes", shared.config.memory.maxmemory().to_string()),
@@ -721,8 +738,9 @@ fn settings(ctx: &Ctx<'_>) -> Vec<(&'static str, String)> {
         ("evictions", if shared.config.memory.cache_capacity() > 0 { "on" } else { "off" }.into()),
         ("cas_enabled", "yes".into()),
         ("num_threads", config.io_threads().to_string()),
-        ("binding_protocol", "ascii".into()),
-        ("auth_enabled_sasl", "no".into()),
+        ("binding_protocol", "auto-negotiate".into()),
+        // A password is asked for by SASL PLAIN on binary connections.
+        ("auth_enabled_sasl", if shared.password().is_some() { "yes" } else { "no" }.into()),
         ("auth_enabled_ascii", if shared.password().is_some() { "yes" } else { "no" }.into()),
         ("item_size_max", config.memcached_item_size_max.to_string()),
         ("idle_timeout", shared.timeout_secs().to_string()),

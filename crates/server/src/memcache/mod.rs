@@ -1,16 +1,20 @@
-//! The memcached text protocol (memcached 1.6's commands and replies) on
+//! The memcached protocols (memcached 1.6's text and binary commands) on
 //! its own port, over the same keyspace, locks and group commit as the
 //! Redis protocol: a reply to a write is sent once the write is durable.
 //!
 //! - `request`: the parser (command lines and data blocks);
+//! - `binary`, `binary_commands`: the binary protocol (a connection whose
+//!   first byte is 0x80 speaks it, as memcached decides);
 //! - `commands`: the commands, their table and `stats`;
 //! - `meta`: the meta commands (`mg`, `ms`, `md`, `ma`);
 //! - `cas`: CAS values that stay unique across restarts.
 //!
-//! With `requirepass` set, a connection authenticates as memcached's
+//! With `requirepass` set, a text connection authenticates as memcached's
 //! ASCII authentication has it: its first command is a `set` whose data is
-//! `<user> <password>` (any user name).
+//! `<user> <password>` (any user name); a binary one by SASL PLAIN.
 
+pub mod binary;
+pub mod binary_commands;
 pub mod cas;
 pub mod commands;
 pub mod meta;
@@ -68,49 +72,136 @@ pub async fn serve(shared: Arc<Shared>, mut stream: TcpStream, addr: SocketAddr)
     conn.unregister(&shared);
 }
 
+/// A connection's input, its replies, and the run of writes they wait for.
+pub(super) struct Io<'s> {
+    pub input: BytesMut,
+    pub out: Out,
+    pub run: crate::commands::Run<'s>,
+    shutdown: tokio::sync::watch::Receiver<bool>,
+}
+
+impl<'s> Io<'s> {
+    /// Commits the run, sends the replies that waited for it, and reads
+    /// more input: false once the connection is to end (closed, idle too
+    /// long, killed, or the server shutting down).
+    pub async fn settle_and_read(
+        &mut self,
+        shared: &'s Shared,
+        stream: &mut TcpStream,
+        conn: &mut ConnState,
+    ) -> std::io::Result<bool> {
+        loop {
+            // Replies go out only once the writes they acknowledge are durable.
+            self.run.commit(shared, &mut self.out).await;
+            conn.counts.flush_into(&shared.stats);
+            if conn.info.killed.load(Ordering::Acquire) {
+                return Ok(false);
+            }
+            if !self.out.buf.is_empty() {
+                crate::conn::write_out(shared, stream, &mut self.out).await?;
+            }
+            if self.out.broken {
+                return Ok(false);
+            }
+            if self.input.capacity() - self.input.len() < READ_CHUNK {
+                self.input.reserve(READ_CHUNK);
+            }
+            let n = tokio::select! {
+                n = crate::conn::read_within(stream, &mut self.input, shared.idle_timeout()) => n?,
+                _ = self.shutdown.changed() => return Ok(false),
+                _ = conn.info.wake.notified() => {
+                    if conn.info.killed.load(Ordering::Acquire) {
+                        return Ok(false);
+                    }
+                    continue;
+                }
+            };
+            if n == 0 {
+                return Ok(false);
+            }
+            shared.stats.net_input_bytes.fetch_add(n as u64, Ordering::Relaxed);
+            conn.info.touch();
+            return Ok(true);
+        }
+    }
+
+    /// Commits the run and sends every reply: before the connection closes.
+    pub async fn finish(&mut self, shared: &'s Shared, stream: &mut TcpStream) -> std::io::Result<()> {
+        self.run.commit(shared, &mut self.out).await;
+        stream.write_all(&self.out.buf).await
+    }
+
+    /// Sends the replies so far once they pile up (the run committed first).
+    pub async fn flush_if_full(&mut self, shared: &'s Shared, stream: &mut TcpStream) -> std::io::Result<()> {
+        if self.out.len() >= OUT_FLUSH_BYTES {
+            self.run.commit(shared, &mut self.out).await;
+            crate::conn::write_out(shared, stream, &mut self.out).await?;
+        }
+        Ok(())
+    }
+}
+
 async fn run(shared: &Shared, stream: &mut TcpStream, conn: &mut ConnState) -> std::io::Result<()> {
-    let mut input = BytesMut::with_capacity(READ_CHUNK);
     let mut out = Out::new(Protocol::Resp2);
     out.memcached = true;
+    let mut io = Io {
+        input: BytesMut::with_capacity(READ_CHUNK),
+        out,
+        run: crate::commands::Run::default(),
+        shutdown: shared.shutdown.subscribe(),
+    };
+    // memcached picks a connection's protocol by the first byte it sends.
+    if !io.settle_and_read(shared, stream, conn).await? {
+        return Ok(());
+    }
+    match io.input[0] {
+        binary::REQUEST => binary_commands::serve(shared, stream, conn, &mut io).await,
+        _ => serve_text(shared, stream, conn, &mut io).await,
+    }
+}
+
+/// The text protocol's requests until the connection ends.
+async fn serve_text<'s>(
+    shared: &'s Shared,
+    stream: &mut TcpStream,
+    conn: &mut ConnState,
+    io: &mut Io<'s>,
+) -> std::io::Result<()> {
     let mut parser = Parser::default();
-    let mut run = crate::commands::Run::default();
-    let mut shutdown = shared.shutdown.subscribe();
     let limits = request::Limits { max_item_bytes: shared.config.memcached_item_size_max };
     loop {
         loop {
-            let request = match parser.parse(&mut input, &limits) {
+            let request = match parser.parse(&mut io.input, &limits) {
                 Ok(Some(request)) => request,
                 Ok(None) => break,
                 Err(request::LineTooLong) => {
-                    run.commit(shared, &mut out).await;
-                    stream.write_all(&out.buf).await?;
+                    io.finish(shared, stream).await?;
                     tracing::info!(client = conn.info.id, addr = %conn.info.addr, "closing: memcached line too long");
                     return Ok(());
                 }
             };
             if conn.info.killed.load(Ordering::Acquire) {
-                run.commit(shared, &mut out).await;
+                io.run.commit(shared, &mut io.out).await;
                 return Ok(());
             }
             conn.counts.commands += 1;
+            let (out, run) = (&mut io.out, &mut io.run);
             match request {
                 Request::Command { args, .. } if &args[0][..] == b"quit" => {
-                    run.commit(shared, &mut out).await;
-                    stream.write_all(&out.buf).await?;
-                    return Ok(());
+                    return io.finish(shared, stream).await;
                 }
                 Request::Command { args, noreply } if !conn.authenticated => {
-                    run.commit(shared, &mut out).await;
-                    authenticate(shared, conn, &mut out, &args, noreply);
+                    run.commit(shared, out).await;
+                    authenticate(shared, conn, out, &args, noreply);
                 }
                 Request::Command { mut args, noreply } => match commands::lookup(&args[0]) {
                     Some(command) => {
                         out.quiet = noreply;
-                        crate::commands::run_command(shared, conn, &mut out, command, &mut args, &mut run).await;
+                        crate::commands::run_command(shared, conn, out, command, &mut args, run).await;
                         out.quiet = false;
                     }
                     None => {
-                        run.commit(shared, &mut out).await;
+                        run.commit(shared, out).await;
                         out.error("ERROR");
                     }
                 },
@@ -120,52 +211,25 @@ async fn run(shared: &Shared, stream: &mut TcpStream, conn: &mut ConnState) -> s
                         out.quiet = true;
                         let delete = commands::lookup(b"delete").expect("in the table");
                         let mut args = vec![Bytes::from_static(b"delete"), key];
-                        crate::commands::run_command(shared, conn, &mut out, delete, &mut args, &mut run).await;
+                        crate::commands::run_command(shared, conn, out, delete, &mut args, run).await;
                     }
-                    run.commit(shared, &mut out).await;
+                    run.commit(shared, out).await;
                     out.quiet = noreply;
                     out.error("SERVER_ERROR object too large for cache");
                     out.quiet = false;
                 }
                 Request::Error(text, noreply) => {
-                    run.commit(shared, &mut out).await;
+                    run.commit(shared, out).await;
                     out.quiet = noreply;
                     out.error(text);
                     out.quiet = false;
                 }
             }
-            if out.len() >= OUT_FLUSH_BYTES {
-                run.commit(shared, &mut out).await;
-                crate::conn::write_out(shared, stream, &mut out).await?;
-            }
+            io.flush_if_full(shared, stream).await?;
         }
-        // Replies go out only once the writes they acknowledge are durable.
-        run.commit(shared, &mut out).await;
-        conn.counts.flush_into(&shared.stats);
-        if conn.info.killed.load(Ordering::Acquire) {
+        if !io.settle_and_read(shared, stream, conn).await? {
             return Ok(());
         }
-        if !out.buf.is_empty() {
-            crate::conn::write_out(shared, stream, &mut out).await?;
-        }
-        if input.capacity() - input.len() < READ_CHUNK {
-            input.reserve(READ_CHUNK);
-        }
-        let n = tokio::select! {
-            n = crate::conn::read_within(stream, &mut input, shared.idle_timeout()) => n?,
-            _ = shutdown.changed() => return Ok(()),
-            _ = conn.info.wake.notified() => {
-                if conn.info.killed.load(Ordering::Acquire) {
-                    return Ok(());
-                }
-                continue;
-            }
-        };
-        if n == 0 {
-            return Ok(());
-        }
-        shared.stats.net_input_bytes.fetch_add(n as u64, Ordering::Relaxed);
-        conn.info.touch();
     }
 }
 

@@ -18,11 +18,21 @@ pub struct Out {
     /// A memcached command sent with `noreply`: nothing of its reply is
     /// sent (`memcached_line`, `error`).
     pub quiet: bool,
+    /// The memcached binary request running: errors are its responses.
+    pub binary: Option<crate::memcache::binary::Tag>,
+    /// A run of a binary connection's writes failed to commit: the
+    /// connection closes (its responses hold no place for the run's).
+    pub broken: bool,
 }
 
 impl Out {
     pub fn new(protocol: Protocol) -> Out {
-        Out { buf: BytesMut::with_capacity(16 * 1024), protocol, memcached: false, quiet: false }
+        Out::with_buf(BytesMut::with_capacity(16 * 1024), protocol)
+    }
+
+    /// Replies appended to `buf`.
+    pub fn with_buf(buf: BytesMut, protocol: Protocol) -> Out {
+        Out { buf, protocol, memcached: false, quiet: false, binary: None, broken: false }
     }
 
     /// A memcached reply line ("STORED"), unless the command asked for none.
@@ -64,6 +74,10 @@ impl Out {
         }
         // A newline would end the reply early: Redis replaces them too.
         let clean: String = text.chars().map(|c| if c == '\r' || c == '\n' { ' ' } else { c }).collect();
+        if let Some(tag) = self.binary {
+            crate::memcache::binary::put_error_text(&mut self.buf, tag, text);
+            return;
+        }
         if self.memcached {
             // memcached's `noreply` silences errors too, but for the
             // ERROR of a command line it could not take apart.
@@ -75,6 +89,19 @@ impl Out {
             return;
         }
         self.line(b'-', clean.as_bytes());
+    }
+
+    /// The replies of a run of `commands` writes that failed to commit,
+    /// where they were: each an error, but on a binary memcached
+    /// connection, which closes instead.
+    pub fn failed_run(&mut self, commands: usize, text: &str) {
+        if self.binary.is_some() {
+            self.broken = true;
+            return;
+        }
+        for _ in 0..commands {
+            self.error(text);
+        }
     }
 
     pub fn int(&mut self, value: i64) {
