@@ -31,7 +31,7 @@ trap cleanup EXIT
 # Waits for a RESP server to answer PING on port $1.
 wait_for() {
     for _ in $(seq 200); do
-        if exec 3<>"/dev/tcp/127.0.0.1/$1" 2>/dev/null; then
+        if { exec 3<>"/dev/tcp/127.0.0.1/$1"; } 2>/dev/null; then
             printf 'PING\r\n' >&3
             if read -r -t 1 reply <&3 && [ "${reply%$'\r'}" = "+PONG" ]; then exec 3>&-; return 0; fi
             exec 3>&-

@@ -63,7 +63,7 @@ pub struct Cli {
     /// (`KEA` for all; default none). CONFIG SET changes it.
     #[arg(long = "notify-keyspace-events")]
     pub notify_keyspace_events: Option<String>,
-    /// Serve the memcached text protocol on this port too (off by default;
+    /// Serve the memcached protocols (text and binary) on this port too (off by default;
     /// memcached's is 11211; 0 picks a free one, INFO's memcached_port
     /// tells which).
     #[arg(long = "memcached-port")]

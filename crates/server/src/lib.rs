@@ -1,8 +1,8 @@
 //! `scaledkv-server`: the Redis protocol (RESP2 and RESP3) and, on a port
-//! of its own, memcached's text protocol over the ScaledKV engine. Every
-//! write command's reply is sent only once the write is durable (in `sync`
-//! and `pmem` modes); writes from all connections share the engine's group
-//! commit.
+//! of its own, memcached's text and binary protocols over the ScaledKV
+//! engine. Every write command's reply is sent only once the write is
+//! durable (in `sync` and `pmem` modes); writes from all connections share
+//! the engine's group commit.
 //!
 //! - `resp`: request parsing and reply encoding;
 //! - `conn`: one connection's read–execute–reply loop (pipelining);
@@ -17,7 +17,7 @@
 //! - `pubsub`: channels, patterns and their subscribers' mailboxes;
 //! - `notify`: keyspace notifications published through them;
 //! - `monitor`: MONITOR's lines, sent through the same mailboxes;
-//! - `memcache`: the memcached text protocol over the same keyspace;
+//! - `memcache`: the memcached protocols (text, meta, binary) over the same keyspace;
 //! - `script`: Lua scripting (EVAL), its sandbox and script cache;
 //! - `expiry`: active expiry; `metrics`: the Prometheus endpoint;
 //! - `server`: shared state, listeners, shutdown; `config`: flags and TOML.
