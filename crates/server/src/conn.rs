@@ -71,6 +71,12 @@ pub struct ClientInfo {
     /// LIST, INFO and CLIENT KILL TYPE pubsub (the connection keeps the
     /// names, `ConnState::subscriptions`).
     subscriptions: [AtomicUsize; 3],
+    /// CLIENT TRACKING's settings (None: off), read by other clients'
+    /// writes (`crate::tracking`).
+    pub tracking: Mutex<Option<crate::tracking::Settings>>,
+    /// Invalidations may come for it (it tracks keys, or another client
+    /// redirects them to it): its connection delivers mail.
+    pub gets_pushes: AtomicBool,
 }
 
 pub const UNBLOCK_TIMEOUT: u8 = 1;
@@ -100,6 +106,8 @@ impl ClientInfo {
             monitor: AtomicBool::new(false),
             queued: AtomicI64::new(-1),
             subscriptions: Default::default(),
+            tracking: Mutex::new(None),
+            gets_pushes: AtomicBool::new(false),
         }
     }
 
@@ -158,6 +166,19 @@ impl ClientInfo {
         if self.blocked.load(Ordering::Relaxed) {
             flags.push('b');
         }
+        let redirect = match &*self.tracking.lock() {
+            Some(tracking) => {
+                flags.push('t');
+                if tracking.broken_redirect {
+                    flags.push('R');
+                }
+                if tracking.bcast {
+                    flags.push('B');
+                }
+                tracking.redirect as i64
+            }
+            None => -1,
+        };
         if flags.is_empty() {
             flags.push('N');
         }
@@ -166,7 +187,7 @@ impl ClientInfo {
         format!(
             "id={} addr={} laddr={} fd=-1 name={} age={} idle={} flags={flags} db=0 sub={sub} psub={psub} ssub={ssub} multi={queued} qbuf=0 \
              qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd={} \
-             user=default redir=-1 resp={}",
+             user=default redir={redirect} resp={}",
             self.id,
             self.addr,
             self.local,
@@ -216,6 +237,11 @@ pub struct ConnState {
     /// flush: shared counters bumped per command by every worker would
     /// bounce their cache line between cores.
     pub counts: LocalCounts,
+    /// CLIENT TRACKING's settings (a copy of `ClientInfo::tracking`'s,
+    /// read without its lock by every command).
+    pub tracking: Option<crate::tracking::Settings>,
+    /// CLIENT CACHING YES|NO was given for the next command.
+    pub caching: bool,
 }
 
 #[derive(Default)]
@@ -252,9 +278,10 @@ impl ConnState {
     }
 
     /// Whether messages may come for this client: it subscribed to
-    /// something or is in MONITOR.
+    /// something, is in MONITOR, or gets client-side caching's
+    /// invalidations.
     pub fn listens(&self) -> bool {
-        !self.subscriptions.is_empty() || self.monitors()
+        !self.subscriptions.is_empty() || self.monitors() || self.info.gets_pushes.load(Ordering::Relaxed)
     }
 
     /// Appends the messages published to this client since its last
@@ -310,6 +337,8 @@ impl ConnState {
             subscriptions: Subscriptions::default(),
             woken: Vec::new(),
             counts: LocalCounts::default(),
+            tracking: None,
+            caching: false,
         }
     }
 
@@ -320,6 +349,7 @@ impl ConnState {
         crate::pubsub::wake(&mut self.woken);
         self.subscriptions.clear(&shared.pubsub, &self.info);
         self.stop_monitoring(shared);
+        shared.tracking.disable(&self.info);
         shared.clients.lock().remove(&self.info.id);
         shared.connected.fetch_sub(1, Ordering::AcqRel);
     }

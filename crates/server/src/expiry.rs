@@ -22,13 +22,15 @@ pub async fn active_expiry(shared: Arc<Shared>) {
         // A client's key dropped here is Redis's `expired` event (its
         // collections' entries under reserved keys are not keys to them).
         let mut expired = Vec::new();
-        let notify = crate::notify::wanted(shared.notify_flags.load(Ordering::Relaxed), crate::notify::EXPIRED);
+        let notify = crate::notify::wanted(shared.notify_flags.load(Ordering::Relaxed), crate::notify::EXPIRED)
+            || shared.tracking.active();
         let (next, dropped) = shared.db.purge_expired(cursor.as_deref(), STEP_KEYS, |key| {
             if notify && !crate::keyspace::is_reserved(key) {
                 expired.push(crate::notify::Event {
                     class: crate::notify::EXPIRED,
                     name: "expired",
                     key: key.to_vec(),
+                    writer: 0,
                 });
             }
         });

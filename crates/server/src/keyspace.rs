@@ -699,8 +699,8 @@ impl Writes {
 
     /// Notes a keyspace notification (`crate::notify`) for when these
     /// writes commit.
-    pub fn note_event(&mut self, class: u32, name: &'static str, key: &[u8]) {
-        self.events.push(crate::notify::Event { class, name, key: key.to_vec() });
+    pub fn note_event(&mut self, class: u32, name: &'static str, key: &[u8], writer: u64) {
+        self.events.push(crate::notify::Event { class, name, key: key.to_vec(), writer });
     }
 
     /// Notes a rank block of sorted set `table` added at `fence` (a split)

@@ -16,6 +16,7 @@
 //! - `waiters`: clients blocked in BLPOP and the like, in line per key;
 //! - `pubsub`: channels, patterns and their subscribers' mailboxes;
 //! - `notify`: keyspace notifications published through them;
+//! - `tracking`: client-side caching's invalidations (CLIENT TRACKING);
 //! - `monitor`: MONITOR's lines, sent through the same mailboxes;
 //! - `memcache`: the memcached protocols (text, meta, binary) over the same keyspace;
 //! - `script`: Lua scripting (EVAL), its sandbox and script cache;
@@ -48,6 +49,7 @@ pub mod script;
 pub mod server;
 pub mod slowlog;
 pub mod stream;
+pub mod tracking;
 pub mod waiters;
 pub mod zset;
 

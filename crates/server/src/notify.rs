@@ -88,20 +88,27 @@ pub fn wanted(flags: u32, class: u32) -> bool {
     flags & class != 0 && flags & (KEYSPACE | KEYEVENT) != 0
 }
 
-/// One event a command noted: its class, its name and the key.
+/// Not a class of Redis's: a flush of every key, noted for client-side
+/// caching (`crate::tracking`), never published.
+pub const FLUSHED: u32 = 1 << 31;
+
+/// One event a command noted: its class, its name, the key, and the
+/// client whose command it was (0: the server's own, active expiry).
 pub struct Event {
     pub class: u32,
     pub name: &'static str,
     pub key: Vec<u8>,
+    pub writer: u64,
 }
 
 /// Publishes `events` on the channels the setting asks for (the setting
-/// may have changed since they were noted: it is read again).
+/// may have changed since they were noted: it is read again), and sends
+/// the invalidations they call for to clients that track keys.
 pub fn publish(shared: &Shared, events: &[Event]) {
     let flags = shared.notify_flags.load(Ordering::Relaxed);
     let mut woken = Vec::new();
     let mut channel = Vec::new();
-    for &Event { class, name, ref key } in events {
+    for &Event { class, name, ref key, .. } in events {
         if !wanted(flags, class) {
             continue;
         }
@@ -119,6 +126,9 @@ pub fn publish(shared: &Shared, events: &[Event]) {
         }
     }
     crate::pubsub::wake(&mut woken);
+    if shared.tracking.active() {
+        shared.tracking.invalidate(shared, events);
+    }
 }
 
 #[cfg(test)]

@@ -107,6 +107,12 @@ pub fn post_line(client: &Arc<ClientInfo>, line: Bytes, woken: &mut Vec<Arc<Clie
     post(client, Message { bytes: line, push: false }, woken);
 }
 
+/// Queues `array` (a RESP2 array, sent as a push in RESP3) for `client`,
+/// as `post` does a message (client-side caching's invalidations).
+pub fn post_push(client: &Arc<ClientInfo>, array: Bytes, woken: &mut Vec<Arc<ClientInfo>>) {
+    post(client, Message { bytes: array, push: true }, woken);
+}
+
 /// Messages published to a client and not yet sent.
 #[derive(Default)]
 pub struct Mailbox {

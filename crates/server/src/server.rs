@@ -84,6 +84,8 @@ pub struct Shared {
     pub waiters: crate::waiters::Waiters,
     /// Who listens to which channel (`crate::pubsub`).
     pub pubsub: crate::pubsub::PubSub,
+    /// Client-side caching: who may have cached which keys.
+    pub tracking: crate::tracking::Tracking,
     /// `notify-keyspace-events` (`crate::notify`): 0, none, by default.
     pub notify_flags: std::sync::atomic::AtomicU32,
     /// Clients in MONITOR (`crate::monitor`).
@@ -240,6 +242,7 @@ pub async fn run(config: Config, db: Db) -> Result<(), String> {
         pending: Default::default(),
         waiters: crate::waiters::Waiters::default(),
         pubsub: Default::default(),
+        tracking: Default::default(),
         notify_flags: std::sync::atomic::AtomicU32::new(config.notify_keyspace_events),
         monitors: Default::default(),
         memcached: crate::memcache::State::new(cas),

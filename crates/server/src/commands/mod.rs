@@ -245,10 +245,12 @@ impl Ctx<'_> {
 
     /// Notes keyspace notification `name` of `class` for `key`, published
     /// once this command's writes commit (nothing unless
-    /// `notify-keyspace-events` asks for the class).
+    /// `notify-keyspace-events` asks for the class), and the change for
+    /// clients that track keys (`crate::tracking`).
     pub fn notify(&mut self, class: u32, name: &'static str, key: &[u8]) {
-        if crate::notify::wanted(self.shared.notify_flags.load(Ordering::Relaxed), class) {
-            self.writes.note_event(class, name, key);
+        let flags = self.shared.notify_flags.load(Ordering::Relaxed);
+        if crate::notify::wanted(flags, class) || self.shared.tracking.active() {
+            self.writes.note_event(class, name, key, self.conn.info.id);
         }
     }
 
@@ -899,6 +901,10 @@ pub async fn execute<'s>(
     let errors = crate::commandstats::errors_sent();
     conn.refused = false;
     run_command(shared, conn, out, command, &mut args, run).await;
+    // CLIENT CACHING counts for the next command (or transaction) only.
+    if conn.caching && conn.multi.is_none() && command.name != "client" {
+        conn.caching = false;
+    }
     if conn.refused {
         crate::commandstats::rejected(index_of(command));
     } else if !args.is_empty() {
@@ -1114,6 +1120,9 @@ pub async fn run_command<'s>(
         writes.see_pending(&shared.pending);
     }
     conn.block_args = None;
+    if conn.tracking.is_some() {
+        crate::tracking::remember_reads(shared, conn, command, args);
+    }
     let result = (command.run)(&mut Ctx { shared, conn, out, writes: &mut writes }, args);
     // A blocking command is shown once it ends (`conn::wait_blocked`), and
     // its looks again while it waits not at all.

@@ -72,6 +72,7 @@ pub fn reset(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
     // Messages published before it are sent before its reply.
     ctx.conn.info.mail.deliver(ctx.out);
     ctx.conn.reset_transaction();
+    crate::tracking::reset(ctx.shared, ctx.conn);
     ctx.conn.protocol = Protocol::Resp2;
     ctx.out.protocol = Protocol::Resp2;
     ctx.conn.info.resp.store(2, Ordering::Relaxed);
@@ -239,30 +240,13 @@ pub fn client(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
             }
             ctx.out.ok();
         }
-        "getredir" if args.len() == 2 => ctx.out.int(-1),
-        "trackinginfo" if args.len() == 2 => {
-            ctx.out.map(3);
-            ctx.out.bulk(b"flags");
-            ctx.out.set(1);
-            ctx.out.bulk(b"off");
-            ctx.out.bulk(b"redirect");
-            ctx.out.int(-1);
-            ctx.out.bulk(b"prefixes");
-            ctx.out.array(0);
+        "getredir" if args.len() == 2 => {
+            let redirect = ctx.conn.tracking.as_ref().map_or(-1, |tracking| tracking.redirect as i64);
+            ctx.out.int(redirect);
         }
-        "caching" if args.len() == 3 => {
-            return Err(err(
-                "ERR CLIENT CACHING can be called only when the client is in tracking mode with OPTIN or OPTOUT mode \
-                 enabled",
-            ))
-        }
-        "tracking" if args.len() >= 3 => match () {
-            _ if eq(&args[2], "off") => ctx.out.ok(),
-            _ if eq(&args[2], "on") => {
-                return Err(err("ERR CLIENT TRACKING is not supported by ScaledKV yet (see the README)"))
-            }
-            _ => return Err(CmdError::Syntax),
-        },
+        "trackinginfo" if args.len() == 2 => crate::tracking::info(ctx),
+        "caching" if args.len() >= 3 => crate::tracking::caching(ctx, &args[2])?,
+        "tracking" if args.len() >= 3 => crate::tracking::command(ctx, args)?,
         "reply" if args.len() == 3 => match () {
             _ if eq(&args[2], "on") => ctx.out.ok(),
             _ if eq(&args[2], "off") || eq(&args[2], "skip") => {
@@ -531,6 +515,8 @@ pub fn clear_all(db: &scaledkv::Db, writes: &mut crate::keyspace::Writes) -> sca
         }
         writes.delete(&key);
     }
+    // Clients that cache keys are told once the flush is durable.
+    writes.note_event(crate::notify::FLUSHED, "flush", b"", 0);
     Ok(())
 }
 
@@ -634,10 +620,11 @@ pub fn info_text(ctx: &Ctx<'_>, sections: &[String]) -> String {
     if wanted("clients") {
         let _ = write!(
             text,
-            "# Clients\r\nconnected_clients:{}\r\nmaxclients:{}\r\nblocked_clients:{}\r\n\r\n",
+            "# Clients\r\nconnected_clients:{}\r\nmaxclients:{}\r\nblocked_clients:{}\r\ntracking_clients:{}\r\n\r\n",
             shared.clients.lock().len(),
             shared.maxclients(),
-            shared.waiters.blocked_clients()
+            shared.waiters.blocked_clients(),
+            shared.tracking.counts().0,
         );
     }
     if wanted("memory") {
@@ -702,6 +689,7 @@ pub fn info_text(ctx: &Ctx<'_>, sections: &[String]) -> String {
         );
     }
     if wanted("stats") {
+        let (_, tracking_keys, tracking_items, tracking_prefixes) = shared.tracking.counts();
         let _ = write!(
             text,
             "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\n\
@@ -709,7 +697,8 @@ pub fn info_text(ctx: &Ctx<'_>, sections: &[String]) -> String {
              expired_keys:{}\r\nevicted_keys:{}\r\nevicted_bytes:{}\r\nevict_second_chances:{}\r\n\
              evict_stalled_writes:{}\r\nssd_demoted_segments:{}\r\nssd_demoted_bytes:{}\r\nssd_reads:{}\r\n\
              keyspace_hits:{}\r\nkeyspace_misses:{}\r\npubsub_channels:{}\r\n\
-             pubsub_patterns:{}\r\npubsubshard_channels:{}\r\ntotal_error_replies:{}\r\nscript_reruns_with_every_lock:{}\r\n\r\n",
+             pubsub_patterns:{}\r\npubsubshard_channels:{}\r\ntracking_total_keys:{}\r\ntracking_total_items:{}\r\n\
+             tracking_total_prefixes:{}\r\ntotal_error_replies:{}\r\nscript_reruns_with_every_lock:{}\r\n\r\n",
             s.connections_received.load(Ordering::Relaxed),
             s.commands.load(Ordering::Relaxed),
             s.net_input_bytes.load(Ordering::Relaxed),
@@ -728,6 +717,9 @@ pub fn info_text(ctx: &Ctx<'_>, sections: &[String]) -> String {
             shared.pubsub.count(crate::pubsub::Class::Channel),
             shared.pubsub.count(crate::pubsub::Class::Pattern),
             shared.pubsub.count(crate::pubsub::Class::Shard),
+            tracking_keys,
+            tracking_items,
+            tracking_prefixes,
             crate::commandstats::total_errors(),
             s.script_reruns.load(Ordering::Relaxed),
         );
@@ -857,6 +849,7 @@ fn parameters(ctx: &Ctx<'_>) -> Vec<(&'static str, String)> {
         ("slowlog-max-len", shared.slowlog.max_len().to_string()),
         ("latency-monitor-threshold", shared.latency.threshold().to_string()),
         ("latency-tracking", if crate::commandstats::tracking() { "yes" } else { "no" }.into()),
+        ("tracking-table-max-keys", shared.tracking.max_keys.load(Ordering::Relaxed).to_string()),
     ]
 }
 
@@ -923,6 +916,7 @@ fn config_set(ctx: &mut Ctx<'_>, name: &str, value: &[u8]) -> CmdResult {
         "slowlog-log-slower-than" => shared.slowlog.set_slower_than(signed(-1)?),
         "slowlog-max-len" => shared.slowlog.set_max_len(signed(0)? as usize),
         "latency-monitor-threshold" => shared.latency.set_threshold(signed(0)? as u64),
+        "tracking-table-max-keys" => shared.tracking.max_keys.store(signed(0)? as usize, Ordering::Relaxed),
         "latency-tracking" => match text.to_ascii_lowercase().as_str() {
             "yes" => crate::commandstats::set_tracking(true),
             "no" => crate::commandstats::set_tracking(false),
