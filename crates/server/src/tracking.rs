@@ -178,8 +178,7 @@ impl Tracking {
         }
         let prefixes = self.prefixes.read().clone();
         if !prefixes.is_empty() {
-            // Prefix → its clients, and its changed keys with their writers.
-            let mut groups: BTreeMap<&[u8], (Vec<u64>, BTreeMap<&[u8], u64>)> = BTreeMap::new();
+            let mut groups: BTreeMap<&[u8], Group> = BTreeMap::new();
             for (prefix, id) in &prefixes {
                 groups.entry(prefix).or_default().0.push(*id);
             }
@@ -305,7 +304,10 @@ pub fn command(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
                     return Err(err("ERR A client can only redirect to a single other client"));
                 }
                 let id = int(&args[i])?;
-                let exists = u64::try_from(id).ok().filter(|&id| id != 0).is_some_and(|id| ctx.shared.clients.lock().contains_key(&id));
+                let exists = u64::try_from(id)
+                    .ok()
+                    .filter(|&id| id != 0)
+                    .is_some_and(|id| ctx.shared.clients.lock().contains_key(&id));
                 if !exists {
                     return Err(err("ERR The client ID you want redirect to does not exist"));
                 }
@@ -348,10 +350,8 @@ pub fn command(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         return Err(err("ERR You can't specify both OPTIN mode and OPTOUT mode"));
     }
     if current.is_some_and(|current| (settings.optin && current.optout) || (settings.optout && current.optin)) {
-        return Err(err(
-            "ERR You can't switch OPTIN/OPTOUT mode before disabling tracking for this client, and then \
-             re-enabling it with a different mode.",
-        ));
+        return Err(err("ERR You can't switch OPTIN/OPTOUT mode before disabling tracking for this client, and then \
+             re-enabling it with a different mode."));
     }
     if settings.bcast {
         let old: &[Vec<u8>] = current.map_or(&[], |current| &current.prefixes);
@@ -375,7 +375,7 @@ pub fn command(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         }
         // Redis adds the new prefixes to those the client had.
         let mut all = old.to_vec();
-        all.extend(settings.prefixes.drain(..));
+        all.append(&mut settings.prefixes);
         settings.prefixes = all;
     }
     ctx.shared.tracking.enable(&ctx.conn.info, settings.clone());
@@ -458,6 +458,9 @@ pub fn info(ctx: &mut Ctx<'_>) {
     }
 }
 
+/// A BCAST prefix's clients, and its changed keys with their writers.
+type Group<'a> = (Vec<u64>, BTreeMap<&'a [u8], u64>);
+
 /// What an invalidation names.
 #[derive(Clone, Copy)]
 enum Payload<'a> {
@@ -526,7 +529,10 @@ mod tests {
     #[test]
     fn messages_are_as_redis_writes_them() {
         let keys: [&[u8]; 2] = [b"a", b"bc"];
-        assert_eq!(&message(Payload::Keys(&keys), true)[..], b"*2\r\n$10\r\ninvalidate\r\n*2\r\n$1\r\na\r\n$2\r\nbc\r\n");
+        assert_eq!(
+            &message(Payload::Keys(&keys), true)[..],
+            b"*2\r\n$10\r\ninvalidate\r\n*2\r\n$1\r\na\r\n$2\r\nbc\r\n"
+        );
         assert_eq!(&message(Payload::Flush, true)[..], b"*2\r\n$10\r\ninvalidate\r\n_\r\n");
         assert_eq!(
             &pubsub_message(Payload::Flush, false)[..],

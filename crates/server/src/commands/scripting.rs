@@ -218,6 +218,10 @@ fn run_script<'s>(
         let mut reply = Out::with_buf(std::mem::take(buf), protocol);
         let mut branch = writes.branch();
         conn.in_script = true;
+        if conn.tracking.is_some() {
+            // The keys it reads (Redis remembers the script's declared keys).
+            crate::tracking::remember_reads(shared, conn, command, &args);
+        }
         let started = shared.slowlog.now();
         let result = (command.run)(&mut Ctx { shared, conn, out: &mut reply, writes: &mut branch }, &args);
         conn.in_script = false;
