@@ -242,6 +242,12 @@ pub struct ConnState {
     pub tracking: Option<crate::tracking::Settings>,
     /// CLIENT CACHING YES|NO was given for the next command.
     pub caching: bool,
+    /// CLIENT REPLY OFF: no replies until CLIENT REPLY ON.
+    pub reply_off: bool,
+    /// CLIENT REPLY SKIP: the command running gets no reply ...
+    pub reply_skip: bool,
+    /// ... set from this before each command read.
+    pub reply_skip_next: bool,
 }
 
 #[derive(Default)]
@@ -339,6 +345,9 @@ impl ConnState {
             counts: LocalCounts::default(),
             tracking: None,
             caching: false,
+            reply_off: false,
+            reply_skip: false,
+            reply_skip_next: false,
         }
     }
 
@@ -530,6 +539,8 @@ async fn run(shared: &Shared, stream: &mut TcpStream, conn: &mut ConnState) -> s
                     return Ok(());
                 }
                 out.protocol = conn.protocol;
+                // CLIENT REPLY SKIP silences the command after it.
+                conn.reply_skip = std::mem::take(&mut conn.reply_skip_next);
                 commands::execute(shared, conn, &mut out, args, &mut run).await;
                 if conn.blocked.is_some() && !wait_blocked(shared, stream, conn, &mut out, &mut run).await? {
                     return Ok(());

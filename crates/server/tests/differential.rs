@@ -2699,3 +2699,33 @@ fn acl_answers_as_redis_does() {
     assert_eq!(log(ours, b"1"), log(theirs, b"1"));
     same_replies(ours, theirs, &[words("CONFIG SET requirepass ''"), words("ACL LOG RESET"), words("ACL LOG")]);
 }
+
+/// CLIENT REPLY OFF and SKIP silence replies (errors too, and inside a
+/// transaction) until ON, as Redis does: a pipeline of them and then a
+/// PING gives the same bytes from both servers.
+#[test]
+fn client_reply_off_and_skip_match_redis() {
+    let Some(mut servers) = Servers::start() else { return };
+    let Servers { ours, theirs, .. } = &mut servers;
+    let script = "CLIENT REPLY OFF | SET a 1 | GET a | BOGUS | INCR a | CLIENT REPLY SKIP | CLIENT REPLY ON | GET a | \
+                  CLIENT REPLY SKIP | GET a | GET a | CLIENT REPLY SKIP | CLIENT REPLY SKIP | SET b 2 | GET b | MULTI | \
+                  CLIENT REPLY SKIP | GET a | EXEC | GET a | CLIENT REPLY X | CLIENT REPLY | CLIENT REPLY SKIP | \
+                  CLIENT REPLY OFF | GET a | CLIENT REPLY ON | GET a | CLIENT REPLY SKIP | RESET | GET a | PING";
+    let mut bytes = Vec::new();
+    for command in script.split(" | ") {
+        let words: Vec<&[u8]> = command.split(' ').map(str::as_bytes).collect();
+        bytes.extend(encode(&words));
+    }
+    let replies = |stream: &mut TcpStream| {
+        use std::io::Write;
+        stream.write_all(&bytes).unwrap();
+        let mut all = Vec::new();
+        while !all.ends_with(b"+PONG\r\n") {
+            all.extend(read_reply(stream));
+        }
+        String::from_utf8_lossy(&all).into_owned()
+    };
+    let expected = replies(theirs);
+    assert_eq!(replies(ours), expected);
+    assert!(expected.contains("-ERR syntax error"), "{expected}");
+}

@@ -880,16 +880,33 @@ fn reject(conn: &mut ConnState, out: &mut Out, command: &Command, args: &mut Vec
 }
 
 /// Runs one request from a connection, appending its reply to `out`.
-pub async fn execute<'s>(
+pub async fn execute<'s>(shared: &'s Shared, conn: &mut ConnState, out: &mut Out, args: Vec<Bytes>, run: &mut Run<'s>) {
+    if args.is_empty() {
+        return;
+    }
+    // CLIENT REPLY OFF or SKIP: the reply is dropped once the command ran.
+    // Its run is settled on both sides, so a failed commit's errors cannot
+    // land among replies that were dropped; messages before it still go.
+    let silenced = conn.reply_off || conn.reply_skip;
+    if silenced {
+        run.commit(shared, out).await;
+        conn.deliver(out);
+    }
+    let mark = out.len();
+    execute_one(shared, conn, out, args, run).await;
+    if silenced && (conn.reply_off || conn.reply_skip) {
+        run.commit(shared, out).await;
+        out.truncate(mark);
+    }
+}
+
+async fn execute_one<'s>(
     shared: &'s Shared,
     conn: &mut ConnState,
     out: &mut Out,
     mut args: Vec<Bytes>,
     run: &mut Run<'s>,
 ) {
-    if args.is_empty() {
-        return;
-    }
     conn.counts.commands += 1;
     let Some(command) = lookup(&args[0]) else {
         conn.flag_transaction_error();

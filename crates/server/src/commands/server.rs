@@ -73,6 +73,7 @@ pub fn reset(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
     ctx.conn.info.mail.deliver(ctx.out);
     ctx.conn.reset_transaction();
     crate::tracking::reset(ctx.shared, ctx.conn);
+    (ctx.conn.reply_off, ctx.conn.reply_skip_next) = (false, false);
     ctx.conn.protocol = Protocol::Resp2;
     ctx.out.protocol = Protocol::Resp2;
     ctx.conn.info.resp.store(2, Ordering::Relaxed);
@@ -247,11 +248,15 @@ pub fn client(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         "trackinginfo" if args.len() == 2 => crate::tracking::info(ctx),
         "caching" if args.len() >= 3 => crate::tracking::caching(ctx, &args[2])?,
         "tracking" if args.len() >= 3 => crate::tracking::command(ctx, args)?,
+        // OFF and SKIP answer nothing themselves (`commands::execute`
+        // drops the replies they silence).
         "reply" if args.len() == 3 => match () {
-            _ if eq(&args[2], "on") => ctx.out.ok(),
-            _ if eq(&args[2], "off") || eq(&args[2], "skip") => {
-                return Err(err("ERR CLIENT REPLY OFF and SKIP are not supported by ScaledKV yet (see the README)"))
+            _ if eq(&args[2], "on") => {
+                (ctx.conn.reply_off, ctx.conn.reply_skip) = (false, false);
+                ctx.out.ok();
             }
+            _ if eq(&args[2], "off") => ctx.conn.reply_off = true,
+            _ if eq(&args[2], "skip") => ctx.conn.reply_skip_next |= !ctx.conn.reply_off,
             _ => return Err(CmdError::Syntax),
         },
         "pause" if args.len() == 3 || args.len() == 4 => {
