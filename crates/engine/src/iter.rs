@@ -222,6 +222,13 @@ impl Iter<'_> {
         Some(Ok(self.current().expect("an entry was just lent")))
     }
 
+    /// The key of the entry `next_ref` read last, whether it lent the
+    /// entry or returned an error for it (a corrupt entry's key, which the
+    /// error does not name; None before the first).
+    pub fn last_key(&self) -> Option<&[u8]> {
+        (self.next_in_chunk > 0).then(|| self.chunk.key(self.next_in_chunk - 1))
+    }
+
     /// The entry `next_ref` lent last, again (None before the first):
     /// lets a caller that looked at the key in a loop take the value after
     /// it.

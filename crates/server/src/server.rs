@@ -169,8 +169,15 @@ impl Shared {
 /// Opens (and recovers) the database the configuration names.
 pub fn open(config: &Config) -> Result<Db, String> {
     let started = Instant::now();
-    let db = Db::open(&config.dir, config.engine_options())
-        .map_err(|e| format!("cannot open {}: {e}", config.dir.display()))?;
+    let db = Db::open(&config.dir, config.engine_options()).map_err(|e| match e {
+        scaledkv::Error::Corruption { .. } => format!(
+            "cannot open {}: {e}\n`scaledkv repair {}` (the admin tool, crates/cli) skips the damaged records, \
+             reporting each, and keeps the rest; `scaledkv check` lists them first",
+            config.dir.display(),
+            config.dir.display()
+        ),
+        _ => format!("cannot open {}: {e}", config.dir.display()),
+    })?;
     let report = db.recovery_report();
     tracing::info!(
         dir = %config.dir.display(),
