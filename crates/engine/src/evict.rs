@@ -148,12 +148,21 @@ impl Inner {
         }
     }
 
-    /// Drops evicted entries from the index, where it still points at them.
+    /// Drops evicted entries from the index, where it still points at them,
+    /// and tells the eviction listener which keys went.
     pub(crate) fn drop_evicted(&self, evicted: &[(Key, Loc)]) {
-        self.index.remove_all_if_at(evicted, &self.segments, |loc| {
+        let listener = self.options.eviction_listener.as_ref();
+        let mut gone = Vec::new();
+        self.index.remove_all_if_at(evicted, &self.segments, |key, loc| {
             self.counters.evicted_keys.fetch_add(1, Ordering::Relaxed);
             self.counters.evicted_bytes.fetch_add(loc.len as u64, Ordering::Relaxed);
+            if listener.is_some() {
+                gone.push(key.to_vec());
+            }
         });
+        if let Some(listener) = listener.filter(|_| !gone.is_empty()) {
+            (listener.0)(gone);
+        }
     }
 
     /// Evicts (or demotes) up to `max_segments` oldest segments while a
@@ -282,6 +291,28 @@ mod tests {
         assert!(hot_kept >= 190, "hot {hot_kept} of 200, cold {cold_kept} of 3800");
         assert!(cold_kept < 400, "hot {hot_kept} of 200, cold {cold_kept} of 3800");
         assert_eq!(stats.cache_capacity_bytes, CAPACITY);
+    }
+
+    /// The listener hears of every key eviction dropped, once, and of no
+    /// key that is still there.
+    #[test]
+    fn the_listener_hears_of_exactly_the_keys_evicted() {
+        let dir = tempfile::tempdir().unwrap();
+        let heard = Arc::new(parking_lot::Mutex::new(Vec::new()));
+        let listener = {
+            let heard = heard.clone();
+            crate::EvictionListener(Arc::new(move |keys: Vec<Vec<u8>>| heard.lock().extend(keys)))
+        };
+        let db = Db::open(dir.path(), Options { eviction_listener: Some(listener), ..options(None) }).unwrap();
+        write_reading_every_20th(&db, 4000, Db::log_bytes);
+        let heard = heard.lock().clone();
+        assert_eq!(heard.len() as u64, db.stats().evicted_keys);
+        let distinct: std::collections::HashSet<&Vec<u8>> = heard.iter().collect();
+        assert_eq!(distinct.len(), heard.len(), "each key once (each was written once)");
+        for key in &heard {
+            assert_eq!(db.get(key).unwrap(), None);
+        }
+        assert!(heard.len() > 3000, "{}", heard.len());
     }
 
     /// `Keep` entries are never evicted, `Evict` ones go even when read.

@@ -43,8 +43,8 @@ pub use db::{now_ms, Db, PinnedValue, Snapshot};
 pub use error::{Error, Result};
 pub use iter::Iter;
 pub use options::{
-    Durability, Eviction, EvictionFilter, Options, SsdTier, MAX_BATCH_BYTES, MAX_KEY_BYTES, MAX_VALUE_BYTES,
-    MIN_CACHE_SEGMENTS,
+    Durability, Eviction, EvictionFilter, EvictionListener, Options, SsdTier, MAX_BATCH_BYTES, MAX_KEY_BYTES,
+    MAX_VALUE_BYTES, MIN_CACHE_SEGMENTS,
 };
 pub use recovery::{RecoveryReport, Truncation};
 pub use stats::Stats;

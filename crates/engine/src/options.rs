@@ -65,6 +65,18 @@ impl std::fmt::Debug for EvictionFilter {
     }
 }
 
+/// Told the keys eviction dropped from the index (cache mode), by the
+/// evicting thread once they are gone: a server's keyspace notifications
+/// and client-side caching's invalidations. Keep it short.
+#[derive(Clone)]
+pub struct EvictionListener(pub Arc<dyn Fn(Vec<Vec<u8>>) + Send + Sync>);
+
+impl std::fmt::Debug for EvictionListener {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("EvictionListener(..)")
+    }
+}
+
 /// A second, larger tier for the log (`tier.rs`): when the log outgrows
 /// `Options::cache_capacity_bytes`, its oldest sealed segments move whole
 /// to `dir` (an SSD, where the database's own directory is persistent
@@ -168,6 +180,8 @@ pub struct Options {
     /// written earns them a second chance; `None`: every entry, with a
     /// second chance.
     pub eviction_filter: Option<EvictionFilter>,
+    /// Told which keys eviction dropped (`None`: nobody).
+    pub eviction_listener: Option<EvictionListener>,
     /// Where the oldest segments go once the log outgrows
     /// `cache_capacity_bytes` (which it then requires): `None`, the
     /// default, evicts them.
@@ -197,6 +211,7 @@ impl Default for Options {
             background_idle: false,
             cache_capacity_bytes: 0,
             eviction_filter: None,
+            eviction_listener: None,
             ssd_tier: None,
             point_tag_bits: 32,
         }

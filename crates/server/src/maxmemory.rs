@@ -18,8 +18,10 @@
 //! collections (stored as one entry per member, `commands::table`) and the
 //! server's own entries are never evicted: they are copied forward, and
 //! if they fill the limit, writes get the OOM error once the log is a
-//! quarter over it. Evicted keys raise no keyspace notification and do
-//! not fail a WATCH.
+//! quarter over it. Evicted keys raise Redis's `evicted` keyspace
+//! notification (class `e`) and invalidate clients' caches
+//! (`crate::tracking`), once the engine has dropped them
+//! (`announce_evictions`); they do not fail a WATCH.
 //!
 //! With an SSD tier (`--ssd-dir`, `scaledkv::tier`), `maxmemory` bounds
 //! the fast tier (`--dir`) whatever the policy: past it the oldest data
@@ -31,7 +33,7 @@
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 
-use scaledkv::{Eviction, EvictionFilter};
+use scaledkv::{Eviction, EvictionFilter, EvictionListener};
 
 use crate::keyspace::{is_reserved, is_table};
 
@@ -57,7 +59,22 @@ pub struct MemoryLimit {
     policy: AtomicU8,
     /// With an SSD tier, its size (0: no bound).
     ssd_size: Option<u64>,
+    /// Keys the engine evicted and the server has not announced yet.
+    evicted: parking_lot::Mutex<EvictedKeys>,
+    /// Wakes `announce_evictions`.
+    evictions: tokio::sync::Notify,
 }
+
+#[derive(Debug, Default)]
+struct EvictedKeys {
+    keys: Vec<Vec<u8>>,
+    /// More than `MAX_UNANNOUNCED` waited: caches are told everything went.
+    overflowed: bool,
+}
+
+/// Evicted keys waiting to be announced, at most (a flood past it is
+/// announced as a flush to caching clients, its notifications dropped).
+const MAX_UNANNOUNCED: usize = 1 << 20;
 
 /// Redis's error for a write refused over the limit.
 pub const OOM_ERROR: &str = "OOM command not allowed when used memory > 'maxmemory'.";
@@ -164,6 +181,23 @@ impl MemoryLimit {
         }
     }
 
+    /// The engine's eviction listener: queues the keys for
+    /// `announce_evictions`.
+    pub fn listener(self: &Arc<Self>) -> EvictionListener {
+        let limit = self.clone();
+        EvictionListener(Arc::new(move |keys: Vec<Vec<u8>>| {
+            let mut evicted = limit.evicted.lock();
+            if evicted.keys.len() + keys.len() > MAX_UNANNOUNCED {
+                evicted.keys.clear();
+                evicted.overflowed = true;
+            } else {
+                evicted.keys.extend(keys.into_iter().filter(|key| !is_reserved(key)));
+            }
+            drop(evicted);
+            limit.evictions.notify_one();
+        }))
+    }
+
     /// The engine's eviction filter: reads the policy at each call, so
     /// CONFIG SET takes effect at once.
     pub fn filter(self: &Arc<Self>) -> EvictionFilter {
@@ -182,6 +216,37 @@ impl MemoryLimit {
                 Eviction::SecondChance
             }
         }))
+    }
+}
+
+/// Announces the keys eviction dropped, as they go: Redis's `evicted`
+/// keyspace notification and client-side caching's invalidations.
+pub async fn announce_evictions(shared: Arc<crate::server::Shared>) {
+    let mut shutdown = shared.shutdown.subscribe();
+    let memory = &shared.config.memory;
+    loop {
+        tokio::select! {
+            _ = memory.evictions.notified() => {}
+            _ = shutdown.changed() => return,
+        }
+        let EvictedKeys { keys, overflowed } = std::mem::take(&mut *memory.evicted.lock());
+        let mut events: Vec<crate::notify::Event> = keys
+            .into_iter()
+            .map(|key| crate::notify::Event { class: crate::notify::EVICTED, name: "evicted", key, writer: 0 })
+            .collect();
+        if overflowed {
+            tracing::warn!(
+                max = MAX_UNANNOUNCED,
+                "evicted keys piled up unannounced; caching clients are told to drop everything"
+            );
+            events.push(crate::notify::Event {
+                class: crate::notify::FLUSHED,
+                name: "flush",
+                key: Vec::new(),
+                writer: 0,
+            });
+        }
+        crate::notify::publish(&shared, &events);
     }
 }
 

@@ -24,10 +24,12 @@ pub const HASH: u32 = 1 << 6;
 pub const ZSET: u32 = 1 << 7;
 /// `x`: a key removed because it expired.
 pub const EXPIRED: u32 = 1 << 8;
-/// `e`, `t`, `d`, `m`, `n`: evictions, streams, modules, key misses and
-/// new keys. Accepted and kept; ScaledKV has none of these events.
+/// `e`: a key evicted (cache mode, `maxmemory::announce_evictions`).
 pub const EVICTED: u32 = 1 << 9;
+/// `t`: stream commands.
 pub const STREAM: u32 = 1 << 10;
+/// `d`, `m`, `n`: modules, key misses and new keys. Accepted and kept;
+/// ScaledKV has none of these events.
 pub const MODULE: u32 = 1 << 11;
 pub const MISS: u32 = 1 << 12;
 pub const NEW: u32 = 1 << 13;

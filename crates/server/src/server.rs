@@ -285,6 +285,7 @@ pub async fn run(config: Config, db: Db) -> Result<(), String> {
         tokio::spawn(crate::metrics::serve(shared.clone(), metrics));
     }
     tokio::spawn(crate::expiry::active_expiry(shared.clone()));
+    tokio::spawn(crate::maxmemory::announce_evictions(shared.clone()));
     tokio::spawn(crate::commands::table::sweeper(shared.clone()));
     if let Some(listener) = &memcached {
         let port = listener.local_addr().map_err(|e| e.to_string())?.port();

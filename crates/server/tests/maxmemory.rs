@@ -319,3 +319,63 @@ fn ssd_size_bounds_the_tier_by_refusal_or_eviction() {
     assert!(stats["extstore_bytes_used"].parse::<u64>().unwrap() > 8 * MIB, "{stats:?}");
     assert!(stats["extstore_bytes_written"].parse::<u64>().unwrap() > 16 * MIB, "{stats:?}");
 }
+
+/// Evicted keys are announced as Redis announces them: an `evicted`
+/// keyspace notification each, and an invalidation to a client that
+/// cached them (CLIENT TRACKING). A caching client is never left holding
+/// a key eviction took.
+#[test]
+fn evictions_are_announced_and_invalidate_caches() {
+    use common::{encode, read_reply, request};
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), &["--maxmemory", "16mb", "--maxmemory-policy", "allkeys-lru"]);
+    let mut con = client(&server);
+    let _: () = redis::cmd("CONFIG").arg("SET").arg("notify-keyspace-events").arg("Ee").query(&mut con).unwrap();
+    let mut listener = server.connect();
+    request(&mut listener, &encode(&[b"SUBSCRIBE", b"__keyevent@0__:evicted"]));
+    let mut cache = server.connect();
+    request(&mut cache, &encode(&[b"HELLO", b"3"]));
+    assert_eq!(request(&mut cache, &encode(&[b"CLIENT", b"TRACKING", b"ON"])), b"+OK\r\n");
+    fill(&mut con, 0, 200);
+    // The caching client reads (and so tracks) the first 200 keys.
+    let mut invalidated = std::collections::HashSet::new();
+    let take = |reply: Vec<u8>, invalidated: &mut std::collections::HashSet<Vec<u8>>| -> Option<Vec<u8>> {
+        let Some(keys) = reply.strip_prefix(b">2\r\n$10\r\ninvalidate\r\n") else { return Some(reply) };
+        let text = String::from_utf8_lossy(keys).into_owned();
+        invalidated.extend(text.split("\r\n").filter(|part| part.starts_with('k')).map(|key| key.as_bytes().to_vec()));
+        None
+    };
+    for key in 0..200 {
+        cache.write_all(&encode(&[b"GET", format!("k{key}").as_bytes()])).unwrap();
+        while take(read_reply(&mut cache), &mut invalidated).is_none() {}
+    }
+    // Five times the limit more: the first keys go (a read once earns them
+    // one more round).
+    fill(&mut con, 200, 80_200);
+    cache.write_all(&encode(&[b"PING"])).unwrap();
+    while take(read_reply(&mut cache), &mut invalidated) != Some(b"+PONG\r\n".to_vec()) {}
+    let evicted = number(&mut con, "stats", "evicted_keys");
+    assert!(evicted > 50_000, "{evicted}");
+    let mut gone = 0;
+    for key in 0..200 {
+        let name = format!("k{key}");
+        let value: Option<Vec<u8>> = con.get(&name).unwrap();
+        if value.is_none() {
+            gone += 1;
+            assert!(invalidated.contains(name.as_bytes()), "{name} was evicted, and the cache was not told");
+        }
+    }
+    assert!(gone > 100, "only {gone} of the tracked keys were evicted");
+    // The listener heard of evictions, each an evicted key.
+    listener.set_read_timeout(Some(std::time::Duration::from_secs(5))).unwrap();
+    let mut heard = 0;
+    while heard < 1000 {
+        let message = read_reply(&mut listener);
+        let text = String::from_utf8_lossy(&message).into_owned();
+        assert!(text.contains("__keyevent@0__:evicted"), "{text}");
+        let key = text.rsplit("\r\n").nth(1).unwrap().to_string();
+        let value: Option<Vec<u8>> = con.get(&key).unwrap();
+        assert_eq!(value, None, "{key} was announced as evicted");
+        heard += 1;
+    }
+}

@@ -594,7 +594,7 @@ impl Index {
     /// snapshot needs an older one (GC dropping an expired entry).
     pub fn remove_if_at(&self, key: &[u8], at: Loc, segments: &SegmentSet) -> bool {
         let mut removed = false;
-        self.remove_all_if_at(&[(key, at)], segments, |_| removed = true);
+        self.remove_all_if_at(&[(key, at)], segments, |_, _| removed = true);
         removed
     }
 
@@ -605,7 +605,7 @@ impl Index {
         &self,
         entries: &[(K, Loc)],
         segments: &SegmentSet,
-        mut removed: impl FnMut(Loc),
+        mut removed: impl FnMut(&[u8], Loc),
     ) {
         if entries.iter().any(|(key, _)| self.pending_get(key).is_some()) {
             // A key just written (lazy expiry, a write racing eviction):
@@ -631,7 +631,7 @@ impl Index {
                     s.live_bytes.fetch_sub(at.len as u64, Ordering::Relaxed);
                     segments.mark_dead(s, at.off);
                 });
-                removed(at);
+                removed(key, at);
             }
         }
     }
