@@ -40,7 +40,7 @@ pub struct Settings {
     pub optin: bool,
     pub optout: bool,
     pub noloop: bool,
-    /// BCAST's prefixes (empty: all keys).
+    /// BCAST's prefixes (an empty one: all keys).
     pub prefixes: Vec<Vec<u8>>,
     /// The redirect client was gone when a message was to go to it.
     pub broken_redirect: bool,
@@ -104,9 +104,6 @@ impl Tracking {
         }
         if settings.bcast {
             let mut prefixes = self.prefixes.write();
-            if settings.prefixes.is_empty() {
-                prefixes.push((Vec::new(), client.id));
-            }
             prefixes.extend(settings.prefixes.iter().map(|prefix| (prefix.clone(), client.id)));
         }
         *current = Some(settings);
@@ -373,9 +370,17 @@ pub fn command(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
                 )));
             }
         }
-        // Redis adds the new prefixes to those the client had.
+        // Redis adds the new prefixes to those the client had; none given
+        // is the empty prefix, all keys.
+        if settings.prefixes.is_empty() {
+            settings.prefixes.push(Vec::new());
+        }
         let mut all = old.to_vec();
-        all.append(&mut settings.prefixes);
+        for prefix in settings.prefixes.drain(..) {
+            if !all.contains(&prefix) {
+                all.push(prefix);
+            }
+        }
         settings.prefixes = all;
     }
     ctx.shared.tracking.enable(&ctx.conn.info, settings.clone());

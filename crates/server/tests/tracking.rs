@@ -128,6 +128,18 @@ fn scenarios(port: u16) -> Vec<Vec<u8>> {
     call(&mut a, &["CLIENT", "TRACKINGINFO"], &mut seen);
     call(&mut a, &["CLIENT", "TRACKING", "ON"], &mut seen);
     call(&mut a, &["CLIENT", "TRACKING", "OFF"], &mut seen);
+    // BCAST without a prefix is the empty prefix: it overlaps any other.
+    call(&mut a, &["CLIENT", "TRACKING", "ON", "BCAST"], &mut seen);
+    call(&mut a, &["CLIENT", "TRACKINGINFO"], &mut seen);
+    call(&mut a, &["CLIENT", "TRACKING", "ON", "BCAST", "PREFIX", "a"], &mut seen);
+    call(&mut a, &["CLIENT", "TRACKING", "OFF"], &mut seen);
+    call(&mut a, &["CLIENT", "TRACKING", "ON", "BCAST", "PREFIX", "a"], &mut seen);
+    call(&mut a, &["CLIENT", "TRACKING", "ON", "BCAST"], &mut seen);
+    call(&mut a, &["CLIENT", "TRACKINGINFO"], &mut seen);
+    call(&mut a, &["CLIENT", "TRACKING", "ON", "BCAST", "PREFIX", "b", "PREFIX", "b"], &mut seen);
+    seen.push(send(&mut b, &["SET", "abc", "1"]));
+    call(&mut a, &["PING"], &mut seen);
+    call(&mut a, &["CLIENT", "TRACKING", "OFF"], &mut seen);
     call(&mut a, &["CLIENT", "TRACKING", "ON", "BCAST", "NOLOOP"], &mut seen);
     call(&mut a, &["MSET", "n1", "1", "n2", "2"], &mut seen);
     seen.push(send(&mut b, &["SET", "n3", "3"]));
