@@ -12,7 +12,6 @@ mod common;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::Command;
 use std::time::Duration;
 
 use common::{start_with_memcached, MemcachedServer};
@@ -362,19 +361,9 @@ fn binary_responses_match_memcached() {
 /// libmemcached's conformance suite for memcached servers, binary protocol.
 #[test]
 fn memccapable_binary_suite_passes() {
-    if Command::new("memccapable").arg("-h").output().is_err() {
-        eprintln!("NOTICE: memccapable (libmemcached-tools) not found; skipping (.ci/run installs it)");
-        return;
-    }
     let dir = tempfile::tempdir().unwrap();
     let (_server, port) = start_with_memcached(&dir.path().join("db"), &[]);
-    let output = Command::new("memccapable")
-        .args(["-h", "127.0.0.1", "-p", &port.to_string(), "-b", "-t", "10"])
-        .output()
-        .expect("run memccapable");
-    let text = String::from_utf8_lossy(&output.stdout).into_owned() + &String::from_utf8_lossy(&output.stderr);
-    assert!(text.contains("All tests passed") && output.status.success(), "{text}");
-    assert!(text.matches("[pass]").count() >= 27, "{text}");
+    common::memccapable_passes(port, "-b", 27);
 }
 
 /// The CAS a binary response carries is the item's, shared with the text

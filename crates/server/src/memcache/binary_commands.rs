@@ -44,13 +44,13 @@ static GET: Command = command!("get", READONLY, ONE, get);
 // Writes for the new expiry time they set.
 static TOUCH: Command = command!("touch", WRITE, ONE, get);
 static GAT: Command = command!("gat", WRITE, ONE, get);
-static SET: Command = command!("set", WRITE | BLIND, ONE, set);
-static ADD: Command = command!("add", WRITE, ONE, add);
-static REPLACE: Command = command!("replace", WRITE, ONE, replace);
+static SET: Command = command!("set", WRITE | BLIND, ONE, store);
+static ADD: Command = command!("add", WRITE, ONE, store);
+static REPLACE: Command = command!("replace", WRITE, ONE, store);
 /// SET, ADD or REPLACE with a CAS.
-static CAS: Command = command!("cas", WRITE, ONE, cas);
-static APPEND: Command = command!("append", WRITE, ONE, append);
-static PREPEND: Command = command!("prepend", WRITE, ONE, prepend);
+static CAS: Command = command!("cas", WRITE, ONE, store);
+static APPEND: Command = command!("append", WRITE, ONE, join);
+static PREPEND: Command = command!("prepend", WRITE, ONE, join);
 static DELETE: Command = command!("delete", WRITE, ONE, delete);
 /// An oversized SET's old item goes, without a response of its own.
 static DROP: Command = command!("delete", WRITE, ONE, drop_item);
@@ -248,56 +248,36 @@ fn get(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     Ok(())
 }
 
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Store {
-    Set,
-    Add,
-    Replace,
-    Cas,
-}
-
-fn set(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
-    store(ctx, args, Store::Set)
-}
-fn add(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
-    store(ctx, args, Store::Add)
-}
-fn replace(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
-    store(ctx, args, Store::Replace)
-}
-fn cas(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
-    store(ctx, args, Store::Cas)
-}
-
 /// SET, ADD, REPLACE (extras: flags, expiration), or any of them with a
-/// CAS: the new item's CAS. ADD of a key that holds anything is
-/// "exists", REPLACE without an item "not found", a CAS "not found"
+/// CAS (the tag's): the new item's CAS. ADD of a key that holds anything
+/// is "exists", REPLACE without an item "not found", a CAS "not found"
 /// without an item and "exists" for another CAS.
-fn store(ctx: &mut Ctx<'_>, args: &[Bytes], how: Store) -> CmdResult {
+fn store(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let tag = tag(ctx);
     let (key, extras, data) = (&args[1], &args[2], &args[3]);
     check_key(key)?;
     let (flags, exptime) = (be_u32(extras), be_u32(&extras[4..]) as i64);
     let stats = &ctx.shared.memcached.stats;
     bump(&stats.cmd_set);
-    if how != Store::Set {
+    let cas = tag.cas != 0;
+    if cas || tag.command != op::SET {
         let old = ctx.read(key)?;
         let item = old.as_ref().filter(|value| value.tag() == TYPE_STRING);
-        let refusal = match (how, item) {
-            (Store::Cas, None) => {
+        let refusal = match (cas, tag.command, item) {
+            (true, _, None) => {
                 bump(&stats.cas_misses);
                 Some(Status::NotFound)
             }
-            (Store::Cas, Some(item)) if cas_of(item) != tag.cas => {
+            (true, _, Some(item)) if cas_of(item) != tag.cas => {
                 bump(&stats.cas_badval);
                 Some(Status::Exists)
             }
-            (Store::Cas, Some(_)) => {
+            (true, _, Some(_)) => {
                 bump(&stats.cas_hits);
                 None
             }
-            (Store::Add, _) if old.is_some() => Some(Status::Exists),
-            (Store::Replace, None) => Some(Status::NotFound),
+            (false, op::ADD, _) if old.is_some() => Some(Status::Exists),
+            (false, op::REPLACE, None) => Some(Status::NotFound),
             _ => None,
         };
         if let Some(status) = refusal {
@@ -311,18 +291,11 @@ fn store(ctx: &mut Ctx<'_>, args: &[Bytes], how: Store) -> CmdResult {
     Ok(())
 }
 
-fn append(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
-    join(ctx, args, true)
-}
-
-fn prepend(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
-    join(ctx, args, false)
-}
-
 /// APPEND, PREPEND: "not stored" without an item or when the result would
 /// not fit one, "exists" for a CAS other than the item's.
-fn join(ctx: &mut Ctx<'_>, args: &[Bytes], append: bool) -> CmdResult {
+fn join(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let tag = tag(ctx);
+    let append = tag.command == op::APPEND;
     let (key, data) = (&args[1], &args[3]);
     check_key(key)?;
     bump(&ctx.shared.memcached.stats.cmd_set);

@@ -261,6 +261,25 @@ pub fn memcached_port(server: &Server, password: Option<&str>) -> u16 {
         .expect("INFO names the memcached port")
 }
 
+/// Runs libmemcached's `memccapable` conformance suite (`-a`: ASCII, `-b`:
+/// binary) against the memcached port: its output, after checking that
+/// every test passed and at least `tests` ran. None (with a visible
+/// notice) when `memccapable` is not installed.
+pub fn memccapable_passes(port: u16, protocol: &str, tests: usize) -> Option<String> {
+    if Command::new("memccapable").arg("-h").output().is_err() {
+        eprintln!("NOTICE: memccapable (libmemcached-tools) not found; skipping (.ci/run installs it)");
+        return None;
+    }
+    let output = Command::new("memccapable")
+        .args(["-h", "127.0.0.1", "-p", &port.to_string(), protocol, "-t", "10"])
+        .output()
+        .expect("run memccapable");
+    let text = String::from_utf8_lossy(&output.stdout).into_owned() + &String::from_utf8_lossy(&output.stderr);
+    assert!(text.contains("All tests passed") && output.status.success(), "{text}");
+    assert!(text.matches("[pass]").count() >= tests, "{text}");
+    Some(text)
+}
+
 /// A real `memcached` for differential tests, if installed.
 pub struct MemcachedServer {
     child: Child,
