@@ -77,6 +77,9 @@ pub struct ClientInfo {
     /// Invalidations may come for it (it tracks keys, or another client
     /// redirects them to it): its connection delivers mail.
     pub gets_pushes: AtomicBool,
+    /// The user it authenticated as, if not `default` (CLIENT LIST,
+    /// ACL DELUSER).
+    pub user: Mutex<Option<Vec<u8>>>,
 }
 
 pub const UNBLOCK_TIMEOUT: u8 = 1;
@@ -108,6 +111,7 @@ impl ClientInfo {
             subscriptions: Default::default(),
             tracking: Mutex::new(None),
             gets_pushes: AtomicBool::new(false),
+            user: Mutex::new(None),
         }
     }
 
@@ -187,7 +191,7 @@ impl ClientInfo {
         format!(
             "id={} addr={} laddr={} fd=-1 name={} age={} idle={} flags={flags} db=0 sub={sub} psub={psub} ssub={ssub} multi={queued} qbuf=0 \
              qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd={} \
-             user=default redir={redirect} resp={}",
+             user={} redir={redirect} resp={}",
             self.id,
             self.addr,
             self.local,
@@ -195,6 +199,7 @@ impl ClientInfo {
             age.as_secs(),
             idle / 1000,
             commands::by_index(self.last_command.load(Ordering::Relaxed)).map_or("NULL", |c| c.name),
+            self.user.lock().as_deref().map_or("default".into(), String::from_utf8_lossy),
             self.resp.load(Ordering::Relaxed),
         )
     }
@@ -242,6 +247,9 @@ pub struct ConnState {
     pub tracking: Option<crate::tracking::Settings>,
     /// CLIENT CACHING YES|NO was given for the next command.
     pub caching: bool,
+    /// The user authenticated as, if not `default` (whose permissions are
+    /// checked before each command).
+    pub user: Option<Vec<u8>>,
     /// CLIENT REPLY OFF: no replies until CLIENT REPLY ON.
     pub reply_off: bool,
     /// CLIENT REPLY SKIP: the command running gets no reply ...
@@ -345,6 +353,7 @@ impl ConnState {
             counts: LocalCounts::default(),
             tracking: None,
             caching: false,
+            user: None,
             reply_off: false,
             reply_skip: false,
             reply_skip_next: false,

@@ -102,6 +102,8 @@ pub struct Shared {
     pub latency: crate::latency::LatencyMonitor,
     /// Failed authentications (`commands::acl`).
     pub acl_log: crate::commands::acl::AclLog,
+    /// Users ACL SETUSER made.
+    pub users: crate::commands::acl::Users,
     /// CLIENT PAUSE (`crate::pause`).
     pub pause: crate::pause::Pause,
 }
@@ -258,6 +260,7 @@ pub async fn run(config: Config, db: Db) -> Result<(), String> {
         slowlog: crate::slowlog::SlowLog::new(config.slowlog_log_slower_than, config.slowlog_max_len),
         latency: crate::latency::LatencyMonitor::new(config.latency_monitor_threshold),
         acl_log: Default::default(),
+        users: Default::default(),
         pause: Default::default(),
         db,
         locks: KeyLocks::default(),

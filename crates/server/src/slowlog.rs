@@ -127,8 +127,8 @@ fn is_exec(args: &[Bytes]) -> bool {
 }
 
 /// What the log keeps of `args`: Redis's cuts, and passwords (AUTH's
-/// arguments, HELLO's AUTH pair, CONFIG SET requirepass's value) as
-/// "(redacted)".
+/// arguments, HELLO's AUTH pair, CONFIG SET requirepass's value, ACL
+/// SETUSER's user and rules) as "(redacted)".
 fn logged_args(args: &[Bytes]) -> Vec<Bytes> {
     let mut kept: Vec<Bytes> = args.to_vec();
     let word = |i: usize, w: &str| kept.get(i).is_some_and(|arg: &Bytes| arg.eq_ignore_ascii_case(w.as_bytes()));
@@ -139,6 +139,8 @@ fn logged_args(args: &[Bytes]) -> Vec<Bytes> {
         if let Some(at) = (2..kept.len()).find(|&i| word(i, "auth") && i + 2 < kept.len()) {
             redact.extend([at + 1, at + 2]);
         }
+    } else if word(0, "acl") && word(1, "setuser") {
+        redact.extend(2..kept.len());
     } else if word(0, "config") && word(1, "set") {
         redact.extend((2..kept.len()).step_by(2).filter(|&i| word(i, "requirepass")).map(|i| i + 1));
     }

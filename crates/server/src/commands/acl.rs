@@ -1,20 +1,23 @@
-//! ACL for ScaledKV's one user: `default`, with every permission, whose
-//! password is `requirepass` (none: `nopass`), as Redis describes that
-//! user (WHOAMI, USERS, LIST, GETUSER, CAT, DRYRUN, GENPASS, HELP), and
-//! the ACL log of failed authentications (AUTH, HELLO ... AUTH) that
-//! Redis keeps. Users other than `default` are not built: SETUSER is
-//! refused with a clear error.
+//! ACL: the `default` user, with every permission, whose password is
+//! `requirepass` (none: `nopass`), and users that ACL SETUSER creates,
+//! each with all or no commands, all or no keys, all or no channels
+//! (`+@all`/`-@all`, `~*`/`resetkeys`, `&*`/`resetchannels`); rules that
+//! would grant part of them (`+get`, `~app:*`, `+@read` ...) are refused
+//! with a clear error. As Redis describes users (WHOAMI, USERS, LIST,
+//! GETUSER, CAT, DRYRUN, DELUSER, GENPASS, HELP), refuses commands they
+//! may not run (NOPERM), and logs failed authentications and refusals
+//! (ACL LOG). Users live in memory, as Redis's without an ACL file.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Instant;
 
 use bytes::Bytes;
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock};
 use rand::RngCore;
 use sha2::{Digest, Sha256};
 
 use super::args::eq;
-use super::{err, lookup, subcommand, subcommand_syntax, CmdResult, Ctx};
+use super::{err, lookup, subcommand, subcommand_syntax, CmdResult, Command, Ctx, NO_AUTH};
 
 /// Redis's `acllog-max-len` default.
 const LOG_MAX: usize = 128;
@@ -44,9 +47,14 @@ const CATEGORIES: &[&str] = &[
     "scripting",
 ];
 
-/// A failed authentication, as Redis's ACL LOG shows it.
+/// A failed authentication or a refused command, as Redis's ACL LOG
+/// shows it.
 struct Entry {
     count: u64,
+    /// "auth", "command", "key" or "channel".
+    reason: &'static str,
+    /// "toplevel" or "multi".
+    context: &'static str,
     object: String,
     username: String,
     created: Instant,
@@ -64,12 +72,26 @@ impl AclLog {
     /// `username`: a repeat of one of the newest entries within a minute
     /// counts there, as in Redis.
     pub fn auth_failed(&self, object: &[u8], username: &[u8], client_info: String) {
+        self.add("auth", "toplevel", object, username, client_info);
+    }
+
+    /// Notes a command `username` may not run (`reason`: "command", "key"
+    /// or "channel"; `object`: the command's name, the key, the channel).
+    pub fn refused(&self, reason: &'static str, multi: bool, object: &[u8], username: &[u8], client_info: String) {
+        self.add(reason, if multi { "multi" } else { "toplevel" }, object, username, client_info);
+    }
+
+    fn add(&self, reason: &'static str, context: &'static str, object: &[u8], username: &[u8], client_info: String) {
         let (object, username) =
             (String::from_utf8_lossy(object).into_owned(), String::from_utf8_lossy(username).into_owned());
         let mut entries = self.entries.lock();
         let now = Instant::now();
         let same = entries.iter().take(10).position(|entry| {
-            entry.object == object && entry.username == username && now.duration_since(entry.created).as_secs() < 60
+            entry.reason == reason
+                && entry.context == context
+                && entry.object == object
+                && entry.username == username
+                && now.duration_since(entry.created).as_secs() < 60
         });
         if let Some(at) = same {
             let mut entry = entries.remove(at).expect("found");
@@ -79,8 +101,215 @@ impl AclLog {
             entries.push_front(entry);
             return;
         }
-        entries.push_front(Entry { count: 1, object, username, created: now, client_info });
+        entries.push_front(Entry { count: 1, reason, context, object, username, created: now, client_info });
         entries.truncate(LOG_MAX);
+    }
+}
+
+/// A user ACL SETUSER made. A new one is off, with no password, no
+/// commands, keys or channels, as in Redis.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct User {
+    pub on: bool,
+    pub nopass: bool,
+    /// SHA-256 of each password, in lowercase hex.
+    pub passwords: BTreeSet<String>,
+    pub commands: bool,
+    pub keys: bool,
+    pub channels: bool,
+    /// `sanitize-payload` (true) or `skip-sanitize-payload` (false), as
+    /// set: Redis's RESTORE payload checks, shown and kept (RESTORE checks
+    /// every payload here).
+    pub sanitize_payload: Option<bool>,
+}
+
+/// What a user may not do with a command.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Denied {
+    Command,
+    Key(Bytes),
+    Channel(Bytes),
+}
+
+impl Denied {
+    /// The command's refusal, Redis's NOPERM.
+    pub fn error(&self, command: &Command) -> String {
+        match self {
+            Denied::Command => format!("NOPERM this user has no permissions to run the '{}' command", command.name),
+            Denied::Key(_) => "NOPERM this user has no permissions to access one of the keys used as arguments".into(),
+            Denied::Channel(_) => {
+                "NOPERM this user has no permissions to access one of the channels used as arguments".into()
+            }
+        }
+    }
+
+    /// ACL DRYRUN's answer.
+    fn dry_run(&self, command: &Command) -> String {
+        match self {
+            Denied::Command => format!("This user has no permissions to run the '{}' command", command.name),
+            Denied::Key(key) => format!("This user has no permissions to access the '{}' key", lossy(key)),
+            Denied::Channel(channel) => {
+                format!("This user has no permissions to access the '{}' channel", lossy(channel))
+            }
+        }
+    }
+
+    /// ACL LOG's reason and object.
+    pub fn logged(&self, command: &Command) -> (&'static str, Bytes) {
+        match self {
+            Denied::Command => ("command", Bytes::from_static(command.name.as_bytes())),
+            Denied::Key(key) => ("key", key.clone()),
+            Denied::Channel(channel) => ("channel", channel.clone()),
+        }
+    }
+}
+
+fn lossy(bytes: &[u8]) -> std::borrow::Cow<'_, str> {
+    String::from_utf8_lossy(bytes)
+}
+
+impl User {
+    /// Whether `password` opens this user.
+    fn accepts(&self, password: &[u8]) -> bool {
+        self.on && (self.nopass || self.passwords.contains(&crate::script::hex(&Sha256::digest(password))))
+    }
+
+    /// What the user may not do running `command` with `args`.
+    pub fn denied(&self, command: &Command, args: &[Bytes]) -> Option<Denied> {
+        if !self.commands && !command.has(NO_AUTH) {
+            return Some(Denied::Command);
+        }
+        if !self.keys {
+            if let Some(key) = command.key_args(args).next() {
+                return Some(Denied::Key(key.clone()));
+            }
+        }
+        if !self.channels {
+            let channels = match command.name {
+                "publish" | "spublish" => args.get(1..2),
+                "subscribe" | "psubscribe" | "ssubscribe" => args.get(1..),
+                _ => None,
+            };
+            if let Some(channel) = channels.and_then(<[Bytes]>::first) {
+                return Some(Denied::Channel(channel.clone()));
+            }
+        }
+        None
+    }
+
+    /// Applies one ACL SETUSER rule, as Redis reads it; rules granting
+    /// part of the commands, keys or channels are refused.
+    fn apply(&mut self, rule: &[u8]) -> Result<(), String> {
+        let word = |w: &str| rule.eq_ignore_ascii_case(w.as_bytes());
+        match rule {
+            _ if word("on") => self.on = true,
+            _ if word("off") => self.on = false,
+            _ if word("nopass") => {
+                self.nopass = true;
+                self.passwords.clear();
+            }
+            _ if word("resetpass") => {
+                self.nopass = false;
+                self.passwords.clear();
+            }
+            _ if word("~*") || word("allkeys") => self.keys = true,
+            _ if word("resetkeys") => self.keys = false,
+            _ if word("&*") || word("allchannels") => self.channels = true,
+            _ if word("resetchannels") => self.channels = false,
+            _ if word("+@all") || word("allcommands") => self.commands = true,
+            _ if word("-@all") || word("nocommands") => self.commands = false,
+            _ if word("sanitize-payload") => self.sanitize_payload = Some(true),
+            _ if word("skip-sanitize-payload") => self.sanitize_payload = Some(false),
+            _ if word("reset") => *self = User { sanitize_payload: Some(true), ..User::default() },
+            [b'>', password @ ..] => {
+                self.passwords.insert(crate::script::hex(&Sha256::digest(password)));
+                self.nopass = false;
+            }
+            [b'#', hash @ ..] => {
+                if hash.len() != 64 || !hash.iter().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(b)) {
+                    return Err("The password hash must be exactly 64 characters and contain only lowercase \
+                                hexadecimal characters"
+                        .into());
+                }
+                self.passwords.insert(lossy(hash).into_owned());
+                self.nopass = false;
+            }
+            [b'<', password @ ..] => self.forget(crate::script::hex(&Sha256::digest(password)))?,
+            [b'!', hash @ ..] => self.forget(lossy(hash).into_owned())?,
+            [b'~' | b'%' | b'&' | b'+' | b'-' | b'(', ..] => {
+                return Err("ScaledKV's users have all or no commands, keys and channels (+@all or -@all, ~* or \
+                            resetkeys, &* or resetchannels; see the README)"
+                    .into())
+            }
+            _ => return Err("Syntax error".into()),
+        }
+        Ok(())
+    }
+
+    fn forget(&mut self, hash: String) -> Result<(), String> {
+        if !self.passwords.remove(&hash) {
+            return Err("The password you are trying to remove from the user does not exist".into());
+        }
+        Ok(())
+    }
+
+    /// Its flags, in Redis's order.
+    fn flags(&self) -> Vec<&'static str> {
+        let mut flags = vec![if self.on { "on" } else { "off" }];
+        if self.nopass {
+            flags.push("nopass");
+        }
+        match self.sanitize_payload {
+            Some(false) => flags.push("skip-sanitize-payload"),
+            Some(true) => flags.push("sanitize-payload"),
+            None => {}
+        }
+        flags
+    }
+
+    /// ACL LIST's line.
+    fn rules(&self, name: &[u8]) -> String {
+        let mut line = format!("user {}", lossy(name));
+        for flag in self.flags() {
+            line.push(' ');
+            line.push_str(flag);
+        }
+        for hash in &self.passwords {
+            line.push_str(&format!(" #{hash}"));
+        }
+        if self.keys {
+            line.push_str(" ~*");
+        }
+        line.push_str(if self.channels { " &*" } else { " resetchannels" });
+        line.push_str(if self.commands { " +@all" } else { " -@all" });
+        line
+    }
+}
+
+/// The users ACL SETUSER made (`default` is not among them).
+#[derive(Default)]
+pub struct Users {
+    users: RwLock<BTreeMap<Vec<u8>, User>>,
+}
+
+impl Users {
+    /// The user `name` (None if there is none, or it is `default`).
+    pub fn get(&self, name: &[u8]) -> Option<User> {
+        self.users.read().get(name).cloned()
+    }
+
+    /// What user `name` may not do running `command` (a user deleted since
+    /// its connection authenticated may do nothing).
+    pub fn denied(&self, name: &[u8], command: &Command, args: &[Bytes]) -> Option<Denied> {
+        match self.users.read().get(name) {
+            Some(user) => user.denied(command, args),
+            None => Some(Denied::Command),
+        }
+    }
+
+    /// Whether `password` opens user `name` (not `default`).
+    pub fn accepts(&self, name: &[u8], password: &[u8]) -> bool {
+        self.users.read().get(name).is_some_and(|user| user.accepts(password))
     }
 }
 
@@ -117,18 +346,54 @@ pub fn acl(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let sub = subcommand("acl", args, SUBCOMMANDS)?;
     let n = args.len();
     let password = ctx.shared.password();
+    let users = &ctx.shared.users;
     let out = &mut *ctx.out;
     match sub.as_str() {
-        "whoami" => out.bulk(b"default"),
+        "whoami" => out.bulk(ctx.conn.user.as_deref().unwrap_or(b"default")),
         "users" => {
-            out.array(1);
-            out.bulk(b"default");
+            let names: BTreeSet<Vec<u8>> =
+                users.users.read().keys().cloned().chain(std::iter::once(b"default".to_vec())).collect();
+            out.array(names.len());
+            for name in names {
+                out.bulk(&name);
+            }
         }
         "list" => {
-            out.array(1);
-            out.bulk(default_user_rules(password.as_deref()).as_bytes());
+            let mut lines: BTreeMap<Vec<u8>, String> =
+                users.users.read().iter().map(|(name, user)| (name.clone(), user.rules(name))).collect();
+            lines.insert(b"default".to_vec(), default_user_rules(password.as_deref()));
+            out.array(lines.len());
+            for line in lines.values() {
+                out.bulk(line.as_bytes());
+            }
         }
-        "getuser" if &args[2][..] != b"default" => out.null(),
+        "getuser" if &args[2][..] != b"default" => match users.get(&args[2]) {
+            None => out.null(),
+            Some(user) => {
+                out.map(6);
+                out.bulk(b"flags");
+                let flags = user.flags();
+                out.set(flags.len());
+                for flag in flags {
+                    out.bulk(flag.as_bytes());
+                }
+                out.bulk(b"passwords");
+                out.array(user.passwords.len());
+                for hash in &user.passwords {
+                    out.bulk(hash.as_bytes());
+                }
+                for (name, value) in [
+                    ("commands", if user.commands { "+@all" } else { "-@all" }),
+                    ("keys", if user.keys { "~*" } else { "" }),
+                    ("channels", if user.channels { "&*" } else { "" }),
+                ] {
+                    out.bulk(name.as_bytes());
+                    out.bulk(value.as_bytes());
+                }
+                out.bulk(b"selectors");
+                out.array(0);
+            }
+        },
         "getuser" => {
             out.map(6);
             out.bulk(b"flags");
@@ -199,7 +464,7 @@ pub fn acl(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
                 out.map(7);
                 out.bulk(b"count");
                 out.int(entry.count as i64);
-                for (name, value) in [("reason", "auth"), ("context", "toplevel"), ("object", &entry.object)] {
+                for (name, value) in [("reason", entry.reason), ("context", entry.context), ("object", &entry.object)] {
                     out.bulk(name.as_bytes());
                     out.bulk(value.as_bytes());
                 }
@@ -213,22 +478,36 @@ pub fn acl(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
             }
         }
         "dryrun" => {
-            if &args[2][..] != b"default" {
-                return Err(err(format!("ERR User '{}' not found", String::from_utf8_lossy(&args[2]))));
-            }
+            let user = match &args[2][..] {
+                b"default" => None,
+                name => Some(users.get(name).ok_or_else(|| err(format!("ERR User '{}' not found", lossy(&args[2]))))?),
+            };
             let Some(command) = lookup(&args[3]) else {
-                return Err(err(format!("ERR Command '{}' not found", String::from_utf8_lossy(&args[3]))));
+                return Err(err(format!("ERR Command '{}' not found", lossy(&args[3]))));
             };
             if !command.arity_ok(n - 3) {
                 return Err(err(format!("ERR wrong number of arguments for '{}' command", command.name)));
             }
-            out.ok();
+            match user.and_then(|user| user.denied(command, &args[3..])) {
+                Some(denied) => out.bulk(denied.dry_run(command).as_bytes()),
+                None => out.ok(),
+            }
         }
         "deluser" => {
             if args[2..].iter().any(|user| &user[..] == b"default") {
                 return Err(err("ERR The 'default' user cannot be removed"));
             }
-            out.int(0);
+            let deleted: Vec<Vec<u8>> = {
+                let mut registry = users.users.write();
+                args[2..].iter().filter_map(|name| registry.remove_entry(&name[..]).map(|(name, _)| name)).collect()
+            };
+            // As Redis: the clients authenticated as them are closed.
+            for client in ctx.shared.clients.lock().values() {
+                if client.user.lock().as_ref().is_some_and(|user| deleted.contains(user)) {
+                    client.kill();
+                }
+            }
+            out.int(deleted.len() as i64);
         }
         "save" | "load" => {
             return Err(err(
@@ -238,10 +517,24 @@ pub fn acl(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
             ))
         }
         "setuser" => {
-            return Err(err(
-                "ERR ACL SETUSER is not supported by ScaledKV: it has one user, default, whose password is \
-                 requirepass (see the README)",
-            ))
+            let name = &args[2];
+            if name.iter().any(|&b| b == b' ' || b == 0) {
+                return Err(err("ERR Usernames can't contain spaces or null characters"));
+            }
+            if &name[..] == b"default" {
+                return Err(err(
+                    "ERR ScaledKV's default user has every permission and requirepass as its password (CONFIG SET \
+                     requirepass changes it; see the README)",
+                ));
+            }
+            let mut registry = users.users.write();
+            let mut user = registry.get(&name[..]).cloned().unwrap_or_default();
+            for rule in &args[3..] {
+                user.apply(rule)
+                    .map_err(|why| err(format!("ERR Error in ACL SETUSER modifier '{}': {why}", lossy(rule))))?;
+            }
+            registry.insert(name.to_vec(), user);
+            out.ok();
         }
         "help" => out.help(&[
             "ACL <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
@@ -277,4 +570,26 @@ pub fn acl(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         _ => return Err(subcommand_syntax("ACL", &args[1])),
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rules_granting_part_of_the_permissions_are_refused() {
+        let mut user = User::default();
+        for rule in ["+get", "-get", "~app:*", "%R~*", "&news", "+@read", "-@dangerous", "(~x +get)"] {
+            let why = user.apply(rule.as_bytes()).unwrap_err();
+            assert!(why.contains("all or no commands, keys and channels"), "{rule}: {why}");
+        }
+        assert_eq!(user, User::default(), "nothing applied");
+        for rule in ["on", ">pw", "+@all", "~*", "&*"] {
+            user.apply(rule.as_bytes()).unwrap();
+        }
+        assert!(user.accepts(b"pw") && !user.accepts(b"other"));
+        assert_eq!(user.rules(b"u"), format!("user u on #{} ~* &* +@all", sha256_hex("pw")));
+        user.apply(b"off").unwrap();
+        assert!(!user.accepts(b"pw"), "a user that is off opens to no password");
+    }
 }

@@ -1010,6 +1010,13 @@ pub async fn run_command<'s>(
     if !conn.authenticated && !command.has(NO_AUTH) && shared.password().is_some() {
         return reject(conn, out, command, args, "NOAUTH Authentication required.");
     }
+    if let Some(user) = &conn.user {
+        if let Some(denied) = shared.users.denied(user, command, args) {
+            let (reason, object) = denied.logged(command);
+            shared.acl_log.refused(reason, conn.multi.is_some(), &object, user, conn.info.describe());
+            return reject(conn, out, command, args, &denied.error(command));
+        }
+    }
     if conn.listens() {
         if !conn.subscriptions.is_empty()
             && conn.protocol == crate::resp::Protocol::Resp2

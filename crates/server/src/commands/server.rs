@@ -79,6 +79,7 @@ pub fn reset(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
     ctx.conn.info.resp.store(2, Ordering::Relaxed);
     *ctx.conn.info.name.lock() = None;
     ctx.conn.authenticated = ctx.shared.password().is_none();
+    set_user(ctx.conn, None);
     ctx.out.simple("RESET");
     Ok(())
 }
@@ -87,14 +88,23 @@ pub fn reset(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
 /// `default` user exists) for `command` (AUTH or HELLO, as sent); a
 /// failure goes into the ACL log.
 fn check_password(ctx: &mut Ctx<'_>, command: &[u8], user: &[u8], password: &[u8]) -> CmdResult {
-    let expected = ctx.shared.password();
-    let good = user == b"default" && expected.as_deref().is_none_or(|p| p.as_bytes() == password);
+    let good = match user {
+        b"default" => ctx.shared.password().as_deref().is_none_or(|p| p.as_bytes() == password),
+        _ => ctx.shared.users.accepts(user, password),
+    };
     if !good {
         ctx.shared.acl_log.auth_failed(command, user, ctx.conn.info.describe());
         return Err(err("WRONGPASS invalid username-password pair or user is disabled."));
     }
+    set_user(ctx.conn, (user != b"default").then(|| user.to_vec()));
     ctx.conn.authenticated = true;
     Ok(())
+}
+
+/// The connection's user from now on (None: `default`).
+fn set_user(conn: &mut crate::conn::ConnState, user: Option<Vec<u8>>) {
+    *conn.info.user.lock() = user.clone();
+    conn.user = user;
 }
 
 pub fn auth(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
