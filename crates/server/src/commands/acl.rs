@@ -76,9 +76,10 @@ impl AclLog {
     }
 
     /// Notes a command `username` may not run (`reason`: "command", "key"
-    /// or "channel"; `object`: the command's name, the key, the channel).
-    pub fn refused(&self, reason: &'static str, multi: bool, object: &[u8], username: &[u8], client_info: String) {
-        self.add(reason, if multi { "multi" } else { "toplevel" }, object, username, client_info);
+    /// or "channel"; `context`: "toplevel", "multi" or "lua"; `object`:
+    /// the command's name, the key, the channel).
+    pub fn refused(&self, reason: &'static str, context: &'static str, object: &[u8], username: &[u8], info: String) {
+        self.add(reason, context, object, username, info);
     }
 
     fn add(&self, reason: &'static str, context: &'static str, object: &[u8], username: &[u8], client_info: String) {
@@ -150,6 +151,20 @@ impl Denied {
             Denied::Key(key) => format!("This user has no permissions to access the '{}' key", lossy(key)),
             Denied::Channel(channel) => {
                 format!("This user has no permissions to access the '{}' channel", lossy(channel))
+            }
+        }
+    }
+
+    /// The refusal of a script's `redis.call`, as Redis words it.
+    pub fn script_error(&self) -> &'static str {
+        match self {
+            Denied::Command => "ERR The user executing the script can't run this command or subcommand",
+            Denied::Key(_) => {
+                "ERR The user executing the script can't access at least one of the keys mentioned in the command \
+                 arguments"
+            }
+            Denied::Channel(_) => {
+                "ERR The user executing the script can't publish to the channel mentioned in the command"
             }
         }
     }

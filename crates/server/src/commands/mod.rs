@@ -1013,7 +1013,8 @@ pub async fn run_command<'s>(
     if let Some(user) = &conn.user {
         if let Some(denied) = shared.users.denied(user, command, args) {
             let (reason, object) = denied.logged(command);
-            shared.acl_log.refused(reason, conn.multi.is_some(), &object, user, conn.info.describe());
+            let context = if conn.multi.is_some() { "multi" } else { "toplevel" };
+            shared.acl_log.refused(reason, context, &object, user, conn.info.describe());
             return reject(conn, out, command, args, &denied.error(command));
         }
     }

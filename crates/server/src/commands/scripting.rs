@@ -203,6 +203,14 @@ fn run_script<'s>(
         if !allowed_in_scripts(command) {
             return Err(CallError::Error("ERR This Redis command is not allowed from script".into()));
         }
+        // A script runs with its caller's permissions.
+        if let Some(user) = &conn.user {
+            if let Some(denied) = shared.users.denied(user, command, &args) {
+                let (reason, object) = denied.logged(command);
+                shared.acl_log.refused(reason, "lua", &object, user, conn.info.describe());
+                return Err(CallError::Error(denied.script_error().into()));
+            }
+        }
         if command.has(WRITE) {
             if invocation.read_only {
                 return Err(CallError::Error("ERR Write commands are not allowed from read-only scripts.".into()));
