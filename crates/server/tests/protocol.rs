@@ -1408,3 +1408,74 @@ fn client_pause_holds_writes_or_everything() {
     assert_eq!(read_reply(&mut client), b"+OK\r\n");
     assert_eq!(request(&mut client, &encode(&[b"GET", b"k"])), b"$1\r\nw\r\n");
 }
+
+/// CLIENT TRACKING / CACHING and ACL's user commands with arguments from
+/// their vocabulary (and AUTH, GET, SET between them, so users and
+/// tracking are used): every one gets a reply, and the server answers PING
+/// after it. (REPLY, KILL and MULTI are left out: they silence, close or
+/// queue on the connection the check reads from.)
+#[test]
+fn tracking_and_acl_commands_with_any_arguments_get_a_reply() {
+    let (_dir, server) = start(&[]);
+    let names = vec!["CLIENT", "ACL", "AUTH", "GET", "SET", "EVAL"];
+    let words: Vec<&'static [u8]> = [
+        "TRACKING",
+        "ON",
+        "OFF",
+        "BCAST",
+        "PREFIX",
+        "REDIRECT",
+        "OPTIN",
+        "OPTOUT",
+        "NOLOOP",
+        "CACHING",
+        "YES",
+        "NO",
+        "TRACKINGINFO",
+        "GETREDIR",
+        "SETUSER",
+        "GETUSER",
+        "DELUSER",
+        "DRYRUN",
+        "LIST",
+        "USERS",
+        "WHOAMI",
+        "LOG",
+        "RESET",
+        "default",
+        "u",
+        "v",
+        "on",
+        "off",
+        "nopass",
+        "resetpass",
+        ">pw",
+        "<pw",
+        "#abc",
+        "!abc",
+        "~*",
+        "&*",
+        "+@all",
+        "-@all",
+        "allkeys",
+        "resetkeys",
+        "allchannels",
+        "resetchannels",
+        "+get",
+        "~a:*",
+        "reset",
+        "pw",
+        "k",
+        "a:1",
+        "",
+        "0",
+        "1",
+        "-1",
+        "18446744073709551615",
+        "return redis.call('get', 'k')",
+    ]
+    .iter()
+    .map(|word| word.as_bytes())
+    .collect();
+    common::any_arguments_get_a_reply(&server, names, words, 400);
+}
