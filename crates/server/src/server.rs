@@ -243,6 +243,7 @@ pub async fn run(config: Config, db: Db) -> Result<(), String> {
     let next_table_id = crate::commands::table::next_id(&db)?;
     let scripts = crate::script::Scripts::new(config.busy_reply_threshold_ms, config.script_memory_limit);
     let libraries = crate::commands::functions::load_stored(&db, &scripts)?;
+    let users = crate::commands::acl::load_stored(&db).map_err(|e| format!("cannot load the saved ACL users: {e}"))?;
     let shared = Arc::new(Shared {
         reserved_entries: AtomicU64::new(reserved_entries),
         next_table_id: AtomicU64::new(next_table_id),
@@ -260,7 +261,7 @@ pub async fn run(config: Config, db: Db) -> Result<(), String> {
         slowlog: crate::slowlog::SlowLog::new(config.slowlog_log_slower_than, config.slowlog_max_len),
         latency: crate::latency::LatencyMonitor::new(config.latency_monitor_threshold),
         acl_log: Default::default(),
-        users: Default::default(),
+        users: crate::commands::acl::Users::new(users),
         pause: Default::default(),
         db,
         locks: KeyLocks::default(),

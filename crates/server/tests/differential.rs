@@ -2676,7 +2676,7 @@ fn acl_answers_as_redis_does() {
                  | ACL CAT | ACL CAT bogus | ACL CAT a b | ACL GENPASS 0 | ACL GENPASS 4097 | ACL GENPASS x | ACL GENPASS 1 2 \
                  | ACL LOG x | ACL LOG 1 2 | ACL HELP | ACL HELP x | ACL DRYRUN default nosuch | ACL DRYRUN nobody get k \
                  | ACL DRYRUN default get | ACL DRYRUN default get k | ACL DRYRUN default | ACL DELUSER nobody \
-                 | ACL DELUSER default | ACL DELUSER | ACL SAVE | ACL LOAD | ACL BOGUS | ACL | ACL LOG RESET \
+                 | ACL DELUSER default | ACL DELUSER | ACL BOGUS | ACL | ACL LOG RESET \
                  | AUTH nobody x | AUTH nobody y | auth bob x | HELLO 2 AUTH carl z \
                  | CONFIG SET requirepass secret | ACL LIST | ACL GETUSER default | AUTH wrong | AUTH secret";
     let script: Vec<Vec<Vec<u8>>> = lines.split('|').map(|line| words(line.trim())).collect();

@@ -1479,3 +1479,49 @@ fn tracking_and_acl_commands_with_any_arguments_get_a_reply() {
     .collect();
     common::any_arguments_get_a_reply(&server, names, words, 400);
 }
+
+/// ACL SAVE keeps the users durably in the data directory (where Redis
+/// writes its ACL file): they come back after a SIGKILL and restart, users
+/// made after the save do not, and ACL LOAD returns to the saved ones,
+/// closing the connections of the users it had. DBSIZE leaves them out.
+#[test]
+fn acl_save_keeps_users_across_restarts() {
+    use common::Server;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    let mut server = Server::start(&path, &[]);
+    let mut admin = server.connect();
+    let send = |stream: &mut std::net::TcpStream, words: &[&str]| -> String {
+        let words: Vec<&[u8]> = words.iter().map(|w| w.as_bytes()).collect();
+        String::from_utf8_lossy(&request(stream, &encode(&words))).into_owned()
+    };
+    assert_eq!(send(&mut admin, &["ACL", "SETUSER", "alice", "on", ">pw", "+@all", "~*", "&*"]), "+OK\r\n");
+    assert_eq!(
+        send(&mut admin, &["ACL", "SETUSER", "bob", "on", "nopass", "-@all", "skip-sanitize-payload"]),
+        "+OK\r\n"
+    );
+    assert_eq!(send(&mut admin, &["ACL", "SAVE"]), "+OK\r\n");
+    let saved = send(&mut admin, &["ACL", "LIST"]);
+    assert_eq!(send(&mut admin, &["ACL", "SETUSER", "carol", "on", "nopass", "+@all"]), "+OK\r\n");
+    assert_eq!(send(&mut admin, &["DBSIZE"]), ":0\r\n");
+    // ACL LOAD: back to the saved users; alice's connection is closed.
+    let mut alice = server.connect();
+    assert_eq!(send(&mut alice, &["AUTH", "alice", "pw"]), "+OK\r\n");
+    assert_eq!(send(&mut admin, &["ACL", "LOAD"]), "+OK\r\n");
+    assert_eq!(send(&mut admin, &["ACL", "LIST"]), saved);
+    std::io::Write::write_all(&mut alice, &encode(&[b"PING"])).ok();
+    assert!(common::try_read_reply(&mut alice).is_none(), "closed by ACL LOAD");
+    assert_eq!(send(&mut admin, &["ACL", "SETUSER", "carol", "on", "nopass", "+@all"]), "+OK\r\n");
+    server.kill();
+    let server = Server::start(&path, &[]);
+    let mut admin = server.connect();
+    assert_eq!(send(&mut admin, &["ACL", "LIST"]), saved, "the saved users, not carol");
+    assert!(saved.contains("user bob on nopass skip-sanitize-payload resetchannels -@all"), "{saved}");
+    let mut alice = server.connect();
+    assert_eq!(send(&mut alice, &["AUTH", "alice", "pw"]), "+OK\r\n");
+    assert_eq!(send(&mut alice, &["ACL", "WHOAMI"]), "$5\r\nalice\r\n");
+    assert_eq!(send(&mut admin, &["DBSIZE"]), ":0\r\n");
+    assert_eq!(send(&mut admin, &["FLUSHALL"]), "+OK\r\n");
+    assert_eq!(send(&mut admin, &["ACL", "LOAD"]), "+OK\r\n");
+    assert_eq!(send(&mut admin, &["ACL", "LIST"]), saved, "FLUSHALL keeps them, as functions");
+}

@@ -6,7 +6,9 @@
 //! with a clear error. As Redis describes users (WHOAMI, USERS, LIST,
 //! GETUSER, CAT, DRYRUN, DELUSER, GENPASS, HELP), refuses commands they
 //! may not run (NOPERM), and logs failed authentications and refusals
-//! (ACL LOG). Users live in memory, as Redis's without an ACL file.
+//! (ACL LOG). ACL SAVE keeps the users durably in the data directory (the
+//! server's settings, where Redis writes its ACL file), ACL LOAD and the
+//! server's start read them back.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Instant;
@@ -284,22 +286,25 @@ impl User {
 
     /// ACL LIST's line.
     fn rules(&self, name: &[u8]) -> String {
-        let mut line = format!("user {}", lossy(name));
-        for flag in self.flags() {
-            line.push(' ');
-            line.push_str(flag);
-        }
-        for hash in &self.passwords {
-            line.push_str(&format!(" #{hash}"));
-        }
+        format!("user {} {}", lossy(name), self.rule_words())
+    }
+
+    /// The rules that make this user from a new one, as ACL LIST shows
+    /// them (and ACL SAVE keeps them).
+    fn rule_words(&self) -> String {
+        let mut words: Vec<String> = self.flags().iter().map(|flag| flag.to_string()).collect();
+        words.extend(self.passwords.iter().map(|hash| format!("#{hash}")));
         if self.keys {
-            line.push_str(" ~*");
+            words.push("~*".into());
         }
-        line.push_str(if self.channels { " &*" } else { " resetchannels" });
-        line.push_str(if self.commands { " +@all" } else { " -@all" });
-        line
+        words.push(if self.channels { "&*" } else { "resetchannels" }.into());
+        words.push(if self.commands { "+@all" } else { "-@all" }.into());
+        words.join(" ")
     }
 }
+
+/// Where ACL SAVE keeps a user's rules: this, then the user's name.
+const USER_PREFIX: &[u8] = b"\xff\xff\x00acl:";
 
 /// The users ACL SETUSER made (`default` is not among them).
 #[derive(Default)]
@@ -307,7 +312,27 @@ pub struct Users {
     users: RwLock<BTreeMap<Vec<u8>, User>>,
 }
 
+/// The users ACL SAVE stored in `db` (read at start and by ACL LOAD).
+pub fn load_stored(db: &scaledkv::Db) -> Result<BTreeMap<Vec<u8>, User>, String> {
+    let mut users = BTreeMap::new();
+    let end = [USER_PREFIX, b"\xff"].concat();
+    for item in db.range::<&[u8], _>(USER_PREFIX..&end[..]) {
+        let (key, rules) = item.map_err(|e| e.to_string())?;
+        let name = key[USER_PREFIX.len()..].to_vec();
+        let mut user = User::default();
+        for rule in rules.split(|&b| b == b' ').filter(|rule| !rule.is_empty()) {
+            user.apply(rule).map_err(|why| format!("the saved ACL user '{}' does not load: {why}", lossy(&name)))?;
+        }
+        users.insert(name, user);
+    }
+    Ok(users)
+}
+
 impl Users {
+    pub fn new(users: BTreeMap<Vec<u8>, User>) -> Users {
+        Users { users: RwLock::new(users) }
+    }
+
     /// The user `name` (None if there is none, or it is `default`).
     pub fn get(&self, name: &[u8]) -> Option<User> {
         self.users.read().get(name).cloned()
@@ -524,12 +549,42 @@ pub fn acl(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
             }
             out.int(deleted.len() as i64);
         }
-        "save" | "load" => {
-            return Err(err(
-                "ERR This Redis instance is not configured to use an ACL file. You may want to specify users via \
-                 the ACL SETUSER command and then issue a CONFIG REWRITE (assuming you have a Redis configuration \
-                 file set) in order to store users in the Redis configuration.",
-            ))
+        "save" => {
+            // The saved users are replaced whole, in one durable batch; the
+            // registry's lock held keeps SETUSER and other SAVEs out.
+            let registry = users.users.write();
+            let mut batch = scaledkv::WriteBatch::new();
+            let end = [USER_PREFIX, b"\xff"].concat();
+            let db = &ctx.shared.db;
+            let mut saved = 0;
+            for item in db.range::<&[u8], _>(USER_PREFIX..&end[..]) {
+                let (key, _) = item.map_err(|e| err(super::engine_error_text(&e)))?;
+                batch.delete(&key);
+                saved += 1;
+            }
+            for (name, user) in registry.iter() {
+                batch.put(&[USER_PREFIX, name].concat(), user.rule_words().as_bytes());
+            }
+            db.write(batch).map_err(|error| {
+                tracing::error!(%error, "ACL SAVE failed");
+                err("ERR There was an error trying to save the ACLs. Please check the server logs for more information")
+            })?;
+            // Reserved entries, which DBSIZE leaves out.
+            let reserved = &ctx.shared.reserved_entries;
+            reserved.fetch_add(registry.len() as u64, std::sync::atomic::Ordering::Relaxed);
+            reserved.fetch_sub(saved, std::sync::atomic::Ordering::Relaxed);
+            out.ok();
+        }
+        "load" => {
+            let loaded = load_stored(&ctx.shared.db).map_err(|why| err(format!("ERR Error loading ACLs: {why}")))?;
+            *users.users.write() = loaded;
+            // As Redis: the connections of every user it had are closed.
+            for client in ctx.shared.clients.lock().values() {
+                if client.user.lock().is_some() {
+                    client.kill();
+                }
+            }
+            out.ok();
         }
         "setuser" => {
             let name = &args[2];
