@@ -262,8 +262,7 @@ fn bulk(data: &[u8]) -> Vec<u8> {
 
 #[test]
 fn acknowledged_writes_survive_sigkill() {
-    let iterations: usize =
-        std::env::var("SCALEDKV_SERVER_CRASH_ITERATIONS").ok().and_then(|v| v.parse().ok()).unwrap_or(5);
+    let iterations = common::crash_iterations(5);
     let seed = std::env::var("SCALEDKV_CRASH_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or_else(rand::random);
     eprintln!("server crash test: {iterations} iterations, SCALEDKV_CRASH_SEED={seed}");
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);

@@ -452,8 +452,7 @@ fn mc_writer(port: u16, iteration: usize, thread: usize) -> Acked {
 #[test]
 fn acknowledged_memcached_writes_survive_sigkill() {
     use rand::Rng;
-    let iterations: usize =
-        std::env::var("SCALEDKV_SERVER_CRASH_ITERATIONS").ok().and_then(|n| n.parse().ok()).unwrap_or(3);
+    let iterations = common::crash_iterations(3);
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("db");
     let mut rng = rand::thread_rng();

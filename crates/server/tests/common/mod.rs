@@ -160,6 +160,12 @@ impl Drop for RedisServer {
     }
 }
 
+/// How many SIGKILL rounds a crash test runs: `SCALEDKV_SERVER_CRASH_ITERATIONS`,
+/// or `default` (the long mode sets it higher).
+pub fn crash_iterations(default: usize) -> usize {
+    std::env::var("SCALEDKV_SERVER_CRASH_ITERATIONS").ok().and_then(|n| n.parse().ok()).unwrap_or(default)
+}
+
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
