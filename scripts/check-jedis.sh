@@ -7,26 +7,13 @@
 #
 # Installs Debian's maven and a JDK if missing; Maven only resolves Jedis
 # (scripts/jedis/pom.xml). If Maven Central cannot be reached it prints a
-# NOTICE and skips. Every server started here is stopped by its PID.
+# NOTICE and skips (scripts/java-check-setup.sh). Every server started here
+# is stopped by its PID.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if ! command -v mvn >/dev/null || ! command -v javac >/dev/null || ! command -v python3 >/dev/null; then
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq maven default-jdk-headless python3
-fi
-out=target/jedis-check
-mkdir -p "$out"
-if ! mvn -q -f scripts/jedis/pom.xml dependency:build-classpath -Dmdep.outputFile="$PWD/$out/classpath.txt" >"$out/maven.log" 2>&1; then
-    echo "NOTICE: Maven could not resolve Jedis (see $out/maven.log); skipping the Jedis check"
-    exit 0
-fi
-cp="$(cat "$out/classpath.txt")"
-javac -nowarn -Xlint:-deprecation -cp "$cp" -d "$out/classes" scripts/jedis/JedisCheck.java
-cargo build --release -q -p scaledkv-server
-
-pids=()
-cleanup() { for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; done; }
-trap cleanup EXIT
+client=Jedis project=scripts/jedis main=scripts/jedis/JedisCheck.java
+# shellcheck source=scripts/java-check-setup.sh
+. scripts/java-check-setup.sh
 
 # Waits for a RESP server to answer PING on port $1.
 wait_for() {

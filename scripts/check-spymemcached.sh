@@ -9,27 +9,13 @@
 #
 # Installs Debian's maven and a JDK if missing; Maven only resolves
 # spymemcached (scripts/spymemcached/pom.xml). If Maven Central cannot be
-# reached it prints a NOTICE and skips. Every server started here is
-# stopped by its PID.
+# reached it prints a NOTICE and skips (scripts/java-check-setup.sh).
+# Every server started here is stopped by its PID.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if ! command -v mvn >/dev/null || ! command -v javac >/dev/null || ! command -v python3 >/dev/null; then
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq maven default-jdk-headless python3
-fi
-out=target/spymemcached-check
-mkdir -p "$out"
-if ! mvn -q -f scripts/spymemcached/pom.xml dependency:build-classpath -Dmdep.outputFile="$PWD/$out/classpath.txt" >"$out/maven.log" 2>&1; then
-    echo "NOTICE: Maven could not resolve spymemcached (see $out/maven.log); skipping the spymemcached check"
-    exit 0
-fi
-cp="$(cat "$out/classpath.txt")"
-javac -nowarn -cp "$cp" -d "$out/classes" scripts/spymemcached/MemcachedCheck.java
-cargo build --release -q -p scaledkv-server
-
-pids=()
-cleanup() { for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; done; }
-trap cleanup EXIT
+client=spymemcached project=scripts/spymemcached main=scripts/spymemcached/MemcachedCheck.java
+# shellcheck source=scripts/java-check-setup.sh
+. scripts/java-check-setup.sh
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 

@@ -79,9 +79,14 @@ impl Tracking {
         self.clients.load(Ordering::Relaxed) > 0
     }
 
-    /// INFO's `tracking_clients`, `tracking_total_keys`,
-    /// `tracking_total_items`, `tracking_total_prefixes`.
-    pub fn counts(&self) -> (usize, usize, usize, usize) {
+    /// INFO's `tracking_clients`.
+    pub fn clients(&self) -> usize {
+        self.clients.load(Ordering::Relaxed)
+    }
+
+    /// INFO's `tracking_total_keys`, `tracking_total_items`,
+    /// `tracking_total_prefixes`.
+    pub fn counts(&self) -> (usize, usize, usize) {
         let keys = self.table.lock().len();
         let mut prefixes: Vec<&[u8]> = Vec::new();
         let registered = self.prefixes.read();
@@ -90,7 +95,7 @@ impl Tracking {
                 prefixes.push(prefix);
             }
         }
-        (self.clients.load(Ordering::Relaxed), keys, self.items.load(Ordering::Relaxed), prefixes.len())
+        (keys, self.items.load(Ordering::Relaxed), prefixes.len())
     }
 
     /// Turns tracking on for `client` (or changes its settings).
@@ -129,11 +134,15 @@ impl Tracking {
     pub fn remember<'k>(&self, shared: &Shared, client: u64, keys: impl Iterator<Item = &'k Bytes>) {
         let mut table = self.table.lock();
         for key in keys {
-            let ids = table.entry(key.to_vec()).or_default();
-            if !ids.contains(&client) {
-                ids.push(client);
-                self.items.fetch_add(1, Ordering::Relaxed);
+            // The key is copied only the first time it is tracked.
+            match table.get_mut(&key[..]) {
+                Some(ids) if ids.contains(&client) => continue,
+                Some(ids) => ids.push(client),
+                None => {
+                    table.insert(key.to_vec(), smallvec::smallvec![client]);
+                }
             }
+            self.items.fetch_add(1, Ordering::Relaxed);
         }
         let max = self.max_keys.load(Ordering::Relaxed);
         if max > 0 && table.len() > max {
@@ -173,6 +182,8 @@ impl Tracking {
                 }
             }
         }
+        // A copy: `tell` takes clients' settings locks, which `enable`
+        // holds while it waits for this one.
         let prefixes = self.prefixes.read().clone();
         if !prefixes.is_empty() {
             let mut groups: BTreeMap<&[u8], Group> = BTreeMap::new();

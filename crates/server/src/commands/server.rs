@@ -639,7 +639,7 @@ pub fn info_text(ctx: &Ctx<'_>, sections: &[String]) -> String {
             shared.clients.lock().len(),
             shared.maxclients(),
             shared.waiters.blocked_clients(),
-            shared.tracking.counts().0,
+            shared.tracking.clients(),
         );
     }
     if wanted("memory") {
@@ -704,7 +704,7 @@ pub fn info_text(ctx: &Ctx<'_>, sections: &[String]) -> String {
         );
     }
     if wanted("stats") {
-        let (_, tracking_keys, tracking_items, tracking_prefixes) = shared.tracking.counts();
+        let (tracking_keys, tracking_items, tracking_prefixes) = shared.tracking.counts();
         let _ = write!(
             text,
             "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\n\
