@@ -307,6 +307,18 @@ impl PubSub {
         self.classes[class as usize].read().get(name).map_or(0, Vec::len)
     }
 
+    /// What client `id` listens to (a pattern's class is `Pattern`): the
+    /// ACL checks a user's clients when its channel permissions change.
+    pub fn subscriptions_of(&self, id: u64) -> Vec<(Class, Bytes)> {
+        let mut names = Vec::new();
+        for class in [Class::Channel, Class::Pattern, Class::Shard] {
+            let listeners = self.classes[class as usize].read();
+            let theirs = listeners.iter().filter(|(_, clients)| clients.iter().any(|c| c.id == id));
+            names.extend(theirs.map(|(name, _)| (class, name.clone())));
+        }
+        names
+    }
+
     /// Names with a listener: INFO's `pubsub_channels`, `pubsub_patterns`
     /// (PUBSUB NUMPAT) and `pubsubshard_channels`.
     pub fn count(&self, class: Class) -> usize {

@@ -15,6 +15,7 @@ mod list_chunks;
 mod lists;
 mod pubsub;
 pub mod ranks;
+pub mod redis_commands;
 pub mod scripting;
 mod server;
 mod sets;
@@ -136,7 +137,7 @@ pub fn subcommand(container: &str, args: &[Bytes], table: &[(&str, i32)]) -> Res
 }
 
 /// Redis's arity rule: exactly `arity` arguments, or at least `-arity`.
-fn arity_ok(arity: i32, argc: usize) -> bool {
+pub fn arity_ok(arity: i32, argc: usize) -> bool {
     let argc = argc as i32;
     if arity >= 0 {
         argc == arity
@@ -1011,11 +1012,11 @@ pub async fn run_command<'s>(
         return reject(conn, out, command, args, "NOAUTH Authentication required.");
     }
     if let Some(user) = &conn.user {
-        if let Some(denied) = shared.users.denied(user, command, args) {
-            let (reason, object) = denied.logged(command);
+        if let Some(denied) = shared.users.denied(user, args) {
+            let (reason, object) = denied.logged();
             let context = if conn.multi.is_some() { "multi" } else { "toplevel" };
             shared.acl_log.refused(reason, context, &object, user, conn.info.describe());
-            return reject(conn, out, command, args, &denied.error(command));
+            return reject(conn, out, command, args, &denied.error());
         }
     }
     if conn.listens() {

@@ -205,8 +205,8 @@ fn run_script<'s>(
         }
         // A script runs with its caller's permissions.
         if let Some(user) = &conn.user {
-            if let Some(denied) = shared.users.denied(user, command, &args) {
-                let (reason, object) = denied.logged(command);
+            if let Some(denied) = shared.users.denied(user, &args) {
+                let (reason, object) = denied.logged();
                 shared.acl_log.refused(reason, "lua", &object, user, conn.info.describe());
                 return Err(CallError::Error(denied.script_error().into()));
             }

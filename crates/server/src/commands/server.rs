@@ -1031,7 +1031,14 @@ fn command_info(ctx: &mut Ctx<'_>, command: &Command) {
     out.int(command.keys.0 as i64);
     out.int(command.keys.1 as i64);
     out.int(command.keys.2 as i64);
-    out.set(0);
+    // Its ACL categories, as Redis's table gives them.
+    let table = &super::redis_commands::TABLE;
+    let categories = table.id(command.name).map_or(0, |id| table.specs[id].categories);
+    let names = super::redis_commands::CATEGORIES.iter().enumerate().filter(|(bit, _)| categories & 1 << bit != 0);
+    out.set(categories.count_ones() as usize);
+    for (_, name) in names {
+        out.simple(&format!("@{name}"));
+    }
     out.set(0);
     out.array(0);
     out.array(0);

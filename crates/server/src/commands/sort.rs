@@ -14,7 +14,7 @@ use std::cmp::Ordering;
 use bytes::Bytes;
 
 use super::args::{eq, int};
-use super::{CmdError, CmdResult, Ctx};
+use super::{err, CmdError, CmdResult, Ctx};
 use crate::keyspace::{Value, TYPE_HASH, TYPE_HASH_TABLE, TYPE_LIST, TYPE_LIST_TABLE};
 use crate::keyspace::{TYPE_SET, TYPE_SET_TABLE, TYPE_ZSET, TYPE_ZSET_TABLE};
 
@@ -39,6 +39,12 @@ struct Item {
     score: f64,
     /// ALPHA BY's value (None: its key or field is missing).
     by: Option<Vec<u8>>,
+}
+
+/// BY and GET read keys the data names, so a user needs to be able to
+/// read every key to use them, as in Redis.
+fn reads_every_key(ctx: &Ctx<'_>, args: &[Bytes]) -> bool {
+    ctx.shared.users.reads_every_key(ctx.conn.user.as_deref(), args)
 }
 
 fn sort_command(ctx: &mut Ctx<'_>, args: &[Bytes], read_only: bool) -> CmdResult {
@@ -68,9 +74,16 @@ fn sort_command(ctx: &mut Ctx<'_>, args: &[Bytes], read_only: bool) -> CmdResult
             // A pattern without `*` names no key: the container's order
             // (and a later pattern with one does not undo that, in Redis).
             by = Some(&args[at + 1]);
-            dont_sort |= !args[at + 1].contains(&b'*');
+            if !args[at + 1].contains(&b'*') {
+                dont_sort = true;
+            } else if !reads_every_key(ctx, args) {
+                return Err(err("ERR BY option of SORT denied due to insufficient ACL permissions."));
+            }
             at += 1;
         } else if eq(arg, "get") && left >= 1 {
+            if !reads_every_key(ctx, args) {
+                return Err(err("ERR GET option of SORT denied due to insufficient ACL permissions."));
+            }
             gets.push(&args[at + 1]);
             at += 1;
         } else {

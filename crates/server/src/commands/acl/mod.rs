@@ -1,14 +1,16 @@
-//! ACL: the `default` user, with every permission, whose password is
-//! `requirepass` (none: `nopass`), and users that ACL SETUSER creates,
-//! each with all or no commands, all or no keys, all or no channels
-//! (`+@all`/`-@all`, `~*`/`resetkeys`, `&*`/`resetchannels`); rules that
-//! would grant part of them (`+get`, `~app:*`, `+@read` ...) are refused
-//! with a clear error. As Redis describes users (WHOAMI, USERS, LIST,
-//! GETUSER, CAT, DRYRUN, DELUSER, GENPASS, HELP), refuses commands they
-//! may not run (NOPERM), and logs failed authentications and refusals
-//! (ACL LOG). ACL SAVE keeps the users durably in the data directory (the
-//! server's settings, where Redis writes its ACL file), ACL LOAD and the
-//! server's start read them back.
+//! ACL, as Redis 7.0's: the `default` user, with every permission, whose
+//! password is `requirepass` (none: `nopass`), and users that ACL SETUSER
+//! creates with Redis's rules: commands, categories and subcommands
+//! (`+@read -keys +config|get`), key patterns with read and write
+//! permissions (`~app:*`, `%R~cache:*`), channel patterns (`&news.*`) and
+//! `(...)` selectors (`selector`). As Redis it describes users (WHOAMI,
+//! USERS, LIST, GETUSER, CAT, DRYRUN, DELUSER, GENPASS, HELP), refuses
+//! commands they may not run (NOPERM), and logs failed authentications
+//! and refusals (ACL LOG). ACL SAVE keeps the users durably in the data
+//! directory (the server's settings, where Redis writes its ACL file), ACL
+//! LOAD and the server's start read them back.
+
+mod selector;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Instant;
@@ -19,35 +21,13 @@ use rand::RngCore;
 use sha2::{Digest, Sha256};
 
 use super::args::eq;
-use super::{err, lookup, subcommand, subcommand_syntax, CmdResult, Command, Ctx, NO_AUTH};
+use super::redis_commands::{self, Table, CATEGORIES, TABLE};
+use super::{err, subcommand, subcommand_syntax, CmdResult, Ctx};
+use selector::Refusal;
+pub use selector::Selector;
 
 /// Redis's `acllog-max-len` default.
 const LOG_MAX: usize = 128;
-
-/// Redis 7.0's ACL categories, in its order.
-const CATEGORIES: &[&str] = &[
-    "keyspace",
-    "read",
-    "write",
-    "set",
-    "sortedset",
-    "list",
-    "hash",
-    "string",
-    "bitmap",
-    "hyperloglog",
-    "geo",
-    "stream",
-    "pubsub",
-    "admin",
-    "fast",
-    "slow",
-    "blocking",
-    "dangerous",
-    "connection",
-    "transaction",
-    "scripting",
-];
 
 /// A failed authentication or a refused command, as Redis's ACL LOG
 /// shows it.
@@ -115,30 +95,33 @@ impl AclLog {
 pub struct User {
     pub on: bool,
     pub nopass: bool,
-    /// SHA-256 of each password, in lowercase hex.
-    pub passwords: BTreeSet<String>,
-    pub commands: bool,
-    pub keys: bool,
-    pub channels: bool,
+    /// SHA-256 of each password, in lowercase hex, in the order added.
+    pub passwords: Vec<String>,
     /// `sanitize-payload` (true) or `skip-sanitize-payload` (false), as
     /// set: Redis's RESTORE payload checks, shown and kept (RESTORE checks
     /// every payload here).
     pub sanitize_payload: Option<bool>,
+    /// The permissions given outside parentheses.
+    pub root: Selector,
+    /// `(...)` selectors: a command runs when the root or one of them
+    /// allows all of it.
+    pub selectors: Vec<Selector>,
 }
 
 /// What a user may not do with a command.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Denied {
-    Command,
+    /// The command (or subcommand, `config|set`) by Redis's full name.
+    Command(&'static str),
     Key(Bytes),
     Channel(Bytes),
 }
 
 impl Denied {
     /// The command's refusal, Redis's NOPERM.
-    pub fn error(&self, command: &Command) -> String {
+    pub fn error(&self) -> String {
         match self {
-            Denied::Command => format!("NOPERM this user has no permissions to run the '{}' command", command.name),
+            Denied::Command(name) => format!("NOPERM this user has no permissions to run the '{name}' command"),
             Denied::Key(_) => "NOPERM this user has no permissions to access one of the keys used as arguments".into(),
             Denied::Channel(_) => {
                 "NOPERM this user has no permissions to access one of the channels used as arguments".into()
@@ -147,9 +130,9 @@ impl Denied {
     }
 
     /// ACL DRYRUN's answer.
-    fn dry_run(&self, command: &Command) -> String {
+    fn dry_run(&self) -> String {
         match self {
-            Denied::Command => format!("This user has no permissions to run the '{}' command", command.name),
+            Denied::Command(name) => format!("This user has no permissions to run the '{name}' command"),
             Denied::Key(key) => format!("This user has no permissions to access the '{}' key", lossy(key)),
             Denied::Channel(channel) => {
                 format!("This user has no permissions to access the '{}' channel", lossy(channel))
@@ -160,7 +143,7 @@ impl Denied {
     /// The refusal of a script's `redis.call`, as Redis words it.
     pub fn script_error(&self) -> &'static str {
         match self {
-            Denied::Command => "ERR The user executing the script can't run this command or subcommand",
+            Denied::Command(_) => "ERR The user executing the script can't run this command or subcommand",
             Denied::Key(_) => {
                 "ERR The user executing the script can't access at least one of the keys mentioned in the command \
                  arguments"
@@ -172,9 +155,9 @@ impl Denied {
     }
 
     /// ACL LOG's reason and object.
-    pub fn logged(&self, command: &Command) -> (&'static str, Bytes) {
+    pub fn logged(&self) -> (&'static str, Bytes) {
         match self {
-            Denied::Command => ("command", Bytes::from_static(command.name.as_bytes())),
+            Denied::Command(name) => ("command", Bytes::from_static(name.as_bytes())),
             Denied::Key(key) => ("key", key.clone()),
             Denied::Channel(channel) => ("channel", channel.clone()),
         }
@@ -185,42 +168,103 @@ fn lossy(bytes: &[u8]) -> std::borrow::Cow<'_, str> {
     String::from_utf8_lossy(bytes)
 }
 
+/// SETUSER's arguments with each `(...)` selector split over several
+/// arguments joined into one, as Redis's ACLMergeSelectorArguments; the
+/// error names the argument whose parenthesis is not closed.
+fn merge_selectors<'a>(rules: impl IntoIterator<Item = &'a [u8]>) -> Result<Vec<Vec<u8>>, String> {
+    let mut merged = Vec::new();
+    // The selector being joined, and the argument that opened it.
+    let mut open: Option<(Vec<u8>, &[u8])> = None;
+    for rule in rules {
+        if let Some((selector, _)) = open.as_mut() {
+            selector.push(b' ');
+            selector.extend_from_slice(rule);
+            if rule.last() == Some(&b')') {
+                merged.extend(open.take().map(|(selector, _)| selector));
+            }
+        } else if rule.first() == Some(&b'(') && rule.last() != Some(&b')') {
+            open = Some((rule.to_vec(), rule));
+        } else {
+            merged.push(rule.to_vec());
+        }
+    }
+    match open {
+        Some((_, start)) => Err(format!("Unmatched parenthesis in acl selector starting at '{}'.", lossy(start))),
+        None => Ok(merged),
+    }
+}
+
 impl User {
+    /// A new user, as Redis makes one: off, no password, no permissions.
+    fn new() -> User {
+        User::default()
+    }
+
     /// Whether `password` opens this user.
     fn accepts(&self, password: &[u8]) -> bool {
         self.on && (self.nopass || self.passwords.contains(&crate::script::hex(&Sha256::digest(password))))
     }
 
-    /// What the user may not do running `command` with `args`.
-    pub fn denied(&self, command: &Command, args: &[Bytes]) -> Option<Denied> {
-        if !self.commands && !command.has(NO_AUTH) {
-            return Some(Denied::Command);
-        }
-        if !self.keys {
-            if let Some(key) = command.key_args(args).next() {
-                return Some(Denied::Key(key.clone()));
+    /// What the user may not do running `args` (the command's name
+    /// first), as Redis decides: allowed when one selector allows it all;
+    /// otherwise the most telling refusal (a channel over a key over the
+    /// command; the later argument of two).
+    pub fn denied(&self, args: &[Bytes]) -> Option<Denied> {
+        let table: &'static Table = &TABLE;
+        let Some(id) = table.resolve(args) else {
+            return Some(Denied::Command("unknown"));
+        };
+        let mut keys = None;
+        let mut worst: Option<(Refusal, usize)> = None;
+        for selector in std::iter::once(&self.root).chain(&self.selectors) {
+            let refusal = selector.check(table, id, args, &mut keys)?;
+            if worst.is_none_or(|worst| refusal > worst) {
+                worst = Some(refusal);
             }
         }
-        if !self.channels {
-            let channels = match command.name {
-                "publish" | "spublish" => args.get(1..2),
-                "subscribe" | "psubscribe" | "ssubscribe" => args.get(1..),
-                _ => None,
-            };
-            if let Some(channel) = channels.and_then(<[Bytes]>::first) {
-                return Some(Denied::Channel(channel.clone()));
-            }
-        }
-        None
+        Some(match worst.expect("the root selector refused") {
+            (Refusal::Command, _) => Denied::Command(&table.specs[id].fullname),
+            (Refusal::Key, at) => Denied::Key(args[at].clone()),
+            (Refusal::Channel, at) => Denied::Channel(args[at].clone()),
+        })
     }
 
-    /// Applies one ACL SETUSER rule, as Redis reads it; rules granting
-    /// part of the commands, keys or channels are refused.
-    fn apply(&mut self, rule: &[u8]) -> Result<(), String> {
+    /// Whether a client of this user subscribed to `channel` (a pattern
+    /// when `pattern`) may stay subscribed.
+    pub fn may_subscribe(&self, channel: &[u8], pattern: bool) -> bool {
+        std::iter::once(&self.root).chain(&self.selectors).any(|s| s.allows_subscription(channel, pattern))
+    }
+
+    /// Whether one of the user's selectors that may run `args` reads any
+    /// key (SORT's BY and GET options need it, as in Redis).
+    pub fn reads_every_key(&self, args: &[Bytes]) -> bool {
+        let table: &'static Table = &TABLE;
+        let Some(id) = table.resolve(args) else { return false };
+        std::iter::once(&self.root)
+            .chain(&self.selectors)
+            .any(|s| s.check(table, id, args, &mut None).is_none() && s.has_every_key(redis_commands::ACCESS))
+    }
+
+    /// Applies SETUSER's arguments in order, all or none: the error is
+    /// Redis's, naming the rule at fault.
+    fn apply_all<'a>(&mut self, rules: impl IntoIterator<Item = &'a [u8]>) -> Result<(), String> {
+        let mut changed = self.clone();
+        for rule in merge_selectors(rules)? {
+            changed.apply(&rule).map_err(|why| format!("Error in ACL SETUSER modifier '{}': {why}", lossy(&rule)))?;
+        }
+        *self = changed;
+        Ok(())
+    }
+
+    /// Applies one rule (a whole `(...)` selector), as Redis's ACLSetUser.
+    fn apply(&mut self, rule: &[u8]) -> Result<(), &'static str> {
         let word = |w: &str| rule.eq_ignore_ascii_case(w.as_bytes());
         match rule {
+            [] => {}
             _ if word("on") => self.on = true,
             _ if word("off") => self.on = false,
+            _ if word("skip-sanitize-payload") => self.sanitize_payload = Some(false),
+            _ if word("sanitize-payload") => self.sanitize_payload = Some(true),
             _ if word("nopass") => {
                 self.nopass = true;
                 self.passwords.clear();
@@ -229,44 +273,41 @@ impl User {
                 self.nopass = false;
                 self.passwords.clear();
             }
-            _ if word("~*") || word("allkeys") => self.keys = true,
-            _ if word("resetkeys") => self.keys = false,
-            _ if word("&*") || word("allchannels") => self.channels = true,
-            _ if word("resetchannels") => self.channels = false,
-            _ if word("+@all") || word("allcommands") => self.commands = true,
-            _ if word("-@all") || word("nocommands") => self.commands = false,
-            _ if word("sanitize-payload") => self.sanitize_payload = Some(true),
-            _ if word("skip-sanitize-payload") => self.sanitize_payload = Some(false),
-            _ if word("reset") => *self = User { sanitize_payload: Some(true), ..User::default() },
-            [b'>', password @ ..] => {
-                self.passwords.insert(crate::script::hex(&Sha256::digest(password)));
-                self.nopass = false;
-            }
-            [b'#', hash @ ..] => {
-                if hash.len() != 64 || !hash.iter().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(b)) {
-                    return Err("The password hash must be exactly 64 characters and contain only lowercase \
-                                hexadecimal characters"
-                        .into());
-                }
-                self.passwords.insert(lossy(hash).into_owned());
-                self.nopass = false;
-            }
+            [b'>', password @ ..] => self.add_password(crate::script::hex(&Sha256::digest(password))),
+            [b'#', hash @ ..] => self.add_password(checked_hash(hash)?),
             [b'<', password @ ..] => self.forget(crate::script::hex(&Sha256::digest(password)))?,
-            [b'!', hash @ ..] => self.forget(lossy(hash).into_owned())?,
-            [b'~' | b'%' | b'&' | b'+' | b'-' | b'(', ..] => {
-                return Err("ScaledKV's users have all or no commands, keys and channels (+@all or -@all, ~* or \
-                            resetkeys, &* or resetchannels; see the README)"
-                    .into())
+            [b'!', hash @ ..] => self.forget(checked_hash(hash)?)?,
+            [b'(', inner @ .., b')'] => {
+                let mut selector = Selector::default();
+                for rule in inner.split(u8::is_ascii_whitespace).filter(|rule| !rule.is_empty()) {
+                    selector.apply(rule)?;
+                }
+                self.selectors.push(selector);
             }
-            _ => return Err("Syntax error".into()),
+            _ if word("clearselectors") => self.selectors.clear(),
+            _ if word("reset") => {
+                let sanitize = Some(true);
+                *self = User { sanitize_payload: sanitize, ..User::new() };
+            }
+            _ => self.root.apply(rule)?,
         }
         Ok(())
     }
 
-    fn forget(&mut self, hash: String) -> Result<(), String> {
-        if !self.passwords.remove(&hash) {
-            return Err("The password you are trying to remove from the user does not exist".into());
+    fn add_password(&mut self, hash: String) {
+        if !self.passwords.contains(&hash) {
+            self.passwords.push(hash);
         }
+        self.nopass = false;
+    }
+
+    fn forget(&mut self, hash: String) -> Result<(), &'static str> {
+        let at = self
+            .passwords
+            .iter()
+            .position(|known| *known == hash)
+            .ok_or("The password you are trying to remove from the user does not exist")?;
+        self.passwords.remove(at);
         Ok(())
     }
 
@@ -294,13 +335,19 @@ impl User {
     fn rule_words(&self) -> String {
         let mut words: Vec<String> = self.flags().iter().map(|flag| flag.to_string()).collect();
         words.extend(self.passwords.iter().map(|hash| format!("#{hash}")));
-        if self.keys {
-            words.push("~*".into());
-        }
-        words.push(if self.channels { "&*" } else { "resetchannels" }.into());
-        words.push(if self.commands { "+@all" } else { "-@all" }.into());
+        words.push(self.root.describe());
+        words.extend(self.selectors.iter().map(|selector| format!("({})", selector.describe())));
         words.join(" ")
     }
+}
+
+/// A `#hash` or `!hash` rule's hash, if it is one.
+fn checked_hash(hash: &[u8]) -> Result<String, &'static str> {
+    if hash.len() != 64 || !hash.iter().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(b)) {
+        return Err("The password hash must be exactly 64 characters and contain only lowercase hexadecimal \
+                    characters");
+    }
+    Ok(lossy(hash).into_owned())
 }
 
 /// Where ACL SAVE keeps a user's rules: this, then the user's name.
@@ -319,10 +366,9 @@ pub fn load_stored(db: &scaledkv::Db) -> Result<BTreeMap<Vec<u8>, User>, String>
     for item in db.range::<&[u8], _>(USER_PREFIX..&end[..]) {
         let (key, rules) = item.map_err(|e| e.to_string())?;
         let name = key[USER_PREFIX.len()..].to_vec();
-        let mut user = User::default();
-        for rule in rules.split(|&b| b == b' ').filter(|rule| !rule.is_empty()) {
-            user.apply(rule).map_err(|why| format!("the saved ACL user '{}' does not load: {why}", lossy(&name)))?;
-        }
+        let mut user = User::new();
+        user.apply_all(rules.split(|&b| b == b' ').filter(|rule| !rule.is_empty()))
+            .map_err(|why| format!("the saved ACL user '{}' does not load: {why}", lossy(&name)))?;
         users.insert(name, user);
     }
     Ok(users)
@@ -338,13 +384,24 @@ impl Users {
         self.users.read().get(name).cloned()
     }
 
-    /// What user `name` may not do running `command` (a user deleted since
-    /// its connection authenticated may do nothing).
-    pub fn denied(&self, name: &[u8], command: &Command, args: &[Bytes]) -> Option<Denied> {
+    /// What user `name` may not do running `args`, the command's name
+    /// first (a user deleted since its connection authenticated may do
+    /// nothing).
+    pub fn denied(&self, name: &[u8], args: &[Bytes]) -> Option<Denied> {
         match self.users.read().get(name) {
-            Some(user) => user.denied(command, args),
-            None => Some(Denied::Command),
+            Some(user) => user.denied(args),
+            None => {
+                let table: &'static Table = &TABLE;
+                let id = table.resolve(args);
+                Some(Denied::Command(id.map_or("unknown", |id| &table.specs[id].fullname)))
+            }
         }
+    }
+
+    /// Whether user `name` may read every key running `args` (SORT's BY
+    /// and GET); the `default` user (None) may.
+    pub fn reads_every_key(&self, name: Option<&[u8]>, args: &[Bytes]) -> bool {
+        name.is_none_or(|name| self.users.read().get(name).is_some_and(|user| user.reads_every_key(args)))
     }
 
     /// Whether `password` opens user `name` (not `default`).
@@ -363,6 +420,18 @@ fn default_user_rules(password: Option<&str>) -> String {
 
 fn sha256_hex(text: &str) -> String {
     crate::script::hex(&Sha256::digest(text.as_bytes()))
+}
+
+/// GETUSER's `commands`, `keys` and `channels` of a selector.
+fn describe_selector(out: &mut crate::resp::Out, selector: &Selector) {
+    for (name, value) in [
+        ("commands", selector.describe_commands()),
+        ("keys", selector.describe_keys()),
+        ("channels", selector.describe_channels()),
+    ] {
+        out.bulk(name.as_bytes());
+        out.bulk(value.as_bytes());
+    }
 }
 
 /// Redis 7.0's ACL subcommands and their arities.
@@ -422,16 +491,13 @@ pub fn acl(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
                 for hash in &user.passwords {
                     out.bulk(hash.as_bytes());
                 }
-                for (name, value) in [
-                    ("commands", if user.commands { "+@all" } else { "-@all" }),
-                    ("keys", if user.keys { "~*" } else { "" }),
-                    ("channels", if user.channels { "&*" } else { "" }),
-                ] {
-                    out.bulk(name.as_bytes());
-                    out.bulk(value.as_bytes());
-                }
+                describe_selector(out, &user.root);
                 out.bulk(b"selectors");
-                out.array(0);
+                out.array(user.selectors.len());
+                for selector in &user.selectors {
+                    out.map(3);
+                    describe_selector(out, selector);
+                }
             }
         },
         "getuser" => {
@@ -464,11 +530,17 @@ pub fn acl(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
             }
         }
         "cat" if n == 3 => {
-            let name = String::from_utf8_lossy(&args[2]).to_ascii_lowercase();
-            if !CATEGORIES.contains(&name.as_str()) {
-                return Err(err(format!("ERR Unknown category '{}'", String::from_utf8_lossy(&args[2]))));
+            let name = String::from_utf8_lossy(&args[2]);
+            let Some(category) = redis_commands::category(&name) else {
+                return Err(err(format!("ERR Unknown category '{name}'")));
+            };
+            let table: &Table = &TABLE;
+            let names: Vec<&str> =
+                table.specs.iter().filter(|spec| spec.categories & category != 0).map(|s| &s.fullname[..]).collect();
+            out.array(names.len());
+            for name in names {
+                out.bulk(name.as_bytes());
             }
-            return Err(err("ERR ACL CAT <category> is not supported by ScaledKV yet (see the README)"));
         }
         "genpass" if n <= 3 => {
             let bits = match args.get(2) {
@@ -522,14 +594,19 @@ pub fn acl(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
                 b"default" => None,
                 name => Some(users.get(name).ok_or_else(|| err(format!("ERR User '{}' not found", lossy(&args[2]))))?),
             };
-            let Some(command) = lookup(&args[3]) else {
+            // Redis's table, as Redis looks the command up: a container's
+            // unknown subcommand is no command.
+            let table: &Table = &TABLE;
+            let found = table.resolve(&args[3..]).filter(|&id| n == 4 || table.specs[id].subcommands.is_empty());
+            let Some(id) = found else {
                 return Err(err(format!("ERR Command '{}' not found", lossy(&args[3]))));
             };
-            if !command.arity_ok(n - 3) {
-                return Err(err(format!("ERR wrong number of arguments for '{}' command", command.name)));
+            let spec = &table.specs[id];
+            if !super::arity_ok(spec.arity, n - 3) {
+                return Err(err(format!("ERR wrong number of arguments for '{}' command", spec.fullname)));
             }
-            match user.and_then(|user| user.denied(command, &args[3..])) {
-                Some(denied) => out.bulk(denied.dry_run(command).as_bytes()),
+            match user.and_then(|user| user.denied(&args[3..])) {
+                Some(denied) => out.bulk(denied.dry_run().as_bytes()),
                 None => out.ok(),
             }
         }
@@ -598,10 +675,18 @@ pub fn acl(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
                 ));
             }
             let mut registry = users.users.write();
-            let mut user = registry.get(&name[..]).cloned().unwrap_or_default();
-            for rule in &args[3..] {
-                user.apply(rule)
-                    .map_err(|why| err(format!("ERR Error in ACL SETUSER modifier '{}': {why}", lossy(rule))))?;
+            let mut user = registry.get(&name[..]).cloned().unwrap_or_else(User::new);
+            user.apply_all(args[3..].iter().map(|rule| &rule[..])).map_err(|why| err(format!("ERR {why}")))?;
+            // As Redis: the user's clients subscribed to what it may no
+            // longer listen to are closed.
+            for client in ctx.shared.clients.lock().values() {
+                if client.user.lock().as_deref() == Some(&name[..]) {
+                    let subscriptions = ctx.shared.pubsub.subscriptions_of(client.id);
+                    let pattern = |class| class == crate::pubsub::Class::Pattern;
+                    if subscriptions.iter().any(|(class, channel)| !user.may_subscribe(channel, pattern(*class))) {
+                        client.kill();
+                    }
+                }
             }
             registry.insert(name.to_vec(), user);
             out.ok();
@@ -646,20 +731,42 @@ pub fn acl(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
 mod tests {
     use super::*;
 
+    fn apply(user: &mut User, rules: &str) -> Result<(), String> {
+        user.apply_all(rules.split(' ').map(str::as_bytes))
+    }
+
     #[test]
-    fn rules_granting_part_of_the_permissions_are_refused() {
-        let mut user = User::default();
-        for rule in ["+get", "-get", "~app:*", "%R~*", "&news", "+@read", "-@dangerous", "(~x +get)"] {
-            let why = user.apply(rule.as_bytes()).unwrap_err();
-            assert!(why.contains("all or no commands, keys and channels"), "{rule}: {why}");
-        }
-        assert_eq!(user, User::default(), "nothing applied");
-        for rule in ["on", ">pw", "+@all", "~*", "&*"] {
-            user.apply(rule.as_bytes()).unwrap();
-        }
+    fn setuser_applies_all_rules_or_none() {
+        let mut user = User::new();
+        let why = apply(&mut user, "on >pw +get +nosuch").unwrap_err();
+        assert_eq!(why, "Error in ACL SETUSER modifier '+nosuch': Unknown command or category name in ACL");
+        assert_eq!(user, User::new(), "nothing applied");
+        apply(&mut user, "on >pw +@all ~* &*").unwrap();
         assert!(user.accepts(b"pw") && !user.accepts(b"other"));
         assert_eq!(user.rules(b"u"), format!("user u on #{} ~* &* +@all", sha256_hex("pw")));
-        user.apply(b"off").unwrap();
+        apply(&mut user, "off").unwrap();
         assert!(!user.accepts(b"pw"), "a user that is off opens to no password");
+    }
+
+    #[test]
+    fn selectors_join_across_arguments_and_describe_themselves() {
+        let mut user = User::new();
+        apply(&mut user, "on nopass +get ~a:* (+set ~b:*) (%R~c:* +@read)").unwrap();
+        assert_eq!(user.selectors.len(), 2);
+        let args = |words: &str| words.split(' ').map(|w| Bytes::copy_from_slice(w.as_bytes())).collect::<Vec<_>>();
+        assert_eq!(user.denied(&args("get a:1")), None);
+        assert_eq!(user.denied(&args("set b:1 v")), None, "the first selector allows it");
+        assert_eq!(user.denied(&args("get c:1")), None, "the second selector reads c:*");
+        assert_eq!(user.denied(&args("set a:1 v")), Some(Denied::Key(Bytes::from_static(b"a:1"))));
+        assert_eq!(user.denied(&args("del a:1")), Some(Denied::Command("del")));
+        let line = user.rules(b"u");
+        assert_eq!(line, "user u on nopass ~a:* resetchannels -@all +get (~b:* resetchannels -@all +set) (%R~c:* resetchannels -@all +@read)");
+        let mut loaded = User::new();
+        apply(&mut loaded, line.strip_prefix("user u ").unwrap()).unwrap();
+        assert_eq!(loaded.rules(b"u"), line, "ACL SAVE's words load back");
+        assert_eq!(
+            apply(&mut user, "(+get ~x").unwrap_err(),
+            "Unmatched parenthesis in acl selector starting at '(+get'."
+        );
     }
 }

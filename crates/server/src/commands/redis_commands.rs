@@ -1,0 +1,397 @@
+//! Redis 7's own command table (`redis_commands.tsv`, written by
+//! `scripts/gen-redis-commands.py` from redis-server 7.0.15's COMMAND):
+//! every command and subcommand with its ACL categories and key
+//! specifications. ACL rules are read against it, so `+@read`,
+//! `-config|set` or `%R~app:*` mean here what they mean in Redis, and a
+//! user described by ACL LIST reads as Redis would describe it, even for
+//! commands ScaledKV does not have.
+
+use std::collections::HashMap;
+use std::sync::LazyLock;
+
+use bytes::Bytes;
+
+/// Redis 7.0's ACL categories, in its order (ACL CAT, descriptions).
+pub const CATEGORIES: &[&str] = &[
+    "keyspace",
+    "read",
+    "write",
+    "set",
+    "sortedset",
+    "list",
+    "hash",
+    "string",
+    "bitmap",
+    "hyperloglog",
+    "geo",
+    "stream",
+    "pubsub",
+    "admin",
+    "fast",
+    "slow",
+    "blocking",
+    "dangerous",
+    "connection",
+    "transaction",
+    "scripting",
+];
+
+/// A category's bit (`CATEGORIES` order), or None for an unknown name.
+pub fn category(name: &str) -> Option<u32> {
+    CATEGORIES.iter().position(|c| c.eq_ignore_ascii_case(name)).map(|i| 1 << i)
+}
+
+/// How a key argument is used, from its key specification's flags.
+pub const ACCESS: u8 = 1;
+/// Inserts, deletes or updates: needs a write pattern.
+pub const WRITES: u8 = 2;
+
+pub struct Spec {
+    /// `get`, or `config|get` for a subcommand.
+    pub fullname: String,
+    pub arity: i32,
+    pub categories: u32,
+    /// Index of the container for a subcommand.
+    pub parent: Option<usize>,
+    /// Runs before authentication (AUTH HELLO QUIT RESET): no ACL applies.
+    pub no_auth: bool,
+    /// Indexes of the subcommands (they follow their container).
+    pub subcommands: std::ops::Range<usize>,
+    keys: Vec<KeySpec>,
+}
+
+struct KeySpec {
+    /// `ACCESS` and `WRITES`.
+    uses: u8,
+    not_key: bool,
+    incomplete: bool,
+    variable: bool,
+    begin: Begin,
+    find: Find,
+}
+
+enum Begin {
+    Index(usize),
+    Keyword(String, i64),
+    Unknown,
+}
+
+enum Find {
+    Range { last: i64, step: usize, limit: i64 },
+    KeyNum { index: usize, first: usize, step: usize },
+    Unknown,
+}
+
+pub struct Table {
+    pub specs: Vec<Spec>,
+    by_name: HashMap<String, usize>,
+}
+
+pub static TABLE: LazyLock<Table> = LazyLock::new(|| parse(include_str!("redis_commands.tsv")));
+
+fn parse(text: &str) -> Table {
+    let mut specs: Vec<Spec> = Vec::new();
+    let mut by_name = HashMap::new();
+    for line in text.lines().filter(|line| !line.starts_with('#') && !line.is_empty()) {
+        let columns: Vec<&str> = line.split('\t').collect();
+        let [name, arity, flags, categories, keys] = columns[..] else {
+            panic!("a bad line in redis_commands.tsv: {line}")
+        };
+        let categories = categories
+            .split(',')
+            .filter(|c| !c.is_empty())
+            .map(|c| category(c).unwrap_or_else(|| panic!("unknown category {c}")))
+            .fold(0, |all, bit| all | bit);
+        let parent = name.split_once('|').map(|(parent, _)| by_name[parent]);
+        let id = specs.len();
+        if let Some(parent) = parent {
+            let container: &mut Spec = &mut specs[parent];
+            if container.subcommands.is_empty() {
+                container.subcommands = id..id;
+            }
+            container.subcommands.end = id + 1;
+        }
+        specs.push(Spec {
+            fullname: name.to_string(),
+            arity: arity.parse().expect("arity"),
+            categories,
+            parent,
+            no_auth: flags.split(',').any(|flag| flag == "no_auth"),
+            subcommands: 0..0,
+            keys: keys.split(';').filter(|s| !s.is_empty()).map(key_spec).collect(),
+        });
+        by_name.insert(name.to_string(), id);
+    }
+    Table { specs, by_name }
+}
+
+fn key_spec(text: &str) -> KeySpec {
+    let mut parts = text.split('/');
+    let (flags, begin, find) = (parts.next().unwrap(), parts.next().unwrap(), parts.next().unwrap());
+    let has = |flag: &str| flags.split(',').any(|f| f.eq_ignore_ascii_case(flag));
+    let mut uses = 0;
+    if has("access") {
+        uses |= ACCESS;
+    }
+    if has("insert") || has("delete") || has("update") {
+        uses |= WRITES;
+    }
+    let numbers = |s: &str| -> Vec<i64> { s.split(',').map(|n| n.parse().expect("a number")).collect() };
+    let begin = match begin.split_at(1) {
+        ("i", pos) => Begin::Index(pos.parse().expect("index")),
+        ("k", spec) => {
+            let (word, from) = spec.rsplit_once(',').expect("keyword,startfrom");
+            Begin::Keyword(word.to_string(), from.parse().expect("startfrom"))
+        }
+        _ => Begin::Unknown,
+    };
+    let find = match find.split_at(1) {
+        ("r", spec) => match numbers(spec)[..] {
+            [last, step, limit] => Find::Range { last, step: step as usize, limit },
+            _ => panic!("range"),
+        },
+        ("n", spec) => match numbers(spec)[..] {
+            [index, first, step] => Find::KeyNum { index: index as usize, first: first as usize, step: step as usize },
+            _ => panic!("keynum"),
+        },
+        _ => Find::Unknown,
+    };
+    KeySpec {
+        uses,
+        not_key: has("not_key"),
+        incomplete: has("incomplete"),
+        variable: has("variable_flags"),
+        begin,
+        find,
+    }
+}
+
+impl Table {
+    /// The id of command `name` (any case; `config|get` for a subcommand).
+    pub fn id(&self, name: &str) -> Option<usize> {
+        self.by_name.get(name).or_else(|| self.by_name.get(&name.to_ascii_lowercase())).copied()
+    }
+
+    /// The command or subcommand `args` invoke, as Redis looks it up: a
+    /// container's subcommand by the second argument (the container itself
+    /// when there is none such).
+    pub fn resolve(&self, args: &[Bytes]) -> Option<usize> {
+        let name = std::str::from_utf8(args.first()?).ok()?.to_ascii_lowercase();
+        let id = self.id(&name)?;
+        if self.specs[id].subcommands.is_empty() || args.len() < 2 {
+            return Some(id);
+        }
+        let sub = String::from_utf8_lossy(&args[1]).to_ascii_lowercase();
+        Some(self.id(&format!("{name}|{sub}")).unwrap_or(id))
+    }
+
+    /// The key arguments of command `id` invoked with `args` (the name
+    /// first), each with how it is used (`ACCESS`, `WRITES`), as Redis's
+    /// ACL finds them: by the key specifications, or for the commands whose
+    /// specifications cannot say (SET, BITFIELD, SORT, MIGRATE) by reading
+    /// the arguments as Redis does.
+    pub fn keys(&self, id: usize, args: &[Bytes]) -> Vec<(usize, u8)> {
+        let spec = &self.specs[id];
+        match spec.fullname.as_str() {
+            "set" => {
+                return vec![(1, if has_word(&args[3.min(args.len())..], "get") { ACCESS | WRITES } else { WRITES })]
+            }
+            "bitfield" => return vec![(1, bitfield_uses(args))],
+            "sort" | "sort_ro" => return sort_keys(args),
+            "migrate" => return migrate_keys(args),
+            _ => {}
+        }
+        let mut keys = Vec::new();
+        let argc = args.len();
+        for key in spec.keys.iter().filter(|key| !key.not_key) {
+            if key.variable {
+                return Vec::new();
+            }
+            let first = match &key.begin {
+                Begin::Index(pos) => *pos,
+                Begin::Keyword(word, from) => {
+                    // As Redis: never the last argument (no key follows it)
+                    // searching forward, never the first searching back.
+                    let is_word = |&i: &usize| args[i].eq_ignore_ascii_case(word.as_bytes());
+                    let found = if *from > 0 {
+                        (*from as usize..argc.saturating_sub(1)).find(is_word)
+                    } else {
+                        let start = (argc as i64 + from).min(argc as i64 - 1);
+                        (2..=start.max(0) as usize).rev().find(is_word)
+                    };
+                    match found {
+                        Some(i) => i + 1,
+                        None => continue,
+                    }
+                }
+                Begin::Unknown => return Vec::new(),
+            };
+            let (first, last, step) = match key.find {
+                Find::Range { last, step, limit } => {
+                    let end = if last >= 0 {
+                        first as i64 + last
+                    } else if limit == 0 {
+                        argc as i64 + last
+                    } else {
+                        first as i64 + ((argc as i64 - first as i64) / limit + last)
+                    };
+                    (first, end, step)
+                }
+                Find::KeyNum { index, first: offset, step } => {
+                    let Some(count) =
+                        args.get(first + index).and_then(|n| std::str::from_utf8(n).ok()?.parse::<i64>().ok())
+                    else {
+                        return Vec::new();
+                    };
+                    if count < 0 {
+                        return Vec::new();
+                    }
+                    (first + offset, (first + offset) as i64 + count - 1, step)
+                }
+                Find::Unknown => return Vec::new(),
+            };
+            // Out of bounds: a syntax error the command reports itself.
+            if last >= argc as i64 || last < first as i64 || first >= argc {
+                return Vec::new();
+            }
+            keys.extend((first..=last as usize).step_by(step.max(1)).map(|i| (i, key.uses)));
+            if key.incomplete {
+                return Vec::new();
+            }
+        }
+        keys
+    }
+}
+
+fn has_word(args: &[Bytes], word: &str) -> bool {
+    args.iter().any(|arg| arg.eq_ignore_ascii_case(word.as_bytes()))
+}
+
+/// BITFIELD only reads unless it has a SET or INCRBY (or a syntax error).
+fn bitfield_uses(args: &[Bytes]) -> u8 {
+    let mut i = 2;
+    while i < args.len() {
+        let left = args.len() - i - 1;
+        let arg = &args[i];
+        if arg.eq_ignore_ascii_case(b"get") && left >= 2 {
+            i += 3;
+        } else if arg.eq_ignore_ascii_case(b"overflow") && left >= 1 {
+            i += 2;
+        } else {
+            return ACCESS | WRITES;
+        }
+    }
+    ACCESS
+}
+
+/// SORT's key, and the last STORE's destination.
+fn sort_keys(args: &[Bytes]) -> Vec<(usize, u8)> {
+    let mut keys = vec![(1, ACCESS)];
+    let mut store = None;
+    let mut i = 2;
+    while i < args.len() {
+        let arg = &args[i];
+        if arg.eq_ignore_ascii_case(b"limit") {
+            i += 2;
+        } else if arg.eq_ignore_ascii_case(b"get") || arg.eq_ignore_ascii_case(b"by") {
+            i += 1;
+        } else if arg.eq_ignore_ascii_case(b"store") && i + 1 < args.len() {
+            store = Some(i + 1);
+        }
+        i += 1;
+    }
+    keys.extend(store.map(|at| (at, WRITES)));
+    keys
+}
+
+/// MIGRATE's key, or its KEYS.
+fn migrate_keys(args: &[Bytes]) -> Vec<(usize, u8)> {
+    let (mut first, mut count) = (3, 1);
+    let mut i = 6;
+    while i < args.len() {
+        let arg = &args[i];
+        if arg.eq_ignore_ascii_case(b"keys") {
+            (first, count) = if args[3].is_empty() { (i + 1, args.len() - i - 1) } else { (0, 0) };
+            break;
+        }
+        if arg.eq_ignore_ascii_case(b"auth") {
+            i += 1;
+        } else if arg.eq_ignore_ascii_case(b"auth2") {
+            i += 2;
+        }
+        i += 1;
+    }
+    (first..first + count).filter(|&i| i < args.len()).map(|i| (i, ACCESS | WRITES)).collect()
+}
+
+/// How a command names pub/sub channels.
+pub enum Channels {
+    None,
+    /// Channels from this argument on (SUBSCRIBE), or just it (PUBLISH).
+    Names {
+        from: usize,
+        all: bool,
+    },
+    /// PSUBSCRIBE's patterns, which must equal an allowed pattern.
+    Patterns,
+}
+
+/// The channels a command subscribes or publishes to, as Redis's ACL
+/// checks them (unsubscribing is always allowed).
+pub fn channels(fullname: &str) -> Channels {
+    match fullname {
+        "subscribe" | "ssubscribe" => Channels::Names { from: 1, all: true },
+        "publish" | "spublish" => Channels::Names { from: 1, all: false },
+        "psubscribe" => Channels::Patterns,
+        _ => Channels::None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(words: &[&str]) -> Vec<Bytes> {
+        words.iter().map(|w| Bytes::copy_from_slice(w.as_bytes())).collect()
+    }
+
+    fn keys(words: &[&str]) -> Vec<(usize, u8)> {
+        let args = args(words);
+        TABLE.keys(TABLE.resolve(&args).unwrap(), &args)
+    }
+
+    #[test]
+    fn the_table_is_redis_7s() {
+        assert_eq!(TABLE.specs.len(), 366);
+        let get = &TABLE.specs[TABLE.id("get").unwrap()];
+        assert_eq!(get.categories, category("read").unwrap() | category("string").unwrap() | category("fast").unwrap());
+        let config = TABLE.id("config").unwrap();
+        let config_get = TABLE.resolve(&args(&["CONFIG", "GET", "x"])).unwrap();
+        assert_eq!(TABLE.specs[config_get].fullname, "config|get");
+        assert_eq!(TABLE.specs[config_get].parent, Some(config));
+        assert!(TABLE.specs[config].subcommands.contains(&config_get));
+        assert_eq!(TABLE.resolve(&args(&["config", "nosuch"])), Some(config));
+    }
+
+    #[test]
+    fn keys_are_found_as_redis_finds_them() {
+        assert_eq!(keys(&["get", "k"]), [(1, ACCESS)]);
+        assert_eq!(keys(&["set", "k", "v"]), [(1, WRITES)]);
+        assert_eq!(keys(&["set", "k", "v", "GET"]), [(1, ACCESS | WRITES)]);
+        assert_eq!(keys(&["mset", "a", "1", "b", "2"]), [(1, WRITES), (3, WRITES)]);
+        assert_eq!(keys(&["copy", "a", "b"]), [(1, ACCESS), (2, WRITES)]);
+        assert_eq!(keys(&["zunionstore", "d", "2", "a", "b"]), [(1, WRITES), (3, ACCESS), (4, ACCESS)]);
+        assert_eq!(keys(&["eval", "s", "2", "a", "b", "x"]), [(3, ACCESS | WRITES), (4, ACCESS | WRITES)]);
+        assert_eq!(keys(&["eval", "s", "9", "a"]), [], "numkeys past the arguments");
+        assert_eq!(keys(&["xread", "COUNT", "1", "STREAMS", "a", "b", "0", "0"]), [(4, ACCESS), (5, ACCESS)]);
+        assert_eq!(keys(&["object", "encoding", "k"]), [(2, 0)]);
+        assert_eq!(keys(&["sort", "l", "BY", "w*", "STORE", "d"]), [(1, ACCESS), (5, WRITES)]);
+        assert_eq!(keys(&["bitfield", "k", "GET", "u8", "0"]), [(1, ACCESS)]);
+        assert_eq!(keys(&["bitfield", "k", "SET", "u8", "0", "1"]), [(1, ACCESS | WRITES)]);
+        assert_eq!(
+            keys(&["migrate", "h", "1", "", "0", "5", "KEYS", "a", "b"]),
+            [(7, ACCESS | WRITES), (8, ACCESS | WRITES)]
+        );
+        assert_eq!(keys(&["ping"]), []);
+    }
+}
