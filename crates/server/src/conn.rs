@@ -337,7 +337,7 @@ impl ConnState {
         shared.clients.lock().insert(id, info.clone());
         ConnState {
             info,
-            authenticated: shared.password().is_none(),
+            authenticated: shared.users.default_open(),
             protocol: Protocol::Resp2,
             multi: None,
             multi_failed: false,

@@ -131,7 +131,10 @@ impl Shared {
         self.password.read().clone()
     }
 
+    /// `requirepass`, which is also the `default` user's password from
+    /// now on.
     pub fn set_password(&self, password: Option<String>) {
+        self.users.set_default_password(password.as_deref());
         *self.password.write() = password;
     }
 
@@ -261,7 +264,7 @@ pub async fn run(config: Config, db: Db) -> Result<(), String> {
         slowlog: crate::slowlog::SlowLog::new(config.slowlog_log_slower_than, config.slowlog_max_len),
         latency: crate::latency::LatencyMonitor::new(config.latency_monitor_threshold),
         acl_log: Default::default(),
-        users: crate::commands::acl::Users::new(users),
+        users: crate::commands::acl::Users::new(users, config.requirepass.as_deref()),
         pause: Default::default(),
         db,
         locks: KeyLocks::default(),

@@ -299,6 +299,26 @@ fn partial_permissions_answer_as_redis_does() {
             }
         }
         seen.push(lines.join("\r\n"));
+        // The default user's permissions and password.
+        for command in [
+            "ACL GETUSER default",
+            "ACL SETUSER default -flushall -@dangerous +info",
+            "FLUSHALL",
+            "ACL DRYRUN default flushall",
+            "GET other",
+            "ACL GETUSER default",
+            "ACL SETUSER default +@all >secret",
+            "ACL LIST",
+        ] {
+            seen.push(line(&mut admin, command));
+        }
+        let mut fresh = connect();
+        for command in ["PING", "AUTH nope", "AUTH secret", "PING", "ACL WHOAMI"] {
+            seen.push(line(&mut fresh, command));
+        }
+        for command in ["ACL SETUSER default nopass", "AUTH x", "ACL DELUSER default"] {
+            seen.push(line(&mut admin, command));
+        }
         // A subscriber whose user loses the channel is closed, as in Redis.
         let mut subscriber = connect();
         seen.push(line(&mut admin, "ACL SETUSER app +subscribe +psubscribe"));

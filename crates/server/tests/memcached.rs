@@ -339,6 +339,33 @@ fn with_requirepass_a_connection_authenticates_with_a_set() {
     assert!(stats.contains("STAT auth_cmds 2\r\n") && stats.contains("STAT auth_errors 1\r\n"), "{stats}");
 }
 
+/// The memcached port opens to an ACL user that may run everything, or to
+/// another name with the default user's password; a restricted user is
+/// refused (memcached's commands cannot be checked one by one).
+#[test]
+fn acl_users_that_may_run_everything_open_the_memcached_port() {
+    let dir = tempfile::tempdir().unwrap();
+    let (server, port) = start_with_memcached(&dir.path().join("db"), &["--requirepass", "sesame"]);
+    let mut redis = server.connect();
+    for command in [
+        &["AUTH", "sesame"][..],
+        &["ACL", "SETUSER", "admin", "on", ">adminpw", "+@all", "~*", "&*"],
+        &["ACL", "SETUSER", "reader", "on", ">readerpw", "+@read", "~*"],
+    ] {
+        let command: Vec<&[u8]> = command.iter().map(|w| w.as_bytes()).collect();
+        assert_eq!(common::request(&mut redis, &common::encode(&command)), b"+OK\r\n");
+    }
+    let auth = |user_and_password: &str| {
+        let mut mc = connect(port);
+        let set = format!("set auth 0 0 {}\r\n{user_and_password}\r\n", user_and_password.len());
+        send(&mut mc, set.as_bytes(), b"\r\n")
+    };
+    assert_eq!(auth("admin adminpw"), "STORED\r\n");
+    assert_eq!(auth("admin sesame"), "CLIENT_ERROR authentication failure\r\n", "admin's own password");
+    assert_eq!(auth("reader readerpw"), "CLIENT_ERROR authentication failure\r\n", "a restricted user");
+    assert_eq!(auth("anyone sesame"), "STORED\r\n", "the default user's password");
+}
+
 /// A multi-get whose reply would pass 256 largest items (one big item
 /// named again and again) is refused with memcached's out-of-memory error
 /// instead of being built, and the connection goes on.

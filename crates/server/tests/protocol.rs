@@ -1513,7 +1513,7 @@ fn acl_save_keeps_users_across_restarts() {
     assert!(common::try_read_reply(&mut alice).is_none(), "closed by ACL LOAD");
     assert_eq!(send(&mut admin, &["ACL", "SETUSER", "carol", "on", "nopass", "+@all"]), "+OK\r\n");
     server.kill();
-    let server = Server::start(&path, &[]);
+    let mut server = Server::start(&path, &[]);
     let mut admin = server.connect();
     assert_eq!(send(&mut admin, &["ACL", "LIST"]), saved, "the saved users, not carol");
     assert!(saved.contains("user bob on nopass skip-sanitize-payload resetchannels -@all"), "{saved}");
@@ -1524,4 +1524,24 @@ fn acl_save_keeps_users_across_restarts() {
     assert_eq!(send(&mut admin, &["FLUSHALL"]), "+OK\r\n");
     assert_eq!(send(&mut admin, &["ACL", "LOAD"]), "+OK\r\n");
     assert_eq!(send(&mut admin, &["ACL", "LIST"]), saved, "FLUSHALL keeps them, as functions");
+    // The default user's rules are saved too; `requirepass`, when given at
+    // start, is its password.
+    let rules = ["ACL", "SETUSER", "default", "-flushall", "resetkeys", "~app:*"];
+    assert_eq!(send(&mut admin, &rules), "+OK\r\n");
+    assert_eq!(send(&mut admin, &["ACL", "SAVE"]), "+OK\r\n");
+    server.kill();
+    let server = Server::start(&path, &["--requirepass", "pw2"]);
+    let mut admin = server.connect();
+    assert!(send(&mut admin, &["GET", "app:1"]).starts_with("-NOAUTH"));
+    assert_eq!(send(&mut admin, &["AUTH", "pw2"]), "+OK\r\n");
+    assert_eq!(send(&mut admin, &["GET", "app:1"]), "$-1\r\n");
+    assert!(send(&mut admin, &["GET", "other"]).starts_with("-NOPERM"));
+    assert!(send(&mut admin, &["FLUSHALL"]).starts_with("-NOPERM"));
+    let list = send(&mut admin, &["ACL", "LIST"]);
+    assert!(list.contains(&format!("user default on #{} ~app:* &* +@all -flushall", sha256("pw2"))), "{list}");
+}
+
+fn sha256(text: &str) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(text.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
 }

@@ -1008,10 +1008,11 @@ pub async fn run_command<'s>(
             &format!("ERR wrong number of arguments for '{}' command", command.name),
         );
     }
-    if !conn.authenticated && !command.has(NO_AUTH) && shared.password().is_some() {
+    if !conn.authenticated && !command.has(NO_AUTH) && !shared.users.default_open() {
         return reject(conn, out, command, args, "NOAUTH Authentication required.");
     }
-    if let Some(user) = &conn.user {
+    if conn.user.is_some() || !shared.users.default_unrestricted() {
+        let user = conn.user.as_deref().unwrap_or(b"default");
         if let Some(denied) = shared.users.denied(user, args) {
             let (reason, object) = denied.logged();
             let context = if conn.multi.is_some() { "multi" } else { "toplevel" };

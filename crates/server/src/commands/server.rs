@@ -78,21 +78,16 @@ pub fn reset(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
     ctx.out.protocol = Protocol::Resp2;
     ctx.conn.info.resp.store(2, Ordering::Relaxed);
     *ctx.conn.info.name.lock() = None;
-    ctx.conn.authenticated = ctx.shared.password().is_none();
+    ctx.conn.authenticated = ctx.shared.users.default_open();
     set_user(ctx.conn, None);
     ctx.out.simple("RESET");
     Ok(())
 }
 
-/// Checks a username/password pair against `requirepass` (only the
-/// `default` user exists) for `command` (AUTH or HELLO, as sent); a
-/// failure goes into the ACL log.
+/// Checks a username/password pair against the ACL users for `command`
+/// (AUTH or HELLO, as sent); a failure goes into the ACL log.
 fn check_password(ctx: &mut Ctx<'_>, command: &[u8], user: &[u8], password: &[u8]) -> CmdResult {
-    let good = match user {
-        b"default" => ctx.shared.password().as_deref().is_none_or(|p| p.as_bytes() == password),
-        _ => ctx.shared.users.accepts(user, password),
-    };
-    if !good {
+    if !ctx.shared.users.accepts(user, password) {
         ctx.shared.acl_log.auth_failed(command, user, ctx.conn.info.describe());
         return Err(err("WRONGPASS invalid username-password pair or user is disabled."));
     }
@@ -110,7 +105,7 @@ fn set_user(conn: &mut crate::conn::ConnState, user: Option<Vec<u8>>) {
 pub fn auth(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     match args.len() {
         2 => {
-            if ctx.shared.password().is_none() {
+            if ctx.shared.users.default_nopass() {
                 return Err(err("ERR AUTH <password> called without any password configured for the default user. \
                                 Are you sure your configuration is correct?"));
             }

@@ -179,12 +179,13 @@ fn stat(shared: &Shared, out: &mut Out, tag: Tag, group: &[u8]) {
 }
 
 /// SASL with the one mechanism a password needs, PLAIN (`authzid \0
-/// user \0 password`). Without `requirepass` the commands are unknown, as
-/// to memcached without `-S`.
+/// user \0 password`), checked as `memcache::opens` does. Without a
+/// password on the `default` user the commands are unknown, as to
+/// memcached without `-S`.
 fn sasl(shared: &Shared, conn: &mut ConnState, out: &mut Out, tag: Tag, mechanism: &[u8], data: &[u8]) {
-    let Some(password) = shared.password() else {
+    if shared.users.default_open() {
         return failure(out, Status::Unknown);
-    };
+    }
     if tag.command == op::SASL_LIST_MECHS {
         return success(out, 0, [b"", b"", b"PLAIN"]);
     }
@@ -192,7 +193,8 @@ fn sasl(shared: &Shared, conn: &mut ConnState, out: &mut Out, tag: Tag, mechanis
     bump(&stats.auth_cmds);
     let mut parts = data.splitn(3, |&b| b == 0).skip(1);
     let (user, given) = (parts.next(), parts.next());
-    if tag.command == op::SASL_AUTH && mechanism == b"PLAIN" && user.is_some() && given == Some(password.as_bytes()) {
+    let opens = matches!((user, given), (Some(user), Some(given)) if crate::memcache::opens(shared, user, given));
+    if tag.command == op::SASL_AUTH && mechanism == b"PLAIN" && opens {
         conn.authenticated = true;
         return success(out, 0, [b"", b"", b"Authenticated"]);
     }

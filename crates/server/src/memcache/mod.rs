@@ -234,7 +234,10 @@ async fn serve_text<'s>(
 }
 
 /// memcached's ASCII authentication: a `set` whose data is `<user>
-/// <password>`; anything else is refused until then.
+/// <password>`; anything else is refused until then. The user is an ACL
+/// user that may run everything (memcached's commands are not Redis's, so
+/// they cannot be checked one by one), or any other name with the
+/// `default` user's password.
 fn authenticate(shared: &Shared, conn: &mut ConnState, out: &mut Out, args: &[Bytes], noreply: bool) {
     let stats = &shared.memcached.stats;
     if &args[0][..] != b"set" {
@@ -243,9 +246,9 @@ fn authenticate(shared: &Shared, conn: &mut ConnState, out: &mut Out, args: &[By
     }
     stats.auth_cmds.fetch_add(1, Ordering::Relaxed);
     let data = args.last().map_or(&b""[..], |d| &d[..]);
-    let password = data.splitn(2, |&b| b == b' ').nth(1);
-    let expected = shared.password();
-    if password.is_some() && password == expected.as_deref().map(str::as_bytes) {
+    let mut words = data.splitn(2, |&b| b == b' ');
+    let (user, password) = (words.next().unwrap_or_default(), words.next());
+    if password.is_some_and(|password| crate::memcache::opens(shared, user, password)) {
         conn.authenticated = true;
         out.quiet = noreply;
         out.memcached_line(b"STORED");
@@ -254,6 +257,14 @@ fn authenticate(shared: &Shared, conn: &mut ConnState, out: &mut Out, args: &[By
         stats.auth_errors.fetch_add(1, Ordering::Relaxed);
         out.error("CLIENT_ERROR authentication failure");
     }
+}
+
+/// Whether `user` and `password` open the memcached protocol: an ACL user
+/// that may run everything, or another name with the `default` user's
+/// password.
+pub fn opens(shared: &Shared, user: &[u8], password: &[u8]) -> bool {
+    let user = if shared.users.get(user).is_some() { user } else { b"default" };
+    shared.users.opens_everything(user, password)
 }
 
 /// Clears every key when a delayed `flush_all` comes due.

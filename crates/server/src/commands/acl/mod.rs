@@ -12,7 +12,8 @@
 
 mod selector;
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -294,6 +295,16 @@ impl User {
         Ok(())
     }
 
+    /// Its one password (none: `nopass`), as `requirepass` sets the
+    /// `default` user's.
+    fn set_password(&mut self, password: Option<&str>) {
+        self.passwords.clear();
+        self.nopass = password.is_none();
+        if let Some(password) = password {
+            self.add_password(sha256_hex(password));
+        }
+    }
+
     fn add_password(&mut self, hash: String) {
         if !self.passwords.contains(&hash) {
             self.passwords.push(hash);
@@ -353,10 +364,15 @@ fn checked_hash(hash: &[u8]) -> Result<String, &'static str> {
 /// Where ACL SAVE keeps a user's rules: this, then the user's name.
 const USER_PREFIX: &[u8] = b"\xff\xff\x00acl:";
 
-/// The users ACL SETUSER made (`default` is not among them).
-#[derive(Default)]
+/// Every user: `default` and those ACL SETUSER made.
 pub struct Users {
     users: RwLock<BTreeMap<Vec<u8>, User>>,
+    /// The `default` user is on and needs no password: connections start
+    /// authenticated.
+    default_open: AtomicBool,
+    /// The `default` user may run everything: its connections skip the
+    /// permission check.
+    default_unrestricted: AtomicBool,
 }
 
 /// The users ACL SAVE stored in `db` (read at start and by ACL LOAD).
@@ -374,12 +390,76 @@ pub fn load_stored(db: &scaledkv::Db) -> Result<BTreeMap<Vec<u8>, User>, String>
     Ok(users)
 }
 
+const DEFAULT: &[u8] = b"default";
+
+/// The `default` user of a server without saved users: every permission,
+/// and `requirepass` as its password (none: `nopass`), as Redis makes it.
+fn default_user(requirepass: Option<&str>) -> User {
+    let mut user = User::new();
+    user.apply_all(["+@all", "~*", "&*", "on"].map(str::as_bytes)).expect("valid rules");
+    user.set_password(requirepass);
+    user
+}
+
 impl Users {
-    pub fn new(users: BTreeMap<Vec<u8>, User>) -> Users {
-        Users { users: RwLock::new(users) }
+    /// `users` as loaded, with the `default` user as saved, or else
+    /// `default_user`; `requirepass`, when set, is its password either way
+    /// (the setting given is the one that holds).
+    pub fn new(users: BTreeMap<Vec<u8>, User>, requirepass: Option<&str>) -> Users {
+        let all = Users {
+            users: RwLock::new(BTreeMap::new()),
+            default_open: AtomicBool::new(false),
+            default_unrestricted: AtomicBool::new(false),
+        };
+        all.replace(users, requirepass);
+        all
     }
 
-    /// The user `name` (None if there is none, or it is `default`).
+    /// Replaces every user (ACL LOAD), as `new` makes them.
+    fn replace(&self, mut users: BTreeMap<Vec<u8>, User>, requirepass: Option<&str>) {
+        let default = users.entry(DEFAULT.to_vec()).or_insert_with(|| default_user(requirepass));
+        if requirepass.is_some() {
+            default.set_password(requirepass);
+        }
+        let mut registry = self.users.write();
+        *registry = users;
+        self.note_default(&registry);
+    }
+
+    /// Keeps the `default` user's summary flags in step with it (under the
+    /// registry's write lock).
+    fn note_default(&self, registry: &BTreeMap<Vec<u8>, User>) {
+        let user = &registry[DEFAULT];
+        self.default_open.store(user.on && user.nopass, Ordering::Relaxed);
+        self.default_unrestricted.store(user.root.allows_everything(), Ordering::Relaxed);
+    }
+
+    /// Whether a connection needs no AUTH: the `default` user is on and
+    /// has no password (Redis's `authRequired`).
+    pub fn default_open(&self) -> bool {
+        self.default_open.load(Ordering::Relaxed)
+    }
+
+    /// Whether the `default` user may run anything (no check needed).
+    pub fn default_unrestricted(&self) -> bool {
+        self.default_unrestricted.load(Ordering::Relaxed)
+    }
+
+    /// CONFIG SET requirepass: the `default` user's passwords become it
+    /// alone (none: `nopass`), as in Redis.
+    pub fn set_default_password(&self, password: Option<&str>) {
+        let mut registry = self.users.write();
+        registry.get_mut(DEFAULT).expect("the default user").set_password(password);
+        self.note_default(&registry);
+    }
+
+    /// Whether the `default` user has no password (AUTH with a password
+    /// alone is an error then).
+    pub fn default_nopass(&self) -> bool {
+        self.users.read()[DEFAULT].nopass
+    }
+
+    /// The user `name`, if there is one.
     pub fn get(&self, name: &[u8]) -> Option<User> {
         self.users.read().get(name).cloned()
     }
@@ -398,23 +478,23 @@ impl Users {
         }
     }
 
-    /// Whether user `name` may read every key running `args` (SORT's BY
-    /// and GET); the `default` user (None) may.
+    /// Whether user `name` (None: `default`) may read every key running
+    /// `args` (SORT's BY and GET).
     pub fn reads_every_key(&self, name: Option<&[u8]>, args: &[Bytes]) -> bool {
-        name.is_none_or(|name| self.users.read().get(name).is_some_and(|user| user.reads_every_key(args)))
+        let name = name.unwrap_or(DEFAULT);
+        self.users.read().get(name).is_some_and(|user| user.reads_every_key(args))
     }
 
-    /// Whether `password` opens user `name` (not `default`).
+    /// Whether `password` opens user `name`.
     pub fn accepts(&self, name: &[u8], password: &[u8]) -> bool {
         self.users.read().get(name).is_some_and(|user| user.accepts(password))
     }
-}
 
-/// The `default` user's rules, as ACL LIST shows them.
-fn default_user_rules(password: Option<&str>) -> String {
-    match password {
-        Some(password) => format!("user default on #{} ~* &* +@all", sha256_hex(password)),
-        None => "user default on nopass ~* &* +@all".into(),
+    /// Whether `password` opens user `name` and it may run everything on
+    /// every key: memcached's authentication, whose commands are not
+    /// Redis's and so cannot be checked one by one.
+    pub fn opens_everything(&self, name: &[u8], password: &[u8]) -> bool {
+        self.users.read().get(name).is_some_and(|user| user.accepts(password) && user.root.allows_everything())
     }
 }
 
@@ -454,29 +534,25 @@ const SUBCOMMANDS: &[(&str, i32)] = &[
 pub fn acl(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let sub = subcommand("acl", args, SUBCOMMANDS)?;
     let n = args.len();
-    let password = ctx.shared.password();
     let users = &ctx.shared.users;
     let out = &mut *ctx.out;
     match sub.as_str() {
         "whoami" => out.bulk(ctx.conn.user.as_deref().unwrap_or(b"default")),
         "users" => {
-            let names: BTreeSet<Vec<u8>> =
-                users.users.read().keys().cloned().chain(std::iter::once(b"default".to_vec())).collect();
+            let names: Vec<Vec<u8>> = users.users.read().keys().cloned().collect();
             out.array(names.len());
             for name in names {
                 out.bulk(&name);
             }
         }
         "list" => {
-            let mut lines: BTreeMap<Vec<u8>, String> =
-                users.users.read().iter().map(|(name, user)| (name.clone(), user.rules(name))).collect();
-            lines.insert(b"default".to_vec(), default_user_rules(password.as_deref()));
+            let lines: Vec<String> = users.users.read().iter().map(|(name, user)| user.rules(name)).collect();
             out.array(lines.len());
-            for line in lines.values() {
+            for line in lines {
                 out.bulk(line.as_bytes());
             }
         }
-        "getuser" if &args[2][..] != b"default" => match users.get(&args[2]) {
+        "getuser" => match users.get(&args[2]) {
             None => out.null(),
             Some(user) => {
                 out.map(6);
@@ -500,29 +576,6 @@ pub fn acl(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
                 }
             }
         },
-        "getuser" => {
-            out.map(6);
-            out.bulk(b"flags");
-            out.set(if password.is_some() { 1 } else { 2 });
-            out.bulk(b"on");
-            if password.is_none() {
-                out.bulk(b"nopass");
-            }
-            out.bulk(b"passwords");
-            match &password {
-                Some(password) => {
-                    out.array(1);
-                    out.bulk(sha256_hex(password).as_bytes());
-                }
-                None => out.array(0),
-            }
-            for (name, value) in [("commands", "+@all"), ("keys", "~*"), ("channels", "&*")] {
-                out.bulk(name.as_bytes());
-                out.bulk(value.as_bytes());
-            }
-            out.bulk(b"selectors");
-            out.array(0);
-        }
         "cat" if n == 2 => {
             out.array(CATEGORIES.len());
             for category in CATEGORIES {
@@ -590,10 +643,7 @@ pub fn acl(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
             }
         }
         "dryrun" => {
-            let user = match &args[2][..] {
-                b"default" => None,
-                name => Some(users.get(name).ok_or_else(|| err(format!("ERR User '{}' not found", lossy(&args[2]))))?),
-            };
+            let user = users.get(&args[2]).ok_or_else(|| err(format!("ERR User '{}' not found", lossy(&args[2]))))?;
             // Redis's table, as Redis looks the command up: a container's
             // unknown subcommand is no command.
             let table: &Table = &TABLE;
@@ -605,7 +655,7 @@ pub fn acl(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
             if !super::arity_ok(spec.arity, n - 3) {
                 return Err(err(format!("ERR wrong number of arguments for '{}' command", spec.fullname)));
             }
-            match user.and_then(|user| user.denied(&args[3..])) {
+            match user.denied(&args[3..]) {
                 Some(denied) => out.bulk(denied.dry_run().as_bytes()),
                 None => out.ok(),
             }
@@ -654,7 +704,7 @@ pub fn acl(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         }
         "load" => {
             let loaded = load_stored(&ctx.shared.db).map_err(|why| err(format!("ERR Error loading ACLs: {why}")))?;
-            *users.users.write() = loaded;
+            users.replace(loaded, ctx.shared.password().as_deref());
             // As Redis: the connections of every user it had are closed.
             for client in ctx.shared.clients.lock().values() {
                 if client.user.lock().is_some() {
@@ -667,12 +717,6 @@ pub fn acl(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
             let name = &args[2];
             if name.iter().any(|&b| b == b' ' || b == 0) {
                 return Err(err("ERR Usernames can't contain spaces or null characters"));
-            }
-            if &name[..] == b"default" {
-                return Err(err(
-                    "ERR ScaledKV's default user has every permission and requirepass as its password (CONFIG SET \
-                     requirepass changes it; see the README)",
-                ));
             }
             let mut registry = users.users.write();
             let mut user = registry.get(&name[..]).cloned().unwrap_or_else(User::new);
@@ -689,6 +733,7 @@ pub fn acl(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
                 }
             }
             registry.insert(name.to_vec(), user);
+            users.note_default(&registry);
             out.ok();
         }
         "help" => out.help(&[

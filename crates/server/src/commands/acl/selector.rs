@@ -321,6 +321,11 @@ impl Selector {
         self.patterns.iter().any(|(pattern, flags)| flags & needs == needs && glob_match(pattern, key))
     }
 
+    /// Every command, key and channel (`+@all ~* &*`).
+    pub fn allows_everything(&self) -> bool {
+        self.all_commands && self.all_keys && self.all_channels
+    }
+
     /// Whether this selector may read (or write) every key: SORT's BY and
     /// GET read keys named by the data, so Redis allows them only then.
     pub fn has_every_key(&self, uses: u8) -> bool {
