@@ -332,6 +332,13 @@ fn partial_permissions_answer_as_redis_does() {
         seen.push(format!("kept: {}", !closed(&mut subscriber)));
         seen.push(line(&mut admin, "ACL SETUSER app resetchannels &app.news"));
         seen.push(format!("closed: {}", closed(&mut subscriber)));
+        // EXEC checks again what its commands may do.
+        let mut queued = connect();
+        for command in ["AUTH app pw", "MULTI", "GET app:1", "SET app:2 x"] {
+            seen.push(line(&mut queued, command));
+        }
+        seen.push(line(&mut admin, "ACL SETUSER app resetkeys %R~app:*"));
+        seen.push(line(&mut queued, "EXEC"));
         // ACL CAT in a sorted order.
         for category in ["read", "dangerous", "connection"] {
             let reply = send(&mut admin, &["ACL", "CAT", category]);

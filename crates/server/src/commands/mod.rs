@@ -988,6 +988,20 @@ pub fn command_count() -> usize {
 }
 
 /// Runs `command`, which `args` invoke, appending its reply to `out`: a
+/// What the connection's user may not do running `args` (the command's
+/// name first), noted in ACL LOG under `context` ("toplevel", "multi",
+/// "lua"); None when it may.
+pub fn refused_by_acl(shared: &Shared, conn: &ConnState, args: &[Bytes], context: &'static str) -> Option<acl::Denied> {
+    if conn.user.is_none() && shared.users.default_unrestricted() {
+        return None;
+    }
+    let user = conn.user.as_deref().unwrap_or(b"default");
+    let denied = shared.users.denied(user, args)?;
+    let (reason, object) = denied.logged();
+    shared.acl_log.refused(reason, context, &object, user, conn.info.describe());
+    Some(denied)
+}
+
 /// Redis command `execute` looked up, or a memcached protocol command.
 /// It leaves `args` empty when it keeps them (queued in MULTI, blocked) or
 /// refuses the command.
@@ -1011,14 +1025,9 @@ pub async fn run_command<'s>(
     if !conn.authenticated && !command.has(NO_AUTH) && !shared.users.default_open() {
         return reject(conn, out, command, args, "NOAUTH Authentication required.");
     }
-    if conn.user.is_some() || !shared.users.default_unrestricted() {
-        let user = conn.user.as_deref().unwrap_or(b"default");
-        if let Some(denied) = shared.users.denied(user, args) {
-            let (reason, object) = denied.logged();
-            let context = if conn.multi.is_some() { "multi" } else { "toplevel" };
-            shared.acl_log.refused(reason, context, &object, user, conn.info.describe());
-            return reject(conn, out, command, args, &denied.error());
-        }
+    let context = if conn.multi.is_some() { "multi" } else { "toplevel" };
+    if let Some(denied) = refused_by_acl(shared, conn, args, context) {
+        return reject(conn, out, command, args, &denied.error());
     }
     if conn.listens() {
         if !conn.subscriptions.is_empty()

@@ -190,7 +190,14 @@ impl Table {
     /// ACL finds them: by the key specifications, or for the commands whose
     /// specifications cannot say (SET, BITFIELD, SORT, MIGRATE) by reading
     /// the arguments as Redis does.
+    /// Positions are within `args` even when the arity was not checked.
     pub fn keys(&self, id: usize, args: &[Bytes]) -> Vec<(usize, u8)> {
+        let mut keys = self.key_positions(id, args);
+        keys.retain(|&(at, _)| at < args.len());
+        keys
+    }
+
+    fn key_positions(&self, id: usize, args: &[Bytes]) -> Vec<(usize, u8)> {
         let spec = &self.specs[id];
         match spec.fullname.as_str() {
             "set" => {

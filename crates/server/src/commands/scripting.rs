@@ -204,13 +204,8 @@ fn run_script<'s>(
             return Err(CallError::Error("ERR This Redis command is not allowed from script".into()));
         }
         // A script runs with its caller's permissions.
-        if conn.user.is_some() || !shared.users.default_unrestricted() {
-            let user = conn.user.as_deref().unwrap_or(b"default");
-            if let Some(denied) = shared.users.denied(user, &args) {
-                let (reason, object) = denied.logged();
-                shared.acl_log.refused(reason, "lua", &object, user, conn.info.describe());
-                return Err(CallError::Error(denied.script_error().into()));
-            }
+        if let Some(denied) = super::refused_by_acl(shared, conn, &args, "lua") {
+            return Err(CallError::Error(denied.script_error().into()));
         }
         if command.has(WRITE) {
             if invocation.read_only {

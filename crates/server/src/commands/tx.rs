@@ -109,6 +109,11 @@ pub async fn exec(shared: &Shared, conn: &mut ConnState, out: &mut Out) {
     for (command, args) in &queued {
         conn.counts.commands += 1;
         crate::monitor::feed(shared, conn, command, args);
+        // Permissions may have changed since it was queued, as Redis checks.
+        if let Some(denied) = super::refused_by_acl(shared, conn, args, "multi") {
+            out.error(&denied.changed_in_multi());
+            continue;
+        }
         let before = out.len();
         let started = shared.slowlog.now();
         let errors = crate::commandstats::errors_sent();

@@ -130,6 +130,20 @@ impl Denied {
         }
     }
 
+    /// The refusal of a command queued in MULTI that EXEC finds no longer
+    /// allowed.
+    pub fn changed_in_multi(&self) -> String {
+        let reason = match self {
+            Denied::Command(_) => "no permission to execute the command or subcommand",
+            Denied::Key(_) => "no permission to touch the specified keys",
+            Denied::Channel(_) => "no permission to access one of the channels used as arguments",
+        };
+        format!(
+            "NOPERM ACLs rules changed between the moment the transaction was accumulated and the EXEC call. This \
+             command is no longer allowed for the following reason: {reason}"
+        )
+    }
+
     /// ACL DRYRUN's answer.
     fn dry_run(&self) -> String {
         match self {

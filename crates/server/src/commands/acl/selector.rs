@@ -489,6 +489,78 @@ mod tests {
         assert_eq!(selector("+@read").describe_commands(), "-@all +@read");
     }
 
+    /// Rules from Redis's grammar and around it.
+    fn rule() -> impl proptest::strategy::Strategy<Value = Vec<u8>> {
+        use proptest::prelude::*;
+        let known = prop::sample::select(vec![
+            "+@all",
+            "-@all",
+            "+@read",
+            "-@write",
+            "+@dangerous",
+            "-@dangerous",
+            "+@admin",
+            "-@keyspace",
+            "+@string",
+            "-@fast",
+            "+@slow",
+            "+@hash",
+            "+@pubsub",
+            "+get",
+            "-get",
+            "+config",
+            "-config",
+            "+config|get",
+            "-config|set",
+            "+client|id",
+            "-client",
+            "+select|0",
+            "+select|1",
+            "+acl|whoami",
+            "-acl",
+            "~*",
+            "~a*",
+            "%R~r*",
+            "%W~w*",
+            "%RW~b*",
+            "resetkeys",
+            "&*",
+            "&ch*",
+            "resetchannels",
+            "nocommands",
+            "allcommands",
+        ]);
+        prop_oneof![
+            known.prop_map(|rule| rule.as_bytes().to_vec()),
+            (prop::sample::select(vec!["+", "-", "~", "%", "&", "+@", "-@", "%R", "+get|", "|"]), any::<Vec<u8>>())
+                .prop_map(|(start, tail)| [start.as_bytes(), &tail].concat()),
+        ]
+    }
+
+    proptest::proptest! {
+        /// Any rules: an error or a selector whose description rebuilds it,
+        /// and checks of any command that do not fail.
+        #[test]
+        fn any_rules_describe_and_check_without_failing(
+            rules in proptest::collection::vec(rule(), 0..12),
+            args in proptest::collection::vec(proptest::prelude::any::<Vec<u8>>(), 0..6),
+            name in proptest::sample::select(vec!["get", "set", "config", "sort", "eval", "publish", "psubscribe", "migrate", "xread", "bitfield"]),
+        ) {
+            let mut selector = Selector::default();
+            for rule in &rules {
+                let _ = selector.apply(rule);
+            }
+            let mut rebuilt = Selector::default();
+            for rule in selector.describe_commands().split(' ') {
+                rebuilt.apply(rule.as_bytes()).unwrap();
+            }
+            proptest::prop_assert_eq!(&rebuilt.bits, &selector.bits);
+            let args: Vec<Bytes> = std::iter::once(Bytes::from(name)).chain(args.into_iter().map(Bytes::from)).collect();
+            let id = TABLE.resolve(&args).unwrap();
+            let _ = selector.check(&TABLE, id, &args, &mut None);
+        }
+    }
+
     #[test]
     fn malformed_rules_are_refused_with_redis_errors() {
         let mut user = Selector::default();
