@@ -364,6 +364,14 @@ fn acl_users_that_may_run_everything_open_the_memcached_port() {
     assert_eq!(auth("admin sesame"), "CLIENT_ERROR authentication failure\r\n", "admin's own password");
     assert_eq!(auth("reader readerpw"), "CLIENT_ERROR authentication failure\r\n", "a restricted user");
     assert_eq!(auth("anyone sesame"), "STORED\r\n", "the default user's password");
+    // A default user with restrictions (even without a password) does not
+    // open the memcached port: a user that may run everything does.
+    let command: Vec<&[u8]> =
+        ["ACL", "SETUSER", "default", "nopass", "-flushall"].iter().map(|w| w.as_bytes()).collect();
+    assert_eq!(common::request(&mut redis, &common::encode(&command)), b"+OK\r\n");
+    assert_eq!(send(&mut connect(port), b"get a\r\n", b"\r\n"), "CLIENT_ERROR unauthenticated\r\n");
+    assert_eq!(auth("anyone x"), "CLIENT_ERROR authentication failure\r\n");
+    assert_eq!(auth("admin adminpw"), "STORED\r\n");
 }
 
 /// A multi-get whose reply would pass 256 largest items (one big item

@@ -987,21 +987,29 @@ pub fn command_count() -> usize {
     TABLE.len()
 }
 
-/// Runs `command`, which `args` invoke, appending its reply to `out`: a
 /// What the connection's user may not do running `args` (the command's
 /// name first), noted in ACL LOG under `context` ("toplevel", "multi",
 /// "lua"); None when it may.
-pub fn refused_by_acl(shared: &Shared, conn: &ConnState, args: &[Bytes], context: &'static str) -> Option<acl::Denied> {
-    if conn.user.is_none() && shared.users.default_unrestricted() {
+pub fn refused_by_acl(
+    shared: &Shared,
+    conn: &ConnState,
+    command: &'static Command,
+    args: &[Bytes],
+    context: &'static str,
+) -> Option<acl::Denied> {
+    // memcached's commands have no permissions of their own: its
+    // connections are let in whole or not at all (`memcache::open`).
+    if conn.user.is_none() && shared.users.default_unrestricted() || index_of(command) >= TABLE.len() {
         return None;
     }
     let user = conn.user.as_deref().unwrap_or(b"default");
-    let denied = shared.users.denied(user, args)?;
+    let denied = shared.users.denied(user, command, args)?;
     let (reason, object) = denied.logged();
     shared.acl_log.refused(reason, context, &object, user, conn.info.describe());
     Some(denied)
 }
 
+/// Runs `command`, which `args` invoke, appending its reply to `out`: a
 /// Redis command `execute` looked up, or a memcached protocol command.
 /// It leaves `args` empty when it keeps them (queued in MULTI, blocked) or
 /// refuses the command.
@@ -1026,7 +1034,7 @@ pub async fn run_command<'s>(
         return reject(conn, out, command, args, "NOAUTH Authentication required.");
     }
     let context = if conn.multi.is_some() { "multi" } else { "toplevel" };
-    if let Some(denied) = refused_by_acl(shared, conn, args, context) {
+    if let Some(denied) = refused_by_acl(shared, conn, command, args, context) {
         return reject(conn, out, command, args, &denied.error());
     }
     if conn.listens() {

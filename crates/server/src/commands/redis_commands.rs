@@ -176,13 +176,36 @@ impl Table {
     /// container's subcommand by the second argument (the container itself
     /// when there is none such).
     pub fn resolve(&self, args: &[Bytes]) -> Option<usize> {
-        let name = std::str::from_utf8(args.first()?).ok()?.to_ascii_lowercase();
-        let id = self.id(&name)?;
+        let id = self.id_of(&[args.first()?])?;
         if self.specs[id].subcommands.is_empty() || args.len() < 2 {
             return Some(id);
         }
-        let sub = String::from_utf8_lossy(&args[1]).to_ascii_lowercase();
-        Some(self.id(&format!("{name}|{sub}")).unwrap_or(id))
+        Some(self.id_of(&[&args[0], b"|", &args[1]]).unwrap_or(id))
+    }
+
+    /// `resolve` for ScaledKV's `command` (no lookup by name unless it is a
+    /// container).
+    pub fn of_command(&self, command: &'static crate::commands::Command, args: &[Bytes]) -> Option<usize> {
+        static IDS: LazyLock<Vec<Option<usize>>> =
+            LazyLock::new(|| crate::commands::TABLE.iter().map(|command| TABLE.id(command.name)).collect());
+        let id = (*IDS.get(crate::commands::index_of(command))?)?;
+        if self.specs[id].subcommands.is_empty() || args.len() < 2 {
+            return Some(id);
+        }
+        Some(self.id_of(&[&args[0], b"|", &args[1]]).unwrap_or(id))
+    }
+
+    /// The id of the name `parts` spell, in any case, without allocating
+    /// (every command runs through here when its user is restricted).
+    fn id_of(&self, parts: &[&[u8]]) -> Option<usize> {
+        let mut name = [0u8; 48];
+        let mut len = 0;
+        for part in parts {
+            name.get_mut(len..len + part.len())?.copy_from_slice(part);
+            len += part.len();
+        }
+        name[..len].make_ascii_lowercase();
+        self.by_name.get(std::str::from_utf8(&name[..len]).ok()?).copied()
     }
 
     /// The key arguments of command `id` invoked with `args` (the name

@@ -204,7 +204,7 @@ fn run_script<'s>(
             return Err(CallError::Error("ERR This Redis command is not allowed from script".into()));
         }
         // A script runs with its caller's permissions.
-        if let Some(denied) = super::refused_by_acl(shared, conn, &args, "lua") {
+        if let Some(denied) = super::refused_by_acl(shared, conn, command, &args, "lua") {
             return Err(CallError::Error(denied.script_error().into()));
         }
         if command.has(WRITE) {

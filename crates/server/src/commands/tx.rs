@@ -110,7 +110,7 @@ pub async fn exec(shared: &Shared, conn: &mut ConnState, out: &mut Out) {
         conn.counts.commands += 1;
         crate::monitor::feed(shared, conn, command, args);
         // Permissions may have changed since it was queued, as Redis checks.
-        if let Some(denied) = super::refused_by_acl(shared, conn, args, "multi") {
+        if let Some(denied) = super::refused_by_acl(shared, conn, command, args, "multi") {
             out.error(&denied.changed_in_multi());
             continue;
         }

@@ -179,11 +179,11 @@ fn stat(shared: &Shared, out: &mut Out, tag: Tag, group: &[u8]) {
 }
 
 /// SASL with the one mechanism a password needs, PLAIN (`authzid \0
-/// user \0 password`), checked as `memcache::opens` does. Without a
-/// password on the `default` user the commands are unknown, as to
-/// memcached without `-S`.
+/// user \0 password`), checked as `memcache::opens` does. When no
+/// authentication is needed (`memcache::open`) the commands are unknown,
+/// as to memcached without `-S`.
 fn sasl(shared: &Shared, conn: &mut ConnState, out: &mut Out, tag: Tag, mechanism: &[u8], data: &[u8]) {
-    if shared.users.default_open() {
+    if crate::memcache::open(shared) {
         return failure(out, Status::Unknown);
     }
     if tag.command == op::SASL_LIST_MECHS {

@@ -740,8 +740,8 @@ pub(super) fn settings(shared: &Shared) -> Vec<(&'static str, String)> {
         ("num_threads", config.io_threads().to_string()),
         ("binding_protocol", "auto-negotiate".into()),
         // A password is asked for by SASL PLAIN on binary connections.
-        ("auth_enabled_sasl", if shared.users.default_open() { "no" } else { "yes" }.into()),
-        ("auth_enabled_ascii", if shared.users.default_open() { "no" } else { "yes" }.into()),
+        ("auth_enabled_sasl", if crate::memcache::open(shared) { "no" } else { "yes" }.into()),
+        ("auth_enabled_ascii", if crate::memcache::open(shared) { "no" } else { "yes" }.into()),
         ("item_size_max", config.memcached_item_size_max.to_string()),
         ("idle_timeout", shared.timeout_secs().to_string()),
     ]

@@ -62,6 +62,7 @@ pub async fn serve(shared: Arc<Shared>, mut stream: TcpStream, addr: SocketAddr)
     let local = stream.local_addr().unwrap_or(addr);
     let id = shared.next_client_id.fetch_add(1, Ordering::Relaxed);
     let mut conn = ConnState::register(&shared, id, addr, local);
+    conn.authenticated = open(&shared);
     let stats = &shared.memcached.stats;
     stats.curr_connections.fetch_add(1, Ordering::Relaxed);
     stats.total_connections.fetch_add(1, Ordering::Relaxed);
@@ -257,6 +258,14 @@ fn authenticate(shared: &Shared, conn: &mut ConnState, out: &mut Out, args: &[By
         stats.auth_errors.fetch_add(1, Ordering::Relaxed);
         out.error("CLIENT_ERROR authentication failure");
     }
+}
+
+/// Whether memcached connections need no authentication: the `default`
+/// user needs no password and may run everything. The memcached protocol
+/// has no per-command permissions (its commands are not Redis's), so
+/// authentication is its one gate.
+pub fn open(shared: &Shared) -> bool {
+    shared.users.default_open() && shared.users.default_unrestricted()
 }
 
 /// Whether `user` and `password` open the memcached protocol: an ACL user

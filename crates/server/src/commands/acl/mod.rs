@@ -225,10 +225,15 @@ impl User {
     /// otherwise the most telling refusal (a channel over a key over the
     /// command; the later argument of two).
     pub fn denied(&self, args: &[Bytes]) -> Option<Denied> {
+        match TABLE.resolve(args) {
+            Some(id) => self.denied_id(id, args),
+            None => Some(Denied::Command("unknown")),
+        }
+    }
+
+    /// `denied` of command `id` of Redis's table.
+    fn denied_id(&self, id: usize, args: &[Bytes]) -> Option<Denied> {
         let table: &'static Table = &TABLE;
-        let Some(id) = table.resolve(args) else {
-            return Some(Denied::Command("unknown"));
-        };
         let mut keys = None;
         let mut worst: Option<(Refusal, usize)> = None;
         for selector in std::iter::once(&self.root).chain(&self.selectors) {
@@ -481,14 +486,14 @@ impl Users {
     /// What user `name` may not do running `args`, the command's name
     /// first (a user deleted since its connection authenticated may do
     /// nothing).
-    pub fn denied(&self, name: &[u8], args: &[Bytes]) -> Option<Denied> {
+    pub fn denied(&self, name: &[u8], command: &'static super::Command, args: &[Bytes]) -> Option<Denied> {
+        let table: &'static Table = &TABLE;
+        let Some(id) = table.of_command(command, args) else {
+            return Some(Denied::Command("unknown"));
+        };
         match self.users.read().get(name) {
-            Some(user) => user.denied(args),
-            None => {
-                let table: &'static Table = &TABLE;
-                let id = table.resolve(args);
-                Some(Denied::Command(id.map_or("unknown", |id| &table.specs[id].fullname)))
-            }
+            Some(user) => user.denied_id(id, args),
+            None => Some(Denied::Command(&table.specs[id].fullname)),
         }
     }
 
@@ -669,7 +674,7 @@ pub fn acl(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
             if !super::arity_ok(spec.arity, n - 3) {
                 return Err(err(format!("ERR wrong number of arguments for '{}' command", spec.fullname)));
             }
-            match user.denied(&args[3..]) {
+            match user.denied_id(id, &args[3..]) {
                 Some(denied) => out.bulk(denied.dry_run().as_bytes()),
                 None => out.ok(),
             }
