@@ -895,7 +895,8 @@ impl KeyLocks {
         self.versions[stripe as usize].load(Ordering::Acquire)
     }
 
-    /// Called with the stripe locked, after a write to it became visible.
+    /// Called after a write to the stripe became visible: with the stripe
+    /// locked, or for a change no lock orders (an eviction).
     pub fn bump(&self, stripe: Stripe) {
         self.versions[stripe as usize].fetch_add(1, Ordering::AcqRel);
     }

@@ -230,6 +230,16 @@ pub async fn announce_evictions(shared: Arc<crate::server::Shared>) {
             _ = shutdown.changed() => return,
         }
         let EvictedKeys { keys, overflowed } = std::mem::take(&mut *memory.evicted.lock());
+        // An evicted key is a changed one to WATCH, as in Redis (EXEC after
+        // the announcement fails; one that locked its keys before it runs).
+        for key in &keys {
+            shared.locks.bump(crate::keyspace::KeyLocks::stripe(key));
+        }
+        if overflowed {
+            for stripe in crate::keyspace::KeyLocks::all() {
+                shared.locks.bump(stripe);
+            }
+        }
         let mut events: Vec<crate::notify::Event> = keys
             .into_iter()
             .map(|key| crate::notify::Event { class: crate::notify::EVICTED, name: "evicted", key, writer: 0 })

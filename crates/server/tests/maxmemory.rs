@@ -379,3 +379,27 @@ fn evictions_are_announced_and_invalidate_caches() {
         heard += 1;
     }
 }
+
+/// A watched key that eviction takes makes the transaction fail, as in
+/// Redis (and one that was not evicted does not).
+#[test]
+fn an_evicted_watched_key_fails_the_transaction() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), &["--maxmemory", "16mb", "--maxmemory-policy", "allkeys-lru"]);
+    let mut con = client(&server);
+    fill(&mut con, 0, 1);
+    let mut watcher = client(&server);
+    let _: () = redis::cmd("WATCH").arg("k0").query(&mut watcher).unwrap();
+    // Five times the limit, k0 never read (a read would earn it a round).
+    fill(&mut con, 1, 80_001);
+    // The announcement runs on its own task: let it.
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    assert!(!con.exists::<_, bool>("k0").unwrap(), "k0 was evicted");
+    let result: Option<Vec<String>> =
+        redis::pipe().atomic().cmd("SET").arg("other").arg("x").query(&mut watcher).unwrap();
+    assert_eq!(result, None, "EXEC after k0 was evicted");
+    let _: () = redis::cmd("WATCH").arg("other").query(&mut watcher).unwrap();
+    let result: Option<Vec<String>> =
+        redis::pipe().atomic().cmd("SET").arg("other").arg("y").query(&mut watcher).unwrap();
+    assert_eq!(result, Some(vec!["OK".to_string()]));
+}
