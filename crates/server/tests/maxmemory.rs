@@ -390,8 +390,20 @@ fn an_evicted_watched_key_fails_the_transaction() {
     fill(&mut con, 0, 1);
     let mut watcher = client(&server);
     let _: () = redis::cmd("WATCH").arg("k0").query(&mut watcher).unwrap();
-    // Five times the limit, k0 never read (a read would earn it a round).
-    fill(&mut con, 1, 80_001);
+    // Five times the limit, k0 never read (a read would earn it a round),
+    // and no key written under its lock stripe (whose writes change what
+    // WATCH sees anyway).
+    let stripe = scaledkv_server::keyspace::KeyLocks::stripe(b"k0");
+    let others: Vec<u64> = (1..90_000)
+        .filter(|k| scaledkv_server::keyspace::KeyLocks::stripe(format!("k{k}").as_bytes()) != stripe)
+        .collect();
+    for chunk in others.chunks(100).take(800) {
+        let mut pipe = redis::pipe();
+        for &key in chunk {
+            pipe.set(format!("k{key}"), value(key)).ignore();
+        }
+        pipe.query::<()>(&mut con).unwrap();
+    }
     // The announcement runs on its own task: let it.
     std::thread::sleep(std::time::Duration::from_millis(200));
     assert!(!con.exists::<_, bool>("k0").unwrap(), "k0 was evicted");
