@@ -37,6 +37,7 @@ pub mod keyspace;
 pub mod latency;
 pub mod maxmemory;
 pub mod memcache;
+pub mod memory;
 pub mod metrics;
 pub mod monitor;
 pub mod notify;

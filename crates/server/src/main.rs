@@ -26,6 +26,7 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::from(2);
         }
     };
+    scaledkv_server::memory::note_startup();
     let db = match scaledkv_server::server::open(&config) {
         Ok(db) => db,
         Err(error) => {

@@ -96,7 +96,7 @@ impl MemoryLimit {
         POLICIES[self.policy.load(Ordering::Relaxed) as usize]
     }
 
-    fn evicts(&self) -> bool {
+    pub fn evicts(&self) -> bool {
         self.policy.load(Ordering::Relaxed) != 0
     }
 

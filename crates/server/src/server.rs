@@ -300,6 +300,7 @@ pub async fn run(config: Config, db: Db) -> Result<(), String> {
         tracing::info!(bind = %shared.config.bind, port, "memcached protocol ready");
         tokio::spawn(crate::memcache::delayed_flushes(shared.clone()));
     }
+    tokio::spawn(crate::memory::sample_peak(shared.clone()));
     tracing::info!(bind = %shared.config.bind, port, "ready to accept connections");
     if let Some(path) = &shared.config.port_file {
         std::fs::write(path, port.to_string()).map_err(|e| format!("cannot write {}: {e}", path.display()))?;

@@ -2824,3 +2824,67 @@ fn acl_users_answer_as_redis_does() {
     }
     assert_eq!(got.len(), expected.len());
 }
+
+/// MEMORY STATS names Redis's fields in Redis's order, INFO memory has the
+/// fields monitoring tools read, and MEMORY DOCTOR, MALLOC-STATS and PURGE
+/// answer as Redis's do (their text is each server's own).
+#[test]
+fn memory_reports_have_redis_fields() {
+    let Some(redis) = RedisServer::start() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("db"), &[]);
+    let report = |port: u16| -> (Vec<String>, String, Vec<String>) {
+        let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        for key in 0..100 {
+            request(&mut stream, &encode(&[b"SET", format!("k{key}").as_bytes(), b"value"]));
+        }
+        let stats = String::from_utf8(request(&mut stream, &encode(&[b"MEMORY", b"STATS"]))).unwrap();
+        // Field names: bulk strings with a letter first (values are numbers).
+        let lines: Vec<&str> = stats.split("\r\n").collect();
+        let names = lines
+            .windows(2)
+            .filter(|pair| pair[0].starts_with('$') && pair[1].starts_with(|c: char| c.is_ascii_alphabetic()))
+            .map(|pair| pair[1].to_string())
+            .collect();
+        let info = String::from_utf8(request(&mut stream, &encode(&[b"INFO", b"memory"]))).unwrap();
+        let mut replies = Vec::new();
+        for command in [&[&b"MEMORY"[..], b"DOCTOR"][..], &[b"MEMORY", b"MALLOC-STATS"], &[b"MEMORY", b"PURGE"]] {
+            let reply = request(&mut stream, &encode(command));
+            replies.push(String::from_utf8_lossy(&reply[..1]).into_owned());
+        }
+        for command in
+            [&[&b"MEMORY"[..], b"STATS", b"x"][..], &[b"MEMORY", b"DOCTOR", b"x"], &[b"MEMORY", b"PURGE", b"x"]]
+        {
+            replies.push(String::from_utf8_lossy(&request(&mut stream, &encode(command))).into_owned());
+        }
+        (names, info, replies)
+    };
+    let (expected, ours) = (report(redis.port), report(server.port));
+    assert_eq!(ours.0, expected.0, "MEMORY STATS fields");
+    assert_eq!(ours.2, expected.2, "DOCTOR, MALLOC-STATS, PURGE and their arity errors");
+    for field in [
+        "used_memory",
+        "used_memory_human",
+        "used_memory_rss",
+        "used_memory_rss_human",
+        "used_memory_peak",
+        "used_memory_peak_human",
+        "used_memory_peak_perc",
+        "used_memory_overhead",
+        "used_memory_startup",
+        "used_memory_dataset",
+        "total_system_memory",
+        "maxmemory",
+        "maxmemory_human",
+        "maxmemory_policy",
+        "mem_fragmentation_ratio",
+        "mem_allocator",
+    ] {
+        let line = format!("\r\n{field}:");
+        assert!(expected.1.contains(&line), "Redis has {field}");
+        assert!(ours.1.contains(&line), "INFO memory lacks {field}");
+    }
+    let peak: u64 = ours.1.split("used_memory_peak:").nth(1).unwrap().split("\r\n").next().unwrap().parse().unwrap();
+    let used: u64 = ours.1.split("used_memory:").nth(1).unwrap().split("\r\n").next().unwrap().parse().unwrap();
+    assert!(peak >= used && used > 0, "peak {peak}, used {used}");
+}

@@ -469,6 +469,14 @@ pub fn memory(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         "help" if args.len() == 2 => {
             let lines = [
                 "MEMORY <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+                "DOCTOR",
+                "    Return memory problems reports.",
+                "MALLOC-STATS",
+                "    Return internal statistics report from the memory allocator (mimalloc).",
+                "PURGE",
+                "    Return the allocator's free pages to the system.",
+                "STATS",
+                "    Return information about the memory usage of the server.",
                 "USAGE <key> [SAMPLES <count>]",
                 "    Return the bytes the key takes: its entries in the log and their share of the index",
                 "    (a big collection's estimated from <count> of its elements, 5 by default, 0 for all).",
@@ -477,9 +485,17 @@ pub fn memory(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
             ];
             ctx.out.help(&lines);
         }
-        "usage" | "help" => return Err(subcommand_arity("memory", &sub)),
-        "doctor" | "stats" | "malloc-stats" | "purge" => {
-            return Err(err(format!("ERR MEMORY {} is not supported by ScaledKV yet", sub.to_ascii_uppercase())))
+        "stats" if args.len() == 2 => memory_stats(ctx),
+        "doctor" if args.len() == 2 => ctx.out.verbatim(&crate::memory::doctor(ctx.shared)),
+        "malloc-stats" if args.len() == 2 => ctx.out.verbatim(&malloc_stats()),
+        "purge" if args.len() == 2 => {
+            // SAFETY: mi_collect takes no pointers; with force it frees
+            // what every thread's heap holds unused.
+            unsafe { libmimalloc_sys::mi_collect(true) };
+            ctx.out.ok();
+        }
+        "usage" | "help" | "stats" | "doctor" | "malloc-stats" | "purge" => {
+            return Err(subcommand_arity("memory", &sub))
         }
         _ => return Err(unknown_subcommand("memory", &args[1])),
     }
@@ -638,23 +654,40 @@ pub fn info_text(ctx: &Ctx<'_>, sections: &[String]) -> String {
         );
     }
     if wanted("memory") {
-        let rss = resident_bytes();
+        use crate::memory::human;
+        let overhead = crate::memory::Overhead::of(shared);
         let scripts = shared.scripts.sizes();
         let libraries = shared.functions.current();
-        let functions_bytes: usize = libraries.iter().map(|library| library.code.len()).sum();
+        let maxmemory = config.memory.maxmemory();
+        let system = crate::memory::total_system_memory();
         let _ = write!(
             text,
-            "# Memory\r\nused_memory:{rss}\r\nused_memory_rss:{rss}\r\nused_memory_index:{}\r\n\
-             used_memory_index_points:{}\r\nused_memory_index_pending:{}\r\nindex_bytes_per_key:{:.1}\r\nused_memory_log:{}\r\nmaxmemory:{}\r\nmaxmemory_policy:{}\r\n\
-             ssd_dir:{}\r\nssd_size:{}\r\nused_ssd_log:{}\r\nnumber_of_cached_scripts:{}\r\nused_memory_scripts:{}\r\n\
+            "# Memory\r\nused_memory:{used}\r\nused_memory_human:{}\r\nused_memory_rss:{used}\r\n\
+             used_memory_rss_human:{}\r\nused_memory_peak:{peak}\r\nused_memory_peak_human:{}\r\n\
+             used_memory_peak_perc:{:.2}%\r\nused_memory_overhead:{}\r\nused_memory_startup:{}\r\n\
+             used_memory_dataset:{}\r\nused_memory_dataset_perc:{:.2}%\r\ntotal_system_memory:{system}\r\n\
+             total_system_memory_human:{}\r\nused_memory_index:{}\r\nused_memory_index_points:{}\r\n\
+             used_memory_index_pending:{}\r\nindex_bytes_per_key:{:.1}\r\nused_memory_log:{}\r\n\
+             maxmemory:{maxmemory}\r\nmaxmemory_human:{}\r\nmaxmemory_policy:{}\r\nssd_dir:{}\r\nssd_size:{}\r\n\
+             used_ssd_log:{}\r\nmem_fragmentation_ratio:1.00\r\nmem_fragmentation_bytes:0\r\n\
+             mem_allocator:mimalloc\r\nnumber_of_cached_scripts:{}\r\nused_memory_scripts:{}\r\n\
              number_of_functions:{}\r\nnumber_of_libraries:{}\r\nused_memory_functions:{}\r\n\r\n",
+            human(overhead.used),
+            human(overhead.used),
+            human(overhead.peak),
+            overhead.peak_percentage(),
+            overhead.total(),
+            overhead.startup,
+            overhead.dataset(),
+            overhead.dataset_percentage(),
+            human(system),
             stats.index_memory_bytes,
             stats.index_point_table_bytes,
             stats.index_pending_bytes,
             stats.index_bytes_per_key,
             // The log but for its SSD tier: what maxmemory bounds.
             stats.log_bytes - stats.ssd_tier_bytes,
-            config.memory.maxmemory(),
+            human(maxmemory),
             config.memory.policy(),
             config.ssd_dir.as_ref().map(|dir| dir.display().to_string()).unwrap_or_default(),
             config.memory.ssd_size().unwrap_or(0),
@@ -663,7 +696,9 @@ pub fn info_text(ctx: &Ctx<'_>, sections: &[String]) -> String {
             scripts.1,
             libraries.function_count(),
             libraries.len(),
-            functions_bytes,
+            overhead.functions,
+            used = overhead.used,
+            peak = overhead.peak,
         );
     }
     if wanted("persistence") {
@@ -809,10 +844,87 @@ pub fn info(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
 }
 
 /// Resident memory from /proc (the process's real footprint).
-fn resident_bytes() -> u64 {
-    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
-    let pages: u64 = statm.split_whitespace().nth(1).and_then(|p| p.parse().ok()).unwrap_or(0);
-    pages * 4096
+/// MEMORY STATS, with Redis's fields in Redis's order: what ScaledKV has
+/// no part for (replication, cluster links, the AOF buffer) is 0, and so
+/// are client buffers (not counted, as CLIENT LIST's `qbuf` and `omem`)
+/// and the allocator's own figures (as Redis reports them without jemalloc).
+fn memory_stats(ctx: &mut Ctx<'_>) {
+    let overhead = crate::memory::Overhead::of(ctx.shared);
+    let out = &mut *ctx.out;
+    let numbers = [
+        ("peak.allocated", overhead.peak),
+        ("total.allocated", overhead.used),
+        ("startup.allocated", overhead.startup),
+        ("replication.backlog", 0),
+        ("clients.slaves", 0),
+        ("clients.normal", 0),
+        ("cluster.links", 0),
+        ("aof.buffer", 0),
+        ("lua.caches", overhead.scripts),
+        ("functions.caches", overhead.functions),
+    ];
+    let has_keys = overhead.keys > 0;
+    out.map(27 + has_keys as usize);
+    for (name, value) in numbers {
+        out.bulk(name.as_bytes());
+        out.int(value as i64);
+    }
+    if has_keys {
+        out.bulk(b"db.0");
+        out.map(3);
+        let tables = [
+            ("overhead.hashtable.main", overhead.index),
+            ("overhead.hashtable.expires", 0),
+            ("overhead.hashtable.slot-to-keys", 0),
+        ];
+        for (name, value) in tables {
+            out.bulk(name.as_bytes());
+            out.int(value as i64);
+        }
+    }
+    for (name, value) in [
+        ("overhead.total", overhead.total()),
+        ("keys.count", overhead.keys),
+        ("keys.bytes-per-key", overhead.bytes_per_key()),
+        ("dataset.bytes", overhead.dataset()),
+    ] {
+        out.bulk(name.as_bytes());
+        out.int(value as i64);
+    }
+    out.bulk(b"dataset.percentage");
+    out.double(overhead.dataset_percentage());
+    out.bulk(b"peak.percentage");
+    out.double(overhead.peak_percentage());
+    for name in ["allocator.allocated", "allocator.active", "allocator.resident"] {
+        out.bulk(name.as_bytes());
+        out.int(0);
+    }
+    for (ratio, bytes) in [
+        ("allocator-fragmentation.ratio", "allocator-fragmentation.bytes"),
+        ("allocator-rss.ratio", "allocator-rss.bytes"),
+        ("rss-overhead.ratio", "rss-overhead.bytes"),
+        ("fragmentation", "fragmentation.bytes"),
+    ] {
+        out.bulk(ratio.as_bytes());
+        out.double(1.0);
+        out.bulk(bytes.as_bytes());
+        out.int(0);
+    }
+}
+
+/// mimalloc's statistics report, as it prints it.
+fn malloc_stats() -> String {
+    unsafe extern "C" fn collect(message: *const std::ffi::c_char, text: *mut std::ffi::c_void) {
+        // SAFETY: mimalloc passes a NUL-terminated message and the `text`
+        // pointer given below, a live &mut String.
+        let (message, text) = unsafe { (std::ffi::CStr::from_ptr(message), &mut *(text as *mut String)) };
+        text.push_str(&message.to_string_lossy());
+    }
+    let mut text = String::new();
+    // SAFETY: `collect` matches mimalloc's output function and only uses
+    // `text` while this call runs.
+    unsafe { libmimalloc_sys::mi_stats_print_out(Some(collect), &mut text as *mut String as *mut std::ffi::c_void) };
+    text
 }
 
 /// User and system CPU seconds of this process.
