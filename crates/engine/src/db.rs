@@ -89,6 +89,20 @@ pub fn now_ms() -> u64 {
 /// db.delete(b"hello").unwrap();
 /// assert_eq!(db.get(b"hello").unwrap(), None);
 /// ```
+/// What `Db::expire_keys` found of a key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeyExpiry {
+    /// Its time had passed: it is gone.
+    Dropped,
+    /// It expires then (Unix milliseconds).
+    At(u64),
+    /// It has no expiry time, or there is no such key.
+    Never,
+    /// Its time had passed, but a newer write of it or a snapshot keeps
+    /// the entry for now: look again later.
+    Busy,
+}
+
 pub struct Db {
     pub(crate) inner: Arc<Inner>,
     background: Option<JoinHandle<()>>,
@@ -603,6 +617,20 @@ impl Db {
         max_keys: usize,
         mut dropped_key: impl FnMut(&[u8]),
     ) -> (Option<Vec<u8>>, usize) {
+        self.purge_expired_noting(after, max_keys, |key, _| dropped_key(key), |_, _| {})
+    }
+
+    /// As `purge_expired`, handing each dropped key its expiry time too,
+    /// and each key examined that expires later, with its time, to
+    /// `volatile` (a server's index of expiring keys starts from a pass of
+    /// this).
+    pub fn purge_expired_noting(
+        &self,
+        after: Option<&[u8]>,
+        max_keys: usize,
+        mut dropped_key: impl FnMut(&[u8], u64),
+        mut volatile: impl FnMut(&[u8], u64),
+    ) -> (Option<Vec<u8>>, usize) {
         let lower = after.map_or(Bound::Unbounded, Bound::Excluded);
         let mut found = KeyChunk::default();
         let inner = &self.inner;
@@ -610,16 +638,54 @@ impl Db {
         let now = now_ms();
         let mut dropped = 0;
         for (key, loc) in found.iter() {
-            let expired = inner.segments.with(loc.seg, |segment| {
-                let bytes = segment.region.read(loc.off as usize, loc.len as usize).ok()?;
-                decode_entry(bytes, false).ok()?.expiry_ms
-            });
-            if expired.flatten().is_some_and(|at| at <= now) && inner.index.remove_if_at(key, loc, &inner.segments) {
-                dropped_key(key);
-                dropped += 1;
+            match self.expiry_at(loc) {
+                Some(at) if at <= now && inner.index.remove_if_at(key, loc, &inner.segments) => {
+                    dropped_key(key, at);
+                    dropped += 1;
+                }
+                Some(at) if at > now => volatile(key, at),
+                // No expiry, or expired but kept for now (a newer write).
+                _ => {}
             }
         }
         (examined.then(|| found.last_examined().to_vec()), dropped)
+    }
+
+    /// The expiry time of the entry at `loc`, if it has one.
+    fn expiry_at(&self, loc: Loc) -> Option<u64> {
+        let expiry = self.inner.segments.with(loc.seg, |segment| {
+            let bytes = segment.region.read(loc.off as usize, loc.len as usize).ok()?;
+            decode_entry(bytes, false).ok()?.expiry_ms
+        });
+        expiry.flatten()
+    }
+
+    /// For each of `keys`: drops it if its expiry time has passed (as
+    /// `purge_expired` would find it), and tells `seen` what it found:
+    /// dropped, an expiry still to come, no expiry (or no key), or busy (an
+    /// expired key that a newer write or a snapshot keeps for now).
+    pub fn expire_keys<K: AsRef<[u8]>>(&self, keys: &[K], mut seen: impl FnMut(&[u8], KeyExpiry)) {
+        let inner = &self.inner;
+        let now = now_ms();
+        let mut expired: Vec<(&[u8], Loc)> = Vec::new();
+        for key in keys.iter().map(AsRef::as_ref) {
+            let Some(loc) = inner.index.get(key, None) else {
+                seen(key, KeyExpiry::Never);
+                continue;
+            };
+            match self.expiry_at(loc) {
+                Some(at) if at <= now => expired.push((key, loc)),
+                Some(at) => seen(key, KeyExpiry::At(at)),
+                None => seen(key, KeyExpiry::Never),
+            }
+        }
+        let mut removed = std::collections::HashSet::new();
+        inner.index.remove_all_if_at(&expired, &inner.segments, |key, _| {
+            removed.insert(key.to_vec());
+        });
+        for (key, _) in expired {
+            seen(key, if removed.contains(key) { KeyExpiry::Dropped } else { KeyExpiry::Busy });
+        }
     }
 
     /// Number of keys, without walking the index (deferred index updates

@@ -39,7 +39,7 @@ pub mod walk;
 
 pub use batch::{BatchEntry, WriteBatch};
 pub use commit::WriteFuture;
-pub use db::{now_ms, Db, PinnedValue, Snapshot};
+pub use db::{now_ms, Db, KeyExpiry, PinnedValue, Snapshot};
 pub use error::{Error, Result};
 pub use iter::Iter;
 pub use options::{

@@ -572,6 +572,30 @@ fn purge_expired_drops_only_expired_keys_and_resumes() {
 }
 
 #[test]
+fn expire_keys_drops_the_expired_and_tells_when_the_others_expire() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), Options::default()).unwrap();
+    let later = scaledkv::now_ms() + 60_000;
+    let mut batch = WriteBatch::new();
+    batch.put_with_expiry(b"later", b"v", later);
+    batch.put_with_expiry(b"past", b"v", scaledkv::now_ms() - 1);
+    batch.put(b"never", b"v");
+    db.write(batch).unwrap();
+    let mut seen = Vec::new();
+    db.expire_keys(&["later", "past", "never", "missing"], |key, found| {
+        seen.push((String::from_utf8_lossy(key).into_owned(), found))
+    });
+    seen.sort_by(|a, b| a.0.cmp(&b.0));
+    use scaledkv::KeyExpiry::*;
+    let expected = [("later", At(later)), ("missing", Never), ("never", Never), ("past", Dropped)];
+    assert_eq!(seen, expected.map(|(key, found)| (key.to_string(), found)));
+    assert_eq!(db.len(), 2, "past is gone");
+    drop(db);
+    let db = Db::open(dir.path(), Options::default()).unwrap();
+    assert_eq!(db.iter().count(), 2);
+}
+
+#[test]
 fn compacting_the_index_keeps_every_entry_while_writes_go_on() {
     let dir = tempfile::tempdir().unwrap();
     let options = Options { durability: Durability::Buffered, ..Options::default() };

@@ -1,30 +1,149 @@
 //! Active expiry. Expired keys are already invisible (the engine checks
-//! expiry on every read, which is Redis's lazy expiry); this task walks the
-//! key space in the background and drops them so their memory and log
-//! space come back without anyone touching them, as Redis's active expiry
-//! cycle does.
+//! expiry on every read, which is Redis's lazy expiry); this task drops
+//! them when their time comes, as Redis's active expiry cycle does, so
+//! that their memory and log space come back and their `expired`
+//! notifications (and the invalidations of clients caching them) go out
+//! on time.
+//!
+//! It knows when each key expires from `Volatile`, an index of the keys
+//! with an expiry time (Redis's `expires` dict): every committed write
+//! notes its keys' expiry there, and a pass over the whole key space at
+//! start finds the keys written before. Due keys are dropped every 100 ms.
+//! The pass then goes on, slowly, as a safety net for keys written by a
+//! path that noted nothing.
 
-use std::sync::atomic::Ordering;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use parking_lot::Mutex;
+use scaledkv::KeyExpiry;
+
 use crate::server::Shared;
 
-/// Keys examined per step.
+/// Keys dropped (or examined by the pass) per step.
 const STEP_KEYS: usize = 1000;
-/// Pause between steps when few of the keys examined had expired.
+/// Pause between steps when few keys were due.
 const PAUSE: Duration = Duration::from_millis(100);
+/// Steps between two steps of the pass once it has been over every key.
+const SLOW_PASS_EVERY: u32 = 10;
+
+/// A key with an expiry time was seen: from then on writes note the keys
+/// they change without one too (to take them out of `Volatile`). For the
+/// process (a server is one), so that writes to a server that never saw
+/// an expiry note nothing.
+static NOTES_REMOVALS: AtomicBool = AtomicBool::new(false);
+
+/// Whether writes note keys they write without an expiry time (or delete).
+pub fn notes_removals() -> bool {
+    NOTES_REMOVALS.load(Ordering::Relaxed)
+}
+
+/// The keys with an expiry time, by time and by key.
+#[derive(Default)]
+pub struct Volatile {
+    index: Mutex<Index>,
+    /// The pass has been over every key: the index holds every key with
+    /// an expiry time (INFO's `expires` counts them).
+    complete: AtomicBool,
+}
+
+#[derive(Default)]
+struct Index {
+    by_time: BTreeSet<(u64, Arc<[u8]>)>,
+    by_key: HashMap<Arc<[u8]>, u64>,
+    /// Sum of the expiry times, for INFO's `avg_ttl`.
+    sum: u128,
+}
+
+impl Index {
+    fn set(&mut self, key: &[u8], at: Option<u64>) {
+        if let Some((key, old)) = self.by_key.remove_entry(key) {
+            self.by_time.remove(&(old, key));
+            self.sum -= old as u128;
+        }
+        if let Some(at) = at {
+            let key: Arc<[u8]> = key.into();
+            self.by_time.insert((at, key.clone()));
+            self.by_key.insert(key, at);
+            self.sum += at as u128;
+        }
+    }
+}
+
+impl Volatile {
+    /// `key` expires `at` (None: never), as a committed write left it.
+    pub fn set(&self, key: &[u8], at: Option<u64>) {
+        if at.is_some() {
+            NOTES_REMOVALS.store(true, Ordering::Relaxed);
+        }
+        self.index.lock().set(key, at);
+    }
+
+    /// Applies a commit's changes in order, after forgetting everything if
+    /// it deleted every key (FLUSHALL).
+    pub fn apply(&self, cleared: bool, changes: &[(Vec<u8>, Option<u64>)]) {
+        if !cleared && changes.is_empty() {
+            return;
+        }
+        if changes.iter().any(|(_, at)| at.is_some()) {
+            NOTES_REMOVALS.store(true, Ordering::Relaxed);
+        }
+        let mut index = self.index.lock();
+        if cleared {
+            *index = Index::default();
+        }
+        for (key, at) in changes {
+            index.set(key, *at);
+        }
+    }
+
+    /// Takes out up to `max` keys due by `now`.
+    fn due(&self, now: u64, max: usize) -> Vec<Arc<[u8]>> {
+        let mut index = self.index.lock();
+        let mut due = Vec::new();
+        while due.len() < max {
+            let Some(first) = index.by_time.first() else { break };
+            if first.0 > now {
+                break;
+            }
+            let (at, key) = index.by_time.pop_first().expect("seen first");
+            index.by_key.remove(&key);
+            index.sum -= at as u128;
+            due.push(key);
+        }
+        due
+    }
+
+    /// INFO keyspace's `expires` and `avg_ttl` (ms): None until the pass
+    /// has been over every key.
+    pub fn summary(&self, now: u64) -> Option<(usize, u64)> {
+        if !self.complete.load(Ordering::Relaxed) {
+            return None;
+        }
+        let index = self.index.lock();
+        let len = index.by_key.len();
+        let average = if len == 0 { 0 } else { (index.sum / len as u128) as u64 };
+        Some((len, average.saturating_sub(now)))
+    }
+}
 
 pub async fn active_expiry(shared: Arc<Shared>) {
     let mut shutdown = shared.shutdown.subscribe();
+    // Keys that expired before this start were told about then (dropping
+    // them is not written down, so they are found again): dropped quietly,
+    // as Redis skips expired keys loading its RDB file.
+    let started = scaledkv::now_ms();
     let mut cursor: Option<Vec<u8>> = None;
+    let mut steps = 0u32;
     loop {
         // A client's key dropped here is Redis's `expired` event (its
         // collections' entries under reserved keys are not keys to them).
         let mut expired = Vec::new();
         let notify = crate::notify::wanted(shared.notify_flags.load(Ordering::Relaxed), crate::notify::EXPIRED)
             || shared.tracking.active();
-        let (next, dropped) = shared.db.purge_expired(cursor.as_deref(), STEP_KEYS, |key| {
+        let mut dropped_key = |key: &[u8]| {
             if notify && !crate::keyspace::is_reserved(key) {
                 expired.push(crate::notify::Event {
                     class: crate::notify::EXPIRED,
@@ -33,15 +152,50 @@ pub async fn active_expiry(shared: Arc<Shared>) {
                     writer: 0,
                 });
             }
+        };
+        let now = scaledkv::now_ms();
+        let due = shared.volatile.due(now, STEP_KEYS);
+        let mut dropped = 0;
+        shared.db.expire_keys(&due, |key, found| match found {
+            KeyExpiry::Dropped => {
+                dropped_key(key);
+                dropped += 1;
+            }
+            // Written again with a later time meanwhile (noted already),
+            // or by a path that noted nothing.
+            KeyExpiry::At(at) => shared.volatile.set(key, Some(at)),
+            KeyExpiry::Busy => shared.volatile.set(key, Some(now + PAUSE.as_millis() as u64)),
+            KeyExpiry::Never => {}
         });
+        let complete = shared.volatile.complete.load(Ordering::Relaxed);
+        steps = steps.wrapping_add(1);
+        if !complete || steps.is_multiple_of(SLOW_PASS_EVERY) {
+            let mut dropped_then = |key: &[u8], at: u64| {
+                if at >= started {
+                    dropped_key(key);
+                }
+            };
+            let (next, purged) =
+                shared.db.purge_expired_noting(cursor.as_deref(), STEP_KEYS, &mut dropped_then, |key, at| {
+                    if !crate::keyspace::is_reserved(key) {
+                        shared.volatile.set(key, Some(at));
+                    }
+                });
+            dropped += purged;
+            if next.is_none() {
+                shared.volatile.complete.store(true, Ordering::Relaxed);
+            }
+            cursor = next;
+        }
         crate::notify::publish(&shared, &expired);
         if dropped > 0 {
             shared.stats.expired_keys.fetch_add(dropped as u64, Ordering::Relaxed);
         }
-        cursor = next;
-        // Like Redis: keep going while more than a quarter of a step had
-        // expired, otherwise rest.
-        if dropped * 4 > STEP_KEYS {
+        // Like Redis: keep going while a step was full (or more than a
+        // quarter of the pass's step had expired), otherwise rest. The
+        // first pass goes on at once: until it ends, the keys written
+        // before the start may expire unseen.
+        if due.len() == STEP_KEYS || dropped * 4 > STEP_KEYS || !complete {
             tokio::task::yield_now().await;
             continue;
         }
@@ -49,5 +203,27 @@ pub async fn active_expiry(shared: Arc<Shared>) {
             _ = tokio::time::sleep(PAUSE) => {}
             _ = shutdown.changed() => return,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_come_due_in_time_order_and_a_rewrite_moves_them() {
+        let volatile = Volatile::default();
+        volatile.apply(false, &[(b"a".to_vec(), Some(30)), (b"b".to_vec(), Some(10)), (b"c".to_vec(), Some(20))]);
+        assert!(notes_removals());
+        volatile.apply(false, &[(b"c".to_vec(), Some(50)), (b"b".to_vec(), None)]);
+        assert_eq!(volatile.summary(0), None, "unknown until the pass ends");
+        volatile.complete.store(true, Ordering::Relaxed);
+        assert_eq!(volatile.summary(0), Some((2, 40)));
+        let due: Vec<Vec<u8>> = volatile.due(40, 10).iter().map(|k| k.to_vec()).collect();
+        assert_eq!(due, [b"a".to_vec()]);
+        assert_eq!(volatile.due(40, 10).len(), 0);
+        volatile.apply(true, &[(b"d".to_vec(), Some(5))]);
+        let due: Vec<Vec<u8>> = volatile.due(100, 10).iter().map(|k| k.to_vec()).collect();
+        assert_eq!(due, [b"d".to_vec()], "c forgotten by the flush");
     }
 }

@@ -214,6 +214,13 @@ pub struct Writes {
     /// that is killed or run again sends nothing twice.
     defers_messages: bool,
     messages: Vec<Message>,
+    /// Keys written and when they now expire (None: never, or deleted),
+    /// for the index of expiring keys (`crate::expiry::Volatile`), applied
+    /// once these writes commit. Keys without an expiry are noted only once
+    /// some key had one (`crate::expiry::notes_removals`).
+    expiries: Vec<(Vec<u8>, Option<u64>)>,
+    /// Every key was deleted (FLUSHALL): the index starts over.
+    all_deleted: bool,
 }
 
 /// A PUBLISH (or SPUBLISH, `shard`) held until its writes commit.
@@ -250,6 +257,8 @@ pub struct Ready {
     pub zset_tables: Vec<u64>,
     pub events: Vec<crate::notify::Event>,
     pub messages: Vec<Message>,
+    pub expiries: Vec<(Vec<u8>, Option<u64>)>,
+    pub all_deleted: bool,
 }
 
 impl Writes {
@@ -269,6 +278,23 @@ impl Writes {
             events: Vec::new(),
             defers_messages: false,
             messages: Vec::new(),
+            expiries: Vec::new(),
+            all_deleted: false,
+        }
+    }
+
+    /// Every key is being deleted (FLUSHALL): the index of expiring keys
+    /// starts over when these writes commit, and their deletes note nothing.
+    pub fn note_all_deleted(&mut self) {
+        self.all_deleted = true;
+        self.expiries.clear();
+    }
+
+    /// Notes `key`'s expiry after this write, for the index of expiring keys.
+    fn note_expiry(&mut self, key: &[u8], expiry_ms: Option<u64>) {
+        let note = expiry_ms.is_some() || !self.all_deleted && crate::expiry::notes_removals();
+        if note && !is_reserved(key) {
+            self.expiries.push((key.to_vec(), expiry_ms));
         }
     }
 
@@ -357,6 +383,8 @@ impl Writes {
             events: Vec::new(),
             defers_messages: self.defers_messages,
             messages: Vec::new(),
+            expiries: Vec::new(),
+            all_deleted: false,
         }
     }
 
@@ -376,6 +404,10 @@ impl Writes {
         self.zset_tables.append(&mut branch.zset_tables);
         self.events.append(&mut branch.events);
         self.messages.append(&mut branch.messages);
+        if branch.all_deleted {
+            self.note_all_deleted();
+        }
+        self.expiries.append(&mut branch.expiries);
     }
 
     pub fn abandon(&mut self, mut branch: Writes) {
@@ -668,12 +700,14 @@ impl Writes {
     pub fn delete(&mut self, key: &[u8]) {
         self.overlay_next(key);
         self.batch.delete(key);
+        self.note_expiry(key, None);
     }
 
     /// Adds a put of the concatenated `parts` (checked by the caller).
     fn put_parts(&mut self, key: &[u8], parts: &[&[u8]], expiry_ms: Option<u64>) {
         self.overlay_next(key);
         self.batch.put_parts(key, parts, expiry_ms);
+        self.note_expiry(key, expiry_ms);
     }
 
     /// Notes that `key`'s latest entry is the one added next, for later
@@ -729,6 +763,8 @@ impl Writes {
             zset_tables: std::mem::take(&mut self.zset_tables),
             events: std::mem::take(&mut self.events),
             messages: std::mem::take(&mut self.messages),
+            expiries: std::mem::take(&mut self.expiries),
+            all_deleted: std::mem::take(&mut self.all_deleted),
         }
     }
 
@@ -756,6 +792,8 @@ impl Writes {
             zset_tables: std::mem::take(&mut self.zset_tables),
             events: std::mem::take(&mut self.events),
             messages: std::mem::take(&mut self.messages),
+            expiries: std::mem::take(&mut self.expiries),
+            all_deleted: std::mem::take(&mut self.all_deleted),
         }
     }
 }

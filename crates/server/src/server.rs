@@ -104,6 +104,8 @@ pub struct Shared {
     pub acl_log: crate::commands::acl::AclLog,
     /// Users ACL SETUSER made.
     pub users: crate::commands::acl::Users,
+    /// The keys with an expiry time, for active expiry.
+    pub volatile: crate::expiry::Volatile,
     /// CLIENT PAUSE (`crate::pause`).
     pub pause: crate::pause::Pause,
 }
@@ -265,6 +267,7 @@ pub async fn run(config: Config, db: Db) -> Result<(), String> {
         latency: crate::latency::LatencyMonitor::new(config.latency_monitor_threshold),
         acl_log: Default::default(),
         users: crate::commands::acl::Users::new(users, config.requirepass.as_deref()),
+        volatile: crate::expiry::Volatile::default(),
         pause: Default::default(),
         db,
         locks: KeyLocks::default(),

@@ -702,7 +702,11 @@ pub async fn commit<G>(
 ) -> scaledkv::Result<()> {
     let events = std::mem::take(&mut ready.events);
     let messages = std::mem::take(&mut ready.messages);
+    let (all_deleted, expiries) = (ready.all_deleted, std::mem::take(&mut ready.expiries));
     let result = commit_batch(shared, ready, stripes, exclusive, guards).await;
+    if result.is_ok() {
+        shared.volatile.apply(all_deleted, &expiries);
+    }
     if result.is_ok() && !events.is_empty() {
         crate::notify::publish(shared, &events);
     }
@@ -719,7 +723,18 @@ async fn commit_batch<G>(
     exclusive: bool,
     guards: G,
 ) -> scaledkv::Result<()> {
-    let Ready { batch, reserved_delta, pushed, fence_edits, read_pending, zset_tables, events: _, messages: _ } = ready;
+    let Ready {
+        batch,
+        reserved_delta,
+        pushed,
+        fence_edits,
+        read_pending,
+        zset_tables,
+        events: _,
+        messages: _,
+        expiries: _,
+        all_deleted: _,
+    } = ready;
     let fences = (!fence_edits.is_empty()).then_some(&fence_edits[..]);
     if batch.is_empty() {
         drop(guards);

@@ -526,6 +526,7 @@ pub fn flushall(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
 /// Redis's FLUSHALL keeps too): its other entries go with the keys they
 /// belong to.
 pub fn clear_all(db: &scaledkv::Db, writes: &mut crate::keyspace::Writes) -> scaledkv::Result<()> {
+    writes.note_all_deleted();
     let keys: Vec<Vec<u8>> = db.iter().map(|item| item.map(|(k, _)| k)).collect::<Result<_, _>>()?;
     let keys = keys.into_iter().filter(|key| !key.starts_with(crate::keyspace::SETTINGS));
     let mut bytes = 0;
@@ -827,7 +828,10 @@ pub fn info_text(ctx: &Ctx<'_>, sections: &[String]) -> String {
         text.push_str("# Keyspace\r\n");
         let keys = shared.user_keys();
         if keys > 0 {
-            let _ = write!(text, "db0:keys={keys},expires=0,avg_ttl=0\r\n");
+            // Until the first pass over the keys ends, the expiring ones
+            // are not all known: 0, as before.
+            let (expires, avg_ttl) = shared.volatile.summary(scaledkv::now_ms()).unwrap_or((0, 0));
+            let _ = write!(text, "db0:keys={keys},expires={expires},avg_ttl={avg_ttl}\r\n");
         }
         text.push_str("\r\n");
     }
