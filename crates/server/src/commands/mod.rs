@@ -705,7 +705,7 @@ pub async fn commit<G>(
     let (all_deleted, expiries) = (ready.all_deleted, std::mem::take(&mut ready.expiries));
     let result = commit_batch(shared, ready, stripes, exclusive, guards).await;
     if result.is_ok() {
-        shared.volatile.apply(all_deleted, &expiries);
+        shared.volatile.apply(all_deleted, expiries);
     }
     if result.is_ok() && !events.is_empty() {
         crate::notify::publish(shared, &events);
