@@ -55,8 +55,45 @@ pub struct Volatile {
 enum Change {
     /// Every key was deleted (FLUSHALL).
     Clear,
-    /// The key expires then (None: no longer).
-    Set(Vec<u8>, Option<u64>),
+    Keys(Changes),
+}
+
+/// Keys written and when they now expire (None: no longer), in the order
+/// written: one buffer for a commit's keys, not an allocation each.
+#[derive(Debug, Default)]
+pub struct Changes {
+    keys: Vec<u8>,
+    items: Vec<(u32, Option<u64>)>,
+}
+
+impl Changes {
+    pub fn push(&mut self, key: &[u8], at: Option<u64>) {
+        self.keys.extend_from_slice(key);
+        self.items.push((key.len() as u32, at));
+    }
+
+    pub fn clear(&mut self) {
+        self.keys.clear();
+        self.items.clear();
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    pub fn append(&mut self, other: &mut Changes) {
+        self.keys.append(&mut other.keys);
+        self.items.append(&mut other.items);
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (&[u8], Option<u64>)> {
+        let mut at = 0;
+        self.items.iter().map(move |&(len, expiry)| {
+            let key = &self.keys[at..at + len as usize];
+            at += len as usize;
+            (key, expiry)
+        })
+    }
 }
 
 #[derive(Default)]
@@ -114,18 +151,20 @@ impl Volatile {
 
     /// Queues a commit's changes (applied in order, after forgetting
     /// everything if it deleted every key).
-    pub fn apply(&self, cleared: bool, changes: Vec<(Vec<u8>, Option<u64>)>) {
+    pub fn apply(&self, cleared: bool, changes: Changes) {
         if !cleared && changes.is_empty() {
             return;
         }
-        if changes.iter().any(|(_, at)| at.is_some()) {
+        if !notes_removals() && changes.items.iter().any(|(_, at)| at.is_some()) {
             NOTES_REMOVALS.store(true, Ordering::Relaxed);
         }
         let mut queue = self.queue.lock();
         if cleared {
             queue.push(Change::Clear);
         }
-        queue.extend(changes.into_iter().map(|(key, at)| Change::Set(key, at)));
+        if !changes.is_empty() {
+            queue.push(Change::Keys(changes));
+        }
     }
 
     /// Applies the queued changes; returns the index.
@@ -135,7 +174,11 @@ impl Volatile {
         for change in queued {
             match change {
                 Change::Clear => *index = Index::default(),
-                Change::Set(key, at) => index.set(&key, at),
+                Change::Keys(changes) => {
+                    for (key, at) in changes.iter() {
+                        index.set(key, at);
+                    }
+                }
             }
         }
         index
@@ -252,12 +295,20 @@ pub async fn active_expiry(shared: Arc<Shared>) {
 mod tests {
     use super::*;
 
+    fn changes(list: &[(&[u8], Option<u64>)]) -> Changes {
+        let mut changes = Changes::default();
+        for (key, at) in list {
+            changes.push(key, *at);
+        }
+        changes
+    }
+
     #[test]
     fn keys_come_due_in_time_order_and_a_rewrite_moves_them() {
         let volatile = Volatile::default();
-        volatile.apply(false, vec![(b"a".to_vec(), Some(30)), (b"b".to_vec(), Some(10)), (b"c".to_vec(), Some(20))]);
+        volatile.apply(false, changes(&[(b"a", Some(30)), (b"b", Some(10)), (b"c", Some(20))]));
         assert!(notes_removals());
-        volatile.apply(false, vec![(b"c".to_vec(), Some(5)), (b"b".to_vec(), None), (b"a".to_vec(), Some(90))]);
+        volatile.apply(false, changes(&[(b"c", Some(5)), (b"b", None), (b"a", Some(90))]));
         assert_eq!(volatile.summary(0), None, "unknown until the pass ends");
         volatile.complete.store(true, Ordering::Relaxed);
         // a's later time is not noted: a comes due at 30, and moves then.
@@ -268,7 +319,7 @@ mod tests {
         let due: Vec<Vec<u8>> = volatile.due(40, 10).iter().map(|k| k.to_vec()).collect();
         assert_eq!(due, [b"a".to_vec()]);
         assert_eq!(volatile.due(40, 10).len(), 0);
-        volatile.apply(true, vec![(b"d".to_vec(), Some(5))]);
+        volatile.apply(true, changes(&[(b"d", Some(5))]));
         let due: Vec<Vec<u8>> = volatile.due(100, 10).iter().map(|k| k.to_vec()).collect();
         assert_eq!(due, [b"d".to_vec()], "c forgotten by the flush");
     }

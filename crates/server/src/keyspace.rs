@@ -218,7 +218,7 @@ pub struct Writes {
     /// for the index of expiring keys (`crate::expiry::Volatile`), applied
     /// once these writes commit. Keys without an expiry are noted only once
     /// some key had one (`crate::expiry::notes_removals`).
-    expiries: Vec<(Vec<u8>, Option<u64>)>,
+    expiries: crate::expiry::Changes,
     /// Every key was deleted (FLUSHALL): the index starts over.
     all_deleted: bool,
 }
@@ -257,7 +257,7 @@ pub struct Ready {
     pub zset_tables: Vec<u64>,
     pub events: Vec<crate::notify::Event>,
     pub messages: Vec<Message>,
-    pub expiries: Vec<(Vec<u8>, Option<u64>)>,
+    pub expiries: crate::expiry::Changes,
     pub all_deleted: bool,
 }
 
@@ -278,7 +278,7 @@ impl Writes {
             events: Vec::new(),
             defers_messages: false,
             messages: Vec::new(),
-            expiries: Vec::new(),
+            expiries: Default::default(),
             all_deleted: false,
         }
     }
@@ -294,7 +294,7 @@ impl Writes {
     fn note_expiry(&mut self, key: &[u8], expiry_ms: Option<u64>) {
         let note = expiry_ms.is_some() || !self.all_deleted && crate::expiry::notes_removals();
         if note && !is_reserved(key) {
-            self.expiries.push((key.to_vec(), expiry_ms));
+            self.expiries.push(key, expiry_ms);
         }
     }
 
@@ -383,7 +383,7 @@ impl Writes {
             events: Vec::new(),
             defers_messages: self.defers_messages,
             messages: Vec::new(),
-            expiries: Vec::new(),
+            expiries: Default::default(),
             all_deleted: false,
         }
     }
