@@ -358,3 +358,38 @@ fn the_tracking_table_stays_within_its_limit() {
     let list = String::from_utf8_lossy(&client.call(&[b"CLIENT", b"LIST"])).into_owned();
     assert!(list.contains("flags=t ") && list.contains("redir=0 "), "{list}");
 }
+
+/// A cached key that expires is invalidated within the expiry cycle, among
+/// many keys that do not (the index of expiring keys finds it; a walk of
+/// the key space came round to it only every few seconds).
+#[test]
+fn a_cached_key_is_invalidated_when_it_expires() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("db"), &[]);
+    let mut writer = connect(server.port);
+    for chunk in 0..100 {
+        let mut pipeline = Vec::new();
+        for key in chunk * 1000..(chunk + 1) * 1000 {
+            pipeline.extend(encode(&[b"SET", format!("key:{key}").as_bytes(), b"v"]));
+        }
+        writer.write_all(&pipeline).unwrap();
+        for _ in 0..1000 {
+            read_reply(&mut writer);
+        }
+    }
+    let mut cache = connect(server.port);
+    assert!(send(&mut cache, &["HELLO", "3"]).starts_with(b"%"));
+    assert_eq!(send(&mut cache, &["CLIENT", "TRACKING", "ON"]), b"+OK\r\n");
+    for round in 0..3 {
+        let key = format!("session:{round}");
+        assert_eq!(send(&mut writer, &["SET", &key, "v", "PX", "300"]), b"+OK\r\n");
+        assert_eq!(send(&mut cache, &["GET", &key]), b"$1\r\nv\r\n");
+        let sent = std::time::Instant::now();
+        let push = read_reply(&mut cache);
+        let elapsed = sent.elapsed();
+        let expected = format!(">2\r\n$10\r\ninvalidate\r\n*1\r\n${}\r\n{key}\r\n", key.len());
+        assert_eq!(String::from_utf8_lossy(&push), expected);
+        assert!(elapsed < Duration::from_millis(1500), "{elapsed:?}");
+    }
+}
