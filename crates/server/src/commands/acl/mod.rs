@@ -36,7 +36,7 @@ struct Entry {
     count: u64,
     /// "auth", "command", "key" or "channel".
     reason: &'static str,
-    /// "toplevel" or "multi".
+    /// "toplevel", "multi" or "lua".
     context: &'static str,
     object: String,
     username: String,
