@@ -24,6 +24,18 @@ fn line(stream: &mut TcpStream, line: &str) -> String {
     format!("{line} -> {}", send(stream, &words.iter().map(String::as_str).collect::<Vec<_>>()))
 }
 
+/// ACL LOG, its ages and client descriptions masked.
+fn masked_acl_log(stream: &mut TcpStream) -> String {
+    let reply = send(stream, &["ACL", "LOG"]);
+    let mut lines: Vec<&str> = reply.split("\r\n").collect();
+    for i in 2..lines.len() {
+        if lines[i - 2] == "age-seconds" || lines[i - 2] == "client-info" {
+            (lines[i - 1], lines[i]) = ("$masked", "masked");
+        }
+    }
+    lines.join("\r\n")
+}
+
 /// The reply with each run of single-command rules (`+get -config|set`,
 /// in Redis's random dict order) sorted.
 fn normalized(reply: &str) -> String {
@@ -290,15 +302,7 @@ fn partial_permissions_answer_as_redis_does() {
         ] {
             seen.push(line(&mut user, command));
         }
-        // ACL LOG, its ages and client descriptions left out.
-        let reply = send(&mut admin, &["ACL", "LOG"]);
-        let mut lines: Vec<&str> = reply.split("\r\n").collect();
-        for i in 2..lines.len() {
-            if lines[i - 2] == "age-seconds" || lines[i - 2] == "client-info" {
-                (lines[i - 1], lines[i]) = ("$masked", "masked");
-            }
-        }
-        seen.push(lines.join("\r\n"));
+        seen.push(masked_acl_log(&mut admin));
         // The default user's permissions and password.
         for command in [
             "ACL GETUSER default",
@@ -346,6 +350,91 @@ fn partial_permissions_answer_as_redis_does() {
             names.sort();
             seen.push(format!("CAT {category} -> {names:?}"));
         }
+        seen
+    };
+    let (expected, got) = (session(redis.port), session(server.port));
+    for (expected, got) in expected.iter().zip(&got) {
+        assert_eq!(got, expected);
+    }
+    assert_eq!(got.len(), expected.len());
+}
+
+/// Users with every or no permission: the same sessions on two connections, the second authenticating as them,
+/// answer as Redis does: SETUSER's rules and errors, GETUSER, LIST,
+/// USERS, DRYRUN, AUTH and HELLO as a user, NOPERM for commands, keys and
+/// channels (inside MULTI too), ACL LOG's entries (but ages and client
+/// descriptions), DELUSER closing the user's connections, RESET.
+#[test]
+fn acl_users_answer_as_redis_does() {
+    let Some(redis) = RedisServer::start() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("db"), &[]);
+    let session = |port: u16| -> Vec<String> {
+        let connect = || TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let (mut admin, mut user) = (connect(), connect());
+        let mut seen = Vec::new();
+        fn log(seen: &mut Vec<String>, stream: &mut TcpStream, command: &str) {
+            seen.push(line(stream, command));
+        }
+        for line in [
+            "ACL SETUSER alice on >pw +@all ~* &*",
+            "ACL GETUSER alice",
+            "ACL SETUSER bob",
+            "ACL GETUSER bob",
+            "ACL SETUSER carol on nopass allcommands allkeys allchannels",
+            "ACL SETUSER carol foo",
+            "ACL SETUSER carol ON skip-sanitize-payload",
+            "ACL GETUSER carol",
+            "ACL SETUSER dave on #abc",
+            "ACL SETUSER dave on #aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa >x <x <y",
+            "ACL GETUSER dave",
+            "ACL SETUSER dave !aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+            "ACL SETUSER dave reset",
+            "ACL LIST",
+            "ACL USERS",
+            "ACL DRYRUN bob get k",
+            "ACL DRYRUN alice get k",
+            "ACL SETUSER bob on >b +@all",
+            "ACL DRYRUN bob get k",
+            "ACL DRYRUN bob ping",
+            "ACL DRYRUN bob publish ch m",
+            "ACL LOG RESET",
+        ] {
+            log(&mut seen, &mut admin, line);
+        }
+        for line in [
+            "AUTH bob wrong",
+            "AUTH bob b",
+            "ACL WHOAMI",
+            "PING",
+            "GET k",
+            "PUBLISH ch m",
+            "SUBSCRIBE ch",
+            "MULTI",
+            "GET k",
+            "EXEC",
+            // A script runs with its caller's permissions.
+            "EVAL return\\x20redis.call('get','k') 0",
+            "EVAL return\\x20redis.call('publish','ch','m') 0",
+            "EVAL return\\x20redis.call('ping') 0",
+        ] {
+            log(&mut seen, &mut user, line);
+        }
+        log(&mut seen, &mut admin, "ACL SETUSER bob -@all");
+        for line in ["PING", "AUTH carol anything", "ACL WHOAMI", "SET k v", "GET k"] {
+            log(&mut seen, &mut user, line);
+        }
+        let hello = request(&mut user, &encode(&[b"HELLO", b"2", b"AUTH", b"alice", b"pw"]));
+        assert!(hello.starts_with(b"*14\r\n"), "{}", String::from_utf8_lossy(&hello));
+        for line in ["ACL WHOAMI", "RESET", "ACL WHOAMI", "AUTH bob b", "GET x"] {
+            log(&mut seen, &mut user, line);
+        }
+        seen.push(masked_acl_log(&mut admin));
+        log(&mut seen, &mut admin, "ACL DELUSER bob nobody");
+        let closed = std::io::Write::write_all(&mut user, &encode(&[b"PING"])).is_err()
+            || common::try_read_reply(&mut user).is_none();
+        seen.push(format!("bob's connection closed: {closed}"));
+        log(&mut seen, &mut admin, "ACL USERS");
         seen
     };
     let (expected, got) = (session(redis.port), session(server.port));
