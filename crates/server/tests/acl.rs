@@ -24,6 +24,19 @@ fn line(stream: &mut TcpStream, line: &str) -> String {
     format!("{line} -> {}", send(stream, &words.iter().map(String::as_str).collect::<Vec<_>>()))
 }
 
+/// Runs `session` (given a port) against a real redis-server and
+/// against ScaledKV, and compares what each saw, line by line.
+fn compare_with_redis(session: impl Fn(u16) -> Vec<String>) {
+    let Some(redis) = RedisServer::start() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("db"), &[]);
+    let (expected, got) = (session(redis.port), session(server.port));
+    for (expected, got) in expected.iter().zip(&got) {
+        assert_eq!(got, expected);
+    }
+    assert_eq!(got.len(), expected.len());
+}
+
 /// ACL LOG, its ages and client descriptions masked.
 fn masked_acl_log(stream: &mut TcpStream) -> String {
     let reply = send(stream, &["ACL", "LOG"]);
@@ -193,9 +206,6 @@ const RULES: &[&str] = &[
 
 #[test]
 fn random_rules_make_the_users_redis_makes() {
-    let Some(redis) = RedisServer::start() else { return };
-    let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(&dir.path().join("db"), &[]);
     let seed: u64 = std::env::var("SCALEDKV_ACL_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(7);
     let rounds: usize = std::env::var("SCALEDKV_ACL_ROUNDS").ok().and_then(|s| s.parse().ok()).unwrap_or(150);
     let session = |port: u16| -> Vec<String> {
@@ -222,18 +232,11 @@ fn random_rules_make_the_users_redis_makes() {
         seen.push(format!("LIST -> {}", send(&mut stream, &["ACL", "LIST"])));
         seen
     };
-    let (expected, got) = (session(redis.port), session(server.port));
-    for (expected, got) in expected.iter().zip(&got) {
-        assert_eq!(got, expected, "seed {seed}");
-    }
-    assert_eq!(got.len(), expected.len());
+    compare_with_redis(session);
 }
 
 #[test]
 fn partial_permissions_answer_as_redis_does() {
-    let Some(redis) = RedisServer::start() else { return };
-    let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(&dir.path().join("db"), &[]);
     let session = |port: u16| -> Vec<String> {
         let connect = || TcpStream::connect(("127.0.0.1", port)).unwrap();
         let (mut admin, mut user) = (connect(), connect());
@@ -352,23 +355,16 @@ fn partial_permissions_answer_as_redis_does() {
         }
         seen
     };
-    let (expected, got) = (session(redis.port), session(server.port));
-    for (expected, got) in expected.iter().zip(&got) {
-        assert_eq!(got, expected);
-    }
-    assert_eq!(got.len(), expected.len());
+    compare_with_redis(session);
 }
 
-/// Users with every or no permission: the same sessions on two connections, the second authenticating as them,
-/// answer as Redis does: SETUSER's rules and errors, GETUSER, LIST,
+/// Users with every or no permission: the same sessions on two
+/// connections, the second authenticating as them, answer as Redis does: SETUSER's rules and errors, GETUSER, LIST,
 /// USERS, DRYRUN, AUTH and HELLO as a user, NOPERM for commands, keys and
 /// channels (inside MULTI too), ACL LOG's entries (but ages and client
 /// descriptions), DELUSER closing the user's connections, RESET.
 #[test]
 fn acl_users_answer_as_redis_does() {
-    let Some(redis) = RedisServer::start() else { return };
-    let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(&dir.path().join("db"), &[]);
     let session = |port: u16| -> Vec<String> {
         let connect = || TcpStream::connect(("127.0.0.1", port)).unwrap();
         let (mut admin, mut user) = (connect(), connect());
@@ -437,9 +433,5 @@ fn acl_users_answer_as_redis_does() {
         log(&mut seen, &mut admin, "ACL USERS");
         seen
     };
-    let (expected, got) = (session(redis.port), session(server.port));
-    for (expected, got) in expected.iter().zip(&got) {
-        assert_eq!(got, expected);
-    }
-    assert_eq!(got.len(), expected.len());
+    compare_with_redis(session);
 }
