@@ -89,9 +89,10 @@ pub struct Overhead {
 }
 
 impl Overhead {
-    pub fn of(shared: &crate::server::Shared) -> Overhead {
+    /// From the engine's `stats` (which merges pending index updates: the
+    /// caller's, taken once for its whole report).
+    pub fn of(shared: &crate::server::Shared, stats: &scaledkv::Stats) -> Overhead {
         let used = used();
-        let stats = shared.db.stats();
         let functions = shared.functions.current().iter().map(|library| library.code.len() as u64).sum();
         Overhead {
             used,
@@ -140,13 +141,13 @@ impl Overhead {
 
 /// MEMORY DOCTOR's report: what in this server's memory deserves a look.
 pub fn doctor(shared: &crate::server::Shared) -> String {
-    let overhead = Overhead::of(shared);
+    let stats = shared.db.stats();
+    let overhead = Overhead::of(shared, &stats);
     if overhead.used < 5 << 20 {
         return "This instance is empty or is using very little memory: there is nothing to diagnose yet. Come back \
                 once it holds some data."
             .into();
     }
-    let stats = shared.db.stats();
     let mut reports = Vec::new();
     if overhead.peak > overhead.used + overhead.used / 2 {
         reports.push(format!(

@@ -64,8 +64,6 @@ struct KeySpec {
     /// `ACCESS` and `WRITES`.
     uses: u8,
     not_key: bool,
-    incomplete: bool,
-    variable: bool,
     begin: Begin,
     find: Find,
 }
@@ -156,20 +154,13 @@ fn key_spec(text: &str) -> KeySpec {
         },
         _ => Find::Unknown,
     };
-    KeySpec {
-        uses,
-        not_key: has("not_key"),
-        incomplete: has("incomplete"),
-        variable: has("variable_flags"),
-        begin,
-        find,
-    }
+    KeySpec { uses, not_key: has("not_key"), begin, find }
 }
 
 impl Table {
     /// The id of command `name` (any case; `config|get` for a subcommand).
     pub fn id(&self, name: &str) -> Option<usize> {
-        self.by_name.get(name).or_else(|| self.by_name.get(&name.to_ascii_lowercase())).copied()
+        self.id_of(&[name.as_bytes()])
     }
 
     /// The command or subcommand `args` invoke, as Redis looks it up: a
@@ -234,9 +225,6 @@ impl Table {
         let mut keys = Vec::new();
         let argc = args.len();
         for key in spec.keys.iter().filter(|key| !key.not_key) {
-            if key.variable {
-                return Vec::new();
-            }
             let first = match &key.begin {
                 Begin::Index(pos) => *pos,
                 Begin::Keyword(word, from) => {
@@ -285,9 +273,6 @@ impl Table {
                 return Vec::new();
             }
             keys.extend((first..=last as usize).step_by(step.max(1)).map(|i| (i, key.uses)));
-            if key.incomplete {
-                return Vec::new();
-            }
         }
         keys
     }

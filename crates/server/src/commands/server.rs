@@ -656,7 +656,7 @@ pub fn info_text(ctx: &Ctx<'_>, sections: &[String]) -> String {
     }
     if wanted("memory") {
         use crate::memory::human;
-        let overhead = crate::memory::Overhead::of(shared);
+        let overhead = crate::memory::Overhead::of(shared, &stats);
         let scripts = shared.scripts.sizes();
         let libraries = shared.functions.current();
         let maxmemory = config.memory.maxmemory();
@@ -853,7 +853,7 @@ pub fn info(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
 /// are client buffers (not counted, as CLIENT LIST's `qbuf` and `omem`)
 /// and the allocator's own figures (as Redis reports them without jemalloc).
 fn memory_stats(ctx: &mut Ctx<'_>) {
-    let overhead = crate::memory::Overhead::of(ctx.shared);
+    let overhead = crate::memory::Overhead::of(ctx.shared, &ctx.shared.db.stats());
     let out = &mut *ctx.out;
     let numbers = [
         ("peak.allocated", overhead.peak),

@@ -252,7 +252,7 @@ impl User {
     /// Whether a client of this user subscribed to `channel` (a pattern
     /// when `pattern`) may stay subscribed.
     pub fn may_subscribe(&self, channel: &[u8], pattern: bool) -> bool {
-        std::iter::once(&self.root).chain(&self.selectors).any(|s| s.allows_subscription(channel, pattern))
+        std::iter::once(&self.root).chain(&self.selectors).any(|s| s.allows_channel(channel, pattern))
     }
 
     /// Whether one of the user's selectors that may run `args` reads any

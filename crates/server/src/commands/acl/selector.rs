@@ -332,7 +332,9 @@ impl Selector {
         self.all_keys || self.patterns.iter().any(|(pattern, flags)| pattern == b"*" && flags & uses == uses)
     }
 
-    fn allows_channel(&self, channel: &[u8], pattern: bool) -> bool {
+    /// Whether `channel` (a pattern when `pattern`, matched literally) may
+    /// be used: named by a command, or kept by a subscribed client.
+    pub fn allows_channel(&self, channel: &[u8], pattern: bool) -> bool {
         self.all_channels
             || self
                 .channels
@@ -360,25 +362,18 @@ impl Selector {
             }
         }
         if !self.all_channels {
-            let named: Vec<(usize, bool)> = match redis_commands::channels(&table.specs[id].fullname) {
-                Channels::None => Vec::new(),
+            let (named, pattern) = match redis_commands::channels(&table.specs[id].fullname) {
+                Channels::None => (0..0, false),
                 Channels::Names { from, all } => {
-                    let to = if all { args.len() } else { (from + 1).min(args.len()) };
-                    (from..to).map(|at| (at, false)).collect()
+                    (from..if all { args.len() } else { (from + 1).min(args.len()) }, false)
                 }
-                Channels::Patterns => (1..args.len()).map(|at| (at, true)).collect(),
+                Channels::Patterns => (1..args.len(), true),
             };
-            if let Some(&(at, _)) = named.iter().find(|&&(at, pattern)| !self.allows_channel(&args[at], pattern)) {
+            if let Some(at) = named.into_iter().find(|&at| !self.allows_channel(&args[at], pattern)) {
                 return Some((Refusal::Channel, at));
             }
         }
         None
-    }
-
-    /// Whether a client subscribed to `channel` (a pattern when `pattern`)
-    /// may stay so.
-    pub fn allows_subscription(&self, channel: &[u8], pattern: bool) -> bool {
-        self.allows_channel(channel, pattern)
     }
 }
 
