@@ -587,6 +587,8 @@ async fn run(shared: &Shared, stream: &mut TcpStream, conn: &mut ConnState) -> s
         if !out.buf.is_empty() {
             if !conn.listens() {
                 write_out(shared, stream, &mut out).await?;
+                // Mail handed over as the client left its subscriptions.
+                conn.info.mail.written(0);
             } else if !write_to_subscriber(shared, stream, conn, &mut out).await? {
                 return Ok(());
             }
@@ -674,7 +676,10 @@ async fn write_to_subscriber(
                 // Cancel-safe: a write that did not complete wrote nothing.
                 n = stream.write(&out.buf[written..]) => match n? {
                     0 => return Err(std::io::ErrorKind::WriteZero.into()),
-                    n => written += n,
+                    n => {
+                        written += n;
+                        info.mail.written(out.buf.len() - written);
+                    }
                 },
                 _ = info.wake.notified() => {
                     if info.killed.load(Ordering::Acquire) {

@@ -120,6 +120,11 @@ pub struct Mailbox {
     /// Whether messages are queued: read without the lock on every command
     /// of a subscribed client.
     waiting: AtomicBool,
+    /// What the messages handed to the connection's output cost and the
+    /// socket has not taken yet: counted against the limit with those
+    /// still queued, as Redis counts a client's whole output buffer (else
+    /// a subscriber that stopped reading held twice the limit).
+    handed: AtomicUsize,
 }
 
 #[derive(Default)]
@@ -142,7 +147,7 @@ impl Mailbox {
         }
         let messages = {
             let mut queue = self.queue.lock();
-            queue.bytes = 0;
+            self.handed.fetch_add(std::mem::take(&mut queue.bytes), Ordering::Relaxed);
             self.waiting.store(false, Ordering::Release);
             std::mem::take(&mut queue.messages)
         };
@@ -150,6 +155,14 @@ impl Mailbox {
             message.encode(out);
         }
         !messages.is_empty()
+    }
+
+    /// The socket took all but `unsent` bytes of the connection's output:
+    /// at most that much of the mail handed to it is still waiting.
+    pub fn written(&self, unsent: usize) {
+        if self.handed.load(Ordering::Relaxed) > unsent {
+            self.handed.fetch_min(unsent, Ordering::Relaxed);
+        }
     }
 }
 
@@ -163,7 +176,7 @@ fn post(client: &Arc<ClientInfo>, message: Message, woken: &mut Vec<Arc<ClientIn
     if queue.closed {
         return;
     }
-    if queue.bytes + cost > MAILBOX_LIMIT_BYTES {
+    if queue.bytes + client.mail.handed.load(Ordering::Relaxed) + cost > MAILBOX_LIMIT_BYTES {
         queue.closed = true;
         queue.messages = VecDeque::new();
         queue.bytes = 0;
@@ -474,5 +487,38 @@ mod tests {
         assert!(!slow.mail.has_mail(), "its messages are let go");
         pubsub.publish(b"c", b"more", &mut woken);
         assert!(!slow.mail.has_mail(), "and nothing more is taken");
+    }
+
+    #[test]
+    fn mail_handed_to_the_output_counts_until_the_socket_takes_it() {
+        let pubsub = PubSub::default();
+        let slow = client(1);
+        let mut subs = Subscriptions::default();
+        subs.subscribe(&pubsub, Class::Channel, b"c", &slow);
+        let payload = vec![b'x'; 1 << 20];
+        let mut woken = Vec::new();
+        let mut out = Out::new(Protocol::Resp2);
+        for _ in 0..20 {
+            pubsub.publish(b"c", &payload, &mut woken);
+        }
+        assert!(slow.mail.deliver(&mut out), "20 MiB in the output");
+        slow.mail.written(out.buf.len() / 2);
+        for _ in 0..21 {
+            pubsub.publish(b"c", &payload, &mut woken);
+        }
+        assert!(!slow.killed.load(Ordering::Acquire), "10 MiB unsent, 21 queued");
+        pubsub.publish(b"c", &payload, &mut woken);
+        assert!(slow.killed.load(Ordering::Acquire), "closed past 32 MiB, counting the output");
+
+        let reader = client(2);
+        subs.subscribe(&pubsub, Class::Channel, b"d", &reader);
+        for _ in 0..3 {
+            for _ in 0..20 {
+                pubsub.publish(b"d", &payload, &mut woken);
+            }
+            reader.mail.deliver(&mut out);
+            reader.mail.written(0);
+        }
+        assert!(!reader.killed.load(Ordering::Acquire), "60 MiB sent, never 32 waiting");
     }
 }
