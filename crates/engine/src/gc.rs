@@ -27,7 +27,8 @@
 //! (~1.6M of 8/32 B per 64 MiB) takes it seconds on a busy machine. Under
 //! sustained overwrites it fell behind for good: the log grew to 4.3x the
 //! live data after 20M overwrites of 10M keys and kept growing. So while
-//! the log exceeds `WRITERS_HELP_ABOVE` times `gc_space_amp`, each write
+//! the log exceeds `WRITERS_HELP_ABOVE` times `gc_space_amp` (by more
+//! than a segment, `refresh_gc_behind`), each write
 //! first collects one piece (`PIECE_BYTES`) of a segment on the writer's
 //! thread, or waits for the collector that holds the lock: writes slow to
 //! the pace of GC, as RocksDB stalls writes when compaction falls behind.
@@ -154,9 +155,20 @@ impl Inner {
     /// has something to collect. Called after every turn of the collector
     /// and by the checkpoint thread every 100 ms: the niced collector can
     /// go seconds without a turn on a busy machine while the log grows.
+    ///
+    /// Behind means more than a segment over that limit, as well as over
+    /// it: GC frees whole segments, so a log of a few segments is many
+    /// times its live bytes with nothing to catch up on (20 MB live after
+    /// 2M SETs of 3-byte values is 3.3x in one 64 MiB segment and the
+    /// active one). Judged by the ratio alone, every write there waited
+    /// while one collector copied a segment's live entries forward: SET
+    /// `-P 16` fell from 1.1M to 376k/s, each of 215 stalled writes
+    /// waiting 0.42 s.
     pub(crate) fn refresh_gc_behind(&self) {
         let limit = self.options.gc_space_amp * WRITERS_HELP_ABOVE;
-        let behind = self.space_amplification() > limit && !self.gc_candidates().is_empty();
+        let (written, live) = self.log_and_live_bytes();
+        let over = written as f64 - live as f64 * limit;
+        let behind = over > self.options.segment_size_bytes as f64 && !self.gc_candidates().is_empty();
         if self.gc_behind.swap(behind, Ordering::Relaxed) != behind {
             tracing::debug!(dir = %self.dir.display(), behind, "writers help GC");
         }
@@ -286,12 +298,18 @@ impl Inner {
 
     /// Written log bytes over live bytes, infinite for a log of garbage.
     fn space_amplification(&self) -> f64 {
+        let (written, live) = self.log_and_live_bytes();
+        written as f64 / live as f64
+    }
+
+    /// The bytes written to the log's segments, and those still live.
+    fn log_and_live_bytes(&self) -> (u64, u64) {
         let (mut written, mut live) = (0u64, 0u64);
         for segment in self.segments.all() {
             written += segment.written_bytes.load(Ordering::Relaxed);
             live += segment.live_bytes.load(Ordering::Relaxed);
         }
-        written as f64 / live as f64
+        (written, live)
     }
 
     /// Copies the live entries of the next piece of the segment forward
@@ -488,11 +506,44 @@ mod tests {
         let caught_up = db.stats();
         assert!(caught_up.gc_runs >= 4, "{caught_up:?}");
         assert_eq!(caught_up.gc_stalled_writes, writes as u64, "{caught_up:?}");
-        assert!(caught_up.space_amplification <= 2.0 * WRITERS_HELP_ABOVE + 0.5, "{caught_up:?}");
+        // Within the limit, give or take the segment GC frees at a time.
+        let limit = caught_up.live_bytes as f64 * 2.0 * WRITERS_HELP_ABOVE;
+        assert!(caught_up.log_bytes as f64 <= limit + 64.0 * 1024.0, "{caught_up:?}");
         for key in 0..100u32 {
             let round: u32 = if key < writes { 10 } else { 9 };
             assert_eq!(&db.get(&key.to_le_bytes()).unwrap().unwrap()[..4], &round.to_le_bytes());
         }
+    }
+
+    /// A log a segment or less over the writers' limit is not behind,
+    /// whatever its ratio: GC frees whole segments, and a small database
+    /// is many times its live bytes in the active segment alone.
+    #[test]
+    fn a_log_within_a_segment_of_the_limit_is_not_behind() {
+        let dir = tempfile::tempdir().unwrap();
+        let options =
+            Options { background_work: false, segment_size_bytes: 256 << 10, gc_space_amp: 2.0, ..Options::default() };
+        let db = Db::open(dir.path(), options).unwrap();
+        let mut round = 0;
+        let mut rounds = |db: &Db, n: u32| {
+            for _ in 0..n {
+                for key in 0..100 {
+                    put(db, key, round);
+                }
+                round += 1;
+            }
+        };
+        // ~5x the live 100 KB, ~200 KB over three times it, in a sealed
+        // segment of mostly dead entries and the active one.
+        rounds(&db, 5);
+        let small = db.stats();
+        assert!(small.space_amplification > 4.5 && small.segments >= 2, "{small:?}");
+        db.inner.refresh_gc_behind();
+        assert!(!db.inner.gc_behind.load(Ordering::Relaxed), "{small:?}");
+        // ~10x: more than a segment over.
+        rounds(&db, 5);
+        db.inner.refresh_gc_behind();
+        assert!(db.inner.gc_behind.load(Ordering::Relaxed), "{:?}", db.stats());
     }
 
     /// GC checks that an entry is live, then commits its copy: a delete
