@@ -114,8 +114,9 @@ pub struct Options {
     /// below this ratio.
     pub gc_live_ratio: f64,
     /// Background GC runs only while the log holds more than this many
-    /// times the live bytes (`Stats::space_amplification`); 1.0 collects
-    /// every segment below `gc_live_ratio` as soon as it is. Waiting costs
+    /// times the live bytes (`Stats::space_amplification`) plus a segment
+    /// (the unit GC frees); 1.0 collects every segment below
+    /// `gc_live_ratio` once a segment's worth of the log is dead. Waiting costs
     /// space and saves copying: segments are emptier when collected.
     /// `Db::collect_garbage` ignores it.
     pub gc_space_amp: f64,
