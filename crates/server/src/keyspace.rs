@@ -344,6 +344,17 @@ impl Writes {
         self.read_pending.get()
     }
 
+    /// Whether committing these writes would do nothing: no entries, and
+    /// nothing to wait for or tell once they are durable (a read).
+    pub fn nothing_to_commit(&self) -> bool {
+        self.batch.is_empty()
+            && !self.read_pending.get()
+            && self.events.is_empty()
+            && self.messages.is_empty()
+            && self.expiries.is_empty()
+            && !self.all_deleted
+    }
+
     /// The published writes, where these writes may read them and there
     /// are any.
     fn published(&self) -> Option<&Pending> {

@@ -1212,6 +1212,11 @@ pub async fn run_command<'s>(
         out.error(&error.text());
         return;
     }
+    // A read has nothing to commit: no commit future to build and move
+    // (its memmoves were 5% of a GET's CPU with 3-byte values).
+    if writes.nothing_to_commit() {
+        return;
+    }
     if let Err(error) = commit(shared, writes.take_batch(), &stripes, true, guards).await {
         out.truncate(mark);
         out.error(&engine_error_text(&error));
