@@ -539,10 +539,11 @@ commands! {
 /// Types that are not built yet: a clear error, never a crash.
 const NOT_YET: &[&str] = &["pfdebug", "pfselftest"];
 
-/// The command named `name`, in any case, without allocating.
+/// The command named `name`, in any case, without allocating. Hashed by
+/// foldhash: SipHash was 1.5% of a GET's CPU.
 pub fn lookup(name: &[u8]) -> Option<&'static Command> {
-    static BY_NAME: std::sync::OnceLock<std::collections::HashMap<&'static [u8], &'static Command>> =
-        std::sync::OnceLock::new();
+    type ByName = HashMap<&'static [u8], &'static Command, foldhash::fast::FixedState>;
+    static BY_NAME: std::sync::OnceLock<ByName> = std::sync::OnceLock::new();
     let by_name = BY_NAME.get_or_init(|| TABLE.iter().map(|c| (c.name.as_bytes(), c)).collect());
     let mut lower = [0u8; 32];
     let lower = lower.get_mut(..name.len())?;
