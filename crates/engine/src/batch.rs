@@ -22,6 +22,15 @@ use crate::options::{MAX_KEY_BYTES, MAX_VALUE_BYTES};
 /// a delete).
 pub type BatchEntry<'a> = (&'a [u8], Option<(&'a [u8], Option<u64>)>);
 
+/// Where a batch stood (`WriteBatch::save_point`).
+#[derive(Clone, Copy, Debug)]
+pub struct SavePoint {
+    bytes: usize,
+    count: u32,
+    /// No limit violation had been found.
+    valid: bool,
+}
+
 #[derive(Debug, Default)]
 pub struct WriteBatch {
     pub(crate) body: Vec<u8>,
@@ -83,6 +92,30 @@ impl WriteBatch {
         }
         self.count += other.count;
         other.clear();
+    }
+
+    /// Where the batch stands now, to take back what is added after it
+    /// (`rollback_to`), as RocksDB's `WriteBatch::SetSavePoint`: a caller
+    /// whose command fails half-way drops its entries without having built
+    /// them apart.
+    pub fn save_point(&self) -> SavePoint {
+        SavePoint { bytes: self.body.len(), count: self.count, valid: self.invalid.is_none() }
+    }
+
+    /// Drops every entry added since `point` (taken from this batch, with
+    /// nothing dropped since), and a limit violation found since.
+    pub fn rollback_to(&mut self, point: SavePoint) {
+        debug_assert!(point.bytes <= self.body.len() && point.count <= self.count, "a save point of this batch");
+        self.body.truncate(point.bytes);
+        self.count = point.count;
+        if point.valid {
+            self.invalid = None;
+        }
+    }
+
+    /// The key of the entry that starts at `offset` (as for `value_at`).
+    pub fn key_at(&self, offset: usize) -> Option<&[u8]> {
+        Some(decode_entry(self.body.get(offset..)?, false).ok()?.key)
     }
 
     /// The value and expiry time of the put that starts at `offset` (the
@@ -169,6 +202,29 @@ fn check_sizes(key: usize, value: usize) -> Option<Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rollback_to_a_save_point_drops_what_came_after_it() {
+        let mut batch = WriteBatch::new();
+        batch.put(b"a", b"1");
+        let point = batch.save_point();
+        let at = batch.size_bytes();
+        batch.put(b"b", b"2");
+        assert_eq!(batch.key_at(at), Some(&b"b"[..]));
+        batch.put(&vec![0; MAX_KEY_BYTES + 1], b"too long a key");
+        assert!(batch.invalid.is_some());
+        batch.rollback_to(point);
+        assert!(batch.invalid.is_none(), "the violation came after the point");
+        batch.put(b"c", b"3");
+        let entries: Vec<_> = batch.entries().map(|(key, value)| (key.to_vec(), value.map(|v| v.0.to_vec()))).collect();
+        assert_eq!(entries, [(b"a".to_vec(), Some(b"1".to_vec())), (b"c".to_vec(), Some(b"3".to_vec()))]);
+
+        batch.put(&vec![0; MAX_KEY_BYTES + 1], b"");
+        let point = batch.save_point();
+        batch.put(b"d", b"4");
+        batch.rollback_to(point);
+        assert!(batch.invalid.is_some(), "a violation before the point stays");
+    }
 
     #[test]
     fn retain_keeps_the_chosen_entries_in_order_and_they_commit() {

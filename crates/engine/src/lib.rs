@@ -37,7 +37,7 @@ mod testing;
 mod tier;
 pub mod walk;
 
-pub use batch::{BatchEntry, WriteBatch};
+pub use batch::{BatchEntry, SavePoint, WriteBatch};
 pub use commit::WriteFuture;
 pub use db::{now_ms, Db, KeyExpiry, PinnedValue, Snapshot};
 pub use error::{Error, Result};

@@ -86,6 +86,20 @@ impl Changes {
         self.0.as_ref().is_none_or(|buffer| buffer.items.is_empty())
     }
 
+    /// How many keys are noted.
+    pub fn len(&self) -> usize {
+        self.0.as_ref().map_or(0, |buffer| buffer.items.len())
+    }
+
+    /// Keeps the first `len` keys noted.
+    pub fn truncate(&mut self, len: usize) {
+        if let Some(buffer) = &mut self.0 {
+            let bytes = buffer.items.iter().take(len).map(|&(key_len, _)| key_len as usize).sum();
+            buffer.items.truncate(len);
+            buffer.keys.truncate(bytes);
+        }
+    }
+
     pub fn append(&mut self, other: &mut Changes) {
         let Some(mut theirs) = other.0.take() else { return };
         match &mut self.0 {

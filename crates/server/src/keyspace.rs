@@ -183,9 +183,16 @@ pub struct Writes {
     base: Option<(Overlay, WriteBatch)>,
     /// A branch of a branch (a script's command inside a pipeline's run):
     /// the bases of the branches it came from, the newest last, read after
-    /// `base`. Kept apart so that the usual single branch (one per
-    /// read-modify-write command of a run) moves no more than it did.
+    /// `base`. Kept apart so that a single branch (a script of a run, a
+    /// script's command) moves no more than its base.
     outer: Vec<(Overlay, WriteBatch)>,
+    /// While a save point is open (`savepoint`): each overlay change since
+    /// the oldest, as where the key's new entry starts in the batch and
+    /// where its entry before started (None: it had none), so `rollback`
+    /// can undo them without a copy of any key.
+    undo: Vec<(usize, Option<usize>)>,
+    /// Save points open.
+    savepoints: u32,
     /// Entries under `RESERVED` these writes add (or, negative, remove):
     /// applied to `Shared::reserved_entries` once they commit.
     reserved_delta: i64,
@@ -245,6 +252,20 @@ pub struct FenceEdit {
     pub added: bool,
 }
 
+/// Where a command's writes start (`Writes::savepoint`).
+pub struct Savepoint {
+    batch: scaledkv::SavePoint,
+    undo: usize,
+    reserved_delta: i64,
+    pushed: bool,
+    blocks_changed: bool,
+    fence_edits: usize,
+    zset_tables: usize,
+    events: usize,
+    messages: usize,
+    expiries: usize,
+}
+
 /// A batch ready to commit, and what it changes in the count of the
 /// server's own entries (`Shared::reserved_entries`).
 #[derive(Default)]
@@ -270,6 +291,8 @@ impl Writes {
             overlay: transaction.then(Overlay::default),
             base: None,
             outer: Vec::new(),
+            undo: Vec::new(),
+            savepoints: 0,
             reserved_delta: 0,
             pushed: false,
             blocks_changed: false,
@@ -377,6 +400,7 @@ impl Writes {
     /// copied); `merge` adds its writes here if it succeeds, `abandon`
     /// drops them if it fails half-way.
     pub fn branch(&mut self) -> Writes {
+        debug_assert_eq!(self.savepoints, 0, "no branch within a save point");
         let mut outer = std::mem::take(&mut self.outer);
         outer.extend(self.base.take());
         let base = (self.overlay.take().unwrap_or_default(), std::mem::take(&mut self.batch));
@@ -385,6 +409,8 @@ impl Writes {
             overlay: Some(Overlay::default()),
             base: Some(base),
             outer,
+            undo: Vec::new(),
+            savepoints: 0,
             reserved_delta: 0,
             pushed: false,
             // Known to the branch too: its base's blocks are not the cached.
@@ -421,6 +447,67 @@ impl Writes {
             self.note_all_deleted();
         }
         self.expiries.append(&mut branch.expiries);
+    }
+
+    /// Marks where one more command's writes start: `release` keeps them,
+    /// `rollback` drops them if it fails half-way. For a read-modify-write
+    /// in a pipeline's run, where a `branch` cost a fresh overlay and a
+    /// copy of its batch per command (merged back after it): INCR of one
+    /// key at `-P 16` 10% of its CPU. Not for a command that deletes every
+    /// key (its cleared expiry notes are not kept to restore).
+    pub fn savepoint(&mut self) -> Savepoint {
+        self.keep_overlay();
+        self.savepoints += 1;
+        Savepoint {
+            batch: self.batch.save_point(),
+            undo: self.undo.len(),
+            reserved_delta: self.reserved_delta,
+            pushed: self.pushed,
+            blocks_changed: self.blocks_changed,
+            fence_edits: self.fence_edits.len(),
+            zset_tables: self.zset_tables.len(),
+            events: self.events.len(),
+            messages: self.messages.len(),
+            expiries: self.expiries.len(),
+        }
+    }
+
+    /// The command's writes since `point` stay.
+    pub fn release(&mut self, _point: Savepoint) {
+        self.savepoints -= 1;
+        if self.savepoints == 0 {
+            self.undo.clear();
+        }
+    }
+
+    /// Drops the command's writes since `point`, and what they noted. What
+    /// it read stays read (its error reply may tell it).
+    pub fn rollback(&mut self, point: Savepoint) {
+        debug_assert!(!self.all_deleted, "a save point over a FLUSHALL");
+        let overlay = self.overlay.as_mut().expect("kept by savepoint");
+        for &(at, before) in self.undo[point.undo..].iter().rev() {
+            let key = self.batch.key_at(at).expect("an entry the overlay points at");
+            match before {
+                Some(before) => *overlay.get_mut(key).expect("noted") = before,
+                None => {
+                    overlay.remove(key);
+                }
+            }
+        }
+        self.undo.truncate(point.undo);
+        self.batch.rollback_to(point.batch);
+        self.reserved_delta = point.reserved_delta;
+        self.pushed = point.pushed;
+        self.blocks_changed = point.blocks_changed;
+        self.fence_edits.truncate(point.fence_edits);
+        self.zset_tables.truncate(point.zset_tables);
+        self.events.truncate(point.events);
+        self.messages.truncate(point.messages);
+        self.expiries.truncate(point.expiries);
+        self.savepoints -= 1;
+        if self.savepoints == 0 {
+            self.undo.clear();
+        }
     }
 
     pub fn abandon(&mut self, mut branch: Writes) {
@@ -726,8 +813,18 @@ impl Writes {
     /// Notes that `key`'s latest entry is the one added next, for later
     /// commands of a transaction or run to read.
     fn overlay_next(&mut self, key: &[u8]) {
-        if let Some(overlay) = &mut self.overlay {
-            overlay.insert(key.to_vec(), self.batch.size_bytes());
+        let Some(overlay) = &mut self.overlay else { return };
+        let at = self.batch.size_bytes();
+        // A key written again (the run's hot key) keeps its allocation.
+        let before = match overlay.get_mut(key) {
+            Some(slot) => Some(std::mem::replace(slot, at)),
+            None => {
+                overlay.insert(key.to_vec(), at);
+                None
+            }
+        };
+        if self.savepoints > 0 {
+            self.undo.push((at, before));
         }
     }
 
@@ -1102,5 +1199,49 @@ mod tests {
         assert_eq!(read(&run, b"b").as_deref(), Some(&b"script"[..]));
         assert_eq!(read(&run, b"c").as_deref(), Some(&b"done"[..]));
         assert_eq!(run.take_batch().batch.len(), 3);
+    }
+
+    #[test]
+    fn a_rollback_drops_what_came_after_its_save_point() {
+        let dir = tempfile::tempdir().unwrap();
+        let options = scaledkv::Options { background_work: false, ..Default::default() };
+        let db = scaledkv::Db::open(dir.path(), options).unwrap();
+        let read = |writes: &super::Writes, key: &[u8]| {
+            writes.get(&db, key).unwrap().map(|value| value.string().unwrap().to_vec())
+        };
+        let mut run = super::Writes::new(false);
+        run.put_string(b"a", b"run", None).unwrap();
+        let kept = run.savepoint();
+        run.put_string(b"a", b"kept", None).unwrap();
+        run.release(kept);
+        let outer = run.savepoint();
+        run.put_string(b"b", b"outer", Some(u64::MAX - 1)).unwrap();
+        // (Writes without an expiry are noted too once any key had one.)
+        let noted = run.expiries.len();
+        let inner = run.savepoint();
+        run.put_string(b"a", b"inner", None).unwrap();
+        run.put_string(b"a", b"inner twice", None).unwrap();
+        run.delete(b"b");
+        run.put_string(b"c", b"inner", None).unwrap();
+        run.note_event(crate::notify::STRING, "set", b"c", 0);
+        run.note_reserved(2);
+        assert_eq!(read(&run, b"a").as_deref(), Some(&b"inner twice"[..]));
+        assert_eq!(read(&run, b"b"), None);
+        run.rollback(inner);
+        assert_eq!(read(&run, b"a").as_deref(), Some(&b"kept"[..]));
+        assert_eq!(read(&run, b"b").as_deref(), Some(&b"outer"[..]));
+        assert_eq!(read(&run, b"c"), None);
+        assert_eq!((run.events.len(), run.reserved_delta, run.expiries.len()), (0, 0, noted));
+        run.release(outer);
+        assert!(run.undo.is_empty(), "nothing to undo once every save point is closed");
+        let failed = run.savepoint();
+        run.put_string(b"d", b"failed", None).unwrap();
+        run.rollback(failed);
+        let ready = run.take_run_batch();
+        let entries: Vec<(Vec<u8>, bool)> =
+            ready.batch.entries().map(|(key, value)| (key.to_vec(), value.is_some())).collect();
+        // The run's last entry per key: a's 'kept', b's 'outer'.
+        assert_eq!(entries, [(b"a".to_vec(), true), (b"b".to_vec(), true)]);
+        assert_eq!(ready.expiries.len(), noted, "the failed write's note rolled back");
     }
 }

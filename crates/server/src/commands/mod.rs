@@ -1128,13 +1128,12 @@ pub async fn run_command<'s>(
             // It validates before it writes: a failure leaves nothing.
             (command.run)(&mut Ctx { shared, conn, out, writes: &mut run.writes }, args)
         } else {
-            run.writes.keep_overlay();
             run.writes.see_pending(&shared.pending);
-            let mut branch = run.writes.branch();
-            let result = (command.run)(&mut Ctx { shared, conn, out, writes: &mut branch }, args);
+            let point = run.writes.savepoint();
+            let result = (command.run)(&mut Ctx { shared, conn, out, writes: &mut run.writes }, args);
             match result {
-                Ok(()) => run.writes.merge(branch),
-                Err(_) => run.writes.abandon(branch),
+                Ok(()) => run.writes.release(point),
+                Err(_) => run.writes.rollback(point),
             }
             result
         };
