@@ -152,15 +152,23 @@ fn decode(data: &[u8]) -> Result<Vec<Option<Slot>>, Corrupt> {
 /// consecutive slots (positions between head and tail).
 fn encode(slots: &[Option<Slot>], read: &[u8]) -> Option<Vec<u8>> {
     let first = slots.iter().position(Option::is_some)?;
-    let held: Vec<&Slot> = slots[first..].iter().map_while(Option::as_ref).collect();
-    debug_assert!(slots[first + held.len()..].iter().all(Option::is_none), "a gap in a chunk");
-    let mut out = vec![first as u8];
-    let pairs = held.iter().map(|slot| match slot {
-        Slot::Read(at) => (&read[at.clone()], &b""[..]),
-        Slot::Inline(element) => (&element[..], &b""[..]),
-        Slot::Spilled(_) => (&b""[..], SPILLED),
-    });
-    hash::encode_into(&mut out, held.len(), false, pairs);
+    let held = || slots[first..].iter().map_while(Option::as_ref);
+    fn pair<'a>(slot: &'a Slot, read: &'a [u8]) -> (&'a [u8], &'a [u8]) {
+        match slot {
+            Slot::Read(at) => (&read[at.clone()], b""),
+            Slot::Inline(element) => (element, b""),
+            Slot::Spilled(_) => (b"", SPILLED),
+        }
+    }
+    let pairs = || held().map(|slot| pair(slot, read));
+    let (count, bytes) = pairs().fold((0, 0), |(n, bytes), (e, m)| (n + 1, bytes + e.len() + m.len()));
+    debug_assert!(slots[first + count..].iter().all(Option::is_none), "a gap in a chunk");
+    // Sized once: the byte, the count, and a length byte per element and
+    // marker (elements are at most `SPILL_BYTES`), where growing it as it
+    // filled was 5% of an LPUSH's CPU.
+    let mut out = Vec::with_capacity(1 + 4 + 2 * count + bytes);
+    out.push(first as u8);
+    hash::encode_into(&mut out, count, false, pairs());
     Some(out)
 }
 
