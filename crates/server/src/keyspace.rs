@@ -979,11 +979,10 @@ impl Drop for Awaiting<'_> {
 
 impl KeyLocks {
     pub fn stripe(key: &[u8]) -> Stripe {
-        // FNV-1a: cheap and good enough to spread keys over the stripes.
-        let mut hash: u32 = 0x811c_9dc5;
-        for &byte in key {
-            hash = (hash ^ byte as u32).wrapping_mul(0x0100_0193);
-        }
+        // foldhash takes 8 or 16 bytes a step, where FNV-1a's multiply per
+        // byte was 3% of an INCR's CPU at `-P 16` (a 20-byte key).
+        use std::hash::BuildHasher;
+        let hash = foldhash::fast::FixedState::with_seed(0).hash_one(key);
         (hash as usize % STRIPES) as Stripe
     }
 
