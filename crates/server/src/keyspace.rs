@@ -1168,17 +1168,25 @@ mod tests {
         }
     }
 
+    fn test_db() -> (tempfile::TempDir, scaledkv::Db) {
+        let dir = tempfile::tempdir().unwrap();
+        let options = scaledkv::Options { background_work: false, ..Default::default() };
+        let db = scaledkv::Db::open(dir.path(), options).unwrap();
+        (dir, db)
+    }
+
+    /// The string `writes` read at `key` (through to `db`).
+    fn read_string(db: &scaledkv::Db, writes: &super::Writes, key: &[u8]) -> Option<Vec<u8>> {
+        writes.get(db, key).unwrap().map(|value| value.string().unwrap().to_vec())
+    }
+
     /// A branch of a branch (a script's command inside a pipeline's run)
     /// reads every level's writes, newest first; abandoning it drops only
     /// its own, merging adds them one level up.
     #[test]
     fn branches_nest() {
-        let dir = tempfile::tempdir().unwrap();
-        let options = scaledkv::Options { background_work: false, ..Default::default() };
-        let db = scaledkv::Db::open(dir.path(), options).unwrap();
-        let read = |writes: &super::Writes, key: &[u8]| {
-            writes.get(&db, key).unwrap().map(|value| value.string().unwrap().to_vec())
-        };
+        let (_dir, db) = test_db();
+        let read = |writes: &super::Writes, key: &[u8]| read_string(&db, writes, key);
         let mut run = super::Writes::new(true);
         run.put_string(b"a", b"run", None).unwrap();
         let mut script = run.branch();
@@ -1202,12 +1210,8 @@ mod tests {
 
     #[test]
     fn a_rollback_drops_what_came_after_its_save_point() {
-        let dir = tempfile::tempdir().unwrap();
-        let options = scaledkv::Options { background_work: false, ..Default::default() };
-        let db = scaledkv::Db::open(dir.path(), options).unwrap();
-        let read = |writes: &super::Writes, key: &[u8]| {
-            writes.get(&db, key).unwrap().map(|value| value.string().unwrap().to_vec())
-        };
+        let (_dir, db) = test_db();
+        let read = |writes: &super::Writes, key: &[u8]| read_string(&db, writes, key);
         let mut run = super::Writes::new(false);
         run.put_string(b"a", b"run", None).unwrap();
         let kept = run.savepoint();

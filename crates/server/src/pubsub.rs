@@ -422,6 +422,14 @@ mod tests {
         Arc::new(ClientInfo::new(id, "127.0.0.1:1".parse().unwrap(), "127.0.0.1:2".parse().unwrap()))
     }
 
+    /// A client subscribed to `channel`, and its connection's subscriptions.
+    fn subscriber(pubsub: &PubSub, id: u64, channel: &[u8]) -> (Arc<ClientInfo>, Subscriptions) {
+        let client = client(id);
+        let mut subs = Subscriptions::default();
+        subs.subscribe(pubsub, Class::Channel, channel, &client);
+        (client, subs)
+    }
+
     fn delivered(client: &ClientInfo, protocol: Protocol) -> String {
         let mut out = Out::new(protocol);
         client.mail.deliver(&mut out);
@@ -471,9 +479,7 @@ mod tests {
     #[test]
     fn a_subscriber_that_does_not_read_is_closed_at_the_limit() {
         let pubsub = PubSub::default();
-        let slow = client(1);
-        let mut subs = Subscriptions::default();
-        subs.subscribe(&pubsub, Class::Channel, b"c", &slow);
+        let (slow, _subs) = subscriber(&pubsub, 1, b"c");
         let payload = vec![b'x'; 1 << 20];
         let mut woken = Vec::new();
         for _ in 0..31 {
@@ -492,9 +498,7 @@ mod tests {
     #[test]
     fn mail_handed_to_the_output_counts_until_the_socket_takes_it() {
         let pubsub = PubSub::default();
-        let slow = client(1);
-        let mut subs = Subscriptions::default();
-        subs.subscribe(&pubsub, Class::Channel, b"c", &slow);
+        let (slow, _slow_subs) = subscriber(&pubsub, 1, b"c");
         let payload = vec![b'x'; 1 << 20];
         let mut woken = Vec::new();
         let mut out = Out::new(Protocol::Resp2);
@@ -510,8 +514,7 @@ mod tests {
         pubsub.publish(b"c", &payload, &mut woken);
         assert!(slow.killed.load(Ordering::Acquire), "closed past 32 MiB, counting the output");
 
-        let reader = client(2);
-        subs.subscribe(&pubsub, Class::Channel, b"d", &reader);
+        let (reader, _reader_subs) = subscriber(&pubsub, 2, b"d");
         for _ in 0..3 {
             for _ in 0..20 {
                 pubsub.publish(b"d", &payload, &mut woken);
