@@ -183,8 +183,9 @@ fn allowed_in_scripts(command: &Command) -> bool {
 }
 
 /// Runs the script of `invocation` with its writes in `writes` (each
-/// command in a branch of them: a failed one leaves nothing) and writes its
-/// reply to `out`.
+/// command behind a save point of them, or in a branch for one that
+/// deletes every key: a failed one leaves nothing) and writes its reply
+/// to `out`.
 fn run_script<'s>(
     shared: &'s Shared,
     conn: &mut ConnState,
@@ -220,38 +221,45 @@ fn run_script<'s>(
         crate::monitor::feed_script_command(shared, conn, command, &args);
         let protocol = if resp3 { Protocol::Resp3 } else { Protocol::Resp2 };
         let mut reply = Out::with_buf(std::mem::take(buf), protocol);
-        let mut branch = writes.branch();
+        // A save point costs no copy (`Writes::savepoint`); FLUSHALL's
+        // cleared expiry notes are not kept for one to restore.
+        let mut branch = command.has(ALL_KEYS).then(|| writes.branch());
+        let point = branch.is_none().then(|| writes.savepoint());
+        let target = match &mut branch {
+            Some(branch) => branch,
+            None => &mut *writes,
+        };
         conn.in_script = true;
         if conn.tracking.is_some() {
             // The keys it reads (Redis remembers the script's declared keys).
             crate::tracking::remember_reads(shared, conn, command, &args);
         }
         let started = shared.slowlog.now();
-        let result = (command.run)(&mut Ctx { shared, conn, out: &mut reply, writes: &mut branch }, &args);
+        let result = (command.run)(&mut Ctx { shared, conn, out: &mut reply, writes: target }, &args);
         conn.in_script = false;
         // Counted and logged as Redis does a script's commands: its Lua
         // client has no address.
         let failed = matches!(&result, Err(error) if !matches!(error, CmdError::Blocked(..)));
         super::command_ran(shared, started, command, &args, failed, || ("?:0".into(), String::new()));
         *buf = reply.buf;
+        match (branch, point) {
+            (Some(branch), _) if result.is_ok() => writes.merge(branch),
+            (Some(branch), _) => writes.abandon(branch),
+            (None, Some(point)) if result.is_ok() => writes.release(point),
+            (None, Some(point)) => writes.rollback(point),
+            (None, None) => unreachable!("a branch or a save point"),
+        }
         match result {
-            Ok(()) => {
-                writes.merge(branch);
-                Ok(())
-            }
+            Ok(()) => Ok(()),
             // A script never waits: XREAD BLOCK that finds nothing
             // answers as if it timed out, as in Redis.
             Err(CmdError::Blocked(..)) => {
-                writes.abandon(branch);
                 let mut reply = Out::with_buf(std::mem::take(buf), protocol);
                 reply.null_array();
                 *buf = reply.buf;
                 Ok(())
             }
-            Err(error) => {
-                writes.abandon(branch);
-                Err(CallError::Error(error.text()))
-            }
+            Err(error) => Err(CallError::Error(error.text())),
         }
     };
     let generation = shared.scripts.generation.load(Ordering::Relaxed);
