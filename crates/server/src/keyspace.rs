@@ -654,6 +654,14 @@ impl Writes {
         pending
     }
 
+    /// The keys these writes (or the queued ones they read) changed, each
+    /// with whether it now holds a value (false: deleted): what a FLUSHALL
+    /// inside a transaction or a script must delete besides the engine's.
+    pub fn pending_keys(&self) -> Vec<(Vec<u8>, bool)> {
+        let all = (Bound::Unbounded, Bound::Unbounded);
+        self.pending_in(all).into_iter().map(|(key, value)| (key, value.is_some())).collect()
+    }
+
     /// Whether these writes (or the queued ones they read) hold a change
     /// within `bounds`: a read there must merge them with the engine's.
     pub fn holds_pending_in(&self, bounds: (Bound<&[u8]>, Bound<&[u8]>)) -> bool {

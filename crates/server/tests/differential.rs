@@ -110,6 +110,8 @@ const SCRIPTS: &[&str] = &[
     "MULTI | SET a 1 | NOSUCH | EXEC | GET a | MULTI | GET | EXEC",
     "MULTI | WATCH a | EXEC | WATCH a | UNWATCH | MULTI | INCR s | SET s x | INCR s | EXEC",
     "SET s x | MULTI | INCR s | SET s 5 | INCR s | EXEC | GET s",
+    // FLUSHALL deletes what its transaction or script wrote before it too.
+    "SET x 1 | HSET h f v | MULTI | SET a 1 | RPUSH l 1 2 | DEL x | FLUSHALL | SET b 2 | EXEC | EXISTS a x h l b | DBSIZE | EVAL redis.call('set','c','1','ex','100');redis.call('flushall');redis.call('set','d','2');return(redis.call('exists','b','c','d')) 0 | EXISTS b c d | DBSIZE | TTL c",
     // Hashes (small ones: Redis keeps them as a listpack, in insertion order).
     "HSET h a 1 b 2 c 3 | HGET h a | HGET h z | HGET nokey a | HSET h a 10 d 4 | HGETALL h | HLEN h | HLEN nokey | TYPE h | HSET h a | HSET h | HMSET h x 1 y | HMSET h x 1 y 2 | HKEYS h | HVALS h | HGETALL nokey | HKEYS nokey",
     "HSETNX h f v | HSETNX h f w | HGET h f | HSTRLEN h f | HSTRLEN h zz | HSTRLEN nokey f | HEXISTS h f | HEXISTS h g | HEXISTS nokey f | HMGET h f g f | HMGET nokey a b | HSET h '' '' | HGET h '' | HGETALL h",

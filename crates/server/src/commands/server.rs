@@ -526,13 +526,25 @@ pub fn flushall(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
 /// Redis's FLUSHALL keeps too): its other entries go with the keys they
 /// belong to.
 pub fn clear_all(db: &scaledkv::Db, writes: &mut crate::keyspace::Writes) -> scaledkv::Result<()> {
+    // What a transaction or a script wrote before the flush is not in the
+    // engine yet (it was kept), and what it deleted is gone already.
+    let pending = writes.pending_keys();
     writes.note_all_deleted();
-    let keys: Vec<Vec<u8>> = db.iter().map(|item| item.map(|(k, _)| k)).collect::<Result<_, _>>()?;
+    let mut keys: Vec<Vec<u8>> = db.iter().map(|item| item.map(|(k, _)| k)).collect::<Result<_, _>>()?;
+    let deleted: std::collections::HashSet<&[u8]> =
+        pending.iter().filter(|(_, holds)| !holds).map(|(key, _)| key.as_slice()).collect();
+    keys.retain(|key| !deleted.contains(key.as_slice()));
+    keys.extend(pending.iter().filter(|(_, holds)| *holds).map(|(key, _)| key.clone()));
+    keys.sort_unstable();
+    keys.dedup();
     let keys = keys.into_iter().filter(|key| !key.starts_with(crate::keyspace::SETTINGS));
+    // A big flush goes in several batches, unless earlier commands' writes
+    // (read back by offset in the batch) must commit with it, atomically.
+    let in_pieces = !writes.has_overlay();
     let mut bytes = 0;
     for key in keys {
         bytes += key.len() + 32;
-        if bytes > MAX_BATCH_BYTES / 2 {
+        if in_pieces && bytes > MAX_BATCH_BYTES / 2 {
             let batch = std::mem::replace(&mut writes.batch, WriteBatch::new());
             db.write(batch)?;
             bytes = key.len() + 32;
