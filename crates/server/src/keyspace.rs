@@ -632,6 +632,16 @@ impl Writes {
     /// These writes' pending entries within `bounds`, newest winning (a
     /// value without its type byte, None for a delete).
     fn pending_in(&self, bounds: (Bound<&[u8]>, Bound<&[u8]>)) -> BTreeMap<Vec<u8>, Option<Vec<u8>>> {
+        self.pending_as(bounds, |value| value.get(1..).unwrap_or_default().to_vec())
+    }
+
+    /// These writes' pending entries within `bounds`, newest winning, each
+    /// value (type byte first) as `keep` makes it; None for a delete.
+    fn pending_as<T>(
+        &self,
+        bounds: (Bound<&[u8]>, Bound<&[u8]>),
+        keep: impl Fn(&[u8]) -> T,
+    ) -> BTreeMap<Vec<u8>, Option<T>> {
         use std::ops::RangeBounds;
         // The branch's own over its bases' (the oldest first), over
         // others' published ones.
@@ -639,7 +649,7 @@ impl Writes {
         if let Some(published) = self.published() {
             for (key, value) in published.within(bounds) {
                 self.read_pending.set(true);
-                pending.insert(key, value.map(|(bytes, _)| bytes.get(1..).unwrap_or_default().to_vec()));
+                pending.insert(key, value.map(|(bytes, _)| keep(&bytes)));
             }
         }
         let bases = self.outer.iter().chain(self.base.iter());
@@ -647,8 +657,7 @@ impl Writes {
         for (overlay, batch) in sources {
             for (key, &at) in overlay.iter().filter(|(key, _)| RangeBounds::<&[u8]>::contains(&bounds, &key.as_slice()))
             {
-                let value = batch.value_at(at).map(|(v, _)| v.get(1..).unwrap_or_default().to_vec());
-                pending.insert(key.clone(), value);
+                pending.insert(key.clone(), batch.value_at(at).map(|(v, _)| keep(v)));
             }
         }
         pending
@@ -659,7 +668,15 @@ impl Writes {
     /// inside a transaction or a script must delete besides the engine's.
     pub fn pending_keys(&self) -> Vec<(Vec<u8>, bool)> {
         let all = (Bound::Unbounded, Bound::Unbounded);
-        self.pending_in(all).into_iter().map(|(key, value)| (key, value.is_some())).collect()
+        self.pending_as(all, |_| ()).into_iter().map(|(key, value)| (key, value.is_some())).collect()
+    }
+
+    /// The clients' keys these writes (or the queued ones they read)
+    /// changed from `lower` on, each with its type byte now (None:
+    /// deleted): what KEYS, SCAN and DBSIZE inside a transaction or a
+    /// script merge with the engine's.
+    pub fn pending_user_keys(&self, lower: Bound<&[u8]>) -> BTreeMap<Vec<u8>, Option<u8>> {
+        self.pending_as((lower, Bound::Excluded(RESERVED)), |value| value.first().copied().unwrap_or(TYPE_STRING))
     }
 
     /// Whether these writes (or the queued ones they read) hold a change

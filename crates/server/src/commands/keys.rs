@@ -255,6 +255,19 @@ pub fn keys(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         }
     }
     drop(iter);
+    // Inside a transaction or a script: with what it wrote before.
+    let pending = ctx.writes.pending_user_keys(Bound::Unbounded);
+    if !pending.is_empty() {
+        let mut merged: std::collections::BTreeSet<Vec<u8>> = matched.into_iter().collect();
+        for (key, holds) in pending {
+            if holds.is_none() {
+                merged.remove(&key);
+            } else if all || glob_match(pattern, &key) {
+                merged.insert(key);
+            }
+        }
+        matched = merged.into_iter().collect();
+    }
     ctx.out.array(matched.len());
     for key in &matched {
         ctx.out.bulk(key);
@@ -342,19 +355,35 @@ pub fn scan(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let mut last: Option<Vec<u8>> = None;
     let mut examined = 0;
     let lower = if cursor == 0 { Bound::Unbounded } else { Bound::Excluded(start.as_slice()) };
+    // Inside a transaction or a script, what it wrote before is merged in
+    // key order: its puts between the engine's keys, its deletes skipped.
+    let pending = ctx.writes.pending_user_keys(lower);
+    let mut pending = pending.into_iter().peekable();
     let mut iter = ctx.db().range::<&[u8], _>((lower, Bound::Excluded(RESERVED)));
-    while let Some(item) = iter.next_ref() {
-        let (key, value) = item?;
+    let mut engine = iter.next_ref().transpose()?;
+    while examined < count {
+        let (key, kind): (&[u8], Option<u8>) = match (&engine, pending.peek()) {
+            (None, None) => break,
+            (Some((key, value)), Some((next, _))) if *key < next.as_slice() => {
+                (key, Some(value.first().copied().unwrap_or(TYPE_STRING)))
+            }
+            (Some((key, value)), None) => (key, Some(value.first().copied().unwrap_or(TYPE_STRING))),
+            (_, Some((next, kind))) => (next.as_slice(), *kind),
+        };
+        let key = key.to_vec();
+        if pending.peek().is_some_and(|(next, _)| *next == key) {
+            pending.next();
+        }
+        if engine.as_ref().is_some_and(|(found, _)| *found == key.as_slice()) {
+            engine = iter.next_ref().transpose()?;
+        }
+        let Some(kind) = kind else { continue };
         examined += 1;
-        let type_ok =
-            type_filter.as_ref().is_none_or(|t| eq(t, type_name(value.first().copied().unwrap_or(TYPE_STRING))));
-        if type_ok && pattern.as_ref().is_none_or(|p| glob_match(p, key)) {
-            keys.push(key.to_vec());
+        let type_ok = type_filter.as_ref().is_none_or(|t| eq(t, type_name(kind)));
+        if type_ok && pattern.as_ref().is_none_or(|p| glob_match(p, &key)) {
+            keys.push(key.clone());
         }
-        last = Some(key.to_vec());
-        if examined >= count {
-            break;
-        }
+        last = Some(key);
     }
     drop(iter);
     let next = match last {

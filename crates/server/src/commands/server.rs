@@ -503,7 +503,13 @@ pub fn memory(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
 }
 
 pub fn dbsize(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
-    ctx.out.int(ctx.shared.user_keys() as i64);
+    let mut keys = ctx.shared.user_keys() as i64;
+    // Inside a transaction or a script: with the keys it made or deleted.
+    for (key, holds) in ctx.writes.pending_user_keys(std::ops::Bound::Unbounded) {
+        let in_engine = ctx.shared.db.get_pinned(&key)?.is_some();
+        keys += i64::from(holds.is_some() && !in_engine) - i64::from(holds.is_none() && in_engine);
+    }
+    ctx.out.int(keys);
     Ok(())
 }
 
