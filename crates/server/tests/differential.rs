@@ -28,7 +28,7 @@ const SCRIPTS: &[&str] = &[
     "SET k v | GETSET k w | GETSET missing x | GET missing | GETDEL k | GETDEL k | EXISTS k",
     "SET k v | GETEX k EX 100 | TTL k | GETEX k PERSIST | TTL k | GETEX k EX 0 | GETEX k FOO | GETEX missing | GETEX k EX 10 PX 10",
     // Multi-key.
-    "MSET a 1 b 2 | MGET a b c | MSET a | MSET a 1 b | MSETNX a 9 z 9 | MGET a z | MSETNX y 1 z 2 | MGET y z",
+    "MSET a 1 b 2 | MGET a b c | MSET a | MSET a 1 b | MSETNX a 9 z 9 | MGET a z | MSETNX y 1 z 2 | MGET y z | MSET d 1 d 2 e 3 d 4 | MGET d e",
     // Counters.
     "INCR n | INCR n | DECR n | INCRBY n 10 | DECRBY n 3 | INCRBY n x | INCRBY n 1.5 | SET s abc | INCR s | DECR s",
     "SET n 9223372036854775807 | INCR n | SET n -9223372036854775808 | DECR n | DECRBY n -9223372036854775808",

@@ -241,12 +241,29 @@ pub fn mset(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
             return Err(CmdError::TooBig);
         }
     }
-    for pair in args[1..].chunks(2) {
-        ctx.writes.put_string(&pair[0], &pair[1], None)?;
+    let superseded = superseded_pairs(&args[1..]);
+    for (pair, superseded) in args[1..].chunks(2).zip(superseded) {
+        // A later pair for the same key wins: only its entry is written.
+        if !superseded {
+            ctx.writes.put_string(&pair[0], &pair[1], None)?;
+        }
         ctx.notify(STRING, "set", &pair[0]);
     }
     ctx.out.ok();
     Ok(())
+}
+
+/// For each key-value pair of `pairs`, whether a later pair names the same
+/// key (redis-benchmark's MSET names one key ten times).
+fn superseded_pairs(pairs: &[Bytes]) -> Vec<bool> {
+    let keys: Vec<&Bytes> = pairs.iter().step_by(2).collect();
+    if keys.len() <= 32 {
+        return keys.iter().enumerate().map(|(i, key)| keys[i + 1..].contains(key)).collect();
+    }
+    let mut seen = std::collections::HashSet::with_capacity(keys.len());
+    let mut superseded: Vec<bool> = keys.iter().rev().map(|key| !seen.insert(*key)).collect();
+    superseded.reverse();
+    superseded
 }
 
 pub fn msetnx(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
@@ -519,4 +536,24 @@ pub fn lcs(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     ctx.out.bulk(b"len");
     ctx.out.int(total as i64);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+
+    #[test]
+    fn a_pair_is_superseded_by_a_later_one_for_its_key() {
+        let pairs = |keys: &[&str]| -> Vec<Bytes> {
+            keys.iter().flat_map(|key| [Bytes::from(key.to_string()), Bytes::from_static(b"v")]).collect()
+        };
+        let few = super::superseded_pairs(&pairs(&["a", "b", "a", "c", "a"]));
+        assert_eq!(few, [true, false, true, false, false]);
+        // Past 32 keys by a set, with the same answer.
+        let names: Vec<String> = (0..40).map(|i| format!("k{}", i % 30)).collect();
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        let many = super::superseded_pairs(&pairs(&names));
+        let expected: Vec<bool> = (0..40).map(|i| i < 10).collect();
+        assert_eq!(many, expected);
+    }
 }
