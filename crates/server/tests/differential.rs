@@ -113,6 +113,7 @@ const SCRIPTS: &[&str] = &[
     // KEYS, SCAN and DBSIZE inside a transaction or a script see what it
     // wrote before them.
     "SET x 1 | SET y 1 | HSET h f v | MULTI | SET a 1 | DEL x | SET y 2 | RPUSH l 1 | DBSIZE | KEYS a* | KEYS x | KEYS y | SCAN 0 MATCH a COUNT 100 | SCAN 0 MATCH x COUNT 100 | SCAN 0 TYPE list COUNT 100 | EXEC | EVAL redis.call('set','b','1');redis.call('del','y');return({redis.call('dbsize'),redis.call('keys','b'),redis.call('keys','y')}) 0 | DBSIZE",
+    "SET x 1 | MULTI | DEL x | SET a 1 | RANDOMKEY | DEL a | RANDOMKEY | EXEC | RANDOMKEY | SET y 1 | EVAL redis.call('del','y');redis.call('set','b','1');return(redis.call('randomkey')) 0",
     // FLUSHALL deletes what its transaction or script wrote before it too.
     "SET x 1 | HSET h f v | MULTI | SET a 1 | RPUSH l 1 2 | DEL x | FLUSHALL | SET b 2 | EXEC | EXISTS a x h l b | DBSIZE | EVAL redis.call('set','c','1','ex','100');redis.call('flushall');redis.call('set','d','2');return(redis.call('exists','b','c','d')) 0 | EXISTS b c d | DBSIZE | TTL c",
     // Hashes (small ones: Redis keeps them as a listpack, in insertion order).

@@ -399,13 +399,36 @@ pub fn scan(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
 pub fn randomkey(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let _ = args;
     let probe: [u8; 8] = rand_bytes();
-    let after = (!is_reserved(&probe)).then(|| ctx.db().range::<&[u8], _>(&probe[..]..RESERVED).next()).flatten();
-    let found = after.or_else(|| ctx.db().range::<&[u8], _>(..RESERVED).next());
+    let after = if is_reserved(&probe) { None } else { first_key_from(ctx, &probe)? };
+    let found = match after {
+        Some(key) => Some(key),
+        None => first_key_from(ctx, b"")?,
+    };
     match found {
-        Some(item) => ctx.out.bulk(&item?.0),
+        Some(key) => ctx.out.bulk(&key),
         None => ctx.out.null(),
     }
     Ok(())
+}
+
+/// The first client key at or after `from`: the engine's, or inside a
+/// transaction or a script, with what it wrote before merged in.
+fn first_key_from(ctx: &Ctx<'_>, from: &[u8]) -> Result<Option<Vec<u8>>, CmdError> {
+    let pending = ctx.writes.pending_user_keys(Bound::Included(from));
+    let mut engine = None;
+    let mut iter = ctx.db().range::<&[u8], _>(from..RESERVED);
+    while let Some(item) = iter.next_ref() {
+        let (key, _) = item?;
+        if !matches!(pending.get(key), Some(None)) {
+            engine = Some(key.to_vec());
+            break;
+        }
+    }
+    let put = pending.into_iter().find(|(_, kind)| kind.is_some()).map(|(key, _)| key);
+    Ok(match (engine, put) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    })
 }
 
 fn rand_bytes() -> [u8; 8] {
