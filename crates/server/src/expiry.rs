@@ -116,15 +116,13 @@ impl Changes {
     }
 
     fn iter(&self) -> impl Iterator<Item = (&[u8], Option<u64>)> {
-        let buffer = self.0.as_deref();
+        let (keys, items) = self.0.as_deref().map_or((&[][..], &[][..]), |buffer| (&buffer.keys, &buffer.items));
         let mut at = 0;
-        buffer.into_iter().flat_map(|buffer| buffer.items.iter().map(move |&(len, expiry)| (buffer, len, expiry))).map(
-            move |(buffer, len, expiry)| {
-                let key = &buffer.keys[at..at + len as usize];
-                at += len as usize;
-                (key, expiry)
-            },
-        )
+        items.iter().map(move |&(len, expiry)| {
+            let key = &keys[at..at + len as usize];
+            at += len as usize;
+            (key, expiry)
+        })
     }
 }
 
@@ -154,9 +152,8 @@ impl Index {
                 self.sum = self.sum - old.0 as u128 + at as u128;
             }
             (Some(_), None) => {
-                let (key, old) = self.by_key.remove_entry(key).expect("found");
+                let old = self.by_key.remove(key).expect("found");
                 self.by_time.remove(&old);
-                drop(key);
                 self.sum -= old.0 as u128;
                 return;
             }

@@ -474,6 +474,11 @@ impl Writes {
 
     /// The command's writes since `point` stay.
     pub fn release(&mut self, _point: Savepoint) {
+        self.close_savepoint();
+    }
+
+    /// One save point fewer open; with none, nothing is left to undo.
+    fn close_savepoint(&mut self) {
         self.savepoints -= 1;
         if self.savepoints == 0 {
             self.undo.clear();
@@ -504,10 +509,7 @@ impl Writes {
         self.events.truncate(point.events);
         self.messages.truncate(point.messages);
         self.expiries.truncate(point.expiries);
-        self.savepoints -= 1;
-        if self.savepoints == 0 {
-            self.undo.clear();
-        }
+        self.close_savepoint();
     }
 
     pub fn abandon(&mut self, mut branch: Writes) {
@@ -666,7 +668,7 @@ impl Writes {
     /// The keys these writes (or the queued ones they read) changed, each
     /// with whether it now holds a value (false: deleted): what a FLUSHALL
     /// inside a transaction or a script must delete besides the engine's.
-    pub fn pending_keys(&self) -> Vec<(Vec<u8>, bool)> {
+    pub fn pending_keys(&self) -> BTreeMap<Vec<u8>, bool> {
         let all = (Bound::Unbounded, Bound::Unbounded);
         self.pending_as(all, |_| ()).into_iter().map(|(key, value)| (key, value.is_some())).collect()
     }

@@ -275,16 +275,7 @@ fn expiring_keys_are_dropped_on_time_among_many() {
     let path = dir.path().join("db");
     let mut server = Server::start(&path, &["--notify-keyspace-events", "Ex"]);
     let mut admin = server.connect();
-    for chunk in 0..100 {
-        let mut pipeline = Vec::new();
-        for key in chunk * 1000..(chunk + 1) * 1000 {
-            pipeline.extend(encode(&[b"SET", format!("key:{key}").as_bytes(), b"v"]));
-        }
-        admin.write_all(&pipeline).unwrap();
-        for _ in 0..1000 {
-            read_reply(&mut admin);
-        }
-    }
+    common::set_keys(&mut admin, 100_000);
     let mut listener = server.connect();
     listener.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     request(&mut listener, &encode(&[b"SUBSCRIBE", b"__keyevent@0__:expired"]));

@@ -364,20 +364,10 @@ fn the_tracking_table_stays_within_its_limit() {
 /// the key space came round to it only every few seconds).
 #[test]
 fn a_cached_key_is_invalidated_when_it_expires() {
-    use std::io::Write;
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(&dir.path().join("db"), &[]);
     let mut writer = connect(server.port);
-    for chunk in 0..100 {
-        let mut pipeline = Vec::new();
-        for key in chunk * 1000..(chunk + 1) * 1000 {
-            pipeline.extend(encode(&[b"SET", format!("key:{key}").as_bytes(), b"v"]));
-        }
-        writer.write_all(&pipeline).unwrap();
-        for _ in 0..1000 {
-            read_reply(&mut writer);
-        }
-    }
+    common::set_keys(&mut writer, 100_000);
     let mut cache = connect(server.port);
     assert!(send(&mut cache, &["HELLO", "3"]).starts_with(b"%"));
     assert_eq!(send(&mut cache, &["CLIENT", "TRACKING", "ON"]), b"+OK\r\n");

@@ -537,10 +537,8 @@ pub fn clear_all(db: &scaledkv::Db, writes: &mut crate::keyspace::Writes) -> sca
     let pending = writes.pending_keys();
     writes.note_all_deleted();
     let mut keys: Vec<Vec<u8>> = db.iter().map(|item| item.map(|(k, _)| k)).collect::<Result<_, _>>()?;
-    let deleted: std::collections::HashSet<&[u8]> =
-        pending.iter().filter(|(_, holds)| !holds).map(|(key, _)| key.as_slice()).collect();
-    keys.retain(|key| !deleted.contains(key.as_slice()));
-    keys.extend(pending.iter().filter(|(_, holds)| *holds).map(|(key, _)| key.clone()));
+    keys.retain(|key| pending.get(key) != Some(&false));
+    keys.extend(pending.into_iter().filter_map(|(key, holds)| holds.then_some(key)));
     keys.sort_unstable();
     keys.dedup();
     let keys = keys.into_iter().filter(|key| !key.starts_with(crate::keyspace::SETTINGS));

@@ -187,6 +187,21 @@ pub fn request(stream: &mut TcpStream, bytes: &[u8]) -> Vec<u8> {
     read_reply(stream)
 }
 
+/// SETs `key:0` .. `key:{count - 1}` to `v`, a thousand to a pipeline.
+pub fn set_keys(stream: &mut TcpStream, count: usize) {
+    for chunk in (0..count).step_by(1000) {
+        let mut pipeline = Vec::new();
+        let keys = chunk..(chunk + 1000).min(count);
+        for key in keys.clone() {
+            pipeline.extend(encode(&[b"SET", format!("key:{key}").as_bytes(), b"v"]));
+        }
+        stream.write_all(&pipeline).unwrap();
+        for _ in keys {
+            read_reply(stream);
+        }
+    }
+}
+
 /// Reads exactly one RESP2/RESP3 reply (nested aggregates included).
 pub fn read_reply(stream: &mut TcpStream) -> Vec<u8> {
     try_read_reply(stream).expect("connection closed mid-reply")
