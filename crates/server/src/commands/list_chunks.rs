@@ -511,8 +511,8 @@ impl<'s> ChunkedList<'s> {
             }
             if let Some(chunk) = self.chunks.get(&at) {
                 let slots = chunk.slots.as_ref().expect("decoded");
-                for slot in from..to {
-                    match slots[slot].as_ref().ok_or(Corrupt)?.bytes(&chunk.read) {
+                for (slot, held) in slots.iter().enumerate().take(to).skip(from) {
+                    match held.as_ref().ok_or(Corrupt)?.bytes(&chunk.read) {
                         Some(element) => visit(element),
                         None => visit(&self.read_spilled(source, at, slot)?),
                     }
