@@ -220,6 +220,17 @@ impl Region {
             (Durability::Sync, Medium::Tmpfs) => PersistPath::Nothing,
             (Durability::Sync, Medium::PageCache) => PersistPath::WriteFdatasync,
         };
+        if medium == Medium::Tmpfs {
+            // On a tmpfs mounted with `huge=advise`, 2 MiB pages only where
+            // asked for (`huge=always` and `within_size` give them anyway,
+            // the default `never` refuses): a random read in a 4 KiB-paged
+            // log is a TLB miss and a page walk before its first line
+            // (readrandom of 1 KiB values p50 0.61 -> 0.47 us, readseq
+            // 0.30-0.35 -> 0.24-0.28 us per entry). Advice only: the
+            // mapping works either way.
+            // SAFETY: advice on the mapping made just above.
+            unsafe { libc::madvise(ptr, len, libc::MADV_HUGEPAGE) };
+        }
         let private = stores == Stores::Mapping && persist_path == PersistPath::WriteFdatasync;
         let region = Region { ptr: ptr.cast(), len, file, path: path.to_path_buf(), medium, persist_path, private };
         if populate {
