@@ -51,6 +51,8 @@ use super::runs::{Rebuild, Runs, MIN_RUN_KEYS};
 /// Pending updates merged per hold of the tree's write lock: readers whose
 /// key is not pending wait at most this many B-tree inserts (~0.1 ms).
 const MERGE_CHUNK: usize = 256;
+/// How many entries ahead a merge asks for the point table's lines.
+const POINTS_AHEAD: usize = 8;
 /// Most entries a compaction rebuilds per piece, copied under one hold of
 /// the tree's read lock and swapped in under one of its write lock.
 const COMPACT_PIECE: usize = 16 * 1024;
@@ -866,22 +868,31 @@ impl Index {
             None => 0,
         };
         let above = if sorted.len() - within >= MIN_RUN_KEYS { sorted.split_off(within) } else { Vec::new() };
-        let mut entries = sorted.into_iter();
+        let mut next = 0;
         loop {
             crate::background::pause_point();
             let mut tree = self.tree.write();
-            let mut merged = 0;
-            for (key, slot) in entries.by_ref().take(MERGE_CHUNK) {
+            let end = (next + MERGE_CHUNK).min(sorted.len());
+            for at in next..end {
+                // Each put looks its key's old location up in the point
+                // table, a random line (a miss once the table outgrows the
+                // cache): asked for ahead, as a read of many keys does.
+                // SET -P 16 of 100 B values over 100k keys: a quarter of
+                // the merger's time was that probe.
+                if let (Some(points), Some((ahead, _))) = (&tree.points, sorted.get(at + POINTS_AHEAD)) {
+                    points.prefetch(ahead);
+                }
+                let (key, slot) = sorted[at];
                 if slot.loc.is_tombstone() {
                     tree.delete_head(key, slot.seq(), None, segments, &mut deltas);
                 } else {
                     tree.put_head(key, *slot, None, segments, &mut deltas);
                 }
-                merged += 1;
             }
             drop(tree);
             mark_dead(segments, &mut deltas.dead);
-            if merged < MERGE_CHUNK {
+            next = end;
+            if next == sorted.len() {
                 break;
             }
         }
