@@ -16,6 +16,7 @@ use scaledkv::{now_ms, Db, PinnedValue, WriteBatch, MAX_KEY_BYTES, MAX_VALUE_BYT
 use tokio::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use crate::commands::CmdError;
+use crate::notify::MISS;
 use crate::pending::Pending;
 
 /// The expiry time of a value that may be missing.
@@ -518,10 +519,25 @@ impl Writes {
         self.blocks_changed = point.blocks_changed;
         self.fence_edits.truncate(point.fence_edits);
         self.zset_tables.truncate(point.zset_tables);
-        self.events.truncate(point.events);
+        self.keep_misses_after(point.events);
         self.messages.truncate(point.messages);
         self.expiries.truncate(point.expiries);
         self.close_savepoint();
+    }
+
+    /// Drops the events noted since the first `kept` but the key misses:
+    /// a command that fails still looked its keys up, and Redis publishes
+    /// `keymiss` as it happens.
+    fn keep_misses_after(&mut self, kept: usize) {
+        let misses: Vec<_> = self.events.drain(kept..).filter(|event| event.class == MISS).collect();
+        self.events.extend(misses);
+    }
+
+    /// The key misses noted, for a command that failed (its writes and
+    /// other events go unpublished).
+    pub fn take_misses(&mut self) -> Vec<crate::notify::Event> {
+        self.keep_misses_after(0);
+        std::mem::take(&mut self.events)
     }
 
     pub fn abandon(&mut self, mut branch: Writes) {
@@ -529,8 +545,9 @@ impl Writes {
         self.base = branch.outer.pop();
         self.outer = std::mem::take(&mut branch.outer);
         (self.overlay, self.batch) = (Some(overlay), batch);
-        // Its error reply may tell what it read.
+        // Its error reply may tell what it read, and it missed what it missed.
         self.read_pending.set(self.read_pending() || branch.read_pending());
+        self.events.append(&mut branch.take_misses());
     }
 
     /// A client's key (reserved keys hold nothing a client can see).

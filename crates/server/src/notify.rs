@@ -28,11 +28,12 @@ pub const EXPIRED: u32 = 1 << 8;
 pub const EVICTED: u32 = 1 << 9;
 /// `t`: stream commands.
 pub const STREAM: u32 = 1 << 10;
-/// `d`, `m`, `n`: modules, key misses and new keys. Accepted and kept;
-/// ScaledKV has none of these events.
+/// `d`, `n`: modules and new keys. Accepted and kept; ScaledKV has none
+/// of these events.
 pub const MODULE: u32 = 1 << 11;
-pub const MISS: u32 = 1 << 12;
 pub const NEW: u32 = 1 << 13;
+/// `m`: a read's lookup found no key (`keymiss`; `Ctx::count_lookup`).
+pub const MISS: u32 = 1 << 12;
 /// `A`: every class but `m` and `n`.
 const ALL: u32 = GENERIC | STRING | LIST | SET | HASH | ZSET | EXPIRED | EVICTED | STREAM | MODULE;
 

@@ -172,7 +172,9 @@ impl Tracking {
     /// for a flush, a null to every tracking client.
     pub fn invalidate(&self, shared: &Shared, events: &[Event]) {
         let mut woken = Vec::new();
-        let changes = || events.iter().filter(|event| event.class != crate::notify::FLUSHED);
+        // Changes only: a flush is below, and a key miss changes nothing.
+        let changes =
+            || events.iter().filter(|event| !matches!(event.class, crate::notify::FLUSHED | crate::notify::MISS));
         for event in changes() {
             let Some(ids) = self.table.lock().remove(&event.key) else { continue };
             self.items.fetch_sub(ids.len(), Ordering::Relaxed);

@@ -568,6 +568,217 @@ fn same_replies(ours: &mut TcpStream, theirs: &mut TcpStream, script: &[Vec<Vec<
     }
 }
 
+/// (setup that makes key `k`, command) pairs whose lookups INFO counts.
+const LOOKUP_CASES: &[(&str, &str)] = &[
+    ("SET k v", "GET k"),
+    ("SET k v", "GETSET k x"),
+    ("SET k v", "GETDEL k"),
+    ("SET k v", "GETEX k PERSIST"),
+    ("SET k v", "SET k x GET"),
+    ("SET k v", "SET k x"),
+    ("SET k 1", "INCR k"),
+    ("SET k 1", "INCRBYFLOAT k 1.5"),
+    ("SET k v", "APPEND k x"),
+    ("SET k v", "STRLEN k"),
+    ("SET k v", "GETRANGE k 0 1"),
+    ("SET k v", "SETRANGE k 1 x"),
+    ("SET k v", "MGET k k2"),
+    ("SET k v", "SETNX k x"),
+    ("SET k v", "MSETNX k x"),
+    ("SET k v", "EXISTS k"),
+    ("SET k v", "TYPE k"),
+    ("SET k v", "TTL k"),
+    ("SET k v", "PTTL k"),
+    ("SET k v", "EXPIRE k 100"),
+    ("SET k v", "PERSIST k"),
+    ("SET k v", "EXPIRETIME k"),
+    ("SET k v", "DEL k"),
+    ("SET k v", "UNLINK k"),
+    ("SET k v", "RENAME k k2"),
+    ("SET k v", "RENAMENX k k2"),
+    ("SET k v", "COPY k k2"),
+    ("SET k v", "DUMP k"),
+    ("SET k v", "OBJECT ENCODING k"),
+    ("SET k v", "TOUCH k"),
+    ("SET k v", "SETBIT k 1 1"),
+    ("SET k v", "GETBIT k 1"),
+    ("SET k v", "BITCOUNT k"),
+    ("SET k v", "BITPOS k 1"),
+    ("SET k v", "BITOP AND d k k2"),
+    ("SET k v", "BITFIELD k GET u8 0"),
+    ("SET k v", "BITFIELD_RO k GET u8 0"),
+    ("SET k v", "LCS k k2"),
+    ("SET k v", "SUBSTR k 0 1"),
+    ("SET k v", "DECRBY k 1"),
+    ("RPUSH k a b", "LPUSH k x"),
+    ("RPUSH k a b", "LPUSHX k x"),
+    ("RPUSH k a b", "LPOP k"),
+    ("RPUSH k a b", "RPOP k"),
+    ("RPUSH k a b", "LLEN k"),
+    ("RPUSH k a b", "LRANGE k 0 -1"),
+    ("RPUSH k a b", "LINDEX k 0"),
+    ("RPUSH k a b", "LSET k 0 x"),
+    ("RPUSH k a b", "LREM k 0 a"),
+    ("RPUSH k a b", "LTRIM k 0 0"),
+    ("RPUSH k a b", "LINSERT k BEFORE a x"),
+    ("RPUSH k a b", "LPOS k a"),
+    ("RPUSH k a b", "RPOPLPUSH k k2"),
+    ("RPUSH k a b", "LMOVE k k2 LEFT RIGHT"),
+    ("RPUSH k a b", "LMPOP 1 k LEFT"),
+    ("RPUSH k a b", "BLPOP k 0.01"),
+    ("RPUSH k a b", "SORT k ALPHA"),
+    ("RPUSH k a b", "SORT_RO k ALPHA"),
+    ("RPUSH k a b", "SORT k ALPHA STORE d"),
+    ("SADD k a b", "SADD k x"),
+    ("SADD k a b", "SREM k a"),
+    ("SADD k a b", "SMEMBERS k"),
+    ("SADD k a b", "SISMEMBER k a"),
+    ("SADD k a b", "SMISMEMBER k a"),
+    ("SADD k a b", "SCARD k"),
+    ("SADD k a b", "SPOP k"),
+    ("SADD k a b", "SRANDMEMBER k"),
+    ("SADD k a b", "SMOVE k k2 a"),
+    ("SADD k a b", "SINTER k k2"),
+    ("SADD k a b", "SUNION k k2"),
+    ("SADD k a b", "SDIFF k k2"),
+    ("SADD k a b", "SINTERSTORE d k k2"),
+    ("SADD k a b", "SUNIONSTORE d k k2"),
+    ("SADD k a b", "SDIFFSTORE d k k2"),
+    ("SADD k a b", "SINTERCARD 2 k k2"),
+    ("SADD k a b", "SSCAN k 0"),
+    ("HSET k f v", "HSET k g x"),
+    ("HSET k f v", "HGET k f"),
+    ("HSET k f v", "HMGET k f"),
+    ("HSET k f v", "HGETALL k"),
+    ("HSET k f v", "HDEL k f"),
+    ("HSET k f v", "HLEN k"),
+    ("HSET k f v", "HEXISTS k f"),
+    ("HSET k f v", "HINCRBY k n 1"),
+    ("HSET k f v", "HSETNX k f x"),
+    ("HSET k f v", "HKEYS k"),
+    ("HSET k f v", "HVALS k"),
+    ("HSET k f v", "HSTRLEN k f"),
+    ("HSET k f v", "HRANDFIELD k"),
+    ("HSET k f v", "HSCAN k 0"),
+    ("HSET k f v", "HINCRBYFLOAT k n 1.5"),
+    ("ZADD k 1 a", "ZADD k 2 b"),
+    ("ZADD k 1 a", "ZSCORE k a"),
+    ("ZADD k 1 a", "ZRANGE k 0 -1"),
+    ("ZADD k 1 a", "ZRANK k a"),
+    ("ZADD k 1 a", "ZREM k a"),
+    ("ZADD k 1 a", "ZCARD k"),
+    ("ZADD k 1 a", "ZINCRBY k 1 a"),
+    ("ZADD k 1 a", "ZPOPMIN k"),
+    ("ZADD k 1 a", "ZCOUNT k 0 5"),
+    ("ZADD k 1 a", "ZRANGEBYSCORE k 0 5"),
+    ("ZADD k 1 a", "ZUNIONSTORE d 2 k k2"),
+    ("ZADD k 1 a", "ZUNION 2 k k2"),
+    ("ZADD k 1 a", "ZINTERCARD 2 k k2"),
+    ("ZADD k 1 a", "ZRANGESTORE d k 0 -1"),
+    ("ZADD k 1 a", "ZMSCORE k a"),
+    ("ZADD k 1 a", "ZRANDMEMBER k"),
+    ("ZADD k 1 a", "ZLEXCOUNT k - +"),
+    ("ZADD k 1 a", "ZREMRANGEBYRANK k 0 0"),
+    ("ZADD k 1 a", "ZMPOP 1 k MIN"),
+    ("PFADD k a", "PFADD k b"),
+    ("PFADD k a", "PFCOUNT k"),
+    ("PFADD k a", "PFMERGE d k"),
+    ("XADD k * f v", "XADD k * g x"),
+    ("XADD k * f v", "XLEN k"),
+    ("XADD k * f v", "XRANGE k - +"),
+    ("XADD k * f v", "XREAD STREAMS k 0"),
+    ("XADD k * f v", "XTRIM k MAXLEN 0"),
+    ("XADD k * f v", "XDEL k 0-1"),
+    ("XADD k * f v", "XINFO STREAM k"),
+    ("GEOADD k 13.361389 38.115556 a", "GEOPOS k a"),
+    ("GEOADD k 13.361389 38.115556 a", "GEODIST k a a"),
+    ("GEOADD k 13.361389 38.115556 a", "GEOSEARCH k FROMLONLAT 13 38 BYRADIUS 100 km"),
+    ("GEOADD k 13.361389 38.115556 a", "GEOADD k 13 38 b"),
+    ("GEOADD k 13.361389 38.115556 a", "GEOSEARCHSTORE d k FROMLONLAT 13 38 BYRADIUS 100 km"),
+    ("SET k v", "WATCH k"),
+    ("XADD k * f v", "XREAD STREAMS k k2 0 0"),
+    ("XADD k * f v", "XREAD COUNT 1 STREAMS k $"),
+    ("XGROUP CREATE k g $ MKSTREAM", "XREADGROUP GROUP g c STREAMS k >"),
+    ("XGROUP CREATE k g 0 MKSTREAM", "XREADGROUP GROUP g c STREAMS k 0"),
+    ("XGROUP CREATE k g $ MKSTREAM", "XPENDING k g"),
+    ("XGROUP CREATE k g $ MKSTREAM", "XINFO GROUPS k"),
+    ("SET k v", "SET k x NX"),
+    ("SET k v", "SET k x XX GET"),
+    ("SET k v", "SET k x KEEPTTL"),
+    ("SET k v", "BITFIELD k SET u8 0 1"),
+    ("SET k v", "MSET k x"),
+    ("SET k v", "SETEX k 100 x"),
+    ("SET k v", "RESTORE k 0 x"),
+    ("SET k v", "OBJECT FREQ k"),
+    ("ZADD k 1 a", "ZINTERSTORE d 2 k k2"),
+    ("ZADD k 1 a", "ZDIFFSTORE d 2 k k2"),
+    ("ZADD k 1 a", "ZRANGEBYLEX k - +"),
+    ("GEOADD k 13.361389 38.115556 a", "GEORADIUS k 13 38 100 km"),
+    ("GEOADD k 13.361389 38.115556 a", "GEORADIUS k 13 38 100 km STORE d"),
+    ("GEOADD k 13.361389 38.115556 a", "GEORADIUSBYMEMBER k a 100 km"),
+    ("GEOADD k 13.361389 38.115556 a", "GEOHASH k a"),
+    ("SET k v", "PFCOUNT k"),
+    ("PFADD k a", "PFCOUNT k k2"),
+    ("PFADD k a", "PFMERGE k k2"),
+    ("SET k v", "EVAL return(redis.call('get',KEYS[1])) 1 k"),
+    ("SET k v", "EVAL return(redis.call('incr','n')) 0"),
+    ("SET k v", "RANDOMKEY"),
+    ("SET k v", "SCAN 0"),
+    ("SET k v", "KEYS *"),
+    ("SET k v", "DBSIZE"),
+];
+
+fn send_words(stream: &mut TcpStream, line: &str) -> Vec<u8> {
+    let words = words(line);
+    let refs: Vec<&[u8]> = words.iter().map(Vec::as_slice).collect();
+    request(stream, &encode(&refs))
+}
+
+/// INFO's `keyspace_hits` and `keyspace_misses`.
+fn lookups(stream: &mut TcpStream) -> (i64, i64) {
+    let info = String::from_utf8(bulk(&request(stream, &encode(&[b"INFO", b"stats"])))).unwrap();
+    let field = |name: &str| -> i64 {
+        let line = info.lines().find_map(|line| line.strip_prefix(name)).unwrap_or_else(|| panic!("no {name}"));
+        line.trim().parse().unwrap()
+    };
+    (field("keyspace_hits:"), field("keyspace_misses:"))
+}
+
+/// Keyspace hits and misses count what Redis counts, on a missing key and
+/// on a present one: the lookups of the keys a command reads (GET, the
+/// sources of SINTERSTORE or COPY, SET ... GET; XREAD's twice), none of a
+/// write's lookups of the keys it changes (INCR, LPUSH, DEL, a STORE's
+/// destination). A monitoring tool's hit ratio is made of these.
+#[test]
+fn keyspace_hits_and_misses_count_as_in_redis() {
+    let Some(mut servers) = Servers::start() else { return };
+    let Servers { ours, theirs, .. } = &mut servers;
+    let mut differ = Vec::new();
+    for (setup, command) in LOOKUP_CASES {
+        for present in [false, true] {
+            let deltas = [&mut *ours, &mut *theirs].map(|stream| {
+                request(stream, &encode(&[b"FLUSHALL"]));
+                if present {
+                    send_words(stream, setup);
+                }
+                let before = lookups(stream);
+                send_words(stream, command);
+                let after = lookups(stream);
+                request(stream, &encode(&[b"UNWATCH"]));
+                (after.0 - before.0, after.1 - before.1)
+            });
+            if deltas[0] != deltas[1] {
+                let state = if present { "present" } else { "missing" };
+                differ.push(format!(
+                    "{command} (key {state}): (hits, misses) ours {:?}, Redis {:?}",
+                    deltas[0], deltas[1]
+                ));
+            }
+        }
+    }
+    assert!(differ.is_empty(), "{differ:#?}");
+}
+
 /// Hashes past Redis's listpack limits (more than 512 fields, values over
 /// 64 bytes), which Redis keeps in a hash table: the same contents, field
 /// for field, though Redis lists them in its table's order.
@@ -1793,6 +2004,9 @@ const KEYSPACE_SCRIPTS: &[&str] = &[
     "d: CONFIG SET notify-keyspace-events KEA | b: PSUBSCRIBE __key*__:* | a: GEOADD g 1 1 a 2 2 b | a: GEOADD g 1 1 a | a: GEORADIUS g 1 1 500 km STORE d | a: GEORADIUS g 1 1 500 km STOREDIST d | a: GEOSEARCHSTORE d2 g FROMMEMBER a BYRADIUS 1 km | a: GEOSEARCHSTORE d2 g FROMLONLAT 50 50 BYRADIUS 1 km | a: GEORADIUSBYMEMBER g a 1 m STORE d | a: GEORADIUS missing 1 1 1 km STORE d2",
     "d: CONFIG SET notify-keyspace-events KEA | b: PSUBSCRIBE __key*__:* | a: RPUSH l 2 1 | a: SORT l STORE d | a: SORT l LIMIT 0 0 STORE d | a: SORT l LIMIT 0 0 STORE d | a: SORT_RO l",
     "d: CONFIG SET notify-keyspace-events KEA | b: PSUBSCRIBE __key*__:* | a: PFADD p a b | a: PFADD p a | a: PFCOUNT p | a: PFADD q | a: PFMERGE m p q | a: PFCOUNT p q",
+    // Key misses (`m`): reads' misses only, among writes' events, in a
+    // transaction and a script, and from commands that fail after them.
+    "d: CONFIG SET notify-keyspace-events KEAm | b: PSUBSCRIBE __key*__:* | a: GET nokey | a: SET k v | a: GET k | a: MGET k x y | a: EXISTS x k | a: INCR n | a: OBJECT ENCODING x | a: XINFO STREAM nos | a: XREADGROUP GROUP g c STREAMS nos > | a: SINTERSTORE d x k | a: GETDEL x | a: SET k v2 GET | a: SET j v GET | a: MULTI; GET x; SET x 1; GET x; EXEC | a: EVAL return(redis.call('get','zz')) 0 | a: XREAD STREAMS s1 0 | a: HGET k f | a: DEL k x",
     "b: PSUBSCRIBE __key*__:* | d: CONFIG SET notify-keyspace-events Kl | d: CONFIG GET notify-keyspace-events | a: SET k v | a: LPUSH l x | d: CONFIG SET notify-keyspace-events E$ | d: CONFIG GET notify-keyspace-events | a: SET k v | a: LPUSH l x | d: CONFIG SET notify-keyspace-events gx | a: DEL k | d: CONFIG SET notify-keyspace-events KQ | d: CONFIG GET notify-keyspace-events | d: CONFIG SET notify-keyspace-events AKEm | d: CONFIG GET notify-keyspace-events | d: CONFIG SET notify-keyspace-events '' | a: DEL l",
 ];
 

@@ -193,6 +193,17 @@ fn scenarios(port: u16) -> Vec<Vec<u8>> {
         let command: Vec<&str> = ["CLIENT", "TRACKING", "ON"].iter().chain(options).copied().collect();
         call(&mut a, &command, &mut seen);
     }
+    // A key miss (`keymiss` notified, class `m`) changes nothing: no
+    // invalidation for a client that read the missing key.
+    call(&mut a, &["CLIENT", "TRACKING", "ON"], &mut seen);
+    seen.push(send(&mut b, &["CONFIG", "SET", "notify-keyspace-events", "KEAm"]));
+    call(&mut a, &["GET", "missed"], &mut seen);
+    seen.push(send(&mut b, &["GET", "missed"]));
+    call(&mut a, &["PING"], &mut seen);
+    seen.push(send(&mut b, &["SET", "missed", "now"]));
+    call(&mut a, &["PING"], &mut seen);
+    seen.push(send(&mut b, &["CONFIG", "SET", "notify-keyspace-events", ""]));
+    call(&mut a, &["CLIENT", "TRACKING", "OFF"], &mut seen);
     call(&mut a, &["CLIENT", "TRACKING", "MAYBE"], &mut seen);
     call(&mut a, &["CLIENT", "CACHING", "YES"], &mut seen);
     call(&mut a, &["CLIENT", "TRACKING", "ON"], &mut seen);

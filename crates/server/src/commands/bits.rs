@@ -204,7 +204,7 @@ pub fn bitop(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     }
     let len = values.iter().map(Vec::len).max().unwrap_or(0);
     if len == 0 {
-        if ctx.read(&args[2])?.is_some() {
+        if ctx.peek(&args[2])?.is_some() {
             ctx.notify(crate::notify::GENERIC, "del", &args[2]);
         }
         ctx.writes.delete(&args[2]);
@@ -399,7 +399,11 @@ fn bitfield_generic(ctx: &mut Ctx<'_>, args: &[Bytes], read_only: bool) -> CmdRe
     }
     // Made long enough for the farthest write first, as Redis does, even
     // if that write then fails on overflow.
-    let (mut data, expiry) = ctx.read_string(&args[1])?.map_or((Vec::new(), None), |(d, e)| (d, e));
+    // A write: its lookup counts no hit or miss (`READS_KEYS`).
+    let (mut data, expiry) = match ctx.peek(&args[1])? {
+        Some(value) => (value.string()?.to_vec(), value.expiry_ms()),
+        None => (Vec::new(), None),
+    };
     let needed = (highest_write >> 3) as usize + 1;
     if needed > MAX_STRING_BYTES {
         return Err(CmdError::TooBig);

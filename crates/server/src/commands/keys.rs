@@ -209,7 +209,7 @@ pub fn copy(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         ctx.out.int(0);
         return Ok(());
     };
-    if !replace && ctx.read(&args[2])?.is_some() {
+    if !replace && ctx.peek(&args[2])?.is_some() {
         ctx.out.int(0);
         return Ok(());
     }
@@ -499,7 +499,8 @@ pub fn object(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
             ctx.out.help(&lines);
         }
         ("encoding" | "refcount" | "idletime" | "freq", 3) => {
-            let Some(value) = ctx.read(&args[2])? else {
+            // Counted, but no `keymiss`: Redis looks it up with LOOKUP_NONOTIFY.
+            let Some(value) = ctx.read_quietly(&args[2])? else {
                 ctx.out.null();
                 return Ok(());
             };

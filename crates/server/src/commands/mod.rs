@@ -186,6 +186,14 @@ pub const BLOCK_OPTION: u32 = 1 << 10;
 /// Refused before it runs or is queued, as Redis refuses its protected
 /// commands when their `enable-<name>-command` is off (DEBUG).
 pub const PROTECTED: u32 = 1 << 11;
+/// A write whose reads of keys count as keyspace hits and misses (INFO's
+/// `keyspace_hits`): Redis counts the lookups of the keys a command reads
+/// (`lookupKeyRead`), not those of the keys a write changes
+/// (`lookupKeyWrite`), so a read-only command's lookups count, a write's
+/// do not, but for these (GETSET, the sources of SINTERSTORE, COPY or
+/// SORT ... STORE); their reads of a key they only write are peeks
+/// (`Ctx::peek`).
+pub const READS_KEYS: u32 = 1 << 12;
 
 pub type Handler = fn(&mut Ctx<'_>, &[Bytes]) -> CmdResult;
 
@@ -206,6 +214,19 @@ pub struct Command {
 impl Command {
     pub fn has(&self, flag: u32) -> bool {
         self.flags & flag != 0
+    }
+
+    /// Runs the command's handler over `writes`.
+    pub fn call(
+        &self,
+        shared: &Shared,
+        conn: &mut ConnState,
+        out: &mut Out,
+        writes: &mut Writes,
+        args: &[Bytes],
+    ) -> CmdResult {
+        let reads_count = !self.has(WRITE) || self.has(READS_KEYS);
+        (self.run)(&mut Ctx { shared, conn, out, writes, reads_count }, args)
     }
 
     fn arity_ok(&self, argc: usize) -> bool {
@@ -237,6 +258,8 @@ pub struct Ctx<'a> {
     pub conn: &'a mut ConnState,
     pub out: &'a mut Out,
     pub writes: &'a mut Writes,
+    /// Whether `read` counts keyspace hits and misses (`READS_KEYS`).
+    pub reads_count: bool,
 }
 
 impl Ctx<'_> {
@@ -319,13 +342,13 @@ commands! {
     "wait", 3, 0, NONE, "generic", server::wait, "Blocks until the asynchronous replication of all preceding write commands sent by the connection is completed.";
     "lastsave", 1, FAST, NONE, "server", server::lastsave, "Returns the Unix timestamp of the last successful save to disk.";
     "get", 2, READONLY | FAST, ONE, "string", strings::get, "Returns the string value of a key.";
-    "set", -3, WRITE, ONE, "string", strings::set, "Sets the string value of a key, ignoring its type.";
+    "set", -3, WRITE | READS_KEYS, ONE, "string", strings::set, "Sets the string value of a key, ignoring its type.";
     "setnx", 3, WRITE | FAST, ONE, "string", strings::setnx, "Set the string value of a key only when the key doesn't exist.";
     "setex", 4, WRITE, ONE, "string", strings::setex, "Sets the string value and expiration time of a key.";
     "psetex", 4, WRITE, ONE, "string", strings::psetex, "Sets both string value and expiration time in milliseconds of a key.";
-    "getset", 3, WRITE | FAST, ONE, "string", strings::getset, "Returns the previous string value of a key after setting it to a new value.";
-    "getdel", 2, WRITE | FAST, ONE, "string", strings::getdel, "Returns the string value of a key after deleting the key.";
-    "getex", -2, WRITE | FAST, ONE, "string", strings::getex, "Returns the string value of a key after setting its expiration time.";
+    "getset", 3, WRITE | READS_KEYS | FAST, ONE, "string", strings::getset, "Returns the previous string value of a key after setting it to a new value.";
+    "getdel", 2, WRITE | READS_KEYS | FAST, ONE, "string", strings::getdel, "Returns the string value of a key after deleting the key.";
+    "getex", -2, WRITE | READS_KEYS | FAST, ONE, "string", strings::getex, "Returns the string value of a key after setting its expiration time.";
     "mget", -2, READONLY | FAST, ALL_ARGS, "string", strings::mget, "Atomically returns the string values of one or more keys.";
     "mset", -3, WRITE, (1, -1, 2), "string", strings::mset, "Atomically creates or modifies the string values of one or more keys.";
     "msetnx", -3, WRITE, (1, -1, 2), "string", strings::msetnx, "Atomically modifies the string values of one or more keys only when all keys don't exist.";
@@ -344,8 +367,8 @@ commands! {
     "getbit", 3, READONLY | FAST, ONE, "bitmap", bits::getbit, "Returns a bit value by offset.";
     "bitcount", -2, READONLY, ONE, "bitmap", bits::bitcount, "Counts the number of set bits (population counting) in a string.";
     "bitpos", -3, READONLY, ONE, "bitmap", bits::bitpos, "Finds the first set (1) or clear (0) bit in a string.";
-    "bitop", -4, WRITE, (2, -1, 1), "bitmap", bits::bitop, "Performs bitwise operations on multiple strings, and stores the result.";
-    "bitfield", -2, WRITE, ONE, "bitmap", bits::bitfield, "Performs arbitrary bitfield integer operations on strings.";
+    "bitop", -4, WRITE | READS_KEYS, (2, -1, 1), "bitmap", bits::bitop, "Performs bitwise operations on multiple strings, and stores the result.";
+    "bitfield", -2, WRITE | READS_KEYS, ONE, "bitmap", bits::bitfield, "Performs arbitrary bitfield integer operations on strings.";
     "bitfield_ro", -2, READONLY | FAST, ONE, "bitmap", bits::bitfield_ro, "Performs arbitrary read-only bitfield integer operations on strings.";
     "hset", -4, WRITE | FAST, ONE, "hash", hashes::hset, "Creates or modifies the value of a field in a hash.";
     "hsetnx", 4, WRITE | FAST, ONE, "hash", hashes::hsetnx, "Sets the value of a field in a hash only when the field doesn't exist.";
@@ -396,11 +419,11 @@ commands! {
     "srandmember", -2, READONLY, ONE, "set", sets::srandmember, "Get one or multiple random members from a set";
     "sinter", -2, READONLY, ALL_ARGS, "set", sets::sinter, "Returns the intersect of multiple sets.";
     "sintercard", -3, READONLY, NONE, "set", sets::sintercard, "Returns the number of members of the intersect of multiple sets.";
-    "sinterstore", -3, WRITE, ALL_ARGS, "set", sets::sinterstore, "Stores the intersect of multiple sets in a key.";
+    "sinterstore", -3, WRITE | READS_KEYS, ALL_ARGS, "set", sets::sinterstore, "Stores the intersect of multiple sets in a key.";
     "sunion", -2, READONLY, ALL_ARGS, "set", sets::sunion, "Returns the union of multiple sets.";
-    "sunionstore", -3, WRITE, ALL_ARGS, "set", sets::sunionstore, "Stores the union of multiple sets in a key.";
+    "sunionstore", -3, WRITE | READS_KEYS, ALL_ARGS, "set", sets::sunionstore, "Stores the union of multiple sets in a key.";
     "sdiff", -2, READONLY, ALL_ARGS, "set", sets::sdiff, "Returns the difference of multiple sets.";
-    "sdiffstore", -3, WRITE, ALL_ARGS, "set", sets::sdiffstore, "Stores the difference of multiple sets in a key.";
+    "sdiffstore", -3, WRITE | READS_KEYS, ALL_ARGS, "set", sets::sdiffstore, "Stores the difference of multiple sets in a key.";
     "smove", 4, WRITE | FAST, (1, 2, 1), "set", sets::smove, "Moves a member from one set to another.";
     "sscan", -3, READONLY, ONE, "set", sets::sscan, "Iterates over members of a set.";
     "zadd", -4, WRITE | FAST, ONE, "sorted-set", zsets::zadd, "Adds one or more members to a sorted set, or updates their scores. Creates the key if it doesn't exist.";
@@ -414,7 +437,7 @@ commands! {
     "zrank", 3, READONLY | FAST, ONE, "sorted-set", zsets::zrank, "Returns the index of a member in a sorted set ordered by ascending scores.";
     "zrevrank", 3, READONLY | FAST, ONE, "sorted-set", zsets::zrevrank, "Returns the index of a member in a sorted set ordered by descending scores.";
     "zrange", -4, READONLY, ONE, "sorted-set", zsets::zrange, "Returns members in a sorted set within a range of indexes.";
-    "zrangestore", -5, WRITE, (1, 2, 1), "sorted-set", zsets::zrangestore, "Stores a range of members from sorted set in a key.";
+    "zrangestore", -5, WRITE | READS_KEYS, (1, 2, 1), "sorted-set", zsets::zrangestore, "Stores a range of members from sorted set in a key.";
     "zrevrange", -4, READONLY, ONE, "sorted-set", zsets::zrevrange, "Returns members in a sorted set within a range of indexes in reverse order.";
     "zrangebyscore", -4, READONLY, ONE, "sorted-set", zsets::zrangebyscore, "Returns members in a sorted set within a range of scores.";
     "zrevrangebyscore", -4, READONLY, ONE, "sorted-set", zsets::zrevrangebyscore, "Returns members in a sorted set within a range of scores in reverse order.";
@@ -435,21 +458,21 @@ commands! {
     "zunion", -3, READONLY, ALL_ARGS, "sorted-set", zsets::zunion, "Returns the union of multiple sorted sets.";
     "zinter", -3, READONLY, ALL_ARGS, "sorted-set", zsets::zinter, "Returns the intersect of multiple sorted sets.";
     "zdiff", -3, READONLY, ALL_ARGS, "sorted-set", zsets::zdiff, "Returns the difference between multiple sorted sets.";
-    "zunionstore", -4, WRITE, ALL_ARGS, "sorted-set", zsets::zunionstore, "Stores the union of multiple sorted sets in a key.";
-    "zinterstore", -4, WRITE, ALL_ARGS, "sorted-set", zsets::zinterstore, "Stores the intersect of multiple sorted sets in a key.";
-    "zdiffstore", -4, WRITE, ALL_ARGS, "sorted-set", zsets::zdiffstore, "Stores the difference of multiple sorted sets in a key.";
+    "zunionstore", -4, WRITE | READS_KEYS, ALL_ARGS, "sorted-set", zsets::zunionstore, "Stores the union of multiple sorted sets in a key.";
+    "zinterstore", -4, WRITE | READS_KEYS, ALL_ARGS, "sorted-set", zsets::zinterstore, "Stores the intersect of multiple sorted sets in a key.";
+    "zdiffstore", -4, WRITE | READS_KEYS, ALL_ARGS, "sorted-set", zsets::zdiffstore, "Stores the difference of multiple sorted sets in a key.";
     "zintercard", -3, READONLY, NONE, "sorted-set", zsets::zintercard, "Returns the number of members of the intersect of multiple sorted sets.";
     "geoadd", -5, WRITE, ONE, "geo", geo::geoadd, "Adds one or more members to a geospatial index. The key is created if it doesn't exist.";
     "geopos", -2, READONLY, ONE, "geo", geo::geopos, "Returns the longitude and latitude of members from a geospatial index.";
     "geohash", -2, READONLY, ONE, "geo", geo::geohash, "Returns members from a geospatial index as geohash strings.";
     "geodist", -4, READONLY, ONE, "geo", geo::geodist, "Returns the distance between two members of a geospatial index.";
     // Its STORE key follows a keyword: every argument's stripe is locked.
-    "georadius", -6, WRITE, ALL_ARGS, "geo", geo::georadius, "Queries a geospatial index for members within a distance from a coordinate, optionally stores the result.";
+    "georadius", -6, WRITE | READS_KEYS, ALL_ARGS, "geo", geo::georadius, "Queries a geospatial index for members within a distance from a coordinate, optionally stores the result.";
     "georadius_ro", -6, READONLY, ONE, "geo", geo::georadius_ro, "Returns members from a geospatial index that are within a distance from a coordinate.";
-    "georadiusbymember", -5, WRITE, ALL_ARGS, "geo", geo::georadiusbymember, "Queries a geospatial index for members within a distance from a member, optionally stores the result.";
+    "georadiusbymember", -5, WRITE | READS_KEYS, ALL_ARGS, "geo", geo::georadiusbymember, "Queries a geospatial index for members within a distance from a member, optionally stores the result.";
     "georadiusbymember_ro", -5, READONLY, ONE, "geo", geo::georadiusbymember_ro, "Returns members from a geospatial index that are within a distance from a member.";
     "geosearch", -7, READONLY, ONE, "geo", geo::geosearch, "Queries a geospatial index for members inside an area of a box or a circle.";
-    "geosearchstore", -8, WRITE, (1, 2, 1), "geo", geo::geosearchstore, "Queries a geospatial index for members inside an area of a box or a circle, optionally stores the result.";
+    "geosearchstore", -8, WRITE | READS_KEYS, (1, 2, 1), "geo", geo::geosearchstore, "Queries a geospatial index for members inside an area of a box or a circle, optionally stores the result.";
     "xadd", -5, WRITE | FAST, ONE, "stream", streams::xadd, "Appends a new message to a stream. Creates the key if it doesn't exist.";
     "xlen", 2, READONLY | FAST, ONE, "stream", streams::xlen, "Return the number of messages in a stream.";
     "xrange", -4, READONLY, ONE, "stream", streams::xrange, "Returns the messages from a stream within a range of IDs.";
@@ -460,7 +483,7 @@ commands! {
     // Its keys follow STREAMS; a read takes no locks.
     "xread", -4, READONLY | BLOCK_OPTION, NONE, "stream", streams::xread, "Returns messages from multiple streams with IDs greater than the ones requested. Blocks until a message is available otherwise.";
     // Its keys follow STREAMS: every argument's stripe is locked.
-    "xreadgroup", -7, WRITE | BLOCK_OPTION, ALL_ARGS, "stream", streams::xreadgroup, "Returns new or historical messages from a stream for a consumer in a group. Blocks until a message is available otherwise.";
+    "xreadgroup", -7, WRITE | READS_KEYS | BLOCK_OPTION, ALL_ARGS, "stream", streams::xreadgroup, "Returns new or historical messages from a stream for a consumer in a group. Blocks until a message is available otherwise.";
     "xack", -4, WRITE | FAST, ONE, "stream", streams::xack, "Returns the number of messages that were successfully acknowledged by the consumer group member of a stream.";
     "xpending", -3, READONLY, ONE, "stream", streams::xpending, "Returns the information and entries from a stream consumer group's pending entries list.";
     "xclaim", -6, WRITE | FAST, ONE, "stream", streams::xclaim, "Changes, or acquires, ownership of a message in a consumer group, as if the message was delivered a consumer group member.";
@@ -469,8 +492,8 @@ commands! {
     "xinfo", -2, READONLY, (2, 2, 1), "stream", streams::xinfo, "A container for stream introspection commands.";
     "pfadd", -2, WRITE | FAST, ONE, "hyperloglog", hll::pfadd, "Adds elements to a HyperLogLog key. Creates the key if it doesn't exist.";
     // A write here: it caches the count in the value, as Redis does.
-    "pfcount", -2, WRITE, ALL_ARGS, "hyperloglog", hll::pfcount, "Returns the approximated cardinality of the set(s) observed by the HyperLogLog key(s).";
-    "pfmerge", -2, WRITE, ALL_ARGS, "hyperloglog", hll::pfmerge, "Merges one or more HyperLogLog values into a single key.";
+    "pfcount", -2, WRITE | READS_KEYS, ALL_ARGS, "hyperloglog", hll::pfcount, "Returns the approximated cardinality of the set(s) observed by the HyperLogLog key(s).";
+    "pfmerge", -2, WRITE | READS_KEYS, ALL_ARGS, "hyperloglog", hll::pfmerge, "Merges one or more HyperLogLog values into a single key.";
     "del", -2, WRITE, ALL_ARGS, "generic", keys::del, "Deletes one or more keys.";
     "unlink", -2, WRITE | FAST, ALL_ARGS, "generic", keys::del, "Asynchronously deletes one or more keys.";
     "exists", -2, READONLY | FAST, ALL_ARGS, "generic", keys::exists, "Determines whether one or more keys exist.";
@@ -486,14 +509,14 @@ commands! {
     "persist", 2, WRITE | FAST, ONE, "generic", keys::persist, "Removes the expiration time of a key.";
     "rename", 3, WRITE, (1, 2, 1), "generic", keys::rename, "Renames a key and overwrites the destination.";
     "renamenx", 3, WRITE | FAST, (1, 2, 1), "generic", keys::renamenx, "Renames a key only when the target key name doesn't exist.";
-    "copy", -3, WRITE, (1, 2, 1), "generic", keys::copy, "Copies the value of a key to a new key.";
+    "copy", -3, WRITE | READS_KEYS, (1, 2, 1), "generic", keys::copy, "Copies the value of a key to a new key.";
     "move", 3, WRITE | FAST, ONE, "generic", keys::move_, "Moves a key to another database.";
     "keys", 2, READONLY, NONE, "generic", keys::keys, "Returns all key names that match a pattern.";
     "scan", -2, READONLY, NONE, "generic", keys::scan, "Iterates over the key names in the database.";
     "randomkey", 1, READONLY, NONE, "generic", keys::randomkey, "Returns a random key name from the database.";
     // Its BY and GET patterns name keys, STORE one: every argument's
     // stripe is locked.
-    "sort", -2, WRITE, ALL_ARGS, "generic", sort::sort, "Sorts the elements in a list, a set, or a sorted set, optionally storing the result.";
+    "sort", -2, WRITE | READS_KEYS, ALL_ARGS, "generic", sort::sort, "Sorts the elements in a list, a set, or a sorted set, optionally storing the result.";
     "sort_ro", -2, READONLY, ONE, "generic", sort::sort_ro, "Returns the sorted elements of a list, a set, or a sorted set.";
     "dump", 2, READONLY, ONE, "generic", dump::dump, "Returns a serialized representation of the value stored at a key.";
     "restore", -4, WRITE, ONE, "generic", dump::restore, "Creates a key from the serialized representation of a value.";
@@ -630,8 +653,12 @@ impl<'s> Run<'s> {
     /// Commits the run; on failure every reply of the run becomes the error.
     pub async fn commit(&mut self, shared: &'s Shared, out: &mut Out) {
         if self.commands == 0 && !self.writes.read_pending() {
-            // A failed command may have left locks behind.
+            // A failed command may have left locks behind, and key misses.
             self.guards.clear();
+            let misses = self.writes.take_misses();
+            if !misses.is_empty() {
+                crate::notify::publish(shared, &misses);
+            }
             return;
         }
         let ready = self.writes.take_run_batch();
@@ -1126,11 +1153,11 @@ pub async fn run_command<'s>(
         let before = out.len();
         let result = if blind {
             // It validates before it writes: a failure leaves nothing.
-            (command.run)(&mut Ctx { shared, conn, out, writes: &mut run.writes }, args)
+            command.call(shared, conn, out, &mut run.writes, args)
         } else {
             run.writes.see_pending(&shared.pending);
             let point = run.writes.savepoint();
-            let result = (command.run)(&mut Ctx { shared, conn, out, writes: &mut run.writes }, args);
+            let result = command.call(shared, conn, out, &mut run.writes, args);
             match result {
                 Ok(()) => run.writes.release(point),
                 Err(_) => run.writes.rollback(point),
@@ -1182,7 +1209,7 @@ pub async fn run_command<'s>(
     if conn.tracking.is_some() {
         crate::tracking::remember_reads(shared, conn, command, args);
     }
-    let result = (command.run)(&mut Ctx { shared, conn, out, writes: &mut writes }, args);
+    let result = command.call(shared, conn, out, &mut writes, args);
     // A blocking command is shown once it ends (`conn::wait_blocked`), and
     // its looks again while it waits not at all.
     if !matches!(result, Err(CmdError::Blocked(..))) && !conn.info.blocked.load(Ordering::Relaxed) {
@@ -1200,6 +1227,10 @@ pub async fn run_command<'s>(
         if matches!(error, CmdError::Refused(_)) {
             args.clear();
             conn.refused = true;
+        }
+        let misses = writes.take_misses();
+        if !misses.is_empty() {
+            crate::notify::publish(shared, &misses);
         }
         // The error may tell what it read: not before that is durable.
         if writes.read_pending() {

@@ -235,7 +235,7 @@ fn run_script<'s>(
             crate::tracking::remember_reads(shared, conn, command, &args);
         }
         let started = shared.slowlog.now();
-        let result = (command.run)(&mut Ctx { shared, conn, out: &mut reply, writes: target }, &args);
+        let result = command.call(shared, conn, &mut reply, target, &args);
         conn.in_script = false;
         // Counted and logged as Redis does a script's commands: its Lua
         // client has no address.

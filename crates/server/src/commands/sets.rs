@@ -373,7 +373,7 @@ fn set_op_store(ctx: &mut Ctx<'_>, args: &[Bytes], op: Op, event: &'static str) 
     let result = combine(sets, op);
     if !result.is_empty() {
         ctx.notify(crate::notify::SET, event, &args[1]);
-    } else if ctx.read(&args[1])?.is_some() {
+    } else if ctx.peek(&args[1])?.is_some() {
         ctx.notify(crate::notify::GENERIC, "del", &args[1]);
     }
     store_new(ctx, &args[1], &result)?;

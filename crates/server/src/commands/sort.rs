@@ -226,7 +226,7 @@ fn sort_command(ctx: &mut Ctx<'_>, args: &[Bytes], read_only: bool) -> CmdResult
             }
             if !list.is_empty() {
                 ctx.notify(crate::notify::LIST, "sortstore", destination);
-            } else if ctx.read(destination)?.is_some() {
+            } else if ctx.peek(destination)?.is_some() {
                 ctx.notify(crate::notify::GENERIC, "del", destination);
             }
             super::lists::store_new(ctx, destination, &list, None)?;

@@ -6,7 +6,7 @@ use scaledkv::now_ms;
 use super::args::{eq, float, int, parse_i64};
 use super::{err, CmdError, CmdResult, Ctx};
 use crate::keyspace::{check_key, Value, MAX_STRING_BYTES};
-use crate::notify::{GENERIC, STRING};
+use crate::notify::{GENERIC, MISS, STRING};
 use crate::resp::reply::format_double;
 
 /// A string value and its expiry time.
@@ -15,13 +15,45 @@ pub type OwnedString = (Vec<u8>, Option<u64>);
 impl Ctx<'_> {
     pub fn read(&mut self, key: &[u8]) -> Result<Option<Value>, CmdError> {
         let value = self.writes.get(&self.shared.db, key)?;
-        let counts = &mut self.conn.counts;
-        if value.is_some() {
-            counts.hits += 1;
-        } else {
-            counts.misses += 1;
-        }
+        self.count_lookup(key, value.is_some());
         Ok(value)
+    }
+
+    /// As `read`, without the `keymiss` notification.
+    pub fn read_quietly(&mut self, key: &[u8]) -> Result<Option<Value>, CmdError> {
+        let value = self.writes.get(&self.shared.db, key)?;
+        self.count(value.is_some());
+        Ok(value)
+    }
+
+    /// Counts a keyspace hit or miss, if this command's reads count; a
+    /// miss raises Redis's `keymiss` notification (class `m`) as well.
+    pub fn count_lookup(&mut self, key: &[u8], found: bool) {
+        if self.count(found) && !found {
+            let flags = self.shared.notify_flags.load(std::sync::atomic::Ordering::Relaxed);
+            if crate::notify::wanted(flags, MISS) {
+                self.writes.note_event(MISS, "keymiss", key, self.conn.info.id);
+            }
+        }
+    }
+
+    /// Counts a hit or a miss; false if this command's reads do not count.
+    fn count(&mut self, found: bool) -> bool {
+        if self.reads_count {
+            let counts = &mut self.conn.counts;
+            if found {
+                counts.hits += 1;
+            } else {
+                counts.misses += 1;
+            }
+        }
+        self.reads_count
+    }
+
+    /// Reads `key` as a write that changes it looks it up: no keyspace hit
+    /// or miss, whatever the command (a destination of `READS_KEYS`).
+    pub fn peek(&self, key: &[u8]) -> Result<Option<Value>, CmdError> {
+        self.writes.get(&self.shared.db, key)
     }
 
     /// The collection at `key` kept as one value (`small`) or as a table
@@ -97,7 +129,14 @@ pub fn set(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         }
         i += 1;
     }
-    let old = if nx || xx || get || keepttl { ctx.read(key)? } else { None };
+    // Only SET ... GET reads the key for Redis's counts (`READS_KEYS`).
+    let old = if get {
+        ctx.read(key)?
+    } else if nx || xx || keepttl {
+        ctx.peek(key)?
+    } else {
+        None
+    };
     if get {
         match &old {
             Some(value) => ctx.out.bulk(value.string()?),

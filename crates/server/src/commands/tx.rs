@@ -120,7 +120,7 @@ pub async fn exec(shared: &Shared, conn: &mut ConnState, out: &mut Out) {
         if conn.tracking.is_some() {
             crate::tracking::remember_reads(shared, conn, command, args);
         }
-        let result = (command.run)(&mut Ctx { shared, conn: &mut *conn, out: &mut *out, writes: &mut writes }, args);
+        let result = command.call(shared, conn, out, &mut writes, args);
         let failed = matches!(&result, Err(error) if !matches!(error, super::CmdError::Blocked(..)));
         super::command_ran(shared, started, command, args, failed, || conn.info.peer_and_name());
         match result {

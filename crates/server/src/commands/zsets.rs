@@ -1153,7 +1153,7 @@ pub(super) fn store_new_noting(
 ) -> CmdResult {
     if !members.is_empty() {
         ctx.notify(crate::notify::ZSET, event, key);
-    } else if ctx.read(key)?.is_some() {
+    } else if ctx.peek(key)?.is_some() {
         ctx.notify(crate::notify::GENERIC, "del", key);
     }
     store_new(ctx, key, members)

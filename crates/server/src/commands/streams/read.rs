@@ -162,6 +162,8 @@ pub fn xread(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let limit = if parsed.count == 0 { usize::MAX } else { parsed.count };
     let mut served = Vec::new();
     for ((key, stream), &id) in parsed.keys.iter().zip(&streams).zip(&after) {
+        // Redis looks each key up again to serve it: a second hit or miss.
+        ctx.count_lookup(key, stream.is_some());
         let Some(stream) = stream else { continue };
         let Some(from) = id.next() else { continue };
         let entries = stream.entries(ctx, from, StreamId::MAX, false, limit)?;
@@ -200,6 +202,8 @@ pub fn xreadgroup(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let limit = if parsed.count == 0 { usize::MAX } else { parsed.count };
     let mut served = Vec::new();
     for (key, mut stream, mut group, id) in targets {
+        // Looked up again to serve it, as in XREAD.
+        ctx.count_lookup(key, true);
         let stream = &mut stream;
         // As in Redis 7.0, a consumer is made (or seen) only by a read
         // that is served: its history always, new entries if there are.
