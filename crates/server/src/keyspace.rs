@@ -903,6 +903,19 @@ impl Writes {
         self.events.push(crate::notify::Event { class, name, key: key.to_vec(), writer });
     }
 
+    pub fn events_len(&self) -> usize {
+        self.events.len()
+    }
+
+    /// Where the first event for `key` from `from` on is (the end if none).
+    pub fn first_event_of(&self, from: usize, key: &[u8]) -> usize {
+        self.events[from..].iter().position(|event| event.key == key).map_or(self.events.len(), |at| from + at)
+    }
+
+    pub fn insert_event(&mut self, at: usize, event: crate::notify::Event) {
+        self.events.insert(at, event);
+    }
+
     /// Notes a rank block of sorted set `table` added at `fence` (a split)
     /// or dropped.
     pub fn note_fence(&mut self, table: u64, fence: &[u8], added: bool) {

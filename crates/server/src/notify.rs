@@ -28,9 +28,9 @@ pub const EXPIRED: u32 = 1 << 8;
 pub const EVICTED: u32 = 1 << 9;
 /// `t`: stream commands.
 pub const STREAM: u32 = 1 << 10;
-/// `d`, `n`: modules and new keys. Accepted and kept; ScaledKV has none
-/// of these events.
+/// `d`: modules. Accepted and kept; ScaledKV has none.
 pub const MODULE: u32 = 1 << 11;
+/// `n`: a write added a key (`new`; `NewKeys`).
 pub const NEW: u32 = 1 << 13;
 /// `m`: a read's lookup found no key (`keymiss`; `Ctx::count_lookup`).
 pub const MISS: u32 = 1 << 12;
@@ -89,6 +89,57 @@ pub fn format(flags: u32) -> String {
 /// Whether an event of `class` is published at all under `flags`.
 pub fn wanted(flags: u32, class: u32) -> bool {
     flags & class != 0 && flags & (KEYSPACE | KEYEVENT) != 0
+}
+
+/// The keys a write may create, for Redis's `new` event (class `n`):
+/// those it names that do not exist before it runs (`before_write`).
+/// Redis notes `new` when it adds a key to its dictionary, before the
+/// command's own event for it; RENAME, COPY and RESTORE delete an existing
+/// destination and add it again, so theirs is new either way, and RENAME
+/// adds it before it notes `rename_from`.
+pub struct NewKeys {
+    keys: Vec<bytes::Bytes>,
+    first_event: usize,
+    renames: bool,
+}
+
+/// The candidates for `new` of `command`, when class `n` is on and it writes.
+pub fn before_write(
+    shared: &Shared,
+    writes: &crate::keyspace::Writes,
+    command: &crate::commands::Command,
+    args: &[bytes::Bytes],
+) -> Option<NewKeys> {
+    if !command.has(crate::commands::WRITE) || !wanted(shared.notify_flags.load(Ordering::Relaxed), NEW) {
+        return None;
+    }
+    let replaced = match command.name {
+        "rename" | "renamenx" | "copy" => args.get(2),
+        "restore" => args.get(1),
+        _ => None,
+    };
+    let mut keys: Vec<bytes::Bytes> = Vec::new();
+    for key in command.key_args(args).chain(replaced) {
+        let absent = Some(key) == replaced || matches!(writes.get(&shared.db, key), Ok(None));
+        if absent && !keys.contains(key) {
+            keys.push(key.clone());
+        }
+    }
+    let renames = matches!(command.name, "rename" | "renamenx");
+    Some(NewKeys { keys, first_event: writes.events_len(), renames })
+}
+
+/// Notes `new` for each candidate the command (which succeeded) left
+/// holding a value: before the command's first event for the key (for
+/// RENAME, before its first event).
+pub fn after_write(shared: &Shared, writes: &mut crate::keyspace::Writes, new: NewKeys, writer: u64) {
+    for key in new.keys {
+        if !matches!(writes.get(&shared.db, &key), Ok(Some(_))) {
+            continue;
+        }
+        let at = if new.renames { new.first_event } else { writes.first_event_of(new.first_event, &key) };
+        writes.insert_event(at, Event { class: NEW, name: "new", key: key.to_vec(), writer });
+    }
 }
 
 /// Not a class of Redis's: a flush of every key, noted for client-side

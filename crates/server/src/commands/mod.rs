@@ -226,7 +226,12 @@ impl Command {
         args: &[Bytes],
     ) -> CmdResult {
         let reads_count = !self.has(WRITE) || self.has(READS_KEYS);
-        (self.run)(&mut Ctx { shared, conn, out, writes, reads_count }, args)
+        let new_keys = crate::notify::before_write(shared, writes, self, args);
+        let result = (self.run)(&mut Ctx { shared, conn, out, writes, reads_count }, args);
+        if let (Ok(()), Some(new_keys)) = (&result, new_keys) {
+            crate::notify::after_write(shared, writes, new_keys, conn.info.id);
+        }
+        result
     }
 
     fn arity_ok(&self, argc: usize) -> bool {
@@ -1141,7 +1146,10 @@ pub async fn run_command<'s>(
         && !command.has(BLOCKING)
         && !(command.has(BLOCK_OPTION) && streams::may_block(args))
     {
-        let blind = is_blind(command, args);
+        // With `new` events on, a write must see whether its keys exist:
+        // the run keeps an overlay for blind writes too.
+        let new_wanted = crate::notify::wanted(shared.notify_flags.load(Ordering::Relaxed), crate::notify::NEW);
+        let blind = is_blind(command, args) && !new_wanted;
         if !blind && run.commands > 0 && !run.writes.has_overlay() {
             // Blind writes kept no overlay for this one to read.
             run.commit(shared, out).await;
