@@ -903,6 +903,12 @@ impl Writes {
         self.events.push(crate::notify::Event { class, name, key: key.to_vec(), writer });
     }
 
+    /// Where these writes' last entry for `key` starts, if they hold one
+    /// (`keep_overlay` tracks them).
+    pub fn written_at(&self, key: &[u8]) -> Option<usize> {
+        self.overlay.as_ref()?.get(key).copied()
+    }
+
     pub fn events_len(&self) -> usize {
         self.events.len()
     }

@@ -95,50 +95,63 @@ pub fn wanted(flags: u32, class: u32) -> bool {
 /// those it names that do not exist before it runs (`before_write`).
 /// Redis notes `new` when it adds a key to its dictionary, before the
 /// command's own event for it; RENAME, COPY and RESTORE delete an existing
-/// destination and add it again, so theirs is new either way, and RENAME
-/// adds it before it notes `rename_from`.
+/// destination and add it again, so theirs is new whenever they write it,
+/// and RENAME adds it before it notes `rename_from`.
 pub struct NewKeys {
-    keys: Vec<bytes::Bytes>,
+    /// Each key, and for a replaced destination where the writes held its
+    /// last entry before the command (`Writes::written_at`).
+    keys: Vec<(bytes::Bytes, Option<Option<usize>>)>,
     first_event: usize,
     renames: bool,
 }
 
-/// The candidates for `new` of `command`, when class `n` is on and it writes.
+/// The candidates for `new` of `command`, when class `n` is on and it
+/// writes; its writes are tracked from now on, so that `after_write` can
+/// read them.
 pub fn before_write(
     shared: &Shared,
-    writes: &crate::keyspace::Writes,
+    writes: &mut crate::keyspace::Writes,
     command: &crate::commands::Command,
     args: &[bytes::Bytes],
 ) -> Option<NewKeys> {
     if !command.has(crate::commands::WRITE) || !wanted(shared.notify_flags.load(Ordering::Relaxed), NEW) {
         return None;
     }
+    writes.keep_overlay();
     let replaced = match command.name {
         "rename" | "renamenx" | "copy" => args.get(2),
         "restore" => args.get(1),
         _ => None,
     };
-    let mut keys: Vec<bytes::Bytes> = Vec::new();
+    let mut keys: Vec<(bytes::Bytes, Option<Option<usize>>)> = Vec::new();
     for key in command.key_args(args).chain(replaced) {
-        let absent = Some(key) == replaced || matches!(writes.get(&shared.db, key), Ok(None));
-        if absent && !keys.contains(key) {
-            keys.push(key.clone());
+        if keys.iter().any(|(held, _)| held == key) {
+            continue;
+        }
+        if Some(key) == replaced {
+            keys.push((key.clone(), Some(writes.written_at(key))));
+        } else if matches!(writes.get(&shared.db, key), Ok(None)) {
+            keys.push((key.clone(), None));
         }
     }
     let renames = matches!(command.name, "rename" | "renamenx");
     Some(NewKeys { keys, first_event: writes.events_len(), renames })
 }
 
-/// Notes `new` for each candidate the command (which succeeded) left
-/// holding a value: before the command's first event for the key (for
-/// RENAME, before its first event).
+/// Notes `new` for each candidate the command (which succeeded) added:
+/// before the command's first event for the key (for RENAME, before its
+/// first event).
 pub fn after_write(shared: &Shared, writes: &mut crate::keyspace::Writes, new: NewKeys, writer: u64) {
-    for key in new.keys {
-        if !matches!(writes.get(&shared.db, &key), Ok(Some(_))) {
-            continue;
+    for (key, replaced_at) in new.keys {
+        let added = match replaced_at {
+            // Written by the command (RENAMENX and COPY may write nothing).
+            Some(before) => writes.written_at(&key) != before && matches!(writes.get(&shared.db, &key), Ok(Some(_))),
+            None => matches!(writes.get(&shared.db, &key), Ok(Some(_))),
+        };
+        if added {
+            let at = if new.renames { new.first_event } else { writes.first_event_of(new.first_event, &key) };
+            writes.insert_event(at, Event { class: NEW, name: "new", key: key.to_vec(), writer });
         }
-        let at = if new.renames { new.first_event } else { writes.first_event_of(new.first_event, &key) };
-        writes.insert_event(at, Event { class: NEW, name: "new", key: key.to_vec(), writer });
     }
 }
 
