@@ -106,8 +106,8 @@ pub struct NewKeys {
 }
 
 /// The candidates for `new` of `command`, when class `n` is on and it
-/// writes; its writes are tracked from now on, so that `after_write` can
-/// read them.
+/// writes; if there are, its writes are tracked from now on, so that
+/// `after_write` can read them.
 pub fn before_write(
     shared: &Shared,
     writes: &mut crate::keyspace::Writes,
@@ -117,7 +117,6 @@ pub fn before_write(
     if !command.has(crate::commands::WRITE) || !wanted(shared.notify_flags.load(Ordering::Relaxed), NEW) {
         return None;
     }
-    writes.keep_overlay();
     let replaced = match command.name {
         "rename" | "renamenx" | "copy" => args.get(2),
         "restore" => args.get(1),
@@ -134,6 +133,12 @@ pub fn before_write(
             keys.push((key.clone(), None));
         }
     }
+    if keys.is_empty() {
+        return None;
+    }
+    // Not for a command without candidates: FLUSHALL splits a huge flush
+    // only while its writes keep no overlay.
+    writes.keep_overlay();
     let renames = matches!(command.name, "rename" | "renamenx");
     Some(NewKeys { keys, first_event: writes.events_len(), renames })
 }
