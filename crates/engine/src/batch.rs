@@ -157,6 +157,37 @@ impl WriteBatch {
         self.count = count;
     }
 
+    /// Keeps only the last of each run of consecutive entries for one key
+    /// (a pipeline of SETs to one key): the batch is applied whole, so
+    /// nothing can see the others.
+    pub fn drop_repeats(&mut self) {
+        let mut body = Vec::with_capacity(self.body.len());
+        let mut count = 0;
+        // The entry held back until the next shows whether it is repeated:
+        // where it starts, its length, and where its key lies.
+        let mut held: Option<(usize, usize, std::ops::Range<usize>)> = None;
+        let mut at = 0;
+        while at < self.body.len() {
+            let Ok(entry) = decode_entry(&self.body[at..], false) else { break };
+            let key_at = entry.key.as_ptr() as usize - self.body.as_ptr() as usize;
+            let key = key_at..key_at + entry.key.len();
+            if let Some((start, len, held_key)) = held.take() {
+                if self.body[held_key] != *entry.key {
+                    body.extend_from_slice(&self.body[start..start + len]);
+                    count += 1;
+                }
+            }
+            held = Some((at, entry.len, key));
+            at += entry.len;
+        }
+        if let Some((start, len, _)) = held {
+            body.extend_from_slice(&self.body[start..start + len]);
+            count += 1;
+        }
+        self.body = body;
+        self.count = count;
+    }
+
     pub fn len(&self) -> usize {
         self.count as usize
     }
@@ -248,6 +279,25 @@ mod tests {
         db.write(batch).unwrap();
         assert_eq!(db.get(b"a").unwrap().as_deref(), Some(&b"2"[..]));
         assert_eq!(db.get(b"b").unwrap().as_deref(), Some(&b"1"[..]));
+    }
+
+    #[test]
+    fn drop_repeats_keeps_the_last_of_each_run_of_one_key() {
+        let mut batch = WriteBatch::new();
+        for (key, value) in [("a", "1"), ("a", "2"), ("b", "1"), ("a", "3"), ("a", "4"), ("a", "5")] {
+            batch.put(key.as_bytes(), value.as_bytes());
+        }
+        batch.delete(b"c");
+        batch.put(b"c", b"1");
+        batch.drop_repeats();
+        let entries: Vec<_> = batch.entries().collect();
+        let put = |key: &'static [u8], value: &'static [u8]| (key, Some((value, None)));
+        assert_eq!(entries, [put(b"a", b"2"), put(b"b", b"1"), put(b"a", b"5"), put(b"c", b"1")]);
+        assert_eq!(batch.len(), 4);
+        let mut single = WriteBatch::new();
+        single.put(b"x", b"1");
+        single.drop_repeats();
+        assert_eq!(single.entries().collect::<Vec<_>>(), [put(b"x", b"1")]);
     }
 
     #[test]

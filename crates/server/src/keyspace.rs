@@ -206,6 +206,8 @@ pub struct Writes {
     undo: Vec<(usize, Option<usize>)>,
     /// Save points open.
     savepoints: u32,
+    /// Where the last entry written without an overlay starts.
+    last_at: usize,
     /// Entries under `RESERVED` these writes add (or, negative, remove):
     /// applied to `Shared::reserved_entries` once they commit.
     reserved_delta: i64,
@@ -306,6 +308,7 @@ impl Writes {
             outer: Vec::new(),
             undo: Vec::new(),
             savepoints: 0,
+            last_at: 0,
             reserved_delta: 0,
             pushed: false,
             blocks_changed: false,
@@ -424,6 +427,7 @@ impl Writes {
             outer,
             undo: Vec::new(),
             savepoints: 0,
+            last_at: 0,
             reserved_delta: 0,
             pushed: false,
             // Known to the branch too: its base's blocks are not the cached.
@@ -869,8 +873,11 @@ impl Writes {
     /// Notes that `key`'s latest entry is the one added next, for later
     /// commands of a transaction or run to read.
     fn overlay_next(&mut self, key: &[u8]) {
-        let Some(overlay) = &mut self.overlay else { return };
         let at = self.batch.size_bytes();
+        let Some(overlay) = &mut self.overlay else {
+            self.last_at = at;
+            return;
+        };
         // A key written again (the run's hot key) keeps its allocation.
         let before = match overlay.get_mut(key) {
             Some(slot) => Some(std::mem::replace(slot, at)),
@@ -962,11 +969,19 @@ impl Writes {
         let overlay = self.overlay.take();
         let hint = self.batch.size_bytes().min(64 << 10);
         let mut batch = std::mem::replace(&mut self.batch, WriteBatch::with_capacity(hint));
-        if let Some(overlay) = overlay.filter(|overlay| overlay.len() < batch.len()) {
-            // A key the run wrote more than once (a pipeline of PFADDs or
-            // INCRs of one key): only its last entry goes to the log.
-            batch.retain(|key, at| overlay.get(key).is_none_or(|&last| last <= at));
+        match overlay {
+            Some(overlay) if overlay.len() < batch.len() => {
+                // A key the run wrote more than once (a pipeline of PFADDs
+                // or INCRs of one key): only its last entry goes to the log.
+                batch.retain(|key, at| overlay.get(key).is_none_or(|&last| last <= at));
+            }
+            // Blind writes keep no overlay; a run whose first and last
+            // entries are for one key (redis-benchmark's SET) sends only
+            // the last of each repeat: one check, nothing for others.
+            None if batch.len() > 1 && batch.key_at(0) == batch.key_at(self.last_at) => batch.drop_repeats(),
+            _ => {}
         }
+        self.last_at = 0;
         self.blocks_changed = false;
         Ready {
             batch,

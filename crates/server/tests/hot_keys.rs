@@ -226,6 +226,45 @@ fn hot_keys_on(base: &str, threads: &str) {
     );
 }
 
+/// Pipelines of blind writes that repeat a key (redis-benchmark's SET):
+/// a run sends only the last of each repeat to the log, and every read,
+/// before and after a SIGKILL and a restart, finds the last value written.
+#[test]
+fn pipelined_sets_of_one_key_keep_the_last() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    let mut server = Server::start(&path, &["--durability", "sync"]);
+    let mut stream = server.connect();
+    let keys = ["a", "a", "b", "a", "a", "c", "c", "a"];
+    let mut last = std::collections::BTreeMap::new();
+    for round in 0..50 {
+        let mut pipeline = Vec::new();
+        for (i, key) in keys.iter().enumerate() {
+            let value = format!("{round}-{i}");
+            pipeline.extend(match i % 3 {
+                0 => encode(&[b"SET", key.as_bytes(), value.as_bytes()]),
+                1 => encode(&[b"MSET", key.as_bytes(), value.as_bytes()]),
+                _ => encode(&[b"SETEX", key.as_bytes(), b"1000", value.as_bytes()]),
+            });
+            last.insert(*key, value);
+        }
+        std::io::Write::write_all(&mut stream, &pipeline).unwrap();
+        for _ in &keys {
+            assert_eq!(read_reply(&mut stream), b"+OK\r\n");
+        }
+    }
+    let check = |server: &Server| {
+        let mut stream = server.connect();
+        for (key, value) in &last {
+            assert_eq!(text(&request(&mut stream, &encode(&[b"GET", key.as_bytes()]))), *value, "GET {key}");
+        }
+    };
+    check(&server);
+    server.kill();
+    let server = Server::start(&path, &[]);
+    check(&server);
+}
+
 /// On the disk one I/O thread's writers wait for the commit thread's
 /// flush; on tmpfs a writer commits before it yields, so only writers on
 /// other I/O threads find its locks taken.
