@@ -12,7 +12,7 @@
 //! arrive: what came before is sent before its reply, as in Redis.
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -53,10 +53,38 @@ impl Class {
     }
 }
 
-/// The most a slow subscriber may have waiting before it is disconnected:
-/// Redis's default hard limit for pub/sub clients
-/// (`client-output-buffer-limit pubsub 32mb`).
-pub const MAILBOX_LIMIT_BYTES: usize = 32 << 20;
+/// A class's `client-output-buffer-limit`: a client whose waiting output
+/// passes `hard` bytes is closed at once; past `soft` for more than
+/// `soft_secs` seconds on end, too (0: no such limit).
+pub struct OutputLimit {
+    hard: AtomicUsize,
+    soft: AtomicUsize,
+    soft_secs: AtomicU64,
+}
+
+impl OutputLimit {
+    const fn new(hard: usize, soft: usize, soft_secs: u64) -> OutputLimit {
+        OutputLimit { hard: AtomicUsize::new(hard), soft: AtomicUsize::new(soft), soft_secs: AtomicU64::new(soft_secs) }
+    }
+
+    pub fn get(&self) -> (usize, usize, u64) {
+        (self.hard.load(Ordering::Relaxed), self.soft.load(Ordering::Relaxed), self.soft_secs.load(Ordering::Relaxed))
+    }
+
+    pub fn set(&self, (hard, soft, soft_secs): (usize, usize, u64)) {
+        self.hard.store(hard, Ordering::Relaxed);
+        self.soft.store(soft, Ordering::Relaxed);
+        self.soft_secs.store(soft_secs, Ordering::Relaxed);
+    }
+}
+
+/// Redis's defaults, process-wide as Redis's `server` settings are: the
+/// pubsub class bounds every mailbox (subscribers, MONITOR's lines,
+/// client-side caching's redirected invalidations); replicas' is kept for
+/// CONFIG GET (ScaledKV has none). Normal clients' output is bounded by
+/// the reading of their input: their class stays `0 0 0`.
+pub static PUBSUB_LIMIT: OutputLimit = OutputLimit::new(32 << 20, 8 << 20, 60);
+pub static REPLICA_LIMIT: OutputLimit = OutputLimit::new(256 << 20, 64 << 20, 60);
 
 /// What a message costs in a mailbox besides its bytes.
 const MESSAGE_OVERHEAD_BYTES: usize = 64;
@@ -133,6 +161,8 @@ struct Queue {
     bytes: usize,
     /// Over the limit once: the client is being closed, take nothing more.
     closed: bool,
+    /// Since when the mailbox has been past the soft limit.
+    over_soft_since: Option<std::time::Instant>,
 }
 
 impl Mailbox {
@@ -176,7 +206,17 @@ fn post(client: &Arc<ClientInfo>, message: Message, woken: &mut Vec<Arc<ClientIn
     if queue.closed {
         return;
     }
-    if queue.bytes + client.mail.handed.load(Ordering::Relaxed) + cost > MAILBOX_LIMIT_BYTES {
+    let waiting = queue.bytes + client.mail.handed.load(Ordering::Relaxed) + cost;
+    let (hard, soft, soft_secs) = PUBSUB_LIMIT.get();
+    let over_soft = if soft > 0 && waiting > soft {
+        // As Redis: the first message past it starts the clock.
+        let since = *queue.over_soft_since.get_or_insert_with(std::time::Instant::now);
+        since.elapsed() > std::time::Duration::from_secs(soft_secs)
+    } else {
+        queue.over_soft_since = None;
+        false
+    };
+    if hard > 0 && waiting > hard || over_soft {
         queue.closed = true;
         queue.messages = VecDeque::new();
         queue.bytes = 0;
@@ -185,8 +225,11 @@ fn post(client: &Arc<ClientInfo>, message: Message, woken: &mut Vec<Arc<ClientIn
         tracing::warn!(
             client = client.id,
             addr = %client.addr,
-            limit = MAILBOX_LIMIT_BYTES,
-            "closing a subscriber that does not read its messages (more than the limit waiting)"
+            waiting,
+            hard,
+            soft,
+            soft_secs,
+            "closing a subscriber that does not read its messages (client-output-buffer-limit pubsub)"
         );
         client.kill();
         return;

@@ -568,6 +568,40 @@ fn same_replies(ours: &mut TcpStream, theirs: &mut TcpStream, script: &[Vec<Vec<
     }
 }
 
+/// `client-output-buffer-limit`: Redis's format, classes, units, errors
+/// (a refused value changes nothing), then its defaults again.
+#[test]
+fn output_buffer_limits_are_set_as_in_redis() {
+    let Some(mut servers) = Servers::start() else { return };
+    let Servers { ours, theirs, .. } = &mut servers;
+    let set = |value: &str| -> Vec<Vec<u8>> {
+        [&b"CONFIG"[..], b"SET", b"client-output-buffer-limit", value.as_bytes()].map(<[u8]>::to_vec).to_vec()
+    };
+    let get = [&b"CONFIG"[..], b"GET", b"client-output-buffer-limit"].map(<[u8]>::to_vec).to_vec();
+    let mut script = vec![get.clone()];
+    for value in [
+        "pubsub 1mb 512kb 10",
+        "normal 0 0 0 replica 1gb 100mb 5",
+        "PUBSUB 1048577 2k 0 slave 2 1 1",
+        "pubsub 1mb",
+        "master 1 2 3",
+        "pubsub 1xb 2 3",
+        "pubsub 1mb 1mb -5",
+        "pubsub 1mb 1mb x",
+        "pubsub 1mb 1mb 5x",
+        "pubsub 1MB 1Mb -0",
+        "pubsub 1 1 +3",
+        "pubsub -1 1 1",
+        "pubsub 1.5mb 1 1",
+        "",
+        "pubsub 32mb 8mb 60 slave 256mb 64mb 60",
+    ] {
+        script.push(set(value));
+        script.push(get.clone());
+    }
+    same_replies(&mut *ours, &mut *theirs, &script);
+}
+
 /// (setup that makes key `k`, command) pairs whose lookups INFO counts.
 const LOOKUP_CASES: &[(&str, &str)] = &[
     ("SET k v", "GET k"),

@@ -162,13 +162,12 @@ fn no_message_follows_the_confirmation_of_an_unsubscribe() {
 /// for it (Redis's `client-output-buffer-limit pubsub` hard limit), and
 /// the server's memory is let go; a subscriber that reads gets every
 /// message meanwhile, and the publisher is never held up.
-#[test]
-fn a_subscriber_that_stops_reading_is_closed_at_the_limit() {
-    let (_dir, server) = start();
-    let mut slow = server.connect();
-    // A fixed receive buffer: autotuning may grow it to tcp_rmem's maximum
-    // (32 MiB here), which would hold so much of the 48 MiB that the
-    // server's share stays under the limit (it did once, on a busy host).
+/// A connection to subscribe with and never read from. Its receive buffer
+/// is fixed: autotuning may grow it to tcp_rmem's maximum (32 MiB here),
+/// which would hold so much of what is sent that the server's share stays
+/// under a limit (it did once, on a busy host).
+fn slow_reader(server: &Server) -> TcpStream {
+    let slow = server.connect();
     let rcvbuf: libc::c_int = 256 << 10;
     // SAFETY: setsockopt on our own socket with a c_int it reads.
     let set = unsafe {
@@ -181,6 +180,13 @@ fn a_subscriber_that_stops_reading_is_closed_at_the_limit() {
         )
     };
     assert_eq!(set, 0, "setsockopt SO_RCVBUF");
+    slow
+}
+
+#[test]
+fn a_subscriber_that_stops_reading_is_closed_at_the_limit() {
+    let (_dir, server) = start();
+    let mut slow = slow_reader(&server);
     request(&mut slow, &encode(&[b"SUBSCRIBE", b"big"]));
     let mut fast = server.connect();
     fast.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
@@ -235,6 +241,44 @@ fn a_subscriber_that_stops_reading_is_closed_at_the_limit() {
     assert!(sink.len() < 40 << 20, "{} bytes reached the slow client", sink.len());
     let clients: String = redis::cmd("CLIENT").arg("LIST").query(&mut publisher).unwrap();
     assert_eq!(clients.lines().filter(|line| line.contains("flags=P")).count(), 1, "{clients}");
+}
+
+/// `client-output-buffer-limit pubsub 0 1mb 1`: a subscriber past the soft
+/// limit is kept for its second, then closed by the next message.
+#[test]
+fn a_subscriber_past_the_soft_limit_is_closed_after_its_seconds() {
+    let (_dir, server) = start();
+    let mut slow = slow_reader(&server);
+    request(&mut slow, &encode(&[b"SUBSCRIBE", b"soft"]));
+    let client = redis::Client::open(server.url()).unwrap();
+    let mut publisher = client.get_connection().unwrap();
+    let mut set = redis::cmd("CONFIG");
+    set.arg("SET").arg("client-output-buffer-limit").arg("pubsub 0 1mb 1");
+    set.query::<()>(&mut publisher).unwrap();
+    let limits: Vec<String> =
+        redis::cmd("CONFIG").arg("GET").arg("client-output-buffer-limit").query(&mut publisher).unwrap();
+    assert!(limits[1].ends_with("pubsub 0 1048576 1"), "{limits:?}");
+    // Normal clients' output has no limit here: another value is refused.
+    let mut normal = redis::cmd("CONFIG");
+    normal.arg("SET").arg("client-output-buffer-limit").arg("normal 1mb 0 0");
+    let refused = normal.query::<()>(&mut publisher).unwrap_err().to_string();
+    assert!(refused.contains("only `normal 0 0 0`"), "{refused}");
+    // 16 MiB: past what the sockets' buffers hold, past the soft limit.
+    let payload = vec![b'x'; 1 << 20];
+    let started = Instant::now();
+    for _ in 0..16 {
+        assert_eq!(publisher.publish::<_, _, i64>("soft", &payload).unwrap(), 1);
+    }
+    if started.elapsed() < Duration::from_millis(900) {
+        assert_eq!(numsub(&mut publisher, "soft"), 1, "past the soft limit for less than its second: kept");
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    publisher.publish::<_, _, i64>("soft", "later").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while numsub(&mut publisher, "soft") != 0 {
+        assert!(Instant::now() < deadline, "the subscriber past the soft limit was never dropped");
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
 
 /// `--notify-keyspace-events Ex`: a key removed by active expiry is told on
