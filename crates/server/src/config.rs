@@ -63,6 +63,11 @@ pub struct Cli {
     /// (`KEA` for all; default none). CONFIG SET changes it.
     #[arg(long = "notify-keyspace-events")]
     pub notify_keyspace_events: Option<String>,
+    /// Output limits, as Redis's setting of this name (default `pubsub
+    /// 32mb 8mb 60`: a subscriber past 32 MiB waiting, or past 8 MiB for
+    /// 60 s, is closed). CONFIG SET changes it.
+    #[arg(long = "client-output-buffer-limit")]
+    pub client_output_buffer_limit: Option<String>,
     /// Serve the memcached protocols (text and binary) on this port too (off by default;
     /// memcached's is 11211; 0 picks a free one, INFO's memcached_port
     /// tells which).
@@ -138,6 +143,7 @@ struct FileConfig {
     point_index: Option<bool>,
     gc_space_amp: Option<f64>,
     notify_keyspace_events: Option<String>,
+    client_output_buffer_limit: Option<String>,
     memcached_port: Option<u16>,
     memcached_item_size_max: Option<usize>,
     maxmemory: Option<String>,
@@ -177,6 +183,8 @@ pub struct Config {
     pub gc_space_amp: f64,
     /// `notify-keyspace-events` at start (`crate::notify` flags).
     pub notify_keyspace_events: u32,
+    /// Checked when read; applied as the server starts.
+    pub client_output_buffer_limit: Option<String>,
     /// The memcached protocol's port (None: off; `crate::memcache`).
     pub memcached_port: Option<u16>,
     /// The largest memcached item (key, value and memcached's per-item
@@ -224,6 +232,7 @@ impl Default for Config {
             point_index: true,
             gc_space_amp: Options::default().gc_space_amp,
             notify_keyspace_events: 0,
+            client_output_buffer_limit: None,
             memcached_port: None,
             memcached_item_size_max: DEFAULT_MEMCACHED_ITEM_SIZE_MAX,
             memory: Arc::default(),
@@ -253,6 +262,11 @@ impl Config {
         let notify_keyspace_events = crate::notify::parse(events.as_bytes()).ok_or_else(|| {
             format!("notify-keyspace-events {events:?}: a character names no class (use Ag$lshzxeKEtmdn)")
         })?;
+        let client_output_buffer_limit = cli.client_output_buffer_limit.or(file.client_output_buffer_limit);
+        if let Some(text) = &client_output_buffer_limit {
+            crate::pubsub::parse_output_limits(text)
+                .map_err(|e| format!("client-output-buffer-limit {text:?}: {e}"))?;
+        }
         let maxmemory = match cli.maxmemory.or(file.maxmemory) {
             Some(text) => parse_bytes(&text).ok_or_else(|| format!("maxmemory {text:?}: not a size like 100mb"))?,
             None => 0,
@@ -309,6 +323,7 @@ impl Config {
             point_index: file.point_index.unwrap_or(defaults.point_index),
             gc_space_amp: cli.gc_space_amp.or(file.gc_space_amp).unwrap_or(defaults.gc_space_amp),
             notify_keyspace_events,
+            client_output_buffer_limit,
             memcached_port: cli.memcached_port.or(file.memcached_port),
             memcached_item_size_max: cli
                 .memcached_item_size_max
@@ -444,6 +459,22 @@ mod tests {
         for bad in [0.5, f64::NAN, f64::INFINITY] {
             let error = Config::from_cli(Cli { gc_space_amp: Some(bad), ..Cli::default() }).unwrap_err();
             assert!(error.contains("gc-space-amp"), "{error}");
+        }
+    }
+
+    #[test]
+    fn output_limits_come_from_the_file_or_the_flag_and_are_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("scaledkv.toml");
+        std::fs::write(&path, "client-output-buffer-limit = \"pubsub 1mb 512kb 5\"\n").unwrap();
+        let from_file = Config::from_cli(Cli { config: Some(path.clone()), ..Cli::default() }).unwrap();
+        assert_eq!(from_file.client_output_buffer_limit.as_deref(), Some("pubsub 1mb 512kb 5"));
+        let cli = Cli { config: Some(path), client_output_buffer_limit: Some("pubsub 0 0 0".into()), ..Cli::default() };
+        assert_eq!(Config::from_cli(cli).unwrap().client_output_buffer_limit.as_deref(), Some("pubsub 0 0 0"));
+        for bad in ["pubsub 1mb", "master 1 2 3", "pubsub 1mb 1mb -1", "normal 1mb 0 0"] {
+            let cli = Cli { client_output_buffer_limit: Some(bad.into()), ..Cli::default() };
+            let error = Config::from_cli(cli).unwrap_err();
+            assert!(error.contains("client-output-buffer-limit"), "{bad}: {error}");
         }
     }
 

@@ -245,6 +245,9 @@ pub async fn run(config: Config, db: Db) -> Result<(), String> {
         ),
         None => None,
     };
+    if let Some(text) = &config.client_output_buffer_limit {
+        crate::pubsub::parse_output_limits(text)?.apply();
+    }
     let next_table_id = crate::commands::table::next_id(&db)?;
     let scripts = crate::script::Scripts::new(config.busy_reply_threshold_ms, config.script_memory_limit);
     let libraries = crate::commands::functions::load_stored(&db, &scripts)?;

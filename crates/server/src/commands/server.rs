@@ -1004,45 +1004,6 @@ fn output_limits() -> String {
     [class("normal", (0, 0, 0)), class("slave", replica), class("pubsub", pubsub)].join(" ")
 }
 
-/// Sets `client-output-buffer-limit` from `<class> <hard> <soft> <soft
-/// seconds>` groups, all or none, with Redis's errors. Normal clients'
-/// output has no limit but their reading (see `pubsub::PUBSUB_LIMIT`):
-/// other values for them are refused rather than ignored.
-fn set_output_limits(text: &str) -> Result<(), String> {
-    let words: Vec<&str> = text.split_whitespace().collect();
-    if !words.len().is_multiple_of(4) {
-        return Err("Wrong number of arguments in buffer limit configuration.".into());
-    }
-    let mut limits = Vec::new();
-    for group in words.chunks(4) {
-        let class = group[0].to_ascii_lowercase();
-        if !matches!(class.as_str(), "normal" | "slave" | "replica" | "pubsub") {
-            return Err("Invalid client class specified in buffer limit configuration.".into());
-        }
-        let (hard, soft) = (crate::maxmemory::parse_bytes(group[1]), crate::maxmemory::parse_bytes(group[2]));
-        // Seconds: a whole integer, at least 0 (`-0` and `+3` pass, as in Redis).
-        let secs = group[3].parse::<i64>().ok().filter(|&secs| secs >= 0);
-        let (Some(hard), Some(soft), Some(secs)) = (hard, soft, secs) else {
-            return Err("Error in hard, soft or soft_seconds setting in buffer limit configuration.".into());
-        };
-        let secs = secs as u64;
-        if class == "normal" && (hard, soft, secs) != (0, 0, 0) {
-            return Err("ScaledKV has no output buffer limit for normal clients (their output waits for them to \
-                        read it): only `normal 0 0 0`"
-                .into());
-        }
-        limits.push((class, (hard as usize, soft as usize, secs)));
-    }
-    for (class, limit) in limits {
-        match class.as_str() {
-            "pubsub" => crate::pubsub::PUBSUB_LIMIT.set(limit),
-            "slave" | "replica" => crate::pubsub::REPLICA_LIMIT.set(limit),
-            _ => {}
-        }
-    }
-    Ok(())
-}
-
 pub fn config(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let sub = String::from_utf8_lossy(&args[1]).to_ascii_lowercase();
     match sub.as_str() {
@@ -1127,9 +1088,9 @@ fn config_set(ctx: &mut Ctx<'_>, name: &str, value: &[u8]) -> CmdResult {
             })?;
             shared.scripts.control.memory_limit.store(bytes, Ordering::Relaxed)
         }
-        "client-output-buffer-limit" => set_output_limits(&text).map_err(|reason| {
-            err(format!("ERR CONFIG SET failed (possibly related to argument '{name}') - {reason}"))
-        })?,
+        "client-output-buffer-limit" => crate::pubsub::parse_output_limits(&text)
+            .map_err(|reason| err(format!("ERR CONFIG SET failed (possibly related to argument '{name}') - {reason}")))?
+            .apply(),
         "notify-keyspace-events" => {
             let flags = crate::notify::parse(value).ok_or_else(|| {
                 err(format!(
