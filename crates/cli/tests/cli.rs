@@ -8,8 +8,11 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use scaledkv::log::reader::scan;
 use scaledkv::{Db, Durability, Options};
+
+#[path = "../../engine/tests/support/framed.rs"]
+mod framed;
+use framed::{key, value};
 
 const KEYS: u32 = 20;
 
@@ -17,40 +20,24 @@ fn options() -> Options {
     Options { durability: Durability::Sync, segment_size_bytes: 256 * 1024, ..Options::default() }
 }
 
-fn key(i: u32) -> Vec<u8> {
-    format!("key-{i:03}").into_bytes()
-}
-
-fn value(i: u32) -> Vec<u8> {
-    format!("value-{i}-").bytes().cycle().take(50 + (i as usize * 37) % 300).collect()
-}
-
-/// A database of `KEYS` keys, one log frame each, closed cleanly; without
-/// its checkpoint (`replay`) open reads the whole log again. The frames'
-/// byte ranges in the first segment.
-fn build(replay: bool) -> (tempfile::TempDir, PathBuf, Vec<(usize, usize)>) {
-    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-    {
-        let db = Db::open(dir.path(), options()).unwrap();
-        for i in 0..KEYS {
-            db.put(&key(i), &value(i)).unwrap();
-        }
-    }
-    if replay {
-        for entry in std::fs::read_dir(dir.path()).unwrap() {
-            let path = entry.unwrap().path();
-            let name = path.file_name().unwrap().to_str().unwrap().to_string();
-            if name == "MANIFEST" || name.starts_with("index-") {
-                std::fs::remove_file(path).unwrap();
+/// Opens `dir`, which the test closed a moment ago: another test's child
+/// process may still hold a copy of its lock's descriptor between its
+/// fork and its exec (a few microseconds), so `Locked` is tried again.
+fn reopen(dir: &Path) -> Db {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        match Db::open(dir, options()) {
+            Err(scaledkv::Error::Locked { .. }) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(5))
             }
+            opened => return opened.unwrap(),
         }
     }
-    let segment = dir.path().join("seg-00000001.log");
-    let bytes = std::fs::read(&segment).unwrap();
-    let mut frames = Vec::new();
-    scan(&bytes, 256, |at, header, _, _| frames.push((at, at + header.frame_len as usize)));
-    assert_eq!(frames.len(), KEYS as usize);
-    (dir, segment, frames)
+}
+
+/// The database the tests damage (`framed::build`).
+fn build(replay: bool) -> (tempfile::TempDir, PathBuf, Vec<(usize, usize)>) {
+    framed::build(options(), KEYS, replay)
 }
 
 /// Flips a byte in the middle of frame `n`.
@@ -71,7 +58,7 @@ fn text(output: &Output) -> String {
 
 /// Every key but `except` holds its value exactly.
 fn assert_all_but(dir: &Path, except: u32) {
-    let db = Db::open(dir, options()).unwrap();
+    let db = reopen(dir);
     for i in 0..KEYS {
         let want = (i != except).then(|| value(i));
         assert_eq!(db.get(&key(i)).unwrap(), want, "key {i}");
@@ -122,7 +109,7 @@ fn a_damaged_entry_under_the_checkpoint_is_found_and_its_key_deleted() {
 fn dump_and_stats_print_what_is_there() {
     let (dir, _, _) = build(false);
     {
-        let db = Db::open(dir.path(), options()).unwrap();
+        let db = reopen(dir.path());
         db.put(b"\xff\xff\x00own", b"server's").unwrap();
         db.put(b"odd \"key\"\n", b"\x00\x01").unwrap();
     }
@@ -145,7 +132,7 @@ fn dump_and_stats_print_what_is_there() {
 #[test]
 fn a_directory_in_use_or_missing_is_refused() {
     let (dir, _, _) = build(false);
-    let db = Db::open(dir.path(), options()).unwrap();
+    let db = reopen(dir.path());
     let refused = scaledkv(&["check"], dir.path());
     assert!(!refused.status.success());
     assert!(text(&refused).contains("in use by another process (stop the server first)"), "{}", text(&refused));

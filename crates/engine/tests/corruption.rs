@@ -6,8 +6,12 @@
 use std::path::{Path, PathBuf};
 
 use proptest::prelude::*;
-use scaledkv::log::reader::{scan, scan_until, ScanEnd};
+use scaledkv::log::reader::{scan_until, ScanEnd};
 use scaledkv::{Db, Durability, Error, Options};
+
+#[path = "support/framed.rs"]
+mod framed;
+use framed::{key, value};
 
 const FRAMES: u32 = 20;
 
@@ -20,39 +24,9 @@ fn options() -> Options {
     }
 }
 
-fn key(i: u32) -> Vec<u8> {
-    format!("key-{i:03}").into_bytes()
-}
-
-fn value(i: u32) -> Vec<u8> {
-    format!("value-{i}-").bytes().cycle().take(50 + (i as usize * 37) % 300).collect()
-}
-
-/// A database with one frame per key, closed cleanly. With `replay_only`
-/// the checkpoint is removed so open replays (and checks) the whole log.
+/// The database the tests damage (`framed::build`).
 fn build(replay_only: bool) -> (tempfile::TempDir, PathBuf, Vec<(usize, usize)>) {
-    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-    {
-        let db = Db::open(dir.path(), options()).unwrap();
-        for i in 0..FRAMES {
-            db.put(&key(i), &value(i)).unwrap();
-        }
-    }
-    if replay_only {
-        for entry in std::fs::read_dir(dir.path()).unwrap() {
-            let path = entry.unwrap().path();
-            let name = path.file_name().unwrap().to_str().unwrap().to_string();
-            if name == "MANIFEST" || name.starts_with("index-") {
-                std::fs::remove_file(path).unwrap();
-            }
-        }
-    }
-    let segment = dir.path().join("seg-00000001.log");
-    let bytes = std::fs::read(&segment).unwrap();
-    let mut frames = Vec::new();
-    scan(&bytes, 256, |frame_at, header, _, _| frames.push((frame_at, frame_at + header.frame_len as usize)));
-    assert_eq!(frames.len(), FRAMES as usize);
-    (dir, segment, frames)
+    framed::build(options(), FRAMES, replay_only)
 }
 
 fn copy_dir(from: &Path) -> tempfile::TempDir {
