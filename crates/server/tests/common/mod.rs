@@ -33,6 +33,10 @@ impl Server {
         let deadline = Instant::now() + Duration::from_secs(30);
         let port = loop {
             if let Some(port) = std::fs::read_to_string(&port_file).ok().and_then(|p| p.trim().parse().ok()) {
+                // It lies beside `dir`, outside the test's temporary
+                // directory: left there, one file per start piled up
+                // (in /dev/shm too).
+                let _ = std::fs::remove_file(&port_file);
                 break port;
             }
             assert!(Instant::now() < deadline, "scaledkv-server did not start");
