@@ -142,47 +142,31 @@ impl WriteBatch {
     /// caller that wrote a key several times drops all but the last: the
     /// batch is applied whole, so nothing can see the others.
     pub fn retain(&mut self, mut keep: impl FnMut(&[u8], usize) -> bool) {
-        let mut body = Vec::with_capacity(self.body.len());
-        let mut count = 0;
-        let mut at = 0;
-        while at < self.body.len() {
-            let Ok(entry) = decode_entry(&self.body[at..], false) else { break };
-            if keep(entry.key, at) {
-                body.extend_from_slice(&self.body[at..at + entry.len]);
-                count += 1;
-            }
-            at += entry.len;
-        }
-        self.body = body;
-        self.count = count;
+        self.keep_where(|key, at, _| keep(key, at));
     }
 
     /// Keeps only the last of each run of consecutive entries for one key
-    /// (a pipeline of SETs to one key): the batch is applied whole, so
-    /// nothing can see the others.
+    /// (a pipeline of SETs to one key), for the same reason.
     pub fn drop_repeats(&mut self) {
+        self.keep_where(|key, _, next| next != Some(key));
+    }
+
+    /// Keeps the entries for which `keep(key, offset, next entry's key)`
+    /// holds, in order.
+    fn keep_where(&mut self, mut keep: impl FnMut(&[u8], usize, Option<&[u8]>) -> bool) {
         let mut body = Vec::with_capacity(self.body.len());
         let mut count = 0;
-        // The entry held back until the next shows whether it is repeated:
-        // where it starts, its length, and where its key lies.
-        let mut held: Option<(usize, usize, std::ops::Range<usize>)> = None;
         let mut at = 0;
-        while at < self.body.len() {
-            let Ok(entry) = decode_entry(&self.body[at..], false) else { break };
-            let key_at = entry.key.as_ptr() as usize - self.body.as_ptr() as usize;
-            let key = key_at..key_at + entry.key.len();
-            if let Some((start, len, held_key)) = held.take() {
-                if self.body[held_key] != *entry.key {
-                    body.extend_from_slice(&self.body[start..start + len]);
-                    count += 1;
-                }
+        let decode = |at: usize| (at < self.body.len()).then(|| decode_entry(&self.body[at..], false).ok()).flatten();
+        let mut entry = decode(0);
+        while let Some(current) = entry {
+            let next_at = at + current.len;
+            entry = decode(next_at);
+            if keep(current.key, at, entry.as_ref().map(|next| next.key)) {
+                body.extend_from_slice(&self.body[at..next_at]);
+                count += 1;
             }
-            held = Some((at, entry.len, key));
-            at += entry.len;
-        }
-        if let Some((start, len, _)) = held {
-            body.extend_from_slice(&self.body[start..start + len]);
-            count += 1;
+            at = next_at;
         }
         self.body = body;
         self.count = count;

@@ -129,15 +129,23 @@ impl Value {
 
     /// The payload after the type byte (and an item's flags and CAS).
     pub fn data(&self) -> &[u8] {
-        let skip = if self.is_item() { 1 + ITEM_META_BYTES } else { 1 };
-        self.encoded().get(skip..).unwrap_or_default()
+        self.encoded().get(self.header_len()..).unwrap_or_default()
+    }
+
+    /// The bytes before the payload: the type byte (and an item's meta).
+    fn header_len(&self) -> usize {
+        if self.is_item() {
+            1 + ITEM_META_BYTES
+        } else {
+            1
+        }
     }
 
     /// The payload, owned: a pending value's bytes are moved, not copied.
     pub fn into_data(self) -> Vec<u8> {
+        let skip = self.header_len();
         match self {
             Value::Pending(mut bytes, _) => {
-                let skip = if bytes.first() == Some(&TYPE_ITEM) { 1 + ITEM_META_BYTES } else { 1 };
                 bytes.drain(..skip.min(bytes.len()));
                 bytes
             }

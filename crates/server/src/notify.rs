@@ -30,10 +30,10 @@ pub const EVICTED: u32 = 1 << 9;
 pub const STREAM: u32 = 1 << 10;
 /// `d`: modules. Accepted and kept; ScaledKV has none.
 pub const MODULE: u32 = 1 << 11;
-/// `n`: a write added a key (`new`; `NewKeys`).
-pub const NEW: u32 = 1 << 13;
 /// `m`: a read's lookup found no key (`keymiss`; `Ctx::count_lookup`).
 pub const MISS: u32 = 1 << 12;
+/// `n`: a write added a key (`new`; `NewKeys`).
+pub const NEW: u32 = 1 << 13;
 /// `A`: every class but `m` and `n`.
 const ALL: u32 = GENERIC | STRING | LIST | SET | HASH | ZSET | EXPIRED | EVICTED | STREAM | MODULE;
 
@@ -148,12 +148,10 @@ pub fn before_write(
 /// first event).
 pub fn after_write(shared: &Shared, writes: &mut crate::keyspace::Writes, new: NewKeys, writer: u64) {
     for (key, replaced_at) in new.keys {
-        let added = match replaced_at {
-            // Written by the command (RENAMENX and COPY may write nothing).
-            Some(before) => writes.written_at(&key) != before && matches!(writes.get(&shared.db, &key), Ok(Some(_))),
-            None => matches!(writes.get(&shared.db, &key), Ok(Some(_))),
-        };
-        if added {
+        // A replaced destination must be written by the command (RENAMENX
+        // and COPY may write nothing).
+        let written = replaced_at.is_none_or(|before| writes.written_at(&key) != before);
+        if written && matches!(writes.get(&shared.db, &key), Ok(Some(_))) {
             let at = if new.renames { new.first_event } else { writes.first_event_of(new.first_event, &key) };
             writes.insert_event(at, Event { class: NEW, name: "new", key: key.to_vec(), writer });
         }

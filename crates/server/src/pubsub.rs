@@ -86,17 +86,14 @@ impl OutputLimit {
 pub static PUBSUB_LIMIT: OutputLimit = OutputLimit::new(32 << 20, 8 << 20, 60);
 pub static REPLICA_LIMIT: OutputLimit = OutputLimit::new(256 << 20, 64 << 20, 60);
 
-/// Parsed `client-output-buffer-limit` groups, to `apply` all at once.
-pub struct OutputLimits(Vec<(String, (usize, usize, u64))>);
+/// Parsed `client-output-buffer-limit` groups, to `apply` all at once
+/// (the normal class's, always `0 0 0`, has nothing to set).
+pub struct OutputLimits(Vec<(&'static OutputLimit, (usize, usize, u64))>);
 
 impl OutputLimits {
     pub fn apply(self) {
         for (class, limit) in self.0 {
-            match class.as_str() {
-                "pubsub" => PUBSUB_LIMIT.set(limit),
-                "slave" | "replica" => REPLICA_LIMIT.set(limit),
-                _ => {}
-            }
+            class.set(limit);
         }
     }
 }
@@ -112,10 +109,12 @@ pub fn parse_output_limits(text: &str) -> Result<OutputLimits, String> {
     }
     let mut limits = Vec::new();
     for group in words.chunks(4) {
-        let class = group[0].to_ascii_lowercase();
-        if !matches!(class.as_str(), "normal" | "slave" | "replica" | "pubsub") {
-            return Err("Invalid client class specified in buffer limit configuration.".into());
-        }
+        let class = match group[0].to_ascii_lowercase().as_str() {
+            "normal" => None,
+            "slave" | "replica" => Some(&REPLICA_LIMIT),
+            "pubsub" => Some(&PUBSUB_LIMIT),
+            _ => return Err("Invalid client class specified in buffer limit configuration.".into()),
+        };
         let (hard, soft) = (crate::maxmemory::parse_bytes(group[1]), crate::maxmemory::parse_bytes(group[2]));
         // Seconds: a whole integer, at least 0 (`-0` and `+3` pass, as in Redis).
         let secs = group[3].parse::<i64>().ok().filter(|&secs| secs >= 0);
@@ -123,12 +122,15 @@ pub fn parse_output_limits(text: &str) -> Result<OutputLimits, String> {
             return Err("Error in hard, soft or soft_seconds setting in buffer limit configuration.".into());
         };
         let limit = (hard as usize, soft as usize, secs as u64);
-        if class == "normal" && limit != (0, 0, 0) {
-            return Err("ScaledKV has no output buffer limit for normal clients (their output waits for them to \
-                        read it): only `normal 0 0 0`"
-                .into());
+        match class {
+            Some(class) => limits.push((class, limit)),
+            None if limit != (0, 0, 0) => {
+                return Err("ScaledKV has no output buffer limit for normal clients (their output waits for them \
+                            to read it): only `normal 0 0 0`"
+                    .into())
+            }
+            None => {}
         }
-        limits.push((class, limit));
     }
     Ok(OutputLimits(limits))
 }

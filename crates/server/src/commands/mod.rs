@@ -1148,8 +1148,8 @@ pub async fn run_command<'s>(
     {
         // With `new` events on, a write must see whether its keys exist:
         // the run keeps an overlay for blind writes too.
-        let new_wanted = crate::notify::wanted(shared.notify_flags.load(Ordering::Relaxed), crate::notify::NEW);
-        let blind = is_blind(command, args) && !new_wanted;
+        let blind = is_blind(command, args)
+            && !crate::notify::wanted(shared.notify_flags.load(Ordering::Relaxed), crate::notify::NEW);
         if !blind && run.commands > 0 && !run.writes.has_overlay() {
             // Blind writes kept no overlay for this one to read.
             run.commit(shared, out).await;
