@@ -267,6 +267,18 @@ pub fn nack_field(name: &[u8], id: StreamId) -> Vec<u8> {
     out
 }
 
+/// The group name and entry ID a pending entry's field holds.
+pub fn split_nack_field(field: &[u8]) -> Result<(&[u8], StreamId), Corrupt> {
+    let (&kind, rest) = field.split_first().ok_or(Corrupt)?;
+    let len = rest.get(..4).ok_or(Corrupt)?.try_into().map_err(|_| Corrupt)?;
+    let name = rest.get(4..).and_then(|rest| rest.get(..u32::from_be_bytes(len) as usize)).ok_or(Corrupt)?;
+    let id = &rest[4 + name.len()..];
+    if kind != NACK || id.len() != 16 {
+        return Err(Corrupt);
+    }
+    Ok((name, StreamId::from_bytes(id)?))
+}
+
 /// An entry's field/value pairs: their count (u32), then each string as
 /// its length (u32) and bytes, all little-endian.
 pub fn encode_pairs<T: AsRef<[u8]>>(pairs: &[T]) -> Vec<u8> {
@@ -499,6 +511,11 @@ mod tests {
                 consumers: names.iter().map(|n| Consumer { name: n.clone(), seen_ms: words.0, pending: words.1 }).collect(),
             };
             prop_assert_eq!(Group::decode(&group.encode()), Ok(group));
+            for name in &names {
+                let id = StreamId::new(words.2, words.3);
+                let field = nack_field(name, id);
+                prop_assert_eq!(split_nack_field(&field), Ok((&name[..], id)));
+            }
             let meta = Meta { table: words.0, length: words.1, last_id: StreamId::new(words.2, words.3), entries_added: words.3, ..Meta::default() };
             prop_assert_eq!(Meta::decode(&meta.encode()), Ok(meta));
         }
@@ -509,6 +526,7 @@ mod tests {
             let _ = Group::decode(&bytes);
             let _ = Nack::decode(&bytes);
             let _ = Meta::decode(&bytes);
+            let _ = split_nack_field(&bytes);
         }
     }
 }
