@@ -996,7 +996,16 @@ fn dump_and_restore_move_streams_between_redis_and_scaledkv() {
     };
     for compressed in [true, false] {
         let setting: &[u8] = if compressed { b"yes" } else { b"no" };
-        assert_eq!(request(theirs, &encode(&[b"CONFIG", b"SET", b"rdbcompression", setting])), b"+OK\r\n");
+        for server in [&mut *ours, &mut *theirs] {
+            assert_eq!(request(server, &encode(&[b"CONFIG", b"SET", b"rdbcompression", setting])), b"+OK\r\n");
+        }
+        // A stream only added to dumps as Redis dumps it; compressed, LZF
+        // streams may end differently (liblzf's last bytes), no longer.
+        let (a, b) = (request(ours, &encode(&[b"DUMP", b"p"])), request(theirs, &encode(&[b"DUMP", b"p"])));
+        match compressed {
+            true => assert!(a.len() <= b.len() + b.len() / 100, "{} against {} bytes", a.len(), b.len()),
+            false => assert!(a == b, "DUMP p differs from Redis's, {} against {} bytes", a.len(), b.len()),
+        }
         for key in [&b"p"[..], b"g", b"e", b"t"] {
             for redis_to_ours in [true, false] {
                 let (from, to) = if redis_to_ours { (&mut *theirs, &mut *ours) } else { (&mut *ours, &mut *theirs) };
@@ -1009,10 +1018,6 @@ fn dump_and_restore_move_streams_between_redis_and_scaledkv() {
             }
         }
     }
-    // Redis's own payload, uncompressed, of the stream only added to.
-    let (a, b) = (request(ours, &encode(&[b"DUMP", b"p"])), request(theirs, &encode(&[b"DUMP", b"p"])));
-    assert!(a.len() > 15_000, "{}", a.len());
-    assert!(a == b, "DUMP p differs from Redis's");
 }
 
 /// Sends `SCALEDKV_DIFF_COMMANDS` (default 3,000) commands from `generate`

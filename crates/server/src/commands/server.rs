@@ -991,6 +991,8 @@ fn parameters(ctx: &Ctx<'_>) -> Vec<(&'static str, String)> {
         ("slowlog-max-len", shared.slowlog.max_len().to_string()),
         ("latency-monitor-threshold", shared.latency.threshold().to_string()),
         ("latency-tracking", if crate::commandstats::tracking() { "yes" } else { "no" }.into()),
+        // DUMP's LZF compression of strings past 20 bytes.
+        ("rdbcompression", if super::dump::compression() { "yes" } else { "no" }.into()),
         ("tracking-table-max-keys", shared.tracking.max_keys.load(Ordering::Relaxed).to_string()),
         ("client-output-buffer-limit", output_limits()),
     ]
@@ -1059,6 +1061,13 @@ fn config_set(ctx: &mut Ctx<'_>, name: &str, value: &[u8]) -> CmdResult {
         }
         Ok(n)
     };
+    let yes_or_no = || match text.to_ascii_lowercase().as_str() {
+        "yes" => Ok(true),
+        "no" => Ok(false),
+        _ => Err(err(format!(
+            "ERR CONFIG SET failed (possibly related to argument '{name}') - argument must be 'yes' or 'no'"
+        ))),
+    };
     let shared = ctx.shared;
     match name {
         "requirepass" => shared.set_password(Some(text.clone()).filter(|p| !p.is_empty())),
@@ -1068,15 +1077,8 @@ fn config_set(ctx: &mut Ctx<'_>, name: &str, value: &[u8]) -> CmdResult {
         "slowlog-max-len" => shared.slowlog.set_max_len(signed(0)? as usize),
         "latency-monitor-threshold" => shared.latency.set_threshold(signed(0)? as u64),
         "tracking-table-max-keys" => shared.tracking.max_keys.store(signed(0)? as usize, Ordering::Relaxed),
-        "latency-tracking" => match text.to_ascii_lowercase().as_str() {
-            "yes" => crate::commandstats::set_tracking(true),
-            "no" => crate::commandstats::set_tracking(false),
-            _ => {
-                return Err(err(format!(
-                    "ERR CONFIG SET failed (possibly related to argument '{name}') - argument must be 'yes' or 'no'"
-                )))
-            }
-        },
+        "latency-tracking" => crate::commandstats::set_tracking(yes_or_no()?),
+        "rdbcompression" => super::dump::set_compression(yes_or_no()?),
         "busy-reply-threshold" | "lua-time-limit" => {
             shared.scripts.control.busy_millis.store(number()?, Ordering::Relaxed)
         }

@@ -2,20 +2,20 @@
 //! RDB version and a CRC-64), so that tools that move keys between servers
 //! with these two commands work between Redis and ScaledKV.
 //!
-//! Strings, hashes, sets, lists, sorted sets and streams (`stream.rs`). DUMP writes what Redis 7.0 writes for a string but
-//! for LZF compression, which it never applies (Redis compresses values
-//! over 20 bytes when that saves at least 4): the payload is longer, and
-//! Redis and ScaledKV restore it alike; a hash it writes as a plain list
-//! of fields and values (RDB_TYPE_HASH, what Redis writes for a big hash),
-//! and likewise the plain forms of the other types (a sorted set as
-//! RDB_TYPE_ZSET_2). RESTORE reads every string encoding Redis writes
-//! (plain, integer, LZF) and the collections as Redis 7 writes them (plain,
-//! listpack, intset, quicklist).
+//! Strings, hashes, sets, lists, sorted sets and streams (`stream.rs`).
+//! DUMP writes strings as Redis 7.0 does (integers as such, LZF past 20
+//! bytes where it saves 4, unless `rdbcompression` is off); a hash as a
+//! plain list of fields and values (RDB_TYPE_HASH, what Redis writes for a
+//! big hash), and likewise the plain forms of the other collections (a
+//! sorted set as RDB_TYPE_ZSET_2). RESTORE reads every string encoding
+//! Redis writes (plain, integer, LZF) and the collections as Redis 7
+//! writes them (plain, listpack, intset, quicklist).
 
 mod listpack;
 mod stream;
 
 use std::borrow::Cow;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use bytes::Bytes;
 use scaledkv::now_ms;
@@ -88,8 +88,7 @@ fn serialize_strings(kind: u8, strings: &[Vec<u8>]) -> Vec<u8> {
     let mut out = vec![kind];
     write_length(&mut out, strings.len() as u64);
     for string in strings {
-        write_length(&mut out, string.len() as u64);
-        out.extend_from_slice(string);
+        write_string(&mut out, string);
     }
     with_footer(out)
 }
@@ -100,8 +99,7 @@ fn serialize_zset(members: &[(Vec<u8>, f64)]) -> Vec<u8> {
     let mut out = vec![TYPE_ZSET_BINARY];
     write_length(&mut out, members.len() as u64);
     for (member, score) in members {
-        write_length(&mut out, member.len() as u64);
-        out.extend_from_slice(member);
+        write_string(&mut out, member);
         out.extend_from_slice(&score.to_le_bytes());
     }
     with_footer(out)
@@ -113,8 +111,7 @@ fn serialize_hash<'p>(pairs: impl ExactSizeIterator<Item = (&'p [u8], &'p [u8])>
     write_length(&mut out, pairs.len() as u64);
     for (field, value) in pairs {
         for bytes in [field, value] {
-            write_length(&mut out, bytes.len() as u64);
-            out.extend_from_slice(bytes);
+            write_string(&mut out, bytes);
         }
     }
     with_footer(out)
@@ -127,9 +124,33 @@ pub fn serialize_string(data: &[u8]) -> Vec<u8> {
     with_footer(out)
 }
 
-/// A string as Redis's `rdbSaveRawString` writes it uncompressed: a
-/// decimal that fits 32 bits as the integer, else its length and bytes.
+/// Whether DUMP compresses strings with LZF (Redis's `rdbcompression`).
+static COMPRESSION: AtomicBool = AtomicBool::new(true);
+
+pub fn compression() -> bool {
+    COMPRESSION.load(Ordering::Relaxed)
+}
+
+pub fn set_compression(on: bool) {
+    COMPRESSION.store(on, Ordering::Relaxed);
+}
+
+/// A string as Redis's `rdbSaveRawString` writes it: a decimal that fits
+/// 32 bits as the integer; past 20 bytes compressed with LZF if that
+/// saves at least 4 bytes and compression is on; else its length and
+/// bytes.
 fn write_string(out: &mut Vec<u8>, data: &[u8]) {
+    if data.len() > 20 && compression() {
+        if let Ok(compressed) = lzf::compress(data) {
+            if compressed.len() <= data.len() - 4 {
+                out.push(0xC3);
+                write_length(out, compressed.len() as u64);
+                write_length(out, data.len() as u64);
+                out.extend_from_slice(&compressed);
+                return;
+            }
+        }
+    }
     match parse_i64(data).and_then(|n| i32::try_from(n).ok()) {
         Some(n) if i8::try_from(n).is_ok() => out.extend_from_slice(&[0xC0, n as i8 as u8]),
         Some(n) if i16::try_from(n).is_ok() => {
@@ -779,6 +800,15 @@ mod tests {
         assert_eq!(value_of(&xs), Ok(string(&[b'x'; 30])));
         let abc = unhex("00c30b1e0361626361e00f020162630a008874be6d67e59d2a");
         assert_eq!(value_of(&abc), Ok(string(&b"abc".repeat(10))));
+        // And writes them as Redis does (compression is on by default).
+        assert_eq!(serialize_string(&[b'x'; 30]), xs);
+        // Nothing past 20 bytes that LZF cannot shrink by 4 is compressed.
+        let noise: Vec<u8> = (0..=255u8).map(|b| b.wrapping_mul(167)).collect();
+        let plain = serialize_string(&noise);
+        assert_eq!(&plain[..4], [TYPE_STRING, 0x41, 0x00, 0]);
+        let payload = serialize_hash([(&b"field"[..], &b"abc".repeat(10)[..])].into_iter());
+        assert_eq!(value_of(&payload), Ok(hash(&[(b"field", &b"abc".repeat(10))])));
+        assert!(payload.windows(2).any(|w| w == [0xC3, 0x0B]), "compressed");
     }
 
     #[test]
