@@ -118,6 +118,27 @@ fn xread_block_waits_for_the_next_xadd_and_times_out() {
     assert_eq!(reply, Value::Nil);
 }
 
+/// A RESTORE of a stream wakes a reader blocked on its key, as an XADD
+/// does (Redis signals the key ready).
+#[test]
+fn a_restored_stream_wakes_a_blocked_reader() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("db"), &[]);
+    let mut writer = client(server.port).unwrap();
+    cmd(&mut writer, &["XADD", "source", "1-1", "a", "b"]);
+    let payload: Vec<u8> = redis::cmd("DUMP").arg("source").query(&mut writer).unwrap();
+    let port = server.port;
+    let reader = std::thread::spawn(move || {
+        let mut con = client(port).unwrap();
+        cmd(&mut con, &["XREAD", "BLOCK", "10000", "STREAMS", "copy", "$"])
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let restored: String = redis::cmd("RESTORE").arg("copy").arg(0).arg(payload).query(&mut writer).unwrap();
+    assert_eq!(restored, "OK");
+    let reply = reader.join().unwrap();
+    assert_eq!(read_entries(&reply), vec![("1-1".to_string(), vec!["a".to_string(), "b".to_string()])]);
+}
+
 #[test]
 fn blocked_consumers_of_a_group_get_each_entry_once() {
     let dir = tempfile::tempdir().unwrap();

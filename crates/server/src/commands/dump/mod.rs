@@ -620,7 +620,7 @@ pub fn restore(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
 /// Stores a restored value; a stream, and a big hash or set, as a table.
 fn store(ctx: &mut Ctx<'_>, key: &[u8], object: Object, expiry: Option<u64>) -> CmdResult {
     let (tag, data) = match object {
-        Object::Stream(stream) => return stream::store(ctx, key, &stream, expiry),
+        Object::Stream(stream) => return stream::store(ctx, key, stream, expiry),
         Object::Value(tag, data) => (tag, data),
     };
     let data = &data[..];

@@ -82,9 +82,9 @@ pub fn read(ctx: &mut Ctx<'_>, value: &Value) -> Result<StreamObject, CmdError> 
 }
 
 /// Stores a restored stream at `key` as a new table.
-pub fn store(ctx: &mut Ctx<'_>, key: &[u8], stream: &StreamObject, expiry: Option<u64>) -> CmdResult {
+pub fn store(ctx: &mut Ctx<'_>, key: &[u8], stream: StreamObject, expiry: Option<u64>) -> CmdResult {
     let mut fields: Vec<(Vec<u8>, Vec<u8>)> =
-        stream.entries.iter().map(|(id, data)| (entry_field(*id).to_vec(), data.clone())).collect();
+        stream.entries.into_iter().map(|(id, data)| (entry_field(id).to_vec(), data)).collect();
     for group in &stream.groups {
         fields.push((group_field(&group.name), group.group.encode()));
         fields.extend(group.pending.iter().map(|(id, nack)| (nack_field(&group.name, *id), nack.encode())));
