@@ -151,6 +151,37 @@ impl WriteBatch {
         self.keep_where(|key, _, next| next != Some(key));
     }
 
+    /// Moves the entries whose key `take` picks out of this batch, in
+    /// order, into batches of at most `chunk_bytes` each (an entry bigger
+    /// than that alone in one); the others stay, in order. For a caller
+    /// that may write the moved entries first, in batches of their own:
+    /// entries nothing can reach until the rest is written (the fields of
+    /// a collection its key will point to).
+    pub fn split_off(&mut self, mut take: impl FnMut(&[u8]) -> bool, chunk_bytes: usize) -> Vec<WriteBatch> {
+        let old = std::mem::take(&mut self.body);
+        let mut kept = Vec::with_capacity(old.len());
+        let (mut count, mut at) = (0, 0);
+        let mut chunks: Vec<WriteBatch> = Vec::new();
+        while let Some(entry) = old.get(at..).and_then(|rest| decode_entry(rest, false).ok()) {
+            let bytes = &old[at..at + entry.len];
+            if take(entry.key) {
+                if chunks.last().is_none_or(|chunk| chunk.body.len() + bytes.len() > chunk_bytes) {
+                    chunks.push(WriteBatch::default());
+                }
+                let chunk = chunks.last_mut().expect("one pushed");
+                chunk.body.extend_from_slice(bytes);
+                chunk.count += 1;
+            } else {
+                kept.extend_from_slice(bytes);
+                count += 1;
+            }
+            at += entry.len;
+        }
+        self.body = kept;
+        self.count = count;
+        chunks
+    }
+
     /// Keeps the entries for which `keep(key, offset, next entry's key)`
     /// holds, in order.
     fn keep_where(&mut self, mut keep: impl FnMut(&[u8], usize, Option<&[u8]>) -> bool) {
@@ -282,6 +313,33 @@ mod tests {
         single.put(b"x", b"1");
         single.drop_repeats();
         assert_eq!(single.entries().collect::<Vec<_>>(), [put(b"x", b"1")]);
+    }
+
+    #[test]
+    fn split_off_moves_the_chosen_entries_into_bounded_batches_in_order() {
+        let mut batch = WriteBatch::new();
+        for i in 0..10u8 {
+            batch.put(&[b'f', i], &[i; 100]);
+            batch.put(&[b'k', i], b"v");
+        }
+        batch.delete(&[b'f', 3]);
+        batch.put_with_expiry(b"fat", &[7; 1000], 9);
+        type Owned = (Vec<u8>, Option<(Vec<u8>, Option<u64>)>);
+        let owned = |(key, value): BatchEntry<'_>| -> Owned { (key.to_vec(), value.map(|(v, e)| (v.to_vec(), e))) };
+        let (moved_before, kept_before): (Vec<Owned>, Vec<Owned>) =
+            batch.entries().map(owned).partition(|(key, _)| key[0] == b'f');
+        let chunks = batch.split_off(|key| key[0] == b'f', 400);
+        assert_eq!(batch.entries().map(owned).collect::<Vec<_>>(), kept_before);
+        assert_eq!(batch.len(), 10);
+        let moved: Vec<Owned> = chunks.iter().flat_map(|chunk| chunk.entries().map(owned)).collect();
+        assert_eq!(moved, moved_before);
+        // Each chunk within the bound but the one whose entry alone passes it.
+        assert!(chunks.len() > 3, "{}", chunks.len());
+        for chunk in &chunks {
+            assert!(chunk.size_bytes() <= 400 || chunk.len() == 1, "{} bytes", chunk.size_bytes());
+            assert_eq!(chunk.entries().count(), chunk.len());
+        }
+        assert!(WriteBatch::new().split_off(|_| true, 10).is_empty());
     }
 
     #[test]

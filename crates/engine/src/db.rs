@@ -421,6 +421,12 @@ impl Db {
         self.inner.drain();
     }
 
+    /// The largest batch `write` takes (`MAX_BATCH_BYTES`, less for
+    /// segments too small to hold that).
+    pub fn max_batch_bytes(&self) -> usize {
+        self.inner.options.max_batch_bytes()
+    }
+
     fn request(&self, mut batch: WriteBatch) -> Result<Option<Arc<Request>>> {
         if let Some(error) = batch.invalid.take() {
             return Err(error);

@@ -6,8 +6,8 @@
 //! big one's stub (`commands::table`), whose members live under keys
 //! reserved for the server. Expiry is the engine's per-entry expiry time.
 
-use std::cell::Cell;
-use std::collections::{BTreeMap, HashMap};
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ops::Bound;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -199,6 +199,11 @@ pub struct Writes {
     /// In a transaction or a run, later commands read earlier ones' writes
     /// through here (the batch is not visible until it is committed whole).
     overlay: Option<Overlay>,
+    /// The keys of `overlay` in order, built by the first read of a range
+    /// (`pending_as`) and kept up to date after it: each such read walked
+    /// the whole overlay before (a ZADD of 20,000 members, whose sorted
+    /// set's rank blocks read ranges per member, took 7 s).
+    sorted: RefCell<Option<BTreeSet<Vec<u8>>>>,
     /// A branch's view of the writes it branched from (`branch`): read
     /// after `overlay`, before `outer` and the engine.
     base: Option<(Overlay, WriteBatch)>,
@@ -237,6 +242,9 @@ pub struct Writes {
     /// Big sorted sets these writes change: until they are visible,
     /// readers without locks read those from a snapshot (`commands::ranks`).
     zset_tables: Vec<u64>,
+    /// Tables these writes create (`commands::table::fill`): no key
+    /// points to them before these writes commit.
+    new_tables: Vec<u64>,
     /// Keyspace notifications, published once these writes commit.
     events: Vec<crate::notify::Event>,
     /// Set in a transaction and a script: PUBLISH leaves its message here,
@@ -284,6 +292,7 @@ pub struct Savepoint {
     blocks_changed: bool,
     fence_edits: usize,
     zset_tables: usize,
+    new_tables: usize,
     events: usize,
     messages: usize,
     expiries: usize,
@@ -301,6 +310,7 @@ pub struct Ready {
     /// Read writes that others queued and are not yet durable.
     pub read_pending: bool,
     pub zset_tables: Vec<u64>,
+    pub new_tables: Vec<u64>,
     pub events: Vec<crate::notify::Event>,
     pub messages: Vec<Message>,
     pub expiries: crate::expiry::Changes,
@@ -312,6 +322,7 @@ impl Writes {
         Writes {
             batch: WriteBatch::new(),
             overlay: transaction.then(Overlay::default),
+            sorted: RefCell::new(None),
             base: None,
             outer: Vec::new(),
             undo: Vec::new(),
@@ -324,6 +335,7 @@ impl Writes {
             pending: None,
             read_pending: Cell::new(false),
             zset_tables: Vec::new(),
+            new_tables: Vec::new(),
             events: Vec::new(),
             defers_messages: false,
             messages: Vec::new(),
@@ -381,6 +393,17 @@ impl Writes {
         self.pending.is_none() && self.base.is_none() && self.batch.is_empty()
     }
 
+    /// Notes that these writes create table `id`.
+    pub fn note_new_table(&mut self, id: u64) {
+        self.new_tables.push(id);
+    }
+
+    /// Whether these writes create table `id` (it is in no committed
+    /// state yet).
+    pub fn is_new_table(&self, id: u64) -> bool {
+        self.new_tables.contains(&id)
+    }
+
     /// Notes that these writes change sorted-set table `id`.
     pub fn note_zset_written(&mut self, id: u64) {
         if !self.zset_tables.contains(&id) {
@@ -428,9 +451,11 @@ impl Writes {
         let mut outer = std::mem::take(&mut self.outer);
         outer.extend(self.base.take());
         let base = (self.overlay.take().unwrap_or_default(), std::mem::take(&mut self.batch));
+        self.sorted.take();
         Writes {
             batch: WriteBatch::new(),
             overlay: Some(Overlay::default()),
+            sorted: RefCell::new(None),
             base: Some(base),
             outer,
             undo: Vec::new(),
@@ -444,6 +469,7 @@ impl Writes {
             pending: self.pending.clone(),
             read_pending: Cell::new(false),
             zset_tables: Vec::new(),
+            new_tables: Vec::new(),
             events: Vec::new(),
             defers_messages: self.defers_messages,
             messages: Vec::new(),
@@ -460,12 +486,14 @@ impl Writes {
         batch.append(&mut branch.batch);
         overlay.extend(branch.overlay.take().unwrap_or_default().into_iter().map(|(key, at)| (key, at + shift)));
         (self.overlay, self.batch) = (Some(overlay), batch);
+        self.sorted.take();
         self.reserved_delta += branch.reserved_delta;
         self.pushed |= branch.pushed;
         self.blocks_changed |= branch.blocks_changed;
         self.fence_edits.append(&mut branch.fence_edits);
         self.read_pending.set(self.read_pending() || branch.read_pending());
         self.zset_tables.append(&mut branch.zset_tables);
+        self.new_tables.append(&mut branch.new_tables);
         self.events.append(&mut branch.events);
         self.messages.append(&mut branch.messages);
         if branch.all_deleted {
@@ -491,6 +519,7 @@ impl Writes {
             blocks_changed: self.blocks_changed,
             fence_edits: self.fence_edits.len(),
             zset_tables: self.zset_tables.len(),
+            new_tables: self.new_tables.len(),
             events: self.events.len(),
             messages: self.messages.len(),
             expiries: self.expiries.len(),
@@ -521,6 +550,9 @@ impl Writes {
                 Some(before) => *overlay.get_mut(key).expect("noted") = before,
                 None => {
                     overlay.remove(key);
+                    if let Some(sorted) = self.sorted.get_mut() {
+                        sorted.remove(key);
+                    }
                 }
             }
         }
@@ -531,6 +563,7 @@ impl Writes {
         self.blocks_changed = point.blocks_changed;
         self.fence_edits.truncate(point.fence_edits);
         self.zset_tables.truncate(point.zset_tables);
+        self.new_tables.truncate(point.new_tables);
         self.keep_misses_after(point.events);
         self.messages.truncate(point.messages);
         self.expiries.truncate(point.expiries);
@@ -557,6 +590,7 @@ impl Writes {
         self.base = branch.outer.pop();
         self.outer = std::mem::take(&mut branch.outer);
         (self.overlay, self.batch) = (Some(overlay), batch);
+        self.sorted.take();
         // Its error reply may tell what it read, and it missed what it missed.
         self.read_pending.set(self.read_pending() || branch.read_pending());
         self.events.append(&mut branch.take_misses());
@@ -695,13 +729,20 @@ impl Writes {
                 pending.insert(key, value.map(|(bytes, _)| keep(&bytes)));
             }
         }
-        let bases = self.outer.iter().chain(self.base.iter());
-        let sources = bases.map(|(o, b)| (o, b)).chain(self.overlay.iter().map(|o| (o, &self.batch)));
-        for (overlay, batch) in sources {
+        for (overlay, batch) in self.outer.iter().chain(self.base.iter()) {
             for (key, &at) in overlay.iter().filter(|(key, _)| RangeBounds::<&[u8]>::contains(&bounds, &key.as_slice()))
             {
                 pending.insert(key.clone(), batch.value_at(at).map(|(v, _)| keep(v)));
             }
+        }
+        let Some(overlay) = &self.overlay else { return pending };
+        if overlay.is_empty() || is_empty_range(bounds) {
+            return pending;
+        }
+        let mut sorted = self.sorted.borrow_mut();
+        let sorted = sorted.get_or_insert_with(|| overlay.keys().cloned().collect());
+        for key in sorted.range::<[u8], _>(bounds) {
+            pending.insert(key.clone(), self.batch.value_at(overlay[key]).map(|(v, _)| keep(v)));
         }
         pending
     }
@@ -891,6 +932,9 @@ impl Writes {
             Some(slot) => Some(std::mem::replace(slot, at)),
             None => {
                 overlay.insert(key.to_vec(), at);
+                if let Some(sorted) = self.sorted.get_mut() {
+                    sorted.insert(key.to_vec());
+                }
                 None
             }
         };
@@ -948,10 +992,16 @@ impl Writes {
         self.blocks_changed
     }
 
+    /// The rank blocks these writes split off or dropped, in order.
+    pub fn fence_edits(&self) -> &[FenceEdit] {
+        &self.fence_edits
+    }
+
     pub fn take_batch(&mut self) -> Ready {
         if let Some(overlay) = &mut self.overlay {
             overlay.clear();
         }
+        self.sorted.take();
         // The next batch starts from the blocks these edits leave cached.
         self.blocks_changed = false;
         Ready {
@@ -961,6 +1011,7 @@ impl Writes {
             fence_edits: std::mem::take(&mut self.fence_edits),
             read_pending: self.read_pending.take(),
             zset_tables: std::mem::take(&mut self.zset_tables),
+            new_tables: std::mem::take(&mut self.new_tables),
             events: std::mem::take(&mut self.events),
             messages: std::mem::take(&mut self.messages),
             expiries: std::mem::take(&mut self.expiries),
@@ -975,6 +1026,7 @@ impl Writes {
     /// The next run starts without an overlay (blind writes need none).
     pub fn take_run_batch(&mut self) -> Ready {
         let overlay = self.overlay.take();
+        self.sorted.take();
         let hint = self.batch.size_bytes().min(64 << 10);
         let mut batch = std::mem::replace(&mut self.batch, WriteBatch::with_capacity(hint));
         match overlay {
@@ -998,11 +1050,21 @@ impl Writes {
             fence_edits: std::mem::take(&mut self.fence_edits),
             read_pending: self.read_pending.take(),
             zset_tables: std::mem::take(&mut self.zset_tables),
+            new_tables: std::mem::take(&mut self.new_tables),
             events: std::mem::take(&mut self.events),
             messages: std::mem::take(&mut self.messages),
             expiries: std::mem::take(&mut self.expiries),
             all_deleted: std::mem::take(&mut self.all_deleted),
         }
+    }
+}
+
+/// Whether no key lies within `bounds` (what `BTreeSet::range` refuses).
+fn is_empty_range(bounds: (Bound<&[u8]>, Bound<&[u8]>)) -> bool {
+    match bounds {
+        (Bound::Included(low), Bound::Included(high)) => low > high,
+        (Bound::Included(low) | Bound::Excluded(low), Bound::Included(high) | Bound::Excluded(high)) => low >= high,
+        _ => false,
     }
 }
 

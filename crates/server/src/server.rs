@@ -30,6 +30,9 @@ pub struct ServerStats {
     /// Commits that let their locks go before they were durable, because
     /// another command waited (`crate::pending`).
     pub early_lock_releases: AtomicU64,
+    /// Commits that wrote new tables ahead of the rest, being past the
+    /// engine's batch limit (`commands::write_new_tables_ahead`).
+    pub tables_written_ahead: AtomicU64,
     /// Scripts run again holding every key's lock: they touched a key they
     /// did not declare whose lock was taken (`commands::scripting`).
     pub script_reruns: AtomicU64,

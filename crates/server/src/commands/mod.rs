@@ -757,18 +757,23 @@ async fn commit_batch<G>(
     guards: G,
 ) -> scaledkv::Result<()> {
     let Ready {
-        batch,
+        mut batch,
         reserved_delta,
         pushed,
         fence_edits,
         read_pending,
         zset_tables,
+        new_tables,
         events: _,
         messages: _,
         expiries: _,
         all_deleted: _,
     } = ready;
     let fences = (!fence_edits.is_empty()).then_some(&fence_edits[..]);
+    // Counted among the server's entries as they are written (DBSIZE
+    // never counts them as keys), so not again below.
+    let written_ahead = write_new_tables_ahead(shared, &mut batch, &new_tables).await?;
+    let reserved_delta = reserved_delta - written_ahead as i64;
     if batch.is_empty() {
         drop(guards);
         // It read others' queued writes: tell no one before they are durable.
@@ -826,6 +831,35 @@ async fn commit_batch<G>(
             count.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| Some(n.saturating_add_signed(reserved_delta)));
     }
     Ok(())
+}
+
+/// A batch past the engine's limit that creates tables (RESTORE of a big
+/// stream, COPY or a STORE of a big collection) has their fields and owner
+/// records written first, in batches of half the limit, while the command
+/// holds its keys' locks: no key points to those tables before the rest
+/// of the batch (their stubs) is written, and a crash in between leaves
+/// them to the sweep. Returns how many entries went ahead.
+async fn write_new_tables_ahead(
+    shared: &Shared,
+    batch: &mut scaledkv::WriteBatch,
+    new_tables: &[u64],
+) -> scaledkv::Result<u64> {
+    let limit = shared.db.max_batch_bytes();
+    if batch.size_bytes() <= limit || new_tables.is_empty() {
+        return Ok(0);
+    }
+    let ahead = batch.split_off(|key| new_tables.iter().any(|&id| table::holds(id, key)), limit / 2);
+    shared.stats.tables_written_ahead.fetch_add(1, Ordering::Relaxed);
+    let mut written = 0;
+    for part in ahead {
+        let count = part.len() as u64;
+        let done = enqueue(shared, part);
+        lead(shared);
+        done.await?;
+        shared.reserved_entries.fetch_add(count, Ordering::Relaxed);
+        written += count;
+    }
+    Ok(written)
 }
 
 /// The largest batch published for early lock release: the copy bounds

@@ -726,7 +726,7 @@ pub fn info_text(ctx: &Ctx<'_>, sections: &[String]) -> String {
              rdb_last_save_time:{}\r\nlog_bytes:{}\r\nlive_bytes:{}\r\ndisk_bytes:{}\r\nsegments:{}\r\n\
              segments_freed:{}\r\nsegments_recycled:{}\r\nwrite_amplification:{:.3}\r\nspace_amplification:{:.3}\r\ngc_runs:{}\r\n\
              gc_stalled_writes:{}\r\ngc_stall_micros:{}\r\ncheckpoints:{}\r\ndelta_checkpoints:{}\r\ncheckpoint_bytes_written:{}\r\n\
-             commit_groups:{}\r\ncommitted_writes:{}\r\nearly_lock_releases:{}\r\nreserved_entries:{}\r\n\r\n",
+             commit_groups:{}\r\ncommitted_writes:{}\r\nearly_lock_releases:{}\r\ntables_written_ahead:{}\r\nreserved_entries:{}\r\n\r\n",
             config.durability,
             durable as u8,
             shared.last_save.load(Ordering::Relaxed),
@@ -747,6 +747,7 @@ pub fn info_text(ctx: &Ctx<'_>, sections: &[String]) -> String {
             stats.commit_groups,
             stats.committed_requests,
             s.early_lock_releases.load(Ordering::Relaxed),
+            s.tables_written_ahead.load(Ordering::Relaxed),
             shared.reserved_entries.load(Ordering::Relaxed),
         );
     }

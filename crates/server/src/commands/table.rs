@@ -228,13 +228,18 @@ pub fn fill<'p>(
     let id = ctx.shared.next_table_id.fetch_add(1, Ordering::Relaxed);
     let mut table = Table { tag, id, count: 0, head: 0, layout: 0, read_as: None };
     written(ctx, &table);
+    // The owner record first: a table too big for one batch is written
+    // ahead of its stub (`commands::commit_batch`), and a crash in between
+    // leaves no field without its owner (the sweep drops the table, and
+    // its id is never handed out again).
+    ctx.writes.put_internal(&owner_key(id), TYPE_FIELD, key, None)?;
+    ctx.writes.note_new_table(id);
     for (field, value) in pairs {
         let member = member_key(id, field);
         check_field(&member)?;
         ctx.writes.put_internal(&member, TYPE_FIELD, value, None)?;
         table.count += 1;
     }
-    ctx.writes.put_internal(&owner_key(id), TYPE_FIELD, key, None)?;
     ctx.writes.note_reserved(table.count as i64 + 1);
     Ok(table)
 }
@@ -392,6 +397,12 @@ pub async fn sweep(shared: &Shared, from: u64, step: u64) -> Result<(u64, u64), 
         }
     }
     Ok((if to >= end { 1 } else { to }, orphans))
+}
+
+/// Whether `key` is a field or the owner record of table `id`.
+pub fn holds(id: u64, key: &[u8]) -> bool {
+    let Some(rest) = key.strip_prefix(RESERVED) else { return false };
+    matches!(rest.split_first(), Some((&(MEMBERS | OWNERS), rest)) if rest.starts_with(&id.to_be_bytes()))
 }
 
 /// Deletes an orphaned table's fields in batches of bounded size, then its

@@ -29,7 +29,7 @@ use super::ranks::BlockSums;
 use super::table::{self, Table};
 use super::{err, CmdError, CmdResult, Ctx};
 use crate::hash::Corrupt;
-use crate::keyspace::{expiry_of, prefix_end, Value, TYPE_SET, TYPE_SET_TABLE, TYPE_ZSET, TYPE_ZSET_TABLE};
+use crate::keyspace::{expiry_of, prefix_end, FenceEdit, Value, TYPE_SET, TYPE_SET_TABLE, TYPE_ZSET, TYPE_ZSET_TABLE};
 use crate::resp::{Out, Protocol};
 use crate::zset::{self, format_score, order, parse_bound, parse_score, score_from_key, score_key, Lex};
 
@@ -385,19 +385,38 @@ fn new_table(ctx: &mut Ctx<'_>, key: &[u8], entries: &[(Cow<'_, [u8]>, f64)]) ->
     }
     let mut table = table::fill(ctx, key, TYPE_ZSET_TABLE, fields.iter().map(|(f, v)| (&f[..], &v[..])))?;
     table.head = entries.len() as i64;
+    // Its blocks, as edits: later writes of the same batch find them there
+    // (`block_of`), with nothing committed to read.
+    for (at, (member, score)) in entries.iter().enumerate().step_by(BLOCK_MOST as usize / 2) {
+        let fence = if at == 0 { Vec::new() } else { place(*score, member) };
+        ctx.writes.note_fence(table.id, &fence, true);
+    }
     Ok(table)
 }
 
 /// The block whose range holds the index entry at `place`: its fence and
 /// count. Its fence comes from the fences cached for the table (read whole
-/// once after every change to them), unless these writes changed them.
+/// once after every change to them) and, where these writes changed them,
+/// their edits: a walk of the blocks' keys costs a pass over the engine's
+/// unmerged index updates (a ZADD of 1,000 members into a sorted set of
+/// 30,000, which splits a block half-way, took 70 ms after the split).
 fn block_of(ctx: &mut Ctx<'_>, table: &Table, place: &[u8]) -> Result<(Vec<u8>, u64), CmdError> {
-    if !ctx.writes.blocks_changed() {
+    let fence = if ctx.writes.blocks_changed() {
+        // A table these writes create has no committed blocks: its edits
+        // name them all.
+        let committed = match ctx.writes.is_new_table(table.id) {
+            true => Some(Arc::new(Vec::new())),
+            false => ctx.shared.rank_fences.lock().get(&table.id).cloned(),
+        };
+        committed.map(|fences| edited_fence_of(&fences, ctx.writes.fence_edits(), table.id, place))
+    } else {
         let fences = cached_fences(ctx, table)?;
-        let fence = &fences[fences.partition_point(|fence| fence.as_slice() <= place).max(1) - 1];
-        let key = table::member_key(table.id, &block_field(fence));
+        Some(fences[fences.partition_point(|fence| fence.as_slice() <= place).max(1) - 1].clone())
+    };
+    if let Some(fence) = fence {
+        let key = table::member_key(table.id, &block_field(&fence));
         if let Some(count) = ctx.writes.get_internal(ctx.db(), &key)? {
-            return Ok((fence.clone(), block_count(count.data())?));
+            return Ok((fence, block_count(count.data())?));
         }
         // Not as cached (never so unless the cache is wrong): the engine's.
         ctx.shared.rank_fences.lock().clear();
@@ -408,6 +427,31 @@ fn block_of(ctx: &mut Ctx<'_>, table: &Table, place: &[u8]) -> Result<(Vec<u8>, 
     let key = ctx.writes.last_in_range(ctx.db(), bounds).ok_or(Corrupt)?;
     let count = ctx.writes.get_internal(ctx.db(), &key)?.ok_or(Corrupt)?;
     Ok((key[first.len()..].to_vec(), block_count(count.data())?))
+}
+
+/// The last fence at or before `place` of table `id`'s blocks as `edits`
+/// (these writes', in order) leave `fences` (as committed).
+fn edited_fence_of(fences: &[Vec<u8>], edits: &[FenceEdit], id: u64, place: &[u8]) -> Vec<u8> {
+    let (mut added, mut dropped) = (std::collections::BTreeSet::new(), std::collections::HashSet::new());
+    for edit in edits.iter().filter(|edit| edit.table == id) {
+        let fence = edit.fence.as_slice();
+        if edit.added {
+            added.insert(fence);
+            dropped.remove(fence);
+        } else {
+            added.remove(fence);
+            dropped.insert(fence);
+        }
+    }
+    // The first fence (empty, at or before every place) is never dropped.
+    let before = fences.partition_point(|fence| fence.as_slice() <= place);
+    let committed = fences[..before].iter().rev().find(|fence| !dropped.contains(fence.as_slice()));
+    let new = added.range::<[u8], _>((Bound::Unbounded, Bound::Included(place))).next_back();
+    match (committed, new) {
+        (Some(committed), Some(&new)) if new > committed.as_slice() => new.to_vec(),
+        (Some(committed), _) => committed.clone(),
+        (None, new) => new.map_or_else(Vec::new, |new| new.to_vec()),
+    }
 }
 
 /// The fences of `table`'s blocks, in order (the first, empty, included).
@@ -1729,4 +1773,32 @@ pub fn encode_members(members: &[(Vec<u8>, f64)]) -> Option<Vec<u8>> {
 pub fn encoding(value: &Value) -> Result<&'static str, CmdError> {
     let skiplist = value.tag() == TYPE_ZSET_TABLE || crate::hash::is_hashtable(value.data())?;
     Ok(if skiplist { "skiplist" } else { "listpack" })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::edited_fence_of;
+    use crate::keyspace::FenceEdit;
+
+    #[test]
+    fn a_fence_is_found_among_committed_fences_and_these_writes_edits() {
+        let fences: Vec<Vec<u8>> = [&b""[..], b"c", b"m"].iter().map(|f| f.to_vec()).collect();
+        let edit = |fence: &[u8], added: bool| FenceEdit { table: 7, fence: fence.to_vec(), added };
+        let edits = [edit(b"f", true), edit(b"m", false), edit(b"q", true), edit(b"x", true), edit(b"x", false)];
+        let other = [FenceEdit { table: 8, fence: b"e".to_vec(), added: true }];
+        let find = |fences: &[Vec<u8>], edits: &[FenceEdit], place: &[u8]| {
+            String::from_utf8(edited_fence_of(fences, edits, 7, place)).unwrap()
+        };
+        assert_eq!(find(&fences, &edits, b"a"), "");
+        assert_eq!(find(&fences, &edits, b"c"), "c");
+        assert_eq!(find(&fences, &other, b"e"), "c", "another table's edit");
+        assert_eq!(find(&fences, &edits, b"g"), "f", "added");
+        assert_eq!(find(&fences, &edits, b"p"), "f", "m dropped");
+        assert_eq!(find(&fences, &edits, b"z"), "q", "x added, then dropped");
+        assert_eq!(find(&fences, &[], b"p"), "m");
+        // A new table: nothing committed, every fence an edit.
+        let new = [edit(b"", true), edit(b"k", true)];
+        assert_eq!(find(&[], &new, b"j"), "");
+        assert_eq!(find(&[], &new, b"k"), "k");
+    }
 }
