@@ -398,6 +398,12 @@ impl Writes {
         self.new_tables.push(id);
     }
 
+    /// Whether these are a branch's writes (`branch`): the blocks its
+    /// bases changed are not among its `fence_edits`.
+    pub fn is_branch(&self) -> bool {
+        self.base.is_some()
+    }
+
     /// Whether these writes create table `id` (it is in no committed
     /// state yet).
     pub fn is_new_table(&self, id: u64) -> bool {

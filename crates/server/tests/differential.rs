@@ -1905,6 +1905,65 @@ fn random_sorted_set_commands_match_redis() {
     assert!(tables > 0, "no sorted set became a table");
 }
 
+/// A big sorted set's rank blocks split inside one batch (a pipeline's
+/// run, a script in it, a transaction with a COPY) and later members of
+/// the same batch are counted into the right blocks: ranks and ranges
+/// match Redis's after each step.
+#[test]
+fn sorted_sets_keep_their_ranks_through_block_splits_in_one_batch() {
+    let Some(mut servers) = Servers::start() else { return };
+    let Servers { ours, theirs, .. } = &mut servers;
+    let zadd = |key: &str, from: usize, count: usize, step: usize| {
+        let mut words: Vec<Vec<u8>> = vec![b"ZADD".to_vec(), key.as_bytes().to_vec()];
+        for i in from..from + count {
+            words.push(((i * step) % 10_007).to_string().into_bytes());
+            words.push(format!("m{i}").into_bytes());
+        }
+        words
+    };
+    let script =
+        b"for i = 1, 600 do redis.call('zadd', KEYS[1], (i * 37) % 10007 + 0.5, 'e' .. i) end return 1".to_vec();
+    let steps: Vec<Vec<Vec<Vec<u8>>>> = vec![
+        // One pipeline: the set becomes a table and splits its blocks.
+        (0..6).map(|i| zadd("z", i * 500, 500, 7)).collect(),
+        // A run that splits, then a script (a branch of the run) that adds.
+        vec![zadd("z", 3000, 1500, 13), vec![b"EVAL".to_vec(), script, b"1".to_vec(), b"z".to_vec()]],
+        // A transaction that splits, copies the set, and grows the copy.
+        vec![
+            vec![b"MULTI".to_vec()],
+            zadd("z", 4500, 1200, 17),
+            vec![b"COPY".to_vec(), b"z".to_vec(), b"c".to_vec()],
+            zadd("c", 5700, 1200, 19),
+            vec![b"EXEC".to_vec()],
+        ],
+    ];
+    for (step, commands) in steps.iter().enumerate() {
+        let mut replies = Vec::new();
+        for server in [&mut *ours, &mut *theirs] {
+            let mut bytes = Vec::new();
+            for command in commands {
+                bytes.extend(encode(&command.iter().map(Vec::as_slice).collect::<Vec<_>>()));
+            }
+            std::io::Write::write_all(server, &bytes).unwrap();
+            replies.push((0..commands.len()).map(|_| read_reply(server)).collect::<Vec<_>>());
+        }
+        assert_eq!(replies[0], replies[1], "step {step}");
+        for key in ["z", "c"] {
+            let card = request(theirs, &encode(&[b"ZCARD", key.as_bytes()]));
+            let count: usize = String::from_utf8_lossy(&card[1..card.len() - 2]).parse().unwrap();
+            let mut checks: Vec<Vec<Vec<u8>>> = vec![vec![b"ZCARD".to_vec(), key.as_bytes().to_vec()]];
+            for rank in (0..count).step_by(97).chain([count.saturating_sub(1)]) {
+                let at = rank.to_string().into_bytes();
+                checks.push(vec![b"ZRANGE".to_vec(), key.as_bytes().to_vec(), at.clone(), at, b"WITHSCORES".to_vec()]);
+            }
+            for i in (0..6900).step_by(211) {
+                checks.push(vec![b"ZRANK".to_vec(), key.as_bytes().to_vec(), format!("m{i}").into_bytes()]);
+            }
+            same_replies(ours, theirs, &checks);
+        }
+    }
+}
+
 /// A big sorted set (a table here, a skiplist in Redis) answers ranks,
 /// ranges and pops as Redis does, and DUMP/RESTORE move sorted sets of
 /// both sizes between the two servers.

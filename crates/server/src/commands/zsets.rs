@@ -401,17 +401,26 @@ fn new_table(ctx: &mut Ctx<'_>, key: &[u8], entries: &[(Cow<'_, [u8]>, f64)]) ->
 /// unmerged index updates (a ZADD of 1,000 members into a sorted set of
 /// 30,000, which splits a block half-way, took 70 ms after the split).
 fn block_of(ctx: &mut Ctx<'_>, table: &Table, place: &[u8]) -> Result<(Vec<u8>, u64), CmdError> {
-    let fence = if ctx.writes.blocks_changed() {
-        // A table these writes create has no committed blocks: its edits
-        // name them all.
+    let fence = if !ctx.writes.blocks_changed() {
+        let fences = cached_fences(ctx, table)?;
+        Some(fences[fences.partition_point(|fence| fence.as_slice() <= place).max(1) - 1].clone())
+    } else if ctx.writes.is_branch() {
+        // A branch (a script's command) holds its own edits, not its
+        // bases': the engine's walk sees them all.
+        None
+    } else {
+        // A table these writes create has no committed blocks: if
+        // `new_table` made it, its edits name them all (its first, empty
+        // fence among them); if a COPY did, the walk finds them.
         let committed = match ctx.writes.is_new_table(table.id) {
-            true => Some(Arc::new(Vec::new())),
+            true => {
+                let edits = ctx.writes.fence_edits();
+                let noted = edits.iter().any(|edit| edit.table == table.id && edit.added && edit.fence.is_empty());
+                noted.then(|| Arc::new(Vec::new()))
+            }
             false => ctx.shared.rank_fences.lock().get(&table.id).cloned(),
         };
         committed.map(|fences| edited_fence_of(&fences, ctx.writes.fence_edits(), table.id, place))
-    } else {
-        let fences = cached_fences(ctx, table)?;
-        Some(fences[fences.partition_point(|fence| fence.as_slice() <= place).max(1) - 1].clone())
     };
     if let Some(fence) = fence {
         let key = table::member_key(table.id, &block_field(&fence));
