@@ -137,6 +137,11 @@ pub(crate) struct CheckpointState {
     /// Segments emptied by GC; their files go once a checkpoint that no
     /// longer references them is durable.
     pub(crate) pending_free: Vec<Arc<Segment>>,
+    /// Some of them were emptied while the log was a cache: eviction drops
+    /// entries from the index with no record in the log, so a delta
+    /// checkpoint (the log since the last one) leaves the full one's
+    /// references to them, and only a full checkpoint may free them.
+    pub(crate) full_to_free: bool,
 }
 
 pub(crate) struct Inner {
@@ -279,6 +284,7 @@ impl Db {
                 last_keys: recovered.report.checkpoint_keys,
                 last_bytes: base_bytes,
                 pending_free: Vec::new(),
+                full_to_free: false,
             }),
             gc: Mutex::new(None),
             gc_behind: AtomicBool::new(false),
@@ -1128,6 +1134,13 @@ impl Inner {
         state.entries_at_last = entries;
         state.replayed_bytes = 0;
         state.replayed_entries = 0;
+        if deltas > 0 && state.full_to_free {
+            // Kept for a full checkpoint (`full_to_free`).
+            state.pending_free.extend(freed);
+            self.counters.checkpoints.fetch_add(1, Ordering::Relaxed);
+            return Ok(());
+        }
+        state.full_to_free = false;
         for segment in freed {
             self.recycler.keep_or_delete(segment, self.options.segment_size_bytes);
             self.counters.segments_freed.fetch_add(1, Ordering::Relaxed);
@@ -1234,7 +1247,7 @@ impl Inner {
         let max_entries = self.options.checkpoint_interval_entries.max(state.last_keys / CHECKPOINT_GROWTH);
         let full = since_bytes >= max_bytes || since_entries >= max_entries;
         let cheaper = since_entries < state.last_keys / CHECKPOINT_GROWTH;
-        if room && cheaper && !full && (interval || freeing) {
+        if room && cheaper && !full && (interval || (freeing && !state.full_to_free)) {
             Some(CheckpointKind::Delta)
         } else if full || freeing {
             Some(CheckpointKind::Full)
@@ -1361,6 +1374,46 @@ mod tests {
             }
             return to;
         }
+    }
+
+    /// A cache's evicted segments are freed by full checkpoints only: a
+    /// delta leaves the full checkpoint's references to evicted entries,
+    /// and reopening after it (from a copy of the files, as a crash leaves
+    /// them) found the index pointing into a missing segment.
+    #[test]
+    fn a_delta_checkpoint_frees_no_evicted_segment() {
+        let dir = tempfile::tempdir().unwrap();
+        let segment = 128 * 1024;
+        let options = Options {
+            background_work: false,
+            segment_size_bytes: segment,
+            cache_capacity_bytes: crate::options::MIN_CACHE_SEGMENTS * segment as u64,
+            ..Options::default()
+        };
+        let db = Db::open(dir.path(), options.clone()).unwrap();
+        let value = |i: u32| format!("{i}-{}", "v".repeat(500)).into_bytes();
+        for i in 0..200 {
+            db.put(format!("old{i:04}").as_bytes(), &value(i)).unwrap();
+        }
+        db.inner.checkpoint().unwrap();
+        // New keys until the oldest segments, the first keys', are evicted.
+        for i in 0..4000 {
+            db.put(format!("new{i:04}").as_bytes(), &value(i)).unwrap();
+        }
+        db.set_cache_capacity(options.cache_capacity_bytes).unwrap();
+        assert!(db.stats().segments_freed == 0 && db.get(b"old0000").unwrap().is_none(), "evicted, not freed");
+        db.inner.checkpoint_as(CheckpointKind::Delta).unwrap();
+        assert_eq!(db.stats().segments_freed, 0, "a delta frees no evicted segment");
+        let reopened = Db::open(copy_dir(dir.path()).path(), options.clone()).unwrap();
+        for i in 0..200 {
+            let found = reopened.get(format!("old{i:04}").as_bytes()).unwrap();
+            assert!(found.is_none_or(|v| v[..] == value(i)[..]), "old{i:04}");
+        }
+        drop(reopened);
+        db.inner.checkpoint().unwrap();
+        assert!(db.stats().segments_freed > 0, "a full checkpoint frees them");
+        let reopened = Db::open(copy_dir(dir.path()).path(), options).unwrap();
+        assert_eq!(reopened.get(b"new3999").unwrap().as_deref(), Some(&value(3999)[..]));
     }
 
     /// A chain of deltas, with GC freeing segments between them, deletes,

@@ -29,9 +29,11 @@
 //!
 //! Durability: an evicted entry is dropped from the index only, as an
 //! expired one is; nothing is written. The segment's file goes once a
-//! checkpoint that no longer references it is durable (`gc.rs`), so a
-//! crash before that brings evicted entries back: their newest version,
-//! never an older one (a GC copy applies only over its own version).
+//! full checkpoint that no longer references it is durable (`gc.rs`; a
+//! delta checkpoint, the log since the last one, would leave the full
+//! one's references to the evicted entries), so a crash before that
+//! brings evicted entries back: their newest version, never an older one
+//! (a GC copy applies only over its own version).
 //!
 //! When: the background thread evicts once the log holds more than
 //! `EVICT_AHEAD` of the capacity, so writers seldom find it full; a writer

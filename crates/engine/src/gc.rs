@@ -391,7 +391,9 @@ impl Inner {
             }
         });
         if let Some(removed) = self.segments.remove(segment.id) {
-            self.checkpoints.lock().pending_free.push(removed);
+            let mut checkpoints = self.checkpoints.lock();
+            checkpoints.pending_free.push(removed);
+            checkpoints.full_to_free |= self.cache_capacity.load(Ordering::Relaxed) > 0;
         }
         self.counters.gc_runs.fetch_add(1, Ordering::Relaxed);
         true

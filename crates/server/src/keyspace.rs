@@ -201,8 +201,8 @@ pub struct Writes {
     overlay: Option<Overlay>,
     /// The keys of `overlay` in order, built by the first read of a range
     /// (`pending_as`) and kept up to date after it: each such read walked
-    /// the whole overlay before (a ZADD of 20,000 members, whose sorted
-    /// set's rank blocks read ranges per member, took 7 s).
+    /// the whole overlay before, and a big ZADD reads ranges of its sorted
+    /// set's rank blocks per member.
     sorted: RefCell<Option<BTreeSet<Vec<u8>>>>,
     /// A branch's view of the writes it branched from (`branch`): read
     /// after `overlay`, before `outer` and the engine.
