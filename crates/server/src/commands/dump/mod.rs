@@ -466,12 +466,13 @@ impl<'a> Reader<'a> {
         }
     }
 
+    /// A length that counts bytes or elements: at most a value's size.
     fn plain_length(&mut self) -> Result<usize, Refused> {
-        match self.length()? {
-            Length::Plain(len) if len <= MAX_STRING_BYTES as u64 => Ok(len as usize),
-            Length::Plain(_) => Err(Refused::TooBig),
-            Length::Encoded(_) => Err(Refused::BadFormat),
+        let len = self.number()?;
+        if len > MAX_STRING_BYTES as u64 {
+            return Err(Refused::TooBig);
         }
+        Ok(len as usize)
     }
 
     /// RDB_TYPE_ZSET's score: a length byte and that much text, or 253,
