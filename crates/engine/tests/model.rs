@@ -227,6 +227,13 @@ proptest! {
         run_with(ops, Options { background_work: true, deferred_index_updates: 3, ..options(Durability::Sync) });
     }
 
+    /// Tables that never fill with these 40 keys: walks find most
+    /// versions pending, in the active table's key order and its tail.
+    #[test]
+    fn updates_deferred_past_the_key_count_match_the_model(ops in prop::collection::vec(op(), 1..200)) {
+        run_with(ops, Options { background_work: true, deferred_index_updates: 1000, ..options(Durability::Sync) });
+    }
+
     #[test]
     fn deferred_updates_with_shared_point_tags_match_the_model(ops in prop::collection::vec(op(), 1..200)) {
         let deferred = Options { background_work: true, deferred_index_updates: 3, ..options(Durability::Pmem) };
