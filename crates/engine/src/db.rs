@@ -509,7 +509,8 @@ impl Db {
     /// iterating (an iterator takes a snapshot, which first merges the
     /// pending index updates, and reads every entry from the log).
     pub fn count_keys<K: AsRef<[u8]>, R: RangeBounds<K>>(&self, range: R) -> usize {
-        crate::walk::count(|visit| self.keys_in(range, false, visit))
+        let (lower, upper) = (range.start_bound().map(K::as_ref), range.end_bound().map(K::as_ref));
+        self.inner.index.count_newest_in(lower, upper)
     }
 
     /// The `n`th key (from 0) of `range` now, as `count_keys` counts them.

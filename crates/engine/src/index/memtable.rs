@@ -593,6 +593,29 @@ impl Index {
         }
     }
 
+    /// How many keys `newest_keys_in` would visit in `(lower, upper)`.
+    /// Where no update within the range is pending, a count over the
+    /// tree's entries without a visit per key: a ZRANK counts up to a
+    /// block of 1,024 members, and the walk was a third of its CPU.
+    pub fn count_newest_in(&self, lower: Bound<&[u8]>, upper: Bound<&[u8]>) -> usize {
+        {
+            let pending = (self.pending_entries.load(Ordering::Acquire) > 0).then(|| self.pending.read());
+            let mut pending_within = false;
+            if let Some(pending) = &pending {
+                let tables = pending.frozen.as_deref().into_iter().chain(std::iter::once(&pending.active));
+                for table in tables {
+                    table.visit_within(lower, upper, |_, _| pending_within = true);
+                }
+            }
+            if !pending_within {
+                let tree = self.tree.read();
+                let range = tree.heads.range(lower.map(KeyRef::new), upper.map(KeyRef::new));
+                return range.filter(|(_, slot)| !slot.loc.is_tombstone()).count();
+            }
+        }
+        crate::walk::count(|visit| self.newest_keys_in(lower, upper, false, visit))
+    }
+
     /// Removes `key` if its newest version is still the entry at `at` and no
     /// snapshot needs an older one (GC dropping an expired entry).
     pub fn remove_if_at(&self, key: &[u8], at: Loc, segments: &SegmentSet) -> bool {
