@@ -515,7 +515,8 @@ impl Db {
 
     /// The `n`th key (from 0) of `range` now, as `count_keys` counts them.
     pub fn nth_key<K: AsRef<[u8]>, R: RangeBounds<K>>(&self, range: R, n: usize) -> Option<Vec<u8>> {
-        crate::walk::nth(n, |visit| self.keys_in(range, false, visit))
+        let (lower, upper) = (range.start_bound().map(K::as_ref), range.end_bound().map(K::as_ref));
+        self.inner.index.nth_newest_in(lower, upper, n)
     }
 
     /// The last key of `range` now, as `count_keys` counts them.

@@ -665,6 +665,9 @@ impl Writes {
     /// The key of the `n`th entry (from 0) within `bounds`, as
     /// `count_range` counts them.
     pub fn nth_in_range(&self, db: &Db, bounds: (Bound<&[u8]>, Bound<&[u8]>), n: usize) -> Option<Vec<u8>> {
+        if self.pending_in(bounds).is_empty() {
+            return db.nth_key::<&[u8], _>(bounds, n);
+        }
         scaledkv::walk::nth(n, |visit| self.walk_keys(db, bounds, false, visit))
     }
 

@@ -598,22 +598,48 @@ impl Index {
     /// tree's entries without a visit per key: a ZRANK counts up to a
     /// block of 1,024 members, and the walk was a third of its CPU.
     pub fn count_newest_in(&self, lower: Bound<&[u8]>, upper: Bound<&[u8]>) -> usize {
-        {
-            let pending = (self.pending_entries.load(Ordering::Acquire) > 0).then(|| self.pending.read());
-            let mut pending_within = false;
-            if let Some(pending) = &pending {
-                let tables = pending.frozen.as_deref().into_iter().chain(std::iter::once(&pending.active));
-                for table in tables {
-                    table.visit_within(lower, upper, |_, _| pending_within = true);
-                }
-            }
-            if !pending_within {
-                let tree = self.tree.read();
-                let range = tree.heads.range(lower.map(KeyRef::new), upper.map(KeyRef::new));
-                return range.filter(|(_, slot)| !slot.loc.is_tombstone()).count();
+        self.in_settled_range(lower, upper, |live| live.count())
+            .unwrap_or_else(|| crate::walk::count(|visit| self.newest_keys_in(lower, upper, false, visit)))
+    }
+
+    /// The `n`th key (from 0) `newest_keys_in` would visit in `(lower,
+    /// upper)`, found as `count_newest_in` counts.
+    pub fn nth_newest_in(&self, lower: Bound<&[u8]>, upper: Bound<&[u8]>, n: usize) -> Option<Vec<u8>> {
+        self.in_settled_range(lower, upper, |live| live.nth(n).map(<[u8]>::to_vec))
+            .unwrap_or_else(|| crate::walk::nth(n, |visit| self.newest_keys_in(lower, upper, false, visit)))
+    }
+
+    /// `f` of the live keys of the tree within `(lower, upper)`, if no
+    /// update within the range is pending (then the tree alone has the
+    /// newest state there); `None` otherwise.
+    fn in_settled_range<T>(
+        &self,
+        lower: Bound<&[u8]>,
+        upper: Bound<&[u8]>,
+        f: impl FnOnce(&mut dyn Iterator<Item = &[u8]>) -> T,
+    ) -> Option<T> {
+        let pending = (self.pending_entries.load(Ordering::Acquire) > 0).then(|| self.pending.read());
+        let mut pending_within = false;
+        if let Some(pending) = &pending {
+            let tables = pending.frozen.as_deref().into_iter().chain(std::iter::once(&pending.active));
+            for table in tables {
+                table.visit_within(lower, upper, |_, _| pending_within = true);
             }
         }
-        crate::walk::count(|visit| self.newest_keys_in(lower, upper, false, visit))
+        if pending_within {
+            return None;
+        }
+        // Released before the walk, which may be long (a random member of
+        // a big set): the leader waits for this lock. The tree then holds
+        // the range as of now or later: updates within it reach the tree
+        // in order, by merges of later tables or applied directly while a
+        // snapshot is registered (which first merges all pending ones).
+        drop(pending);
+        let tree = self.tree.read();
+        let range = tree.heads.range(lower.map(KeyRef::new), upper.map(KeyRef::new));
+        let mut live = range.filter(|(_, slot)| !slot.loc.is_tombstone()).map(|(key, _)| key.as_slice());
+        let result = f(&mut live);
+        Some(result)
     }
 
     /// Removes `key` if its newest version is still the entry at `at` and no
