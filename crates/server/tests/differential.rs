@@ -1661,6 +1661,45 @@ fn large_sets_hold_what_redis_holds() {
             assert_eq!(a, b, "{} restored", String::from_utf8_lossy(key));
         }
     }
+    random_picks_from_a_table(&mut *ours, &all);
+}
+
+/// SRANDMEMBER and SPOP of a table (`big` on our server, its members
+/// `all`): few picks are found by rank, more from the listed set; either
+/// way members, distinct where Redis promises it, and popped ones gone.
+fn random_picks_from_a_table(ours: &mut TcpStream, all: &[Vec<u8>]) {
+    use std::collections::BTreeSet;
+    let all: BTreeSet<&[u8]> = all.iter().map(Vec::as_slice).collect();
+    let picks = |stream: &mut TcpStream, command: &[&[u8]]| -> Vec<Vec<u8>> {
+        bulks(&request(stream, &encode(command))).into_iter().map(Option::unwrap).collect()
+    };
+    let mut singles = BTreeSet::new();
+    for _ in 0..60 {
+        let one = bulk(&request(ours, &encode(&[b"SRANDMEMBER", b"big"])));
+        assert!(all.contains(one.as_slice()), "{:?}", String::from_utf8_lossy(&one));
+        singles.insert(one);
+    }
+    // 60 picks among 1,300+ members: all alike only if not random.
+    assert!(singles.len() >= 20, "{} distinct of 60 picks", singles.len());
+    for (count, distinct) in [(&b"10"[..], true), (b"16", true), (b"17", true), (b"-10", false), (b"-20", false)] {
+        let got = picks(ours, &[b"SRANDMEMBER", b"big", count]);
+        let want = String::from_utf8_lossy(count).trim_start_matches('-').parse::<usize>().unwrap();
+        assert_eq!(got.len(), want, "SRANDMEMBER big {}", String::from_utf8_lossy(count));
+        assert!(got.iter().all(|m| all.contains(m.as_slice())));
+        if distinct {
+            assert_eq!(got.iter().collect::<BTreeSet<_>>().len(), want, "distinct members");
+        }
+    }
+    // SPOP on a copy: one, a few (by rank), more (listed).
+    assert_eq!(request(ours, b"COPY big popped\r\n"), b":1\r\n");
+    let mut popped = vec![bulk(&request(ours, &encode(&[b"SPOP", b"popped"])))];
+    popped.extend(picks(ours, &[b"SPOP", b"popped", b"5"]));
+    popped.extend(picks(ours, &[b"SPOP", b"popped", b"20"]));
+    assert_eq!(popped.iter().collect::<BTreeSet<_>>().len(), 26, "26 distinct members popped");
+    let mut left = picks(ours, &[b"SMEMBERS", b"popped"]);
+    assert_eq!(left.len(), all.len() - 26);
+    left.extend(popped);
+    assert_eq!(left.iter().map(Vec::as_slice).collect::<BTreeSet<_>>(), all, "popped and left make the set");
 }
 
 /// Random list commands: lists grow past 8 KiB into tables, are pushed and
