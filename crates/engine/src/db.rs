@@ -515,8 +515,16 @@ impl Db {
 
     /// The `n`th key (from 0) of `range` now, as `count_keys` counts them.
     pub fn nth_key<K: AsRef<[u8]>, R: RangeBounds<K>>(&self, range: R, n: usize) -> Option<Vec<u8>> {
+        self.keys_at_ranks(range, &[n]).pop()
+    }
+
+    /// The keys of `range` now at `ranks` (ascending, distinct, from 0),
+    /// as `count_keys` counts them, found in one pass: random picks from a
+    /// big collection. The keys found stop where the range ends, or at a
+    /// rank not above the one before it.
+    pub fn keys_at_ranks<K: AsRef<[u8]>, R: RangeBounds<K>>(&self, range: R, ranks: &[usize]) -> Vec<Vec<u8>> {
         let (lower, upper) = (range.start_bound().map(K::as_ref), range.end_bound().map(K::as_ref));
-        self.inner.index.nth_newest_in(lower, upper, n)
+        self.inner.index.newest_at_ranks(lower, upper, ranks)
     }
 
     /// The last key of `range` now, as `count_keys` counts them.

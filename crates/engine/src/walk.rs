@@ -27,6 +27,26 @@ pub fn nth(n: usize, walk: impl FnOnce(&mut dyn FnMut(&[u8]) -> bool)) -> Option
     found
 }
 
+/// The keys the walk visits at `ranks` (ascending, distinct, from 0), in
+/// one pass: they stop where the walk ends or at a rank out of order.
+pub fn at_ranks(ranks: &[usize], walk: impl FnOnce(&mut dyn FnMut(&[u8]) -> bool)) -> Vec<Vec<u8>> {
+    let (mut rank, mut found) = (0, Vec::with_capacity(ranks.len()));
+    if ranks.is_empty() {
+        return found;
+    }
+    walk(&mut |key| {
+        if rank == ranks[found.len()] {
+            found.push(key.to_vec());
+            if found.len() == ranks.len() {
+                return false;
+            }
+        }
+        rank += 1;
+        true
+    });
+    found
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -53,5 +73,10 @@ mod tests {
             }
         });
         assert_eq!(visited, 2, "stops at the key it picks");
+        let at = |ranks: &[usize]| super::at_ranks(ranks, walk);
+        assert_eq!(at(&[0, 2]), vec![b"a".to_vec(), b"c".to_vec()]);
+        assert_eq!(at(&[1, 3]), vec![b"b".to_vec()], "stops where the walk ends");
+        assert_eq!(at(&[2, 1]), vec![b"c".to_vec()], "stops at a rank out of order");
+        assert!(at(&[]).is_empty());
     }
 }

@@ -87,6 +87,10 @@ fn check_range(db: &Db, model: &Model, lo: Option<u8>, hi: Option<u8>, reverse: 
         assert_eq!(db.nth_key::<&[u8], _>(bounds, n).as_ref(), forward.get(n).copied(), "key {n}");
     }
     assert_eq!(db.last_key::<&[u8], _>(bounds).as_ref(), forward.last().copied());
+    let mut ranks = vec![0, forward.len() / 3, forward.len() / 2, forward.len().saturating_sub(1), forward.len()];
+    ranks.dedup();
+    let want: Vec<Vec<u8>> = ranks.iter().filter_map(|&n| forward.get(n).map(|k| k.to_vec())).collect();
+    assert_eq!(db.keys_at_ranks::<&[u8], _>(bounds, &ranks), want, "at ranks {ranks:?}");
     let iter = if reverse { db.range_rev::<&[u8], _>(bounds) } else { db.range::<&[u8], _>(bounds) };
     let got: Vec<_> = iter.map(|kv| kv.unwrap()).collect();
     assert_eq!(got, expected);

@@ -665,10 +665,16 @@ impl Writes {
     /// The key of the `n`th entry (from 0) within `bounds`, as
     /// `count_range` counts them.
     pub fn nth_in_range(&self, db: &Db, bounds: (Bound<&[u8]>, Bound<&[u8]>), n: usize) -> Option<Vec<u8>> {
+        self.keys_at_ranks(db, bounds, &[n]).pop()
+    }
+
+    /// The keys within `bounds` at `ranks` (ascending, distinct, from 0),
+    /// as `count_range` counts them, in one walk (`Db::keys_at_ranks`).
+    pub fn keys_at_ranks(&self, db: &Db, bounds: (Bound<&[u8]>, Bound<&[u8]>), ranks: &[usize]) -> Vec<Vec<u8>> {
         if self.pending_in(bounds).is_empty() {
-            return db.nth_key::<&[u8], _>(bounds, n);
+            return db.keys_at_ranks::<&[u8], _>(bounds, ranks);
         }
-        scaledkv::walk::nth(n, |visit| self.walk_keys(db, bounds, false, visit))
+        scaledkv::walk::at_ranks(ranks, |visit| self.walk_keys(db, bounds, false, visit))
     }
 
     /// The last key within `bounds`, as `count_range` counts them.

@@ -602,11 +602,27 @@ impl Index {
             .unwrap_or_else(|| crate::walk::count(|visit| self.newest_keys_in(lower, upper, false, visit)))
     }
 
-    /// The `n`th key (from 0) `newest_keys_in` would visit in `(lower,
-    /// upper)`, found as `count_newest_in` counts.
-    pub fn nth_newest_in(&self, lower: Bound<&[u8]>, upper: Bound<&[u8]>, n: usize) -> Option<Vec<u8>> {
-        self.in_settled_range(lower, upper, |live| live.nth(n).map(<[u8]>::to_vec))
-            .unwrap_or_else(|| crate::walk::nth(n, |visit| self.newest_keys_in(lower, upper, false, visit)))
+    /// The keys `newest_keys_in` would visit in `(lower, upper)` at
+    /// `ranks` (ascending, distinct, from 0), found in one pass as
+    /// `count_newest_in` counts (`Db::keys_at_ranks`).
+    pub fn newest_at_ranks(&self, lower: Bound<&[u8]>, upper: Bound<&[u8]>, ranks: &[usize]) -> Vec<Vec<u8>> {
+        let pick = |live: &mut dyn Iterator<Item = &[u8]>| {
+            let mut found = Vec::with_capacity(ranks.len());
+            let mut at = 0;
+            for &rank in ranks {
+                if rank < at {
+                    break;
+                }
+                match live.nth(rank - at) {
+                    Some(key) => found.push(key.to_vec()),
+                    None => break,
+                }
+                at = rank + 1;
+            }
+            found
+        };
+        self.in_settled_range(lower, upper, pick)
+            .unwrap_or_else(|| crate::walk::at_ranks(ranks, |visit| self.newest_keys_in(lower, upper, false, visit)))
     }
 
     /// `f` of the live keys of the tree within `(lower, upper)`, if no
