@@ -893,6 +893,19 @@ fn large_hashes_hold_what_redis_holds() {
     assert_eq!(sample.len(), 20);
     assert!(sample.windows(2).all(|w| w[0] != w[1]), "a field twice: {sample:?}");
     assert!(sample.iter().all(|pair| all.binary_search(pair).is_ok()), "{sample:?}");
+    // Picks by rank (a table): fields of the hash, random one at a time,
+    // distinct for a positive count.
+    let fields: Vec<Vec<u8>> = all.iter().map(|(field, _)| field.clone()).collect();
+    let singles: Vec<Vec<u8>> = (0..60).map(|_| bulk(&request(&mut *ours, b"HRANDFIELD big\r\n"))).collect();
+    assert!(singles.iter().all(|f| fields.binary_search(f).is_ok()), "{singles:?}");
+    assert!(singles.iter().collect::<std::collections::BTreeSet<_>>().len() >= 20, "60 picks of 402 fields");
+    let repeats = pairs(&mut *ours, &[b"HRANDFIELD", b"big", b"-30", b"WITHVALUES"]);
+    assert_eq!(repeats.len(), 30);
+    assert!(repeats.iter().all(|pair| all.binary_search(pair).is_ok()), "{repeats:?}");
+    let few: Vec<Vec<u8>> =
+        bulks(&request(&mut *ours, &encode(&[b"HRANDFIELD", b"big", b"10"]))).into_iter().map(Option::unwrap).collect();
+    assert_eq!(few.iter().collect::<std::collections::BTreeSet<_>>().len(), 10, "{few:?}");
+    assert!(few.iter().all(|f| fields.binary_search(f).is_ok()), "{few:?}");
 }
 
 /// DUMP and RESTORE of hashes both ways: Redis dumps a small hash as a
@@ -2059,6 +2072,29 @@ fn big_sorted_sets_and_dump_and_restore_of_sorted_sets() {
             let encoding =
                 |stream: &mut TcpStream, key: &[u8]| request(stream, &encode(&[b"OBJECT", b"ENCODING", key]));
             assert_eq!(encoding(to, b"copy"), encoding(from, key), "{name} restored");
+        }
+    }
+    // Random members of the table, picked by rank: members with their
+    // scores, random one at a time, distinct for a positive count.
+    let scored: std::collections::BTreeSet<(Vec<u8>, Vec<u8>)> = {
+        let items: Vec<Vec<u8>> = bulks(&whole(&mut *theirs, b"big")).into_iter().map(Option::unwrap).collect();
+        items.chunks(2).map(|p| (p[0].clone(), p[1].clone())).collect()
+    };
+    let members: std::collections::BTreeSet<&Vec<u8>> = scored.iter().map(|(member, _)| member).collect();
+    let singles: Vec<Vec<u8>> = (0..60).map(|_| bulk(&request(&mut *ours, b"ZRANDMEMBER big\r\n"))).collect();
+    assert!(singles.iter().all(|m| members.contains(m)), "{singles:?}");
+    assert!(singles.iter().collect::<std::collections::BTreeSet<_>>().len() >= 20, "60 picks of 3,000 members");
+    for (count, distinct) in [(&b"10"[..], true), (b"-25", false)] {
+        let items: Vec<Vec<u8>> = bulks(&request(&mut *ours, &encode(&[b"ZRANDMEMBER", b"big", count, b"WITHSCORES"])))
+            .into_iter()
+            .map(Option::unwrap)
+            .collect();
+        let picked: Vec<(Vec<u8>, Vec<u8>)> = items.chunks(2).map(|p| (p[0].clone(), p[1].clone())).collect();
+        let want = String::from_utf8_lossy(count).trim_start_matches('-').parse::<usize>().unwrap();
+        assert_eq!(picked.len(), want);
+        assert!(picked.iter().all(|pair| scored.contains(pair)), "{picked:?}");
+        if distinct {
+            assert_eq!(picked.iter().collect::<std::collections::BTreeSet<_>>().len(), want, "{picked:?}");
         }
     }
 }

@@ -308,6 +308,39 @@ pub fn hincrbyfloat(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
 /// count reaches its size; else a sample kept in that order, as Redis
 /// samples a listpack), a negative one allows repeats. A table is read
 /// whole for it.
+/// A table's fields at random `ranks` with their values when asked for
+/// (`table::fields_at`); None where the pick must list the hash instead:
+/// not a table, too many picks, or a reader without locks whose table
+/// changed meanwhile.
+fn table_picks(
+    ctx: &mut Ctx<'_>,
+    hash: &Open<'_>,
+    ranks: impl FnOnce(usize) -> Vec<usize>,
+    with_values: bool,
+) -> Result<Option<Pairs<'static>>, CmdError> {
+    let Open::Table(table) = hash else { return Ok(None) };
+    if table.count == 0 {
+        return Ok(None);
+    }
+    let ranks = ranks(table.count as usize);
+    if ranks.len() as u64 > super::sets::PICKS_BY_RANK {
+        return Ok(None);
+    }
+    let Some(fields) = table::fields_at(ctx, table, b"", &ranks)? else { return Ok(None) };
+    let mut picks = Vec::with_capacity(fields.len());
+    for field in fields {
+        let value = match with_values {
+            true => match table::get(ctx, table, &field)? {
+                Some(value) => value,
+                None => return Ok(None),
+            },
+            false => Vec::new(),
+        };
+        picks.push((Cow::Owned(field), Cow::Owned(value)));
+    }
+    Ok(Some(picks))
+}
+
 pub fn hrandfield(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     if args.len() == 2 {
         let value = read_hash(ctx, &args[1])?;
@@ -316,6 +349,11 @@ pub fn hrandfield(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
             return Ok(());
         }
         let hash = Open::of(&value)?;
+        let one = |size| vec![rand::thread_rng().gen_range(0..size)];
+        if let Some(picks) = table_picks(ctx, &hash, one, false)? {
+            ctx.out.bulk(&picks[0].0);
+            return Ok(());
+        }
         let pairs = hash.pairs(ctx)?;
         let pick = rand::thread_rng().gen_range(0..pairs.len().max(1));
         match pairs.get(pick) {
@@ -335,8 +373,18 @@ pub fn hrandfield(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     }
     let value = read_hash(ctx, &args[1])?;
     let hash = Open::of(&value)?;
-    let pairs = if count == 0 { Vec::new() } else { hash.pairs(ctx)? };
-    let picks = super::random_picks(pairs.len(), count);
+    let ranks = |size| super::random_picks(size, count);
+    let (pairs, picks) = match table_picks(ctx, &hash, ranks, with_values)? {
+        Some(pairs) => {
+            let all = (0..pairs.len()).collect();
+            (pairs, all)
+        }
+        None => {
+            let pairs = if count == 0 { Vec::new() } else { hash.pairs(ctx)? };
+            let picks = super::random_picks(pairs.len(), count);
+            (pairs, picks)
+        }
+    };
     let nested = with_values && ctx.out.protocol == Protocol::Resp3;
     ctx.out.array(if with_values && !nested { picks.len() * 2 } else { picks.len() });
     for at in picks {

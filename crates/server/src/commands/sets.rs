@@ -259,7 +259,7 @@ pub fn spop(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let popped = match ranks_to_pick(&set, count.map(|n| n.min(PICKS_BY_RANK + 1) as i64)) {
         // A table's few picks by rank; the command holds the key's lock,
         // so the stub's count is exact.
-        Some((table, ranks)) => table_members_at(ctx, &table, &ranks)?.ok_or(crate::hash::Corrupt)?,
+        Some((table, ranks)) => table::fields_at(ctx, &table, b"", &ranks)?.ok_or(crate::hash::Corrupt)?,
         None => {
             let mut members = set.members(ctx)?;
             if members.is_empty() {
@@ -293,32 +293,9 @@ pub fn spop(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     Ok(())
 }
 
-/// Most members a random pick from a table finds one by one by their
-/// ranks; past it, the pick lists the whole set (as it did for any count).
-const PICKS_BY_RANK: u64 = 16;
-
-/// The members of a table at `ranks`, found by rank in the index alone:
-/// listing every member, read from the log, to pick one made SRANDMEMBER
-/// of a 5,000-member set run at 0.02x Redis's rate. None where the table
-/// holds fewer members than its stub counts, or the set changed between
-/// two ranks' walks (a reader without locks; the caller lists the set).
-fn table_members_at(ctx: &mut Ctx<'_>, table: &Table, ranks: &[usize]) -> Result<Option<Vec<Vec<u8>>>, CmdError> {
-    use std::ops::Bound;
-    let prefix = table::members_prefix(table.id);
-    let end = crate::keyspace::prefix_end(&prefix).expect("ends below 0xFF");
-    let bounds = (Bound::Included(&prefix[..]), Bound::Excluded(&end[..]));
-    let mut members = Vec::with_capacity(ranks.len());
-    for &rank in ranks {
-        let Some(key) = ctx.writes.nth_in_range(ctx.db(), bounds, rank) else { return Ok(None) };
-        members.push(key[prefix.len()..].to_vec());
-    }
-    // Each rank is a walk of its own: for a reader without locks, a member
-    // added or removed between two of them may shift the second onto the
-    // first's member. Distinct ranks must give distinct members.
-    let distinct_ranks = ranks.iter().collect::<std::collections::HashSet<_>>().len();
-    let distinct_members = members.iter().collect::<std::collections::HashSet<_>>().len();
-    Ok((distinct_members == distinct_ranks).then_some(members))
-}
+/// Most members a random pick from a table finds by rank in one walk of
+/// the index (`table::fields_at`); past it, the pick lists the set.
+pub const PICKS_BY_RANK: u64 = 1024;
 
 /// For a table and no count or a small one: the table and the ranks of
 /// the members to pick (`random_picks`, or one for no count).
@@ -346,7 +323,7 @@ pub fn srandmember(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let value = read_set(ctx, &args[1])?;
     let set = Open::of(value.as_ref())?;
     if let Some((table, ranks)) = ranks_to_pick(&set, count) {
-        if let Some(members) = table_members_at(ctx, &table, &ranks)? {
+        if let Some(members) = table::fields_at(ctx, &table, b"", &ranks)? {
             match count {
                 None => ctx.out.bulk(&members[0]),
                 Some(_) => {

@@ -1505,6 +1505,13 @@ pub fn zrandmember(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     }
     let value = read_zset(ctx, &args[1])?;
     let set = Open::of(value.as_ref())?;
+    if let Some(picked) = table_picks(ctx, &set, count)? {
+        match count {
+            None => ctx.out.bulk(&picked[0].0),
+            Some(_) => reply_members(ctx.out, &picked, with_scores),
+        }
+        return Ok(());
+    }
     let members = if count == Some(0) { Vec::new() } else { set.all(ctx)? };
     let Some(count) = count else {
         match members.get(rand::thread_rng().gen_range(0..members.len().max(1))) {
@@ -1521,6 +1528,31 @@ pub fn zrandmember(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     };
     reply_members(ctx.out, &picked, with_scores);
     Ok(())
+}
+
+/// ZRANDMEMBER's picks from a table, for no count or a count below the
+/// member count (all of them come by score) up to `PICKS_BY_RANK`: members
+/// at random ranks of their `MEMBER` entries (`table::fields_at`), each
+/// with its score. None where the pick must list the set instead, or a
+/// reader without locks finds the table changed meanwhile.
+fn table_picks(ctx: &mut Ctx<'_>, set: &Open<'_>, count: Option<i64>) -> Result<Option<Scored>, CmdError> {
+    let Open::Table(table) = set else { return Ok(None) };
+    let size = table.head as u64;
+    let ranks = match count {
+        _ if size == 0 => return Ok(None),
+        None => vec![rand::thread_rng().gen_range(0..size as usize)],
+        Some(count) if count >= 0 && count as u64 >= size => return Ok(None),
+        Some(count) if count.unsigned_abs() <= super::sets::PICKS_BY_RANK => super::random_picks(size as usize, count),
+        Some(_) => return Ok(None),
+    };
+    let Some(members) = table::fields_at(ctx, table, &[MEMBER], &ranks)? else { return Ok(None) };
+    let mut picked = Vec::with_capacity(members.len());
+    for member in members {
+        let Some(bytes) = table::get(ctx, table, &member_field(&member))? else { return Ok(None) };
+        let score = stored_score(&bytes)?;
+        picked.push((member, score));
+    }
+    Ok(Some(picked))
 }
 
 /// ZSCAN key cursor [MATCH pattern] [COUNT count]: a set kept as one value
