@@ -87,6 +87,12 @@ fn check_range(db: &Db, model: &Model, lo: Option<u8>, hi: Option<u8>, reverse: 
         assert_eq!(db.nth_key::<&[u8], _>(bounds, n).as_ref(), forward.get(n).copied(), "key {n}");
     }
     assert_eq!(db.last_key::<&[u8], _>(bounds).as_ref(), forward.last().copied());
+    let mut walked = Vec::new();
+    db.visit_keys::<&[u8], _>(bounds, reverse, |key| {
+        walked.push(key.to_vec());
+        true
+    });
+    assert_eq!(walked, expected.iter().map(|(k, _)| k.clone()).collect::<Vec<_>>(), "visit_keys");
     let mut ranks = vec![0, forward.len() / 3, forward.len() / 2, forward.len().saturating_sub(1), forward.len()];
     ranks.dedup();
     let want: Vec<Vec<u8>> = ranks.iter().filter_map(|&n| forward.get(n).map(|k| k.to_vec())).collect();

@@ -543,7 +543,7 @@ impl Index {
         // Lock order: pending, then the tree. A frozen table being merged
         // stays in `pending` until it is all in the tree, and holds the
         // same versions as the tree for what is merged.
-        let pending = (self.pending_entries.load(Ordering::Acquire) > 0).then(|| self.pending.read());
+        let mut pending = (self.pending_entries.load(Ordering::Acquire) > 0).then(|| self.pending.read());
         let mut newer: BTreeMap<&[u8], bool> = BTreeMap::new();
         if let Some(pending) = &pending {
             // The frozen table first: the active one's versions are newer.
@@ -553,6 +553,14 @@ impl Index {
                     newer.insert(key.as_slice(), !slot.loc.is_tombstone());
                 });
             }
+        }
+        if newer.is_empty() {
+            // Nothing pending within the range: the walk needs no pending
+            // version, and holds the leader back no longer (as in
+            // `in_settled_range`).
+            drop(newer);
+            drop(pending.take());
+            newer = BTreeMap::new();
         }
         let tree = self.tree.read();
         let range = tree.heads.range(lower.map(KeyRef::new), upper.map(KeyRef::new));
