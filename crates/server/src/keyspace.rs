@@ -682,6 +682,28 @@ impl Writes {
         scaledkv::walk::nth(0, |visit| self.walk_keys(db, bounds, true, visit))
     }
 
+    /// Up to `limit` keys within `bounds`, in order (or in reverse), from
+    /// the engine's index merged with these writes: `scan_range` without
+    /// the values, for entries whose keys say it all (a sorted set's index
+    /// entries). No value is read from the log and no snapshot is taken
+    /// (an engine iterator's first merges every pending index update).
+    pub fn keys_within(
+        &self,
+        db: &Db,
+        bounds: (Bound<&[u8]>, Bound<&[u8]>),
+        reverse: bool,
+        limit: usize,
+    ) -> Vec<Vec<u8>> {
+        let mut keys = Vec::with_capacity(limit.min(256));
+        if limit > 0 {
+            self.walk_keys(db, bounds, reverse, |key| {
+                keys.push(key.to_vec());
+                keys.len() < limit
+            });
+        }
+        keys
+    }
+
     /// Visits the keys within `bounds`, in order or in reverse: the
     /// engine's index merged with these writes' pending entries, until
     /// `visit` returns false. Reads no value and takes no snapshot.

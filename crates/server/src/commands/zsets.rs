@@ -766,8 +766,8 @@ fn walk_table(
         From::Lex(end) => {
             // The score of the first entry in the walk's direction: every
             // member has it if the range by member means anything.
-            let first = ctx.writes.scan_range(ctx.db(), (as_ref(&lower), as_ref(&upper)), reverse, 1)?;
-            let Some((key, _)) = first.first() else { return Ok(()) };
+            let first = ctx.writes.keys_within(ctx.db(), (as_ref(&lower), as_ref(&upper)), reverse, 1);
+            let Some(key) = first.first() else { return Ok(()) };
             let score_at = key.get(prefix.len()..prefix.len() + 8).ok_or(Corrupt)?;
             let at = |member: &[u8]| [&prefix[..], score_at, member].concat();
             match (reverse, end) {
@@ -783,8 +783,9 @@ fn walk_table(
     const MOST: usize = 4096;
     let mut chunk = skip.saturating_add(wanted as u64).clamp(1, MOST as u64) as usize;
     loop {
-        let found = ctx.writes.scan_range(ctx.db(), (as_ref(&lower), as_ref(&upper)), reverse, chunk)?;
-        for (key, _) in &found {
+        // The index entries' keys hold all a walk needs: score and member.
+        let found = ctx.writes.keys_within(ctx.db(), (as_ref(&lower), as_ref(&upper)), reverse, chunk);
+        for key in &found {
             let rest = key.get(prefix.len()..).ok_or(Corrupt)?;
             let (score, member) = rest.split_at_checked(8).ok_or(Corrupt)?;
             if skip > 0 {
@@ -798,7 +799,7 @@ fn walk_table(
         if found.len() < chunk {
             return Ok(());
         }
-        let last = found.into_iter().next_back().expect("a full chunk").0;
+        let last = found.into_iter().next_back().expect("a full chunk");
         if reverse {
             upper = Bound::Excluded(last);
         } else {
