@@ -554,6 +554,7 @@ impl Index {
                 });
             }
         }
+        let tree = self.tree.read();
         if newer.is_empty() {
             // Nothing pending within the range: the walk needs no pending
             // version, and holds the leader back no longer (as in
@@ -562,7 +563,6 @@ impl Index {
             drop(pending.take());
             newer = BTreeMap::new();
         }
-        let tree = self.tree.read();
         let range = tree.heads.range(lower.map(KeyRef::new), upper.map(KeyRef::new));
         let mut held: Box<dyn Iterator<Item = (&[u8], bool)>> = {
             let entries = range.map(|(key, slot)| (key.as_slice(), !slot.loc.is_tombstone()));
@@ -654,12 +654,13 @@ impl Index {
             return None;
         }
         // Released before the walk, which may be long (a random member of
-        // a big set): the leader waits for this lock. The tree then holds
-        // the range as of now or later: updates within it reach the tree
-        // in order, by merges of later tables or applied directly while a
-        // snapshot is registered (which first merges all pending ones).
-        drop(pending);
+        // a big set): the leader waits for this lock. Only once the tree's
+        // is held: until then no table can freeze, so none with updates
+        // within the range can be half merged while the walk reads; after
+        // it, the leader's updates within the range are newer than the
+        // walk, and no merge moves them into the tree under it.
         let tree = self.tree.read();
+        drop(pending);
         let range = tree.heads.range(lower.map(KeyRef::new), upper.map(KeyRef::new));
         let mut live = range.filter(|(_, slot)| !slot.loc.is_tombstone()).map(|(key, _)| key.as_slice());
         let result = f(&mut live);
