@@ -85,6 +85,28 @@ fn object_idletime_is_refused_and_help_says_what_is_answered() {
     assert_eq!(encoding, "embstr");
 }
 
+/// A negative random-pick count asks for that many picks with repeats;
+/// past 2^24 of them it is refused (the reply is built before it is sent:
+/// -10^13 froze the server as it filled memory), and the server goes on.
+#[test]
+fn huge_repeated_random_picks_are_refused() {
+    let (_dir, server) = start(&[]);
+    let mut con = client(&server);
+    let _: () = redis::cmd("SADD").arg("s").arg("a").arg("b").query(&mut con).unwrap();
+    let _: () = redis::cmd("HSET").arg("h").arg("f").arg("v").query(&mut con).unwrap();
+    let _: () = redis::cmd("ZADD").arg("z").arg(1).arg("m").query(&mut con).unwrap();
+    for (command, key) in [("SRANDMEMBER", "s"), ("HRANDFIELD", "h"), ("ZRANDMEMBER", "z")] {
+        for count in ["-10000000000000", "-16777217"] {
+            let err = redis::cmd(command).arg(key).arg(count).query::<Value>(&mut con).unwrap_err();
+            assert!(err.to_string().contains("value is out of range"), "{command} {count}: {err}");
+        }
+        let picks: Vec<String> = redis::cmd(command).arg(key).arg(-5).query(&mut con).unwrap();
+        assert_eq!(picks.len(), 5, "{command}");
+    }
+    let pong: String = redis::cmd("PING").query(&mut con).unwrap();
+    assert_eq!(pong, "PONG");
+}
+
 #[test]
 fn memory_usage_counts_a_key_its_value_and_its_index_share() {
     let (_dir, server) = start(&[]);

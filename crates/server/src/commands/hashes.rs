@@ -303,15 +303,9 @@ pub fn hincrbyfloat(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     Ok(())
 }
 
-/// HRANDFIELD key [count [WITHVALUES]]: Redis 7.0's cases. A positive
-/// count gives distinct fields (the whole hash, in its order, when the
-/// count reaches its size; else a sample kept in that order, as Redis
-/// samples a listpack), a negative one allows repeats. A table is read
-/// whole for it.
 /// A table's fields at random `ranks` with their values when asked for
 /// (`table::fields_at`); None where the pick must list the hash instead:
-/// not a table, too many picks, or a reader without locks whose table
-/// changed meanwhile.
+/// not a table, or a reader without locks whose table changed meanwhile.
 fn table_picks(
     ctx: &mut Ctx<'_>,
     hash: &Open<'_>,
@@ -323,9 +317,6 @@ fn table_picks(
         return Ok(None);
     }
     let ranks = ranks(table.count as usize);
-    if ranks.len() as u64 > super::sets::PICKS_BY_RANK {
-        return Ok(None);
-    }
     let Some(fields) = table::fields_at(ctx, table, b"", &ranks)? else { return Ok(None) };
     let mut picks = Vec::with_capacity(fields.len());
     for field in fields {
@@ -341,6 +332,12 @@ fn table_picks(
     Ok(Some(picks))
 }
 
+/// HRANDFIELD key [count [WITHVALUES]]: Redis 7.0's cases. A positive
+/// count gives distinct fields (the whole hash, in its order, when the
+/// count reaches its size; else a sample kept in that order, as Redis
+/// samples a listpack), a negative one allows repeats. A table's picks
+/// are found by rank (`table_picks`) up to `PICKS_BY_RANK` of them; more
+/// read it whole.
 pub fn hrandfield(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     if args.len() == 2 {
         let value = read_hash(ctx, &args[1])?;
@@ -374,7 +371,9 @@ pub fn hrandfield(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let value = read_hash(ctx, &args[1])?;
     let hash = Open::of(&value)?;
     let ranks = |size| super::random_picks(size, count);
-    let (pairs, picks) = match table_picks(ctx, &hash, ranks, with_values)? {
+    let by_rank = count.unsigned_abs() <= super::sets::PICKS_BY_RANK;
+    let picked = if by_rank { table_picks(ctx, &hash, ranks, with_values)? } else { None };
+    let (pairs, picks) = match picked {
         Some(pairs) => {
             let all = (0..pairs.len()).collect();
             (pairs, all)

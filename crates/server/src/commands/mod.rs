@@ -1334,13 +1334,23 @@ pub mod args {
         })
     }
 
-    /// A random-pick count (HRANDFIELD, SRANDMEMBER): any 64-bit integer
-    /// but the one whose negation does not fit, with Redis's range text.
+    /// Most picks a negative random-pick count (repeats allowed) asks for.
+    /// Redis streams such a reply and takes as long as it must; here the
+    /// picks and the reply are built first, and a count of -10^13 kept an
+    /// I/O thread filling memory (250 MB/s, no client of it answered)
+    /// until the kernel would kill the server.
+    pub const MOST_REPEATED_PICKS: i64 = 1 << 24;
+
+    /// A random-pick count (HRANDFIELD, SRANDMEMBER, ZRANDMEMBER): any
+    /// 64-bit integer but the one whose negation does not fit, with Redis's
+    /// range text, down to -`MOST_REPEATED_PICKS` (`ERR value is out of
+    /// range` below).
     pub fn random_count(arg: &[u8]) -> Result<i64, CmdError> {
         match int(arg)? {
             i64::MIN => {
                 Err(super::err(format!("ERR value is out of range, value must between {} and {}", -i64::MAX, i64::MAX)))
             }
+            n if n < -MOST_REPEATED_PICKS => Err(super::err("ERR value is out of range")),
             n => Ok(n),
         }
     }
