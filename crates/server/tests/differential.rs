@@ -2110,7 +2110,7 @@ fn random_ranks_in_big_sorted_sets_match_redis() {
         let member = |next: &mut dyn FnMut(u64) -> u64| format!("m{}", next(6000)).into_bytes();
         let score = |next: &mut dyn FnMut(u64) -> u64| next(2000).to_string().into_bytes();
         let rank = |next: &mut dyn FnMut(u64) -> u64| (next(8000) as i64 - 4000).to_string().into_bytes();
-        match next(16) {
+        match next(17) {
             0..=4 => {
                 let mut command = vec![b"ZADD".to_vec(), key];
                 for _ in 0..1 + next(40) {
@@ -2139,6 +2139,14 @@ fn random_ranks_in_big_sorted_sets_match_redis() {
             }
             13 => (false, vec![b"ZREMRANGEBYRANK".to_vec(), key, rank(next), rank(next)]),
             14 => (false, vec![b"ZINCRBY".to_vec(), key, score(next), member(next)]),
+            15 => {
+                // Bounds inclusive or exclusive, the range often inverted.
+                let bound = |next: &mut dyn FnMut(u64) -> u64| {
+                    let open = if next(2) == 0 { "(" } else { "" };
+                    format!("{open}{}", next(2100)).into_bytes()
+                };
+                (false, vec![b"ZCOUNT".to_vec(), key, bound(next), bound(next)])
+            }
             _ => (false, vec![b"ZCARD".to_vec(), key]),
         }
     });

@@ -676,6 +676,22 @@ impl BlocksBefore {
     }
 }
 
+/// For a reader without locks while no write to the table is in flight:
+/// how many index entries lie from `low` up to `high` (places), as the
+/// difference of their ranks, each the blocks' sums before it and a count
+/// within its block. ZCOUNT counted every entry in its range, O(range)
+/// where Redis's skiplist spans take O(log n): 0.41x Redis's rate for a
+/// range of 1,000. None otherwise (the caller counts the range).
+fn ranks_between(ctx: &mut Ctx<'_>, table: &Table, low: &[u8], high: &[u8]) -> Result<Option<u64>, CmdError> {
+    let Some((tag, sums)) = quiet_sums(ctx, table)? else { return Ok(None) };
+    let rank = |place: &[u8]| {
+        let block = sums.block_of(place);
+        sums.before[block] + count_before(ctx, table, &sums.fences[block], place)
+    };
+    let between = rank(high).saturating_sub(rank(low));
+    Ok(still_quiet(ctx, table, tag).then_some(between))
+}
+
 /// The index entries from `fence` (a block's) up to `place`.
 fn count_before(ctx: &Ctx<'_>, table: &Table, fence: &[u8], place: &[u8]) -> u64 {
     let index = table::member_key(table.id, &[INDEX]);
@@ -1288,7 +1304,10 @@ fn count_range(ctx: &mut Ctx<'_>, key: &[u8], range: Range) -> CmdResult {
         let past = |score: f64| prefix_end(&at(score)).expect("ends below 0xFF");
         let lower = if min.1 { past(min.0) } else { at(min.0) };
         let upper = if max.1 { at(max.0) } else { past(max.0) };
-        count = ctx.writes.count_range(ctx.db(), (Bound::Included(&lower[..]), Bound::Excluded(&upper[..]))) as i64;
+        count = match ranks_between(ctx, table, &lower[index.len()..], &upper[index.len()..])? {
+            Some(count) => count as i64,
+            None => ctx.writes.count_range(ctx.db(), (Bound::Included(&lower[..]), Bound::Excluded(&upper[..]))) as i64,
+        };
     } else if !empty {
         set.walk(ctx, from, false, 64, |m, s| {
             let inside = within(m, s);
