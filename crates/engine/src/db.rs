@@ -201,6 +201,11 @@ impl Deref for PinnedValue {
     }
 }
 
+/// A range's bounds as byte slices, as the index takes them.
+fn byte_bounds<'a, K: AsRef<[u8]> + 'a, R: RangeBounds<K>>(range: &'a R) -> (Bound<&'a [u8]>, Bound<&'a [u8]>) {
+    (range.start_bound().map(K::as_ref), range.end_bound().map(K::as_ref))
+}
+
 impl Db {
     /// Opens (or creates) the database in directory `path`, recovering
     /// every acknowledged write. See docs/recovery.md for what it checks.
@@ -509,7 +514,7 @@ impl Db {
     /// iterating (an iterator takes a snapshot, which first merges the
     /// pending index updates, and reads every entry from the log).
     pub fn count_keys<K: AsRef<[u8]>, R: RangeBounds<K>>(&self, range: R) -> usize {
-        let (lower, upper) = (range.start_bound().map(K::as_ref), range.end_bound().map(K::as_ref));
+        let (lower, upper) = byte_bounds(&range);
         self.inner.index.count_newest_in(lower, upper)
     }
 
@@ -523,7 +528,7 @@ impl Db {
     /// big collection. The keys found stop where the range ends, or at a
     /// rank not above the one before it.
     pub fn keys_at_ranks<K: AsRef<[u8]>, R: RangeBounds<K>>(&self, range: R, ranks: &[usize]) -> Vec<Vec<u8>> {
-        let (lower, upper) = (range.start_bound().map(K::as_ref), range.end_bound().map(K::as_ref));
+        let (lower, upper) = byte_bounds(&range);
         self.inner.index.newest_at_ranks(lower, upper, ranks)
     }
 
@@ -545,10 +550,8 @@ impl Db {
     }
 
     fn keys_in<K: AsRef<[u8]>, R: RangeBounds<K>>(&self, range: R, reverse: bool, visit: impl FnMut(&[u8]) -> bool) {
-        fn bound<K: AsRef<[u8]>>(b: Bound<&K>) -> Bound<&[u8]> {
-            b.map(|k| k.as_ref())
-        }
-        self.inner.index.newest_keys_in(bound(range.start_bound()), bound(range.end_bound()), reverse, visit);
+        let (lower, upper) = byte_bounds(&range);
+        self.inner.index.newest_keys_in(lower, upper, reverse, visit);
     }
 
     /// Every key, ascending.
@@ -788,7 +791,7 @@ impl<'a> Snapshot<'a> {
     /// until `visit` returns false: counting a range without a log read
     /// per entry. The index is held for the walk: keep `visit` short.
     pub fn visit_keys<K: AsRef<[u8]>, R: RangeBounds<K>>(&self, range: R, visit: impl FnMut(&[u8]) -> bool) {
-        let (lower, upper) = (range.start_bound().map(|k| k.as_ref()), range.end_bound().map(|k| k.as_ref()));
+        let (lower, upper) = byte_bounds(&range);
         self.db.inner.index.visit_at(lower, upper, self.seq, visit);
     }
 

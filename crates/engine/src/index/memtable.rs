@@ -273,6 +273,14 @@ impl Pending {
         self.active.len() + self.frozen.as_ref().map_or(0, |f| f.len())
     }
 
+    /// `PendingMap::visit_within` of the frozen table, then the active one
+    /// (whose versions are newer).
+    fn visit_within<'a>(&'a self, lower: Bound<&[u8]>, upper: Bound<&[u8]>, mut visit: impl FnMut(&'a Key, Slot)) {
+        for table in self.frozen.as_deref().into_iter().chain(std::iter::once(&self.active)) {
+            table.visit_within(lower, upper, &mut visit);
+        }
+    }
+
     /// Hands the active table to the merger, unless it still has one.
     fn freeze(&mut self) {
         if self.frozen.is_none() && !self.active.is_empty() {
@@ -546,13 +554,9 @@ impl Index {
         let mut pending = (self.pending_entries.load(Ordering::Acquire) > 0).then(|| self.pending.read());
         let mut newer: BTreeMap<&[u8], bool> = BTreeMap::new();
         if let Some(pending) = &pending {
-            // The frozen table first: the active one's versions are newer.
-            let tables = pending.frozen.as_deref().into_iter().chain(std::iter::once(&pending.active));
-            for table in tables {
-                table.visit_within(lower, upper, |key, slot| {
-                    newer.insert(key.as_slice(), !slot.loc.is_tombstone());
-                });
-            }
+            pending.visit_within(lower, upper, |key, slot| {
+                newer.insert(key.as_slice(), !slot.loc.is_tombstone());
+            });
         }
         let tree = self.tree.read();
         if newer.is_empty() {
@@ -645,10 +649,7 @@ impl Index {
         let pending = (self.pending_entries.load(Ordering::Acquire) > 0).then(|| self.pending.read());
         let mut pending_within = false;
         if let Some(pending) = &pending {
-            let tables = pending.frozen.as_deref().into_iter().chain(std::iter::once(&pending.active));
-            for table in tables {
-                table.visit_within(lower, upper, |_, _| pending_within = true);
-            }
+            pending.visit_within(lower, upper, |_, _| pending_within = true);
         }
         if pending_within {
             return None;
