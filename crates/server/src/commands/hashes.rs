@@ -305,18 +305,16 @@ pub fn hincrbyfloat(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
 
 /// A table's fields at random `ranks` with their values when asked for
 /// (`table::fields_at`); None where the pick must list the hash instead:
-/// not a table, or a reader without locks whose table changed meanwhile.
+/// not a table, too many picks, or a reader without locks whose table
+/// changed meanwhile.
 fn table_picks(
     ctx: &mut Ctx<'_>,
     hash: &Open<'_>,
-    ranks: impl FnOnce(usize) -> Vec<usize>,
+    count: Option<i64>,
     with_values: bool,
 ) -> Result<Option<Pairs<'static>>, CmdError> {
     let Open::Table(table) = hash else { return Ok(None) };
-    if table.count == 0 {
-        return Ok(None);
-    }
-    let ranks = ranks(table.count as usize);
+    let Some(ranks) = table::random_ranks(table.count, count) else { return Ok(None) };
     let Some(fields) = table::fields_at(ctx, table, b"", &ranks)? else { return Ok(None) };
     let mut picks = Vec::with_capacity(fields.len());
     for field in fields {
@@ -336,7 +334,7 @@ fn table_picks(
 /// count gives distinct fields (the whole hash, in its order, when the
 /// count reaches its size; else a sample kept in that order, as Redis
 /// samples a listpack), a negative one allows repeats. A table's picks
-/// are found by rank (`table_picks`) up to `PICKS_BY_RANK` of them; more
+/// are found by rank (`table_picks`) up to `table::PICKS_BY_RANK` of them; more
 /// read it whole.
 pub fn hrandfield(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     if args.len() == 2 {
@@ -346,8 +344,7 @@ pub fn hrandfield(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
             return Ok(());
         }
         let hash = Open::of(&value)?;
-        let one = |size| vec![rand::thread_rng().gen_range(0..size)];
-        if let Some(picks) = table_picks(ctx, &hash, one, false)? {
+        if let Some(picks) = table_picks(ctx, &hash, None, false)? {
             ctx.out.bulk(&picks[0].0);
             return Ok(());
         }
@@ -370,10 +367,7 @@ pub fn hrandfield(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     }
     let value = read_hash(ctx, &args[1])?;
     let hash = Open::of(&value)?;
-    let ranks = |size| super::random_picks(size, count);
-    let by_rank = count.unsigned_abs() <= super::sets::PICKS_BY_RANK;
-    let picked = if by_rank { table_picks(ctx, &hash, ranks, with_values)? } else { None };
-    let (pairs, picks) = match picked {
+    let (pairs, picks) = match table_picks(ctx, &hash, Some(count), with_values)? {
         Some(pairs) => {
             let all = (0..pairs.len()).collect();
             (pairs, all)

@@ -256,7 +256,7 @@ pub fn spop(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         return Ok(());
     };
     let mut set = Open::of(value.as_ref())?;
-    let popped = match ranks_to_pick(&set, count.map(|n| n.min(PICKS_BY_RANK + 1) as i64)) {
+    let popped = match ranks_to_pick(&set, count.map(|n| n.min(table::PICKS_BY_RANK + 1) as i64)) {
         // A table's few picks by rank; the command holds the key's lock,
         // so the stub's count is exact.
         Some((table, ranks)) => table::fields_at(ctx, &table, b"", &ranks)?.ok_or(crate::hash::Corrupt)?,
@@ -293,22 +293,11 @@ pub fn spop(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     Ok(())
 }
 
-/// Most members a random pick from a table finds by rank in one walk of
-/// the index (`table::fields_at`); past it, the pick lists the set.
-pub const PICKS_BY_RANK: u64 = 1024;
-
 /// For a table and no count or a small one: the table and the ranks of
-/// the members to pick (`random_picks`, or one for no count).
+/// the members to pick (`table::random_ranks`).
 fn ranks_to_pick(set: &Open<'_>, count: Option<i64>) -> Option<(Table, Vec<usize>)> {
     let Open::Table(table) = set else { return None };
-    let size = table.count as usize;
-    let ranks = match count {
-        _ if size == 0 => return None,
-        None => vec![rand::thread_rng().gen_range(0..size)],
-        Some(count) if count.unsigned_abs() <= PICKS_BY_RANK => super::random_picks(size, count),
-        Some(_) => return None,
-    };
-    Some((*table, ranks))
+    Some((*table, table::random_ranks(table.count, count)?))
 }
 
 /// SRANDMEMBER key [count]: as HRANDFIELD, distinct members for a positive

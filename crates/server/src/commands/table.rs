@@ -279,6 +279,23 @@ fn written(ctx: &mut Ctx<'_>, table: &Table) {
     }
 }
 
+/// Most fields a random pick from a table finds by rank in one walk of
+/// the index (`fields_at`); past it, the pick lists the collection.
+pub const PICKS_BY_RANK: u64 = 1024;
+
+/// The ranks of a random pick of `count` (None: one) among `size` fields,
+/// if it goes by rank: `super::random_picks` up to `PICKS_BY_RANK` picks;
+/// None for an empty table or more picks.
+pub fn random_ranks(size: u64, count: Option<i64>) -> Option<Vec<usize>> {
+    use rand::Rng;
+    match count {
+        _ if size == 0 => None,
+        None => Some(vec![rand::thread_rng().gen_range(0..size as usize)]),
+        Some(count) if count.unsigned_abs() <= PICKS_BY_RANK => Some(super::random_picks(size as usize, count)),
+        Some(_) => None,
+    }
+}
+
 /// The fields of `table` under `sub` (a sorted set's `MEMBER` entries; a
 /// hash's or a set's fields with an empty one) at `ranks` (below the
 /// table's count, in any order, repeats allowed), in the order of `ranks`:

@@ -1551,20 +1551,17 @@ pub fn zrandmember(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
 }
 
 /// ZRANDMEMBER's picks from a table, for no count or a count below the
-/// member count (all of them come by score) up to `PICKS_BY_RANK`: members
+/// member count (all of them come by score) up to `table::PICKS_BY_RANK`: members
 /// at random ranks of their `MEMBER` entries (`table::fields_at`), each
 /// with its score. None where the pick must list the set instead, or a
 /// reader without locks finds the table changed meanwhile.
 fn table_picks(ctx: &mut Ctx<'_>, set: &Open<'_>, count: Option<i64>) -> Result<Option<Scored>, CmdError> {
     let Open::Table(table) = set else { return Ok(None) };
     let size = table.head as u64;
-    let ranks = match count {
-        _ if size == 0 => return Ok(None),
-        None => vec![rand::thread_rng().gen_range(0..size as usize)],
-        Some(count) if count >= 0 && count as u64 >= size => return Ok(None),
-        Some(count) if count.unsigned_abs() <= super::sets::PICKS_BY_RANK => super::random_picks(size as usize, count),
-        Some(_) => return Ok(None),
-    };
+    if count.is_some_and(|count| count >= 0 && count as u64 >= size) {
+        return Ok(None);
+    }
+    let Some(ranks) = table::random_ranks(size, count) else { return Ok(None) };
     let Some(members) = table::fields_at(ctx, table, &[MEMBER], &ranks)? else { return Ok(None) };
     let mut picked = Vec::with_capacity(members.len());
     for member in members {
