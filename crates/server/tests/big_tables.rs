@@ -12,7 +12,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use common::Server;
-use rand::{Rng, SeedableRng};
+use rand::Rng;
 
 /// Members of the big set: about 3.6 MB of entries in one batch.
 const MEMBERS: usize = 80_000;
@@ -120,9 +120,7 @@ fn collections_past_one_batch_are_copied_restored_and_stored_whole() {
 #[test]
 fn a_copy_cut_off_by_sigkill_is_absent_or_whole_and_swept() {
     let iterations = common::crash_iterations(5);
-    let seed = std::env::var("SCALEDKV_CRASH_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or_else(rand::random);
-    eprintln!("big table crash test: {iterations} iterations, SCALEDKV_CRASH_SEED={seed}");
-    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let mut rng = common::crash_rng("big table crash test", iterations);
     let dir = tempfile::tempdir_in("/dev/shm").unwrap();
     let path = dir.path().join("db");
     let server = Server::start(&path, &SMALL_SEGMENTS);

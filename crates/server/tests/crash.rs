@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{encode, try_read_reply, Server};
-use rand::{Rng, SeedableRng};
+use rand::Rng;
 
 const THREADS: usize = 4;
 const PIPELINE: usize = 8;
@@ -263,9 +263,7 @@ fn bulk(data: &[u8]) -> Vec<u8> {
 #[test]
 fn acknowledged_writes_survive_sigkill() {
     let iterations = common::crash_iterations(5);
-    let seed = std::env::var("SCALEDKV_CRASH_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or_else(rand::random);
-    eprintln!("server crash test: {iterations} iterations, SCALEDKV_CRASH_SEED={seed}");
-    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let mut rng = common::crash_rng("server crash test", iterations);
     // The real disk (the temp dir's file system), as a user would run it,
     // where each write waits to share an fdatasync; and tmpfs, where writes
     // commit without gathering.

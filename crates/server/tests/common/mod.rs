@@ -170,6 +170,16 @@ pub fn crash_iterations(default: usize) -> usize {
     std::env::var("SCALEDKV_SERVER_CRASH_ITERATIONS").ok().and_then(|n| n.parse().ok()).unwrap_or(default)
 }
 
+/// The random source of a crash test's kill times: seeded by
+/// `SCALEDKV_CRASH_SEED` or at random, the seed printed with `test`'s name
+/// and `iterations` so a failing run can be repeated.
+pub fn crash_rng(test: &str, iterations: usize) -> rand::rngs::StdRng {
+    use rand::SeedableRng;
+    let seed = std::env::var("SCALEDKV_CRASH_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or_else(rand::random);
+    eprintln!("{test}: {iterations} iterations, SCALEDKV_CRASH_SEED={seed}");
+    rand::rngs::StdRng::seed_from_u64(seed)
+}
+
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
