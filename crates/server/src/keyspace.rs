@@ -239,9 +239,11 @@ pub struct Writes {
     /// Whether a read found one of those: before anyone is told what was
     /// read, these writes (or, if none, a barrier) must be durable.
     read_pending: Cell<bool>,
-    /// Big sorted sets these writes change: until they are visible,
-    /// readers without locks read those from a snapshot (`commands::ranks`).
-    zset_tables: Vec<u64>,
+    /// Big sets, hashes and sorted sets these writes change: until they
+    /// are visible, readers without locks read those sorted sets from a
+    /// snapshot (`commands::ranks`); their count tells random picks when
+    /// to read a table's fences again (`commands::picks`).
+    written_tables: Vec<u64>,
     /// Tables these writes create (`commands::table::fill`): no key
     /// points to them before these writes commit.
     new_tables: Vec<u64>,
@@ -291,7 +293,7 @@ pub struct Savepoint {
     pushed: bool,
     blocks_changed: bool,
     fence_edits: usize,
-    zset_tables: usize,
+    written_tables: usize,
     new_tables: usize,
     events: usize,
     messages: usize,
@@ -309,7 +311,7 @@ pub struct Ready {
     pub fence_edits: Vec<FenceEdit>,
     /// Read writes that others queued and are not yet durable.
     pub read_pending: bool,
-    pub zset_tables: Vec<u64>,
+    pub written_tables: Vec<u64>,
     pub new_tables: Vec<u64>,
     pub events: Vec<crate::notify::Event>,
     pub messages: Vec<Message>,
@@ -334,7 +336,7 @@ impl Writes {
             fence_edits: Vec::new(),
             pending: None,
             read_pending: Cell::new(false),
-            zset_tables: Vec::new(),
+            written_tables: Vec::new(),
             new_tables: Vec::new(),
             events: Vec::new(),
             defers_messages: false,
@@ -410,10 +412,10 @@ impl Writes {
         self.new_tables.contains(&id)
     }
 
-    /// Notes that these writes change sorted-set table `id`.
-    pub fn note_zset_written(&mut self, id: u64) {
-        if !self.zset_tables.contains(&id) {
-            self.zset_tables.push(id);
+    /// Notes that these writes change table `id` (`commands::table`).
+    pub fn note_table_written(&mut self, id: u64) {
+        if !self.written_tables.contains(&id) {
+            self.written_tables.push(id);
         }
     }
 
@@ -474,7 +476,7 @@ impl Writes {
             fence_edits: Vec::new(),
             pending: self.pending.clone(),
             read_pending: Cell::new(false),
-            zset_tables: Vec::new(),
+            written_tables: Vec::new(),
             new_tables: Vec::new(),
             events: Vec::new(),
             defers_messages: self.defers_messages,
@@ -498,7 +500,7 @@ impl Writes {
         self.blocks_changed |= branch.blocks_changed;
         self.fence_edits.append(&mut branch.fence_edits);
         self.read_pending.set(self.read_pending() || branch.read_pending());
-        self.zset_tables.append(&mut branch.zset_tables);
+        self.written_tables.append(&mut branch.written_tables);
         self.new_tables.append(&mut branch.new_tables);
         self.events.append(&mut branch.events);
         self.messages.append(&mut branch.messages);
@@ -524,7 +526,7 @@ impl Writes {
             pushed: self.pushed,
             blocks_changed: self.blocks_changed,
             fence_edits: self.fence_edits.len(),
-            zset_tables: self.zset_tables.len(),
+            written_tables: self.written_tables.len(),
             new_tables: self.new_tables.len(),
             events: self.events.len(),
             messages: self.messages.len(),
@@ -568,7 +570,7 @@ impl Writes {
         self.pushed = point.pushed;
         self.blocks_changed = point.blocks_changed;
         self.fence_edits.truncate(point.fence_edits);
-        self.zset_tables.truncate(point.zset_tables);
+        self.written_tables.truncate(point.written_tables);
         self.new_tables.truncate(point.new_tables);
         self.keep_misses_after(point.events);
         self.messages.truncate(point.messages);
@@ -1051,7 +1053,7 @@ impl Writes {
             pushed: std::mem::take(&mut self.pushed),
             fence_edits: std::mem::take(&mut self.fence_edits),
             read_pending: self.read_pending.take(),
-            zset_tables: std::mem::take(&mut self.zset_tables),
+            written_tables: std::mem::take(&mut self.written_tables),
             new_tables: std::mem::take(&mut self.new_tables),
             events: std::mem::take(&mut self.events),
             messages: std::mem::take(&mut self.messages),
@@ -1090,7 +1092,7 @@ impl Writes {
             pushed: std::mem::take(&mut self.pushed),
             fence_edits: std::mem::take(&mut self.fence_edits),
             read_pending: self.read_pending.take(),
-            zset_tables: std::mem::take(&mut self.zset_tables),
+            written_tables: std::mem::take(&mut self.written_tables),
             new_tables: std::mem::take(&mut self.new_tables),
             events: std::mem::take(&mut self.events),
             messages: std::mem::take(&mut self.messages),

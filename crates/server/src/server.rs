@@ -80,6 +80,8 @@ pub struct Shared {
     /// The same tables' blocks summed for readers, and the counts of
     /// writes in flight that keep them honest (`commands::ranks`).
     pub rank_sums: crate::commands::ranks::RankCache,
+    /// Big tables' fences for random picks (`commands::picks`).
+    pub pick_fences: crate::commands::picks::PickFences,
     /// Writes queued but not yet durable that the next holder of their
     /// keys' locks reads (`crate::pending`).
     pub pending: Arc<crate::pending::Pending>,
@@ -260,6 +262,7 @@ pub async fn run(config: Config, db: Db) -> Result<(), String> {
         next_table_id: AtomicU64::new(next_table_id),
         rank_fences: Default::default(),
         rank_sums: Default::default(),
+        pick_fences: Default::default(),
         pending: Default::default(),
         waiters: crate::waiters::Waiters::default(),
         pubsub: Default::default(),

@@ -303,8 +303,8 @@ pub fn hincrbyfloat(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     Ok(())
 }
 
-/// A table's fields at random `ranks` with their values when asked for
-/// (`table::fields_at`); None where the pick must list the hash instead:
+/// A table's fields picked at random, with their values when asked for
+/// (`picks::random_fields`); None where the pick must list the hash instead:
 /// not a table, too many picks, or a reader without locks whose table
 /// changed meanwhile.
 fn table_picks(
@@ -314,8 +314,7 @@ fn table_picks(
     with_values: bool,
 ) -> Result<Option<Pairs<'static>>, CmdError> {
     let Open::Table(table) = hash else { return Ok(None) };
-    let Some(ranks) = table::random_ranks(table.count, count) else { return Ok(None) };
-    let Some(fields) = table::fields_at(ctx, table, b"", &ranks)? else { return Ok(None) };
+    let Some(fields) = super::picks::random_fields(ctx, table, b"", table.count, count)? else { return Ok(None) };
     let mut picks = Vec::with_capacity(fields.len());
     for field in fields {
         let value = match with_values {
@@ -334,8 +333,8 @@ fn table_picks(
 /// count gives distinct fields (the whole hash, in its order, when the
 /// count reaches its size; else a sample kept in that order, as Redis
 /// samples a listpack), a negative one allows repeats. A table's picks
-/// are found by rank (`table_picks`) up to `table::PICKS_BY_RANK` of them; more
-/// read it whole.
+/// are found in the index (`table_picks`) up to `table::PICKS_BY_RANK` of
+/// them; more read it whole.
 pub fn hrandfield(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     if args.len() == 2 {
         let value = read_hash(ctx, &args[1])?;

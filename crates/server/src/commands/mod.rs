@@ -13,6 +13,7 @@ mod hll;
 mod keys;
 mod list_chunks;
 mod lists;
+pub mod picks;
 mod pubsub;
 pub mod ranks;
 pub mod redis_commands;
@@ -762,7 +763,7 @@ async fn commit_batch<G>(
         pushed,
         fence_edits,
         read_pending,
-        zset_tables,
+        written_tables,
         new_tables,
         events: _,
         messages: _,
@@ -799,8 +800,9 @@ async fn commit_batch<G>(
     };
     let forget = if !early && !shared.pending.is_empty() { shared.pending.published_of(&batch) } else { Vec::new() };
     // Readers without locks read these sorted sets from a snapshot from
-    // here until the batch is visible (`ranks.rs`).
-    let _writing = (!zset_tables.is_empty()).then(|| shared.rank_sums.writing(zset_tables));
+    // here until the batch is visible (`ranks.rs`), and random picks count
+    // the writes (`picks.rs`).
+    let _writing = (!written_tables.is_empty()).then(|| shared.rank_sums.writing(written_tables));
     let done = enqueue(shared, batch);
     let ticket = staged.filter(|_| !done.is_refused()).map(|staged| shared.pending.publish(staged));
     let mut guards = Some(guards);

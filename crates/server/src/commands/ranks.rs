@@ -90,6 +90,11 @@ impl RankCache {
         (self.started[slot(id)].load(Ordering::SeqCst) == finished).then_some(finished)
     }
 
+    /// The count of finished writes of table `id`'s slot, in flight or not.
+    pub fn finished(&self, id: u64) -> u64 {
+        self.finished[slot(id)].load(Ordering::SeqCst)
+    }
+
     /// Table `id`'s sums if they were taken at `tag` (from `quiet`).
     pub fn get(&self, id: u64, tag: u64) -> Option<Arc<BlockSums>> {
         self.sums.lock().get(&id).filter(|sums| sums.tag == tag).cloned()

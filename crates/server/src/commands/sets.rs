@@ -256,10 +256,10 @@ pub fn spop(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         return Ok(());
     };
     let mut set = Open::of(value.as_ref())?;
-    let popped = match ranks_to_pick(&set, count.map(|n| n.min(table::PICKS_BY_RANK + 1) as i64)) {
-        // A table's few picks by rank; the command holds the key's lock,
-        // so the stub's count is exact.
-        Some((table, ranks)) => table::fields_at(ctx, &table, b"", &ranks)?.ok_or(crate::hash::Corrupt)?,
+    let popped = match table_picks(ctx, &set, count.map(|n| n.min(table::PICKS_BY_RANK + 1) as i64))? {
+        // A table's few picks (the command holds the key's lock, so the
+        // stub's count is exact).
+        Some(picks) => picks,
         None => {
             let mut members = set.members(ctx)?;
             if members.is_empty() {
@@ -293,11 +293,11 @@ pub fn spop(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     Ok(())
 }
 
-/// For a table and no count or a small one: the table and the ranks of
-/// the members to pick (`table::random_ranks`).
-fn ranks_to_pick(set: &Open<'_>, count: Option<i64>) -> Option<(Table, Vec<usize>)> {
-    let Open::Table(table) = set else { return None };
-    Some((*table, table::random_ranks(table.count, count)?))
+/// A table's members picked at random (`picks::random_fields`); None for
+/// a set kept as one value or a pick that must list the set.
+fn table_picks(ctx: &mut Ctx<'_>, set: &Open<'_>, count: Option<i64>) -> Result<Option<Vec<Vec<u8>>>, CmdError> {
+    let Open::Table(table) = set else { return Ok(None) };
+    super::picks::random_fields(ctx, table, b"", table.count, count)
 }
 
 /// SRANDMEMBER key [count]: as HRANDFIELD, distinct members for a positive
@@ -311,8 +311,8 @@ pub fn srandmember(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     };
     let value = read_set(ctx, &args[1])?;
     let set = Open::of(value.as_ref())?;
-    if let Some((table, ranks)) = ranks_to_pick(&set, count) {
-        if let Some(members) = table::fields_at(ctx, &table, b"", &ranks)? {
+    if count != Some(0) {
+        if let Some(members) = table_picks(ctx, &set, count)? {
             match count {
                 None => ctx.out.bulk(&members[0]),
                 Some(_) => {

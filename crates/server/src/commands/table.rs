@@ -271,11 +271,14 @@ pub fn delete(ctx: &mut Ctx<'_>, table: &mut Table, field: &[u8]) {
     ctx.writes.note_reserved(-1);
 }
 
-/// Notes a write to a sorted set's table: readers without locks re-check
-/// what they read of it (`ranks.rs`).
+/// Notes a write to a sorted set's, a set's or a hash's table: readers
+/// without locks re-check what they read of a sorted set (`ranks.rs`),
+/// and random picks read a table's fences again after enough writes
+/// (`picks.rs`).
 fn written(ctx: &mut Ctx<'_>, table: &Table) {
-    if table.tag == crate::keyspace::TYPE_ZSET_TABLE {
-        ctx.writes.note_zset_written(table.id);
+    use crate::keyspace::{TYPE_HASH_TABLE, TYPE_SET_TABLE, TYPE_ZSET_TABLE};
+    if matches!(table.tag, TYPE_ZSET_TABLE | TYPE_SET_TABLE | TYPE_HASH_TABLE) {
+        ctx.writes.note_table_written(table.id);
     }
 }
 
@@ -475,7 +478,7 @@ async fn drop_table(shared: &Shared, id: u64, owner: &[u8]) -> Result<u64, CmdEr
         }
         let count = keys.len() as u64 + last as u64;
         // Readers of the sorted set it was see no half-dropped table.
-        let ready = Ready { batch, reserved_delta: -(count as i64), zset_tables: vec![id], ..Ready::default() };
+        let ready = Ready { batch, reserved_delta: -(count as i64), written_tables: vec![id], ..Ready::default() };
         super::commit(shared, ready, &[], false, ()).await?;
         deleted += count;
         if last {

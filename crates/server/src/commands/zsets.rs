@@ -1552,7 +1552,7 @@ pub fn zrandmember(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
 
 /// ZRANDMEMBER's picks from a table, for no count or a count below the
 /// member count (all of them come by score) up to `table::PICKS_BY_RANK`: members
-/// at random ranks of their `MEMBER` entries (`table::fields_at`), each
+/// picked at random among their `MEMBER` entries (`picks::random_fields`), each
 /// with its score. None where the pick must list the set instead, or a
 /// reader without locks finds the table changed meanwhile.
 fn table_picks(ctx: &mut Ctx<'_>, set: &Open<'_>, count: Option<i64>) -> Result<Option<Scored>, CmdError> {
@@ -1561,8 +1561,7 @@ fn table_picks(ctx: &mut Ctx<'_>, set: &Open<'_>, count: Option<i64>) -> Result<
     if count.is_some_and(|count| count >= 0 && count as u64 >= size) {
         return Ok(None);
     }
-    let Some(ranks) = table::random_ranks(size, count) else { return Ok(None) };
-    let Some(members) = table::fields_at(ctx, table, &[MEMBER], &ranks)? else { return Ok(None) };
+    let Some(members) = super::picks::random_fields(ctx, table, &[MEMBER], size, count)? else { return Ok(None) };
     let mut picked = Vec::with_capacity(members.len());
     for member in members {
         let Some(bytes) = table::get(ctx, table, &member_field(&member))? else { return Ok(None) };
