@@ -6,6 +6,8 @@ Each fresh server first gets
            kept as one value)
   zb       a sorted set of 20,000 members (a table)
   hb, sb   a hash of 5,000 fields and a set of 5,000 members (tables)
+(TABLE_SIZE=n makes hb and sb n big and zb 4n: random picks from big
+tables; READS=a,b runs only those reads)
 then redis-benchmark sends each read below (-c 10 by default: CLIENTS),
 at each pipeline depth, against Redis 7 without persistence and ScaledKV
 in `sync` mode on /dev/shm, REPEATS rounds interleaved; medians of
@@ -34,6 +36,7 @@ RUN = compare_redis.Comparison("reads", n=60000)
 CLIENTS = int(os.environ.get("CLIENTS", "10"))
 compare_redis.CLIENTS = CLIENTS
 TRICKLE = os.environ.get("TRICKLE") == "1"
+TABLE_SIZE = int(os.environ.get("TABLE_SIZE", "5000"))
 
 WORKLOADS = {
     "zrank-1k": ["ZRANK", "zm", "m500"],
@@ -52,18 +55,20 @@ WORKLOADS = {
     "zcount-1k": ["ZCOUNT", "zb", "5000", "6000"],
     "get": ["GET", "k1"],
 }
+if os.environ.get("READS"):
+    WORKLOADS = {name: WORKLOADS[name] for name in os.environ["READS"].split(",")}
 
 
 def fill(server):
     commands = [["SET", "k1", "v1"]]
-    for key, members in (("zm", 1000), ("zb", 20000)):
+    for key, members in (("zm", 1000), ("zb", 4 * TABLE_SIZE)):
         for start in range(0, members, 1000):
             words = ["ZADD", key]
             for i in range(start + 1, start + 1001):
                 words += [str(i), f"m{i}"]
             commands.append(words)
     commands.append(["RPUSH", "lm"] + [f"e{i}" for i in range(1, 1001)])
-    for start in range(0, 5000, 1000):
+    for start in range(0, TABLE_SIZE, 1000):
         commands.append(["HSET", "hb"] + [w for i in range(start + 1, start + 1001) for w in (f"f{i}", f"v{i}")])
         commands.append(["SADD", "sb"] + [f"m{i}" for i in range(start + 1, start + 1001)])
     text = "".join("*%d\r\n" % len(c) + "".join("$%d\r\n%s\r\n" % (len(a), a) for a in c) for c in commands)
