@@ -44,7 +44,8 @@ const FENCES_MOST: usize = 1 << 20;
 const ROUNDS: usize = 32;
 
 /// One table's fences: the first is its fields' prefix, then the key of
-/// every `STEP`-th field.
+/// every `STEP`-th field (a sorted set's `MEMBER` entries: a table's picks
+/// are always under one prefix).
 struct Fences {
     keys: Vec<Vec<u8>>,
     /// The table's writes counted when they were read.
@@ -86,8 +87,8 @@ pub fn random_fields(
     if fenced {
         let fences = fences_of(ctx, table, sub, size);
         let picks = match count {
-            Some(n) if n > 0 => distinct(ctx, &fences, sub, table.id, n as usize),
-            _ => with_repeats(ctx, &fences, sub, table.id, count.map_or(1, |n| n.unsigned_abs() as usize)),
+            Some(n) if n > 0 => distinct(ctx, &fences, n as usize),
+            _ => with_repeats(ctx, &fences, count.map_or(1, |n| n.unsigned_abs() as usize)),
         };
         if let Some(picks) = picks {
             return Ok(Some(picks));
@@ -128,7 +129,7 @@ fn fences_of(ctx: &mut Ctx<'_>, table: &Table, sub: &[u8], size: u64) -> Arc<Fen
 
 /// `want` distinct fields, or None after `ROUNDS` draws that left some
 /// wanting (a table emptied since its fences were read).
-fn distinct(ctx: &mut Ctx<'_>, fences: &Fences, sub: &[u8], id: u64, want: usize) -> Option<Vec<Vec<u8>>> {
+fn distinct(ctx: &mut Ctx<'_>, fences: &Fences, want: usize) -> Option<Vec<Vec<u8>>> {
     let slots = fences.keys.len() * STEP;
     let mut rng = rand::thread_rng();
     let mut tried = std::collections::HashSet::new();
@@ -141,7 +142,7 @@ fn distinct(ctx: &mut Ctx<'_>, fences: &Fences, sub: &[u8], id: u64, want: usize
                 draw.push(slot);
             }
         }
-        found.extend(resolve(ctx, fences, sub, id, &draw).into_iter().flatten());
+        found.extend(resolve(ctx, fences, &draw).into_iter().flatten());
         if found.len() == want {
             return Some(found);
         }
@@ -150,13 +151,13 @@ fn distinct(ctx: &mut Ctx<'_>, fences: &Fences, sub: &[u8], id: u64, want: usize
 }
 
 /// `want` fields drawn independently.
-fn with_repeats(ctx: &mut Ctx<'_>, fences: &Fences, sub: &[u8], id: u64, want: usize) -> Option<Vec<Vec<u8>>> {
+fn with_repeats(ctx: &mut Ctx<'_>, fences: &Fences, want: usize) -> Option<Vec<Vec<u8>>> {
     let slots = fences.keys.len() * STEP;
     let mut rng = rand::thread_rng();
     let mut found = Vec::with_capacity(want);
     for _ in 0..ROUNDS {
         let draw: Vec<usize> = (found.len()..want).map(|_| rng.gen_range(0..slots)).collect();
-        found.extend(resolve(ctx, fences, sub, id, &draw).into_iter().flatten());
+        found.extend(resolve(ctx, fences, &draw).into_iter().flatten());
         if found.len() == want {
             return Some(found);
         }
@@ -166,9 +167,9 @@ fn with_repeats(ctx: &mut Ctx<'_>, fences: &Fences, sub: &[u8], id: u64, want: u
 
 /// The field in each slot, in the order given: None for an empty slot.
 /// One walk per block drawn, of at most `STEP` keys from its fence.
-fn resolve(ctx: &mut Ctx<'_>, fences: &Fences, sub: &[u8], id: u64, slots: &[usize]) -> Vec<Option<Vec<u8>>> {
-    let prefix_len = table::member_key(id, sub).len();
-    let Some(end) = crate::keyspace::prefix_end(&fences.keys[0]) else { return vec![None; slots.len()] };
+fn resolve(ctx: &mut Ctx<'_>, fences: &Fences, slots: &[usize]) -> Vec<Option<Vec<u8>>> {
+    let prefix = &fences.keys[0];
+    let Some(end) = crate::keyspace::prefix_end(prefix) else { return vec![None; slots.len()] };
     let mut blocks: HashMap<usize, Vec<usize>> = HashMap::new();
     for &slot in slots {
         blocks.entry(slot / STEP).or_default().push(slot % STEP);
@@ -180,7 +181,7 @@ fn resolve(ctx: &mut Ctx<'_>, fences: &Fences, sub: &[u8], id: u64, slots: &[usi
         let high = fences.keys.get(block + 1).map_or(Bound::Excluded(&end[..]), |fence| Bound::Excluded(&fence[..]));
         let keys = ctx.writes.keys_at_ranks(ctx.db(), (Bound::Included(&fences.keys[block][..]), high), &offsets);
         for (offset, key) in offsets.iter().zip(keys) {
-            fields.insert(block * STEP + offset, key[prefix_len..].to_vec());
+            fields.insert(block * STEP + offset, key[prefix.len()..].to_vec());
         }
     }
     slots.iter().map(|slot| fields.get(slot).cloned()).collect()
