@@ -53,6 +53,8 @@ WORKLOADS = {
     "zrangebyscore-11": ["ZRANGEBYSCORE", "zb", "5000", "5010"],
     "zrange-rank-10": ["ZRANGE", "zb", "15000", "15009"],
     "zcount-1k": ["ZCOUNT", "zb", "5000", "6000"],
+    "hscan-10": ["HSCAN", "hb", "0", "COUNT", "10"],
+    "sscan-10": ["SSCAN", "sb", "0", "COUNT", "10"],
     "get": ["GET", "k1"],
 }
 if os.environ.get("READS"):
