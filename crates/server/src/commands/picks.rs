@@ -3,8 +3,9 @@
 //! A set, hash or sorted set past 8 KiB is a table: one engine entry per
 //! field (`table.rs`). The index keeps no counts per subtree, so a field
 //! at a random rank was found by walking the table's keys up to it: half
-//! the table per pick, 3,000 SRANDMEMBERs a second from a set of 200,000
-//! against Redis's 30,000-60,000 (a dict picks in O(1)).
+//! the table per pick, 2,500-3,500 SRANDMEMBERs a second from a set of
+//! 200,000 against Redis's 55,000-83,000 (a dict picks in O(1)), and 200
+//! SPOPs (BENCHMARKS.md, forty-seventh session).
 //!
 //! Here each big table gets fences: the key of every `STEP`-th field, read
 //! in one walk and kept across commands. A pick draws a slot among
@@ -15,9 +16,9 @@
 //! added since may lie beyond their block's `STEP` slots and go unpicked:
 //! the fences are read again once the table's writes since (as the rank
 //! counters of `ranks.rs` count them, shared by slot) pass a sixty-fourth
-//! of its size, or a quarter of the slots are empty. The fences are bounds, not
-//! members: a stale one still splits the table into disjoint blocks, so a
-//! positive count's picks are distinct.
+//! of its size, or a quarter of the slots are empty. The fences are
+//! bounds, not members: a stale one still splits the table into disjoint
+//! blocks, so a positive count's picks are distinct.
 
 use std::collections::HashMap;
 use std::ops::Bound;
@@ -50,7 +51,7 @@ struct Fences {
     keys: Vec<Vec<u8>>,
     /// The table's writes counted when they were read.
     written: u64,
-    /// The table's field count then.
+    /// The table's field count then (at most `STEP` per fence).
     count: u64,
 }
 
@@ -115,7 +116,11 @@ fn fences_of(ctx: &mut Ctx<'_>, table: &Table, sub: &[u8], size: u64) -> Arc<Fen
     if let Some(end) = crate::keyspace::prefix_end(&prefix) {
         keys.extend(ctx.writes.keys_at_ranks(ctx.db(), (Bound::Included(&prefix), Bound::Excluded(&end)), &ranks));
     }
-    let fences = Arc::new(Fences { keys, written, count: size });
+    // A reader without locks may find fewer fields than the stub it read
+    // says (a write shrank the table meanwhile): the count the fences
+    // cover, so that the stub's next reading has them read again.
+    let count = size.min((keys.len() * STEP) as u64);
+    let fences = Arc::new(Fences { keys, written, count });
     let mut tables = ctx.shared.pick_fences.tables.lock();
     if tables.fences + fences.keys.len() > FENCES_MOST {
         *tables = Tables::default();
