@@ -333,8 +333,8 @@ fn table_picks(
 /// count gives distinct fields (the whole hash, in its order, when the
 /// count reaches its size; else a sample kept in that order, as Redis
 /// samples a listpack), a negative one allows repeats. A table's picks
-/// are found in the index (`table_picks`) up to `table::PICKS_BY_RANK` of
-/// them; more read it whole.
+/// are found in the index (`table_picks`, `picks::random_fields`) up to
+/// half its size (its size with repeats); more read it whole.
 pub fn hrandfield(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     if args.len() == 2 {
         let value = read_hash(ctx, &args[1])?;

@@ -256,7 +256,7 @@ pub fn spop(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         return Ok(());
     };
     let mut set = Open::of(value.as_ref())?;
-    let popped = match table_picks(ctx, &set, count.map(|n| n.min(table::PICKS_BY_RANK + 1) as i64))? {
+    let popped = match table_picks(ctx, &set, count.map(|n| n as i64))? {
         // A table's few picks (the command holds the key's lock, so the
         // stub's count is exact).
         Some(picks) => picks,

@@ -1551,7 +1551,7 @@ pub fn zrandmember(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
 }
 
 /// ZRANDMEMBER's picks from a table, for no count or a count below the
-/// member count (all of them come by score) up to `table::PICKS_BY_RANK`: members
+/// member count (all of them come by score): members
 /// picked at random among their `MEMBER` entries (`picks::random_fields`), each
 /// with its score. None where the pick must list the set instead, or a
 /// reader without locks finds the table changed meanwhile.
