@@ -618,22 +618,16 @@ impl Index {
     /// `ranks` (ascending, distinct, from 0), found in one pass as
     /// `count_newest_in` counts (`Db::keys_at_ranks`).
     pub fn newest_at_ranks(&self, lower: Bound<&[u8]>, upper: Bound<&[u8]>, ranks: &[usize]) -> Vec<Vec<u8>> {
-        let pick = |live: &mut dyn Iterator<Item = &[u8]>| {
-            let mut found = Vec::with_capacity(ranks.len());
-            let mut at = 0;
-            for &rank in ranks {
-                if rank < at {
-                    break;
+        let settled = |live: &mut dyn Iterator<Item = &[u8]>| {
+            crate::walk::at_ranks(ranks, |visit| {
+                for key in live {
+                    if !visit(key) {
+                        break;
+                    }
                 }
-                match live.nth(rank - at) {
-                    Some(key) => found.push(key.to_vec()),
-                    None => break,
-                }
-                at = rank + 1;
-            }
-            found
+            })
         };
-        self.in_settled_range(lower, upper, pick)
+        self.in_settled_range(lower, upper, settled)
             .unwrap_or_else(|| crate::walk::at_ranks(ranks, |visit| self.newest_keys_in(lower, upper, false, visit)))
     }
 
