@@ -33,8 +33,11 @@ use super::{CmdError, Ctx};
 /// Fields per block: a pick walks up to this many keys in the index
 /// (SRANDMEMBER of a set of 200,000: 63-72k/s with 128, 83-85k with 32).
 const STEP: usize = 32;
-/// Tables smaller than this are walked to their ranks directly.
+/// Tables smaller than this are walked to their ranks directly
+/// (`fields_at`), up to `PICKS_BY_RANK` picks in one walk of the index;
+/// past it, such a pick lists the collection.
 const FENCED_FROM: u64 = 1024;
+const PICKS_BY_RANK: u64 = 1024;
 /// Fences kept at most, all tables together (~60 MB of keys of 40 bytes;
 /// the fences of deleted tables linger until then).
 const FENCES_MOST: usize = 1 << 20;
@@ -49,6 +52,8 @@ const ROUNDS: usize = 32;
 /// are always under one prefix).
 struct Fences {
     keys: Vec<Vec<u8>>,
+    /// Where the fields' prefix ends: the last block's upper bound.
+    end: Vec<u8>,
     /// The table's writes counted when they were read.
     written: u64,
     /// The table's field count then (at most `STEP` per fence).
@@ -74,8 +79,8 @@ struct Tables {
 /// (negative). From the fences for up to half the table's size in
 /// distinct picks, or its size with repeats (a pick of 5,000 from a set of
 /// 200,000 listed it: 34 a second against Redis's 172); by rank for
-/// smaller tables up to `table::PICKS_BY_RANK`; None where the pick must
-/// list the collection instead, as for `table::fields_at`.
+/// smaller tables up to `PICKS_BY_RANK`; None where the pick must list
+/// the collection instead, as for `fields_at`.
 pub fn random_fields(
     ctx: &mut Ctx<'_>,
     table: &Table,
@@ -83,6 +88,9 @@ pub fn random_fields(
     size: u64,
     count: Option<i64>,
 ) -> Result<Option<Vec<Vec<u8>>>, CmdError> {
+    if count == Some(0) {
+        return Ok(Some(Vec::new()));
+    }
     // More picks than that walk more than the table: listing it is cheaper.
     let fenced = size >= FENCED_FROM
         && match count {
@@ -100,8 +108,42 @@ pub fn random_fields(
             return Ok(Some(picks));
         }
     }
-    let Some(ranks) = table::random_ranks(size, count) else { return Ok(None) };
-    table::fields_at(ctx, table, sub, &ranks)
+    let Some(ranks) = random_ranks(size, count) else { return Ok(None) };
+    fields_at(ctx, table, sub, &ranks)
+}
+
+/// The ranks of a random pick of `count` (None: one) among `size` fields,
+/// if it goes by rank: `super::random_picks` up to `PICKS_BY_RANK` picks;
+/// None for an empty table or more picks.
+fn random_ranks(size: u64, count: Option<i64>) -> Option<Vec<usize>> {
+    match count {
+        _ if size == 0 => None,
+        None => Some(vec![rand::thread_rng().gen_range(0..size as usize)]),
+        Some(count) if count.unsigned_abs() <= PICKS_BY_RANK => Some(super::random_picks(size as usize, count)),
+        Some(_) => None,
+    }
+}
+
+/// The fields of `table` under `sub` at `ranks` (below the table's count,
+/// in any order, repeats allowed), in the order of `ranks`: found by rank
+/// in the index alone, in one walk. Listing every field, read from the
+/// log, to pick a few made HRANDFIELD, SRANDMEMBER and ZRANDMEMBER of a
+/// collection of thousands run at 0.01-0.02x Redis's rate. None where the
+/// table holds fewer fields than the ranks reach (a reader without locks
+/// whose table shrank since it read the stub; the caller then lists it).
+fn fields_at(ctx: &mut Ctx<'_>, table: &Table, sub: &[u8], ranks: &[usize]) -> Result<Option<Vec<Vec<u8>>>, CmdError> {
+    let prefix = table::member_key(table.id, sub);
+    let Some(end) = crate::keyspace::prefix_end(&prefix) else { return Ok(None) };
+    let bounds = (Bound::Included(&prefix[..]), Bound::Excluded(&end[..]));
+    let mut wanted = ranks.to_vec();
+    wanted.sort_unstable();
+    wanted.dedup();
+    let keys = ctx.writes.keys_at_ranks(ctx.db(), bounds, &wanted);
+    if keys.len() < wanted.len() {
+        return Ok(None);
+    }
+    let field = |rank: &usize| wanted.binary_search(rank).ok().map(|at| keys[at][prefix.len()..].to_vec());
+    Ok(ranks.iter().map(field).collect())
 }
 
 /// The table's fences as kept, or read again if missing or stale.
@@ -116,16 +158,15 @@ fn fences_of(ctx: &mut Ctx<'_>, table: &Table, sub: &[u8], size: u64) -> Arc<Fen
         }
     }
     let prefix = table::member_key(table.id, sub);
+    let end = crate::keyspace::prefix_end(&prefix).expect("a table's prefix ends below 0xFF");
     let ranks: Vec<usize> = (STEP..size as usize).step_by(STEP).collect();
-    let mut keys = vec![prefix.clone()];
-    if let Some(end) = crate::keyspace::prefix_end(&prefix) {
-        keys.extend(ctx.writes.keys_at_ranks(ctx.db(), (Bound::Included(&prefix), Bound::Excluded(&end)), &ranks));
-    }
+    let mut keys = ctx.writes.keys_at_ranks(ctx.db(), (Bound::Included(&prefix), Bound::Excluded(&end)), &ranks);
+    keys.insert(0, prefix);
     // A reader without locks may find fewer fields than the stub it read
     // says (a write shrank the table meanwhile): the count the fences
     // cover, so that the stub's next reading has them read again.
     let count = size.min((keys.len() * STEP) as u64);
-    let fences = Arc::new(Fences { keys, written, count });
+    let fences = Arc::new(Fences { keys, end, written, count });
     let mut tables = ctx.shared.pick_fences.tables.lock();
     if tables.fences + fences.keys.len() > FENCES_MOST {
         *tables = Tables::default();
@@ -178,21 +219,21 @@ fn with_repeats(ctx: &mut Ctx<'_>, fences: &Fences, want: usize) -> Option<Vec<V
 /// The field in each slot, in the order given: None for an empty slot.
 /// One walk per block drawn, of at most `STEP` keys from its fence.
 fn resolve(ctx: &mut Ctx<'_>, fences: &Fences, slots: &[usize]) -> Vec<Option<Vec<u8>>> {
-    let prefix = &fences.keys[0];
-    let Some(end) = crate::keyspace::prefix_end(prefix) else { return vec![None; slots.len()] };
-    let mut blocks: HashMap<usize, Vec<usize>> = HashMap::new();
-    for &slot in slots {
-        blocks.entry(slot / STEP).or_default().push(slot % STEP);
-    }
-    let mut fields: HashMap<usize, Vec<u8>> = HashMap::new();
-    for (block, mut offsets) in blocks {
-        offsets.sort_unstable();
+    let prefix_len = fences.keys[0].len();
+    let mut order: Vec<usize> = (0..slots.len()).collect();
+    order.sort_unstable_by_key(|&at| slots[at]);
+    let mut fields = vec![None; slots.len()];
+    for same_block in order.chunk_by(|&a, &b| slots[a] / STEP == slots[b] / STEP) {
+        let block = slots[same_block[0]] / STEP;
+        let mut offsets: Vec<usize> = same_block.iter().map(|&at| slots[at] % STEP).collect();
         offsets.dedup();
-        let high = fences.keys.get(block + 1).map_or(Bound::Excluded(&end[..]), |fence| Bound::Excluded(&fence[..]));
-        let keys = ctx.writes.keys_at_ranks(ctx.db(), (Bound::Included(&fences.keys[block][..]), high), &offsets);
-        for (offset, key) in offsets.iter().zip(keys) {
-            fields.insert(block * STEP + offset, key[prefix.len()..].to_vec());
+        let high = fences.keys.get(block + 1).unwrap_or(&fences.end);
+        let bounds = (Bound::Included(&fences.keys[block][..]), Bound::Excluded(&high[..]));
+        let keys = ctx.writes.keys_at_ranks(ctx.db(), bounds, &offsets);
+        for &at in same_block {
+            let found = offsets.binary_search(&(slots[at] % STEP)).ok().and_then(|i| keys.get(i));
+            fields[at] = found.map(|key| key[prefix_len..].to_vec());
         }
     }
-    slots.iter().map(|slot| fields.get(slot).cloned()).collect()
+    fields
 }

@@ -311,17 +311,15 @@ pub fn srandmember(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     };
     let value = read_set(ctx, &args[1])?;
     let set = Open::of(value.as_ref())?;
-    if count != Some(0) {
-        if let Some(members) = table_picks(ctx, &set, count)? {
-            match count {
-                None => ctx.out.bulk(&members[0]),
-                Some(_) => {
-                    ctx.out.array(members.len());
-                    members.iter().for_each(|member| ctx.out.bulk(member));
-                }
+    if let Some(members) = table_picks(ctx, &set, count)? {
+        match count {
+            None => ctx.out.bulk(&members[0]),
+            Some(_) => {
+                ctx.out.array(members.len());
+                members.iter().for_each(|member| ctx.out.bulk(member));
             }
-            return Ok(());
         }
+        return Ok(());
     }
     let members = if count != Some(0) { set.members(ctx)? } else { Vec::new() };
     let Some(count) = count else {

@@ -282,52 +282,6 @@ fn written(ctx: &mut Ctx<'_>, table: &Table) {
     }
 }
 
-/// Most fields a random pick from a table finds by rank in one walk of
-/// the index (`fields_at`); past it, the pick lists the collection.
-pub const PICKS_BY_RANK: u64 = 1024;
-
-/// The ranks of a random pick of `count` (None: one) among `size` fields,
-/// if it goes by rank: `super::random_picks` up to `PICKS_BY_RANK` picks;
-/// None for an empty table or more picks.
-pub fn random_ranks(size: u64, count: Option<i64>) -> Option<Vec<usize>> {
-    use rand::Rng;
-    match count {
-        _ if size == 0 => None,
-        None => Some(vec![rand::thread_rng().gen_range(0..size as usize)]),
-        Some(count) if count.unsigned_abs() <= PICKS_BY_RANK => Some(super::random_picks(size as usize, count)),
-        Some(_) => None,
-    }
-}
-
-/// The fields of `table` under `sub` (a sorted set's `MEMBER` entries; a
-/// hash's or a set's fields with an empty one) at `ranks` (below the
-/// table's count, in any order, repeats allowed), in the order of `ranks`:
-/// found by rank in the index alone, in one walk. Listing every field,
-/// read from the log, to pick a few made HRANDFIELD, SRANDMEMBER and
-/// ZRANDMEMBER of a collection of thousands run at 0.01-0.02x Redis's
-/// rate. None where the table holds fewer fields than the ranks reach (a
-/// reader without locks whose table shrank since it read the stub; the
-/// caller then lists it).
-pub fn fields_at(
-    ctx: &mut Ctx<'_>,
-    table: &Table,
-    sub: &[u8],
-    ranks: &[usize],
-) -> Result<Option<Vec<Vec<u8>>>, CmdError> {
-    let prefix = member_key(table.id, sub);
-    let Some(end) = crate::keyspace::prefix_end(&prefix) else { return Ok(None) };
-    let bounds = (std::ops::Bound::Included(&prefix[..]), std::ops::Bound::Excluded(&end[..]));
-    let mut wanted = ranks.to_vec();
-    wanted.sort_unstable();
-    wanted.dedup();
-    let keys = ctx.writes.keys_at_ranks(ctx.db(), bounds, &wanted);
-    if keys.len() < wanted.len() {
-        return Ok(None);
-    }
-    let field = |rank: &usize| wanted.binary_search(rank).ok().map(|at| keys[at][prefix.len()..].to_vec());
-    Ok(ranks.iter().map(field).collect())
-}
-
 /// Records `key` as the owner of `table` (RENAME moved its stub there).
 pub fn moved(writes: &mut Writes, key: &[u8], table: &Table) -> CmdResult {
     writes.put_internal(&owner_key(table.id), TYPE_FIELD, key, None)
