@@ -11,10 +11,13 @@ use std::time::Duration;
 
 use common::Server;
 
-fn connect(server: &Server) -> redis::Connection {
+/// A server on a fresh directory (kept while the test runs) and a client.
+fn start() -> (tempfile::TempDir, Server, redis::Connection) {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("db"), &[]);
     let con = redis::Client::open(server.url()).unwrap().get_connection().unwrap();
     con.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
-    con
+    (dir, server, con)
 }
 
 /// Picks counted by member: `rounds` requests of `SRANDMEMBER key -1000`
@@ -50,9 +53,7 @@ fn members(con: &mut redis::Connection, key: &str) -> BTreeSet<String> {
 
 #[test]
 fn picks_from_a_big_set_stay_uniform_through_removals_and_additions() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(&dir.path().join("db"), &[]);
-    let mut con = connect(&server);
+    let (_dir, _server, mut con) = start();
     let all: Vec<String> = (0..5000).map(|i| format!("member:{i:05}")).collect();
     let _: usize = redis::cmd("SADD").arg("s").arg(&all).query(&mut con).unwrap();
     let encoding: String = redis::cmd("OBJECT").arg("ENCODING").arg("s").query(&mut con).unwrap();
@@ -107,9 +108,7 @@ fn picks_from_a_big_set_stay_uniform_through_removals_and_additions() {
 
 #[test]
 fn picks_from_a_big_hash_and_sorted_set_carry_their_values_and_scores() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(&dir.path().join("db"), &[]);
-    let mut con = connect(&server);
+    let (_dir, _server, mut con) = start();
     let fields: Vec<String> = (0..3000).map(|i| format!("field:{i:05}")).collect();
     let mut hset = redis::cmd("HSET");
     hset.arg("h");
