@@ -106,10 +106,28 @@ unsafe impl Sync for Region {}
 /// # Safety
 /// `ptr..ptr + len` must be a mapping owned by the caller.
 unsafe fn populate_in_steps(ptr: *mut u8, len: usize, for_writes: bool, between_steps: &mut dyn FnMut()) {
+    // SAFETY: the caller's contract.
+    unsafe { populate_range_in_steps(ptr, 0, len, for_writes, between_steps) }
+}
+
+/// [`populate_in_steps`] over `[from, to)` of the mapping, widened to
+/// whole pages.
+///
+/// # Safety
+/// `ptr..ptr + to` (rounded up to a page) must be a mapping owned by the
+/// caller.
+unsafe fn populate_range_in_steps(
+    ptr: *mut u8,
+    from: usize,
+    to: usize,
+    for_writes: bool,
+    between_steps: &mut dyn FnMut(),
+) {
     const STEP_BYTES: usize = 2 << 20;
     let advice = if for_writes { libc::MADV_POPULATE_WRITE } else { libc::MADV_POPULATE_READ };
     let page = page_size();
-    let mut at = 0;
+    let len = to.div_ceil(page) * page;
+    let mut at = from / page * page;
     while at < len {
         let step = STEP_BYTES.min(len - at);
         // SAFETY: within the mapping (caller's contract).
@@ -255,6 +273,34 @@ impl Region {
     pub fn prefault_pausing(&self, mut between_steps: impl FnMut()) {
         // SAFETY: `ptr..ptr + len` is this region's own mapping.
         unsafe { populate_in_steps(self.ptr, self.len, self.medium != Medium::PageCache, &mut between_steps) };
+    }
+
+    /// Prefaults `[from, to)` (widened to whole pages), as
+    /// [`Region::prefault_pausing`] does the whole mapping, but writable
+    /// wherever stores go through the mapping: on a `buffered` page-cache
+    /// file too, where the first store to each page would otherwise take a
+    /// write-protect fault and the file system's `page_mkwrite` on the
+    /// storing thread (a quarter of a disk fill's writer, BENCHMARKS.md,
+    /// forty-eighth session). Such pages become dirty: see
+    /// [`Region::prefaults_dirty`].
+    pub fn prefault_range(&self, from: usize, to: usize, mut between_steps: impl FnMut()) {
+        let to = to.min(self.len);
+        if from >= to {
+            return;
+        }
+        let for_writes = self.medium != Medium::PageCache || self.prefaults_dirty();
+        // SAFETY: `ptr..ptr + len` is this region's own mapping, and `to`
+        // within it widens to at most its last page.
+        unsafe { populate_range_in_steps(self.ptr, from, to, for_writes, &mut between_steps) };
+    }
+
+    /// Whether [`Region::prefault_range`] leaves its pages dirty: on a
+    /// `buffered` page-cache file a page mapped writable is a dirty page,
+    /// which writeback (the kernel's after 30 s, any fsync) writes to the
+    /// device whether or not a store reached it, zeros and all. Owners
+    /// prefault such files only a little ahead of their stores.
+    pub fn prefaults_dirty(&self) -> bool {
+        self.medium == Medium::PageCache && self.persist_path == PersistPath::Nothing && !self.private
     }
 
     /// Whether stores through the mapping reach the file only by
@@ -668,17 +714,42 @@ mod tests {
             unsafe { region.write(0, &[1u8; 4096]).unwrap() };
             std::thread::scope(|scope| {
                 scope.spawn(|| region.prefault());
+                // Writable where stores go through the mapping (the
+                // buffered page-cache file's pages become dirty).
+                scope.spawn(|| region.prefault_range(4 << 20, 8 << 20, || {}));
                 for page in 1..2048 {
                     unsafe { region.write(page * 4096, &[page as u8; 64]).unwrap() };
                 }
             });
             region.prefault();
+            region.prefault_range(0, 8 << 20, || {});
             assert!(region.read(0, 4096).unwrap().iter().all(|b| *b == 1));
             for page in 1..2048 {
                 let bytes = region.read(page * 4096, 128).unwrap();
                 assert!(bytes[..64].iter().all(|b| *b == page as u8), "{base:?} page {page}");
                 assert!(bytes[64..].iter().all(|b| *b == 0), "{base:?} page {page}");
             }
+        }
+    }
+
+    /// Only a `buffered` page-cache file's prefault leaves dirty pages
+    /// behind (which writeback would write, zeros and all).
+    #[test]
+    fn only_a_buffered_page_cache_file_prefaults_dirty() {
+        let dir = tempfile::tempdir().unwrap();
+        if medium_of_dir(dir.path()).unwrap() == Medium::PageCache {
+            let buffered = Region::create(&dir.path().join("b"), 8192, Durability::Buffered, false).unwrap();
+            assert!(buffered.prefaults_dirty());
+            let sync = Region::create(&dir.path().join("s"), 8192, Durability::Sync, false).unwrap();
+            assert!(!sync.prefaults_dirty());
+            let pool = Region::create_for_stores(&dir.path().join("p"), 8192, Durability::Sync).unwrap();
+            assert!(!pool.prefaults_dirty());
+        }
+        let shm = Path::new("/dev/shm");
+        if medium_of_dir(shm).ok() == Some(Medium::Tmpfs) {
+            let dir = tempfile::tempdir_in(shm).unwrap();
+            let region = Region::create(&dir.path().join("r"), 8192, Durability::Buffered, false).unwrap();
+            assert!(!region.prefaults_dirty());
         }
     }
 

@@ -13,10 +13,10 @@
 //! fdatasync writes whole 4 KiB pages whatever the padding.
 
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver};
 use std::sync::Arc;
-use std::thread::JoinHandle;
+use std::thread::{JoinHandle, Thread};
 
 use scaledkv_pmem::{Durability, Medium};
 
@@ -26,6 +26,13 @@ use crate::log::segment::{Recycler, Segment, SegmentSet};
 use crate::options::Options;
 
 pub const GROUP_ALIGN_BYTES: usize = 256;
+
+/// How far ahead of the writer a fresh segment is prefaulted where each
+/// prefaulted page is dirty (`Region::prefaults_dirty`: a `buffered`
+/// page-cache file). A sync (a checkpoint's, the close's) or the kernel's
+/// writeback writes at most this many bytes of zeros the writer has not
+/// reached yet; a wider window only helps a prefaulter that falls behind.
+const DIRTY_AHEAD_BYTES: usize = 8 << 20;
 
 pub struct LogWriter {
     dir: PathBuf,
@@ -50,6 +57,8 @@ pub struct LogWriter {
     /// `prepare_spare_when_due`), sent once it is mapped; its thread then
     /// prefaults it.
     spare: Option<Spare>,
+    /// The thread prefaulting the active segment ahead of the writer.
+    ahead: Option<Ahead>,
     /// Threads still prefaulting or writing back segments, joined on drop
     /// so that nothing of this writer outlives it.
     helpers: Vec<JoinHandle<()>>,
@@ -66,6 +75,25 @@ pub struct LogWriter {
 struct Spare {
     segment: Receiver<Result<Arc<Segment>>>,
     thread: JoinHandle<()>,
+    /// Tells the thread to stop prefaulting (the segment is full, or the
+    /// writer is gone).
+    stop: Arc<AtomicBool>,
+}
+
+/// The prefaulting thread of the active segment, as the writer sees it.
+struct Ahead {
+    thread: Thread,
+    stop: Arc<AtomicBool>,
+    /// The offset past which the writer wakes the thread to prefault on.
+    wake_at: usize,
+    window: usize,
+}
+
+impl Ahead {
+    fn stop(&self) {
+        self.stop.store(true, Ordering::Release);
+        self.thread.unpark();
+    }
 }
 
 impl LogWriter {
@@ -91,6 +119,7 @@ impl LogWriter {
             staged_from: offset,
             next_id,
             spare: None,
+            ahead: None,
             helpers: Vec::new(),
             recycler,
             last_seq,
@@ -125,6 +154,8 @@ impl LogWriter {
         let idle = self.background_idle;
         let recycled = self.recycler.take();
         let (sender, receiver) = sync_channel(1);
+        let stop = Arc::new(AtomicBool::new(false));
+        let stop_here = stop.clone();
         // Named so that profiles tell its page-fault work from the caller's.
         let thread = std::thread::Builder::new()
             .name("scaledkv-spare".into())
@@ -142,24 +173,30 @@ impl LogWriter {
                     if idle {
                         crate::background::pace_this_thread();
                     }
-                    segment.region.prefault_pausing(crate::background::pause_point);
+                    prefault_ahead_of_writer(&segment, &stop_here, prefault_window(&segment));
                 }
             })
             .expect("spawn the segment-preparing thread");
-        Spare { segment: receiver, thread }
+        Spare { segment: receiver, thread, stop }
     }
 
     /// Waits until no helper thread of this writer is left to change the
     /// directory's files (a prefault, a writeback whose segment, freed
     /// meanwhile, is removed when the thread lets it go; a recycled spare's
     /// rename): a copy of the directory is then the files a crash would
-    /// leave.
+    /// leave. Prefaulting stops for good (it changes no byte, but a
+    /// prefaulter waiting for the writer to move on would never finish).
     #[cfg(test)]
     pub fn wait_for_helpers(&mut self) {
+        if let Some(ahead) = self.ahead.take() {
+            ahead.stop();
+        }
         for thread in self.helpers.drain(..) {
             let _ = thread.join();
         }
         if let Some(spare) = &self.spare {
+            spare.stop.store(true, Ordering::Release);
+            spare.thread.thread().unpark();
             while !spare.thread.is_finished() {
                 std::thread::sleep(std::time::Duration::from_millis(1));
             }
@@ -227,12 +264,25 @@ impl LogWriter {
         // Not prepared yet only for a frame larger than three quarters of a segment.
         let spare = self.spare.take().unwrap_or_else(|| self.spawn_spare());
         let received = spare.segment.recv();
+        let prefaulter = spare.thread.thread().clone();
         self.helpers.retain(|thread| !thread.is_finished());
         self.helpers.push(spare.thread);
         let next = match received {
             Ok(result) => result?,
             Err(_) => return Err(Error::Poisoned("segment preparation thread panicked".into())),
         };
+        // The full segment's prefaulter has nothing left to do: a step
+        // after the writeback below would dirty written pages again.
+        if let Some(ahead) = self.ahead.take() {
+            ahead.stop();
+        }
+        let window = prefault_window(&next);
+        self.ahead = Some(Ahead {
+            thread: prefaulter,
+            stop: spare.stop,
+            wake_at: crate::log::segment::SEGMENT_HEADER_BYTES + window / 2,
+            window,
+        });
         segments.insert(next.clone());
         let old = std::mem::replace(&mut self.active, next);
         old.written_bytes.store(self.offset as u64, Ordering::Release);
@@ -261,6 +311,10 @@ impl LogWriter {
         }
         self.group_start = self.offset;
         self.active.written_bytes.store(self.offset as u64, Ordering::Release);
+        if let Some(ahead) = self.ahead.as_mut().filter(|ahead| self.offset >= ahead.wake_at) {
+            ahead.thread.unpark();
+            ahead.wake_at = self.offset + ahead.window / 2;
+        }
         Ok(())
     }
 
@@ -271,6 +325,45 @@ impl LogWriter {
             segment.region.sync_file()?;
         }
         Ok(())
+    }
+}
+
+/// How far ahead of the writer `segment` is prefaulted: all of it where
+/// prefaulting dirties nothing (tmpfs, DAX, page-cache `sync` mode, which
+/// maps pages read-only), else `DIRTY_AHEAD_BYTES`.
+fn prefault_window(segment: &Segment) -> usize {
+    if segment.region.prefaults_dirty() {
+        DIRTY_AHEAD_BYTES
+    } else {
+        segment.region.len()
+    }
+}
+
+/// Prefaults `segment` up to `window` bytes past what the writer has
+/// written, in 2 MiB steps from the front, skipping what the writer has
+/// passed (its own stores faulted those pages in, and on a page-cache file
+/// written back since, a step would dirty them again), until the segment is
+/// prefaulted to its end or `stop` is set; parks while a whole window
+/// lies ahead of the writer (the writer wakes it, `finish_group`).
+/// Disk fills of 1M x 16/1024 B in `buffered` mode, which read-populated
+/// the pages and took a write-protect fault and ext4's `page_mkwrite` per
+/// page on the writer's thread: BENCHMARKS.md, forty-eighth session.
+fn prefault_ahead_of_writer(segment: &Segment, stop: &AtomicBool, window: usize) {
+    const STEP_BYTES: usize = 2 << 20;
+    let len = segment.region.len();
+    let mut done = 0;
+    while done < len && !stop.load(Ordering::Acquire) {
+        let writer = segment.written_bytes.load(Ordering::Acquire) as usize;
+        let from = done.max(writer);
+        let to = writer.saturating_add(window).min(len);
+        if from >= to {
+            std::thread::park();
+            continue;
+        }
+        let step_end = to.min(from + STEP_BYTES);
+        segment.region.prefault_range(from, step_end, || {});
+        done = step_end;
+        crate::background::pause_point();
     }
 }
 
@@ -307,7 +400,12 @@ impl Drop for LogWriter {
         // The spare was never used: remove it so reopen does not see an
         // extra empty segment. A crash leaves it behind, which recovery
         // handles (an empty segment is just empty).
+        if let Some(ahead) = self.ahead.take() {
+            ahead.stop();
+        }
         if let Some(spare) = self.spare.take() {
+            spare.stop.store(true, Ordering::Release);
+            spare.thread.thread().unpark();
             if let Ok(Ok(segment)) = spare.segment.recv() {
                 segment.mark_for_deletion();
             }
@@ -317,6 +415,130 @@ impl Drop for LogWriter {
         }
         for thread in self.helpers.drain(..) {
             let _ = thread.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use super::*;
+    use crate::log::segment::SEGMENT_HEADER_BYTES;
+    use crate::testing::value;
+    use crate::{Db, Options};
+
+    const MIB: usize = 1 << 20;
+
+    /// The page-cache pages of `segment` in memory, one flag per 4 KiB page.
+    fn resident(segment: &Segment) -> Vec<bool> {
+        let bytes = segment.region.as_slice();
+        let mut flags = vec![0u8; bytes.len().div_ceil(4096)];
+        // SAFETY: the region's whole mapping, one flag byte per page.
+        let rc = unsafe { libc::mincore(bytes.as_ptr() as *mut libc::c_void, bytes.len(), flags.as_mut_ptr()) };
+        assert_eq!(rc, 0, "mincore: {}", std::io::Error::last_os_error());
+        flags.iter().map(|flag| flag & 1 == 1).collect()
+    }
+
+    fn none_in(pages: &[bool], from: usize, to: usize, what: &str) {
+        let found: Vec<usize> = (from..to).filter(|page| pages[*page]).collect();
+        assert!(found.is_empty(), "{} pages prefaulted {what}, the first {:?}", found.len(), found.first());
+    }
+
+    /// Waits until the prefaulter has brought in every page of `[from,
+    /// to)` and nothing comes in for a while after.
+    fn settle(segment: &Segment, from: usize, to: usize) -> Vec<bool> {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !resident(segment)[from / 4096..to / 4096].iter().all(|page| *page) {
+            assert!(Instant::now() < deadline, "pages {from}..{to} never prefaulted");
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        resident(segment)
+    }
+
+    /// On a page-cache file in `buffered` mode every prefaulted page is a
+    /// dirty page that a sync writes: the prefaulter keeps within its
+    /// window of the writer, skips what the writer has passed and stops
+    /// when told.
+    #[test]
+    fn a_dirtying_prefault_keeps_a_window_ahead_of_the_writer() {
+        let dir = tempfile::tempdir().unwrap();
+        let segment = Segment::create(dir.path(), 1, 32 * MIB, Durability::Buffered, false).unwrap();
+        if !segment.region.prefaults_dirty() {
+            eprintln!("notice: {} is not a page-cache file system; nothing to check", dir.path().display());
+            return;
+        }
+        assert_eq!(prefault_window(&segment), DIRTY_AHEAD_BYTES);
+        // Without readahead the pages in memory are the pages prefaulted
+        // (readahead adds clean ones, which no sync writes).
+        let bytes = segment.region.as_slice();
+        // SAFETY: advice on the region's own mapping; it changes no byte.
+        assert_eq!(unsafe { libc::madvise(bytes.as_ptr() as *mut libc::c_void, bytes.len(), libc::MADV_RANDOM) }, 0);
+        let segment = Arc::new(segment);
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = {
+            let (segment, stop) = (segment.clone(), stop.clone());
+            std::thread::spawn(move || prefault_ahead_of_writer(&segment, &stop, DIRTY_AHEAD_BYTES))
+        };
+        // The writer stands past the segment's header: the window ends a
+        // window past that, within the page after 8 MiB.
+        let pages = settle(&segment, 0, DIRTY_AHEAD_BYTES);
+        none_in(&pages, (SEGMENT_HEADER_BYTES + DIRTY_AHEAD_BYTES).div_ceil(4096), pages.len(), "past the window");
+
+        // The writer moves to 16 MiB (it wrote nothing here: the pages it
+        // passed stay out) and wakes the prefaulter.
+        segment.written_bytes.store(16 * MIB as u64, Ordering::Release);
+        thread.thread().unpark();
+        let pages = settle(&segment, 16 * MIB, 16 * MIB + DIRTY_AHEAD_BYTES);
+        none_in(
+            &pages,
+            (SEGMENT_HEADER_BYTES + DIRTY_AHEAD_BYTES).div_ceil(4096),
+            16 * MIB / 4096,
+            "behind the writer",
+        );
+        none_in(&pages, (16 * MIB + DIRTY_AHEAD_BYTES) / 4096, pages.len(), "past the window");
+
+        stop.store(true, Ordering::Release);
+        thread.thread().unpark();
+        thread.join().unwrap();
+    }
+
+    /// Where prefaulting dirties nothing, the whole segment is prefaulted
+    /// at once, from the writer's place on.
+    #[test]
+    fn a_clean_prefault_takes_the_whole_segment() {
+        let dir = tempfile::tempdir().unwrap();
+        let segment = Segment::create(dir.path(), 1, 4 * MIB, Durability::Sync, false).unwrap();
+        assert!(!segment.region.prefaults_dirty());
+        assert_eq!(prefault_window(&segment), 4 * MIB);
+        segment.written_bytes.store(MIB as u64, Ordering::Release);
+        prefault_ahead_of_writer(&segment, &AtomicBool::new(false), prefault_window(&segment));
+        let pages = resident(&segment);
+        assert!(pages[MIB / 4096..].iter().all(|page| *page));
+    }
+
+    /// A `buffered` database on a page-cache file system whose segments
+    /// are wider than the prefault window: writes across several segments
+    /// read back, close (stopping every prefaulter) and reopen whole.
+    #[test]
+    fn buffered_writes_across_windowed_segments_read_back_after_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let options = Options { durability: Durability::Buffered, segment_size_bytes: 16 * MIB, ..Options::default() };
+        const KEYS: u32 = 50_000;
+        {
+            let db = Db::open(dir.path(), options.clone()).unwrap();
+            for key in 0..KEYS {
+                db.put(&key.to_be_bytes(), &value(key, 1)).unwrap();
+            }
+            assert!(db.stats().segments >= 3, "{:?}", db.stats());
+            for key in (0..KEYS).step_by(997) {
+                assert_eq!(db.get(&key.to_be_bytes()).unwrap().unwrap(), value(key, 1));
+            }
+        }
+        let db = Db::open(dir.path(), options).unwrap();
+        for key in 0..KEYS {
+            assert_eq!(db.get(&key.to_be_bytes()).unwrap().as_deref(), Some(&value(key, 1)[..]), "key {key}");
         }
     }
 }
