@@ -139,6 +139,11 @@ def measure(medium, ks, vs, num, peers, phase_list, results):
             for phase, common in phase_list(db):
                 if kind != "skv" and "--durability" in " ".join(extra):
                     continue
+                if not medium.startswith("/dev/shm"):
+                    # Each run starts with no writeback in flight: the last
+                    # run's (another engine's, or a removed database's)
+                    # would share the 2 cores and the device with this one.
+                    os.sync()
                 measured = run(command(kind, extra, common))
                 if phase == "overwrite":
                     # After overwrite + readrandom + readseq: GC and compaction
