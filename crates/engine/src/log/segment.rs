@@ -73,9 +73,10 @@ impl Segment {
     /// power loss) can split, and a torn header under a segment's name is
     /// corruption that open must refuse. Under a `.tmp` name, which open
     /// deletes, a half-made file is just a file that never existed.
-    pub fn create(dir: &Path, id: u32, size_bytes: usize, durability: Durability, populate: bool) -> Result<Segment> {
+    pub fn create(dir: &Path, id: u32, size_bytes: usize, durability: Durability) -> Result<Segment> {
         let staging = dir.join(format!("create-{id:08}.tmp"));
-        let mut region = Region::create(&staging, size_bytes, durability, populate)?;
+        // Not prefaulted: the log writer's threads do it ahead of the writer.
+        let mut region = Region::create(&staging, size_bytes, durability, false)?;
         // SAFETY: the region is new; nobody else can see it yet.
         unsafe { write_header(&region, id)? };
         region.rename(&dir.join(segment_file_name(id)))?;
