@@ -101,28 +101,14 @@ unsafe impl Sync for Region {}
 /// prepared on tmpfs. `for_writes` maps the pages writable as well, so the
 /// first store to each page takes no write-protect fault; page-cache files
 /// are read-populated instead (as MAP_POPULATE does for shared mappings),
-/// since writable pages would be written back for nothing.
-///
-/// # Safety
-/// `ptr..ptr + len` must be a mapping owned by the caller.
-unsafe fn populate_in_steps(ptr: *mut u8, len: usize, for_writes: bool, between_steps: &mut dyn FnMut()) {
-    // SAFETY: the caller's contract.
-    unsafe { populate_range_in_steps(ptr, 0, len, for_writes, between_steps) }
-}
-
-/// [`populate_in_steps`] over `[from, to)` of the mapping, widened to
-/// whole pages.
+/// since writable pages would be written back for nothing (except a
+/// little ahead of the stores, `Region::prefault_range`). Covers `[from,
+/// to)`, widened to whole pages.
 ///
 /// # Safety
 /// `ptr..ptr + to` (rounded up to a page) must be a mapping owned by the
 /// caller.
-unsafe fn populate_range_in_steps(
-    ptr: *mut u8,
-    from: usize,
-    to: usize,
-    for_writes: bool,
-    between_steps: &mut dyn FnMut(),
-) {
+unsafe fn populate_in_steps(ptr: *mut u8, from: usize, to: usize, for_writes: bool) {
     const STEP_BYTES: usize = 2 << 20;
     let advice = if for_writes { libc::MADV_POPULATE_WRITE } else { libc::MADV_POPULATE_READ };
     let page = page_size();
@@ -141,9 +127,6 @@ unsafe fn populate_range_in_steps(
             }
         }
         at += step;
-        if at < len {
-            between_steps();
-        }
     }
 }
 
@@ -265,25 +248,19 @@ impl Region {
     /// first). Owners may use the region meanwhile: stores to pages not
     /// yet prefaulted take their own faults; prefaulting changes no byte.
     pub fn prefault(&self) {
-        self.prefault_pausing(|| {});
-    }
-
-    /// [`Region::prefault`] that calls `between_steps` after each 2 MiB
-    /// step: a background caller may give the core away there.
-    pub fn prefault_pausing(&self, mut between_steps: impl FnMut()) {
         // SAFETY: `ptr..ptr + len` is this region's own mapping.
-        unsafe { populate_in_steps(self.ptr, self.len, self.medium != Medium::PageCache, &mut between_steps) };
+        unsafe { populate_in_steps(self.ptr, 0, self.len, self.medium != Medium::PageCache) };
     }
 
     /// Prefaults `[from, to)` (widened to whole pages), as
-    /// [`Region::prefault_pausing`] does the whole mapping, but writable
+    /// [`Region::prefault`] does the whole mapping, but writable
     /// wherever stores go through the mapping: on a `buffered` page-cache
     /// file too, where the first store to each page would otherwise take a
     /// write-protect fault and the file system's `page_mkwrite` on the
     /// storing thread (a quarter of a disk fill's writer, BENCHMARKS.md,
     /// forty-eighth session). Such pages become dirty: see
     /// [`Region::prefaults_dirty`].
-    pub fn prefault_range(&self, from: usize, to: usize, mut between_steps: impl FnMut()) {
+    pub fn prefault_range(&self, from: usize, to: usize) {
         let to = to.min(self.len);
         if from >= to {
             return;
@@ -291,7 +268,7 @@ impl Region {
         let for_writes = self.medium != Medium::PageCache || self.prefaults_dirty();
         // SAFETY: `ptr..ptr + len` is this region's own mapping, and `to`
         // within it widens to at most its last page.
-        unsafe { populate_range_in_steps(self.ptr, from, to, for_writes, &mut between_steps) };
+        unsafe { populate_in_steps(self.ptr, from, to, for_writes) };
     }
 
     /// Whether [`Region::prefault_range`] leaves its pages dirty: on a
@@ -716,13 +693,13 @@ mod tests {
                 scope.spawn(|| region.prefault());
                 // Writable where stores go through the mapping (the
                 // buffered page-cache file's pages become dirty).
-                scope.spawn(|| region.prefault_range(4 << 20, 8 << 20, || {}));
+                scope.spawn(|| region.prefault_range(4 << 20, 8 << 20));
                 for page in 1..2048 {
                     unsafe { region.write(page * 4096, &[page as u8; 64]).unwrap() };
                 }
             });
             region.prefault();
-            region.prefault_range(0, 8 << 20, || {});
+            region.prefault_range(0, 8 << 20);
             assert!(region.read(0, 4096).unwrap().iter().all(|b| *b == 1));
             for page in 1..2048 {
                 let bytes = region.read(page * 4096, 128).unwrap();

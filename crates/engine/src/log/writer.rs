@@ -138,19 +138,16 @@ impl LogWriter {
     /// last segment prefaulted too.
     fn follow_active(&mut self) {
         let segment = self.active.clone();
-        let window = prefault_window(&segment);
         let stop = Arc::new(AtomicBool::new(false));
         let stop_here = stop.clone();
         let idle = self.background_idle;
         let spawned = std::thread::Builder::new().name("scaledkv-spare".into()).spawn(move || {
             crate::background::lower_this_thread(idle);
-            if idle {
-                crate::background::pace_this_thread();
-            }
-            prefault_ahead_of_writer(&segment, &stop_here, window);
+            prefault_in_background(&segment, &stop_here, idle);
         });
         match spawned {
             Ok(thread) => {
+                let window = prefault_window(&self.active);
                 let wake_at = self.offset + window / 2;
                 self.ahead = Some(Ahead { thread: thread.thread().clone(), stop, wake_at, window });
                 self.helpers.push(thread);
@@ -199,10 +196,7 @@ impl LogWriter {
                 // A writer that is gone (the database closed) needs nothing.
                 let _ = sender.send(segment);
                 if let Some(segment) = prefault {
-                    if idle {
-                        crate::background::pace_this_thread();
-                    }
-                    prefault_ahead_of_writer(&segment, &stop_here, prefault_window(&segment));
+                    prefault_in_background(&segment, &stop_here, idle);
                 }
             })
             .expect("spawn the segment-preparing thread");
@@ -368,6 +362,15 @@ fn prefault_window(segment: &Segment) -> usize {
     }
 }
 
+/// The prefault of a background thread (paced under
+/// `Options::background_idle`).
+fn prefault_in_background(segment: &Segment, stop: &AtomicBool, idle: bool) {
+    if idle {
+        crate::background::pace_this_thread();
+    }
+    prefault_ahead_of_writer(segment, stop, prefault_window(segment));
+}
+
 /// Prefaults `segment` up to `window` bytes past what the writer has
 /// written, in 2 MiB steps from the front, skipping what the writer has
 /// passed (its own stores faulted those pages in, and on a page-cache file
@@ -390,7 +393,7 @@ fn prefault_ahead_of_writer(segment: &Segment, stop: &AtomicBool, window: usize)
             continue;
         }
         let step_end = to.min(from + STEP_BYTES);
-        segment.region.prefault_range(from, step_end, || {});
+        segment.region.prefault_range(from, step_end);
         done = step_end;
         crate::background::pause_point();
     }
