@@ -569,7 +569,7 @@ impl Db {
     /// Makes every write durable whatever the mode (fsync of the log in
     /// `buffered` mode) and writes an index checkpoint.
     pub fn flush(&self) -> Result<()> {
-        self.inner.with_log(|log| log.sync_all(&self.inner.segments))?;
+        self.inner.segments.sync_files()?;
         self.inner.checkpoint()
     }
 
@@ -746,7 +746,7 @@ impl Drop for Db {
         if self.inner.poisoned.get().is_some() {
             return;
         }
-        let result = self.inner.with_log(|log| log.sync_all(&self.inner.segments));
+        let result = self.inner.segments.sync_files();
         let result = result.and_then(|()| {
             let appended = self.inner.with_log(|log| log.appended_bytes);
             let due = {
@@ -1090,7 +1090,9 @@ impl Inner {
             (segment, offset, log.appended_bytes, log.appended_entries, log.last_seq)
         });
         if self.options.durability == Durability::Buffered {
-            if let Err(error) = self.with_log(|log| log.sync_all(&self.segments)) {
+            // Not under the log's lock: on a disk, syncing the active
+            // segment's dirty pages held every writer for its duration.
+            if let Err(error) = self.segments.sync_files() {
                 state.pending_free = freed;
                 return Err(error);
             }

@@ -462,6 +462,17 @@ impl SegmentSet {
     pub fn all(&self) -> Vec<Arc<Segment>> {
         self.table.load().iter().flatten().cloned().collect()
     }
+
+    /// Makes everything written to the segments so far durable, whatever
+    /// the mode (`Db::flush`, checkpoints and close in `buffered` mode).
+    /// It needs no lock of the log: bytes written before the call are in
+    /// the files it syncs, and what the writer adds meanwhile may go too.
+    pub fn sync_files(&self) -> Result<()> {
+        for segment in self.all() {
+            segment.region.sync_file()?;
+        }
+        Ok(())
+    }
 }
 
 /// Lists segment files in `dir` as (id, path), sorted by id.
