@@ -277,7 +277,7 @@ impl Region {
     /// device whether or not a store reached it, zeros and all. Owners
     /// prefault such files only a little ahead of their stores.
     pub fn prefaults_dirty(&self) -> bool {
-        self.medium == Medium::PageCache && self.persist_path == PersistPath::Nothing && !self.private
+        self.medium == Medium::PageCache && self.persist_path == PersistPath::Nothing
     }
 
     /// Whether stores through the mapping reach the file only by

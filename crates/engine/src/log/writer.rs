@@ -80,6 +80,13 @@ struct Spare {
     stop: Arc<AtomicBool>,
 }
 
+impl Spare {
+    /// Stops its thread's prefault (it still sends the segment).
+    fn stop(&self) {
+        stop_prefaulter(&self.stop, self.thread.thread());
+    }
+}
+
 /// The prefaulting thread of the active segment, as the writer sees it.
 struct Ahead {
     thread: Thread,
@@ -90,10 +97,20 @@ struct Ahead {
 }
 
 impl Ahead {
-    fn stop(&self) {
-        self.stop.store(true, Ordering::Release);
-        self.thread.unpark();
+    /// For `segment`, whose writer stands at `offset`.
+    fn new(thread: Thread, stop: Arc<AtomicBool>, segment: &Segment, offset: usize) -> Ahead {
+        let window = prefault_window(segment);
+        Ahead { thread, stop, wake_at: offset + window / 2, window }
     }
+
+    fn stop(&self) {
+        stop_prefaulter(&self.stop, &self.thread);
+    }
+}
+
+fn stop_prefaulter(stop: &AtomicBool, thread: &Thread) {
+    stop.store(true, Ordering::Release);
+    thread.unpark();
 }
 
 impl LogWriter {
@@ -147,9 +164,7 @@ impl LogWriter {
         });
         match spawned {
             Ok(thread) => {
-                let window = prefault_window(&self.active);
-                let wake_at = self.offset + window / 2;
-                self.ahead = Some(Ahead { thread: thread.thread().clone(), stop, wake_at, window });
+                self.ahead = Some(Ahead::new(thread.thread().clone(), stop, &self.active, self.offset));
                 self.helpers.push(thread);
             }
             Err(error) => tracing::warn!(%error, "cannot spawn the thread prefaulting the active segment"),
@@ -218,8 +233,7 @@ impl LogWriter {
             let _ = thread.join();
         }
         if let Some(spare) = &self.spare {
-            spare.stop.store(true, Ordering::Release);
-            spare.thread.thread().unpark();
+            spare.stop();
             while !spare.thread.is_finished() {
                 std::thread::sleep(std::time::Duration::from_millis(1));
             }
@@ -299,13 +313,7 @@ impl LogWriter {
         if let Some(ahead) = self.ahead.take() {
             ahead.stop();
         }
-        let window = prefault_window(&next);
-        self.ahead = Some(Ahead {
-            thread: prefaulter,
-            stop: spare.stop,
-            wake_at: crate::log::segment::SEGMENT_HEADER_BYTES + window / 2,
-            window,
-        });
+        self.ahead = Some(Ahead::new(prefaulter, spare.stop, &next, crate::log::segment::SEGMENT_HEADER_BYTES));
         segments.insert(next.clone());
         let old = std::mem::replace(&mut self.active, next);
         old.written_bytes.store(self.offset as u64, Ordering::Release);
@@ -436,8 +444,7 @@ impl Drop for LogWriter {
             ahead.stop();
         }
         if let Some(spare) = self.spare.take() {
-            spare.stop.store(true, Ordering::Release);
-            spare.thread.thread().unpark();
+            spare.stop();
             if let Ok(Ok(segment)) = spare.segment.recv() {
                 segment.mark_for_deletion();
             }
