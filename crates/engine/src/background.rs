@@ -80,8 +80,8 @@ pub(crate) struct IdleUntilNeeded {
 impl IdleUntilNeeded {
     /// Called by the thread itself: runs it under `SCHED_IDLE`, if it can
     /// be raised again (that needs root or a high enough `RLIMIT_NICE`;
-    /// otherwise the thread keeps its priority).
-    pub fn enter(&self) {
+    /// otherwise the thread keeps its priority). Returns whether it did.
+    pub fn enter(&self) -> bool {
         #[cfg(target_os = "linux")]
         if can_leave_idle() {
             // The policy and the recorded id change together, so that a
@@ -90,8 +90,10 @@ impl IdleUntilNeeded {
             if set_policy(0, libc::SCHED_IDLE) {
                 self.tid.store(this_thread_id(), Ordering::Release);
                 self.raised.store(false, Ordering::Release);
+                return true;
             }
         }
+        false
     }
 
     /// Called by the thread itself when it stops being this kind of thread

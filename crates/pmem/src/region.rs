@@ -149,8 +149,22 @@ impl Region {
     /// maps it. `populate` prefaults the pages so the first writes do not
     /// page-fault (worth it when creation is off the critical path).
     pub fn create(path: &Path, len_bytes: usize, durability: Durability, populate: bool) -> Result<Region> {
-        let file = create_file(path, len_bytes, durability)?;
+        let file = create_file(path, len_bytes, durability, &mut || {})?;
         Self::map(file, path, len_bytes, durability, populate, Stores::Syscall)
+    }
+
+    /// As `create` (not prefaulted), calling `pause` between steps of the
+    /// work (2 MiB reserved, 1 MiB of zeros written): a thread that naps
+    /// there gives its core away at each step instead of holding it for
+    /// the whole file (64 MiB of fresh tmpfs: 40-60 ms in one system call).
+    pub fn create_with_pauses(
+        path: &Path,
+        len_bytes: usize,
+        durability: Durability,
+        pause: &mut dyn FnMut(),
+    ) -> Result<Region> {
+        let file = create_file(path, len_bytes, durability, pause)?;
+        Self::map(file, path, len_bytes, durability, false, Stores::Syscall)
     }
 
     /// As `create`, for owners that store through the mapping and persist
@@ -162,7 +176,7 @@ impl Region {
     /// sync; measured here, store + fdatasync of one page cost 400-550 µs
     /// that way and 50-76 µs with pwrite.
     pub fn create_for_stores(path: &Path, len_bytes: usize, durability: Durability) -> Result<Region> {
-        let file = create_file(path, len_bytes, durability)?;
+        let file = create_file(path, len_bytes, durability, &mut || {})?;
         Self::map(file, path, len_bytes, durability, false, Stores::Mapping)
     }
 
@@ -543,7 +557,7 @@ impl std::fmt::Debug for Region {
 
 /// Creates `path` (which must not exist) with `len_bytes` reserved, zero-filled
 /// where later syncs need it, and synced unless buffered.
-fn create_file(path: &Path, len_bytes: usize, durability: Durability) -> Result<File> {
+fn create_file(path: &Path, len_bytes: usize, durability: Durability, pause: &mut dyn FnMut()) -> Result<File> {
     if len_bytes == 0 {
         return Err(Error::Empty { path: path.to_path_buf() });
     }
@@ -551,14 +565,24 @@ fn create_file(path: &Path, len_bytes: usize, durability: Durability) -> Result<
     file.set_len(len_bytes as u64).map_err(io_err(path, "set_len"))?;
     // Reserve the blocks now so later writes need no allocation, which
     // also keeps each later fdatasync free of block-allocation metadata.
-    // SAFETY: plain syscall on an fd we own.
-    let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len_bytes as libc::off_t) };
-    if rc != 0 && rc != libc::EOPNOTSUPP {
-        return Err(Error::Io {
-            path: path.to_path_buf(),
-            op: "fallocate",
-            source: std::io::Error::from_raw_os_error(rc),
-        });
+    const ALLOCATE_STEP_BYTES: usize = 2 << 20;
+    let mut at = 0;
+    while at < len_bytes {
+        let step = ALLOCATE_STEP_BYTES.min(len_bytes - at);
+        // SAFETY: plain syscall on an fd we own.
+        let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), at as libc::off_t, step as libc::off_t) };
+        if rc == libc::EOPNOTSUPP {
+            break;
+        }
+        if rc != 0 {
+            return Err(Error::Io {
+                path: path.to_path_buf(),
+                op: "fallocate",
+                source: std::io::Error::from_raw_os_error(rc),
+            });
+        }
+        at += step;
+        pause();
     }
     if durability == Durability::Sync && !is_tmpfs(&file) {
         // fallocate leaves "unwritten" extents: the first write to each
@@ -566,7 +590,7 @@ fn create_file(path: &Path, len_bytes: usize, durability: Durability) -> Result<
         // commits the file system journal too (two device flushes, not
         // one). Writing zeros once, here and off the write path, makes
         // later syncs pure data writes, as PostgreSQL does with WAL files.
-        write_zeros(&file, len_bytes).map_err(io_err(path, "zero-fill"))?;
+        write_zeros(&file, len_bytes, pause).map_err(io_err(path, "zero-fill"))?;
     }
     if durability != Durability::Buffered {
         file.sync_all().map_err(io_err(path, "fsync"))?;
@@ -607,7 +631,7 @@ pub fn sync_dir(dir: &Path) -> std::io::Result<()> {
 /// for 130 ms here, and every group commit's fdatasync queued behind it
 /// (95 ms p99 for durable SETs). One chunk in flight delays a group by
 /// about 2 ms at most.
-fn write_zeros(file: &File, len: usize) -> std::io::Result<()> {
+fn write_zeros(file: &File, len: usize, pause: &mut dyn FnMut()) -> std::io::Result<()> {
     use std::os::unix::fs::FileExt;
     const CHUNK: usize = 1 << 20;
     let zeros = vec![0u8; CHUNK];
@@ -621,6 +645,7 @@ fn write_zeros(file: &File, len: usize) -> std::io::Result<()> {
         // SAFETY: plain syscall on an fd we own.
         let _ = unsafe { libc::sync_file_range(file.as_raw_fd(), at as libc::off64_t, n as libc::off64_t, flags) };
         at += n;
+        pause();
     }
     Ok(())
 }
@@ -628,6 +653,26 @@ fn write_zeros(file: &File, len: usize) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A file created in steps is reserved whole (so that stores into
+    /// its mapping never meet a full file system), with a pause per step.
+    #[test]
+    fn a_file_created_in_steps_is_reserved_whole() {
+        use std::os::unix::fs::MetadataExt;
+        for (dir, durability) in [
+            (tempfile::tempdir().unwrap(), Durability::Sync),
+            (tempfile::tempdir().unwrap(), Durability::Buffered),
+            (tempfile::tempdir_in("/dev/shm").unwrap(), Durability::Sync),
+        ] {
+            let path = dir.path().join("r");
+            let mut pauses = 0;
+            let region = Region::create_with_pauses(&path, 8 << 20, durability, &mut || pauses += 1).unwrap();
+            assert!(pauses >= 4, "{durability:?} in {}: {pauses} pauses", dir.path().display());
+            let reserved = std::fs::metadata(&path).unwrap().blocks() * 512;
+            assert!(reserved >= 8 << 20, "{durability:?} in {}: {reserved} bytes reserved", dir.path().display());
+            assert!(region.as_slice().iter().all(|byte| *byte == 0));
+        }
+    }
 
     #[test]
     fn write_persist_reopen_roundtrip_in_every_mode() {

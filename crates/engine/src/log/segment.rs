@@ -76,7 +76,9 @@ impl Segment {
     pub fn create(dir: &Path, id: u32, size_bytes: usize, durability: Durability) -> Result<Segment> {
         let staging = dir.join(format!("create-{id:08}.tmp"));
         // Not prefaulted: the log writer's threads do it ahead of the writer.
-        let mut region = Region::create(&staging, size_bytes, durability, false)?;
+        // Reserved in steps, each a point where a paced thread naps.
+        let mut region =
+            Region::create_with_pauses(&staging, size_bytes, durability, &mut crate::background::pause_point)?;
         // SAFETY: the region is new; nobody else can see it yet.
         unsafe { write_header(&region, id)? };
         region.rename(&dir.join(segment_file_name(id)))?;
@@ -106,9 +108,19 @@ impl Segment {
     pub fn recycle(&mut self, dir: &Path, id: u32, durability: Durability) -> Result<()> {
         debug_assert!(self.recyclable());
         self.region.rename(&dir.join(format!("recycle-{id:08}.tmp")))?;
-        // SAFETY: the caller owns the only reference to this segment: no
-        // reader can be looking at its bytes.
-        let changed_end = unsafe { self.region.zero(0, self.region.len())? };
+        // Zeroed in steps, each a point where a paced thread naps.
+        const STEP_BYTES: usize = 2 << 20;
+        let len = self.region.len();
+        let mut changed_end = 0;
+        for at in (0..len).step_by(STEP_BYTES) {
+            // SAFETY: the caller owns the only reference to this segment:
+            // no reader can be looking at its bytes.
+            let step_end = unsafe { self.region.zero(at, STEP_BYTES.min(len - at))? };
+            if step_end > at {
+                changed_end = step_end;
+            }
+            crate::background::pause_point();
+        }
         self.region.persist(0, changed_end)?;
         // SAFETY: as above.
         unsafe { write_header(&self.region, id)? };

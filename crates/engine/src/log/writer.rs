@@ -14,12 +14,14 @@
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{sync_channel, Receiver};
+use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError};
 use std::sync::Arc;
 use std::thread::{JoinHandle, Thread};
+use std::time::Duration;
 
 use scaledkv_pmem::{Durability, Medium};
 
+use crate::background::IdleUntilNeeded;
 use crate::error::{Error, Result};
 use crate::log::record::{align_up, FrameHeader, FRAME_ALIGN_BYTES, FRAME_HEADER_BYTES};
 use crate::log::segment::{Recycler, Segment, SegmentSet};
@@ -33,6 +35,14 @@ pub const GROUP_ALIGN_BYTES: usize = 256;
 /// writeback writes at most this many bytes of zeros the writer has not
 /// reached yet; a wider window only helps a prefaulter that falls behind.
 const DIRTY_AHEAD_BYTES: usize = 8 << 20;
+
+/// The spare segment's thread, started under `SCHED_IDLE` once a quarter
+/// of the active segment is written, is raised to normal priority (still
+/// paced) once 1/`RAISE_SPARE_AT` is, if it has not sent the segment yet.
+/// Under SET `-P 16` both cores were busy, an idle thread got no time for
+/// the 40-60 ms that reserving 64 MiB of fresh tmpfs costs, and the writer
+/// waited for it at 9 of 17 rolls, 6-25 ms each (`perf sched`).
+const RAISE_SPARE_AT: usize = 2;
 
 pub struct LogWriter {
     dir: PathBuf,
@@ -78,6 +88,9 @@ struct Spare {
     /// Tells the thread to stop prefaulting (the segment is full, or the
     /// writer is gone).
     stop: Arc<AtomicBool>,
+    /// Under `Options::background_idle` the thread prepares the segment
+    /// under `SCHED_IDLE` until the writer needs it soon (`RAISE_SPARE_AT`).
+    priority: Arc<IdleUntilNeeded>,
 }
 
 impl Spare {
@@ -178,8 +191,10 @@ impl LogWriter {
     /// spend its first milliseconds zeroing a segment it may never need
     /// (that competed with the first requests of a short benchmark).
     fn prepare_spare_when_due(&mut self) {
-        if self.spare.is_none() && self.offset >= self.active.capacity_bytes() / 4 {
-            self.spare = Some(self.spawn_spare());
+        match &self.spare {
+            None if self.offset >= self.active.capacity_bytes() / 4 => self.spare = Some(self.spawn_spare()),
+            Some(spare) if self.offset >= self.active.capacity_bytes() / RAISE_SPARE_AT => spare.priority.raise(),
+            _ => {}
         }
     }
 
@@ -198,24 +213,34 @@ impl LogWriter {
         let stop = Arc::new(AtomicBool::new(false));
         let stop_here = stop.clone();
         // Named so that profiles tell its page-fault work from the caller's.
+        let priority = Arc::new(IdleUntilNeeded::default());
+        let priority_here = priority.clone();
         let thread = std::thread::Builder::new()
             .name("scaledkv-spare".into())
             .spawn(move || {
-                crate::background::lower_this_thread(idle);
+                if !(idle && priority_here.enter()) {
+                    crate::background::lower_this_thread(idle);
+                }
+                if idle {
+                    crate::background::pace_this_thread();
+                }
                 let (segment, fresh) = match recycled {
                     Some(mut segment) => (segment.recycle(&dir, id, durability).map(|()| segment), false),
                     None => (Segment::create(&dir, id, size, durability), true),
                 };
+                // Nothing waits for the prefault: no raise from here on.
+                priority_here.leave();
                 let segment = segment.map(Arc::new);
                 let prefault = segment.as_ref().ok().filter(|_| fresh).cloned();
                 // A writer that is gone (the database closed) needs nothing.
                 let _ = sender.send(segment);
                 if let Some(segment) = prefault {
+                    crate::background::lower_this_thread(idle);
                     prefault_in_background(&segment, &stop_here, idle);
                 }
             })
             .expect("spawn the segment-preparing thread");
-        Spare { segment: receiver, thread, stop }
+        Spare { segment: receiver, thread, stop, priority }
     }
 
     /// Waits until no helper thread of this writer is left to change the
@@ -300,7 +325,7 @@ impl LogWriter {
         self.write_staged()?;
         // Not prepared yet only for a frame larger than three quarters of a segment.
         let spare = self.spare.take().unwrap_or_else(|| self.spawn_spare());
-        let received = spare.segment.recv();
+        let received = receive_spare(&spare);
         let prefaulter = spare.thread.thread().clone();
         self.helpers.retain(|thread| !thread.is_finished());
         self.helpers.push(spare.thread);
@@ -356,6 +381,18 @@ impl LogWriter {
             segment.region.sync_file()?;
         }
         Ok(())
+    }
+}
+
+/// Waits for the spare segment, its thread raised meanwhile (it may
+/// not have entered `SCHED_IDLE` yet when the writer first raised it).
+fn receive_spare(spare: &Spare) -> std::result::Result<Result<Arc<Segment>>, RecvTimeoutError> {
+    loop {
+        spare.priority.raise();
+        match spare.segment.recv_timeout(Duration::from_millis(1)) {
+            Err(RecvTimeoutError::Timeout) => continue,
+            received => return received,
+        }
     }
 }
 
@@ -576,6 +613,70 @@ mod tests {
         }
         db.put(b"k", b"v").unwrap();
         assert_eq!(db.get(b"k").unwrap().as_deref(), Some(&b"v"[..]));
+    }
+
+    /// A spare whose thread enters `SCHED_IDLE` and sends `segment` only
+    /// once raised (an error if it is not within 5 s).
+    fn spare_sent_once_raised(segment: Segment) -> Spare {
+        let priority = Arc::new(IdleUntilNeeded::default());
+        let (sender, receiver) = sync_channel(1);
+        let (entered, entered_here) = sync_channel(1);
+        let priority_here = priority.clone();
+        let thread = std::thread::spawn(move || {
+            priority_here.enter();
+            entered.send(()).unwrap();
+            let start = Instant::now();
+            // SAFETY: reads this thread's policy.
+            while unsafe { libc::sched_getscheduler(0) } != libc::SCHED_OTHER {
+                if start.elapsed() > Duration::from_secs(5) {
+                    let _ = sender.send(Err(Error::Poisoned("the spare's thread was never raised".into())));
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            priority_here.leave();
+            let _ = sender.send(Ok(Arc::new(segment)));
+        });
+        entered_here.recv().unwrap();
+        Spare { segment: receiver, thread, stop: Arc::new(AtomicBool::new(false)), priority }
+    }
+
+    /// Under `background_idle` the spare's thread prepares under
+    /// `SCHED_IDLE` until the writer passes half of the active segment,
+    /// and a writer that reaches the end first raises it while it waits.
+    #[test]
+    fn the_spare_is_raised_once_the_writer_needs_it_soon() {
+        if !crate::background::can_leave_idle() {
+            eprintln!("notice: threads here cannot leave SCHED_IDLE (not root, low RLIMIT_NICE): nothing to check");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let options = Options {
+            durability: Durability::Sync,
+            segment_size_bytes: 4 * MIB,
+            background_idle: true,
+            ..Options::default()
+        };
+        let active = Arc::new(Segment::create(dir.path(), 1, 4 * MIB, Durability::Sync).unwrap());
+        let mut writer =
+            LogWriter::new(dir.path().to_path_buf(), &options, active, SEGMENT_HEADER_BYTES, 0, Arc::default());
+        assert!(writer.spare.is_none(), "a spare is due only past a quarter of the segment");
+        writer.spare = Some(spare_sent_once_raised(Segment::create(dir.path(), 2, 4 * MIB, Durability::Sync).unwrap()));
+        let half = 4 * MIB / RAISE_SPARE_AT;
+
+        writer.offset = half - 4096;
+        writer.prepare_spare_when_due();
+        let waited = writer.spare.as_ref().unwrap().segment.recv_timeout(Duration::from_millis(200));
+        assert!(matches!(waited, Err(RecvTimeoutError::Timeout)), "sent before the writer needed it");
+
+        writer.offset = half;
+        writer.prepare_spare_when_due();
+        let sent = writer.spare.as_ref().unwrap().segment.recv_timeout(Duration::from_secs(10));
+        let sent = sent.expect("the spare's thread ended silently");
+        assert_eq!(sent.unwrap().id, 2);
+
+        let late = spare_sent_once_raised(Segment::create(dir.path(), 3, MIB, Durability::Sync).unwrap());
+        assert_eq!(receive_spare(&late).unwrap().unwrap().id, 3);
     }
 
     /// Where prefaulting dirties nothing, the whole segment is prefaulted
