@@ -15,7 +15,9 @@
 //! I/O thread and redis-benchmark in `perf sched latency` under SET `-P
 //! 1`). GC stays at nice 5: under `SCHED_IDLE` it fell behind sustained
 //! overwrites on busy cores. The index merger runs under `SCHED_IDLE` too,
-//! but only until someone waits for it (`IdleUntilNeeded`).
+//! but only until someone waits for it (`IdleUntilNeeded`), and so does
+//! the creation of the next segment, until the writer nears the roll
+//! (`log::writer::RAISE_SPARE_AT`).
 //!
 //! Checkpoints are not lowered (they have a thread of their own): with a
 //! writer and the index merger on both cores a nice-5 thread got ~11% of
