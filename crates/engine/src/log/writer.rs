@@ -38,10 +38,15 @@ const DIRTY_AHEAD_BYTES: usize = 8 << 20;
 
 /// The spare segment's thread, started under `SCHED_IDLE` once a quarter
 /// of the active segment is written, is raised to normal priority (still
-/// paced) once 1/`RAISE_SPARE_AT` is, if it has not sent the segment yet.
-/// Under SET `-P 16` both cores were busy, an idle thread got no time for
-/// the 40-60 ms that reserving 64 MiB of fresh tmpfs costs, and the writer
-/// waited for it at 9 of 17 rolls, 6-25 ms each (`perf sched`).
+/// paced) once 1/`RAISE_SPARE_AT` is, if it has not sent the segment yet
+/// and the segment lives in memory (tmpfs, DAX). Under SET `-P 16` both
+/// cores were busy, an idle thread got no time for the 40-60 ms that
+/// reserving 64 MiB of fresh tmpfs costs, and the writer waited for it at
+/// 9 of 17 rolls, 6-25 ms each (`perf sched`). On a page-cache file
+/// system creating a segment is mostly device writes (zeros, a sync), and
+/// raised, paced preparation made disk SET and GET `-P 16` slower (medians
+/// of 3: 344k -> 296k/s SET): there the thread stays as it was, under
+/// `SCHED_IDLE` at nice 5, unpaced and never raised.
 const RAISE_SPARE_AT: usize = 2;
 
 pub struct LogWriter {
@@ -208,6 +213,7 @@ impl LogWriter {
     fn spawn_spare(&self) -> Spare {
         let (dir, id, size, durability) = (self.dir.clone(), self.next_id, self.segment_size_bytes, self.durability);
         let idle = self.background_idle;
+        let raisable = idle && self.active.region.medium() != Medium::PageCache;
         let recycled = self.recycler.take();
         let (sender, receiver) = sync_channel(1);
         let stop = Arc::new(AtomicBool::new(false));
@@ -218,10 +224,10 @@ impl LogWriter {
         let thread = std::thread::Builder::new()
             .name("scaledkv-spare".into())
             .spawn(move || {
-                if !(idle && priority_here.enter()) {
+                if !(raisable && priority_here.enter()) {
                     crate::background::lower_this_thread(idle);
                 }
-                if idle {
+                if raisable {
                     crate::background::pace_this_thread();
                 }
                 let (segment, fresh) = match recycled {
@@ -641,16 +647,17 @@ mod tests {
         Spare { segment: receiver, thread, stop: Arc::new(AtomicBool::new(false)), priority }
     }
 
-    /// Under `background_idle` the spare's thread prepares under
-    /// `SCHED_IDLE` until the writer passes half of the active segment,
-    /// and a writer that reaches the end first raises it while it waits.
+    /// Under `background_idle` the spare's thread prepares a segment in
+    /// memory under `SCHED_IDLE` until the writer passes half of the active
+    /// segment, and a writer that reaches the end first raises it while it
+    /// waits.
     #[test]
     fn the_spare_is_raised_once_the_writer_needs_it_soon() {
         if !crate::background::can_leave_idle() {
             eprintln!("notice: threads here cannot leave SCHED_IDLE (not root, low RLIMIT_NICE): nothing to check");
             return;
         }
-        let dir = tempfile::tempdir().unwrap();
+        let dir = tempfile::tempdir_in("/dev/shm").unwrap();
         let options = Options {
             durability: Durability::Sync,
             segment_size_bytes: 4 * MIB,
