@@ -44,8 +44,8 @@ const DIRTY_AHEAD_BYTES: usize = 8 << 20;
 /// reserving 64 MiB of fresh tmpfs costs, and the writer waited for it at
 /// 9 of 17 rolls, 6-25 ms each (`perf sched`). On a page-cache file
 /// system creating a segment is mostly device writes (zeros, a sync), and
-/// raised, paced preparation made disk SET and GET `-P 16` slower (medians
-/// of 3: 344k -> 296k/s SET): there the thread stays as it was, under
+/// raised, paced preparation drew disk SET `-P 16` slower in a full run
+/// (medians of 3: 344k -> 296k/s): there the thread stays as it was, under
 /// `SCHED_IDLE` at nice 5, unpaced and never raised.
 const RAISE_SPARE_AT: usize = 2;
 
@@ -93,8 +93,9 @@ struct Spare {
     /// Tells the thread to stop prefaulting (the segment is full, or the
     /// writer is gone).
     stop: Arc<AtomicBool>,
-    /// Under `Options::background_idle` the thread prepares the segment
-    /// under `SCHED_IDLE` until the writer needs it soon (`RAISE_SPARE_AT`).
+    /// Under `Options::background_idle` the thread prepares a segment in
+    /// memory under `SCHED_IDLE` until the writer needs it soon
+    /// (`RAISE_SPARE_AT`).
     priority: Arc<IdleUntilNeeded>,
 }
 
