@@ -128,7 +128,7 @@ impl Store for ScaledKv {
     fn report(&self) -> Vec<String> {
         let s = self.db.stats();
         vec![format!(
-            "stats: keys={} live={:.1}MB log={:.1}MB segments={} (recycled {}) space-amp={:.2} write-amp={:.2} index={:.1}MB ({:.1} B/key est.) gc-copied={:.1}MB gc-maps={:.1}MB gc-stalls={} ({:.2} s) checkpoints={} ({} deltas, {:.1}MB) groups={} ({:.1} writes/group)",
+            "stats: keys={} live={:.1}MB log={:.1}MB segments={} (recycled {}) space-amp={:.2} write-amp={:.2} index={:.1}MB ({:.1} B/key est.) gc-copied={:.1}MB gc-maps={:.1}MB gc-stalls={} ({:.2} s) roll-waits={} ({:.3} s) checkpoints={} ({} deltas, {:.1}MB) groups={} ({:.1} writes/group)",
             s.keys,
             s.live_bytes as f64 / 1e6,
             s.log_bytes as f64 / 1e6,
@@ -142,6 +142,8 @@ impl Store for ScaledKv {
             s.gc_map_bytes as f64 / 1e6,
             s.gc_stalled_writes,
             s.gc_stall_micros as f64 / 1e6,
+            s.roll_waits,
+            s.roll_wait_micros as f64 / 1e6,
             s.checkpoints,
             s.delta_checkpoints,
             s.checkpoint_bytes_written as f64 / 1e6,

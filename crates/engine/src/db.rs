@@ -914,6 +914,8 @@ impl Inner {
         self.counters.commit_groups.fetch_add(1, Ordering::Relaxed);
         self.counters.committed_requests.fetch_add(user_requests, Ordering::Relaxed);
         self.counters.log_bytes_written.store(log.appended_bytes, Ordering::Relaxed);
+        self.counters.roll_waits.store(log.roll_waits, Ordering::Relaxed);
+        self.counters.roll_wait_micros.store(log.roll_wait_micros, Ordering::Relaxed);
 
         let mut updates = Vec::with_capacity(group.len());
         let mut placed = placed.into_iter();

@@ -32,6 +32,9 @@ pub(crate) struct Counters {
     pub demoted_segments: AtomicU64,
     pub demoted_bytes: AtomicU64,
     pub ssd_tier_reads: AtomicU64,
+    /// The log writer's `roll_waits` and `roll_wait_micros`.
+    pub roll_waits: AtomicU64,
+    pub roll_wait_micros: AtomicU64,
 }
 
 impl Counters {
@@ -58,6 +61,8 @@ impl Counters {
         stats.demoted_segments = self.demoted_segments.load(Ordering::Relaxed);
         stats.demoted_bytes = self.demoted_bytes.load(Ordering::Relaxed);
         stats.ssd_tier_reads = self.ssd_tier_reads.load(Ordering::Relaxed);
+        stats.roll_waits = self.roll_waits.load(Ordering::Relaxed);
+        stats.roll_wait_micros = self.roll_wait_micros.load(Ordering::Relaxed);
         let written = log + stats.checkpoint_bytes_written;
         stats.write_amplification = if user == 0 { 0.0 } else { written as f64 / user as f64 };
         stats.space_amplification =
@@ -109,6 +114,13 @@ pub struct Stats {
     pub gc_stalled_writes: u64,
     pub gc_stall_micros: u64,
     pub segments_freed: u64,
+    /// Since open: times the log reached the end of a segment before the
+    /// next one was prepared, and the time writes waited for it then (a
+    /// new segment is prepared in the background while the active one
+    /// fills; waits mean that work did not get the CPU or the device in
+    /// time).
+    pub roll_waits: u64,
+    pub roll_wait_micros: u64,
     /// Since open: freed segments reused as new ones instead of creating
     /// files (tmpfs and DAX only).
     pub segments_recycled: u64,

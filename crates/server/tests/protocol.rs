@@ -805,6 +805,15 @@ fn writes_that_first_collect_garbage_keep_working() {
         let _: () = con.set("k", &value).unwrap();
     }
     assert!(stalled(&mut con) > 0, "no write waited for GC in {round} overwrites");
+    // Segments rolled meanwhile: INFO counts the rolls that waited for
+    // their next segment, and the time they waited.
+    let info: String = redis::cmd("INFO").arg("persistence").query(&mut con).unwrap();
+    let field = |name: &str| -> u64 {
+        let line = info.lines().find_map(|l| l.strip_prefix(name)).unwrap_or_else(|| panic!("{name} in INFO"));
+        line.trim().parse().unwrap()
+    };
+    let (waits, micros) = (field("log_roll_waits:"), field("log_roll_wait_micros:"));
+    assert!(waits > 0 || micros == 0, "{waits} waits, {micros} us");
     let mut other = client(&server);
     assert_eq!(other.get::<_, Vec<u8>>("k").unwrap(), value);
     let _: () = con.set("k2", "after").unwrap();

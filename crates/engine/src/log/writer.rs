@@ -84,6 +84,10 @@ pub struct LogWriter {
     pub appended_bytes: u64,
     /// Entries appended since open: what a replay after a crash would read.
     pub appended_entries: u64,
+    /// Rolls since open at which the next segment was not ready, and the
+    /// time the writer waited for it.
+    pub roll_waits: u64,
+    pub roll_wait_micros: u64,
 }
 
 /// The next segment, sent by the thread that prepares it.
@@ -161,6 +165,8 @@ impl LogWriter {
             last_seq,
             appended_bytes: 0,
             appended_entries: 0,
+            roll_waits: 0,
+            roll_wait_micros: 0,
         };
         writer.follow_active();
         writer.prepare_spare_when_due();
@@ -332,7 +338,16 @@ impl LogWriter {
         self.write_staged()?;
         // Not prepared yet only for a frame larger than three quarters of a segment.
         let spare = self.spare.take().unwrap_or_else(|| self.spawn_spare());
-        let received = receive_spare(&spare);
+        let received = match spare.segment.try_recv() {
+            Ok(segment) => Ok(segment),
+            Err(_) => {
+                let started = std::time::Instant::now();
+                let received = receive_spare(&spare);
+                self.roll_waits += 1;
+                self.roll_wait_micros += started.elapsed().as_micros() as u64;
+                received
+            }
+        };
         let prefaulter = spare.thread.thread().clone();
         self.helpers.retain(|thread| !thread.is_finished());
         self.helpers.push(spare.thread);
@@ -697,6 +712,41 @@ mod tests {
 
         let late = spare_sent_once_raised(Segment::create(dir.path(), 3, MIB, Durability::Sync).unwrap());
         assert_eq!(receive_spare(&late).unwrap().unwrap().id, 3);
+    }
+
+    /// A spare whose thread sends `segment` after `delay`.
+    fn spare_sent_after(segment: Segment, delay: Duration) -> Spare {
+        let (sender, receiver) = sync_channel(1);
+        let thread = std::thread::spawn(move || {
+            std::thread::sleep(delay);
+            let _ = sender.send(Ok(Arc::new(segment)));
+        });
+        Spare { segment: receiver, thread, stop: Arc::new(AtomicBool::new(false)), priority: Arc::default() }
+    }
+
+    /// A roll that finds its next segment ready does not count a wait; one
+    /// that has to wait for it counts the wait and its time.
+    #[test]
+    fn a_roll_counts_the_time_it_waits_for_its_next_segment() {
+        let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+        let options = Options { durability: Durability::Sync, segment_size_bytes: MIB, ..Options::default() };
+        let active = Arc::new(Segment::create(dir.path(), 1, MIB, Durability::Sync).unwrap());
+        let mut writer =
+            LogWriter::new(dir.path().to_path_buf(), &options, active, SEGMENT_HEADER_BYTES, 0, Arc::default());
+        let ready = spare_sent_after(Segment::create(dir.path(), 2, MIB, Durability::Sync).unwrap(), Duration::ZERO);
+        while !ready.thread.is_finished() {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        writer.spare = Some(ready);
+        writer.roll(&SegmentSet::default()).unwrap();
+        assert_eq!((writer.roll_waits, writer.roll_wait_micros), (0, 0));
+
+        let late = Segment::create(dir.path(), 3, MIB, Durability::Sync).unwrap();
+        writer.spare = Some(spare_sent_after(late, Duration::from_millis(50)));
+        writer.roll(&SegmentSet::default()).unwrap();
+        assert_eq!(writer.active.id, 3);
+        assert_eq!(writer.roll_waits, 1);
+        assert!(writer.roll_wait_micros >= 30_000, "waited {} us", writer.roll_wait_micros);
     }
 
     /// After a roll the next spare is started at once in `sync` mode on

@@ -724,7 +724,7 @@ pub fn info_text(ctx: &Ctx<'_>, sections: &[String]) -> String {
             text,
             "# Persistence\r\nloading:0\r\ndurability:{}\r\naof_enabled:{}\r\nrdb_changes_since_last_save:0\r\n\
              rdb_last_save_time:{}\r\nlog_bytes:{}\r\nlive_bytes:{}\r\ndisk_bytes:{}\r\nsegments:{}\r\n\
-             segments_freed:{}\r\nsegments_recycled:{}\r\nwrite_amplification:{:.3}\r\nspace_amplification:{:.3}\r\ngc_runs:{}\r\n\
+             segments_freed:{}\r\nsegments_recycled:{}\r\nlog_roll_waits:{}\r\nlog_roll_wait_micros:{}\r\nwrite_amplification:{:.3}\r\nspace_amplification:{:.3}\r\ngc_runs:{}\r\n\
              gc_stalled_writes:{}\r\ngc_stall_micros:{}\r\ncheckpoints:{}\r\ndelta_checkpoints:{}\r\ncheckpoint_bytes_written:{}\r\n\
              commit_groups:{}\r\ncommitted_writes:{}\r\nearly_lock_releases:{}\r\ntables_written_ahead:{}\r\nreserved_entries:{}\r\n\r\n",
             config.durability,
@@ -736,6 +736,8 @@ pub fn info_text(ctx: &Ctx<'_>, sections: &[String]) -> String {
             stats.segments,
             stats.segments_freed,
             stats.segments_recycled,
+            stats.roll_waits,
+            stats.roll_wait_micros,
             stats.write_amplification,
             stats.space_amplification,
             stats.gc_runs,
