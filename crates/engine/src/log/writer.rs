@@ -220,7 +220,16 @@ impl LogWriter {
     fn spawn_spare(&self) -> Spare {
         let (dir, id, size, durability) = (self.dir.clone(), self.next_id, self.segment_size_bytes, self.durability);
         let idle = self.background_idle;
-        let raisable = idle && self.active.region.medium() != Medium::PageCache;
+        let in_memory = self.active.region.medium() != Medium::PageCache;
+        let raisable = idle && in_memory;
+        // Without `background_idle` a segment in memory is created at
+        // normal priority (its prefault still at nice 5): at nice 5 the
+        // creation lost the core to the index merger and a durable tmpfs
+        // fillrandom (500k x 16/1024 B) waited for it at 4-6 of 8 rolls;
+        // with it, and the spare started at the roll (`prepares_at_roll`),
+        // at 0-3, and wrote 1.03M -> 1.17M/s (medians of 8 interleaved
+        // runs).
+        let lowered = !(in_memory && !idle);
         let recycled = self.recycler.take();
         let (sender, receiver) = sync_channel(1);
         let stop = Arc::new(AtomicBool::new(false));
@@ -231,7 +240,7 @@ impl LogWriter {
         let thread = std::thread::Builder::new()
             .name("scaledkv-spare".into())
             .spawn(move || {
-                if !(raisable && priority_here.enter()) {
+                if !(raisable && priority_here.enter()) && lowered {
                     crate::background::lower_this_thread(idle);
                 }
                 if raisable {
@@ -324,6 +333,28 @@ impl LogWriter {
         Ok((self.active.id, at))
     }
 
+    /// Whether the next spare starts right after a roll rather than at a
+    /// quarter of the segment (a writer that filled a segment will likely
+    /// fill the next).
+    ///
+    /// In `sync` mode on a page-cache file system a new segment is 64 MiB
+    /// of zeros written and synced (`Region::create`), at the idle I/O
+    /// class of a `SCHED_IDLE` thread: started at a quarter of the segment,
+    /// it kept the writer waiting at 5 of 9 rolls of SET `-P 16` on the
+    /// disk, 44-59 ms each. In memory without `background_idle` (the
+    /// embedded default) a spare started at a quarter, at nice 5, kept a
+    /// durable tmpfs fillrandom waiting at 4-6 of 8 rolls (`roll_waits`).
+    /// Not in memory under `background_idle` (the server: a spare started
+    /// at the roll made SET `-P 16`'s p99 worse, 4.2-4.5 -> 5.2-5.5 ms in
+    /// an A/B), nor in `buffered` mode on a disk, where a new segment only
+    /// reserves blocks.
+    fn prepares_at_roll(&self) -> bool {
+        match self.active.region.medium() {
+            Medium::PageCache => self.durability == Durability::Sync,
+            Medium::Tmpfs | Medium::Dax => !self.background_idle,
+        }
+    }
+
     /// Writes the gathered frames of the active segment (one system call).
     fn write_staged(&mut self) -> Result<()> {
         if !self.staged.is_empty() {
@@ -371,16 +402,7 @@ impl LogWriter {
         self.offset = crate::log::segment::SEGMENT_HEADER_BYTES;
         self.group_start = self.offset;
         self.next_id += 1;
-        // In `sync` mode on a page-cache file system a new segment is 64
-        // MiB of zeros written and synced (`Region::create`), at the idle
-        // I/O class of a `SCHED_IDLE` thread: started at a quarter of the
-        // segment, it kept the writer waiting at 5 of 9 rolls of SET `-P
-        // 16` on the disk, 44-59 ms each. A writer that filled a segment
-        // will likely fill the next, so there the next one is started at
-        // once. Elsewhere it waits for the quarter: in memory a spare
-        // started this early made SET `-P 16`'s p99 worse (4.2-4.5 ->
-        // 5.2-5.5 ms in an A/B), and a `buffered` one only reserves blocks.
-        if self.durability == Durability::Sync && self.active.region.medium() == Medium::PageCache {
+        if self.prepares_at_roll() {
             self.spare = Some(self.spawn_spare());
         }
         Ok(())
@@ -749,30 +771,34 @@ mod tests {
         assert!(writer.roll_wait_micros >= 30_000, "waited {} us", writer.roll_wait_micros);
     }
 
-    /// After a roll the next spare is started at once in `sync` mode on
-    /// a page-cache file system, and only past a quarter of the segment in
-    /// memory.
+    /// After a roll the next spare starts at once in `sync` mode on a
+    /// page-cache file system and in memory without `background_idle`;
+    /// otherwise past a quarter of the segment, as the first one does.
     #[test]
-    fn after_a_roll_a_disk_prepares_the_next_spare_at_once() {
-        for (dir, on_disk) in [(tempfile::tempdir().unwrap(), true), (tempfile::tempdir_in("/dev/shm").unwrap(), false)]
-        {
-            let active = Arc::new(Segment::create(dir.path(), 1, MIB, Durability::Sync).unwrap());
-            if on_disk && active.region.medium() != Medium::PageCache {
-                eprintln!(
-                    "notice: {} is not a page-cache file system; the disk's case is not checked",
-                    dir.path().display()
-                );
+    fn after_a_roll_the_next_spare_starts_at_once_where_it_is_due_early() {
+        let disk = || tempfile::tempdir().unwrap();
+        let tmpfs = || tempfile::tempdir_in("/dev/shm").unwrap();
+        for (dir, durability, background_idle, at_once) in [
+            (disk(), Durability::Sync, false, true),
+            (disk(), Durability::Buffered, false, false),
+            (tmpfs(), Durability::Sync, false, true),
+            (tmpfs(), Durability::Sync, true, false),
+        ] {
+            let active = Arc::new(Segment::create(dir.path(), 1, MIB, durability).unwrap());
+            let case = format!("{} {durability:?} background_idle {background_idle}", dir.path().display());
+            if active.region.medium() == Medium::Tmpfs && !dir.path().starts_with("/dev/shm") {
+                eprintln!("notice: {case}: the temporary directory is on tmpfs; the disk's case is not checked");
                 continue;
             }
-            let options = Options { durability: Durability::Sync, segment_size_bytes: MIB, ..Options::default() };
+            let options = Options { durability, segment_size_bytes: MIB, background_idle, ..Options::default() };
             let mut writer =
                 LogWriter::new(dir.path().to_path_buf(), &options, active, SEGMENT_HEADER_BYTES, 0, Arc::default());
             writer.offset = MIB / 4;
             writer.prepare_spare_when_due();
-            assert!(writer.spare.is_some(), "a spare is due past a quarter of the first segment");
+            assert!(writer.spare.is_some(), "{case}: a spare is due past a quarter of the first segment");
             writer.roll(&SegmentSet::default()).unwrap();
             assert_eq!(writer.active.id, 2);
-            assert_eq!(writer.spare.is_some(), on_disk, "{}: a spare right after the roll", dir.path().display());
+            assert_eq!(writer.spare.is_some(), at_once, "{case}: a spare right after the roll");
         }
     }
 
