@@ -248,17 +248,25 @@ pub(crate) mod tests {
 
     #[test]
     fn a_paced_thread_naps_at_pause_points_and_others_do_not() {
-        // Busy for 20 ms of wall time, passing pause points all along: a
-        // paced thread naps every 200 us (about 80 times), each nap a
-        // voluntary switch; an unpaced one never gives the core away.
-        let naps = |paced: bool| {
+        // Busy for 20 ms of its own CPU time (not wall time: on a loaded
+        // machine a thread preempted for most of 20 ms napped only 11
+        // times), passing pause points all along: a paced thread naps every
+        // 200 us (about 80 times), each nap a voluntary switch; an unpaced
+        // one never gives the core away.
+        let cpu_time = || {
+            let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+            // SAFETY: writes the calling thread's CPU clock into `now`.
+            assert_eq!(unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut now) }, 0);
+            Duration::new(now.tv_sec as u64, now.tv_nsec as u32)
+        };
+        let naps = move |paced: bool| {
             std::thread::spawn(move || {
                 if paced {
                     pace_this_thread();
                 }
                 let before = voluntary_switches();
-                let start = Instant::now();
-                while start.elapsed() < Duration::from_millis(20) {
+                let start = cpu_time();
+                while cpu_time() - start < Duration::from_millis(20) {
                     pause_point();
                 }
                 voluntary_switches() - before
