@@ -407,6 +407,24 @@ impl Region {
         Ok(changed_end)
     }
 
+    /// As `zero`, in 2 MiB steps with `pause` called after each (see
+    /// `create_with_pauses`).
+    ///
+    /// # Safety
+    /// As for `write`.
+    pub unsafe fn zero_with_pauses(&self, offset: usize, len: usize, pause: &mut dyn FnMut()) -> Result<usize> {
+        const STEP_BYTES: usize = 2 << 20;
+        let mut changed_end = offset;
+        for at in (offset..offset + len).step_by(STEP_BYTES) {
+            let step_end = self.zero(at, STEP_BYTES.min(offset + len - at))?;
+            if step_end > at {
+                changed_end = step_end;
+            }
+            pause();
+        }
+        Ok(changed_end)
+    }
+
     /// Makes `[offset, offset + len)` durable as the mode and medium require.
     pub fn persist(&self, offset: usize, len: usize) -> Result<()> {
         self.check(offset, len)?;

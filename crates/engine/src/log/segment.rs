@@ -109,18 +109,10 @@ impl Segment {
         debug_assert!(self.recyclable());
         self.region.rename(&dir.join(format!("recycle-{id:08}.tmp")))?;
         // Zeroed in steps, each a point where a paced thread naps.
-        const STEP_BYTES: usize = 2 << 20;
-        let len = self.region.len();
-        let mut changed_end = 0;
-        for at in (0..len).step_by(STEP_BYTES) {
-            // SAFETY: the caller owns the only reference to this segment:
-            // no reader can be looking at its bytes.
-            let step_end = unsafe { self.region.zero(at, STEP_BYTES.min(len - at))? };
-            if step_end > at {
-                changed_end = step_end;
-            }
-            crate::background::pause_point();
-        }
+        // SAFETY: the caller owns the only reference to this segment: no
+        // reader can be looking at its bytes.
+        let changed_end =
+            unsafe { self.region.zero_with_pauses(0, self.region.len(), &mut crate::background::pause_point)? };
         self.region.persist(0, changed_end)?;
         // SAFETY: as above.
         unsafe { write_header(&self.region, id)? };

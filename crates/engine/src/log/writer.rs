@@ -225,7 +225,7 @@ impl LogWriter {
         // Without `background_idle` a segment in memory is created at
         // normal priority (its prefault still at nice 5): at nice 5 the
         // creation lost the core to the index merger and a durable tmpfs
-        // fillrandom (500k x 16/1024 B) waited for it at 4-6 of 8 rolls;
+        // fillrandom (500k x 16/1024 B) waited for it at 3-8 of 8 rolls;
         // with it, and the spare started at the roll (`prepares_at_roll`),
         // at 0-3, and wrote 1.03M -> 1.17M/s (medians of 8 interleaved
         // runs).
@@ -343,7 +343,7 @@ impl LogWriter {
     /// it kept the writer waiting at 5 of 9 rolls of SET `-P 16` on the
     /// disk, 44-59 ms each. In memory without `background_idle` (the
     /// embedded default) a spare started at a quarter, at nice 5, kept a
-    /// durable tmpfs fillrandom waiting at 4-6 of 8 rolls (`roll_waits`).
+    /// durable tmpfs fillrandom waiting at 3-8 of 8 rolls (`roll_waits`).
     /// Not in memory under `background_idle` (the server: a spare started
     /// at the roll made SET `-P 16`'s p99 worse, 4.2-4.5 -> 5.2-5.5 ms in
     /// an A/B), nor in `buffered` mode on a disk, where a new segment only
