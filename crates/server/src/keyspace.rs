@@ -395,6 +395,46 @@ impl Writes {
         self.pending.is_none() && self.base.is_none() && self.batch.is_empty()
     }
 
+    /// Whether a command may commit what it wrote so far before it ends
+    /// (`commit_piece`): it runs alone (`commands::SPLITS`), not in a
+    /// transaction, a script or a run, and has written nothing yet. Asked
+    /// before its first write.
+    pub fn may_commit_in_pieces(&self) -> bool {
+        self.overlay.is_none()
+            && self.base.is_none()
+            && self.outer.is_empty()
+            && self.savepoints == 0
+            && self.batch.is_empty()
+    }
+
+    /// Makes the writes so far durable and visible now, for a change too
+    /// big for one engine batch that its command splits into several, each
+    /// a whole state of its keys (a trim's deletes with the stream's new
+    /// length), so a crash in between leaves the keys as one of them left
+    /// them. Only where `may_commit_in_pieces` said so at the start. What
+    /// the writes count or announce (entries, events) goes with the last
+    /// batch, as usual.
+    pub fn commit_piece(&mut self, db: &scaledkv::Db) -> scaledkv::Result<()> {
+        debug_assert!(self.base.is_none() && self.outer.is_empty() && self.savepoints == 0);
+        if let Some(overlay) = &mut self.overlay {
+            overlay.clear();
+        }
+        self.sorted.take();
+        self.last_at = 0;
+        let batch = std::mem::take(&mut self.batch);
+        let published = self.published().map(|pending| pending.published_of(&batch));
+        db.write(batch)?;
+        // Writes other holders of these keys' locks published before this
+        // command took them were queued first, so they are durable too and
+        // in the engine, and older than this piece: no reader may find
+        // them published any more (as `commands::commit` forgets those of
+        // a command's last batch), and this command reads the engine.
+        if let (Some(pending), Some(keys)) = (self.pending.take(), published) {
+            pending.forget(keys.iter().map(|key| &key[..]));
+        }
+        Ok(())
+    }
+
     /// Notes that these writes create table `id`.
     pub fn note_new_table(&mut self, id: u64) {
         self.new_tables.push(id);

@@ -324,6 +324,128 @@ fn big_streams_page_trim_and_survive_a_restart() {
     assert_eq!(cmd(&mut con, &["DBSIZE"]), Value::Int(1));
 }
 
+/// `--maxmemory 64mb` makes the log's segments 2 MiB, and so one engine
+/// batch at most about 2 MiB: a trim of tens of thousands of entries is
+/// past it without writing hundreds of megabytes (without it the limit is
+/// 32 MiB, some 800,000 entries).
+const SMALL_SEGMENTS: [&str; 2] = ["--maxmemory", "64mb"];
+
+/// Adds entries `from..to` to `key`, IDs `i-1`, values `v<i>`.
+fn fill_stream(con: &mut redis::Connection, key: &str, from: usize, to: usize) {
+    for start in (from..to).step_by(10_000) {
+        let mut pipe = redis::pipe();
+        for i in start..(start + 10_000).min(to) {
+            pipe.cmd("XADD").arg(key).arg(format!("{i}-1")).arg("n").arg(format!("v{i}")).ignore();
+        }
+        pipe.query::<()>(con).unwrap();
+    }
+}
+
+/// Checks that `key` holds exactly the entries `first..end` that
+/// `fill_stream` added (none if `first == end`), and that its length and
+/// first entry agree with them.
+fn check_suffix(con: &mut redis::Connection, key: &str, first: usize, end: usize) {
+    let all = entries(&cmd(con, &["XRANGE", key, "-", "+"]));
+    assert_eq!(all.len(), end - first, "entries from {first} to {end}");
+    for (k, (entry_id, fields)) in all.iter().enumerate() {
+        let i = first + k;
+        assert_eq!(
+            (entry_id.as_str(), fields.as_slice()),
+            (format!("{i}-1").as_str(), &["n".to_string(), format!("v{i}")][..])
+        );
+    }
+    assert_eq!(int(&cmd(con, &["XLEN", key])), (end - first) as i64);
+    if first < end {
+        let info = fields(&cmd(con, &["XINFO", "STREAM", key]));
+        assert_eq!(text(&info["recorded-first-entry-id"]), format!("{first}-1"));
+        assert_eq!(entries(&Value::Array(vec![info["first-entry"].clone()]))[0].0, format!("{first}-1"));
+    }
+    // No trimmed entry is left to find by its ID either.
+    if first > 1 {
+        assert_eq!(cmd(con, &["XDEL", key, &format!("{}-1", first - 1)]), Value::Int(0));
+    }
+}
+
+#[test]
+fn a_trim_past_one_batch_goes_in_pieces() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("db"), &SMALL_SEGMENTS);
+    let mut con = client(server.port).unwrap();
+    const N: usize = 120_000;
+    fill_stream(&mut con, "big", 1, N + 1);
+    // 119,000 deletes are about 5 MB of batch: past the 2 MiB limit.
+    assert_eq!(cmd(&mut con, &["XTRIM", "big", "MAXLEN", "1000"]), Value::Int(119_000));
+    check_suffix(&mut con, "big", N - 999, N + 1);
+    fill_stream(&mut con, "by-id", 1, 70_001);
+    assert_eq!(cmd(&mut con, &["XTRIM", "by-id", "MINID", "65000"]), Value::Int(64_999));
+    check_suffix(&mut con, "by-id", 65_000, 70_001);
+    assert_eq!(cmd(&mut con, &["XTRIM", "by-id", "MAXLEN", "0"]), Value::Int(5001));
+    check_suffix(&mut con, "by-id", 70_001, 70_001);
+    let info = fields(&cmd(&mut con, &["XINFO", "STREAM", "by-id"]));
+    assert_eq!((int(&info["entries-added"]), text(&info["last-generated-id"])), (70_000, "70000-1".to_string()));
+    // A transaction's changes are one batch: past the limit, the engine's
+    // error, and nothing changes.
+    fill_stream(&mut con, "tx", 1, 60_001);
+    let mut raw = server.connect();
+    let reply = common::request(&mut raw, &common::encode(&[b"MULTI"]));
+    assert_eq!(reply, b"+OK\r\n");
+    let reply = common::request(&mut raw, &common::encode(&[b"XTRIM", b"tx", b"MAXLEN", b"0"]));
+    assert_eq!(reply, b"+QUEUED\r\n");
+    let reply = String::from_utf8(common::request(&mut raw, &common::encode(&[b"EXEC"]))).unwrap();
+    assert!(reply.contains("exceeds the limit"), "{reply}");
+    check_suffix(&mut con, "tx", 1, 60_001);
+}
+
+/// A trim in pieces killed half-way leaves the stream as a smaller trim
+/// would have: its entries a whole suffix of what was added, its length
+/// and first entry agreeing with them. The first round trims to the end,
+/// timed; the others are SIGKILLed at a random moment within that time.
+#[test]
+fn a_trim_in_pieces_killed_half_way_leaves_a_whole_stream() {
+    use std::io::Write;
+    let iterations = common::crash_iterations(4);
+    let mut rng = common::crash_rng("a_trim_in_pieces_killed_half_way_leaves_a_whole_stream", iterations);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    const N: usize = 100_000;
+    // The stream holds the entries first..end.
+    let (mut first, mut end) = (1, 1);
+    let mut full_trim = Duration::ZERO;
+    let mut cut_short = 0;
+    let flags = SMALL_SEGMENTS;
+    for round in 0..=iterations {
+        let mut server = Server::start(&path, &flags);
+        let mut con = client(server.port).unwrap();
+        check_suffix(&mut con, "s", first, end);
+        fill_stream(&mut con, "s", end, end + N);
+        end += N;
+        let mut raw = server.connect();
+        raw.write_all(&common::encode(&[b"XTRIM", b"s", b"MAXLEN", b"10"])).unwrap();
+        if round == 0 {
+            let started = Instant::now();
+            let reply = common::read_reply(&mut raw);
+            full_trim = started.elapsed();
+            assert_eq!(reply, format!(":{}\r\n", end - 10 - first).into_bytes());
+            first = end - 10;
+            assert!(server.terminate());
+            continue;
+        }
+        std::thread::sleep(full_trim.mul_f64(rng.gen_range(0.0..1.0)));
+        server.kill();
+        let server = Server::start(&path, &flags);
+        let mut con = client(server.port).unwrap();
+        let left = int(&cmd(&mut con, &["XLEN", "s"])) as usize;
+        assert!((10..=end - first).contains(&left), "{left} entries left of {}", end - first);
+        cut_short += usize::from(left > 10 && left < end - first);
+        first = end - left;
+        check_suffix(&mut con, "s", first, end);
+        // The trim done again finishes the job (and keeps the log small).
+        assert_eq!(int(&cmd(&mut con, &["XTRIM", "s", "MAXLEN", "10"])) as usize, left - 10);
+        first = end - 10;
+    }
+    eprintln!("a full trim took {full_trim:?}; {cut_short} of {iterations} kills landed between its pieces");
+}
+
 /// What producers and consumers were told before the server died.
 #[derive(Default)]
 struct Books {

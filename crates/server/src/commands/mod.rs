@@ -195,6 +195,11 @@ pub const PROTECTED: u32 = 1 << 11;
 /// SORT ... STORE); their reads of a key they only write are peeks
 /// (`Ctx::peek`).
 pub const READS_KEYS: u32 = 1 << 12;
+/// A write that may commit a change too big for one engine batch in
+/// several (`Writes::commit_piece`): a big XTRIM. It runs alone, never in
+/// a run of a pipeline's writes, whose earlier writes would have to
+/// commit with its first piece.
+pub const SPLITS: u32 = 1 << 13;
 
 pub type Handler = fn(&mut Ctx<'_>, &[Bytes]) -> CmdResult;
 
@@ -484,7 +489,7 @@ commands! {
     "xrange", -4, READONLY, ONE, "stream", streams::xrange, "Returns the messages from a stream within a range of IDs.";
     "xrevrange", -4, READONLY, ONE, "stream", streams::xrevrange, "Returns the messages from a stream within a range of IDs in reverse order.";
     "xdel", -3, WRITE | FAST, ONE, "stream", streams::xdel, "Returns the number of messages after removing them from a stream.";
-    "xtrim", -4, WRITE, ONE, "stream", streams::xtrim, "Deletes messages from the beginning of a stream.";
+    "xtrim", -4, WRITE | SPLITS, ONE, "stream", streams::xtrim, "Deletes messages from the beginning of a stream.";
     "xsetid", -3, WRITE | FAST, ONE, "stream", streams::xsetid, "An internal command for replicating stream values.";
     // Its keys follow STREAMS; a read takes no locks.
     "xread", -4, READONLY | BLOCK_OPTION, NONE, "stream", streams::xread, "Returns messages from multiple streams with IDs greater than the ones requested. Blocks until a message is available otherwise.";
@@ -1180,6 +1185,7 @@ pub async fn run_command<'s>(
         && command.has(WRITE)
         && !command.has(ALL_KEYS)
         && !command.has(BLOCKING)
+        && !command.has(SPLITS)
         && !(command.has(BLOCK_OPTION) && streams::may_block(args))
     {
         // With `new` events on, a write must see whether its keys exist:

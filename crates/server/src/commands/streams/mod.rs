@@ -434,7 +434,12 @@ fn parse_add_args(args: &[Bytes], xadd: bool) -> Result<AddArgs, CmdError> {
 }
 
 /// Trims `stream` from its front as `parsed` asks; how many entries went.
-fn trim(ctx: &mut Ctx<'_>, stream: &mut Stream, parsed: &AddArgs) -> Result<u64, CmdError> {
+/// With `pieces` (XTRIM's key, where `Writes::may_commit_in_pieces`) a
+/// trim whose deletes outgrow half an engine batch commits them as they
+/// go, each piece with the stub's new length and first entry, so a trim
+/// of any size fits and a crash leaves the stream as a smaller trim would.
+fn trim(ctx: &mut Ctx<'_>, stream: &mut Stream, parsed: &AddArgs, pieces: Option<&[u8]>) -> Result<u64, CmdError> {
+    let piece_bytes = ctx.db().max_batch_bytes() / 2;
     let (mut left, to) = match parsed.trim {
         None => return Ok(0),
         Some(Strategy::MaxLen(max)) => (stream.meta.length.saturating_sub(max), StreamId::MAX),
@@ -468,8 +473,15 @@ fn trim(ctx: &mut Ctx<'_>, stream: &mut Stream, parsed: &AddArgs) -> Result<u64,
         if parsed.approx {
             doomed -= doomed % NODE_ENTRIES as usize;
         }
-        for (id, _) in &found[..doomed] {
+        for (at, (id, _)) in found[..doomed].iter().enumerate() {
             stream.delete_entry(ctx, *id);
+            let (Some(key), Some((next, _))) = (pieces, found.get(at + 1)) else { continue };
+            if ctx.writes.batch.size_bytes() >= piece_bytes {
+                stream.meta.first_id = *next;
+                stream.store(ctx, key)?;
+                ctx.writes.commit_piece(&ctx.shared.db)?;
+                stream.read_as = Some(stream.meta);
+            }
         }
         trimmed += doomed as u64;
         left -= doomed as u64;
@@ -535,7 +547,7 @@ pub fn xadd(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     stream.add_entry(ctx, id, pairs)?;
     reply_id(ctx.out, id);
     ctx.notify(NOTIFY, "xadd", key);
-    if trim(ctx, &mut stream, &parsed)? > 0 {
+    if trim(ctx, &mut stream, &parsed, None)? > 0 {
         ctx.notify(NOTIFY, "xtrim", key);
     }
     stream.store(ctx, key)?;
@@ -546,12 +558,13 @@ pub fn xadd(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
 
 pub fn xtrim(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let parsed = parse_add_args(args, false)?;
+    let pieces = ctx.writes.may_commit_in_pieces().then_some(&args[1][..]);
     ctx.writes.keep_overlay();
     let Some(mut stream) = open(ctx, &args[1])? else {
         ctx.out.int(0);
         return Ok(());
     };
-    let trimmed = trim(ctx, &mut stream, &parsed)?;
+    let trimmed = trim(ctx, &mut stream, &parsed, pieces)?;
     if trimmed > 0 {
         ctx.notify(NOTIFY, "xtrim", &args[1]);
         stream.store(ctx, &args[1])?;
