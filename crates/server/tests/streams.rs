@@ -396,6 +396,104 @@ fn a_trim_past_one_batch_goes_in_pieces() {
     check_suffix(&mut con, "tx", 1, 60_001);
 }
 
+/// Delivers `reads` x 20,000 entries of `s` to `consumer` of group `g`.
+fn deliver(con: &mut redis::Connection, consumer: &str, reads: usize) {
+    for _ in 0..reads {
+        let got =
+            read_entries(&cmd(con, &["XREADGROUP", "GROUP", "g", consumer, "COUNT", "20000", "STREAMS", "s", ">"]));
+        assert_eq!(got.len(), 20_000);
+    }
+}
+
+/// The pending entries of group `g` of `s`: (total, per consumer), from
+/// XPENDING's summary, checked against the entries it lists.
+fn pending(con: &mut redis::Connection) -> (i64, Vec<(String, i64)>) {
+    let summary = cmd(con, &["XPENDING", "s", "g"]);
+    let total = int(&items(&summary)[0]);
+    let consumers: Vec<(String, i64)> = match &items(&summary)[3] {
+        Value::Nil => Vec::new(),
+        list => items(list).iter().map(|c| (text(&items(c)[0]), int(&items(c)[1]))).collect(),
+    };
+    let listed = cmd(con, &["XPENDING", "s", "g", "-", "+", "1000000"]);
+    let mut counted: BTreeMap<String, i64> = BTreeMap::new();
+    for entry in items(&listed) {
+        *counted.entry(text(&items(entry)[1])).or_default() += 1;
+    }
+    assert_eq!(items(&listed).len() as i64, total, "XPENDING's count is its entries'");
+    assert_eq!(counted.into_iter().collect::<Vec<_>>(), consumers, "each consumer's count is its entries'");
+    (total, consumers)
+}
+
+#[test]
+fn consumer_groups_past_one_batch_go_in_pieces() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("db"), &SMALL_SEGMENTS);
+    let mut con = client(server.port).unwrap();
+    fill_stream(&mut con, "s", 1, 120_001);
+    assert_eq!(cmd(&mut con, &["XGROUP", "CREATE", "s", "g", "0"]), Value::Okay);
+    deliver(&mut con, "c1", 3);
+    deliver(&mut con, "c2", 3);
+    let both = vec![("c1".to_string(), 60_000), ("c2".to_string(), 60_000)];
+    assert_eq!(pending(&mut con), (120_000, both));
+    // 60,000 deletes of pending entries are about 2.7 MB: past the batch.
+    assert_eq!(cmd(&mut con, &["XGROUP", "DELCONSUMER", "s", "g", "c1"]), Value::Int(60_000));
+    assert_eq!(pending(&mut con), (60_000, vec![("c2".to_string(), 60_000)]));
+    deliver(&mut con, "c3", 0);
+    assert_eq!(cmd(&mut con, &["XACK", "s", "g", "1-1", "60001-1"]), Value::Int(1));
+    assert_eq!(cmd(&mut con, &["XGROUP", "DESTROY", "s", "g"]), Value::Int(1));
+    let info = fields(&cmd(&mut con, &["XINFO", "STREAM", "s"]));
+    assert_eq!(int(&info["groups"]), 0);
+    // A group made again under the name finds nothing left pending.
+    assert_eq!(cmd(&mut con, &["XGROUP", "CREATE", "s", "g", "$"]), Value::Okay);
+    assert_eq!(pending(&mut con), (0, Vec::new()));
+    assert_eq!(int(&cmd(&mut con, &["XLEN", "s"])), 120_000);
+}
+
+/// XGROUP DESTROY in pieces killed half-way leaves the group with its
+/// books balanced: each consumer's count is its pending entries', as if
+/// those deleted so far had been acknowledged. The first round destroys
+/// to the end, timed; the others are SIGKILLed within that time.
+#[test]
+fn a_group_destroyed_in_pieces_killed_half_way_keeps_its_books() {
+    use std::io::Write;
+    let iterations = common::crash_iterations(3);
+    let mut rng = common::crash_rng("a_group_destroyed_in_pieces_killed_half_way_keeps_its_books", iterations);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    let mut full = Duration::ZERO;
+    let mut cut_short = 0;
+    for round in 0..=iterations {
+        let mut server = Server::start(&path, &SMALL_SEGMENTS);
+        let mut con = client(server.port).unwrap();
+        if round == 0 {
+            fill_stream(&mut con, "s", 1, 100_001);
+        }
+        assert_eq!(cmd(&mut con, &["XGROUP", "CREATE", "s", "g", "0"]), Value::Okay);
+        deliver(&mut con, "c1", 3);
+        deliver(&mut con, "c2", 2);
+        let mut raw = server.connect();
+        raw.write_all(&common::encode(&[b"XGROUP", b"DESTROY", b"s", b"g"])).unwrap();
+        if round == 0 {
+            let started = Instant::now();
+            assert_eq!(common::read_reply(&mut raw), b":1\r\n");
+            full = started.elapsed();
+            assert!(server.terminate());
+            continue;
+        }
+        std::thread::sleep(full.mul_f64(rng.gen_range(0.0..1.0)));
+        server.kill();
+        let server = Server::start(&path, &SMALL_SEGMENTS);
+        let mut con = client(server.port).unwrap();
+        if int(&fields(&cmd(&mut con, &["XINFO", "STREAM", "s"]))["groups"]) == 1 {
+            let (left, _) = pending(&mut con);
+            cut_short += usize::from(left < 100_000);
+            assert_eq!(cmd(&mut con, &["XGROUP", "DESTROY", "s", "g"]), Value::Int(1));
+        }
+        assert_eq!(int(&cmd(&mut con, &["XLEN", "s"])), 100_000);
+    }
+    eprintln!("a destroy took {full:?}; {cut_short} of {iterations} kills landed between its pieces");
+}
+
 /// A trim in pieces killed half-way leaves the stream as a smaller trim
 /// would have: its entries a whole suffix of what was added, its length
 /// and first entry agreeing with them. The first round trims to the end,

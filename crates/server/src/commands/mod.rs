@@ -196,7 +196,8 @@ pub const PROTECTED: u32 = 1 << 11;
 /// (`Ctx::peek`).
 pub const READS_KEYS: u32 = 1 << 12;
 /// A write that may commit a change too big for one engine batch in
-/// several (`Writes::commit_piece`): a big XTRIM. It runs alone, never in
+/// several (`Writes::commit_piece`): a big XTRIM, XGROUP DESTROY or
+/// DELCONSUMER of many pending entries. It runs alone, never in
 /// a run of a pipeline's writes, whose earlier writes would have to
 /// commit with its first piece.
 pub const SPLITS: u32 = 1 << 13;
@@ -499,7 +500,7 @@ commands! {
     "xpending", -3, READONLY, ONE, "stream", streams::xpending, "Returns the information and entries from a stream consumer group's pending entries list.";
     "xclaim", -6, WRITE | FAST, ONE, "stream", streams::xclaim, "Changes, or acquires, ownership of a message in a consumer group, as if the message was delivered a consumer group member.";
     "xautoclaim", -6, WRITE | FAST, ONE, "stream", streams::xautoclaim, "Changes, or acquires, ownership of messages in a consumer group, as if the messages were delivered to as consumer group member.";
-    "xgroup", -2, WRITE, (2, 2, 1), "stream", streams::xgroup, "A container for consumer groups commands.";
+    "xgroup", -2, WRITE | SPLITS, (2, 2, 1), "stream", streams::xgroup, "A container for consumer groups commands.";
     "xinfo", -2, READONLY, (2, 2, 1), "stream", streams::xinfo, "A container for stream introspection commands.";
     "pfadd", -2, WRITE | FAST, ONE, "hyperloglog", hll::pfadd, "Adds elements to a HyperLogLog key. Creates the key if it doesn't exist.";
     // A write here: it caches the count in the value, as Redis does.
@@ -1178,14 +1179,12 @@ pub async fn run_command<'s>(
         stripes.sort_unstable();
         stripes.dedup();
     }
-    // Every write but FLUSHALL's (which locks every stripe) and a blocking
-    // one (BLPOP, XREADGROUP ... BLOCK) keeps its effects in its batch, so
-    // it can join a run.
+    // Every write but FLUSHALL's (which locks every stripe), a blocking
+    // one (BLPOP, XREADGROUP ... BLOCK) and one that may commit in pieces
+    // (XTRIM) keeps its effects in its batch, so it can join a run.
     if conn.multi.is_none()
         && command.has(WRITE)
-        && !command.has(ALL_KEYS)
-        && !command.has(BLOCKING)
-        && !command.has(SPLITS)
+        && !command.has(ALL_KEYS | BLOCKING | SPLITS)
         && !(command.has(BLOCK_OPTION) && streams::may_block(args))
     {
         // With `new` events on, a write must see whether its keys exist:

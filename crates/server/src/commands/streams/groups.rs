@@ -395,6 +395,7 @@ pub fn xgroup(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
             }
         }
     }
+    let pieces = ctx.writes.may_commit_in_pieces();
     ctx.writes.keep_overlay();
     let (stream, group) = open_group(ctx, key, name)?;
     if stream.is_none() && !mkstream {
@@ -446,11 +447,11 @@ pub fn xgroup(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
             ctx.out.ok();
         }
         b"destroy" => {
-            let (Some(mut stream), Some(_)) = (stream, group) else {
+            let (Some(mut stream), Some(mut group)) = (stream, group) else {
                 ctx.out.int(0);
                 return Ok(());
             };
-            stream.drop_nacks(ctx, name, |_| false)?;
+            stream.drop_nacks(ctx, name, &mut group, |_| false, pieces)?;
             ctx.writes.delete(&stream.key_of(&group_field(name)));
             ctx.writes.note_reserved(-1);
             stream.meta.groups -= 1;
@@ -474,11 +475,13 @@ pub fn xgroup(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
             let mut stream = stream.expect("checked above");
             let mut group = group.expect("checked above");
             let consumer = args[4].as_ref();
-            let pending = match group.remove(consumer) {
+            let pending = group.find(consumer).map(|c| c.pending);
+            if pending.is_some_and(|pending| pending > 0) {
+                stream.drop_nacks(ctx, name, &mut group, |nack| nack.consumer != consumer, pieces)?;
+            }
+            let pending = match pending {
                 Some(pending) => {
-                    if pending > 0 {
-                        stream.drop_nacks(ctx, name, |nack| nack.consumer != consumer)?;
-                    }
+                    group.remove(consumer);
                     stream.put_group(ctx, name, &group, false)?;
                     ctx.notify(NOTIFY, "xgroup-delconsumer", key);
                     pending

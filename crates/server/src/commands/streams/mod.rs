@@ -294,14 +294,35 @@ impl Stream {
         }
     }
 
-    /// Deletes every pending entry of `group` that `keep` refuses; how
-    /// many went.
-    fn drop_nacks(&self, ctx: &mut Ctx<'_>, group: &[u8], keep: impl Fn(&Nack) -> bool) -> Result<u64, CmdError> {
+    /// Deletes every pending entry of group `name` (`group`, whose
+    /// consumers' counts follow) that `keep` refuses; how many went. With
+    /// `pieces` (where `Writes::may_commit_in_pieces`) deletes past half
+    /// an engine batch are committed as they go, each piece with the
+    /// group's record counting what is still pending, so a group of any
+    /// size goes and a crash leaves it as if the entries deleted so far
+    /// had been acknowledged.
+    fn drop_nacks(
+        &self,
+        ctx: &mut Ctx<'_>,
+        name: &[u8],
+        group: &mut Group,
+        keep: impl Fn(&Nack) -> bool,
+        pieces: bool,
+    ) -> Result<u64, CmdError> {
+        let piece_bytes = ctx.db().max_batch_bytes() / 2;
         let mut dropped = 0;
-        self.visit_nacks(ctx, group, StreamId::MIN, StreamId::MAX, |ctx, id, nack| {
+        self.visit_nacks(ctx, name, StreamId::MIN, StreamId::MAX, |ctx, id, nack| {
             if !keep(&nack) {
-                self.delete_nack(ctx, group, id);
+                self.delete_nack(ctx, name, id);
+                if let Some(consumer) = group.find(&nack.consumer) {
+                    consumer.pending = consumer.pending.saturating_sub(1);
+                }
                 dropped += 1;
+            }
+            if pieces && ctx.writes.batch.size_bytes() >= piece_bytes {
+                let key = self.key_of(&group_field(name));
+                ctx.writes.put_internal(&key, table::TYPE_FIELD, &group.encode(), None)?;
+                ctx.writes.commit_piece(&ctx.shared.db)?;
             }
             Ok(true)
         })?;
