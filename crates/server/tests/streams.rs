@@ -408,13 +408,17 @@ fn deliver(con: &mut redis::Connection, consumer: &str, reads: usize) {
 /// The pending entries of group `g` of `s`: (total, per consumer), from
 /// XPENDING's summary, checked against the entries it lists.
 fn pending(con: &mut redis::Connection) -> (i64, Vec<(String, i64)>) {
-    let summary = cmd(con, &["XPENDING", "s", "g"]);
+    pending_of(con, "g")
+}
+
+fn pending_of(con: &mut redis::Connection, group: &str) -> (i64, Vec<(String, i64)>) {
+    let summary = cmd(con, &["XPENDING", "s", group]);
     let total = int(&items(&summary)[0]);
     let consumers: Vec<(String, i64)> = match &items(&summary)[3] {
         Value::Nil => Vec::new(),
         list => items(list).iter().map(|c| (text(&items(c)[0]), int(&items(c)[1]))).collect(),
     };
-    let listed = cmd(con, &["XPENDING", "s", "g", "-", "+", "1000000"]);
+    let listed = cmd(con, &["XPENDING", "s", group, "-", "+", "1000000"]);
     let mut counted: BTreeMap<String, i64> = BTreeMap::new();
     for entry in items(&listed) {
         *counted.entry(text(&items(entry)[1])).or_default() += 1;
@@ -438,29 +442,45 @@ fn consumer_groups_past_one_batch_go_in_pieces() {
     // 60,000 deletes of pending entries are about 2.7 MB: past the batch.
     assert_eq!(cmd(&mut con, &["XGROUP", "DELCONSUMER", "s", "g", "c1"]), Value::Int(60_000));
     assert_eq!(pending(&mut con), (60_000, vec![("c2".to_string(), 60_000)]));
-    deliver(&mut con, "c3", 0);
     assert_eq!(cmd(&mut con, &["XACK", "s", "g", "1-1", "60001-1"]), Value::Int(1));
+    // Reads without COUNT: all 120,000 entries delivered (about 8 MB of
+    // pending entries), then all of them again from the history.
+    assert_eq!(cmd(&mut con, &["XGROUP", "CREATE", "s", "h", "0"]), Value::Okay);
+    let all = read_entries(&cmd(&mut con, &["XREADGROUP", "GROUP", "h", "c4", "STREAMS", "s", ">"]));
+    assert_eq!((all.len(), all[0].0.as_str(), all[119_999].0.as_str()), (120_000, "1-1", "120000-1"));
+    assert_eq!(pending_of(&mut con, "h"), (120_000, vec![("c4".to_string(), 120_000)]));
+    let again = read_entries(&cmd(&mut con, &["XREADGROUP", "GROUP", "h", "c4", "STREAMS", "s", "0"]));
+    assert_eq!(again, all);
+    let listed = cmd(&mut con, &["XPENDING", "s", "h", "-", "+", "3"]);
+    assert_eq!(items(&listed).iter().map(|e| int(&items(e)[3])).collect::<Vec<_>>(), [2, 2, 2], "delivered twice");
+    let info = fields(&items(&cmd(&mut con, &["XINFO", "GROUPS", "s"]))[1]);
+    assert_eq!((text(&info["last-delivered-id"]), int(&info["entries-read"])), ("120000-1".to_string(), 120_000));
     assert_eq!(cmd(&mut con, &["XGROUP", "DESTROY", "s", "g"]), Value::Int(1));
     let info = fields(&cmd(&mut con, &["XINFO", "STREAM", "s"]));
-    assert_eq!(int(&info["groups"]), 0);
+    assert_eq!(int(&info["groups"]), 1);
     // A group made again under the name finds nothing left pending.
     assert_eq!(cmd(&mut con, &["XGROUP", "CREATE", "s", "g", "$"]), Value::Okay);
     assert_eq!(pending(&mut con), (0, Vec::new()));
     assert_eq!(int(&cmd(&mut con, &["XLEN", "s"])), 120_000);
 }
 
-/// XGROUP DESTROY in pieces killed half-way leaves the group with its
-/// books balanced: each consumer's count is its pending entries', as if
-/// those deleted so far had been acknowledged. The first round destroys
-/// to the end, timed; the others are SIGKILLed within that time.
+/// A group's pending entries written or deleted in pieces, killed
+/// half-way, keep the group's books balanced: each consumer's count is
+/// its pending entries'. Odd rounds kill an XGROUP DESTROY (as if the
+/// entries deleted so far had been acknowledged), even ones an XREADGROUP
+/// without COUNT of all 100,000 entries (as if a read with a smaller
+/// COUNT had been served: the group's last entry and entries read are
+/// those of its pending entries). Round 0 runs both, timed (the read to
+/// its reply's first byte); the others are SIGKILLed at a random moment
+/// within that time.
 #[test]
-fn a_group_destroyed_in_pieces_killed_half_way_keeps_its_books() {
-    use std::io::Write;
-    let iterations = common::crash_iterations(3);
-    let mut rng = common::crash_rng("a_group_destroyed_in_pieces_killed_half_way_keeps_its_books", iterations);
+fn group_changes_in_pieces_killed_half_way_keep_the_books() {
+    use std::io::{Read, Write};
+    let iterations = common::crash_iterations(4);
+    let mut rng = common::crash_rng("group_changes_in_pieces_killed_half_way_keep_the_books", iterations);
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("db");
-    let mut full = Duration::ZERO;
+    let (mut read_all, mut destroy) = (Duration::ZERO, Duration::ZERO);
     let mut cut_short = 0;
     for round in 0..=iterations {
         let mut server = Server::start(&path, &SMALL_SEGMENTS);
@@ -469,29 +489,53 @@ fn a_group_destroyed_in_pieces_killed_half_way_keeps_its_books() {
             fill_stream(&mut con, "s", 1, 100_001);
         }
         assert_eq!(cmd(&mut con, &["XGROUP", "CREATE", "s", "g", "0"]), Value::Okay);
-        deliver(&mut con, "c1", 3);
-        deliver(&mut con, "c2", 2);
         let mut raw = server.connect();
-        raw.write_all(&common::encode(&[b"XGROUP", b"DESTROY", b"s", b"g"])).unwrap();
+        let reads = round == 0 || round % 2 == 0;
+        if reads {
+            raw.write_all(&common::encode(&[b"XREADGROUP", b"GROUP", b"g", b"c0", b"STREAMS", b"s", b">"])).unwrap();
+        }
+        if round == 0 {
+            // Its pieces are written before the reply's first byte.
+            let started = Instant::now();
+            let mut first = [0u8];
+            raw.read_exact(&mut first).unwrap();
+            read_all = started.elapsed();
+            assert_eq!(&first, b"*");
+            raw = server.connect();
+        } else if !reads {
+            deliver(&mut con, "c1", 3);
+            deliver(&mut con, "c2", 2);
+        }
+        if round == 0 || !reads {
+            raw.write_all(&common::encode(&[b"XGROUP", b"DESTROY", b"s", b"g"])).unwrap();
+        }
         if round == 0 {
             let started = Instant::now();
             assert_eq!(common::read_reply(&mut raw), b":1\r\n");
-            full = started.elapsed();
+            destroy = started.elapsed();
             assert!(server.terminate());
             continue;
         }
-        std::thread::sleep(full.mul_f64(rng.gen_range(0.0..1.0)));
+        std::thread::sleep(if reads { read_all } else { destroy }.mul_f64(rng.gen_range(0.0..1.0)));
         server.kill();
         let server = Server::start(&path, &SMALL_SEGMENTS);
         let mut con = client(server.port).unwrap();
         if int(&fields(&cmd(&mut con, &["XINFO", "STREAM", "s"]))["groups"]) == 1 {
             let (left, _) = pending(&mut con);
-            cut_short += usize::from(left < 100_000);
+            cut_short += usize::from(left > 0 && left < 100_000);
+            if reads {
+                let info = fields(&items(&cmd(&mut con, &["XINFO", "GROUPS", "s"]))[0]);
+                let last = if left == 0 { "0-0".to_string() } else { format!("{left}-1") };
+                assert_eq!(text(&info["last-delivered-id"]), last);
+                assert_eq!(int(&info["entries-read"]), left);
+            }
             assert_eq!(cmd(&mut con, &["XGROUP", "DESTROY", "s", "g"]), Value::Int(1));
         }
         assert_eq!(int(&cmd(&mut con, &["XLEN", "s"])), 100_000);
     }
-    eprintln!("a destroy took {full:?}; {cut_short} of {iterations} kills landed between its pieces");
+    eprintln!(
+        "reading all took {read_all:?}, a destroy {destroy:?}; {cut_short} of {iterations} kills landed between pieces"
+    );
 }
 
 /// A trim in pieces killed half-way leaves the stream as a smaller trim

@@ -1181,11 +1181,12 @@ pub async fn run_command<'s>(
     }
     // Every write but FLUSHALL's (which locks every stripe), a blocking
     // one (BLPOP, XREADGROUP ... BLOCK) and one that may commit in pieces
-    // (XTRIM) keeps its effects in its batch, so it can join a run.
+    // (XTRIM, XREADGROUP without COUNT) keeps its effects in its batch, so
+    // it can join a run.
     if conn.multi.is_none()
         && command.has(WRITE)
         && !command.has(ALL_KEYS | BLOCKING | SPLITS)
-        && !(command.has(BLOCK_OPTION) && streams::may_block(args))
+        && !(command.has(BLOCK_OPTION) && streams::runs_alone(args))
     {
         // With `new` events on, a write must see whether its keys exist:
         // the run keeps an overlay for blind writes too.

@@ -23,7 +23,7 @@ mod read;
 
 pub use groups::{xack, xautoclaim, xclaim, xgroup, xpending};
 pub use info::xinfo;
-pub use read::{may_block, read_keys, xread, xreadgroup};
+pub use read::{read_keys, runs_alone, xread, xreadgroup};
 
 use std::ops::Bound;
 
@@ -203,9 +203,7 @@ impl Stream {
     }
 
     fn put_group(&mut self, ctx: &mut Ctx<'_>, name: &[u8], group: &Group, new: bool) -> CmdResult {
-        let key = self.key_of(&group_field(name));
-        table::check_field(&key)?;
-        ctx.writes.put_internal(&key, table::TYPE_FIELD, &group.encode(), None)?;
+        self.write_group(ctx, name, group)?;
         if new {
             ctx.writes.note_reserved(1);
             self.meta.groups += 1;
@@ -214,6 +212,15 @@ impl Stream {
     }
 
     /// Every group, in name order.
+    /// Writes group `name`'s record (`put_group` also counts a new one
+    /// in the stub).
+    fn write_group(&self, ctx: &mut Ctx<'_>, name: &[u8], group: &Group) -> CmdResult {
+        let key = self.key_of(&group_field(name));
+        table::check_field(&key)?;
+        ctx.writes.put_internal(&key, table::TYPE_FIELD, &group.encode(), None)?;
+        Ok(())
+    }
+
     fn groups(&self, ctx: &mut Ctx<'_>) -> Result<Vec<(Vec<u8>, Group)>, CmdError> {
         let prefix = self.key_of(&[GROUP]);
         let found = ctx.writes.scan_internal(ctx.db(), &prefix, None, usize::MAX)?;
@@ -320,8 +327,7 @@ impl Stream {
                 dropped += 1;
             }
             if pieces && ctx.writes.batch.size_bytes() >= piece_bytes {
-                let key = self.key_of(&group_field(name));
-                ctx.writes.put_internal(&key, table::TYPE_FIELD, &group.encode(), None)?;
+                self.write_group(ctx, name, group)?;
                 ctx.writes.commit_piece(&ctx.shared.db)?;
             }
             Ok(true)

@@ -89,9 +89,17 @@ pub fn read_keys(args: &[Bytes]) -> &[Bytes] {
     read_args(args).map_or(&[], |parsed| parsed.keys)
 }
 
-/// Whether an XREAD or XREADGROUP may block (it has a BLOCK option).
-pub fn may_block(args: &[Bytes]) -> bool {
-    read_args(args).is_ok_and(|parsed| parsed.block.is_some())
+/// Entries an XREADGROUP may deliver and still join a pipeline's run of
+/// writes: its pending entries then fit any engine batch (over a
+/// megabyte, `--maxmemory`'s smallest segments) whatever else the run
+/// holds.
+const RUN_COUNT: usize = 1000;
+
+/// Whether an XREAD or XREADGROUP runs alone rather than in a run of a
+/// pipeline's writes: it may block, or it may deliver enough entries to
+/// commit their pending entries in pieces (no COUNT, or a big one).
+pub fn runs_alone(args: &[Bytes]) -> bool {
+    read_args(args).is_ok_and(|parsed| parsed.block.is_some() || parsed.count == 0 || parsed.count > RUN_COUNT)
 }
 
 /// Entries a read gives (None for an entry a consumer's history names
@@ -180,6 +188,7 @@ pub fn xread(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
 pub fn xreadgroup(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let parsed = parse_read_args(args, true)?;
     let (group_name, consumer_name) = parsed.group.expect("checked by parse_read_args");
+    let pieces = ctx.writes.may_commit_in_pieces();
     ctx.writes.keep_overlay();
     let mut targets = Vec::with_capacity(parsed.keys.len());
     for (key, id) in parsed.keys.iter().zip(parsed.ids) {
@@ -210,7 +219,7 @@ pub fn xreadgroup(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         let entries = match id {
             Some(after) => {
                 touch(ctx, &mut group, consumer_name, key, now);
-                history(ctx, stream, group_name, consumer_name, after, limit)?
+                history(ctx, stream, group_name, consumer_name, after, limit, pieces)?
             }
             None => {
                 let Some(from) = group.last_id.next() else { continue };
@@ -219,7 +228,8 @@ pub fn xreadgroup(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
                     continue;
                 }
                 touch(ctx, &mut group, consumer_name, key, now);
-                deliver(ctx, stream, &mut group, group_name, consumer_name, parsed.noack, entries, now)?
+                let to = Delivery { group_name, consumer_name, noack: parsed.noack, now, pieces };
+                deliver(ctx, stream, &mut group, &to, entries)?
             }
         };
         stream.put_group(ctx, group_name, &group, false)?;
@@ -232,6 +242,8 @@ pub fn xreadgroup(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
 }
 
 /// A consumer's own pending entries after `after`: delivered once more.
+/// With `pieces` (where `Writes::may_commit_in_pieces`) their updates
+/// past half an engine batch are committed as they go.
 fn history(
     ctx: &mut Ctx<'_>,
     stream: &Stream,
@@ -239,7 +251,9 @@ fn history(
     consumer_name: &[u8],
     after: StreamId,
     limit: usize,
+    pieces: bool,
 ) -> Result<Delivered, CmdError> {
+    let piece_bytes = ctx.db().max_batch_bytes() / 2;
     let mut found = Vec::new();
     let Some(from) = after.next() else { return Ok(found) };
     let now = now_ms();
@@ -252,6 +266,9 @@ fn history(
             nack.delivered_ms = now;
             nack.deliveries += 1;
             stream.put_nack(ctx, group_name, id, &nack, false)?;
+            if pieces && ctx.writes.batch.size_bytes() >= piece_bytes {
+                ctx.writes.commit_piece(&ctx.shared.db)?;
+            }
         }
         found.push((id, data));
         Ok(found.len() < limit)
@@ -268,19 +285,32 @@ pub(super) fn touch(ctx: &mut Ctx<'_>, group: &mut Group, name: &[u8], key: &[u8
     }
 }
 
+/// To whom and how `deliver` delivers.
+struct Delivery<'a> {
+    group_name: &'a [u8],
+    consumer_name: &'a [u8],
+    /// Delivered without becoming pending.
+    noack: bool,
+    now: u64,
+    /// Whether `Writes::may_commit_in_pieces`.
+    pieces: bool,
+}
+
 /// Entries past the group's last delivered one (`>`), now delivered to
-/// the consumer: pending unless `noack`.
-#[allow(clippy::too_many_arguments)]
+/// the consumer: pending unless `noack`. With `pieces`, pending entries
+/// past half an engine batch are committed as they go, each piece with
+/// the group's record (its last entry, each consumer's count), so a
+/// delivery of any size fits and a crash leaves the group as if a read
+/// with a smaller COUNT had been served (and its reply lost).
 fn deliver(
     ctx: &mut Ctx<'_>,
     stream: &Stream,
     group: &mut Group,
-    group_name: &[u8],
-    consumer_name: &[u8],
-    noack: bool,
+    to: &Delivery<'_>,
     entries: Vec<Entry>,
-    now: u64,
 ) -> Result<Delivered, CmdError> {
+    let Delivery { group_name, consumer_name, noack, now, pieces } = *to;
+    let piece_bytes = ctx.db().max_batch_bytes() / 2;
     let mut served = Vec::with_capacity(entries.len());
     for (id, data) in entries {
         match (group.entries_read, stream.meta.has_tombstones_from(id)) {
@@ -305,6 +335,10 @@ fn deliver(
                 }
             }
             group.consumer(consumer_name, now).0.pending += 1;
+            if pieces && ctx.writes.batch.size_bytes() >= piece_bytes {
+                stream.write_group(ctx, group_name, group)?;
+                ctx.writes.commit_piece(&ctx.shared.db)?;
+            }
         }
         served.push((id, Some(data)));
     }
