@@ -303,8 +303,8 @@ impl Stream {
 
     /// Deletes every pending entry of group `name` (`group`, whose
     /// consumers' counts follow) that `keep` refuses; how many went. With
-    /// `pieces` (where `Writes::may_commit_in_pieces`) deletes past half
-    /// an engine batch are committed as they go, each piece with the
+    /// `pieces` (where `Writes::may_commit_in_pieces`) deletes past a
+    /// piece (`piece_bytes`) are committed as they go, each with the
     /// group's record counting what is still pending, so a group of any
     /// size goes and a crash leaves it as if the entries deleted so far
     /// had been acknowledged.
@@ -316,7 +316,7 @@ impl Stream {
         keep: impl Fn(&Nack) -> bool,
         pieces: bool,
     ) -> Result<u64, CmdError> {
-        let piece_bytes = ctx.db().max_batch_bytes() / 2;
+        let cut_at = piece_bytes(ctx);
         let mut dropped = 0;
         self.visit_nacks(ctx, name, StreamId::MIN, StreamId::MAX, |ctx, id, nack| {
             if !keep(&nack) {
@@ -326,7 +326,7 @@ impl Stream {
                 }
                 dropped += 1;
             }
-            if pieces && ctx.writes.batch.size_bytes() >= piece_bytes {
+            if pieces && ctx.writes.batch.size_bytes() >= cut_at {
                 self.write_group(ctx, name, group)?;
                 ctx.writes.commit_piece(&ctx.shared.db)?;
             }
@@ -334,6 +334,16 @@ impl Stream {
         })?;
         Ok(dropped)
     }
+}
+
+/// Where a change committed in pieces (`Writes::commit_piece`) cuts
+/// one: at 1 MiB of batch, or half the engine's limit if that is less.
+/// Small pieces keep the command's own overlay of its writes small: XTRIM
+/// of 1,000,000 entries took 1.08-1.09 s in pieces of 16 MiB and
+/// 0.62-0.67 s in pieces of 1 MiB (tmpfs, 3 runs each; 256 KiB no
+/// faster).
+fn piece_bytes(ctx: &Ctx<'_>) -> usize {
+    (ctx.db().max_batch_bytes() / 2).min(1 << 20)
 }
 
 /// How many entries the next batch of a long deletion takes, after
@@ -462,11 +472,11 @@ fn parse_add_args(args: &[Bytes], xadd: bool) -> Result<AddArgs, CmdError> {
 
 /// Trims `stream` from its front as `parsed` asks; how many entries went.
 /// With `pieces` (XTRIM's key, where `Writes::may_commit_in_pieces`) a
-/// trim whose deletes outgrow half an engine batch commits them as they
+/// trim whose deletes outgrow a piece (`piece_bytes`) commits them as they
 /// go, each piece with the stub's new length and first entry, so a trim
 /// of any size fits and a crash leaves the stream as a smaller trim would.
 fn trim(ctx: &mut Ctx<'_>, stream: &mut Stream, parsed: &AddArgs, pieces: Option<&[u8]>) -> Result<u64, CmdError> {
-    let piece_bytes = ctx.db().max_batch_bytes() / 2;
+    let cut_at = piece_bytes(ctx);
     let (mut left, to) = match parsed.trim {
         None => return Ok(0),
         Some(Strategy::MaxLen(max)) => (stream.meta.length.saturating_sub(max), StreamId::MAX),
@@ -503,7 +513,7 @@ fn trim(ctx: &mut Ctx<'_>, stream: &mut Stream, parsed: &AddArgs, pieces: Option
         for (at, (id, _)) in found[..doomed].iter().enumerate() {
             stream.delete_entry(ctx, *id);
             let (Some(key), Some((next, _))) = (pieces, found.get(at + 1)) else { continue };
-            if ctx.writes.batch.size_bytes() >= piece_bytes {
+            if ctx.writes.batch.size_bytes() >= cut_at {
                 stream.meta.first_id = *next;
                 stream.store(ctx, key)?;
                 ctx.writes.commit_piece(&ctx.shared.db)?;

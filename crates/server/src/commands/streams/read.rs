@@ -5,7 +5,7 @@
 use bytes::Bytes;
 use scaledkv::now_ms;
 
-use super::{open, open_group, reply_entry, reply_id, strict_id, Entry, Stream, NOTIFY};
+use super::{open, open_group, piece_bytes, reply_entry, reply_id, strict_id, Entry, Stream, NOTIFY};
 use crate::commands::args::{eq, int};
 use crate::commands::{err, CmdError, CmdResult, Ctx};
 use crate::resp::{Out, Protocol};
@@ -243,7 +243,7 @@ pub fn xreadgroup(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
 
 /// A consumer's own pending entries after `after`: delivered once more.
 /// With `pieces` (where `Writes::may_commit_in_pieces`) their updates
-/// past half an engine batch are committed as they go.
+/// past a piece (`piece_bytes`) are committed as they go.
 fn history(
     ctx: &mut Ctx<'_>,
     stream: &Stream,
@@ -253,7 +253,7 @@ fn history(
     limit: usize,
     pieces: bool,
 ) -> Result<Delivered, CmdError> {
-    let piece_bytes = ctx.db().max_batch_bytes() / 2;
+    let cut_at = piece_bytes(ctx);
     let mut found = Vec::new();
     let Some(from) = after.next() else { return Ok(found) };
     let now = now_ms();
@@ -266,7 +266,7 @@ fn history(
             nack.delivered_ms = now;
             nack.deliveries += 1;
             stream.put_nack(ctx, group_name, id, &nack, false)?;
-            if pieces && ctx.writes.batch.size_bytes() >= piece_bytes {
+            if pieces && ctx.writes.batch.size_bytes() >= cut_at {
                 ctx.writes.commit_piece(&ctx.shared.db)?;
             }
         }
@@ -298,7 +298,7 @@ struct Delivery<'a> {
 
 /// Entries past the group's last delivered one (`>`), now delivered to
 /// the consumer: pending unless `noack`. With `pieces`, pending entries
-/// past half an engine batch are committed as they go, each piece with
+/// past a piece (`piece_bytes`) are committed as they go, each with
 /// the group's record (its last entry, each consumer's count), so a
 /// delivery of any size fits and a crash leaves the group as if a read
 /// with a smaller COUNT had been served (and its reply lost).
@@ -310,7 +310,7 @@ fn deliver(
     entries: Vec<Entry>,
 ) -> Result<Delivered, CmdError> {
     let Delivery { group_name, consumer_name, noack, now, pieces } = *to;
-    let piece_bytes = ctx.db().max_batch_bytes() / 2;
+    let cut_at = piece_bytes(ctx);
     let mut served = Vec::with_capacity(entries.len());
     for (id, data) in entries {
         match (group.entries_read, stream.meta.has_tombstones_from(id)) {
@@ -335,7 +335,7 @@ fn deliver(
                 }
             }
             group.consumer(consumer_name, now).0.pending += 1;
-            if pieces && ctx.writes.batch.size_bytes() >= piece_bytes {
+            if pieces && ctx.writes.batch.size_bytes() >= cut_at {
                 stream.write_group(ctx, group_name, group)?;
                 ctx.writes.commit_piece(&ctx.shared.db)?;
             }
