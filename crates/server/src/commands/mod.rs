@@ -197,9 +197,10 @@ pub const PROTECTED: u32 = 1 << 11;
 pub const READS_KEYS: u32 = 1 << 12;
 /// A write that may commit a change too big for one engine batch in
 /// several (`Writes::commit_piece`): a big XTRIM, XGROUP DESTROY or
-/// DELCONSUMER of many pending entries. It runs alone, never in
-/// a run of a pipeline's writes, whose earlier writes would have to
-/// commit with its first piece.
+/// DELCONSUMER of many pending entries. It runs alone, never in a run of
+/// a pipeline's writes, whose earlier writes would have to commit with
+/// its first piece (as does an XREADGROUP without COUNT,
+/// `streams::runs_alone`).
 pub const SPLITS: u32 = 1 << 13;
 
 pub type Handler = fn(&mut Ctx<'_>, &[Bytes]) -> CmdResult;

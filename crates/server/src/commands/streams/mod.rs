@@ -211,7 +211,6 @@ impl Stream {
         Ok(())
     }
 
-    /// Every group, in name order.
     /// Writes group `name`'s record (`put_group` also counts a new one
     /// in the stub).
     fn write_group(&self, ctx: &mut Ctx<'_>, name: &[u8], group: &Group) -> CmdResult {
@@ -221,6 +220,7 @@ impl Stream {
         Ok(())
     }
 
+    /// Every group, in name order.
     fn groups(&self, ctx: &mut Ctx<'_>) -> Result<Vec<(Vec<u8>, Group)>, CmdError> {
         let prefix = self.key_of(&[GROUP]);
         let found = ctx.writes.scan_internal(ctx.db(), &prefix, None, usize::MAX)?;
