@@ -255,6 +255,8 @@ pub struct Writes {
     /// whole transaction or script before anything else), and a script
     /// that is killed or run again sends nothing twice.
     defers_messages: bool,
+    /// `set_retry_alone`.
+    retry_alone: bool,
     messages: Vec<Message>,
     /// Keys written and when they now expire (None: never, or deleted),
     /// for the index of expiring keys (`crate::expiry::Volatile`), applied
@@ -340,6 +342,7 @@ impl Writes {
             new_tables: Vec::new(),
             events: Vec::new(),
             defers_messages: false,
+            retry_alone: false,
             messages: Vec::new(),
             expiries: Default::default(),
             all_deleted: false,
@@ -393,6 +396,19 @@ impl Writes {
     /// others' (a command that takes no locks and has written nothing).
     pub fn reads_engine_only(&self) -> bool {
         self.pending.is_none() && self.base.is_none() && self.batch.is_empty()
+    }
+
+    /// Set around a command of a run of a pipeline's writes: one that
+    /// finds its change too big for one batch may ask to run again alone
+    /// (`CmdError::RunAlone`) instead of failing.
+    pub fn set_retry_alone(&mut self, retry: bool) {
+        self.retry_alone = retry;
+    }
+
+    /// Whether this command may give up with `CmdError::RunAlone` (its
+    /// writes are undone, and it runs again where `may_commit_in_pieces`).
+    pub fn may_retry_alone(&self) -> bool {
+        self.retry_alone
     }
 
     /// Whether a command may commit what it wrote so far before it ends
@@ -520,6 +536,8 @@ impl Writes {
             new_tables: Vec::new(),
             events: Vec::new(),
             defers_messages: self.defers_messages,
+            // A script's command runs where the script does.
+            retry_alone: false,
             messages: Vec::new(),
             expiries: Default::default(),
             all_deleted: false,

@@ -383,6 +383,19 @@ fn a_trim_past_one_batch_goes_in_pieces() {
     check_suffix(&mut con, "by-id", 70_001, 70_001);
     let info = fields(&cmd(&mut con, &["XINFO", "STREAM", "by-id"]));
     assert_eq!((int(&info["entries-added"]), text(&info["last-generated-id"])), (70_000, "70000-1".to_string()));
+    // An XADD whose MAXLEN trims past the batch runs again alone (out of
+    // its pipeline's run) and trims in pieces too; the run's other
+    // commands keep their order.
+    fill_stream(&mut con, "capped", 1, 60_001);
+    let mut pipe = redis::pipe();
+    pipe.cmd("SET").arg("before").arg("1");
+    pipe.cmd("XADD").arg("capped").arg("MAXLEN").arg("10").arg("60001-1").arg("n").arg("v60001");
+    pipe.cmd("GET").arg("before");
+    pipe.cmd("XLEN").arg("capped");
+    let replies: Vec<Value> = pipe.query(&mut con).unwrap();
+    assert_eq!(replies[1], Value::BulkString(b"60001-1".to_vec()));
+    assert_eq!((&replies[2], &replies[3]), (&Value::BulkString(b"1".to_vec()), &Value::Int(10)));
+    check_suffix(&mut con, "capped", 59_992, 60_002);
     // A transaction's changes are one batch: past the limit, the engine's
     // error, and nothing changes.
     fill_stream(&mut con, "tx", 1, 60_001);

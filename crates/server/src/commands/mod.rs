@@ -65,6 +65,11 @@ pub enum CmdError {
     /// number of arguments: what Redis refuses before the command runs
     /// (SLOWLOG leaves it out).
     Refused(String),
+    /// A write in a run of a pipeline's writes found its change too big
+    /// for one engine batch (an XADD whose MAXLEN trims a million
+    /// entries): undone, it runs again alone, where it may commit in
+    /// pieces (`Writes::may_retry_alone`). Never a reply.
+    RunAlone,
 }
 
 impl CmdError {
@@ -78,6 +83,7 @@ impl CmdError {
             CmdError::TooBig => "ERR string exceeds maximum allowed size (proto-max-bulk-len)".into(),
             CmdError::Engine(error) => engine_error_text(error),
             CmdError::Blocked(..) => "ERR nothing to pop".into(),
+            CmdError::RunAlone => "ERR the command must run alone".into(),
         }
     }
 }
@@ -1208,16 +1214,23 @@ pub async fn run_command<'s>(
         } else {
             run.writes.see_pending(&shared.pending);
             let point = run.writes.savepoint();
+            run.writes.set_retry_alone(true);
             let result = command.call(shared, conn, out, &mut run.writes, args);
+            run.writes.set_retry_alone(false);
             match result {
                 Ok(()) => run.writes.release(point),
                 Err(_) => run.writes.rollback(point),
             }
             result
         };
-        crate::monitor::feed(shared, conn, command, args);
+        // Undone: it runs again below, alone (and is shown once there).
+        let again_alone = matches!(result, Err(CmdError::RunAlone));
+        if !again_alone {
+            crate::monitor::feed(shared, conn, command, args);
+        }
         match result {
             Ok(()) => run.commands += 1,
+            Err(CmdError::RunAlone) => out.truncate(before),
             Err(error) => {
                 // The failed command wrote nothing; settle the run before
                 // its reply so a commit failure cannot overwrite it.
@@ -1226,10 +1239,12 @@ pub async fn run_command<'s>(
                 out.error(&error.text());
             }
         }
-        if run.commands >= RUN_MAX_COMMANDS || run.writes.batch.size_bytes() >= RUN_MAX_BYTES {
-            run.commit(shared, out).await;
+        if !again_alone {
+            if run.commands >= RUN_MAX_COMMANDS || run.writes.batch.size_bytes() >= RUN_MAX_BYTES {
+                run.commit(shared, out).await;
+            }
+            return;
         }
-        return;
     }
     if scripting::is_script(command) {
         // Before the commands it runs, as Redis shows them.

@@ -471,10 +471,12 @@ fn parse_add_args(args: &[Bytes], xadd: bool) -> Result<AddArgs, CmdError> {
 }
 
 /// Trims `stream` from its front as `parsed` asks; how many entries went.
-/// With `pieces` (XTRIM's key, where `Writes::may_commit_in_pieces`) a
-/// trim whose deletes outgrow a piece (`piece_bytes`) commits them as they
-/// go, each piece with the stub's new length and first entry, so a trim
-/// of any size fits and a crash leaves the stream as a smaller trim would.
+/// With `pieces` (the key, where `Writes::may_commit_in_pieces`) a trim
+/// whose deletes outgrow a piece (`piece_bytes`) commits them as they go,
+/// each piece with the stub's new length and first entry, so a trim of any
+/// size fits and a crash leaves the stream as a smaller trim would. In a
+/// pipeline's run (`Writes::may_retry_alone`) such a trim gives up, to
+/// run again alone.
 fn trim(ctx: &mut Ctx<'_>, stream: &mut Stream, parsed: &AddArgs, pieces: Option<&[u8]>) -> Result<u64, CmdError> {
     let cut_at = piece_bytes(ctx);
     let (mut left, to) = match parsed.trim {
@@ -512,6 +514,10 @@ fn trim(ctx: &mut Ctx<'_>, stream: &mut Stream, parsed: &AddArgs, pieces: Option
         }
         for (at, (id, _)) in found[..doomed].iter().enumerate() {
             stream.delete_entry(ctx, *id);
+            if pieces.is_none() && ctx.writes.may_retry_alone() && ctx.writes.batch.size_bytes() >= cut_at {
+                // An XADD in a pipeline's run: undone, and run alone.
+                return Err(CmdError::RunAlone);
+            }
             let (Some(key), Some((next, _))) = (pieces, found.get(at + 1)) else { continue };
             if ctx.writes.batch.size_bytes() >= cut_at {
                 stream.meta.first_id = *next;
@@ -552,6 +558,7 @@ pub fn xadd(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         }
     }
     let key = &args[1];
+    let pieces = ctx.writes.may_commit_in_pieces().then_some(&key[..]);
     ctx.writes.keep_overlay();
     let mut stream = match open(ctx, key)? {
         Some(stream) => stream,
@@ -584,7 +591,7 @@ pub fn xadd(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     stream.add_entry(ctx, id, pairs)?;
     reply_id(ctx.out, id);
     ctx.notify(NOTIFY, "xadd", key);
-    if trim(ctx, &mut stream, &parsed, None)? > 0 {
+    if trim(ctx, &mut stream, &parsed, pieces)? > 0 {
         ctx.notify(NOTIFY, "xtrim", key);
     }
     stream.store(ctx, key)?;
