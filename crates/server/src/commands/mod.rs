@@ -1462,7 +1462,7 @@ pub mod args {
 /// (re-reading them took a key walk after every block split, ~1 in 512
 /// new members). A table whose cached fences do not match an edit is
 /// forgotten and read again when next needed.
-fn edit_fences(cache: &mut HashMap<u64, Arc<Vec<Vec<u8>>>>, edits: &[FenceEdit]) {
+pub(crate) fn edit_fences(cache: &mut HashMap<u64, Arc<Vec<Vec<u8>>>>, edits: &[FenceEdit]) {
     for edit in edits {
         let Some(fences) = cache.get_mut(&edit.table) else { continue };
         let at = fences.partition_point(|fence| fence.as_slice() < edit.fence.as_slice());

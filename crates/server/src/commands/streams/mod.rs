@@ -33,7 +33,7 @@ use scaledkv::now_ms;
 use super::args::{eq, int};
 use super::table::{self, member_key};
 use super::{err, CmdError, CmdResult, Ctx};
-use crate::keyspace::TYPE_STREAM_TABLE;
+use crate::keyspace::{Writes, TYPE_STREAM_TABLE};
 use crate::resp::Out;
 use crate::stream::{
     decode_pairs, encode_pairs, entry_field, group_field, nack_field, parse_add_id, parse_id, Group, Meta, Nack,
@@ -304,7 +304,7 @@ impl Stream {
     /// Deletes every pending entry of group `name` (`group`, whose
     /// consumers' counts follow) that `keep` refuses; how many went. With
     /// `pieces` (where `Writes::may_commit_in_pieces`) deletes past a
-    /// piece (`piece_bytes`) are committed as they go, each with the
+    /// piece (`Writes::piece_bytes`) are committed as they go, each with the
     /// group's record counting what is still pending, so a group of any
     /// size goes and a crash leaves it as if the entries deleted so far
     /// had been acknowledged.
@@ -316,7 +316,7 @@ impl Stream {
         keep: impl Fn(&Nack) -> bool,
         pieces: bool,
     ) -> Result<u64, CmdError> {
-        let cut_at = piece_bytes(ctx);
+        let cut_at = Writes::piece_bytes(ctx.db());
         let mut dropped = 0;
         self.visit_nacks(ctx, name, StreamId::MIN, StreamId::MAX, |ctx, id, nack| {
             if !keep(&nack) {
@@ -328,22 +328,12 @@ impl Stream {
             }
             if pieces && ctx.writes.batch.size_bytes() >= cut_at {
                 self.write_group(ctx, name, group)?;
-                ctx.writes.commit_piece(&ctx.shared.db)?;
+                ctx.writes.commit_piece(ctx.shared)?;
             }
             Ok(true)
         })?;
         Ok(dropped)
     }
-}
-
-/// Where a change committed in pieces (`Writes::commit_piece`) cuts
-/// one: at 1 MiB of batch, or half the engine's limit if that is less.
-/// Small pieces keep the command's own overlay of its writes small: XTRIM
-/// of 1,000,000 entries took 1.08-1.09 s in pieces of 16 MiB and
-/// 0.62-0.67 s in pieces of 1 MiB (tmpfs, 3 runs each; 256 KiB no
-/// faster).
-fn piece_bytes(ctx: &Ctx<'_>) -> usize {
-    (ctx.db().max_batch_bytes() / 2).min(1 << 20)
 }
 
 /// How many entries the next batch of a long deletion takes, after
@@ -472,13 +462,13 @@ fn parse_add_args(args: &[Bytes], xadd: bool) -> Result<AddArgs, CmdError> {
 
 /// Trims `stream` from its front as `parsed` asks; how many entries went.
 /// With `pieces` (the key, where `Writes::may_commit_in_pieces`) a trim
-/// whose deletes outgrow a piece (`piece_bytes`) commits them as they go,
+/// whose deletes outgrow a piece (`Writes::piece_bytes`) commits them as they go,
 /// each piece with the stub's new length and first entry, so a trim of any
 /// size fits and a crash leaves the stream as a smaller trim would. In a
 /// pipeline's run (`Writes::may_retry_alone`) such a trim gives up, to
 /// run again alone.
 fn trim(ctx: &mut Ctx<'_>, stream: &mut Stream, parsed: &AddArgs, pieces: Option<&[u8]>) -> Result<u64, CmdError> {
-    let cut_at = piece_bytes(ctx);
+    let cut_at = Writes::piece_bytes(ctx.db());
     let (mut left, to) = match parsed.trim {
         None => return Ok(0),
         Some(Strategy::MaxLen(max)) => (stream.meta.length.saturating_sub(max), StreamId::MAX),
@@ -522,7 +512,7 @@ fn trim(ctx: &mut Ctx<'_>, stream: &mut Stream, parsed: &AddArgs, pieces: Option
             if ctx.writes.batch.size_bytes() >= cut_at {
                 stream.meta.first_id = *next;
                 stream.store(ctx, key)?;
-                ctx.writes.commit_piece(&ctx.shared.db)?;
+                ctx.writes.commit_piece(ctx.shared)?;
                 stream.read_as = Some(stream.meta);
             }
         }

@@ -5,9 +5,10 @@
 use bytes::Bytes;
 use scaledkv::now_ms;
 
-use super::{open, open_group, piece_bytes, reply_entry, reply_id, strict_id, Entry, Stream, NOTIFY};
+use super::{open, open_group, reply_entry, reply_id, strict_id, Entry, Stream, NOTIFY};
 use crate::commands::args::{eq, int};
 use crate::commands::{err, CmdError, CmdResult, Ctx};
+use crate::keyspace::Writes;
 use crate::resp::{Out, Protocol};
 use crate::stream::{Group, Nack, StreamId};
 
@@ -243,7 +244,7 @@ pub fn xreadgroup(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
 
 /// A consumer's own pending entries after `after`: delivered once more.
 /// With `pieces` (where `Writes::may_commit_in_pieces`) their updates
-/// past a piece (`piece_bytes`) are committed as they go.
+/// past a piece (`Writes::piece_bytes`) are committed as they go.
 fn history(
     ctx: &mut Ctx<'_>,
     stream: &Stream,
@@ -253,7 +254,7 @@ fn history(
     limit: usize,
     pieces: bool,
 ) -> Result<Delivered, CmdError> {
-    let cut_at = piece_bytes(ctx);
+    let cut_at = Writes::piece_bytes(ctx.db());
     let mut found = Vec::new();
     let Some(from) = after.next() else { return Ok(found) };
     let now = now_ms();
@@ -267,7 +268,7 @@ fn history(
             nack.deliveries += 1;
             stream.put_nack(ctx, group_name, id, &nack, false)?;
             if pieces && ctx.writes.batch.size_bytes() >= cut_at {
-                ctx.writes.commit_piece(&ctx.shared.db)?;
+                ctx.writes.commit_piece(ctx.shared)?;
             }
         }
         found.push((id, data));
@@ -298,7 +299,7 @@ struct Delivery<'a> {
 
 /// Entries past the group's last delivered one (`>`), now delivered to
 /// the consumer: pending unless `noack`. With `pieces`, pending entries
-/// past a piece (`piece_bytes`) are committed as they go, each with
+/// past a piece (`Writes::piece_bytes`) are committed as they go, each with
 /// the group's record (its last entry, each consumer's count), so a
 /// delivery of any size fits and a crash leaves the group as if a read
 /// with a smaller COUNT had been served (and its reply lost).
@@ -310,7 +311,7 @@ fn deliver(
     entries: Vec<Entry>,
 ) -> Result<Delivered, CmdError> {
     let Delivery { group_name, consumer_name, noack, now, pieces } = *to;
-    let cut_at = piece_bytes(ctx);
+    let cut_at = Writes::piece_bytes(ctx.db());
     let mut served = Vec::with_capacity(entries.len());
     for (id, data) in entries {
         match (group.entries_read, stream.meta.has_tombstones_from(id)) {
@@ -337,7 +338,7 @@ fn deliver(
             group.consumer(consumer_name, now).0.pending += 1;
             if pieces && ctx.writes.batch.size_bytes() >= cut_at {
                 stream.write_group(ctx, group_name, group)?;
-                ctx.writes.commit_piece(&ctx.shared.db)?;
+                ctx.writes.commit_piece(ctx.shared)?;
             }
         }
         served.push((id, Some(data)));
