@@ -29,7 +29,9 @@ use super::ranks::BlockSums;
 use super::table::{self, Table};
 use super::{err, CmdError, CmdResult, Ctx};
 use crate::hash::Corrupt;
-use crate::keyspace::{expiry_of, prefix_end, FenceEdit, Value, TYPE_SET, TYPE_SET_TABLE, TYPE_ZSET, TYPE_ZSET_TABLE};
+use crate::keyspace::{
+    expiry_of, prefix_end, FenceEdit, Value, Writes, TYPE_SET, TYPE_SET_TABLE, TYPE_ZSET, TYPE_ZSET_TABLE,
+};
 use crate::resp::{Out, Protocol};
 use crate::zset::{self, format_score, order, parse_bound, parse_score, score_from_key, score_key, Lex};
 
@@ -1350,14 +1352,45 @@ pub fn zrevrank(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     rank_command(ctx, args, true)
 }
 
+/// Removes `members` from `set` (at `key`, expiring at `expiry`). A big
+/// set's removals past a piece (`Writes::piece_bytes`) are committed as
+/// they go where the command runs alone (`pieces`: it was
+/// `Writes::may_commit_in_pieces` before its first write), each piece
+/// with the stub's new count, so a removal of any size fits and a crash
+/// leaves the set as a smaller one would; in a pipeline's run the command
+/// gives up to run again alone (`CmdError::RunAlone`). In a transaction
+/// or a script it stays one batch.
+fn remove_members(
+    ctx: &mut Ctx<'_>,
+    set: &mut Open<'_>,
+    members: &[(Vec<u8>, f64)],
+    (key, expiry): (&[u8], Option<u64>),
+    pieces: bool,
+) -> CmdResult {
+    let cut_at = Writes::piece_bytes(ctx.db());
+    for (member, score) in members {
+        set.remove(ctx, member, *score)?;
+        let Open::Table(table) = set else { continue };
+        if ctx.writes.batch.size_bytes() < cut_at || table.head == 0 {
+            continue;
+        }
+        if pieces {
+            table::store(ctx, key, table, expiry)?;
+            ctx.writes.commit_piece(ctx.shared)?;
+        } else if ctx.writes.may_retry_alone() {
+            return Err(CmdError::RunAlone);
+        }
+    }
+    Ok(())
+}
+
 /// ZREMRANGEBYRANK, ZREMRANGEBYSCORE, ZREMRANGEBYLEX.
 fn remove_range(ctx: &mut Ctx<'_>, args: &[Bytes], range: Range) -> CmdResult {
+    let pieces = ctx.writes.may_commit_in_pieces();
     let value = read_zset(ctx, &args[1])?;
     let mut set = Open::of(value.as_ref())?;
     let found = range.members(ctx, &set, false, 0, -1)?;
-    for (member, score) in &found {
-        set.remove(ctx, member, *score)?;
-    }
+    remove_members(ctx, &mut set, &found, (&args[1], expiry_of(&value)), pieces)?;
     if !found.is_empty() {
         let event = match range {
             Range::Rank(..) => "zremrangebyrank",
@@ -1388,15 +1421,14 @@ pub fn zremrangebylex(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
 /// Removes and returns up to `count` of the lowest (or, `max`, highest)
 /// members of the set at `key` (None: missing).
 fn pop(ctx: &mut Ctx<'_>, key: &[u8], max: bool, count: usize) -> Result<Option<Scored>, CmdError> {
+    let pieces = ctx.writes.may_commit_in_pieces();
     let value = read_zset(ctx, key)?;
     if value.is_none() {
         return Ok(None);
     }
     let mut set = Open::of(value.as_ref())?;
     let popped = set.collect(ctx, From::Rank(0), max, 0, count, |_, _| true)?;
-    for (member, score) in &popped {
-        set.remove(ctx, member, *score)?;
-    }
+    remove_members(ctx, &mut set, &popped, (key, expiry_of(&value)), pieces)?;
     set.store_noting(ctx, key, expiry_of(&value), if max { "zpopmax" } else { "zpopmin" })?;
     Ok(Some(popped))
 }
