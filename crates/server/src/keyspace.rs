@@ -412,9 +412,9 @@ impl Writes {
     }
 
     /// Whether a command may commit what it wrote so far before it ends
-    /// (`commit_piece`): it runs alone (`commands::SPLITS`), not in a
-    /// transaction, a script or a run, and has written nothing yet. Asked
-    /// before its first write.
+    /// (`commit_piece`): it runs alone (not in a transaction, a script or
+    /// a pipeline's run, which it leaves with `CmdError::RunAlone`) and
+    /// has written nothing yet. Asked before its first write.
     pub fn may_commit_in_pieces(&self) -> bool {
         self.overlay.is_none()
             && self.base.is_none()

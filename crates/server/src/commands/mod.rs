@@ -201,13 +201,6 @@ pub const PROTECTED: u32 = 1 << 11;
 /// SORT ... STORE); their reads of a key they only write are peeks
 /// (`Ctx::peek`).
 pub const READS_KEYS: u32 = 1 << 12;
-/// A write that may commit a change too big for one engine batch in
-/// several (`Writes::commit_piece`): a big XTRIM, XGROUP DESTROY or
-/// DELCONSUMER of many pending entries. It runs alone, never in a run of
-/// a pipeline's writes, whose earlier writes would have to commit with
-/// its first piece (as does an XREADGROUP without COUNT,
-/// `streams::runs_alone`).
-pub const SPLITS: u32 = 1 << 13;
 
 pub type Handler = fn(&mut Ctx<'_>, &[Bytes]) -> CmdResult;
 
@@ -497,7 +490,7 @@ commands! {
     "xrange", -4, READONLY, ONE, "stream", streams::xrange, "Returns the messages from a stream within a range of IDs.";
     "xrevrange", -4, READONLY, ONE, "stream", streams::xrevrange, "Returns the messages from a stream within a range of IDs in reverse order.";
     "xdel", -3, WRITE | FAST, ONE, "stream", streams::xdel, "Returns the number of messages after removing them from a stream.";
-    "xtrim", -4, WRITE | SPLITS, ONE, "stream", streams::xtrim, "Deletes messages from the beginning of a stream.";
+    "xtrim", -4, WRITE, ONE, "stream", streams::xtrim, "Deletes messages from the beginning of a stream.";
     "xsetid", -3, WRITE | FAST, ONE, "stream", streams::xsetid, "An internal command for replicating stream values.";
     // Its keys follow STREAMS; a read takes no locks.
     "xread", -4, READONLY | BLOCK_OPTION, NONE, "stream", streams::xread, "Returns messages from multiple streams with IDs greater than the ones requested. Blocks until a message is available otherwise.";
@@ -507,7 +500,7 @@ commands! {
     "xpending", -3, READONLY, ONE, "stream", streams::xpending, "Returns the information and entries from a stream consumer group's pending entries list.";
     "xclaim", -6, WRITE | FAST, ONE, "stream", streams::xclaim, "Changes, or acquires, ownership of a message in a consumer group, as if the message was delivered a consumer group member.";
     "xautoclaim", -6, WRITE | FAST, ONE, "stream", streams::xautoclaim, "Changes, or acquires, ownership of messages in a consumer group, as if the messages were delivered to as consumer group member.";
-    "xgroup", -2, WRITE | SPLITS, (2, 2, 1), "stream", streams::xgroup, "A container for consumer groups commands.";
+    "xgroup", -2, WRITE, (2, 2, 1), "stream", streams::xgroup, "A container for consumer groups commands.";
     "xinfo", -2, READONLY, (2, 2, 1), "stream", streams::xinfo, "A container for stream introspection commands.";
     "pfadd", -2, WRITE | FAST, ONE, "hyperloglog", hll::pfadd, "Adds elements to a HyperLogLog key. Creates the key if it doesn't exist.";
     // A write here: it caches the count in the value, as Redis does.
@@ -1186,14 +1179,14 @@ pub async fn run_command<'s>(
         stripes.sort_unstable();
         stripes.dedup();
     }
-    // Every write but FLUSHALL's (which locks every stripe), a blocking
-    // one (BLPOP, XREADGROUP ... BLOCK) and one that may commit in pieces
-    // (XTRIM, XREADGROUP without COUNT) keeps its effects in its batch, so
-    // it can join a run.
+    // Every write but FLUSHALL's (which locks every stripe) and a blocking
+    // one (BLPOP, XREADGROUP ... BLOCK) keeps its effects in its batch, so
+    // it can join a run. One that finds its change too big for a batch
+    // there runs again alone (`CmdError::RunAlone`).
     if conn.multi.is_none()
         && command.has(WRITE)
-        && !command.has(ALL_KEYS | BLOCKING | SPLITS)
-        && !(command.has(BLOCK_OPTION) && streams::runs_alone(args))
+        && !command.has(ALL_KEYS | BLOCKING)
+        && !(command.has(BLOCK_OPTION) && streams::may_block(args))
     {
         // With `new` events on, a write must see whether its keys exist:
         // the run keeps an overlay for blind writes too.

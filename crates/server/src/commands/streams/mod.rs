@@ -23,7 +23,7 @@ mod read;
 
 pub use groups::{xack, xautoclaim, xclaim, xgroup, xpending};
 pub use info::xinfo;
-pub use read::{read_keys, runs_alone, xread, xreadgroup};
+pub use read::{may_block, read_keys, xread, xreadgroup};
 
 use std::ops::Bound;
 
@@ -307,7 +307,8 @@ impl Stream {
     /// piece (`Writes::piece_bytes`) are committed as they go, each with the
     /// group's record counting what is still pending, so a group of any
     /// size goes and a crash leaves it as if the entries deleted so far
-    /// had been acknowledged.
+    /// had been acknowledged. In a pipeline's run it gives up to run again
+    /// alone (`CmdError::RunAlone`).
     fn drop_nacks(
         &self,
         ctx: &mut Ctx<'_>,
@@ -326,9 +327,13 @@ impl Stream {
                 }
                 dropped += 1;
             }
-            if pieces && ctx.writes.batch.size_bytes() >= cut_at {
-                self.write_group(ctx, name, group)?;
-                ctx.writes.commit_piece(ctx.shared)?;
+            if ctx.writes.batch.size_bytes() >= cut_at {
+                if pieces {
+                    self.write_group(ctx, name, group)?;
+                    ctx.writes.commit_piece(ctx.shared)?;
+                } else if ctx.writes.may_retry_alone() {
+                    return Err(CmdError::RunAlone);
+                }
             }
             Ok(true)
         })?;
@@ -505,7 +510,7 @@ fn trim(ctx: &mut Ctx<'_>, stream: &mut Stream, parsed: &AddArgs, pieces: Option
         for (at, (id, _)) in found[..doomed].iter().enumerate() {
             stream.delete_entry(ctx, *id);
             if pieces.is_none() && ctx.writes.may_retry_alone() && ctx.writes.batch.size_bytes() >= cut_at {
-                // An XADD in a pipeline's run: undone, and run alone.
+                // In a pipeline's run: undone, and run again alone.
                 return Err(CmdError::RunAlone);
             }
             let (Some(key), Some((next, _))) = (pieces, found.get(at + 1)) else { continue };

@@ -90,17 +90,9 @@ pub fn read_keys(args: &[Bytes]) -> &[Bytes] {
     read_args(args).map_or(&[], |parsed| parsed.keys)
 }
 
-/// Entries an XREADGROUP may deliver and still join a pipeline's run of
-/// writes: its pending entries then fit any engine batch (over a
-/// megabyte, `--maxmemory`'s smallest segments) whatever else the run
-/// holds.
-const RUN_COUNT: usize = 1000;
-
-/// Whether an XREAD or XREADGROUP runs alone rather than in a run of a
-/// pipeline's writes: it may block, or it may deliver enough entries to
-/// commit their pending entries in pieces (no COUNT, or a big one).
-pub fn runs_alone(args: &[Bytes]) -> bool {
-    read_args(args).is_ok_and(|parsed| parsed.block.is_some() || parsed.count == 0 || parsed.count > RUN_COUNT)
+/// Whether an XREAD or XREADGROUP may block (it has a BLOCK option).
+pub fn may_block(args: &[Bytes]) -> bool {
+    read_args(args).is_ok_and(|parsed| parsed.block.is_some())
 }
 
 /// Entries a read gives (None for an entry a consumer's history names
@@ -244,7 +236,8 @@ pub fn xreadgroup(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
 
 /// A consumer's own pending entries after `after`: delivered once more.
 /// With `pieces` (where `Writes::may_commit_in_pieces`) their updates
-/// past a piece (`Writes::piece_bytes`) are committed as they go.
+/// past a piece (`Writes::piece_bytes`) are committed as they go; in a
+/// pipeline's run the read gives up there to run again alone.
 fn history(
     ctx: &mut Ctx<'_>,
     stream: &Stream,
@@ -267,8 +260,12 @@ fn history(
             nack.delivered_ms = now;
             nack.deliveries += 1;
             stream.put_nack(ctx, group_name, id, &nack, false)?;
-            if pieces && ctx.writes.batch.size_bytes() >= cut_at {
-                ctx.writes.commit_piece(ctx.shared)?;
+            if ctx.writes.batch.size_bytes() >= cut_at {
+                if pieces {
+                    ctx.writes.commit_piece(ctx.shared)?;
+                } else if ctx.writes.may_retry_alone() {
+                    return Err(CmdError::RunAlone);
+                }
             }
         }
         found.push((id, data));
@@ -302,7 +299,8 @@ struct Delivery<'a> {
 /// past a piece (`Writes::piece_bytes`) are committed as they go, each with
 /// the group's record (its last entry, each consumer's count), so a
 /// delivery of any size fits and a crash leaves the group as if a read
-/// with a smaller COUNT had been served (and its reply lost).
+/// with a smaller COUNT had been served (and its reply lost). In a
+/// pipeline's run the read gives up there to run again alone.
 fn deliver(
     ctx: &mut Ctx<'_>,
     stream: &Stream,
@@ -336,9 +334,13 @@ fn deliver(
                 }
             }
             group.consumer(consumer_name, now).0.pending += 1;
-            if pieces && ctx.writes.batch.size_bytes() >= cut_at {
-                stream.write_group(ctx, group_name, group)?;
-                ctx.writes.commit_piece(ctx.shared)?;
+            if ctx.writes.batch.size_bytes() >= cut_at {
+                if pieces {
+                    stream.write_group(ctx, group_name, group)?;
+                    ctx.writes.commit_piece(ctx.shared)?;
+                } else if ctx.writes.may_retry_alone() {
+                    return Err(CmdError::RunAlone);
+                }
             }
         }
         served.push((id, Some(data)));
