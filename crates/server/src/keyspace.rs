@@ -255,8 +255,8 @@ pub struct Writes {
     /// whole transaction or script before anything else), and a script
     /// that is killed or run again sends nothing twice.
     defers_messages: bool,
-    /// `set_retry_alone`.
-    retry_alone: bool,
+    /// `set_retry_alone`: where the command's own writes start.
+    retry_alone: Option<usize>,
     messages: Vec<Message>,
     /// Keys written and when they now expire (None: never, or deleted),
     /// for the index of expiring keys (`crate::expiry::Volatile`), applied
@@ -342,7 +342,7 @@ impl Writes {
             new_tables: Vec::new(),
             events: Vec::new(),
             defers_messages: false,
-            retry_alone: false,
+            retry_alone: None,
             messages: Vec::new(),
             expiries: Default::default(),
             all_deleted: false,
@@ -402,13 +402,15 @@ impl Writes {
     /// finds its change too big for one batch may ask to run again alone
     /// (`CmdError::RunAlone`) instead of failing.
     pub fn set_retry_alone(&mut self, retry: bool) {
-        self.retry_alone = retry;
+        self.retry_alone = retry.then(|| self.batch.size_bytes());
     }
 
-    /// Whether this command may give up with `CmdError::RunAlone` (its
-    /// writes are undone, and it runs again where `may_commit_in_pieces`).
-    pub fn may_retry_alone(&self) -> bool {
-        self.retry_alone
+    /// Whether this command should give up with `CmdError::RunAlone` (its
+    /// writes are undone, and it runs again where `may_commit_in_pieces`):
+    /// it is in a run and has written `piece_bytes` itself (the run's
+    /// earlier writes do not count: they commit with the run).
+    pub fn outgrows_its_run(&self, piece_bytes: usize) -> bool {
+        self.retry_alone.is_some_and(|start| self.batch.size_bytes().saturating_sub(start) >= piece_bytes)
     }
 
     /// Whether a command may commit what it wrote so far before it ends
@@ -556,7 +558,7 @@ impl Writes {
             events: Vec::new(),
             defers_messages: self.defers_messages,
             // A script's command runs where the script does.
-            retry_alone: false,
+            retry_alone: None,
             messages: Vec::new(),
             expiries: Default::default(),
             all_deleted: false,
@@ -1486,6 +1488,25 @@ mod tests {
         assert_eq!(read(&run, b"b").as_deref(), Some(&b"script"[..]));
         assert_eq!(read(&run, b"c").as_deref(), Some(&b"done"[..]));
         assert_eq!(run.take_batch().batch.len(), 3);
+    }
+
+    #[test]
+    fn only_a_commands_own_writes_make_it_leave_its_run() {
+        let mut run = super::Writes::new(false);
+        run.put_string(b"earlier", &[7; 4096], None).unwrap();
+        assert!(!run.outgrows_its_run(1024), "outside a command of a run, never");
+        run.set_retry_alone(true);
+        run.put_string(b"small", &[1; 512], None).unwrap();
+        assert!(!run.outgrows_its_run(1024), "the run's earlier 4 KiB do not count");
+        run.put_string(b"big", &[2; 1024], None).unwrap();
+        assert!(run.outgrows_its_run(1024));
+        run.set_retry_alone(false);
+        assert!(!run.outgrows_its_run(1024));
+        // Where a command may commit in pieces: alone, nothing written yet.
+        assert!(!run.may_commit_in_pieces());
+        assert!(super::Writes::new(false).may_commit_in_pieces());
+        assert!(!super::Writes::new(true).may_commit_in_pieces(), "a transaction's writes");
+        assert!(!super::Writes::new(false).branch().may_commit_in_pieces(), "a script's");
     }
 
     #[test]

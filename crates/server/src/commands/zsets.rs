@@ -1377,7 +1377,7 @@ fn remove_members(
         if pieces {
             table::store(ctx, key, table, expiry)?;
             ctx.writes.commit_piece(ctx.shared)?;
-        } else if ctx.writes.may_retry_alone() {
+        } else if ctx.writes.outgrows_its_run(cut_at) {
             return Err(CmdError::RunAlone);
         }
     }

@@ -331,7 +331,7 @@ impl Stream {
                 if pieces {
                     self.write_group(ctx, name, group)?;
                     ctx.writes.commit_piece(ctx.shared)?;
-                } else if ctx.writes.may_retry_alone() {
+                } else if ctx.writes.outgrows_its_run(cut_at) {
                     return Err(CmdError::RunAlone);
                 }
             }
@@ -470,7 +470,7 @@ fn parse_add_args(args: &[Bytes], xadd: bool) -> Result<AddArgs, CmdError> {
 /// whose deletes outgrow a piece (`Writes::piece_bytes`) commits them as they go,
 /// each piece with the stub's new length and first entry, so a trim of any
 /// size fits and a crash leaves the stream as a smaller trim would. In a
-/// pipeline's run (`Writes::may_retry_alone`) such a trim gives up, to
+/// pipeline's run (`Writes::outgrows_its_run`) such a trim gives up, to
 /// run again alone.
 fn trim(ctx: &mut Ctx<'_>, stream: &mut Stream, parsed: &AddArgs, pieces: Option<&[u8]>) -> Result<u64, CmdError> {
     let cut_at = Writes::piece_bytes(ctx.db());
@@ -509,7 +509,7 @@ fn trim(ctx: &mut Ctx<'_>, stream: &mut Stream, parsed: &AddArgs, pieces: Option
         }
         for (at, (id, _)) in found[..doomed].iter().enumerate() {
             stream.delete_entry(ctx, *id);
-            if pieces.is_none() && ctx.writes.may_retry_alone() && ctx.writes.batch.size_bytes() >= cut_at {
+            if pieces.is_none() && ctx.writes.outgrows_its_run(cut_at) {
                 // In a pipeline's run: undone, and run again alone.
                 return Err(CmdError::RunAlone);
             }

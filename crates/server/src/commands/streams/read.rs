@@ -263,7 +263,7 @@ fn history(
             if ctx.writes.batch.size_bytes() >= cut_at {
                 if pieces {
                     ctx.writes.commit_piece(ctx.shared)?;
-                } else if ctx.writes.may_retry_alone() {
+                } else if ctx.writes.outgrows_its_run(cut_at) {
                     return Err(CmdError::RunAlone);
                 }
             }
@@ -338,7 +338,7 @@ fn deliver(
                 if pieces {
                     stream.write_group(ctx, group_name, group)?;
                     ctx.writes.commit_piece(ctx.shared)?;
-                } else if ctx.writes.may_retry_alone() {
+                } else if ctx.writes.outgrows_its_run(cut_at) {
                     return Err(CmdError::RunAlone);
                 }
             }
