@@ -220,6 +220,23 @@ impl Stream {
         Ok(())
     }
 
+    /// Where a change to group `name` has written a piece (`cut_at`,
+    /// `Writes::piece_bytes`): with `pieces`, commits it with the group's
+    /// record (`group` as changed so far); in a pipeline's run, gives up
+    /// to run again alone (`CmdError::RunAlone`).
+    fn end_group_piece(&self, ctx: &mut Ctx<'_>, name: &[u8], group: &Group, pieces: bool, cut_at: usize) -> CmdResult {
+        if ctx.writes.batch.size_bytes() < cut_at {
+            return Ok(());
+        }
+        if pieces {
+            self.write_group(ctx, name, group)?;
+            ctx.writes.commit_piece(ctx.shared)?;
+        } else if ctx.writes.outgrows_its_run(cut_at) {
+            return Err(CmdError::RunAlone);
+        }
+        Ok(())
+    }
+
     /// Every group, in name order.
     fn groups(&self, ctx: &mut Ctx<'_>) -> Result<Vec<(Vec<u8>, Group)>, CmdError> {
         let prefix = self.key_of(&[GROUP]);
@@ -327,14 +344,7 @@ impl Stream {
                 }
                 dropped += 1;
             }
-            if ctx.writes.batch.size_bytes() >= cut_at {
-                if pieces {
-                    self.write_group(ctx, name, group)?;
-                    ctx.writes.commit_piece(ctx.shared)?;
-                } else if ctx.writes.outgrows_its_run(cut_at) {
-                    return Err(CmdError::RunAlone);
-                }
-            }
+            self.end_group_piece(ctx, name, group, pieces, cut_at)?;
             Ok(true)
         })?;
         Ok(dropped)

@@ -334,14 +334,7 @@ fn deliver(
                 }
             }
             group.consumer(consumer_name, now).0.pending += 1;
-            if ctx.writes.batch.size_bytes() >= cut_at {
-                if pieces {
-                    stream.write_group(ctx, group_name, group)?;
-                    ctx.writes.commit_piece(ctx.shared)?;
-                } else if ctx.writes.outgrows_its_run(cut_at) {
-                    return Err(CmdError::RunAlone);
-                }
-            }
+            stream.end_group_piece(ctx, group_name, group, pieces, cut_at)?;
         }
         served.push((id, Some(data)));
     }
