@@ -413,6 +413,23 @@ impl Writes {
         self.retry_alone.is_some_and(|start| self.batch.size_bytes().saturating_sub(start) >= piece_bytes)
     }
 
+    /// At a point where the writes of a command that may split its change
+    /// (`pieces`: `may_commit_in_pieces` held when it started) are a whole
+    /// state of its keys: whether to commit them now as a piece (after
+    /// writing what makes them whole, then `commit_piece`), or, in a
+    /// pipeline's run, `CmdError::RunAlone` once its own writes pass a
+    /// piece.
+    pub fn piece_due(&self, db: &Db, pieces: bool) -> Result<bool, CmdError> {
+        let piece = Self::piece_bytes(db);
+        if pieces {
+            Ok(self.batch.size_bytes() >= piece)
+        } else if self.outgrows_its_run(piece) {
+            Err(CmdError::RunAlone)
+        } else {
+            Ok(false)
+        }
+    }
+
     /// Whether a command may commit what it wrote so far before it ends
     /// (`commit_piece`): it runs alone (not in a transaction, a script or
     /// a pipeline's run, which it leaves with `CmdError::RunAlone`) and
@@ -431,7 +448,7 @@ impl Writes {
     /// 1,000,000 entries took 1.08-1.09 s in pieces of 16 MiB and
     /// 0.62-0.67 s in pieces of 1 MiB (tmpfs, 3 runs each; 256 KiB no
     /// faster).
-    pub fn piece_bytes(db: &Db) -> usize {
+    fn piece_bytes(db: &Db) -> usize {
         (db.max_batch_bytes() / 2).min(1 << 20)
     }
 

@@ -68,7 +68,7 @@ pub enum CmdError {
     /// A write in a run of a pipeline's writes found its change too big
     /// for one engine batch (an XADD whose MAXLEN trims a million
     /// entries): undone, it runs again alone, where it may commit in
-    /// pieces (`Writes::outgrows_its_run`). Never a reply.
+    /// pieces (`Writes::piece_due`). Never a reply.
     RunAlone,
 }
 

@@ -29,9 +29,7 @@ use super::ranks::BlockSums;
 use super::table::{self, Table};
 use super::{err, CmdError, CmdResult, Ctx};
 use crate::hash::Corrupt;
-use crate::keyspace::{
-    expiry_of, prefix_end, FenceEdit, Value, Writes, TYPE_SET, TYPE_SET_TABLE, TYPE_ZSET, TYPE_ZSET_TABLE,
-};
+use crate::keyspace::{expiry_of, prefix_end, FenceEdit, Value, TYPE_SET, TYPE_SET_TABLE, TYPE_ZSET, TYPE_ZSET_TABLE};
 use crate::resp::{Out, Protocol};
 use crate::zset::{self, format_score, order, parse_bound, parse_score, score_from_key, score_key, Lex};
 
@@ -1367,18 +1365,12 @@ fn remove_members(
     (key, expiry): (&[u8], Option<u64>),
     pieces: bool,
 ) -> CmdResult {
-    let cut_at = Writes::piece_bytes(ctx.db());
     for (member, score) in members {
         set.remove(ctx, member, *score)?;
         let Open::Table(table) = set else { continue };
-        if ctx.writes.batch.size_bytes() < cut_at || table.head == 0 {
-            continue;
-        }
-        if pieces {
+        if table.head > 0 && ctx.writes.piece_due(ctx.db(), pieces)? {
             table::store(ctx, key, table, expiry)?;
             ctx.writes.commit_piece(ctx.shared)?;
-        } else if ctx.writes.outgrows_its_run(cut_at) {
-            return Err(CmdError::RunAlone);
         }
     }
     Ok(())

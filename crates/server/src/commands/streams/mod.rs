@@ -33,7 +33,7 @@ use scaledkv::now_ms;
 use super::args::{eq, int};
 use super::table::{self, member_key};
 use super::{err, CmdError, CmdResult, Ctx};
-use crate::keyspace::{Writes, TYPE_STREAM_TABLE};
+use crate::keyspace::TYPE_STREAM_TABLE;
 use crate::resp::Out;
 use crate::stream::{
     decode_pairs, encode_pairs, entry_field, group_field, nack_field, parse_add_id, parse_id, Group, Meta, Nack,
@@ -220,19 +220,13 @@ impl Stream {
         Ok(())
     }
 
-    /// Where a change to group `name` has written a piece (`cut_at`,
-    /// `Writes::piece_bytes`): with `pieces`, commits it with the group's
-    /// record (`group` as changed so far); in a pipeline's run, gives up
-    /// to run again alone (`CmdError::RunAlone`).
-    fn end_group_piece(&self, ctx: &mut Ctx<'_>, name: &[u8], group: &Group, pieces: bool, cut_at: usize) -> CmdResult {
-        if ctx.writes.batch.size_bytes() < cut_at {
-            return Ok(());
-        }
-        if pieces {
+    /// Where a change to group `name` leaves it whole (`group` as changed
+    /// so far): commits a piece with the group's record when one is due
+    /// (`Writes::piece_due`).
+    fn end_group_piece(&self, ctx: &mut Ctx<'_>, name: &[u8], group: &Group, pieces: bool) -> CmdResult {
+        if ctx.writes.piece_due(ctx.db(), pieces)? {
             self.write_group(ctx, name, group)?;
             ctx.writes.commit_piece(ctx.shared)?;
-        } else if ctx.writes.outgrows_its_run(cut_at) {
-            return Err(CmdError::RunAlone);
         }
         Ok(())
     }
@@ -334,7 +328,6 @@ impl Stream {
         keep: impl Fn(&Nack) -> bool,
         pieces: bool,
     ) -> Result<u64, CmdError> {
-        let cut_at = Writes::piece_bytes(ctx.db());
         let mut dropped = 0;
         self.visit_nacks(ctx, name, StreamId::MIN, StreamId::MAX, |ctx, id, nack| {
             if !keep(&nack) {
@@ -344,7 +337,7 @@ impl Stream {
                 }
                 dropped += 1;
             }
-            self.end_group_piece(ctx, name, group, pieces, cut_at)?;
+            self.end_group_piece(ctx, name, group, pieces)?;
             Ok(true)
         })?;
         Ok(dropped)
@@ -480,10 +473,9 @@ fn parse_add_args(args: &[Bytes], xadd: bool) -> Result<AddArgs, CmdError> {
 /// whose deletes outgrow a piece (`Writes::piece_bytes`) commits them as they go,
 /// each piece with the stub's new length and first entry, so a trim of any
 /// size fits and a crash leaves the stream as a smaller trim would. In a
-/// pipeline's run (`Writes::outgrows_its_run`) such a trim gives up, to
+/// pipeline's run (`Writes::piece_due`) such a trim gives up, to
 /// run again alone.
 fn trim(ctx: &mut Ctx<'_>, stream: &mut Stream, parsed: &AddArgs, pieces: Option<&[u8]>) -> Result<u64, CmdError> {
-    let cut_at = Writes::piece_bytes(ctx.db());
     let (mut left, to) = match parsed.trim {
         None => return Ok(0),
         Some(Strategy::MaxLen(max)) => (stream.meta.length.saturating_sub(max), StreamId::MAX),
@@ -519,17 +511,12 @@ fn trim(ctx: &mut Ctx<'_>, stream: &mut Stream, parsed: &AddArgs, pieces: Option
         }
         for (at, (id, _)) in found[..doomed].iter().enumerate() {
             stream.delete_entry(ctx, *id);
-            if pieces.is_none() && ctx.writes.outgrows_its_run(cut_at) {
-                // In a pipeline's run: undone, and run again alone.
-                return Err(CmdError::RunAlone);
-            }
-            let (Some(key), Some((next, _))) = (pieces, found.get(at + 1)) else { continue };
-            if ctx.writes.batch.size_bytes() >= cut_at {
-                stream.meta.first_id = *next;
-                stream.store(ctx, key)?;
-                ctx.writes.commit_piece(ctx.shared)?;
-                stream.read_as = Some(stream.meta);
-            }
+            let due = ctx.writes.piece_due(ctx.db(), pieces.is_some())?;
+            let (true, Some(key), Some((next, _))) = (due, pieces, found.get(at + 1)) else { continue };
+            stream.meta.first_id = *next;
+            stream.store(ctx, key)?;
+            ctx.writes.commit_piece(ctx.shared)?;
+            stream.read_as = Some(stream.meta);
         }
         trimmed += doomed as u64;
         left -= doomed as u64;

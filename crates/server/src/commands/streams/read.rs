@@ -8,7 +8,6 @@ use scaledkv::now_ms;
 use super::{open, open_group, reply_entry, reply_id, strict_id, Entry, Stream, NOTIFY};
 use crate::commands::args::{eq, int};
 use crate::commands::{err, CmdError, CmdResult, Ctx};
-use crate::keyspace::Writes;
 use crate::resp::{Out, Protocol};
 use crate::stream::{Group, Nack, StreamId};
 
@@ -247,7 +246,6 @@ fn history(
     limit: usize,
     pieces: bool,
 ) -> Result<Delivered, CmdError> {
-    let cut_at = Writes::piece_bytes(ctx.db());
     let mut found = Vec::new();
     let Some(from) = after.next() else { return Ok(found) };
     let now = now_ms();
@@ -260,12 +258,8 @@ fn history(
             nack.delivered_ms = now;
             nack.deliveries += 1;
             stream.put_nack(ctx, group_name, id, &nack, false)?;
-            if ctx.writes.batch.size_bytes() >= cut_at {
-                if pieces {
-                    ctx.writes.commit_piece(ctx.shared)?;
-                } else if ctx.writes.outgrows_its_run(cut_at) {
-                    return Err(CmdError::RunAlone);
-                }
+            if ctx.writes.piece_due(ctx.db(), pieces)? {
+                ctx.writes.commit_piece(ctx.shared)?;
             }
         }
         found.push((id, data));
@@ -309,7 +303,6 @@ fn deliver(
     entries: Vec<Entry>,
 ) -> Result<Delivered, CmdError> {
     let Delivery { group_name, consumer_name, noack, now, pieces } = *to;
-    let cut_at = Writes::piece_bytes(ctx.db());
     let mut served = Vec::with_capacity(entries.len());
     for (id, data) in entries {
         match (group.entries_read, stream.meta.has_tombstones_from(id)) {
@@ -334,7 +327,7 @@ fn deliver(
                 }
             }
             group.consumer(consumer_name, now).0.pending += 1;
-            stream.end_group_piece(ctx, group_name, group, pieces, cut_at)?;
+            stream.end_group_piece(ctx, group_name, group, pieces)?;
         }
         served.push((id, Some(data)));
     }
