@@ -469,6 +469,10 @@ impl Writes {
         }
         self.sorted.take();
         self.last_at = 0;
+        // Tables made so far are in this piece (fields, owner and stub):
+        // committed, no longer written ahead of a stub, and a sorted
+        // set's blocks are found as any committed table's.
+        self.new_tables.clear();
         let batch = std::mem::take(&mut self.batch);
         let published = self.published().map(|pending| pending.published_of(&batch));
         let writing = (!self.written_tables.is_empty()).then(|| shared.rank_sums.writing(self.written_tables.clone()));

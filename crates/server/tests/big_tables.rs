@@ -358,3 +358,155 @@ fn ranks_read_during_a_removal_in_pieces_agree_with_the_counts() {
     assert!(reads > 0);
     check_zset(&mut con, "z", 90_000, 100_000);
 }
+
+/// `member-<i>` for `i` in `range`.
+fn members(range: std::ops::Range<usize>) -> Vec<String> {
+    range.map(|i| format!("member-{i:06}")).collect()
+}
+
+/// Checks that the set at `key` holds exactly `members(range)`, its count
+/// agreeing.
+fn check_set(con: &mut redis::Connection, key: &str, range: std::ops::Range<usize>) {
+    let mut all: Vec<String> = redis::cmd("SMEMBERS").arg(key).query(con).unwrap();
+    all.sort();
+    assert!(all == members(range.clone()), "{key}: {} members, not {range:?}", all.len());
+    assert_eq!(query::<usize>(con, &[b"SCARD", key.as_bytes()]), range.len());
+}
+
+/// SADD, SREM and SPOP with a count changing a big set's table past one
+/// batch, HSET and HDEL a big hash's, commit in pieces, each with the
+/// table's new count; in a pipeline's run such a command runs again
+/// alone; in a transaction it stays one batch and gets the engine's error.
+#[test]
+fn big_set_and_hash_changes_go_in_pieces() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("db"), &SMALL_SEGMENTS);
+    let mut con = connect(&server);
+    fill_set(&mut con, "s");
+    let reserved = reserved_entries(&mut con);
+    // 100,000 new members, about 4 MB of batch, and the 80,000 it holds.
+    let added: usize = redis::cmd("SADD").arg("s").arg(members(0..180_000)).query(&mut con).unwrap();
+    assert_eq!(added, 100_000);
+    check_set(&mut con, "s", 0..180_000);
+    assert_eq!(reserved_entries(&mut con), reserved + 100_000);
+    let mut pipe = redis::pipe();
+    pipe.cmd("SET").arg("before").arg("1");
+    pipe.cmd("SREM").arg("s").arg(members(0..120_000)).arg("not-a-member");
+    pipe.cmd("GET").arg("before");
+    let replies: Vec<redis::Value> = pipe.query(&mut con).unwrap();
+    assert_eq!(replies[1..], [redis::Value::Int(120_000), redis::Value::BulkString(b"1".to_vec())]);
+    check_set(&mut con, "s", 120_000..180_000);
+    let mut popped: Vec<String> = redis::cmd("SPOP").arg("s").arg(50_000).query(&mut con).unwrap();
+    let mut left: Vec<String> = redis::cmd("SMEMBERS").arg("s").query(&mut con).unwrap();
+    assert_eq!((popped.len(), left.len(), query::<usize>(&mut con, &[b"SCARD", b"s"])), (50_000, 10_000, 10_000));
+    popped.append(&mut left);
+    popped.sort();
+    assert!(popped == members(120_000..180_000), "popped and left are the set, each member once");
+
+    let fields = |range: std::ops::Range<usize>, value: &str| -> Vec<(String, String)> {
+        members(range).into_iter().map(|member| (member, value.to_string())).collect()
+    };
+    let _: usize = redis::cmd("HSET").arg("h").arg(fields(0..40_000, "old")).query(&mut con).unwrap();
+    // 80,000 new fields and 40,000 changed ones.
+    let added: usize = redis::cmd("HSET").arg("h").arg(fields(0..120_000, "new")).query(&mut con).unwrap();
+    assert_eq!(added, 80_000);
+    let removed: usize = redis::cmd("HDEL").arg("h").arg(members(10_000..110_000)).query(&mut con).unwrap();
+    assert_eq!(removed, 100_000);
+    let mut all: Vec<(String, String)> = redis::cmd("HGETALL").arg("h").query(&mut con).unwrap();
+    all.sort();
+    assert!(all == [fields(0..10_000, "new"), fields(110_000..120_000, "new")].concat(), "{} fields", all.len());
+    assert_eq!(query::<usize>(&mut con, &[b"HLEN", b"h"]), 20_000);
+
+    let mut raw = server.connect();
+    assert_eq!(common::request(&mut raw, &common::encode(&[b"MULTI"])), b"+OK\r\n");
+    let mut sadd: Vec<Vec<u8>> = vec![b"SADD".to_vec(), b"s".to_vec()];
+    sadd.extend(members(200_000..300_000).into_iter().map(String::into_bytes));
+    let sadd: Vec<&[u8]> = sadd.iter().map(Vec::as_slice).collect();
+    assert_eq!(common::request(&mut raw, &common::encode(&sadd)), b"+QUEUED\r\n");
+    let reply = String::from_utf8(common::request(&mut raw, &common::encode(&[b"EXEC"]))).unwrap();
+    assert!(reply.contains("exceeds the limit"), "{reply}");
+    assert_eq!(query::<usize>(&mut con, &[b"SCARD", b"s"]), 10_000);
+}
+
+/// ZADD past one batch commits in pieces too: into a sorted set it makes
+/// a table of half-way (the first piece holds the new table whole), into
+/// a table, and in a pipeline's run (again alone); ZREM likewise.
+#[test]
+fn big_sorted_set_additions_go_in_pieces() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("db"), &SMALL_SEGMENTS);
+    let mut con = connect(&server);
+    let zadd = |range: std::ops::Range<usize>| {
+        let mut zadd = redis::cmd("ZADD");
+        zadd.arg("z");
+        for i in range {
+            zadd.arg(i).arg(format!("member-{i:06}"));
+        }
+        zadd
+    };
+    // 40,000 members, about 5.8 MB of batch.
+    assert_eq!(zadd(0..40_000).query::<usize>(&mut con).unwrap(), 40_000);
+    check_zset(&mut con, "z", 0, 40_000);
+    let mut pipe = redis::pipe();
+    pipe.cmd("SET").arg("before").arg("1");
+    pipe.add_command(zadd(20_000..80_000));
+    pipe.cmd("GET").arg("before");
+    let replies: Vec<redis::Value> = pipe.query(&mut con).unwrap();
+    assert_eq!(replies[1..], [redis::Value::Int(40_000), redis::Value::BulkString(b"1".to_vec())]);
+    check_zset(&mut con, "z", 0, 80_000);
+    let removed: usize = redis::cmd("ZREM").arg("z").arg(members(0..50_000)).query(&mut con).unwrap();
+    assert_eq!(removed, 50_000);
+    check_zset(&mut con, "z", 50_000, 80_000);
+}
+
+/// SADD of 120,000 new members into a big set, SIGKILLed at a random
+/// moment, leaves a whole set: the members it held, some of the new ones,
+/// and a count that agrees. Round 0 adds them all, timed; the others are
+/// killed within that time.
+#[test]
+fn a_big_set_addition_killed_half_way_leaves_a_whole_set() {
+    use std::io::Write;
+    let iterations = common::crash_iterations(4);
+    let mut rng = common::crash_rng("a_big_set_addition_killed_half_way_leaves_a_whole_set", iterations);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    let mut full = Duration::ZERO;
+    let mut cut_short = 0;
+    let mut sadd: Vec<Vec<u8>> = vec![b"SADD".to_vec(), b"s".to_vec()];
+    sadd.extend(members(80_000..200_000).into_iter().map(String::into_bytes));
+    let sadd: Vec<&[u8]> = sadd.iter().map(Vec::as_slice).collect();
+    for round in 0..=iterations {
+        let mut server = Server::start(&path, &SMALL_SEGMENTS);
+        let mut con = connect(&server);
+        if round == 0 {
+            fill_set(&mut con, "s");
+        }
+        let mut raw = server.connect();
+        raw.write_all(&common::encode(&sadd)).unwrap();
+        if round == 0 {
+            let started = Instant::now();
+            assert_eq!(common::read_reply(&mut raw), b":120000\r\n");
+            full = started.elapsed();
+            let removed: usize = redis::cmd("SREM").arg("s").arg(members(80_000..200_000)).query(&mut con).unwrap();
+            assert_eq!(removed, 120_000);
+            assert!(server.terminate());
+            continue;
+        }
+        std::thread::sleep(full.mul_f64(rng.gen_range(0.0..1.0)));
+        server.kill();
+        let server = Server::start(&path, &SMALL_SEGMENTS);
+        let mut con = connect(&server);
+        let mut all: Vec<String> = redis::cmd("SMEMBERS").arg("s").query(&mut con).unwrap();
+        all.sort();
+        let card = query::<usize>(&mut con, &[b"SCARD", b"s"]);
+        assert_eq!(card, all.len(), "the count agrees with the members");
+        assert!(all[..80_000] == members(0..80_000), "the members it held");
+        assert!(all.len() <= 200_000 && all[80_000..].iter().all(|m| m.as_str() >= "member-080000"));
+        cut_short += usize::from(card > 80_000 && card < 200_000);
+        // Removed again, the set is as it was.
+        let removed: usize = redis::cmd("SREM").arg("s").arg(members(80_000..200_000)).query(&mut con).unwrap();
+        assert_eq!(removed, card - 80_000);
+        check_set(&mut con, "s", 0..80_000);
+    }
+    eprintln!("an addition took {full:?}; {cut_short} of {iterations} kills landed between its pieces");
+}

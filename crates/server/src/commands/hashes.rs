@@ -78,6 +78,15 @@ impl<'v> Open<'v> {
         })
     }
 
+    /// Where the command's writes so far are a whole state of the hash: a
+    /// table's commit as a piece when due (`table::piece_point`).
+    fn piece_point(&mut self, ctx: &mut Ctx<'_>, key: &[u8], expiry: Option<u64>, pieces: bool) -> CmdResult {
+        match self {
+            Open::Table(table) => table::piece_point(ctx, key, table, expiry, pieces),
+            Open::Listpack(_) => Ok(()),
+        }
+    }
+
     fn is_empty(&self) -> bool {
         match self {
             Open::Listpack(fields) => fields.is_empty(),
@@ -114,18 +123,26 @@ impl<'v> Open<'v> {
 }
 
 /// HSET and HMSET: sets every field/value pair; the number of new fields.
+/// Set in a table, fields past one piece are committed in pieces
+/// (`table::piece_point`): a crash leaves some of them set.
 fn set_pairs(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Result<i64, CmdError> {
     if !args.len().is_multiple_of(2) {
         let name = String::from_utf8_lossy(&args[0]).to_ascii_lowercase();
         return Err(err(format!("ERR wrong number of arguments for '{name}' command")));
     }
+    let pieces = ctx.writes.may_commit_in_pieces();
     let value = read_hash(ctx, &args[1])?;
     let mut hash = Open::of(&value)?;
+    if matches!(hash, Open::Table(_)) {
+        args[2..].chunks(2).try_for_each(|pair| table::check_field_len(pair[0].len()))?;
+    }
+    let expiry = expiry_of(&value);
     let mut added = 0;
     for pair in args[2..].chunks(2) {
         added += hash.set(ctx, &pair[0], Cow::Borrowed(&pair[1]))? as i64;
+        hash.piece_point(ctx, &args[1], expiry, pieces)?;
     }
-    hash.store_noting(ctx, &args[1], expiry_of(&value), "hset")?;
+    hash.store_noting(ctx, &args[1], expiry, "hset")?;
     Ok(added)
 }
 
@@ -194,12 +211,15 @@ pub fn hmget(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     Ok(())
 }
 
+/// HDEL, in pieces past one (as HSET).
 pub fn hdel(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    let pieces = ctx.writes.may_commit_in_pieces();
     let value = read_hash(ctx, &args[1])?;
     let mut hash = Open::of(&value)?;
     let mut deleted = 0;
     for field in &args[2..] {
         deleted += hash.remove(ctx, field)? as i64;
+        hash.piece_point(ctx, &args[1], expiry_of(&value), pieces)?;
     }
     if deleted > 0 {
         hash.store_noting(ctx, &args[1], expiry_of(&value), "hdel")?;

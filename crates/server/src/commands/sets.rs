@@ -91,6 +91,15 @@ impl<'v> Open<'v> {
         })
     }
 
+    /// Where the command's writes so far are a whole state of the set: a
+    /// table's commit as a piece when due (`table::piece_point`).
+    fn piece_point(&mut self, ctx: &mut Ctx<'_>, key: &[u8], expiry: Option<u64>, pieces: bool) -> CmdResult {
+        match self {
+            Open::Table(table) => table::piece_point(ctx, key, table, expiry, pieces),
+            Open::Value(_) => Ok(()),
+        }
+    }
+
     /// `store` after noting keyspace event `event` (and `del` when the set
     /// is left empty), in Redis's order.
     fn store_noting(self, ctx: &mut Ctx<'_>, key: &[u8], expiry: Option<u64>, event: &'static str) -> CmdResult {
@@ -169,26 +178,37 @@ fn reply_set(out: &mut Out, mut members: Vec<Vec<u8>>) {
     }
 }
 
+/// SADD. Added to a table, members past one piece are committed in
+/// pieces (`table::piece_point`): a crash leaves some of them added.
 pub fn sadd(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    let pieces = ctx.writes.may_commit_in_pieces();
     let value = read_set(ctx, &args[1])?;
     let mut set = Open::of(value.as_ref())?;
+    if matches!(set, Open::Table(_)) {
+        args[2..].iter().try_for_each(|member| table::check_field_len(member.len()))?;
+    }
+    let expiry = expiry_of(&value);
     let mut added = 0;
     for member in &args[2..] {
         added += set.add(ctx, member)? as i64;
+        set.piece_point(ctx, &args[1], expiry, pieces)?;
     }
     if added > 0 {
-        set.store_noting(ctx, &args[1], expiry_of(&value), "sadd")?;
+        set.store_noting(ctx, &args[1], expiry, "sadd")?;
     }
     ctx.out.int(added);
     Ok(())
 }
 
+/// SREM, in pieces past one (as SADD).
 pub fn srem(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    let pieces = ctx.writes.may_commit_in_pieces();
     let value = read_set(ctx, &args[1])?;
     let mut set = Open::of(value.as_ref())?;
     let mut removed = 0;
     for member in &args[2..] {
         removed += set.remove(ctx, member)? as i64;
+        set.piece_point(ctx, &args[1], expiry_of(&value), pieces)?;
     }
     if removed > 0 {
         set.store_noting(ctx, &args[1], expiry_of(&value), "srem")?;
@@ -243,6 +263,7 @@ pub fn spop(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         }
         _ => return Err(CmdError::Syntax),
     };
+    let pieces = ctx.writes.may_commit_in_pieces();
     let value = read_set(ctx, &args[1])?;
     if count == Some(0) {
         ctx.out.set(0);
@@ -277,6 +298,7 @@ pub fn spop(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     };
     for member in &popped {
         set.remove(ctx, member)?;
+        set.piece_point(ctx, &args[1], expiry_of(&value), pieces)?;
     }
     if !popped.is_empty() {
         set.store_noting(ctx, &args[1], expiry_of(&value), "spop")?;

@@ -179,9 +179,41 @@ pub fn remove(ctx: &mut Ctx<'_>, table: &mut Table, field: &[u8]) -> Result<bool
 
 /// A field's engine key must fit the engine's key limit.
 pub fn check_field(key: &[u8]) -> CmdResult {
-    if key.len() > scaledkv::MAX_KEY_BYTES {
-        let most = scaledkv::MAX_KEY_BYTES - members_prefix(0).len();
+    check_field_len(key.len().saturating_sub(members_prefix(0).len()))
+}
+
+/// As `check_field`, for a field of `len` bytes: a command that commits
+/// in pieces (`piece_point`) checks its fields before its first write, so
+/// that it never fails half done.
+pub fn check_field_len(len: usize) -> CmdResult {
+    let most = scaledkv::MAX_KEY_BYTES - members_prefix(0).len();
+    if len > most {
         return Err(err(format!("ERR field is too large (max {most} bytes in a big collection)")));
+    }
+    Ok(())
+}
+
+/// Where a command's writes to `table` (at `key`, expiring at `expiry`)
+/// are a whole state of it: once they pass a piece (`Writes::piece_due`;
+/// `pieces`: `Writes::may_commit_in_pieces` held before its first write)
+/// they are committed now, with the stub as it stands, so a change of
+/// any size fits and a crash leaves the collection as a smaller change
+/// would (in a pipeline's run the command leaves it to run alone,
+/// `CmdError::RunAlone`). A table that is left empty waits for the
+/// command's last batch, where `store` deletes it.
+pub fn piece_point(ctx: &mut Ctx<'_>, key: &[u8], table: &mut Table, expiry: Option<u64>, pieces: bool) -> CmdResult {
+    // A sorted set's stub counts its members in the third word (its count
+    // includes the rank blocks, the first of which stays while any
+    // member does).
+    let empty = match table.tag {
+        crate::keyspace::TYPE_ZSET_TABLE => table.head == 0,
+        _ => table.count == 0,
+    };
+    if !empty && ctx.writes.piece_due(ctx.db(), pieces)? {
+        store(ctx, key, table, expiry)?;
+        ctx.writes.commit_piece(ctx.shared)?;
+        // The stub is now as stored: `store` compares with it.
+        table.read_as = Some((table.count, table.head, expiry));
     }
     Ok(())
 }
@@ -228,6 +260,10 @@ pub fn fill<'p>(
     let id = ctx.shared.next_table_id.fetch_add(1, Ordering::Relaxed);
     let mut table = Table { tag, id, count: 0, head: 0, layout: 0, read_as: None };
     written(ctx, &table);
+    // Later writes of the command may read these (a sorted set's first
+    // rank block): writes of a command run alone are not tracked unless
+    // kept from before they are written.
+    ctx.writes.keep_overlay();
     // The owner record first: a table too big for one batch is written
     // ahead of its stub (`commands::commit_batch`), and a crash in between
     // leaves no field without its owner (the sweep drops the table, and

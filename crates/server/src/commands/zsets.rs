@@ -333,6 +333,15 @@ impl<'v> Open<'v> {
 
     /// `store` after noting keyspace event `event` (and `del` when the set
     /// is left empty), in Redis's order.
+    /// Where the command's writes so far are a whole state of the set: a
+    /// table's commit as a piece when due (`table::piece_point`).
+    fn piece_point(&mut self, ctx: &mut Ctx<'_>, key: &[u8], expiry: Option<u64>, pieces: bool) -> CmdResult {
+        match self {
+            Open::Table(table) => table::piece_point(ctx, key, table, expiry, pieces),
+            Open::Value { .. } => Ok(()),
+        }
+    }
+
     fn store_noting(self, ctx: &mut Ctx<'_>, key: &[u8], expiry: Option<u64>, event: &'static str) -> CmdResult {
         let emptied = self.len() == 0;
         ctx.store_noting(crate::notify::ZSET, event, key, emptied, |ctx| self.store(ctx, key, expiry))
@@ -881,6 +890,12 @@ pub fn zadd(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     }
     let scores: Vec<f64> = pairs.chunks(2).map(|pair| score_arg(&pair[0])).collect::<Result<_, _>>()?;
     let key = &args[1];
+    let pieces = ctx.writes.may_commit_in_pieces();
+    if pieces {
+        // A member's longest field: its place in the index.
+        let before = index_field(0.0, b"").len();
+        pairs.chunks(2).try_for_each(|pair| table::check_field_len(before + pair[1].len()))?;
+    }
     let value = read_zset(ctx, key)?;
     let mut set = Open::of(value.as_ref())?;
     let (mut added, mut updated, mut last) = (0, 0, None);
@@ -913,6 +928,7 @@ pub fn zadd(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
                 }
             }
             last = Some(score);
+            set.piece_point(ctx, key, expiry_of(&value), pieces)?;
         }
     }
     if added + updated > 0 {
@@ -944,12 +960,14 @@ pub fn zincrby(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
 }
 
 pub fn zrem(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    let pieces = ctx.writes.may_commit_in_pieces();
     let value = read_zset(ctx, &args[1])?;
     let mut set = Open::of(value.as_ref())?;
     let mut removed = 0;
     for member in &args[2..] {
         if let Some(score) = set.score(ctx, member)? {
             set.remove(ctx, member, score)?;
+            set.piece_point(ctx, &args[1], expiry_of(&value), pieces)?;
             removed += 1;
         }
     }
@@ -1367,11 +1385,7 @@ fn remove_members(
 ) -> CmdResult {
     for (member, score) in members {
         set.remove(ctx, member, *score)?;
-        let Open::Table(table) = set else { continue };
-        if table.head > 0 && ctx.writes.piece_due(ctx.db(), pieces)? {
-            table::store(ctx, key, table, expiry)?;
-            ctx.writes.commit_piece(ctx.shared)?;
-        }
+        set.piece_point(ctx, key, expiry, pieces)?;
     }
     Ok(())
 }
