@@ -269,11 +269,12 @@ fn big_sorted_set_removals_go_in_pieces() {
         redis::cmd("ZREMRANGEBYLEX").arg("lex").arg("-").arg("(member-039000").query(&mut con).unwrap();
     assert_eq!(removed, 39_000);
     check_zset(&mut con, "lex", 39_000, 40_000);
-    // A transaction's removal is one batch: the engine's error, no change.
+    // A transaction's removal is one batch: the engine's error, no change
+    // (one that leaves a member: emptying the set deletes its key at once).
     fill_zset(&mut con, "tx", 0..40_000);
     let mut raw = server.connect();
     assert_eq!(common::request(&mut raw, &common::encode(&[b"MULTI"])), b"+OK\r\n");
-    let queued = common::request(&mut raw, &common::encode(&[b"ZREMRANGEBYRANK", b"tx", b"0", b"-1"]));
+    let queued = common::request(&mut raw, &common::encode(&[b"ZREMRANGEBYRANK", b"tx", b"0", b"-2"]));
     assert_eq!(queued, b"+QUEUED\r\n");
     let reply = String::from_utf8(common::request(&mut raw, &common::encode(&[b"EXEC"]))).unwrap();
     assert!(reply.contains("exceeds the limit"), "{reply}");
@@ -509,4 +510,45 @@ fn a_big_set_addition_killed_half_way_leaves_a_whole_set() {
         check_set(&mut con, "s", 0..80_000);
     }
     eprintln!("an addition took {full:?}; {cut_short} of {iterations} kills landed between its pieces");
+}
+
+/// A command that empties a big collection (ZPOPMIN or SPOP with a count
+/// past its size, ZREMRANGEBYSCORE over all of it) deletes its key in one
+/// write, as DEL does, and the sweep deletes its entries in the
+/// background: in a transaction too, where removals one by one would
+/// outgrow the batch.
+#[test]
+fn emptying_a_big_collection_deletes_its_key_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("db"), &SMALL_SEGMENTS);
+    let mut con = connect(&server);
+    let reserved = reserved_entries(&mut con);
+    fill_zset(&mut con, "z", 0..40_000);
+    fill_zset(&mut con, "z2", 0..40_000);
+    fill_set(&mut con, "s");
+    let (popped, removed, spopped): (Vec<(String, f64)>, usize, Vec<String>) = redis::pipe()
+        .atomic()
+        .cmd("ZPOPMIN")
+        .arg("z")
+        .arg(50_000)
+        .cmd("ZREMRANGEBYSCORE")
+        .arg("z2")
+        .arg("-inf")
+        .arg("+inf")
+        .cmd("SPOP")
+        .arg("s")
+        .arg(100_000)
+        .query(&mut con)
+        .unwrap();
+    assert_eq!((popped.len(), popped[0].0.as_str(), popped[39_999].1), (40_000, "member-000000", 39_999.0));
+    assert_eq!(removed, 40_000);
+    let mut spopped = spopped;
+    spopped.sort();
+    assert!(spopped == members(0..MEMBERS), "{} members popped", spopped.len());
+    assert_eq!(query::<usize>(&mut con, &[b"EXISTS", b"z", b"z2", b"s"]), 0);
+    let swept = Instant::now();
+    while reserved_entries(&mut con) != reserved {
+        assert!(swept.elapsed() < Duration::from_secs(30), "{} entries left", reserved_entries(&mut con) - reserved);
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }

@@ -296,9 +296,15 @@ pub fn spop(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
             picks.into_iter().map(|at| std::mem::take(&mut members[at])).collect()
         }
     };
-    for member in &popped {
-        set.remove(ctx, member)?;
-        set.piece_point(ctx, &args[1], expiry_of(&value), pieces)?;
+    if matches!(set, Open::Table(_)) && popped.len() == set.len() {
+        // All of a table's members: its stub goes, as DEL's does, and the
+        // sweep deletes its entries in the background (`table::sweep`).
+        set = Open::Value(Fields::default());
+    } else {
+        for member in &popped {
+            set.remove(ctx, member)?;
+            set.piece_point(ctx, &args[1], expiry_of(&value), pieces)?;
+        }
     }
     if !popped.is_empty() {
         set.store_noting(ctx, &args[1], expiry_of(&value), "spop")?;

@@ -1369,7 +1369,8 @@ pub fn zrevrank(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
 }
 
 /// Removes `members` from `set` (at `key`, expiring at `expiry`). A big
-/// set's removals past a piece (`Writes::piece_bytes`) are committed as
+/// set left empty becomes an empty one, which its store deletes; other
+/// removals past a piece (`Writes::piece_bytes`) are committed as
 /// they go where the command runs alone (`pieces`: it was
 /// `Writes::may_commit_in_pieces` before its first write), each piece
 /// with the stub's new count, so a removal of any size fits and a crash
@@ -1383,6 +1384,13 @@ fn remove_members(
     (key, expiry): (&[u8], Option<u64>),
     pieces: bool,
 ) -> CmdResult {
+    if matches!(set, Open::Table(_)) && members.len() == set.len() {
+        // All of a table's members: its stub goes, as DEL's does, and the
+        // sweep deletes its entries in the background (`table::sweep`):
+        // one write, whole at once.
+        *set = Open::Value { entries: Vec::new(), skiplist: false, bytes: 0 };
+        return Ok(());
+    }
     for (member, score) in members {
         set.remove(ctx, member, *score)?;
         set.piece_point(ctx, key, expiry, pieces)?;
