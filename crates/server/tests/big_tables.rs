@@ -365,6 +365,13 @@ fn members(range: std::ops::Range<usize>) -> Vec<String> {
     range.map(|i| format!("member-{i:06}")).collect()
 }
 
+/// `SADD s` of `members(range)`, encoded.
+fn sadd_request(range: std::ops::Range<usize>) -> Vec<u8> {
+    let members: Vec<String> = members(range);
+    let args: Vec<&[u8]> = [&b"SADD"[..], b"s"].into_iter().chain(members.iter().map(String::as_bytes)).collect();
+    common::encode(&args)
+}
+
 /// Checks that the set at `key` holds exactly `members(range)`, its count
 /// agreeing.
 fn check_set(con: &mut redis::Connection, key: &str, range: std::ops::Range<usize>) {
@@ -420,10 +427,7 @@ fn big_set_and_hash_changes_go_in_pieces() {
 
     let mut raw = server.connect();
     assert_eq!(common::request(&mut raw, &common::encode(&[b"MULTI"])), b"+OK\r\n");
-    let mut sadd: Vec<Vec<u8>> = vec![b"SADD".to_vec(), b"s".to_vec()];
-    sadd.extend(members(200_000..300_000).into_iter().map(String::into_bytes));
-    let sadd: Vec<&[u8]> = sadd.iter().map(Vec::as_slice).collect();
-    assert_eq!(common::request(&mut raw, &common::encode(&sadd)), b"+QUEUED\r\n");
+    assert_eq!(common::request(&mut raw, &sadd_request(200_000..300_000)), b"+QUEUED\r\n");
     let reply = String::from_utf8(common::request(&mut raw, &common::encode(&[b"EXEC"]))).unwrap();
     assert!(reply.contains("exceeds the limit"), "{reply}");
     assert_eq!(query::<usize>(&mut con, &[b"SCARD", b"s"]), 10_000);
@@ -473,9 +477,7 @@ fn a_big_set_addition_killed_half_way_leaves_a_whole_set() {
     let path = dir.path().join("db");
     let mut full = Duration::ZERO;
     let mut cut_short = 0;
-    let mut sadd: Vec<Vec<u8>> = vec![b"SADD".to_vec(), b"s".to_vec()];
-    sadd.extend(members(80_000..200_000).into_iter().map(String::into_bytes));
-    let sadd: Vec<&[u8]> = sadd.iter().map(Vec::as_slice).collect();
+    let sadd = sadd_request(80_000..200_000);
     for round in 0..=iterations {
         let mut server = Server::start(&path, &SMALL_SEGMENTS);
         let mut con = connect(&server);
@@ -483,7 +485,7 @@ fn a_big_set_addition_killed_half_way_leaves_a_whole_set() {
             fill_set(&mut con, "s");
         }
         let mut raw = server.connect();
-        raw.write_all(&common::encode(&sadd)).unwrap();
+        raw.write_all(&sadd).unwrap();
         if round == 0 {
             let started = Instant::now();
             assert_eq!(common::read_reply(&mut raw), b":120000\r\n");

@@ -331,8 +331,6 @@ impl<'v> Open<'v> {
         Ok(Some(if reverse { len.checked_sub(at + 1).ok_or(Corrupt)? } else { at }))
     }
 
-    /// `store` after noting keyspace event `event` (and `del` when the set
-    /// is left empty), in Redis's order.
     /// Where the command's writes so far are a whole state of the set: a
     /// table's commit as a piece when due (`table::piece_point`).
     fn piece_point(&mut self, ctx: &mut Ctx<'_>, key: &[u8], expiry: Option<u64>, pieces: bool) -> CmdResult {
@@ -342,6 +340,8 @@ impl<'v> Open<'v> {
         }
     }
 
+    /// `store` after noting keyspace event `event` (and `del` when the set
+    /// is left empty), in Redis's order.
     fn store_noting(self, ctx: &mut Ctx<'_>, key: &[u8], expiry: Option<u64>, event: &'static str) -> CmdResult {
         let emptied = self.len() == 0;
         ctx.store_noting(crate::notify::ZSET, event, key, emptied, |ctx| self.store(ctx, key, expiry))
