@@ -456,6 +456,13 @@ fn consumer_groups_past_one_batch_go_in_pieces() {
     assert_eq!(cmd(&mut con, &["XGROUP", "DELCONSUMER", "s", "g", "c1"]), Value::Int(60_000));
     assert_eq!(pending(&mut con), (60_000, vec![("c2".to_string(), 60_000)]));
     assert_eq!(cmd(&mut con, &["XACK", "s", "g", "1-1", "60001-1"]), Value::Int(1));
+    // The other 59,999 acknowledged at once, in a pipeline's run.
+    let ids: Vec<String> = (1..=120_000).map(|ms| format!("{ms}-1")).collect();
+    let mut pipe = redis::pipe();
+    pipe.cmd("SET").arg("before").arg("1").cmd("XACK").arg("s").arg("g").arg(&ids).cmd("GET").arg("before");
+    let replies: Vec<Value> = pipe.query(&mut con).unwrap();
+    assert_eq!(replies[1..], [Value::Int(59_999), Value::BulkString(b"1".to_vec())]);
+    assert_eq!(pending(&mut con), (0, Vec::new()));
     // Reads without COUNT: all 120,000 entries delivered (about 8 MB of
     // pending entries), then all of them again from the history.
     assert_eq!(cmd(&mut con, &["XGROUP", "CREATE", "s", "h", "0"]), Value::Okay);

@@ -14,7 +14,11 @@ use crate::commands::{err, subcommand_syntax, CmdError, CmdResult, Ctx};
 use crate::resp::Out;
 use crate::stream::{group_field, parse_id, Group, Nack, StreamId};
 
+/// XACK. Acknowledgements past one piece are committed in pieces, each
+/// with the group's record (`Stream::end_group_piece`): a crash leaves
+/// some of them made.
 pub fn xack(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    let pieces = ctx.writes.may_commit_in_pieces();
     let (stream, group) = open_group(ctx, &args[1], &args[2])?;
     let ids = args[3..].iter().map(|arg| strict_id(arg)).collect::<Result<Vec<_>, _>>()?;
     let (Some(mut stream), Some(mut group)) = (stream, group) else {
@@ -27,6 +31,7 @@ pub fn xack(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         let Some(nack) = stream.nack(ctx, &args[2], id)? else { continue };
         drop_pending(ctx, &stream, &mut group, &args[2], id, &nack);
         acknowledged += 1;
+        stream.end_group_piece(ctx, &args[2], &group, pieces)?;
     }
     if acknowledged > 0 {
         stream.put_group(ctx, &args[2], &group, false)?;
