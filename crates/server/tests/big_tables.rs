@@ -281,16 +281,23 @@ fn big_sorted_set_removals_go_in_pieces() {
     check_zset(&mut con, "tx", 0, 40_000);
 }
 
-/// ZREMRANGEBYRANK in pieces SIGKILLed at a random moment leaves a whole
-/// sorted set: the members of the highest ranks, its count, ranks and
-/// range reads agreeing. Round 0 removes to the end, timed; the others
-/// are killed within that time.
-#[test]
-fn a_big_sorted_set_removal_killed_half_way_leaves_a_whole_set() {
-    use rand::Rng;
+/// A command that commits in pieces, SIGKILLed round by round
+/// (`SCALEDKV_SERVER_CRASH_ITERATIONS`, 4 by default): each round starts
+/// the server on one data directory and `prepare`s it (given the round);
+/// round 0 sends `request`, times it to its `reply` and `finish`es; the
+/// others are killed at a random moment within that time, restarted and
+/// `check`ed, which says whether the kill landed between pieces.
+fn killed_half_way(
+    test: &str,
+    request: &[u8],
+    reply: &[u8],
+    prepare: impl Fn(&mut redis::Connection, usize),
+    finish: impl Fn(&mut redis::Connection),
+    check: impl Fn(&mut redis::Connection) -> bool,
+) {
     use std::io::Write;
     let iterations = common::crash_iterations(4);
-    let mut rng = common::crash_rng("a_big_sorted_set_removal_killed_half_way_leaves_a_whole_set", iterations);
+    let mut rng = common::crash_rng(test, iterations);
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("db");
     let mut full = Duration::ZERO;
@@ -298,30 +305,49 @@ fn a_big_sorted_set_removal_killed_half_way_leaves_a_whole_set() {
     for round in 0..=iterations {
         let mut server = Server::start(&path, &SMALL_SEGMENTS);
         let mut con = connect(&server);
-        fill_zset(&mut con, "z", 0..60_000);
+        prepare(&mut con, round);
         let mut raw = server.connect();
-        raw.write_all(&common::encode(&[b"ZREMRANGEBYRANK", b"z", b"0", b"-11"])).unwrap();
+        raw.write_all(request).unwrap();
         if round == 0 {
             let started = Instant::now();
-            assert_eq!(common::read_reply(&mut raw), b":59990\r\n");
+            assert_eq!(common::read_reply(&mut raw), reply);
             full = started.elapsed();
+            finish(&mut con);
             assert!(server.terminate());
             continue;
         }
         std::thread::sleep(full.mul_f64(rng.gen_range(0.0..1.0)));
         server.kill();
         let server = Server::start(&path, &SMALL_SEGMENTS);
-        let mut con = connect(&server);
-        let left = query::<usize>(&mut con, &[b"ZCARD", b"z"]);
-        assert!((10..=60_000).contains(&left), "{left} members left");
-        cut_short += usize::from(left > 10 && left < 60_000);
-        check_zset(&mut con, "z", 60_000 - left, 60_000);
-        // Done again, the removal finishes.
-        let rest = query::<usize>(&mut con, &[b"ZREMRANGEBYRANK", b"z", b"0", b"-11"]);
-        assert_eq!(rest, left - 10);
-        check_zset(&mut con, "z", 59_990, 60_000);
+        cut_short += usize::from(check(&mut connect(&server)));
     }
-    eprintln!("a removal took {full:?}; {cut_short} of {iterations} kills landed between its pieces");
+    eprintln!("{test}: the command took {full:?}; {cut_short} of {iterations} kills landed between its pieces");
+}
+
+/// ZREMRANGEBYRANK in pieces SIGKILLed at a random moment leaves a whole
+/// sorted set: the members of the highest ranks, its count, ranks and
+/// range reads agreeing. Round 0 removes to the end, timed; the others
+/// are killed within that time.
+#[test]
+fn a_big_sorted_set_removal_killed_half_way_leaves_a_whole_set() {
+    let remove = common::encode(&[b"ZREMRANGEBYRANK", b"z", b"0", b"-11"]);
+    killed_half_way(
+        "a_big_sorted_set_removal_killed_half_way_leaves_a_whole_set",
+        &remove,
+        b":59990\r\n",
+        |con, _| fill_zset(con, "z", 0..60_000),
+        |_| {},
+        |con| {
+            let left = query::<usize>(con, &[b"ZCARD", b"z"]);
+            assert!((10..=60_000).contains(&left), "{left} members left");
+            check_zset(con, "z", 60_000 - left, 60_000);
+            // Done again, the removal finishes.
+            let rest = query::<usize>(con, &[b"ZREMRANGEBYRANK", b"z", b"0", b"-11"]);
+            assert_eq!(rest, left - 10);
+            check_zset(con, "z", 59_990, 60_000);
+            left > 10 && left < 60_000
+        },
+    );
 }
 
 /// Readers take no locks: while a big removal commits its pieces, the
@@ -470,48 +496,32 @@ fn big_sorted_set_additions_go_in_pieces() {
 /// killed within that time.
 #[test]
 fn a_big_set_addition_killed_half_way_leaves_a_whole_set() {
-    use std::io::Write;
-    let iterations = common::crash_iterations(4);
-    let mut rng = common::crash_rng("a_big_set_addition_killed_half_way_leaves_a_whole_set", iterations);
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("db");
-    let mut full = Duration::ZERO;
-    let mut cut_short = 0;
-    let sadd = sadd_request(80_000..200_000);
-    for round in 0..=iterations {
-        let mut server = Server::start(&path, &SMALL_SEGMENTS);
-        let mut con = connect(&server);
-        if round == 0 {
-            fill_set(&mut con, "s");
-        }
-        let mut raw = server.connect();
-        raw.write_all(&sadd).unwrap();
-        if round == 0 {
-            let started = Instant::now();
-            assert_eq!(common::read_reply(&mut raw), b":120000\r\n");
-            full = started.elapsed();
-            let removed: usize = redis::cmd("SREM").arg("s").arg(members(80_000..200_000)).query(&mut con).unwrap();
-            assert_eq!(removed, 120_000);
-            assert!(server.terminate());
-            continue;
-        }
-        std::thread::sleep(full.mul_f64(rng.gen_range(0.0..1.0)));
-        server.kill();
-        let server = Server::start(&path, &SMALL_SEGMENTS);
-        let mut con = connect(&server);
-        let mut all: Vec<String> = redis::cmd("SMEMBERS").arg("s").query(&mut con).unwrap();
-        all.sort();
-        let card = query::<usize>(&mut con, &[b"SCARD", b"s"]);
-        assert_eq!(card, all.len(), "the count agrees with the members");
-        assert!(all[..80_000] == members(0..80_000), "the members it held");
-        assert!(all.len() <= 200_000 && all[80_000..].iter().all(|m| m.as_str() >= "member-080000"));
-        cut_short += usize::from(card > 80_000 && card < 200_000);
-        // Removed again, the set is as it was.
-        let removed: usize = redis::cmd("SREM").arg("s").arg(members(80_000..200_000)).query(&mut con).unwrap();
-        assert_eq!(removed, card - 80_000);
-        check_set(&mut con, "s", 0..80_000);
-    }
-    eprintln!("an addition took {full:?}; {cut_short} of {iterations} kills landed between its pieces");
+    let srem_added = |con: &mut redis::Connection| -> usize {
+        redis::cmd("SREM").arg("s").arg(members(80_000..200_000)).query(con).unwrap()
+    };
+    killed_half_way(
+        "a_big_set_addition_killed_half_way_leaves_a_whole_set",
+        &sadd_request(80_000..200_000),
+        b":120000\r\n",
+        |con, round| {
+            if round == 0 {
+                fill_set(con, "s");
+            }
+        },
+        |con| assert_eq!(srem_added(con), 120_000),
+        |con| {
+            let mut all: Vec<String> = redis::cmd("SMEMBERS").arg("s").query(con).unwrap();
+            all.sort();
+            let card = query::<usize>(con, &[b"SCARD", b"s"]);
+            assert_eq!(card, all.len(), "the count agrees with the members");
+            assert!(all[..80_000] == members(0..80_000), "the members it held");
+            assert!(all.len() <= 200_000 && all[80_000..].iter().all(|m| m.as_str() >= "member-080000"));
+            // Removed again, the set is as it was.
+            assert_eq!(srem_added(con), card - 80_000);
+            check_set(con, "s", 0..80_000);
+            card > 80_000 && card < 200_000
+        },
+    );
 }
 
 /// A command that empties a big collection (ZPOPMIN or SPOP with a count

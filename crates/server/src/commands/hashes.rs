@@ -133,7 +133,7 @@ fn set_pairs(ctx: &mut Ctx<'_>, args: &[Bytes]) -> Result<i64, CmdError> {
     let pieces = ctx.writes.may_commit_in_pieces();
     let value = read_hash(ctx, &args[1])?;
     let mut hash = Open::of(&value)?;
-    if matches!(hash, Open::Table(_)) {
+    if pieces && matches!(hash, Open::Table(_)) {
         args[2..].chunks(2).try_for_each(|pair| table::check_field_len(pair[0].len()))?;
     }
     let expiry = expiry_of(&value);

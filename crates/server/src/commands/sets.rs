@@ -184,7 +184,7 @@ pub fn sadd(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let pieces = ctx.writes.may_commit_in_pieces();
     let value = read_set(ctx, &args[1])?;
     let mut set = Open::of(value.as_ref())?;
-    if matches!(set, Open::Table(_)) {
+    if pieces && matches!(set, Open::Table(_)) {
         args[2..].iter().try_for_each(|member| table::check_field_len(member.len()))?;
     }
     let expiry = expiry_of(&value);
