@@ -51,9 +51,10 @@ use crate::log::record::EntryView;
 use crate::log::segment::Segment;
 use crate::options::{check_cache_capacity, Eviction};
 
-/// The background thread evicts while the log holds more than this share
-/// of the capacity; writers help only over the whole capacity.
-const EVICT_AHEAD: f64 = 0.95;
+/// The background thread evicts (or demotes to the SSD tier) while the log
+/// holds more than this share of the capacity; writers help only over the
+/// whole capacity.
+pub const EVICT_AHEAD: f64 = 0.95;
 /// A finished eviction that copied forward more than this share of its
 /// segment made little room: its copies count toward the run that denies
 /// second chances, then pauses eviction (module comment).

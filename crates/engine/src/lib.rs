@@ -41,6 +41,7 @@ pub use batch::{BatchEntry, SavePoint, WriteBatch};
 pub use commit::WriteFuture;
 pub use db::{now_ms, Db, KeyExpiry, PinnedValue, Snapshot};
 pub use error::{Error, Result};
+pub use evict::EVICT_AHEAD;
 pub use iter::Iter;
 pub use options::{
     Durability, Eviction, EvictionFilter, EvictionListener, Options, SsdTier, MAX_BATCH_BYTES, MAX_KEY_BYTES,

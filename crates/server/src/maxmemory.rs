@@ -162,8 +162,12 @@ impl MemoryLimit {
     /// `denyoom`), and the log is over the limit without eviction, or a
     /// quarter over it with (what eviction may not drop fills it, or it
     /// cannot keep up). With an SSD tier, the fast tier is always kept by
-    /// moving data (refused only a quarter over), and the limit without
-    /// eviction is the SSD tier's size.
+    /// moving data (refused only a quarter over); without eviction, writes
+    /// are refused once the two tiers hold the SSD tier's size plus the
+    /// share of `maxmemory` the engine keeps in the fast tier
+    /// (`scaledkv::EVICT_AHEAD`): what the fast tier holds past that share
+    /// is on its way to the SSD tier, which so stays within a segment of
+    /// its size.
     pub fn refuses(&self, command: &str, db: &scaledkv::Db) -> bool {
         denies_oom(command) && self.over_limit(db)
     }
@@ -177,7 +181,13 @@ impl MemoryLimit {
         let allowed = |limit: u64| if self.evicts() { limit + limit / 4 } else { limit };
         match self.ssd_size {
             None => db.log_bytes() > allowed(limit),
-            Some(ssd) => db.log_bytes() > limit + limit / 4 || (ssd > 0 && db.ssd_tier_bytes() > allowed(ssd)),
+            Some(0) => db.log_bytes() > limit + limit / 4,
+            Some(ssd) if self.evicts() => db.log_bytes() > limit + limit / 4 || db.ssd_tier_bytes() > allowed(ssd),
+            Some(ssd) => {
+                let kept = (limit as f64 * scaledkv::EVICT_AHEAD) as u64;
+                let demoting = db.log_bytes().saturating_sub(kept);
+                db.log_bytes() > limit + limit / 4 || db.ssd_tier_bytes() + demoting > ssd
+            }
         }
     }
 
