@@ -245,7 +245,13 @@ impl Db {
         let (active, end) = match recovered.segments.last() {
             Some(last) => (last.clone(), recovered.end),
             None => {
-                let first = Arc::new(Segment::create(&dir, 1, options.segment_size_bytes, options.durability)?);
+                let first = Arc::new(Segment::create(
+                    &dir,
+                    1,
+                    options.segment_size_bytes,
+                    options.durability,
+                    scaledkv_pmem::NewBlocks::Written,
+                )?);
                 (first, SEGMENT_HEADER_BYTES)
             }
         };

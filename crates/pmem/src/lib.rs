@@ -26,7 +26,7 @@ pub use bytemuck::{self, Pod, Zeroable};
 pub use error::{Error, Result};
 pub use flush::{detected as detected_flush_instruction, FlushInstruction};
 pub use pool::{PPtr, Pool, PoolOptions, PoolStats, Recovery, Tx};
-pub use region::{medium_of_dir, sync_dir, Medium, Region};
+pub use region::{medium_of_dir, sync_dir, Medium, NewBlocks, Region};
 
 /// What "acknowledged" means for a database or pool.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
-use scaledkv_pmem::{Durability, Region};
+use scaledkv_pmem::{Durability, NewBlocks, Region};
 
 use crate::error::{Error, Result};
 use crate::log::marks::EntryMarks;
@@ -73,12 +73,20 @@ impl Segment {
     /// power loss) can split, and a torn header under a segment's name is
     /// corruption that open must refuse. Under a `.tmp` name, which open
     /// deletes, a half-made file is just a file that never existed.
-    pub fn create(dir: &Path, id: u32, size_bytes: usize, durability: Durability) -> Result<Segment> {
+    /// `blocks`: how a page-cache file's blocks are readied for `sync`
+    /// writes (`NewBlocks`; the writer chooses by its groups' sizes).
+    pub fn create(
+        dir: &Path,
+        id: u32,
+        size_bytes: usize,
+        durability: Durability,
+        blocks: NewBlocks,
+    ) -> Result<Segment> {
         let staging = dir.join(format!("create-{id:08}.tmp"));
         // Not prefaulted: the log writer's threads do it ahead of the writer.
         // Reserved in steps, each a point where a paced thread naps.
         let mut region =
-            Region::create_with_pauses(&staging, size_bytes, durability, &mut crate::background::pause_point)?;
+            Region::create_with_pauses(&staging, size_bytes, durability, blocks, &mut crate::background::pause_point)?;
         // SAFETY: the region is new; nobody else can see it yet.
         unsafe { write_header(&region, id)? };
         region.rename(&dir.join(segment_file_name(id)))?;
