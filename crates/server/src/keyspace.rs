@@ -16,6 +16,7 @@ use scaledkv::{now_ms, Db, PinnedValue, WriteBatch, MAX_KEY_BYTES, MAX_VALUE_BYT
 use tokio::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use crate::commands::CmdError;
+use crate::fences::{FenceChanges, FenceEdits};
 use crate::notify::MISS;
 use crate::pending::Pending;
 
@@ -232,7 +233,7 @@ pub struct Writes {
     blocks_changed: bool,
     /// Those splits and drops, for the fences cached in
     /// `Shared::rank_fences` (brought up to date as the writes commit).
-    fence_edits: Vec<FenceEdit>,
+    fence_edits: FenceEdits,
     /// Set for a command that holds its keys' locks: it reads other
     /// commands' queued writes of those keys (`crate::pending`).
     pending: Option<Arc<Pending>>,
@@ -278,14 +279,7 @@ pub struct Message {
 /// Owned (key, value) pairs, in key order.
 pub type Entries = Vec<(Vec<u8>, Vec<u8>)>;
 
-/// A rank block of the big sorted set `table` that a write added (split
-/// off at `fence`) or dropped.
-#[derive(Clone, Debug, PartialEq)]
-pub struct FenceEdit {
-    pub table: u64,
-    pub fence: Vec<u8>,
-    pub added: bool,
-}
+pub use crate::fences::FenceEdit;
 
 /// Where a command's writes start (`Writes::savepoint`).
 pub struct Savepoint {
@@ -335,7 +329,7 @@ impl Writes {
             reserved_delta: 0,
             pushed: false,
             blocks_changed: false,
-            fence_edits: Vec::new(),
+            fence_edits: FenceEdits::default(),
             pending: None,
             read_pending: Cell::new(false),
             written_tables: Vec::new(),
@@ -480,7 +474,7 @@ impl Writes {
         drop(writing);
         written?;
         if !self.fence_edits.is_empty() {
-            crate::commands::edit_fences(&mut shared.rank_fences.lock(), &std::mem::take(&mut self.fence_edits));
+            crate::commands::edit_fences(&mut shared.rank_fences.lock(), &self.fence_edits.take());
         }
         // The cached fences are the committed ones again: the command's
         // next writes find blocks there, not by a walk of the engine's keys
@@ -576,7 +570,7 @@ impl Writes {
             pushed: false,
             // Known to the branch too: its base's blocks are not the cached.
             blocks_changed: self.blocks_changed,
-            fence_edits: Vec::new(),
+            fence_edits: FenceEdits::default(),
             pending: self.pending.clone(),
             read_pending: Cell::new(false),
             written_tables: Vec::new(),
@@ -1136,13 +1130,14 @@ impl Writes {
         self.fence_edits.push(FenceEdit { table, fence: fence.to_vec(), added });
     }
 
-    pub fn blocks_changed(&self) -> bool {
-        self.blocks_changed
+    /// `look` at the rank blocks of sorted set `table` that these writes
+    /// split off or dropped.
+    pub fn fence_changes<R>(&self, table: u64, look: impl FnOnce(&FenceChanges) -> R) -> R {
+        self.fence_edits.changes(table, look)
     }
 
-    /// The rank blocks these writes split off or dropped, in order.
-    pub fn fence_edits(&self) -> &[FenceEdit] {
-        &self.fence_edits
+    pub fn blocks_changed(&self) -> bool {
+        self.blocks_changed
     }
 
     pub fn take_batch(&mut self) -> Ready {
@@ -1156,7 +1151,7 @@ impl Writes {
             batch: std::mem::take(&mut self.batch),
             reserved_delta: std::mem::take(&mut self.reserved_delta),
             pushed: std::mem::take(&mut self.pushed),
-            fence_edits: std::mem::take(&mut self.fence_edits),
+            fence_edits: self.fence_edits.take(),
             read_pending: self.read_pending.take(),
             written_tables: std::mem::take(&mut self.written_tables),
             new_tables: std::mem::take(&mut self.new_tables),
@@ -1195,7 +1190,7 @@ impl Writes {
             batch,
             reserved_delta: std::mem::take(&mut self.reserved_delta),
             pushed: std::mem::take(&mut self.pushed),
-            fence_edits: std::mem::take(&mut self.fence_edits),
+            fence_edits: self.fence_edits.take(),
             read_pending: self.read_pending.take(),
             written_tables: std::mem::take(&mut self.written_tables),
             new_tables: std::mem::take(&mut self.new_tables),

@@ -29,6 +29,7 @@ pub mod committer;
 pub mod config;
 pub mod conn;
 pub mod expiry;
+pub mod fences;
 pub mod geo;
 pub mod hash;
 pub mod histogram;

@@ -28,8 +28,9 @@ use super::args::{eq, int};
 use super::ranks::BlockSums;
 use super::table::{self, Table};
 use super::{err, CmdError, CmdResult, Ctx};
+use crate::fences::FenceChanges;
 use crate::hash::Corrupt;
-use crate::keyspace::{expiry_of, prefix_end, FenceEdit, Value, TYPE_SET, TYPE_SET_TABLE, TYPE_ZSET, TYPE_ZSET_TABLE};
+use crate::keyspace::{expiry_of, prefix_end, Value, TYPE_SET, TYPE_SET_TABLE, TYPE_ZSET, TYPE_ZSET_TABLE};
 use crate::resp::{Out, Protocol};
 use crate::zset::{self, format_score, order, parse_bound, parse_score, score_from_key, score_key, Lex};
 
@@ -410,27 +411,8 @@ fn new_table(ctx: &mut Ctx<'_>, key: &[u8], entries: &[(Cow<'_, [u8]>, f64)]) ->
 /// unmerged index updates (a ZADD of 1,000 members into a sorted set of
 /// 30,000, which splits a block half-way, took 70 ms after the split).
 fn block_of(ctx: &mut Ctx<'_>, table: &Table, place: &[u8]) -> Result<(Vec<u8>, u64), CmdError> {
-    let fence = if !ctx.writes.blocks_changed() {
-        let fences = cached_fences(ctx, table)?;
-        Some(fences[fences.partition_point(|fence| fence.as_slice() <= place).max(1) - 1].clone())
-    } else if ctx.writes.is_branch() {
-        // A branch (a script's command) holds its own edits, not its
-        // bases': the engine's walk sees them all.
-        None
-    } else {
-        // A table these writes create has no committed blocks: if
-        // `new_table` made it, its edits name them all (its first, empty
-        // fence among them); if a COPY did, the walk finds them.
-        let committed = match ctx.writes.is_new_table(table.id) {
-            true => {
-                let edits = ctx.writes.fence_edits();
-                let noted = edits.iter().any(|edit| edit.table == table.id && edit.added && edit.fence.is_empty());
-                noted.then(|| Arc::new(Vec::new()))
-            }
-            false => ctx.shared.rank_fences.lock().get(&table.id).cloned(),
-        };
-        committed.map(|fences| edited_fence_of(&fences, ctx.writes.fence_edits(), table.id, place))
-    };
+    let fences = known_fences(ctx, table)?;
+    let fence = fences.map(|fences| ctx.writes.fence_changes(table.id, |changes| changes.fence_of(&fences, place)));
     if let Some(fence) = fence {
         let key = table::member_key(table.id, &block_field(&fence));
         if let Some(count) = ctx.writes.get_internal(ctx.db(), &key)? {
@@ -447,29 +429,26 @@ fn block_of(ctx: &mut Ctx<'_>, table: &Table, place: &[u8]) -> Result<(Vec<u8>, 
     Ok((key[first.len()..].to_vec(), block_count(count.data())?))
 }
 
-/// The last fence at or before `place` of table `id`'s blocks as `edits`
-/// (these writes', in order) leave `fences` (as committed).
-fn edited_fence_of(fences: &[Vec<u8>], edits: &[FenceEdit], id: u64, place: &[u8]) -> Vec<u8> {
-    let (mut added, mut dropped) = (std::collections::BTreeSet::new(), std::collections::HashSet::new());
-    for edit in edits.iter().filter(|edit| edit.table == id) {
-        let fence = edit.fence.as_slice();
-        if edit.added {
-            added.insert(fence);
-            dropped.remove(fence);
-        } else {
-            added.remove(fence);
-            dropped.insert(fence);
-        }
+/// The committed fences of `table`'s blocks that these writes' fence
+/// changes apply to (`Writes::fence_changes`), if known without a walk of
+/// the blocks' keys merged with these writes: the cached ones while these
+/// writes changed no block (read whole once after every change).
+fn known_fences(ctx: &mut Ctx<'_>, table: &Table) -> Result<Option<Arc<Vec<Vec<u8>>>>, CmdError> {
+    if !ctx.writes.blocks_changed() {
+        return cached_fences(ctx, table).map(Some);
     }
-    // The first fence (empty, at or before every place) is never dropped.
-    let before = fences.partition_point(|fence| fence.as_slice() <= place);
-    let committed = fences[..before].iter().rev().find(|fence| !dropped.contains(fence.as_slice()));
-    let new = added.range::<[u8], _>((Bound::Unbounded, Bound::Included(place))).next_back();
-    match (committed, new) {
-        (Some(committed), Some(&new)) if new > committed.as_slice() => new.to_vec(),
-        (Some(committed), _) => committed.clone(),
-        (None, new) => new.map_or_else(Vec::new, |new| new.to_vec()),
+    if ctx.writes.is_branch() {
+        // A branch (a script's command) holds its own edits, not its
+        // bases': the engine's walk sees them all.
+        return Ok(None);
     }
+    // A table these writes create has no committed blocks: if `new_table`
+    // made it, its edits name them all (its first, empty fence among
+    // them); if a COPY did, the walk finds them.
+    Ok(match ctx.writes.is_new_table(table.id) {
+        true => ctx.writes.fence_changes(table.id, FenceChanges::added_first).then(|| Arc::new(Vec::new())),
+        false => ctx.shared.rank_fences.lock().get(&table.id).cloned(),
+    })
 }
 
 /// The fences of `table`'s blocks, in order (the first, empty, included).
@@ -522,7 +501,15 @@ fn count_into(ctx: &mut Ctx<'_>, table: &mut Table, (fence, count): (Vec<u8>, u6
     let half = count / 2;
     let index = table::member_key(table.id, &[INDEX]);
     let start = [&index[..], &fence].concat();
-    let end = prefix_end(&index).expect("ends below 0xFF");
+    // The walk to the middle merges these writes' entries from its start
+    // to its end: the block's end where known (a split during a ZADD of
+    // 300,000 members gathered all those past it, 27% of its time).
+    let next = known_fences(ctx, table)?
+        .and_then(|fences| ctx.writes.fence_changes(table.id, |changes| changes.next_fence(&fences, &fence)));
+    let end = match next {
+        Some(next) => [&index[..], &next].concat(),
+        None => prefix_end(&index).expect("ends below 0xFF"),
+    };
     let bounds = (Bound::Included(&start[..]), Bound::Excluded(&end[..]));
     let middle = ctx.writes.nth_in_range(ctx.db(), bounds, half as usize).ok_or(Corrupt)?[index.len()..].to_vec();
     table::overwrite(ctx, table, &field, &half.to_le_bytes())?;
@@ -1876,32 +1863,4 @@ pub fn encode_members(members: &[(Vec<u8>, f64)]) -> Option<Vec<u8>> {
 pub fn encoding(value: &Value) -> Result<&'static str, CmdError> {
     let skiplist = value.tag() == TYPE_ZSET_TABLE || crate::hash::is_hashtable(value.data())?;
     Ok(if skiplist { "skiplist" } else { "listpack" })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::edited_fence_of;
-    use crate::keyspace::FenceEdit;
-
-    #[test]
-    fn a_fence_is_found_among_committed_fences_and_these_writes_edits() {
-        let fences: Vec<Vec<u8>> = [&b""[..], b"c", b"m"].iter().map(|f| f.to_vec()).collect();
-        let edit = |fence: &[u8], added: bool| FenceEdit { table: 7, fence: fence.to_vec(), added };
-        let edits = [edit(b"f", true), edit(b"m", false), edit(b"q", true), edit(b"x", true), edit(b"x", false)];
-        let other = [FenceEdit { table: 8, fence: b"e".to_vec(), added: true }];
-        let find = |fences: &[Vec<u8>], edits: &[FenceEdit], place: &[u8]| {
-            String::from_utf8(edited_fence_of(fences, edits, 7, place)).unwrap()
-        };
-        assert_eq!(find(&fences, &edits, b"a"), "");
-        assert_eq!(find(&fences, &edits, b"c"), "c");
-        assert_eq!(find(&fences, &other, b"e"), "c", "another table's edit");
-        assert_eq!(find(&fences, &edits, b"g"), "f", "added");
-        assert_eq!(find(&fences, &edits, b"p"), "f", "m dropped");
-        assert_eq!(find(&fences, &edits, b"z"), "q", "x added, then dropped");
-        assert_eq!(find(&fences, &[], b"p"), "m");
-        // A new table: nothing committed, every fence an edit.
-        let new = [edit(b"", true), edit(b"k", true)];
-        assert_eq!(find(&[], &new, b"j"), "");
-        assert_eq!(find(&[], &new, b"k"), "k");
-    }
 }
