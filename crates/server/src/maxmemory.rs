@@ -178,15 +178,18 @@ impl MemoryLimit {
         if limit == 0 {
             return false;
         }
-        let allowed = |limit: u64| if self.evicts() { limit + limit / 4 } else { limit };
+        // Summed over the fast tier's segments: read once per command.
+        let log = db.log_bytes();
+        let quarter_over = |limit: u64| limit + limit / 4;
         match self.ssd_size {
-            None => db.log_bytes() > allowed(limit),
-            Some(0) => db.log_bytes() > limit + limit / 4,
-            Some(ssd) if self.evicts() => db.log_bytes() > limit + limit / 4 || db.ssd_tier_bytes() > allowed(ssd),
+            None if self.evicts() => log > quarter_over(limit),
+            None => log > limit,
+            Some(_) if log > quarter_over(limit) => true,
+            Some(0) => false,
+            Some(ssd) if self.evicts() => db.ssd_tier_bytes() > quarter_over(ssd),
             Some(ssd) => {
-                let kept = (limit as f64 * scaledkv::EVICT_AHEAD) as u64;
-                let demoting = db.log_bytes().saturating_sub(kept);
-                db.log_bytes() > limit + limit / 4 || db.ssd_tier_bytes() + demoting > ssd
+                let demoting = log.saturating_sub((limit as f64 * scaledkv::EVICT_AHEAD) as u64);
+                db.ssd_tier_bytes() + demoting > ssd
             }
         }
     }

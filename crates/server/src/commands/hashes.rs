@@ -216,13 +216,14 @@ pub fn hdel(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let pieces = ctx.writes.may_commit_in_pieces();
     let value = read_hash(ctx, &args[1])?;
     let mut hash = Open::of(&value)?;
+    let expiry = expiry_of(&value);
     let mut deleted = 0;
     for field in &args[2..] {
         deleted += hash.remove(ctx, field)? as i64;
-        hash.piece_point(ctx, &args[1], expiry_of(&value), pieces)?;
+        hash.piece_point(ctx, &args[1], expiry, pieces)?;
     }
     if deleted > 0 {
-        hash.store_noting(ctx, &args[1], expiry_of(&value), "hdel")?;
+        hash.store_noting(ctx, &args[1], expiry, "hdel")?;
     }
     ctx.out.int(deleted);
     Ok(())

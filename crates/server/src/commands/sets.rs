@@ -205,13 +205,14 @@ pub fn srem(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let pieces = ctx.writes.may_commit_in_pieces();
     let value = read_set(ctx, &args[1])?;
     let mut set = Open::of(value.as_ref())?;
+    let expiry = expiry_of(&value);
     let mut removed = 0;
     for member in &args[2..] {
         removed += set.remove(ctx, member)? as i64;
-        set.piece_point(ctx, &args[1], expiry_of(&value), pieces)?;
+        set.piece_point(ctx, &args[1], expiry, pieces)?;
     }
     if removed > 0 {
-        set.store_noting(ctx, &args[1], expiry_of(&value), "srem")?;
+        set.store_noting(ctx, &args[1], expiry, "srem")?;
     }
     ctx.out.int(removed);
     Ok(())
@@ -301,9 +302,10 @@ pub fn spop(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         // sweep deletes its entries in the background (`table::sweep`).
         set = Open::Value(Fields::default());
     } else {
+        let expiry = expiry_of(&value);
         for member in &popped {
             set.remove(ctx, member)?;
-            set.piece_point(ctx, &args[1], expiry_of(&value), pieces)?;
+            set.piece_point(ctx, &args[1], expiry, pieces)?;
         }
     }
     if !popped.is_empty() {

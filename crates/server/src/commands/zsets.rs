@@ -885,6 +885,7 @@ pub fn zadd(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     }
     let value = read_zset(ctx, key)?;
     let mut set = Open::of(value.as_ref())?;
+    let expiry = expiry_of(&value);
     let (mut added, mut updated, mut last) = (0, 0, None);
     if value.is_some() || !xx {
         for (pair, &score) in pairs.chunks(2).zip(&scores) {
@@ -915,11 +916,11 @@ pub fn zadd(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
                 }
             }
             last = Some(score);
-            set.piece_point(ctx, key, expiry_of(&value), pieces)?;
+            set.piece_point(ctx, key, expiry, pieces)?;
         }
     }
     if added + updated > 0 {
-        set.store_noting(ctx, key, expiry_of(&value), if incr { "zincr" } else { "zadd" })?;
+        set.store_noting(ctx, key, expiry, if incr { "zincr" } else { "zadd" })?;
     }
     match (incr, last) {
         (true, Some(score)) => ctx.out.double(score),
@@ -950,16 +951,17 @@ pub fn zrem(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let pieces = ctx.writes.may_commit_in_pieces();
     let value = read_zset(ctx, &args[1])?;
     let mut set = Open::of(value.as_ref())?;
+    let expiry = expiry_of(&value);
     let mut removed = 0;
     for member in &args[2..] {
         if let Some(score) = set.score(ctx, member)? {
             set.remove(ctx, member, score)?;
-            set.piece_point(ctx, &args[1], expiry_of(&value), pieces)?;
+            set.piece_point(ctx, &args[1], expiry, pieces)?;
             removed += 1;
         }
     }
     if removed > 0 {
-        set.store_noting(ctx, &args[1], expiry_of(&value), "zrem")?;
+        set.store_noting(ctx, &args[1], expiry, "zrem")?;
     }
     ctx.out.int(removed);
     Ok(())
