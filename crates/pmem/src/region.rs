@@ -512,10 +512,11 @@ impl Region {
         }
     }
 
-    /// Starts writing the file's dirty pages to the device and returns
-    /// without waiting for them or flushing the device's cache
-    /// (`sync_file_range` with `SYNC_FILE_RANGE_WRITE`). Not durability:
-    /// it only spreads writeback out over time.
+    /// Writes the file's dirty pages to the device, 256 KiB at a time with
+    /// one piece in flight, and one region at a time in this process; returns
+    /// once they are written, without flushing the device's cache
+    /// (`sync_file_range`). Not durability: it spreads writeback out over
+    /// time, on the caller's thread.
     ///
     /// A shared mapping's page-table entries are dropped first
     /// (`MADV_DONTNEED`: the pages stay in the page cache, dirty, and a
@@ -523,7 +524,16 @@ impl Region {
     /// write-protects every page in them, one TLB-flush interrupt to the
     /// process's other cores per page: with that, a disk fill of 1M x
     /// 16/1024 B ran at 370-398k writes/s; without, 907-915k.
-    pub fn start_write_back(&self) -> Result<()> {
+    ///
+    /// In pieces because a whole 64 MiB file handed to the device at once
+    /// (as before) filled its queue for ~130 ms, and every file system
+    /// operation of the writer's next segment (create, rename: 5-18 ms
+    /// each) waited behind it: a `buffered` disk fill of 1M x 16/1024 B then
+    /// waited for its next segment at 2-7 rolls (0.1-0.46 s of a 1.2-1.5 s
+    /// run). Interleaved runs, writes/s: 654-924k -> 857k-1.07M, 1 MiB pieces
+    /// alike (0.84-1.08M), pieces with several regions in flight at once
+    /// 658-926k. Reads right after overwrites moved -10% to +7%.
+    pub fn write_back_paced(&self) -> Result<()> {
         if !self.is_private() {
             // SAFETY: the range is this region's own shared file mapping;
             // dropping its entries loses nothing, even under concurrent
@@ -533,10 +543,20 @@ impl Region {
                 return Err(io_err(&self.path, "madvise(MADV_DONTNEED)")(std::io::Error::last_os_error()));
             }
         }
-        // SAFETY: a plain system call on the file this region owns.
-        let rc = unsafe { libc::sync_file_range(self.file.as_raw_fd(), 0, 0, libc::SYNC_FILE_RANGE_WRITE) };
-        if rc != 0 {
-            return Err(io_err(&self.path, "sync_file_range")(std::io::Error::last_os_error()));
+        static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+        const PIECE: usize = 256 << 10;
+        let flags = libc::SYNC_FILE_RANGE_WAIT_BEFORE | libc::SYNC_FILE_RANGE_WRITE | libc::SYNC_FILE_RANGE_WAIT_AFTER;
+        let mut at = 0;
+        while at < self.len {
+            let n = PIECE.min(self.len - at);
+            // SAFETY: a plain system call on the file this region owns.
+            let rc =
+                unsafe { libc::sync_file_range(self.file.as_raw_fd(), at as libc::off64_t, n as libc::off64_t, flags) };
+            if rc != 0 {
+                return Err(io_err(&self.path, "sync_file_range")(std::io::Error::last_os_error()));
+            }
+            at += n;
         }
         Ok(())
     }
@@ -805,12 +825,12 @@ mod tests {
     }
 
     #[test]
-    fn started_write_back_leaves_the_bytes_readable_and_reopenable() {
+    fn written_back_bytes_stay_readable_and_reopenable() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("r");
         let region = Region::create(&path, 1 << 20, Durability::Buffered, false).unwrap();
         unsafe { region.write(4096, &[5u8; 65536]).unwrap() };
-        region.start_write_back().unwrap();
+        region.write_back_paced().unwrap();
         assert!(region.read(4096, 65536).unwrap().iter().all(|b| *b == 5));
         unsafe { region.write(4096, b"after").unwrap() };
         region.sync_file().unwrap();

@@ -539,8 +539,10 @@ fn prefault_ahead_of_writer(segment: &Segment, stop: &AtomicBool, window: usize)
     }
 }
 
-/// Starts the device writes of a full segment's pages on a thread of its
-/// own. In `buffered` mode on a disk's file system nothing else does until
+/// Writes a full segment's pages to the device on a thread of its own,
+/// paced and one segment at a time (`Region::write_back_paced`: a fill
+/// faster than the device queues these threads behind each other, with
+/// their dirty pages, up to the kernel's dirty limits). In `buffered` mode on a disk's file system nothing else does until
 /// the kernel's dirty limits (10% of memory here, 2.4 GB): after 4M
 /// overwrites of 8/256 B, readers then shared the cores with gigabytes of
 /// writeback of mapped pages, each page write-protected in the process's
@@ -548,14 +550,14 @@ fn prefault_ahead_of_writer(segment: &Segment, stop: &AtomicBool, window: usize)
 /// ABBA: with writeback started here, readrandom 541-635k -> 1.04-1.06M
 /// and readseq 2.1-2.5M -> 4.4-4.7M after 4M x 8/256 B overwrites; with
 /// the segment's page-table entries dropped first as well
-/// (`Region::start_write_back`), the writes gained too: 4M x 8/256 B
+/// (`Region::write_back_paced`), the writes gained too: 4M x 8/256 B
 /// fillrandom 1.09-1.20M -> 1.47-1.64M and overwrite 0.90-1.07M ->
 /// 1.45-1.47M, 1M x 16/1024 B fillrandom 370-398k -> 907-915k.
 fn start_write_back(segment: Arc<Segment>, idle: bool) -> Option<JoinHandle<()>> {
     let spawned = std::thread::Builder::new().name("scaledkv-writeback".into()).spawn(move || {
         crate::background::lower_this_thread(idle);
-        if let Err(error) = segment.region.start_write_back() {
-            tracing::warn!(%error, "starting writeback of a full segment failed");
+        if let Err(error) = segment.region.write_back_paced() {
+            tracing::warn!(%error, "writing back a full segment failed");
         }
     });
     spawned.map_err(|error| tracing::warn!(%error, "cannot spawn the writeback thread")).ok()
