@@ -530,9 +530,11 @@ impl Region {
     /// operation of the writer's next segment (create, rename: 5-18 ms
     /// each) waited behind it: a `buffered` disk fill of 1M x 16/1024 B then
     /// waited for its next segment at 2-7 rolls (0.1-0.46 s of a 1.2-1.5 s
-    /// run). Interleaved runs, writes/s: 654-924k -> 857k-1.07M, 1 MiB pieces
-    /// alike (0.84-1.08M), pieces with several regions in flight at once
-    /// 658-926k. Reads right after overwrites moved -10% to +7%.
+    /// run). 18 interleaved pairs: 583-925k writes/s (median 790k) ->
+    /// 857k-1.09M (median 1.04M); 1 MiB pieces alike, pieces of several
+    /// regions in flight at once no better than the start. Reads right
+    /// after overwrites, 12 pairs: readrandom -4%, readseq -3% (medians;
+    /// two readseq runs -38%, the overwrites' writeback still running).
     pub fn write_back_paced(&self) -> Result<()> {
         if !self.is_private() {
             // SAFETY: the range is this region's own shared file mapping;
