@@ -542,7 +542,8 @@ fn prefault_ahead_of_writer(segment: &Segment, stop: &AtomicBool, window: usize)
 /// Writes a full segment's pages to the device on a thread of its own,
 /// paced and one segment at a time (`Region::write_back_paced`: a fill
 /// faster than the device queues these threads behind each other, with
-/// their dirty pages, up to the kernel's dirty limits). In `buffered` mode on a disk's file system nothing else does until
+/// their dirty pages, up to the kernel's dirty limits). In `buffered`
+/// mode on a disk's file system nothing else writes them back until
 /// the kernel's dirty limits (10% of memory here, 2.4 GB): after 4M
 /// overwrites of 8/256 B, readers then shared the cores with gigabytes of
 /// writeback of mapped pages, each page write-protected in the process's
