@@ -548,16 +548,10 @@ impl Region {
         static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
         let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
         const PIECE: usize = 256 << 10;
-        let flags = libc::SYNC_FILE_RANGE_WAIT_BEFORE | libc::SYNC_FILE_RANGE_WRITE | libc::SYNC_FILE_RANGE_WAIT_AFTER;
         let mut at = 0;
         while at < self.len {
             let n = PIECE.min(self.len - at);
-            // SAFETY: a plain system call on the file this region owns.
-            let rc =
-                unsafe { libc::sync_file_range(self.file.as_raw_fd(), at as libc::off64_t, n as libc::off64_t, flags) };
-            if rc != 0 {
-                return Err(io_err(&self.path, "sync_file_range")(std::io::Error::last_os_error()));
-            }
+            write_back_and_wait(&self.file, at, n).map_err(io_err(&self.path, "sync_file_range"))?;
             at += n;
         }
         Ok(())
@@ -709,15 +703,27 @@ fn write_zeros(file: &File, len: usize, pause: &mut dyn FnMut()) -> std::io::Res
     while at < len {
         let n = CHUNK.min(len - at);
         file.write_all_at(&zeros[..n], at as u64)?;
-        let flags = libc::SYNC_FILE_RANGE_WAIT_BEFORE | libc::SYNC_FILE_RANGE_WRITE | libc::SYNC_FILE_RANGE_WAIT_AFTER;
         // Only pacing: the caller's fsync is what makes the zeros durable,
         // so a file system without sync_file_range just loses the pacing.
-        // SAFETY: plain syscall on an fd we own.
-        let _ = unsafe { libc::sync_file_range(file.as_raw_fd(), at as libc::off64_t, n as libc::off64_t, flags) };
+        let _ = write_back_and_wait(file, at, n);
         at += n;
         pause();
     }
     Ok(())
+}
+
+/// Writes `[at, at + len)` of `file` to the device and waits for it
+/// (`sync_file_range`), without flushing the device's cache: the piece
+/// then no longer sits in the device's queue ahead of anyone's flush.
+fn write_back_and_wait(file: &File, at: usize, len: usize) -> std::io::Result<()> {
+    let flags = libc::SYNC_FILE_RANGE_WAIT_BEFORE | libc::SYNC_FILE_RANGE_WRITE | libc::SYNC_FILE_RANGE_WAIT_AFTER;
+    // SAFETY: a plain system call on an open file descriptor.
+    let rc = unsafe { libc::sync_file_range(file.as_raw_fd(), at as libc::off64_t, len as libc::off64_t, flags) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
 }
 
 #[cfg(test)]
