@@ -95,7 +95,7 @@ impl ChunkWriter {
     }
 
     fn write_out(&mut self) -> std::io::Result<()> {
-        self.crc = crc32c::crc32c_append(self.crc, &self.buf);
+        self.crc = scaledkv_pmem::crc::crc32c_append(self.crc, &self.buf);
         self.written_bytes += self.buf.len() as u64;
         self.file.write_all(&self.buf)?;
         self.buf.clear();
@@ -391,7 +391,7 @@ fn decode_entries<'a>(
     }
     let body_end = bytes.len() - 4;
     let stored_crc = u32::from_le_bytes(bytes[body_end..].try_into().expect("4 bytes"));
-    if crc32c::crc32c(&bytes[..body_end]) != stored_crc {
+    if scaledkv_pmem::crc::crc32c(&bytes[..body_end]) != stored_crc {
         return Err(corrupt(body_end, "checksum mismatch"));
     }
     let version = u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes"));
@@ -520,7 +520,7 @@ mod tests {
             bytes.extend_from_slice(&VERSION.to_le_bytes());
             bytes.extend_from_slice(&[0; 12]);
             bytes.extend_from_slice(&body);
-            let crc = crc32c::crc32c(&bytes);
+            let crc = scaledkv_pmem::crc::crc32c(&bytes);
             bytes.extend_from_slice(&crc.to_le_bytes());
             if check_delta(&bytes, Path::new("d")).is_ok() {
                 // What was checked iterates to exactly its entries.

@@ -43,7 +43,7 @@ impl Manifest {
         out[16..24].copy_from_slice(&self.checkpoint_generation.to_le_bytes());
         out[24..28].copy_from_slice(&self.replay_offset.to_le_bytes());
         out[28..32].copy_from_slice(&self.delta_count.to_le_bytes());
-        let crc = crc32c::crc32c(&out[..36]);
+        let crc = scaledkv_pmem::crc::crc32c(&out[..36]);
         out[36..40].copy_from_slice(&crc.to_le_bytes());
         out
     }
@@ -57,7 +57,7 @@ impl Manifest {
             return Err(corrupt("bad manifest magic"));
         }
         let u32_at = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4 bytes"));
-        if crc32c::crc32c(&bytes[..36]) != u32_at(36) {
+        if scaledkv_pmem::crc::crc32c(&bytes[..36]) != u32_at(36) {
             return Err(corrupt("manifest checksum mismatch"));
         }
         if !(1..=VERSION).contains(&u32_at(8)) {
@@ -108,7 +108,7 @@ mod tests {
             Manifest { checkpoint_generation: 7, replay_segment: 3, replay_offset: 4096, delta_count: 0 }.encode();
         bytes[8..12].copy_from_slice(&1u32.to_le_bytes());
         bytes[28] = 5; // not a field in version 1
-        let crc = crc32c::crc32c(&bytes[..36]);
+        let crc = scaledkv_pmem::crc::crc32c(&bytes[..36]);
         bytes[36..40].copy_from_slice(&crc.to_le_bytes());
         assert_eq!(Manifest::decode(&bytes, Path::new("M")).unwrap().delta_count, 0);
     }

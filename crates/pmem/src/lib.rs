@@ -16,6 +16,7 @@
 //! ```
 
 pub mod collections;
+pub mod crc;
 mod error;
 pub mod flush;
 pub mod pool;

@@ -130,7 +130,7 @@ pub fn encode_entry_parts(out: &mut Vec<u8>, kind: EntryKind, key: &[u8], parts:
     for part in parts {
         out.extend_from_slice(part);
     }
-    let crc = crc32c::crc32c(&out[start + 4..]);
+    let crc = scaledkv_pmem::crc::crc32c(&out[start + 4..]);
     out[start..start + 4].copy_from_slice(&crc.to_le_bytes());
 }
 
@@ -164,7 +164,7 @@ pub fn decode_entry(bytes: &[u8], verify: bool) -> Result<EntryView<'_>, DecodeE
     if bytes.len() < len {
         return Err(DecodeError::Truncated);
     }
-    if verify && crc32c::crc32c(&bytes[4..len]) != u32_at(bytes, 0) {
+    if verify && scaledkv_pmem::crc::crc32c(&bytes[4..len]) != u32_at(bytes, 0) {
         return Err(DecodeError::BadChecksum);
     }
     let (expiry_ms, key_start) = if has_expiry {
@@ -193,7 +193,7 @@ impl FrameHeader {
         out[8..12].copy_from_slice(&self.frame_len.to_le_bytes());
         out[12..16].copy_from_slice(&self.count.to_le_bytes());
         out[16..24].copy_from_slice(&self.seq.to_le_bytes());
-        let crc = crc32c::crc32c(&out[4..]);
+        let crc = scaledkv_pmem::crc::crc32c(&out[4..]);
         out[..4].copy_from_slice(&crc.to_le_bytes());
         out
     }
@@ -209,7 +209,7 @@ impl FrameHeader {
         if u16_at(header, 4) != FRAME_MAGIC {
             return Err(DecodeError::BadMagic);
         }
-        if crc32c::crc32c(&header[4..]) != u32_at(header, 0) {
+        if scaledkv_pmem::crc::crc32c(&header[4..]) != u32_at(header, 0) {
             return Err(DecodeError::BadChecksum);
         }
         if header[7] != FORMAT_VERSION {

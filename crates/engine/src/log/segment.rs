@@ -38,7 +38,7 @@ pub fn parse_segment_file_name(name: &str) -> Option<u32> {
 /// The size a valid segment header declares, if `bytes` start with one.
 pub fn declared_size(bytes: &[u8]) -> Option<u64> {
     let header = bytes.get(..40)?;
-    let crc_ok = crc32c::crc32c(&header[..32]) == u32::from_le_bytes(header[32..36].try_into().ok()?);
+    let crc_ok = scaledkv_pmem::crc::crc32c(&header[..32]) == u32::from_le_bytes(header[32..36].try_into().ok()?);
     (&header[..8] == SEGMENT_MAGIC && crc_ok).then(|| u64::from_le_bytes(header[16..24].try_into().expect("8 bytes")))
 }
 
@@ -147,7 +147,8 @@ impl Segment {
         if &header[..8] != SEGMENT_MAGIC {
             return Err(corrupt("not a ScaledKV segment (bad magic)"));
         }
-        if crc32c::crc32c(&header[..32]) != u32::from_le_bytes(header[32..36].try_into().expect("4 bytes")) {
+        if scaledkv_pmem::crc::crc32c(&header[..32]) != u32::from_le_bytes(header[32..36].try_into().expect("4 bytes"))
+        {
             return Err(corrupt("segment header checksum mismatch"));
         }
         let version = u32::from_le_bytes(header[8..12].try_into().expect("4 bytes"));
@@ -251,7 +252,7 @@ unsafe fn write_header(region: &Region, id: u32) -> Result<()> {
     header[8..12].copy_from_slice(&(FORMAT_VERSION as u32).to_le_bytes());
     header[12..16].copy_from_slice(&id.to_le_bytes());
     header[16..24].copy_from_slice(&(region.len() as u64).to_le_bytes());
-    let crc = crc32c::crc32c(&header[..32]);
+    let crc = scaledkv_pmem::crc::crc32c(&header[..32]);
     header[32..36].copy_from_slice(&crc.to_le_bytes());
     // SAFETY: exclusivity is the caller's contract.
     unsafe { region.write(0, &header)? };

@@ -479,7 +479,7 @@ impl Pool {
         }
         let mut crc_input = header[..HEADER_CRC_AT].to_vec();
         crc_input[..8].copy_from_slice(&MAGIC);
-        let crc = crc32c::crc32c(&crc_input);
+        let crc = crate::crc::crc32c(&crc_input);
         header[HEADER_CRC_AT..HEADER_CRC_AT + 4].copy_from_slice(&crc.to_le_bytes());
     }
 
@@ -491,7 +491,7 @@ impl Pool {
         }
         let header = pool.mem.bytes(0, HEADER_BYTES);
         let stored_crc = u32::from_le_bytes(header[HEADER_CRC_AT..HEADER_CRC_AT + 4].try_into().expect("4 bytes"));
-        if crc32c::crc32c(&header[..HEADER_CRC_AT]) != stored_crc {
+        if crate::crc::crc32c(&header[..HEADER_CRC_AT]) != stored_crc {
             return Err(corrupt(&pool.path, "header checksum mismatch".into()));
         }
         let format = u32::from_le_bytes(header[8..12].try_into().expect("4 bytes"));

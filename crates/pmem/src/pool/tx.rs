@@ -331,7 +331,7 @@ impl<'p> Tx<'p> {
         let mut chained = 0u32;
         for &(offset, len) in &ranges {
             let crc = write_entry(mem, at, generation, offset, len as u32 | REDO_FLAG, mem.bytes(offset, len));
-            chained = crc32c::crc32c_append(chained, &crc.to_le_bytes());
+            chained = crate::crc::crc32c_append(chained, &crc.to_le_bytes());
             at += ENTRY_HEADER_BYTES + len.div_ceil(8) * 8;
         }
         let mut seal = [0u8; 8];
@@ -394,7 +394,7 @@ fn write_entry(mem: super::Mem, at: u64, generation: u64, target: u64, len_word:
     entry[8..16].copy_from_slice(&target.to_le_bytes());
     entry[16..20].copy_from_slice(&len_word.to_le_bytes());
     entry[24..].copy_from_slice(data);
-    let crc = crc32c::crc32c_append(crc32c::crc32c(&entry[0..20]), &entry[24..]);
+    let crc = crate::crc::crc32c_append(crate::crc::crc32c(&entry[0..20]), &entry[24..]);
     entry[20..24].copy_from_slice(&crc.to_le_bytes());
     crc
 }
@@ -456,7 +456,7 @@ fn read_redo_log(pool: &Pool, half: u64) -> Option<RedoLog> {
             return None;
         }
         let data = mem.bytes(at + ENTRY_HEADER_BYTES, len);
-        if crc32c::crc32c_append(crc32c::crc32c(&header[0..20]), data) != crc {
+        if crate::crc::crc32c_append(crate::crc::crc32c(&header[0..20]), data) != crc {
             return None;
         }
         if target == COMMIT_TARGET {
@@ -465,7 +465,7 @@ fn read_redo_log(pool: &Pool, half: u64) -> Option<RedoLog> {
             let sealed = seal[..4] == chained.to_le_bytes() && count & !ALONE_FLAG == entries.len() as u32;
             return sealed.then_some(RedoLog { generation: entry_generation, entries, alone: count & ALONE_FLAG != 0 });
         }
-        chained = crc32c::crc32c_append(chained, &crc.to_le_bytes());
+        chained = crate::crc::crc32c_append(chained, &crc.to_le_bytes());
         entries.push((at, target, len));
         at += ENTRY_HEADER_BYTES + len.div_ceil(8) * 8;
     }
@@ -560,7 +560,7 @@ pub(super) fn recover(pool: &mut Pool) -> Result<Recovery> {
             break;
         }
         let data = mem.bytes(at + ENTRY_HEADER_BYTES, len);
-        if crc32c::crc32c_append(crc32c::crc32c(&header[0..20]), data) != crc {
+        if crate::crc::crc32c_append(crate::crc::crc32c(&header[0..20]), data) != crc {
             break;
         }
         check_target(pool, at, target, len, &g)?;
