@@ -235,7 +235,7 @@ impl WriteBatch {
     }
 }
 
-fn check_sizes(key: usize, value: usize) -> Option<Error> {
+pub(crate) fn check_sizes(key: usize, value: usize) -> Option<Error> {
     if key > MAX_KEY_BYTES {
         Some(Error::KeyTooLarge { len: key, max: MAX_KEY_BYTES })
     } else if value > MAX_VALUE_BYTES {

@@ -265,19 +265,8 @@ impl Committer {
 
     /// Queues `request` and returns once it is durable and visible, or failed.
     pub fn commit(&self, request: Arc<Request>, lead: Lead<'_>) -> Result<()> {
-        // Alone: lead a group of one without queueing, which skips the
-        // queue's and the waker's locks and the self-wake. Whoever queues
-        // meanwhile is led by the drain below, as after any group. Not
-        // where groups are gathered: a device's persist dwarfs the saving.
-        if !self.gathers {
-            if let Some(mut log) = self.wait_for_free_log(SPIN_FOR_LOG) {
-                let result = lead(&mut log, std::slice::from_ref(&request));
-                drop(log);
-                if !self.queue.lock().is_empty() {
-                    self.drain(lead);
-                }
-                return result;
-            }
+        if let Some(result) = self.commit_alone(|log| lead(log, std::slice::from_ref(&request)), lead) {
+            return result;
         }
         *request.waker.lock() = Some(THREAD_WAKER.with(Waker::clone));
         request.blocking.store(true, Ordering::Relaxed);
@@ -300,6 +289,26 @@ impl Committer {
                 return outcome;
             }
         }
+    }
+
+    /// Leads a write alone, without queueing, where that is how a blocked
+    /// writer commits: `alone` writes, persists and publishes with the
+    /// log, then `lead` leads whatever queued meanwhile, as after any
+    /// group. None where the writer must queue a request instead: the log
+    /// stayed busy, or groups are gathered (a device's persist dwarfs
+    /// what going alone saves: the queue's and the waker's locks, the
+    /// self-wake, and for `Db::put` the request itself).
+    pub fn commit_alone(&self, alone: impl FnOnce(&mut LogWriter) -> Result<()>, lead: Lead<'_>) -> Option<Result<()>> {
+        if self.gathers {
+            return None;
+        }
+        let mut log = self.wait_for_free_log(SPIN_FOR_LOG)?;
+        let result = alone(&mut log);
+        drop(log);
+        if !self.queue.lock().is_empty() {
+            self.drain(lead);
+        }
+        Some(result)
     }
 
     /// The log, if it is free with nobody queued, or comes free within

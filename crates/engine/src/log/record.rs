@@ -114,24 +114,51 @@ pub fn encode_entry(out: &mut Vec<u8>, kind: EntryKind, key: &[u8], value: &[u8]
 /// Like `encode_entry`, with the value given as consecutive parts (so a
 /// caller can prefix a value without copying it first).
 pub fn encode_entry_parts(out: &mut Vec<u8>, kind: EntryKind, key: &[u8], parts: &[&[u8]], expiry_ms: Option<u64>) {
-    let value_len: usize = parts.iter().map(|p| p.len()).sum();
-    assert!(key.len() <= u16::MAX as usize && value_len <= u32::MAX as usize);
-    out.reserve(entry_len(key.len(), value_len, expiry_ms.is_some()));
-    let start = out.len();
-    out.extend_from_slice(&[0u8; 4]);
-    out.push(kind as u8);
-    out.push(if expiry_ms.is_some() { ENTRY_HAS_EXPIRY } else { 0 });
-    out.extend_from_slice(&(key.len() as u16).to_le_bytes());
-    out.extend_from_slice(&(value_len as u32).to_le_bytes());
-    if let Some(expiry) = expiry_ms {
-        out.extend_from_slice(&expiry.to_le_bytes());
-    }
+    let header = EntryHeader::new(kind, key, parts, expiry_ms);
+    out.reserve(header.entry_len);
+    out.extend_from_slice(header.as_bytes());
     out.extend_from_slice(key);
     for part in parts {
         out.extend_from_slice(part);
     }
-    let crc = scaledkv_pmem::crc::crc32c(&out[start + 4..]);
-    out[start..start + 4].copy_from_slice(&crc.to_le_bytes());
+}
+
+/// An entry's header, CRC included, for a key and value held elsewhere:
+/// the entry is this header, then the key, then the value's parts.
+pub struct EntryHeader {
+    bytes: [u8; ENTRY_HEADER_BYTES + EXPIRY_BYTES],
+    len: usize,
+    /// Bytes of the whole entry.
+    pub entry_len: usize,
+}
+
+impl EntryHeader {
+    /// Lengths must already be validated against the limits (they fit
+    /// their fields).
+    pub fn new(kind: EntryKind, key: &[u8], parts: &[&[u8]], expiry_ms: Option<u64>) -> EntryHeader {
+        let value_len: usize = parts.iter().map(|p| p.len()).sum();
+        assert!(key.len() <= u16::MAX as usize && value_len <= u32::MAX as usize);
+        let mut bytes = [0u8; ENTRY_HEADER_BYTES + EXPIRY_BYTES];
+        bytes[4] = kind as u8;
+        bytes[5] = if expiry_ms.is_some() { ENTRY_HAS_EXPIRY } else { 0 };
+        bytes[6..8].copy_from_slice(&(key.len() as u16).to_le_bytes());
+        bytes[8..12].copy_from_slice(&(value_len as u32).to_le_bytes());
+        let mut len = ENTRY_HEADER_BYTES;
+        if let Some(expiry) = expiry_ms {
+            bytes[12..20].copy_from_slice(&expiry.to_le_bytes());
+            len += EXPIRY_BYTES;
+        }
+        let mut crc = scaledkv_pmem::crc::crc32c_append(scaledkv_pmem::crc::crc32c(&bytes[4..len]), key);
+        for part in parts {
+            crc = scaledkv_pmem::crc::crc32c_append(crc, part);
+        }
+        bytes[..4].copy_from_slice(&crc.to_le_bytes());
+        EntryHeader { bytes, len, entry_len: len + key.len() + value_len }
+    }
+
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..self.len]
+    }
 }
 
 /// A decoded entry borrowing the log bytes.
@@ -270,6 +297,31 @@ pub fn decode_frame<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An entry written from its parts (`Db::put` alone: header, key,
+    /// value straight into the log) is byte for byte the entry a batch
+    /// encodes, and decodes with its checksum.
+    #[test]
+    fn an_entry_from_parts_is_the_batch_entry() {
+        let value: Vec<u8> = (0..1024u32).map(|i| i as u8).collect();
+        type Case<'a> = (EntryKind, &'a [u8], &'a [u8], Option<u64>);
+        let cases: [Case<'_>; 4] = [
+            (EntryKind::Put, b"key:0001", &value, None),
+            (EntryKind::Put, b"k", b"", Some(1_700_000_000_000)),
+            (EntryKind::Delete, b"gone", b"", None),
+            (EntryKind::Put, &[7u8; 300], &value[..77], Some(5)),
+        ];
+        for (kind, key, value, expiry) in cases {
+            let mut batch = Vec::new();
+            encode_entry(&mut batch, kind, key, value, expiry);
+            let header = EntryHeader::new(kind, key, &[value], expiry);
+            let parts = [header.as_bytes(), key, value].concat();
+            assert_eq!(parts, batch);
+            assert_eq!(header.entry_len, batch.len());
+            let decoded = decode_entry(&parts, true).unwrap();
+            assert_eq!((decoded.kind, decoded.key, decoded.value, decoded.expiry_ms), (kind, key, value, expiry));
+        }
+    }
 
     fn sample_frame() -> Vec<u8> {
         let mut body = Vec::new();

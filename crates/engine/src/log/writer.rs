@@ -326,8 +326,18 @@ impl LogWriter {
 
     /// Writes one frame (`header` + `body`) and returns (segment id, offset).
     pub fn append(&mut self, header: &FrameHeader, body: &[u8], segments: &SegmentSet) -> Result<(u32, usize)> {
+        self.append_parts(header, &[body], segments)
+    }
+
+    /// As `append`, with the frame's body given as consecutive parts.
+    pub fn append_parts(
+        &mut self,
+        header: &FrameHeader,
+        body: &[&[u8]],
+        segments: &SegmentSet,
+    ) -> Result<(u32, usize)> {
         let frame_len = header.frame_len as usize;
-        debug_assert_eq!(frame_len, FRAME_HEADER_BYTES + body.len());
+        debug_assert_eq!(frame_len, FRAME_HEADER_BYTES + body.iter().map(|part| part.len()).sum::<usize>());
         if self.offset + frame_len > self.active.capacity_bytes() {
             self.roll(segments)?;
         }
@@ -339,7 +349,9 @@ impl LogWriter {
                 self.staged_from = at;
             }
             self.staged.extend_from_slice(&header.encode());
-            self.staged.extend_from_slice(body);
+            for part in body {
+                self.staged.extend_from_slice(part);
+            }
             // Alignment padding is zeros, as in the file.
             self.staged.resize(next - self.staged_from, 0);
         } else {
@@ -347,7 +359,11 @@ impl LogWriter {
             // entry points there until this group is persisted and applied.
             unsafe {
                 region.write(at, &header.encode())?;
-                region.write(at + FRAME_HEADER_BYTES, body)?;
+                let mut part_at = at + FRAME_HEADER_BYTES;
+                for part in body {
+                    region.write(part_at, part)?;
+                    part_at += part.len();
+                }
             }
         }
         self.offset = next;
