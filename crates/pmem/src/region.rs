@@ -638,8 +638,9 @@ impl std::fmt::Debug for Region {
     }
 }
 
-/// Creates `path` (which must not exist) with `len_bytes` reserved, zero-filled
-/// where `blocks` asks for it, and synced unless buffered.
+/// Creates `path` (which must not exist) with `len_bytes` reserved (on
+/// tmpfs written as zeros, `write_zeros_in_memory`), zero-filled on other
+/// file systems where `blocks` asks for it, and synced unless buffered.
 fn create_file(
     path: &Path,
     len_bytes: usize,
