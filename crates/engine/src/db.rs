@@ -386,10 +386,7 @@ impl Db {
             return Err(error);
         }
         let entry_len = crate::log::record::entry_len(entry.key.len(), entry.value.len(), entry.expiry_ms.is_some());
-        let max = self.inner.options.max_batch_bytes();
-        if entry_len > max {
-            return Err(Error::BatchTooLarge { bytes: entry_len, max });
-        }
+        self.check_batch_bytes(entry_len)?;
         self.help_background_work();
         if let Some(result) = self.inner.commit_entry_alone(entry) {
             return result;
@@ -483,12 +480,17 @@ impl Db {
         if batch.count == 0 {
             return Ok(None);
         }
-        let max = self.inner.options.max_batch_bytes();
-        if batch.body.len() > max {
-            return Err(Error::BatchTooLarge { bytes: batch.body.len(), max });
-        }
+        self.check_batch_bytes(batch.body.len())?;
         self.help_background_work();
         Ok(Some(Request::new(batch.body, batch.count, None)))
+    }
+
+    fn check_batch_bytes(&self, bytes: usize) -> Result<()> {
+        let max = self.inner.options.max_batch_bytes();
+        if bytes > max {
+            return Err(Error::BatchTooLarge { bytes, max });
+        }
+        Ok(())
     }
 
     /// A step of GC or eviction first, when either has fallen behind.
@@ -997,11 +999,18 @@ impl Inner {
                 }
             }
         }
-        self.index.apply(updates.into_iter(), seq, &self.segments);
+        self.publish(log, updates.into_iter(), seq, first_segment);
+        Ok(())
+    }
+
+    /// Applies a persisted group's `updates` to the index, making them
+    /// visible, and looks at the cache's size again if the group rolled
+    /// to a new segment (`first_segment` was the active one before it).
+    fn publish<'a>(&self, log: &LogWriter, updates: impl Iterator<Item = Update<'a>>, seq: u64, first_segment: u32) {
+        self.index.apply(updates, seq, &self.segments);
         if log.active_id() != first_segment && self.cache_capacity() > 0 {
             self.refresh_cache_over();
         }
-        Ok(())
     }
 
     /// The counters of a group just persisted.
@@ -1043,10 +1052,7 @@ impl Inner {
             }
             EntryKind::Delete => Update::Delete { key: entry.key, seq },
         };
-        self.index.apply(std::iter::once(update), seq, &self.segments);
-        if log.active_id() != first_segment && self.cache_capacity() > 0 {
-            self.refresh_cache_over();
-        }
+        self.publish(log, std::iter::once(update), seq, first_segment);
         Ok(())
     }
 

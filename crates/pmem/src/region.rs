@@ -119,13 +119,14 @@ unsafe fn populate_in_steps(ptr: *mut u8, from: usize, to: usize, how: Populate)
         // SAFETY: within the mapping (caller's contract).
         let chunk = unsafe { ptr.add(at) };
         let advice = match how {
-            Populate::Read => libc::MADV_POPULATE_READ,
-            Populate::Write => libc::MADV_POPULATE_WRITE,
-            Populate::Touch => 0,
+            Populate::Read => Some(libc::MADV_POPULATE_READ),
+            Populate::Write => Some(libc::MADV_POPULATE_WRITE),
+            Populate::Touch => None,
         };
         // SAFETY: advice on our own mapping; it changes no contents.
-        if advice == 0 || unsafe { libc::madvise(chunk.cast(), step, advice) } != 0 {
-            // Kernels before 5.14 lack the advice: touch one byte per page.
+        if advice.is_none_or(|advice| unsafe { libc::madvise(chunk.cast(), step, advice) } != 0) {
+            // `Populate::Touch`, or a kernel before 5.14 that lacks the
+            // advice: touch one byte per page.
             for offset in (0..step).step_by(page) {
                 // SAFETY: within the mapping; a read changes nothing.
                 unsafe { std::ptr::read_volatile(chunk.add(offset)) };
@@ -136,7 +137,7 @@ unsafe fn populate_in_steps(ptr: *mut u8, from: usize, to: usize, how: Populate)
 }
 
 /// How `populate_in_steps` maps pages.
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy)]
 enum Populate {
     Read,
     Write,
