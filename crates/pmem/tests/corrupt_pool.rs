@@ -100,3 +100,24 @@ proptest! {
         let _ = exercise(&damaged, durability);
     }
 }
+
+/// The generation word is one unchecksummed store: a damaged one far past
+/// any count of transactions is reported, not advanced past `u64::MAX`
+/// (libFuzzer's `pool_image` found the overflow).
+#[test]
+fn a_damaged_generation_word_is_reported() {
+    for durability in [Durability::Pmem, Durability::Sync] {
+        for generation in [u64::MAX, 1 << 62] {
+            let mut damaged = image(durability).to_vec();
+            let log_offset = u64::from_le_bytes(damaged[88..96].try_into().unwrap()) as usize;
+            damaged[log_offset..log_offset + 8].copy_from_slice(&generation.to_le_bytes());
+            let error = exercise(&damaged, durability).expect_err("a damaged generation must not open");
+            assert!(matches!(error, Error::CorruptPool { .. }), "{durability:?} {generation:#x}: {error}");
+        }
+        // The largest sane generation still opens (its log is dead).
+        let mut aged = image(durability).to_vec();
+        let log_offset = u64::from_le_bytes(aged[88..96].try_into().unwrap()) as usize;
+        aged[log_offset..log_offset + 8].copy_from_slice(&((1u64 << 62) - 2).to_le_bytes());
+        assert_eq!(exercise(&aged, durability).unwrap(), 899, "{durability:?}");
+    }
+}

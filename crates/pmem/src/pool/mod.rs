@@ -522,6 +522,10 @@ impl Pool {
         };
         pool.geometry.validate(pool.mem.len).map_err(|detail| corrupt(&pool.path, detail))?;
         pool.generation = pool.mem.u64_at(pool.geometry.log_offset);
+        if pool.generation >= tx::GENERATION_LIMIT {
+            let detail = format!("log generation {:#x} is past {:#x}", pool.generation, tx::GENERATION_LIMIT);
+            return Err(corrupt(&pool.path, detail));
+        }
         pool.recovery = tx::recover(&mut pool)?;
         pool.heap = heap::Heap::rebuild(&pool)?;
         Ok(pool)

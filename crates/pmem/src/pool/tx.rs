@@ -50,6 +50,11 @@ const REDO_FLAG: u32 = 1 << 31;
 const COMMIT_TARGET: u64 = u64::MAX;
 const ALONE_FLAG: u32 = 1 << 31;
 const COMMIT_RECORD_BYTES: u64 = ENTRY_HEADER_BYTES + 8;
+/// Generations at or past this are damage: one per transaction, a pool
+/// would need centuries to get there. Checked where a generation is read,
+/// so that moving one past a log's (`+ 1`) cannot overflow (a fuzzed
+/// generation word of `u64::MAX` panicked in `bump_generation`).
+pub(super) const GENERATION_LIMIT: u64 = 1 << 62;
 
 /// A transaction on a [`Pool`], handed to the body of [`Pool::transaction`].
 pub struct Tx<'p> {
@@ -449,6 +454,7 @@ fn read_redo_log(pool: &Pool, half: u64) -> Option<RedoLog> {
         let crc = u32::from_le_bytes(header[20..24].try_into().expect("4 bytes"));
         let len = (len_word & !REDO_FLAG) as u64;
         if len_word & REDO_FLAG == 0
+            || entry_generation >= GENERATION_LIMIT
             || entry_generation % 2 != half
             || *generation.get_or_insert(entry_generation) != entry_generation
             || at + ENTRY_HEADER_BYTES + len > limit
