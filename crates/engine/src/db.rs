@@ -62,7 +62,7 @@ const CHECKPOINT_GROWTH: u64 = 4;
 /// at the interval regardless, deltas made `overwrite` 5% slower (4M x
 /// 8/256 B, 3 pairs) and up to 10% (1M x 16/1024 B) for a fifth less
 /// checkpoint bytes.
-const MAX_DELTAS: u32 = 8;
+pub(crate) const MAX_DELTAS: u32 = 8;
 const DELTA_SHARE: u64 = 2;
 
 /// What the next checkpoint writes.

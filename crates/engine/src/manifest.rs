@@ -25,6 +25,10 @@ const MAGIC: &[u8; 8] = b"SKVMANI\0";
 const VERSION: u32 = 2;
 const LEN: usize = 40;
 pub const FILE_NAME: &str = "MANIFEST";
+/// Checkpoint generations at or past this are damage: one per checkpoint,
+/// a database would need centuries to get there. Keeps `generation + n`
+/// (the chain's file names, the next checkpoint) from overflowing.
+pub const GENERATION_LIMIT: u64 = 1 << 62;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Manifest {
@@ -63,12 +67,29 @@ impl Manifest {
         if !(1..=VERSION).contains(&u32_at(8)) {
             return Err(Error::UnsupportedVersion { path: path.to_path_buf(), found: u32_at(8), expected: VERSION });
         }
-        Ok(Manifest {
+        let manifest = Manifest {
             replay_segment: u32_at(12),
             checkpoint_generation: u64::from_le_bytes(bytes[16..24].try_into().expect("8 bytes")),
             replay_offset: u32_at(24),
             delta_count: if u32_at(8) == 1 { 0 } else { u32_at(28) },
-        })
+        };
+        // Checksummed, yet not trusted to size anything: a forged manifest
+        // naming 4 billion deltas made open allocate 22 GB for their names
+        // (libFuzzer, `engine_files`).
+        if manifest.checkpoint_generation >= GENERATION_LIMIT {
+            return Err(corrupt(&format!(
+                "checkpoint generation {} is past {GENERATION_LIMIT}",
+                manifest.checkpoint_generation
+            )));
+        }
+        if manifest.delta_count > crate::db::MAX_DELTAS {
+            let max = crate::db::MAX_DELTAS;
+            return Err(corrupt(&format!(
+                "manifest names {} delta checkpoints, at most {max} are written",
+                manifest.delta_count
+            )));
+        }
+        Ok(manifest)
     }
 
     /// Reads `dir/MANIFEST`; `None` if the database never checkpointed.
@@ -111,6 +132,28 @@ mod tests {
         let crc = scaledkv_pmem::crc::crc32c(&bytes[..36]);
         bytes[36..40].copy_from_slice(&crc.to_le_bytes());
         assert_eq!(Manifest::decode(&bytes, Path::new("M")).unwrap().delta_count, 0);
+    }
+
+    /// Well-checksummed manifests whose fields no engine writes.
+    #[test]
+    fn impossible_fields_are_corruption() {
+        let bad = [
+            Manifest { checkpoint_generation: 7, replay_segment: 3, replay_offset: 0, delta_count: u32::MAX },
+            Manifest { checkpoint_generation: 7, replay_segment: 3, replay_offset: 0, delta_count: 9 },
+            Manifest { checkpoint_generation: u64::MAX, replay_segment: 3, replay_offset: 0, delta_count: 1 },
+            Manifest { checkpoint_generation: GENERATION_LIMIT, replay_segment: 3, replay_offset: 0, delta_count: 0 },
+        ];
+        for manifest in bad {
+            let error = Manifest::decode(&manifest.encode(), Path::new("M")).unwrap_err();
+            assert!(matches!(error, Error::Corruption { .. }), "{manifest:?}: {error}");
+        }
+        let most = Manifest {
+            checkpoint_generation: GENERATION_LIMIT - 1,
+            replay_segment: 3,
+            replay_offset: 0,
+            delta_count: 8,
+        };
+        assert_eq!(Manifest::decode(&most.encode(), Path::new("M")).unwrap(), most);
     }
 
     #[test]
