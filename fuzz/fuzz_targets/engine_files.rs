@@ -87,6 +87,14 @@ fuzz_target!(|data: &[u8]| {
     for (name, bytes) in &files {
         std::fs::write(dir.join(name), bytes).unwrap();
     }
+    // To look at an input's files outside the fuzzer.
+    if let Some(keep) = std::env::var_os("ENGINE_FILES_KEEP") {
+        let keep = Path::new(&keep);
+        std::fs::create_dir_all(keep).unwrap();
+        for (name, bytes) in &files {
+            std::fs::write(keep.join(name), bytes).unwrap();
+        }
+    }
     if let Ok(db) = Db::open(dir, options(repair)) {
         let check = |key: &[u8], value: &[u8]| {
             if !fix {

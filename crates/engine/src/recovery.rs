@@ -497,6 +497,14 @@ fn open_segments(dir: &Path, options: &Options, report: &mut RecoveryReport) -> 
     let mut files: BTreeMap<u32, (PathBuf, bool)> =
         list_segment_files(dir)?.into_iter().map(|(id, path)| (id, (path, false))).collect();
     let last_id = files.last_key_value().map(|(id, _)| *id);
+    // The largest size the newest segment can have been created with: the
+    // configured one, or that of a segment before it (the option changed).
+    let mut largest = options.segment_size_bytes as u64;
+    for (id, (path, _)) in &files {
+        if Some(*id) != last_id {
+            largest = largest.max(std::fs::metadata(path).map_err(Error::io(path, "stat"))?.len());
+        }
+    }
     if let Some(tier) = &options.ssd_tier {
         for (id, path) in list_segment_files(&tier.dir)? {
             // Demoted, and the original not yet removed (`tier.rs`): the
@@ -509,7 +517,7 @@ fn open_segments(dir: &Path, options: &Options, report: &mut RecoveryReport) -> 
     }
     for (id, (path, cold)) in files {
         if Some(id) == last_id && !cold {
-            restore_truncated_length(&path, report)?;
+            restore_truncated_length(&path, largest, report)?;
         }
         match Segment::open_in(&path, id, options.durability, cold) {
             Ok(segment) => segments.push(Arc::new(segment)),
@@ -534,8 +542,12 @@ fn open_segments(dir: &Path, options: &Options, report: &mut RecoveryReport) -> 
 
 /// The newest segment cut short (a copy or a file system that lost its
 /// tail) is a torn tail: give it back its length (the lost part reads as
-/// zeros, the end of the log) and report it.
-fn restore_truncated_length(path: &Path, report: &mut RecoveryReport) -> Result<()> {
+/// zeros, the end of the log) and report it. Not past `largest`, the largest size it can have been created with: a
+/// damaged header whose checksum still held (libFuzzer forged one, the
+/// `engine_files` target) claimed 7.6 GB for a 64 KiB file, and open
+/// extended it and read every page. The segment then fails to open with
+/// an error naming both sizes.
+fn restore_truncated_length(path: &Path, largest: u64, report: &mut RecoveryReport) -> Result<()> {
     let bytes_on_disk = std::fs::metadata(path).map_err(Error::io(path, "stat"))?.len();
     let mut header = [0u8; 40];
     let mut file = std::fs::File::open(path).map_err(Error::io(path, "open"))?;
@@ -543,7 +555,7 @@ fn restore_truncated_length(path: &Path, report: &mut RecoveryReport) -> Result<
         return Ok(());
     }
     let Some(size) = crate::log::segment::declared_size(&header) else { return Ok(()) };
-    if size > bytes_on_disk {
+    if size > bytes_on_disk && size <= largest {
         let file = std::fs::OpenOptions::new().write(true).open(path).map_err(Error::io(path, "open"))?;
         file.set_len(size).map_err(Error::io(path, "set_len"))?;
         file.sync_all().map_err(Error::io(path, "fsync"))?;

@@ -329,3 +329,42 @@ fn a_segment_file_without_its_header_is_removed_and_reported() {
         Ok(_) => panic!("a segment of garbage was accepted"),
     }
 }
+
+/// The newest segment cut short gets back the size its header declares,
+/// but a header (checksum recomputed) that declares more than any segment
+/// of the database was created with is an error naming the file, which
+/// keeps its length: a forged 7.6 GB made open extend a 64 KiB file and
+/// read every page (libFuzzer, `engine_files`).
+#[test]
+fn a_cut_short_segment_gets_back_only_a_size_it_can_have() {
+    let (base, _, frames) = build(true);
+    let declared = options().segment_size_bytes as u64;
+    let (last_at, _) = frames[frames.len() - 1];
+    let copy = copy_dir(base.path());
+    let segment = copy.path().join("seg-00000001.log");
+    edit(&segment, |b| b.truncate(last_at));
+    let db = Db::open(copy.path(), options()).unwrap();
+    assert_exactly_first(&db, FRAMES - 1, None);
+    drop(db);
+    assert_eq!(std::fs::metadata(&segment).unwrap().len(), declared);
+
+    for size in [declared + 4096, 7_600_000_000] {
+        let copy = copy_dir(base.path());
+        let segment = copy.path().join("seg-00000001.log");
+        edit(&segment, |b| {
+            b.truncate(last_at);
+            b[16..24].copy_from_slice(&size.to_le_bytes());
+            let crc = scaledkv_pmem::crc::crc32c(&b[..32]);
+            b[32..36].copy_from_slice(&crc.to_le_bytes());
+        });
+        match Db::open(copy.path(), options()) {
+            Err(Error::Corruption { path, reason, .. }) => {
+                assert_eq!(path, segment);
+                assert!(reason.contains(&size.to_string()), "{reason}");
+            }
+            Err(other) => panic!("expected a corruption error naming the segment, got {other}"),
+            Ok(_) => panic!("a segment declaring {size} bytes was given them"),
+        }
+        assert_eq!(std::fs::metadata(&segment).unwrap().len(), last_at as u64, "the file keeps its length");
+    }
+}
