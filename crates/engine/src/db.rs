@@ -1131,11 +1131,11 @@ impl Inner {
             let entry = self.decode_at(segment, loc, key, prefetched)?;
             Ok(entry.map(|entry| f(segment, loc, &entry)))
         };
-        // A pinned table (snapshots, iterators) is a plain vector: looking
+        // A pinned table (snapshots, iterators) is a plain table: looking
         // there first saves an atomic load per entry. Segment ids are never
         // reused, so a pinned segment holds the same bytes as the live one.
         pinned
-            .and_then(|table| table.get(loc.seg as usize)?.as_ref().map(decode))
+            .and_then(|table| table.get(loc.seg).map(decode))
             .or_else(|| self.segments.with(loc.seg, decode))
             .or_else(|| self.segments.find_retired(loc.seg).map(|segment| decode(&segment)))
     }

@@ -553,7 +553,7 @@ mod tests {
         // What GC noted when it found the entry live.
         let (loc, seq) = (db.inner.index.get(b"gone", None).unwrap(), db.stats().last_seq);
         let table = db.inner.segments.pin();
-        let segment = table[loc.seg as usize].as_ref().unwrap();
+        let segment = table.get(loc.seg).unwrap();
         let body = segment.region.read(loc.off as usize, loc.len as usize).unwrap().to_vec();
         db.delete(b"gone").unwrap();
         db.inner.checkpoint().unwrap();

@@ -59,7 +59,7 @@ enum Lent {
     Nothing,
     /// In a segment of the pinned table, which keeps it alive.
     Table {
-        seg: usize,
+        seg: u32,
         range: std::ops::Range<usize>,
     },
     /// Elsewhere (a segment GC wrote after the table was pinned).
@@ -181,12 +181,11 @@ impl Iter<'_> {
                 }
                 // Most entries lie in a segment the pinned table holds: lend
                 // from it, with no reference count to take per entry.
-                if let Some(Some(segment)) = self.table.get(loc.seg as usize) {
+                if let Some(segment) = self.table.get(loc.seg) {
                     match self.inner.decode_at(segment, loc, key, true) {
                         Ok(Some(entry)) => {
                             let start = value_offset(loc, &entry);
-                            self.current =
-                                Lent::Table { seg: loc.seg as usize, range: start..start + entry.value.len() };
+                            self.current = Lent::Table { seg: loc.seg, range: start..start + entry.value.len() };
                             break;
                         }
                         Ok(None) => continue,
@@ -235,7 +234,7 @@ impl Iter<'_> {
     pub fn current(&self) -> Option<(&[u8], &[u8])> {
         let value = match &self.current {
             Lent::Table { seg, range } => {
-                let segment = self.table[*seg].as_ref().expect("a lent entry's segment is pinned");
+                let segment = self.table.get(*seg).expect("a lent entry's segment is pinned");
                 &segment.region.as_slice()[range.clone()]
             }
             Lent::Pinned(value) => &value[..],
@@ -265,7 +264,7 @@ impl Drop for Iter<'_> {
 /// `loc` into its caches. A hint only: a segment missing from the pinned
 /// table is simply not prefetched.
 fn prefetch(table: &SegmentTable, loc: Loc, max_bytes: usize) {
-    let Some(Some(segment)) = table.get(loc.seg as usize) else { return };
+    let Some(segment) = table.get(loc.seg) else { return };
     let Ok(bytes) = segment.region.read(loc.off as usize, (loc.len as usize).min(max_bytes)) else { return };
     prefetch_bytes(bytes);
 }

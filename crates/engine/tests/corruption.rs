@@ -368,3 +368,51 @@ fn a_cut_short_segment_gets_back_only_a_size_it_can_have() {
         assert_eq!(std::fs::metadata(&segment).unwrap().len(), last_at as u64, "the file keeps its length");
     }
 }
+
+/// Segment ids end at `MAX_SEGMENT_ID`: a log whose active segment has
+/// the last id takes writes until it is full, then refuses the next with
+/// a clear error instead of counting past `u32::MAX` (which wrapped to
+/// segment 0 in a release build); everything acknowledged stays, across a
+/// reopen. A file named with an id past the last is an error naming it.
+#[test]
+fn the_last_segment_id_fills_and_then_refuses_writes() {
+    use scaledkv::log::segment::{segment_file_name, MAX_SEGMENT_ID};
+    let (base, _, _) = build(true);
+    let dir = copy_dir(base.path());
+    let last = dir.path().join(segment_file_name(MAX_SEGMENT_ID));
+    std::fs::rename(dir.path().join("seg-00000001.log"), &last).unwrap();
+    edit(&last, |b| {
+        b[12..16].copy_from_slice(&MAX_SEGMENT_ID.to_le_bytes());
+        let crc = scaledkv_pmem::crc::crc32c(&b[..32]);
+        b[32..36].copy_from_slice(&crc.to_le_bytes());
+    });
+    let db = Db::open(dir.path(), options()).unwrap();
+    assert_exactly_first(&db, FRAMES, None);
+    let mut acknowledged = 0u32;
+    let refusal = loop {
+        let key = format!("more-{acknowledged}");
+        match db.put(key.as_bytes(), &[7u8; 1000]) {
+            Ok(()) => acknowledged += 1,
+            Err(error) => break error,
+        }
+        assert!(acknowledged < 10_000, "a 256 KiB segment took 10 MB");
+    };
+    // The writer's error reaches its caller inside the poisoning it causes.
+    assert!(refusal.to_string().contains(&format!("has used its last segment id ({MAX_SEGMENT_ID})")), "{refusal}");
+    assert!(acknowledged > 100, "only {acknowledged} writes before the refusal");
+    drop(db);
+    let db = Db::open(dir.path(), options()).unwrap();
+    assert_exactly_first(&db, FRAMES, None);
+    for i in 0..acknowledged {
+        assert_eq!(db.get(format!("more-{i}").as_bytes()).unwrap(), Some(vec![7u8; 1000]), "write {i}");
+    }
+    drop(db);
+
+    let stray = dir.path().join(segment_file_name(MAX_SEGMENT_ID + 1));
+    std::fs::copy(&last, &stray).unwrap();
+    match Db::open(dir.path(), options()) {
+        Err(Error::Corruption { path, .. }) => assert_eq!(path, stray),
+        Err(other) => panic!("expected a corruption error naming {}, got {other}", stray.display()),
+        Ok(_) => panic!("a segment id past the last was accepted"),
+    }
+}

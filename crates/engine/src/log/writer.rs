@@ -24,7 +24,7 @@ use scaledkv_pmem::{Durability, Medium, NewBlocks};
 use crate::background::IdleUntilNeeded;
 use crate::error::{Error, Result};
 use crate::log::record::{align_up, FrameHeader, FRAME_ALIGN_BYTES, FRAME_HEADER_BYTES};
-use crate::log::segment::{Recycler, Segment, SegmentSet};
+use crate::log::segment::{Recycler, Segment, SegmentSet, MAX_SEGMENT_ID};
 use crate::options::Options;
 
 pub const GROUP_ALIGN_BYTES: usize = 256;
@@ -221,7 +221,9 @@ impl LogWriter {
     /// (that competed with the first requests of a short benchmark).
     fn prepare_spare_when_due(&mut self) {
         match &self.spare {
-            None if self.offset >= self.active.capacity_bytes() / 4 => self.spare = Some(self.spawn_spare()),
+            None if self.offset >= self.active.capacity_bytes() / 4 && self.next_id <= MAX_SEGMENT_ID => {
+                self.spare = Some(self.spawn_spare())
+            }
             Some(spare) if self.offset >= self.active.capacity_bytes() / RAISE_SPARE_AT => spare.priority.raise(),
             _ => {}
         }
@@ -419,6 +421,9 @@ impl LogWriter {
 
     fn roll(&mut self, segments: &SegmentSet) -> Result<()> {
         self.write_staged()?;
+        if self.next_id > MAX_SEGMENT_ID {
+            return Err(Error::SegmentIdsExhausted { path: self.active.path().to_path_buf(), max: MAX_SEGMENT_ID });
+        }
         // Not prepared yet only for a frame larger than three quarters of a segment.
         let spare = self.spare.take().unwrap_or_else(|| self.spawn_spare());
         let received = match spare.segment.try_recv() {
@@ -454,7 +459,7 @@ impl LogWriter {
         self.offset = crate::log::segment::SEGMENT_HEADER_BYTES;
         self.group_start = self.offset;
         self.next_id += 1;
-        if self.prepares_at_roll() {
+        if self.prepares_at_roll() && self.next_id <= MAX_SEGMENT_ID {
             self.spare = Some(self.spawn_spare());
         }
         (self.groups_in_active, self.group_bytes_in_active) = (0, 0);
