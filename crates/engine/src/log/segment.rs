@@ -376,8 +376,8 @@ pub struct Table {
 
 impl Table {
     pub fn get(&self, id: u32) -> Option<&Arc<Segment>> {
-        let at = id.checked_sub(self.base)? as usize;
-        self.slots.get(at)?.as_ref()
+        // An id below the base wraps past every slot: one bounds check.
+        self.slots.get(id.wrapping_sub(self.base) as usize)?.as_ref()
     }
 
     /// The segments held, oldest first.
