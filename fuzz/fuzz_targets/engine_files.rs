@@ -9,7 +9,7 @@
 //! decoders behind each checksum see forged, well-checksummed garbage
 //! (then a read may return forged values, so only the no-panic rule
 //! holds). The rest is edits: file, kind (overwrite, xor, truncate,
-//! append), offset, bytes.
+//! append, renumber: the file under another id), offset or id, bytes.
 #![no_main]
 
 use std::path::{Path, PathBuf};
@@ -44,6 +44,16 @@ fn templates() -> &'static [Template; 2] {
     })
 }
 
+/// `name` with its number (seg-N.log, index-N.ckpt, index-N.delta)
+/// replaced by `number`.
+fn renumbered(name: &str, number: u32) -> String {
+    let digits: Vec<usize> = name.char_indices().filter(|(_, c)| c.is_ascii_digit()).map(|(i, _)| i).collect();
+    match (digits.first(), digits.last()) {
+        (Some(&first), Some(&last)) => format!("{}{number:08}{}", &name[..first], &name[last + 1..]),
+        _ => name.to_string(),
+    }
+}
+
 /// A directory of its own per process, emptied before each input.
 fn scratch() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
@@ -63,19 +73,23 @@ fuzz_target!(|data: &[u8]| {
         let len = (head[6] as usize).min(rest.len());
         let (bytes, rest) = rest.split_at(len);
         edits = rest;
-        let (_, file) = &mut files[head[0] as usize % template.files.len()];
-        let at = u32::from_le_bytes([head[2], head[3], head[4], head[5]]) as usize;
-        let at = if file.is_empty() { 0 } else { at % file.len() };
-        match head[1] % 4 {
+        let (name, file) = &mut files[head[0] as usize % template.files.len()];
+        let number = u32::from_le_bytes([head[2], head[3], head[4], head[5]]);
+        let at = if file.is_empty() { 0 } else { number as usize % file.len() };
+        match head[1] % 5 {
             0 => {
                 let end = (at + bytes.len()).min(file.len());
                 file[at..end].copy_from_slice(&bytes[..end - at]);
             }
             1 => file[at..].iter_mut().zip(bytes).for_each(|(b, x)| *b ^= x),
             2 => file.truncate(at),
-            _ => file.extend_from_slice(bytes),
+            3 => file.extend_from_slice(bytes),
+            // A file under another number (a stray copy, a damaged name).
+            _ => *name = renumbered(name, number),
         }
     }
+    files.sort_by(|a, b| a.0.cmp(&b.0));
+    files.dedup_by(|a, b| a.0 == b.0);
     if fix {
         for (name, bytes) in &mut files {
             fix_checksums(name, bytes);
