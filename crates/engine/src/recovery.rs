@@ -694,29 +694,38 @@ pub fn finish(dir: &Path, checkpoint: Option<Loaded>, replayed: Replayed) -> Res
         last.region.persist(end, tail)?;
     }
     let entries = merge(checkpoint, deltas.iter().map(MappedDelta::entries).collect(), tail, &segments);
-    // Live bytes per segment, through a table indexed by segment id (ids
-    // are dense; `segments` is in id order).
+    // Live bytes per segment. Each entry finds its segment's place in
+    // `segments` (in id order) through a table indexed by id where the ids
+    // are dense, the common case: one lookup per entry. Where they are
+    // spread (a stray or damaged file name: a table of 4 billion slots)
+    // a binary search instead.
     let first_id = segments.first().map_or(0, |s| s.id);
     let span = segments.last().map_or(0, |s| (s.id - first_id) as usize + 1);
-    let mut live_bytes = vec![None::<u64>; span];
-    for segment in &segments {
-        live_bytes[(segment.id - first_id) as usize] = Some(0);
-    }
+    let by_id: Option<Vec<Option<usize>>> = (span <= 2 * segments.len() + 64).then(|| {
+        let mut table = vec![None; span];
+        for (at, segment) in segments.iter().enumerate() {
+            table[(segment.id - first_id) as usize] = Some(at);
+        }
+        table
+    });
+    let position = |id: u32| match &by_id {
+        Some(table) => *table.get(id.checked_sub(first_id)? as usize)?,
+        None => segments.binary_search_by_key(&id, |s| s.id).ok(),
+    };
+    let mut live_bytes = vec![0u64; segments.len()];
     let mut spilled_key_bytes = 0;
     for (key, slot) in &entries {
         spilled_key_bytes += key.heap_bytes();
-        let bytes = slot.loc.seg.checked_sub(first_id).and_then(|d| live_bytes.get_mut(d as usize)?.as_mut());
-        let Some(bytes) = bytes else {
+        let Some(at) = position(slot.loc.seg) else {
             return Err(Error::Corruption {
                 path: dir.join(crate::log::segment::segment_file_name(slot.loc.seg)),
                 offset: slot.loc.off as u64,
                 reason: "the index points into this segment, which is missing".into(),
             });
         };
-        *bytes += slot.loc.len as u64;
+        live_bytes[at] += slot.loc.len as u64;
     }
-    for segment in &segments {
-        let bytes = live_bytes[(segment.id - first_id) as usize].unwrap_or(0);
+    for (segment, bytes) in segments.iter().zip(live_bytes) {
         segment.live_bytes.fetch_add(bytes, Ordering::Relaxed);
     }
     // Sorted and unique: the B-tree is built in bulk, in linear time.

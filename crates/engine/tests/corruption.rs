@@ -416,3 +416,36 @@ fn the_last_segment_id_fills_and_then_refuses_writes() {
         Ok(_) => panic!("a segment id past the last was accepted"),
     }
 }
+
+/// A copy of a segment under an id far past the others (a stray file, a
+/// damaged name) opens as one more segment: recovery and the segment
+/// table look it up by search instead of sizing a table by the ids
+/// between (4 billion slots: an allocation failure before).
+#[test]
+fn a_segment_far_past_the_others_is_one_more_segment() {
+    use scaledkv::log::segment::segment_file_name;
+    let (base, _, _) = build(true);
+    let dir = copy_dir(base.path());
+    let far = 4_000_000_000u32;
+    let copy = dir.path().join(segment_file_name(far));
+    std::fs::copy(dir.path().join("seg-00000001.log"), &copy).unwrap();
+    edit(&copy, |b| {
+        b[12..16].copy_from_slice(&far.to_le_bytes());
+        let crc = scaledkv_pmem::crc::crc32c(&b[..32]);
+        b[32..36].copy_from_slice(&crc.to_le_bytes());
+    });
+    for round in 0..2 {
+        let db = Db::open(dir.path(), options()).unwrap();
+        assert_exactly_first(&db, FRAMES, None);
+        for i in 0..300u32 {
+            db.put(format!("after-{round}-{i}").as_bytes(), &[round as u8; 900]).unwrap();
+        }
+        assert!(db.stats().segments >= 3, "the writer rolled past the far segment");
+    }
+    let db = Db::open(dir.path(), options()).unwrap();
+    for round in 0..2u8 {
+        for i in 0..300u32 {
+            assert_eq!(db.get(format!("after-{round}-{i}").as_bytes()).unwrap(), Some(vec![round; 900]));
+        }
+    }
+}
