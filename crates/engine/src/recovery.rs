@@ -542,11 +542,11 @@ fn open_segments(dir: &Path, options: &Options, report: &mut RecoveryReport) -> 
 
 /// The newest segment cut short (a copy or a file system that lost its
 /// tail) is a torn tail: give it back its length (the lost part reads as
-/// zeros, the end of the log) and report it. Not past `largest`, the largest size it can have been created with: a
-/// damaged header whose checksum still held (libFuzzer forged one, the
-/// `engine_files` target) claimed 7.6 GB for a 64 KiB file, and open
-/// extended it and read every page. The segment then fails to open with
-/// an error naming both sizes.
+/// zeros, the end of the log) and report it. Not past `largest`, the
+/// largest size it can have been created with: a damaged header whose
+/// checksum still held (libFuzzer forged one, the `engine_files` target)
+/// claimed 7.6 GB for a 64 KiB file, and open extended it and read every
+/// page. The segment then fails to open with an error naming both sizes.
 fn restore_truncated_length(path: &Path, largest: u64, report: &mut RecoveryReport) -> Result<()> {
     let bytes_on_disk = std::fs::metadata(path).map_err(Error::io(path, "stat"))?.len();
     let mut header = [0u8; 40];

@@ -30,13 +30,13 @@ pub fn segment_file_name(id: u32) -> String {
     format!("seg-{id:08}.log")
 }
 
-/// Parses `seg-NNNNNNNN.log`.
 /// The last segment id: ids count up from 1 and never repeat, and the id
 /// after the active segment's must still be a `u32`. (4 billion segments
 /// of 64 MiB are 256 EB: a live database meets it only through a stray or
 /// damaged file name, which `list_segment_files` refuses.)
 pub const MAX_SEGMENT_ID: u32 = u32::MAX - 1;
 
+/// Parses `seg-NNNNNNNN.log`.
 pub fn parse_segment_file_name(name: &str) -> Option<u32> {
     name.strip_prefix("seg-")?.strip_suffix(".log")?.parse().ok()
 }
