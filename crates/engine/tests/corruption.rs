@@ -46,6 +46,14 @@ fn edit(path: &Path, f: impl FnOnce(&mut Vec<u8>)) {
     std::fs::write(path, bytes).unwrap();
 }
 
+/// Writes `field` at `at` in a segment's header and recomputes the
+/// header's checksum: damage that a checksum does not catch.
+fn forge_header(segment: &mut [u8], at: usize, field: &[u8]) {
+    segment[at..at + field.len()].copy_from_slice(field);
+    let crc = scaledkv_pmem::crc::crc32c(&segment[..32]);
+    segment[32..36].copy_from_slice(&crc.to_le_bytes());
+}
+
 /// Keys `0..n` hold their values exactly, the rest are absent.
 fn assert_exactly_first(db: &Db, n: u32, except: Option<u32>) {
     for i in 0..FRAMES {
@@ -353,9 +361,7 @@ fn a_cut_short_segment_gets_back_only_a_size_it_can_have() {
         let segment = copy.path().join("seg-00000001.log");
         edit(&segment, |b| {
             b.truncate(last_at);
-            b[16..24].copy_from_slice(&size.to_le_bytes());
-            let crc = scaledkv_pmem::crc::crc32c(&b[..32]);
-            b[32..36].copy_from_slice(&crc.to_le_bytes());
+            forge_header(b, 16, &size.to_le_bytes());
         });
         match Db::open(copy.path(), options()) {
             Err(Error::Corruption { path, reason, .. }) => {
@@ -381,11 +387,7 @@ fn the_last_segment_id_fills_and_then_refuses_writes() {
     let dir = copy_dir(base.path());
     let last = dir.path().join(segment_file_name(MAX_SEGMENT_ID));
     std::fs::rename(dir.path().join("seg-00000001.log"), &last).unwrap();
-    edit(&last, |b| {
-        b[12..16].copy_from_slice(&MAX_SEGMENT_ID.to_le_bytes());
-        let crc = scaledkv_pmem::crc::crc32c(&b[..32]);
-        b[32..36].copy_from_slice(&crc.to_le_bytes());
-    });
+    edit(&last, |b| forge_header(b, 12, &MAX_SEGMENT_ID.to_le_bytes()));
     let db = Db::open(dir.path(), options()).unwrap();
     assert_exactly_first(&db, FRAMES, None);
     let mut acknowledged = 0u32;
@@ -429,11 +431,7 @@ fn a_segment_far_past_the_others_is_one_more_segment() {
     let far = 4_000_000_000u32;
     let copy = dir.path().join(segment_file_name(far));
     std::fs::copy(dir.path().join("seg-00000001.log"), &copy).unwrap();
-    edit(&copy, |b| {
-        b[12..16].copy_from_slice(&far.to_le_bytes());
-        let crc = scaledkv_pmem::crc::crc32c(&b[..32]);
-        b[32..36].copy_from_slice(&crc.to_le_bytes());
-    });
+    edit(&copy, |b| forge_header(b, 12, &far.to_le_bytes()));
     for round in 0..2 {
         let db = Db::open(dir.path(), options()).unwrap();
         assert_exactly_first(&db, FRAMES, None);
