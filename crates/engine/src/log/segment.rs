@@ -31,9 +31,11 @@ pub fn segment_file_name(id: u32) -> String {
 }
 
 /// The last segment id: ids count up from 1 and never repeat, and the id
-/// after the active segment's must still be a `u32`. (4 billion segments
-/// of 64 MiB are 256 EB: a live database meets it only through a stray or
-/// damaged file name, which `list_segment_files` refuses.)
+/// after the active segment's must still be a `u32`. A log that reaches
+/// it refuses writes (`Error::SegmentIdsExhausted`): 4 billion segments
+/// are ~9 years of writing 1 GB/s into 64 MiB segments, but ~100 days
+/// into a small cache's 2 MiB ones; renumbering is not built. A file name
+/// past it is damage, which `list_segment_files` refuses.
 pub const MAX_SEGMENT_ID: u32 = u32::MAX - 1;
 
 /// Parses `seg-NNNNNNNN.log`.
