@@ -497,14 +497,6 @@ fn open_segments(dir: &Path, options: &Options, report: &mut RecoveryReport) -> 
     let mut files: BTreeMap<u32, (PathBuf, bool)> =
         list_segment_files(dir)?.into_iter().map(|(id, path)| (id, (path, false))).collect();
     let last_id = files.last_key_value().map(|(id, _)| *id);
-    // The largest size the newest segment can have been created with: the
-    // configured one, or that of a segment before it (the option changed).
-    let mut largest = options.segment_size_bytes as u64;
-    for (id, (path, _)) in &files {
-        if Some(*id) != last_id {
-            largest = largest.max(std::fs::metadata(path).map_err(Error::io(path, "stat"))?.len());
-        }
-    }
     if let Some(tier) = &options.ssd_tier {
         for (id, path) in list_segment_files(&tier.dir)? {
             // Demoted, and the original not yet removed (`tier.rs`): the
@@ -517,6 +509,11 @@ fn open_segments(dir: &Path, options: &Options, report: &mut RecoveryReport) -> 
     }
     for (id, (path, cold)) in files {
         if Some(id) == last_id && !cold {
+            // The largest size it can have been created with: the configured
+            // one, or that of a segment before it (opened by now, in id
+            // order; the option changed).
+            let sizes = segments.iter().map(|segment: &Arc<Segment>| segment.capacity_bytes() as u64);
+            let largest = sizes.fold(options.segment_size_bytes as u64, u64::max);
             restore_truncated_length(&path, largest, report)?;
         }
         match Segment::open_in(&path, id, options.durability, cold) {
