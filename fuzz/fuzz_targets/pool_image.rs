@@ -10,48 +10,13 @@
 //! edits: kind (overwrite, xor), offset, bytes.
 #![no_main]
 
-use std::sync::OnceLock;
-
 use libfuzzer_sys::fuzz_target;
-use scaledkv_pmem::collections::hashmap::MapRoot;
-use scaledkv_pmem::collections::PHashMap;
 use scaledkv_pmem::crc::{crc32c, crc32c_append};
-use scaledkv_pmem::sim::SimMedia;
-use scaledkv_pmem::{Durability, Error, Pool};
+use scaledkv_pmem::Durability;
 
-const POOL_BYTES: u64 = 400 << 10;
-
-/// A map of 900 entries, one removed last: the log holds that
-/// transaction's entries.
-fn sample(durability: Durability) -> Vec<u8> {
-    let options = PHashMap::options(POOL_BYTES, durability);
-    let mut map = PHashMap::init(Pool::create_simulated::<MapRoot>(&options).unwrap()).unwrap();
-    for i in 0..900u32 {
-        map.insert(i * 7, i).unwrap();
-    }
-    map.remove(14).unwrap();
-    map.into_pool().into_simulated().unwrap().bytes().to_vec()
-}
-
-fn image(durability: Durability) -> &'static [u8] {
-    static IMAGES: OnceLock<[Vec<u8>; 2]> = OnceLock::new();
-    let images = IMAGES.get_or_init(|| [sample(Durability::Pmem), sample(Durability::Sync)]);
-    &images[(durability == Durability::Sync) as usize]
-}
-
-fn exercise(image: &[u8], durability: Durability) -> Result<(), Error> {
-    let options = PHashMap::options(POOL_BYTES, durability);
-    let pool = Pool::open_simulated(SimMedia::from_image(image), &options)?;
-    let _ = pool.stats();
-    let mut map = PHashMap::attach(pool)?;
-    for (key, _) in map.entries()?.iter().take(100) {
-        map.get(*key)?;
-    }
-    map.insert(5, 5)?;
-    map.remove(7)?;
-    map.insert(7, 1)?;
-    Ok(())
-}
+#[path = "../../crates/pmem/tests/support/sample_pool.rs"]
+mod sample_pool;
+use sample_pool::{exercise, image};
 
 fn u64_at(bytes: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap())
