@@ -5,6 +5,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use scaledkv::log::record::{
+    align_up, entry_len, ENTRY_HEADER_BYTES, FRAME_ALIGN_BYTES, FRAME_HEADER_BYTES, FRAME_MAGIC,
+};
+use scaledkv::log::segment::SEGMENT_HEADER_BYTES;
 use scaledkv::{Db, Durability, Options, WriteBatch};
 use scaledkv_pmem::crc::crc32c;
 
@@ -209,9 +213,6 @@ pub fn fix_checksums(name: &str, bytes: &mut [u8]) {
     }
 }
 
-const FRAME_HEADER: usize = 24;
-const ENTRY_HEADER: usize = 12;
-
 fn u32_at(bytes: &[u8], at: usize) -> usize {
     u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as usize
 }
@@ -222,26 +223,25 @@ fn fix_segment(bytes: &mut [u8]) {
     }
     let crc = crc32c(&bytes[..32]);
     bytes[32..36].copy_from_slice(&crc.to_le_bytes());
-    let mut at = 256;
-    while at + FRAME_HEADER <= bytes.len() {
-        if bytes[at + 4..at + 6] != 0x4B53u16.to_le_bytes() {
-            at += 8;
+    let mut at = SEGMENT_HEADER_BYTES;
+    while at + FRAME_HEADER_BYTES <= bytes.len() {
+        if bytes[at + 4..at + 6] != FRAME_MAGIC.to_le_bytes() {
+            at += FRAME_ALIGN_BYTES;
             continue;
         }
-        let crc = crc32c(&bytes[at + 4..at + FRAME_HEADER]);
+        let crc = crc32c(&bytes[at + 4..at + FRAME_HEADER_BYTES]);
         bytes[at..at + 4].copy_from_slice(&crc.to_le_bytes());
         let frame_len = u32_at(bytes, at + 8);
         let count = u32_at(bytes, at + 12);
         let frame_end = at.saturating_add(frame_len).min(bytes.len());
-        let mut entry = at + FRAME_HEADER;
+        let mut entry = at + FRAME_HEADER_BYTES;
         for _ in 0..count {
-            if entry + ENTRY_HEADER > frame_end {
+            if entry + ENTRY_HEADER_BYTES > frame_end {
                 break;
             }
             let key_len = u16::from_le_bytes([bytes[entry + 6], bytes[entry + 7]]) as usize;
             let value_len = u32_at(bytes, entry + 8);
-            let expiry = if bytes[entry + 5] & 1 != 0 { 8 } else { 0 };
-            let len = ENTRY_HEADER + expiry + key_len + value_len;
+            let len = entry_len(key_len, value_len, bytes[entry + 5] & 1 != 0);
             if entry + len > frame_end {
                 break;
             }
@@ -249,6 +249,6 @@ fn fix_segment(bytes: &mut [u8]) {
             bytes[entry..entry + 4].copy_from_slice(&crc.to_le_bytes());
             entry += len;
         }
-        at += if frame_len >= FRAME_HEADER { (frame_len + 7) & !7 } else { 8 };
+        at += if frame_len >= FRAME_HEADER_BYTES { align_up(frame_len, FRAME_ALIGN_BYTES) } else { FRAME_ALIGN_BYTES };
     }
 }
