@@ -24,7 +24,9 @@ use crate::log::record::{
     align_up, decode_entry, EntryHeader, EntryKind, EntryView, FrameHeader, FLAG_GROUP_START, FLAG_RELOCATED,
     FRAME_HEADER_BYTES,
 };
-use crate::log::segment::{Recycler, Segment, SegmentSet, SegmentTable, SEGMENT_HEADER_BYTES};
+use crate::log::segment::{
+    segment_file_name, tag_of, Recycler, Segment, SegmentId, SegmentSet, SegmentTable, SEGMENT_HEADER_BYTES,
+};
 use crate::log::writer::{aligns_groups, LogWriter, GROUP_ALIGN_BYTES};
 use crate::manifest::Manifest;
 use crate::options::{Durability, Options};
@@ -129,7 +131,7 @@ pub(crate) struct CheckpointState {
     delta_bytes: u64,
     /// Where the newest checkpoint starts replay (`None`: no checkpoint
     /// yet): a delta covers the log from here.
-    replay_from: Option<(u32, usize)>,
+    replay_from: Option<(SegmentId, usize)>,
     /// `LogWriter::appended_bytes` and `appended_entries` when the last
     /// checkpoint started.
     appended_at_last: u64,
@@ -169,7 +171,7 @@ pub(crate) struct Inner {
     /// Set while GC is so far behind that writers help it (see `gc.rs`).
     pub(crate) gc_behind: AtomicBool,
     /// Segments GC found corrupt and no longer tries to collect.
-    pub(crate) gc_refused: Mutex<Vec<u32>>,
+    pub(crate) gc_refused: Mutex<Vec<SegmentId>>,
     /// Cache mode (`evict.rs`): the log's capacity (0: off); set while
     /// the log is over it, so writers evict first; bytes copied by the
     /// evictions in a row that freed little; eviction waits until
@@ -256,7 +258,7 @@ impl Db {
             None => {
                 let first = Arc::new(Segment::create(
                     &dir,
-                    1,
+                    options.first_segment_id,
                     options.segment_size_bytes,
                     options.durability,
                     scaledkv_pmem::NewBlocks::Written,
@@ -928,7 +930,7 @@ impl Inner {
     /// to the index. Readers never see a write before it is durable.
     fn write_group(&self, log: &mut LogWriter, group: &[Arc<Request>]) -> Result<()> {
         let first_segment = log.active_id();
-        let mut placed: Vec<(u32, usize)> = Vec::with_capacity(group.len());
+        let mut placed: Vec<(SegmentId, usize)> = Vec::with_capacity(group.len());
         let mut seq = log.last_seq;
         let mut flags = FLAG_GROUP_START;
         let mut user_bytes = 0u64;
@@ -980,7 +982,7 @@ impl Inner {
                         updates.push(match entry.kind {
                             EntryKind::Put => Update::Put {
                                 key: entry.key,
-                                loc: Loc { seg, off, len: entry.len as u32 },
+                                loc: Loc { seg: tag_of(seg), off, len: entry.len as u32 },
                                 seq: frame_seq,
                             },
                             EntryKind::Delete => Update::Delete { key: entry.key, seq: frame_seq },
@@ -992,7 +994,11 @@ impl Inner {
                     for relocation in relocations {
                         let (seg, frame_at) = placed.next().expect("one placement per frame");
                         let entry = decode_entry(&request.body[at..], false).expect("GC encodes valid entries");
-                        let to = Loc { seg, off: (frame_at + FRAME_HEADER_BYTES) as u32, len: entry.len as u32 };
+                        let to = Loc {
+                            seg: tag_of(seg),
+                            off: (frame_at + FRAME_HEADER_BYTES) as u32,
+                            len: entry.len as u32,
+                        };
                         updates.push(Update::Relocate { key: entry.key, from: relocation.from, to });
                         at += entry.len;
                     }
@@ -1006,7 +1012,13 @@ impl Inner {
     /// Applies a persisted group's `updates` to the index, making them
     /// visible, and looks at the cache's size again if the group rolled
     /// to a new segment (`first_segment` was the active one before it).
-    fn publish<'a>(&self, log: &LogWriter, updates: impl Iterator<Item = Update<'a>>, seq: u64, first_segment: u32) {
+    fn publish<'a>(
+        &self,
+        log: &LogWriter,
+        updates: impl Iterator<Item = Update<'a>>,
+        seq: u64,
+        first_segment: SegmentId,
+    ) {
         self.index.apply(updates, seq, &self.segments);
         if log.active_id() != first_segment && self.cache_capacity() > 0 {
             self.refresh_cache_over();
@@ -1047,7 +1059,8 @@ impl Inner {
         self.count_group(log, header.entry_len as u64, 1);
         let update = match entry.kind {
             EntryKind::Put => {
-                let loc = Loc { seg, off: (frame_at + FRAME_HEADER_BYTES) as u32, len: header.entry_len as u32 };
+                let loc =
+                    Loc { seg: tag_of(seg), off: (frame_at + FRAME_HEADER_BYTES) as u32, len: header.entry_len as u32 };
                 Update::Put { key: entry.key, loc, seq }
             }
             EntryKind::Delete => Update::Delete { key: entry.key, seq },
@@ -1109,8 +1122,10 @@ impl Inner {
                 None => return Ok(None),
             }
         }
+        let path =
+            self.segments.id_of(loc.seg).map_or_else(|| self.dir.clone(), |id| self.dir.join(segment_file_name(id)));
         Err(Error::Corruption {
-            path: self.dir.join(crate::log::segment::segment_file_name(loc.seg)),
+            path,
             offset: loc.off as u64,
             reason: "the index points into a segment that no longer exists".into(),
         })
@@ -1268,8 +1283,8 @@ impl Inner {
     fn write_delta(
         &self,
         generation: u64,
-        from: (u32, usize),
-        to: (u32, usize),
+        from: (SegmentId, usize),
+        to: (SegmentId, usize),
         freed: &[Arc<Segment>],
         last_seq: u64,
     ) -> Result<(u64, u64)> {

@@ -26,8 +26,11 @@ pub enum Error {
     InvalidOptions(String),
     #[error("a previous write failed ({0}); the database refuses writes until it is reopened")]
     Poisoned(String),
-    #[error("{path}: the log has used its last segment id ({max}); copy the data into a new database to write more")]
-    SegmentIdsExhausted { path: PathBuf, max: u32 },
+    #[error(
+        "{path}: the log has no segment id left to roll to (its oldest readable segment, {oldest}, would be \
+         2^32 ids behind); copy the data into a new database to write more"
+    )]
+    SegmentIdsExhausted { path: PathBuf, oldest: u64 },
 }
 
 pub type Result<T> = std::result::Result<T, Error>;

@@ -50,7 +50,7 @@ use crate::index::memtable::{Key, Loc};
 use crate::log::marks::MAX_MAPS;
 use crate::log::reader::{scan_until, ScanEnd};
 use crate::log::record::EntryKind;
-use crate::log::segment::{Segment, SEGMENT_HEADER_BYTES};
+use crate::log::segment::{tag_of, Segment, SegmentId, SEGMENT_HEADER_BYTES};
 use crate::tier::Demotion;
 
 /// Segments collected per pass, so one pass stays short.
@@ -112,7 +112,7 @@ pub(crate) enum Turn {
     /// Finished segment `id`: freed, or kept because a snapshot still
     /// sees an expired entry in it. `kept_bytes`: live bytes it copied
     /// forward; `evicted`: whether it was evicting.
-    Finished { id: u32, freed: bool, kept_bytes: u64, evicted: bool },
+    Finished { id: SegmentId, freed: bool, kept_bytes: u64, evicted: bool },
 }
 
 impl Inner {
@@ -170,7 +170,7 @@ impl Inner {
     /// oldest sealed segment if the log is over its limit. A segment once
     /// started is finished by whichever collector comes next, whatever the
     /// goal.
-    pub(crate) fn collector_turn(&self, goal: Goal, skip: &[u32]) -> Result<Turn> {
+    pub(crate) fn collector_turn(&self, goal: Goal, skip: &[SegmentId]) -> Result<Turn> {
         let mut collecting = self.gc.lock();
         if collecting.is_none() {
             let segment = match goal {
@@ -224,7 +224,7 @@ impl Inner {
 
     /// The oldest sealed segment of a tier (the SSD tier's if `cold`) not
     /// in `skip`, but for those found damaged.
-    fn oldest_sealed(&self, skip: &[u32], cold: bool) -> Option<Arc<Segment>> {
+    fn oldest_sealed(&self, skip: &[SegmentId], cold: bool) -> Option<Arc<Segment>> {
         let active = self.with_log(|log| log.active_id());
         let refused = self.gc_refused.lock();
         let segments = self.segments.all();
@@ -277,13 +277,14 @@ impl Inner {
         // some may still be deferred (the merger's), which the pass below
         // would miss and take for dead.
         self.index.settle(&self.segments);
-        let mut live: HashMap<u32, Vec<u32>> = candidates.iter().map(|s| (s.id, Vec::new())).collect();
+        // By tag, as index pointers name them.
+        let mut live: HashMap<u32, Vec<u32>> = candidates.iter().map(|s| (tag_of(s.id), Vec::new())).collect();
         self.index.for_each_chunked(4096, |_, slot| {
             if let Some(offsets) = live.get_mut(&slot.loc.seg) {
                 offsets.push(slot.loc.off);
             }
         });
-        candidates.iter().filter(|s| self.segments.mark_dead_all_but(s, &live[&s.id])).count()
+        candidates.iter().filter(|s| self.segments.mark_dead_all_but(s, &live[&tag_of(s.id)])).count()
     }
 
     /// Whether the log holds more than `space_amp` times the live bytes
@@ -323,7 +324,7 @@ impl Inner {
             if entry.kind != EntryKind::Put {
                 return;
             }
-            let loc = Loc { seg: segment.id, off: (frame_at + entry_at) as u32, len: entry.len as u32 };
+            let loc = Loc { seg: tag_of(segment.id), off: (frame_at + entry_at) as u32, len: entry.len as u32 };
             let known_dead = segment.dead.is_marked(loc.off as usize);
             // Tests check the map against the index; a wrong mark would keep
             // its bytes counted live, so the segment would not be freed.

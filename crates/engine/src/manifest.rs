@@ -6,23 +6,24 @@
 //! ```text
 //! 0  [u8; 8] magic "SKVMANI\0"
 //! 8  u32 format version
-//! 12 u32 replay start: segment id
+//! 12 u32 replay start: segment id, low 32 bits
 //! 16 u64 checkpoint generation (file index-<gen>.ckpt)
 //! 24 u32 replay start: offset in that segment
 //! 28 u32 delta checkpoints after it (index-<gen + 1>.delta ...; version 2)
-//! 32 u32 reserved (zero)
+//! 32 u32 replay start: segment id, high 32 bits (version 3; zero before)
 //! 36 u32 crc32c over bytes 0..36
 //! ```
-//! Version 1 (no deltas) is still read; version 2 is written, so a binary
-//! that knows nothing of deltas refuses the database instead of opening it
-//! without them.
+//! Versions 1 (no deltas) and 2 are still read. Version 2 is written, so
+//! a binary that knows nothing of deltas refuses the database instead of
+//! opening it without them; version 3 once segment ids outgrow 32 bits,
+//! so a binary that knows nothing of those refuses it too.
 
 use std::path::Path;
 
 use crate::error::{Error, Result};
 
 const MAGIC: &[u8; 8] = b"SKVMANI\0";
-const VERSION: u32 = 2;
+const VERSION: u32 = 3;
 const LEN: usize = 40;
 pub const FILE_NAME: &str = "MANIFEST";
 /// Checkpoint generations at or past this are damage: one per checkpoint,
@@ -33,7 +34,7 @@ pub const GENERATION_LIMIT: u64 = 1 << 62;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Manifest {
     pub checkpoint_generation: u64,
-    pub replay_segment: u32,
+    pub replay_segment: crate::log::segment::SegmentId,
     pub replay_offset: u32,
     pub delta_count: u32,
 }
@@ -42,11 +43,13 @@ impl Manifest {
     pub fn encode(&self) -> [u8; LEN] {
         let mut out = [0u8; LEN];
         out[..8].copy_from_slice(MAGIC);
-        out[8..12].copy_from_slice(&VERSION.to_le_bytes());
-        out[12..16].copy_from_slice(&self.replay_segment.to_le_bytes());
+        let version = if self.replay_segment >> 32 == 0 { 2 } else { VERSION };
+        out[8..12].copy_from_slice(&version.to_le_bytes());
+        out[12..16].copy_from_slice(&(self.replay_segment as u32).to_le_bytes());
         out[16..24].copy_from_slice(&self.checkpoint_generation.to_le_bytes());
         out[24..28].copy_from_slice(&self.replay_offset.to_le_bytes());
         out[28..32].copy_from_slice(&self.delta_count.to_le_bytes());
+        out[32..36].copy_from_slice(&((self.replay_segment >> 32) as u32).to_le_bytes());
         let crc = scaledkv_pmem::crc::crc32c(&out[..36]);
         out[36..40].copy_from_slice(&crc.to_le_bytes());
         out
@@ -68,7 +71,7 @@ impl Manifest {
             return Err(Error::UnsupportedVersion { path: path.to_path_buf(), found: u32_at(8), expected: VERSION });
         }
         let manifest = Manifest {
-            replay_segment: u32_at(12),
+            replay_segment: if u32_at(8) >= 3 { (u32_at(32) as u64) << 32 } else { 0 } | u32_at(12) as u64,
             checkpoint_generation: u64::from_le_bytes(bytes[16..24].try_into().expect("8 bytes")),
             replay_offset: u32_at(24),
             delta_count: if u32_at(8) == 1 { 0 } else { u32_at(28) },
@@ -81,6 +84,9 @@ impl Manifest {
                 "checkpoint generation {} is past {GENERATION_LIMIT}",
                 manifest.checkpoint_generation
             )));
+        }
+        if manifest.replay_segment > crate::log::segment::MAX_SEGMENT_ID {
+            return Err(corrupt(&format!("replay segment {} is past the last segment id", manifest.replay_segment)));
         }
         if manifest.delta_count > crate::db::MAX_DELTAS {
             let max = crate::db::MAX_DELTAS;
@@ -134,6 +140,25 @@ mod tests {
         assert_eq!(Manifest::decode(&bytes, Path::new("M")).unwrap().delta_count, 0);
     }
 
+    /// A replay segment past 32 bits is written as version 3 (an older
+    /// binary refuses it); a version 2 manifest's bytes 32..36 are not
+    /// part of its segment id.
+    #[test]
+    fn a_segment_id_past_32_bits_takes_version_3() {
+        let far =
+            Manifest { checkpoint_generation: 7, replay_segment: (5 << 32) | 3, replay_offset: 64, delta_count: 1 };
+        let bytes = far.encode();
+        assert_eq!(u32::from_le_bytes(bytes[8..12].try_into().unwrap()), 3);
+        assert_eq!(Manifest::decode(&bytes, Path::new("M")).unwrap(), far);
+        let near = Manifest { replay_segment: 3, ..far };
+        let mut bytes = near.encode();
+        assert_eq!(u32::from_le_bytes(bytes[8..12].try_into().unwrap()), 2);
+        bytes[32] = 5; // reserved in version 2
+        let crc = scaledkv_pmem::crc::crc32c(&bytes[..36]);
+        bytes[36..40].copy_from_slice(&crc.to_le_bytes());
+        assert_eq!(Manifest::decode(&bytes, Path::new("M")).unwrap(), near);
+    }
+
     /// Well-checksummed manifests whose fields no engine writes.
     #[test]
     fn impossible_fields_are_corruption() {
@@ -142,6 +167,7 @@ mod tests {
             Manifest { checkpoint_generation: 7, replay_segment: 3, replay_offset: 0, delta_count: 9 },
             Manifest { checkpoint_generation: u64::MAX, replay_segment: 3, replay_offset: 0, delta_count: 1 },
             Manifest { checkpoint_generation: GENERATION_LIMIT, replay_segment: 3, replay_offset: 0, delta_count: 0 },
+            Manifest { checkpoint_generation: 7, replay_segment: u64::MAX, replay_offset: 0, delta_count: 0 },
         ];
         for manifest in bad {
             let error = Manifest::decode(&manifest.encode(), Path::new("M")).unwrap_err();

@@ -191,6 +191,12 @@ pub struct Options {
     /// keys share tags and the fallbacks to the ordered index run.
     #[doc(hidden)]
     pub point_tag_bits: u32,
+    /// The id of a new database's first segment: 1. Tests start near 2^32
+    /// to write across the point where index pointers' segment tags wrap
+    /// (`log::segment::tag_of`), which a real log reaches after 4 billion
+    /// segments.
+    #[doc(hidden)]
+    pub first_segment_id: u64,
 }
 
 impl Default for Options {
@@ -215,6 +221,7 @@ impl Default for Options {
             eviction_listener: None,
             ssd_tier: None,
             point_tag_bits: 32,
+            first_segment_id: 1,
         }
     }
 }
@@ -244,6 +251,10 @@ impl Options {
         }
         if !(self.gc_space_amp >= 1.0 && self.gc_space_amp.is_finite()) {
             return Err(Error::InvalidOptions(format!("gc_space_amp {} is not a number >= 1", self.gc_space_amp)));
+        }
+        let first = self.first_segment_id;
+        if !(1..=crate::log::segment::MAX_SEGMENT_ID).contains(&first) || !crate::log::segment::usable_id(first) {
+            return Err(Error::InvalidOptions(format!("first_segment_id {first} cannot name a segment")));
         }
         check_cache_capacity(self.cache_capacity_bytes, self.segment_size_bytes)?;
         if let Some(tier) = &self.ssd_tier {

@@ -14,7 +14,7 @@ use crate::index::key::padded;
 use crate::index::memtable::{Key, Loc, Slot};
 use crate::log::reader::{find_group_start, scan, scan_until, ScanEnd};
 use crate::log::record::{decode_entry, EntryKind, EntryView, FLAG_RELOCATED};
-use crate::log::segment::{list_segment_files, Segment, SEGMENT_HEADER_BYTES};
+use crate::log::segment::{id_of, list_segment_files, tag_of, Segment, SegmentId, MAX_ID_SPAN, SEGMENT_HEADER_BYTES};
 use crate::options::Options;
 
 /// What recovery found and did; kept by the open database.
@@ -43,7 +43,7 @@ pub struct Truncation {
 
 /// Where replay starts, from a checkpoint.
 pub struct Start {
-    pub segment: u32,
+    pub segment: SegmentId,
     pub offset: usize,
     /// About how many keys the checkpoint holds (it loads concurrently
     /// with the replay): sizes the tail's collapses.
@@ -57,7 +57,7 @@ pub struct Replayed {
     end: usize,
     last_seq: u64,
     /// The checkpoint's replay segment, when it does not exist.
-    missing_start: Option<u32>,
+    missing_start: Option<SegmentId>,
     /// Segments wholly after a torn tail: deleted only once the open
     /// succeeds (an open that fails on the checkpoint changes nothing).
     after_tail: Vec<Arc<Segment>>,
@@ -99,8 +99,9 @@ struct TailRecord {
     /// ordering by (prefix, length) is byte order for keys up to 16 bytes.
     prefix: u128,
     seq: u64,
-    /// Where the entry is; a deletion keeps its own location here (for its
-    /// key and its place in log order) and `deleted` set.
+    /// Where the entry is (`seg` a segment's tag, as in `Loc`); a deletion
+    /// keeps its own location here (for its key and its place in log
+    /// order) and `deleted` set.
     seg: u32,
     off: u32,
     len: u32,
@@ -116,9 +117,19 @@ fn prefix_of(key: &[u8]) -> u128 {
     (padded(key) as u128) << 64 | padded(key.get(8..).unwrap_or_default()) as u128
 }
 
+/// The tag of the first of `segments` (in id order): a tag less it is the
+/// id less the first's (ids alive at once span less than 2^32), so tags
+/// keep log order across the point where they wrap.
+fn tag_base(segments: &[Arc<Segment>]) -> u32 {
+    segments.first().map_or(0, |s| tag_of(s.id))
+}
+
 impl TailRecord {
     fn key<'a>(&self, segments: &'a [Arc<Segment>]) -> &'a [u8] {
-        let index = segments.binary_search_by_key(&self.seg, |s| s.id).expect("replayed from this segment");
+        let base = tag_base(segments);
+        let index = segments
+            .binary_search_by_key(&self.seg.wrapping_sub(base), |s| tag_of(s.id).wrapping_sub(base))
+            .expect("replayed from this segment");
         let bytes = &segments[index].region.as_slice()[self.off as usize..];
         decode_entry(bytes, false).expect("decoded once during replay").key
     }
@@ -128,9 +139,10 @@ impl TailRecord {
         Slot::new(loc, self.seq)
     }
 
-    /// Log order: segment ids grow, and offsets within a segment.
-    fn position(&self) -> (u32, u32) {
-        (self.seg, self.off)
+    /// Log order: segment ids grow (tags from `base`, see `tag_base`), and
+    /// offsets within a segment.
+    fn position(&self, base: u32) -> (u32, u32) {
+        (self.seg.wrapping_sub(base), self.off)
     }
 
     /// Byte order of the keys, reading the log only for long keys that
@@ -229,11 +241,11 @@ impl Tail {
         Tail { records: Vec::new(), collapsed_len: 0, slack: checkpoint_len.max(1 << 20) }
     }
 
-    fn push(&mut self, segment_id: u32, entry_off: usize, entry: &EntryView<'_>, seq: u64, relocated: bool) {
+    fn push(&mut self, segment_id: SegmentId, entry_off: usize, entry: &EntryView<'_>, seq: u64, relocated: bool) {
         self.records.push(TailRecord {
             prefix: prefix_of(entry.key),
             seq,
-            seg: segment_id,
+            seg: tag_of(segment_id),
             off: entry_off as u32,
             len: entry.len as u32,
             key_len: entry.key.len() as u16,
@@ -253,8 +265,10 @@ impl Tail {
     /// leaves the other cores to the writers.
     fn collapse(&mut self, segments: &[Arc<Segment>], parallel: bool) {
         use rayon::slice::ParallelSliceMut;
-        let order =
-            |a: &TailRecord, b: &TailRecord| a.cmp_key(b, segments).then_with(|| a.position().cmp(&b.position()));
+        let base = tag_base(segments);
+        let order = |a: &TailRecord, b: &TailRecord| {
+            a.cmp_key(b, segments).then_with(|| a.position(base).cmp(&b.position(base)))
+        };
         if parallel {
             self.records.par_sort_unstable_by(order);
         } else {
@@ -459,8 +473,8 @@ impl<I: Iterator<Item = DeltaEntry>> Iterator for CombinedDeltas<I> {
 /// before `to` is complete. A frame that fails to decode is an error.
 pub(crate) fn collapse_range(
     segments: &[Arc<Segment>],
-    from: (u32, usize),
-    to: (u32, usize),
+    from: (SegmentId, usize),
+    to: (SegmentId, usize),
 ) -> Result<Vec<DeltaEntry>> {
     let mut tail = Tail::new(0);
     for id in from.0..=to.0 {
@@ -494,7 +508,7 @@ pub(crate) fn collapse_range(
 
 fn open_segments(dir: &Path, options: &Options, report: &mut RecoveryReport) -> Result<Vec<Arc<Segment>>> {
     let mut segments = Vec::new();
-    let mut files: BTreeMap<u32, (PathBuf, bool)> =
+    let mut files: BTreeMap<SegmentId, (PathBuf, bool)> =
         list_segment_files(dir)?.into_iter().map(|(id, path)| (id, (path, false))).collect();
     let last_id = files.last_key_value().map(|(id, _)| *id);
     if let Some(tier) = &options.ssd_tier {
@@ -505,6 +519,19 @@ fn open_segments(dir: &Path, options: &Options, report: &mut RecoveryReport) -> 
                 std::fs::remove_file(&original).map_err(Error::io(&original, "remove"))?;
                 report.removed_segments.push(original);
             }
+        }
+    }
+    // Index pointers name segments by their ids' low 32 bits: two files
+    // 2^32 ids apart would be one segment to them. The writer never lets
+    // the ids get that far apart (`MAX_ID_SPAN`): damage, or files mixed
+    // from two databases.
+    if let (Some((&oldest, _)), Some((&newest, (path, _)))) = (files.first_key_value(), files.last_key_value()) {
+        if newest - oldest > MAX_ID_SPAN {
+            return Err(Error::Corruption {
+                path: path.clone(),
+                offset: 0,
+                reason: format!("segment {newest} is more than {MAX_ID_SPAN} ids past segment {oldest}"),
+            });
         }
     }
     for (id, (path, cold)) in files {
@@ -705,17 +732,22 @@ pub fn finish(dir: &Path, checkpoint: Option<Loaded>, replayed: Replayed) -> Res
         }
         table
     });
-    let position = |id: u32| match &by_id {
-        Some(table) => *table.get(id.checked_sub(first_id)? as usize)?,
-        None => segments.binary_search_by_key(&id, |s| s.id).ok(),
+    let newest = segments.last().map_or(0, |s| s.id);
+    let position = |tag: u32| {
+        let id = id_of(tag, newest)?;
+        match &by_id {
+            Some(table) => *table.get(id.checked_sub(first_id)? as usize)?,
+            None => segments.binary_search_by_key(&id, |s| s.id).ok(),
+        }
     };
     let mut live_bytes = vec![0u64; segments.len()];
     let mut spilled_key_bytes = 0;
     for (key, slot) in &entries {
         spilled_key_bytes += key.heap_bytes();
         let Some(at) = position(slot.loc.seg) else {
+            let id = id_of(slot.loc.seg, newest).unwrap_or(slot.loc.seg as u64);
             return Err(Error::Corruption {
-                path: dir.join(crate::log::segment::segment_file_name(slot.loc.seg)),
+                path: dir.join(crate::log::segment::segment_file_name(id)),
                 offset: slot.loc.off as u64,
                 reason: "the index points into this segment, which is missing".into(),
             });

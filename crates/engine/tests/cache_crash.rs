@@ -54,6 +54,10 @@ fn options(tier: Option<&Path>) -> Options {
         point_index: true,
         deferred_index_updates: 32,
         ssd_tier: tier.map(|dir| SsdTier { dir: dir.to_path_buf(), capacity_bytes: 0 }),
+        // With a tier, segment ids start near 2^32: the writers cross the
+        // point where index pointers' segment tags wrap while segments
+        // move to the tier, on both sides of it.
+        first_segment_id: if tier.is_some() { (1 << 32) - 4 } else { 1 },
         ..Options::default()
     }
 }
@@ -144,6 +148,8 @@ fn acknowledged_writes_survive_sigkill_while_segments_move_to_an_ssd_tier() {
     let (dir, tier) =
         (tempfile::tempdir_in("/dev/shm").unwrap(), tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap());
     crash_loop(&[(dir.path(), Some(tier.path()))], "SSD tier");
+    let ids = scaledkv::log::segment::list_segment_files(dir.path()).unwrap();
+    assert!(ids.iter().any(|(id, _)| *id > 1 << 32), "the segment ids never passed 2^32: {ids:?}");
 }
 
 /// SIGKILLs the child writer in each of `setups` (the database's directory

@@ -375,11 +375,44 @@ fn a_cut_short_segment_gets_back_only_a_size_it_can_have() {
     }
 }
 
-/// Segment ids end at `MAX_SEGMENT_ID`: a log whose active segment has
-/// the last id takes writes until it is full, then refuses the next with
-/// a clear error instead of counting past `u32::MAX` (which wrapped to
-/// segment 0 in a release build); everything acknowledged stays, across a
-/// reopen. A file named with an id past the last is an error naming it.
+/// Writes into `dir`'s active segment until the log refuses one; returns
+/// how many were acknowledged and the refusal.
+fn write_until_refused(db: &Db) -> (u32, Error) {
+    let mut acknowledged = 0u32;
+    loop {
+        let key = format!("more-{acknowledged}");
+        match db.put(key.as_bytes(), &[7u8; 1000]) {
+            Ok(()) => acknowledged += 1,
+            Err(error) => return (acknowledged, error),
+        }
+        assert!(acknowledged < 10_000, "a 256 KiB segment took 10 MB");
+    }
+}
+
+/// After a refusal, a reopen finds the first database's keys and every
+/// acknowledged write.
+fn assert_all_acknowledged(dir: &Path, acknowledged: u32) {
+    let db = Db::open(dir, options()).unwrap();
+    assert_exactly_first(&db, FRAMES, None);
+    for i in 0..acknowledged {
+        assert_eq!(db.get(format!("more-{i}").as_bytes()).unwrap(), Some(vec![7u8; 1000]), "write {i}");
+    }
+}
+
+/// Gives segment file `path` the header of segment `id` (64 bits: low half
+/// at 12, high half at 24).
+fn forge_segment_id(path: &Path, id: u64) {
+    edit(path, |b| {
+        forge_header(b, 12, &(id as u32).to_le_bytes());
+        forge_header(b, 24, &((id >> 32) as u32).to_le_bytes());
+    });
+}
+
+/// Segment ids end at `MAX_SEGMENT_ID` (2^62): a log whose active segment
+/// has the last id takes writes until it is full, then refuses the next
+/// with a clear error instead of counting past it; everything acknowledged
+/// stays, across a reopen. A file named with an id past the last is an
+/// error naming it.
 #[test]
 fn the_last_segment_id_fills_and_then_refuses_writes() {
     use scaledkv::log::segment::{segment_file_name, MAX_SEGMENT_ID};
@@ -387,28 +420,15 @@ fn the_last_segment_id_fills_and_then_refuses_writes() {
     let dir = copy_dir(base.path());
     let last = dir.path().join(segment_file_name(MAX_SEGMENT_ID));
     std::fs::rename(dir.path().join("seg-00000001.log"), &last).unwrap();
-    edit(&last, |b| forge_header(b, 12, &MAX_SEGMENT_ID.to_le_bytes()));
+    forge_segment_id(&last, MAX_SEGMENT_ID);
     let db = Db::open(dir.path(), options()).unwrap();
     assert_exactly_first(&db, FRAMES, None);
-    let mut acknowledged = 0u32;
-    let refusal = loop {
-        let key = format!("more-{acknowledged}");
-        match db.put(key.as_bytes(), &[7u8; 1000]) {
-            Ok(()) => acknowledged += 1,
-            Err(error) => break error,
-        }
-        assert!(acknowledged < 10_000, "a 256 KiB segment took 10 MB");
-    };
+    let (acknowledged, refusal) = write_until_refused(&db);
     // The writer's error reaches its caller inside the poisoning it causes.
-    assert!(refusal.to_string().contains(&format!("has used its last segment id ({MAX_SEGMENT_ID})")), "{refusal}");
+    assert!(refusal.to_string().contains("the log has no segment id left to roll to"), "{refusal}");
     assert!(acknowledged > 100, "only {acknowledged} writes before the refusal");
     drop(db);
-    let db = Db::open(dir.path(), options()).unwrap();
-    assert_exactly_first(&db, FRAMES, None);
-    for i in 0..acknowledged {
-        assert_eq!(db.get(format!("more-{i}").as_bytes()).unwrap(), Some(vec![7u8; 1000]), "write {i}");
-    }
-    drop(db);
+    assert_all_acknowledged(dir.path(), acknowledged);
 
     let stray = dir.path().join(segment_file_name(MAX_SEGMENT_ID + 1));
     std::fs::copy(&last, &stray).unwrap();
@@ -416,6 +436,43 @@ fn the_last_segment_id_fills_and_then_refuses_writes() {
         Err(Error::Corruption { path, .. }) => assert_eq!(path, stray),
         Err(other) => panic!("expected a corruption error naming {}, got {other}", stray.display()),
         Ok(_) => panic!("a segment id past the last was accepted"),
+    }
+}
+
+/// Index pointers keep a segment id's low 32 bits, so the segments a
+/// reader can reach must span fewer than 2^32 ids: a log whose oldest
+/// segment (never freed) is 2^32 - 3 ids behind its active one fills it
+/// and then refuses to roll to an id whose tag would name the oldest, with
+/// a clear error; everything acknowledged stays. Files further apart than
+/// that are an error at open.
+#[test]
+fn a_log_spanning_2_pow_32_ids_refuses_to_roll() {
+    use scaledkv::log::segment::segment_file_name;
+    let (base, _, _) = build(true);
+    let dir = copy_dir(base.path());
+    // Its tag is u32::MAX - 1; the next usable id, 2^32 + 1, has tag 1.
+    let newest = (1u64 << 32) - 2;
+    let copy = dir.path().join(segment_file_name(newest));
+    std::fs::copy(dir.path().join("seg-00000001.log"), &copy).unwrap();
+    forge_segment_id(&copy, newest);
+    let db = Db::open(dir.path(), options()).unwrap();
+    assert_exactly_first(&db, FRAMES, None);
+    let (acknowledged, refusal) = write_until_refused(&db);
+    assert!(refusal.to_string().contains("its oldest readable segment, 1, would be 2^32 ids behind"), "{refusal}");
+    assert!(acknowledged > 100, "only {acknowledged} writes before the refusal");
+    drop(db);
+    assert_all_acknowledged(dir.path(), acknowledged);
+
+    let beyond = dir.path().join(segment_file_name((1 << 32) + 1));
+    std::fs::copy(&copy, &beyond).unwrap();
+    forge_segment_id(&beyond, (1 << 32) + 1);
+    match Db::open(dir.path(), options()) {
+        Err(Error::Corruption { path, reason, .. }) => {
+            assert_eq!(path, beyond);
+            assert!(reason.contains("ids past segment 1"), "{reason}");
+        }
+        Err(other) => panic!("expected a corruption error naming {}, got {other}", beyond.display()),
+        Ok(_) => panic!("segments 2^32 ids apart were accepted"),
     }
 }
 
@@ -428,10 +485,10 @@ fn a_segment_far_past_the_others_is_one_more_segment() {
     use scaledkv::log::segment::segment_file_name;
     let (base, _, _) = build(true);
     let dir = copy_dir(base.path());
-    let far = 4_000_000_000u32;
+    let far = 4_000_000_000u64;
     let copy = dir.path().join(segment_file_name(far));
     std::fs::copy(dir.path().join("seg-00000001.log"), &copy).unwrap();
-    edit(&copy, |b| forge_header(b, 12, &far.to_le_bytes()));
+    forge_segment_id(&copy, far);
     for round in 0..2 {
         let db = Db::open(dir.path(), options()).unwrap();
         assert_exactly_first(&db, FRAMES, None);

@@ -6,7 +6,8 @@
 //!
 //! CI runs `SCALEDKV_CRASH_ITERATIONS` (default 30) iterations rotating
 //! through the durability modes and media (tmpfs, where freed segments are
-//! recycled, and the disk); set it to 1000 for the long mode.
+//! recycled, and the disk; the `pmem` database's segment ids cross 2^32,
+//! where index pointers' tags wrap); set it to 1000 for the long mode.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
@@ -39,9 +40,15 @@ fn options(durability: Durability) -> Options {
         // Index updates handed to the merger thread every 32 keys, so kills
         // land while merges race checkpoints, GC and segment recycling.
         deferred_index_updates: 32,
+        // The `pmem` database's segment ids start near 2^32, so its writers
+        // cross the point where index pointers' segment tags wrap within
+        // a few rolls and kills land on both sides of it.
+        first_segment_id: if durability == Durability::Pmem { NEAR_WRAP } else { 1 },
         ..Options::default()
     }
 }
+
+const NEAR_WRAP: u64 = (1 << 32) - 4;
 
 /// The batch thread `t` writes as its `seq`-th: (key, Some(value) | None).
 fn batch_of(t: u64, seq: u64) -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
@@ -241,6 +248,9 @@ fn acknowledged_writes_survive_sigkill() {
     if iterations >= setups.len() as u64 * 2 {
         assert!(total_recycled > 0, "no kill landed while segments were being recycled");
         assert!(reopened_deltas > 0, "no reopen went through a delta checkpoint");
+        let pmem = modes.iter().position(|mode| *mode == Durability::Pmem).unwrap();
+        let ids = scaledkv::log::segment::list_segment_files(dirs[pmem].path()).unwrap();
+        assert!(ids.iter().any(|(id, _)| *id > 1 << 32), "the pmem database's ids never passed 2^32: {ids:?}");
     }
 }
 

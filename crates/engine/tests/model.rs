@@ -261,4 +261,22 @@ proptest! {
     fn with_the_point_index_matches_the_model(ops in prop::collection::vec(op(), 1..200)) {
         run_with(ops, Options { point_index: true, ..options(Durability::Pmem) });
     }
+
+    /// A log whose segment ids cross 2^32, where the index pointers' 32-bit
+    /// segment tags wrap (ids 2^32 - 4, - 3, - 2, then 2^32 + 1, tag 1):
+    /// GC, checkpoints, snapshots and reopens across it.
+    #[test]
+    fn segment_ids_across_2_pow_32_match_the_model(ops in prop::collection::vec(op(), 1..200)) {
+        run_with(ops, Options { first_segment_id: (1 << 32) - 4, ..options(Durability::Sync) });
+    }
+
+    /// The same with the point table (tags kept in its slots), deferred
+    /// index updates and background work.
+    #[test]
+    fn segment_ids_across_2_pow_32_with_the_point_index_match_the_model(
+        ops in prop::collection::vec(op(), 1..200),
+    ) {
+        let deferred = Options { background_work: true, deferred_index_updates: 3, ..options(Durability::Pmem) };
+        run_with(ops, Options { point_index: true, first_segment_id: (1 << 32) - 4, ..deferred });
+    }
 }

@@ -1,14 +1,18 @@
 //! A value-log segment: one preallocated file, a 256-byte header, then
 //! frames. Segment ids are stable for the life of the data, so index
 //! pointers `(segment, offset)` never change when a segment moves or ages.
+//! Ids are 64-bit; an index pointer keeps an id's low 32 bits, its *tag*
+//! (`tag_of`), which names one segment because the segments alive at once
+//! span fewer than 2^32 ids (`MAX_ID_SPAN`, checked at every roll).
 //!
 //! Header, little endian (bytes 0..40, rest of the 256 zero):
 //! ```text
 //! 0  [u8; 8] magic "SKVLOG\0\0"
 //! 8  u32 format version
-//! 12 u32 segment id
+//! 12 u32 segment id, low 32 bits
 //! 16 u64 segment size in bytes
-//! 24 u64 reserved (zero)
+//! 24 u32 segment id, high 32 bits (zero before ids outgrew 32 bits)
+//! 28 u32 reserved (zero)
 //! 32 u32 crc32c over bytes 0..32
 //! ```
 
@@ -26,20 +30,55 @@ use crate::log::record::FORMAT_VERSION;
 pub const SEGMENT_HEADER_BYTES: usize = 256;
 const SEGMENT_MAGIC: &[u8; 8] = b"SKVLOG\0\0";
 
-pub fn segment_file_name(id: u32) -> String {
+/// A segment's id: they count up from 1 and are never reused.
+pub type SegmentId = u64;
+
+pub fn segment_file_name(id: SegmentId) -> String {
     format!("seg-{id:08}.log")
 }
 
-/// The last segment id: ids count up from 1 and never repeat, and the id
-/// after the active segment's must still be a `u32`. A log that reaches
-/// it refuses writes (`Error::SegmentIdsExhausted`): 4 billion segments
-/// are ~9 years of writing 1 GB/s into 64 MiB segments, but ~100 days
-/// into a small cache's 2 MiB ones; renumbering is not built. A file name
-/// past it is damage, which `list_segment_files` refuses.
-pub const MAX_SEGMENT_ID: u32 = u32::MAX - 1;
+/// The last segment id, the last usable one below 2^62: a million
+/// segments a second would take 146,000 years to reach it. A file name
+/// past it is damage, which `list_segment_files` refuses (ids near
+/// `u64::MAX` would overflow).
+pub const MAX_SEGMENT_ID: SegmentId = (1 << 62) - 2;
+
+/// How far the newest segment's id may be past the oldest segment still
+/// readable (in the table, or kept for a snapshot): tags repeat every
+/// 2^32 ids. A cache's log evicts its oldest segments as it writes, so
+/// its span stays small however many ids it uses; a database whose
+/// oldest segment GC never frees (all of it live) reaches this after 4
+/// billion segments, ~9 years of writing 1 GB/s into 64 MiB segments, and
+/// then refuses writes (`Error::SegmentIdsExhausted`).
+pub const MAX_ID_SPAN: u64 = u32::MAX as u64 - 1;
+
+/// The low 32 bits of `id`: what an index pointer (`Loc::seg`) keeps.
+pub fn tag_of(id: SegmentId) -> u32 {
+    id as u32
+}
+
+/// Whether `id` may name a segment: its tag must be neither 0 nor
+/// `u32::MAX` (`Loc::TOMBSTONE`'s and the point table's markers).
+pub fn usable_id(id: SegmentId) -> bool {
+    !matches!(tag_of(id), 0 | u32::MAX)
+}
+
+/// The id after `id` that may name a segment.
+pub fn next_id(id: SegmentId) -> SegmentId {
+    let mut next = id + 1;
+    while !usable_id(next) {
+        next += 1;
+    }
+    next
+}
+
+/// The id with tag `tag` among the 2^32 ids up to `newest`, if there is one.
+pub fn id_of(tag: u32, newest: SegmentId) -> Option<SegmentId> {
+    newest.checked_sub(tag_of(newest).wrapping_sub(tag) as u64)
+}
 
 /// Parses `seg-NNNNNNNN.log`.
-pub fn parse_segment_file_name(name: &str) -> Option<u32> {
+pub fn parse_segment_file_name(name: &str) -> Option<SegmentId> {
     name.strip_prefix("seg-")?.strip_suffix(".log")?.parse().ok()
 }
 
@@ -51,7 +90,7 @@ pub fn declared_size(bytes: &[u8]) -> Option<u64> {
 }
 
 pub struct Segment {
-    pub id: u32,
+    pub id: SegmentId,
     pub region: Region,
     /// Whether the file is in the SSD tier (`tier.rs`): a sealed segment
     /// moved there whole, under the same id.
@@ -85,7 +124,7 @@ impl Segment {
     /// writes (`NewBlocks`; the writer chooses by its groups' sizes).
     pub fn create(
         dir: &Path,
-        id: u32,
+        id: SegmentId,
         size_bytes: usize,
         durability: Durability,
         blocks: NewBlocks,
@@ -121,7 +160,7 @@ impl Segment {
     /// all zeros and has the new header, durably. So a crash leaves either
     /// the freed segment (which no checkpoint references) or nothing, or
     /// the new empty segment, which is what a fresh one looks like.
-    pub fn recycle(&mut self, dir: &Path, id: u32, durability: Durability) -> Result<()> {
+    pub fn recycle(&mut self, dir: &Path, id: SegmentId, durability: Durability) -> Result<()> {
         debug_assert!(self.recyclable());
         self.region.rename(&dir.join(format!("recycle-{id:08}.tmp")))?;
         // Zeroed in steps, each a point where a paced thread naps.
@@ -142,12 +181,12 @@ impl Segment {
         Ok(())
     }
 
-    pub fn open(path: &Path, id: u32, durability: Durability) -> Result<Segment> {
+    pub fn open(path: &Path, id: SegmentId, durability: Durability) -> Result<Segment> {
         Self::open_in(path, id, durability, false)
     }
 
     /// Opens segment `id` at `path`, in the SSD tier if `cold`.
-    pub fn open_in(path: &Path, id: u32, durability: Durability, cold: bool) -> Result<Segment> {
+    pub fn open_in(path: &Path, id: SegmentId, durability: Durability, cold: bool) -> Result<Segment> {
         let region = Region::open(path, if cold { cold_durability(durability) } else { durability })?;
         let corrupt =
             |reason: &str| Error::Corruption { path: path.to_path_buf(), offset: 0, reason: reason.to_string() };
@@ -167,7 +206,9 @@ impl Segment {
                 expected: FORMAT_VERSION as u32,
             });
         }
-        let stored_id = u32::from_le_bytes(header[12..16].try_into().expect("4 bytes"));
+        let low = u32::from_le_bytes(header[12..16].try_into().expect("4 bytes"));
+        let high = u32::from_le_bytes(header[24..28].try_into().expect("4 bytes"));
+        let stored_id = (high as u64) << 32 | low as u64;
         if stored_id != id {
             return Err(corrupt(&format!("header names segment {stored_id}, file name says {id}")));
         }
@@ -180,7 +221,7 @@ impl Segment {
         Ok(segment)
     }
 
-    fn new(id: u32, region: Region) -> Segment {
+    fn new(id: SegmentId, region: Region) -> Segment {
         Segment {
             id,
             region,
@@ -254,12 +295,13 @@ pub(crate) fn sync_name(dir: &Path, durability: Durability) -> Result<()> {
 ///
 /// # Safety
 /// Nobody else may be reading `region`.
-unsafe fn write_header(region: &Region, id: u32) -> Result<()> {
+unsafe fn write_header(region: &Region, id: SegmentId) -> Result<()> {
     let mut header = [0u8; 40];
     header[..8].copy_from_slice(SEGMENT_MAGIC);
     header[8..12].copy_from_slice(&(FORMAT_VERSION as u32).to_le_bytes());
-    header[12..16].copy_from_slice(&id.to_le_bytes());
+    header[12..16].copy_from_slice(&tag_of(id).to_le_bytes());
     header[16..24].copy_from_slice(&(region.len() as u64).to_le_bytes());
+    header[24..28].copy_from_slice(&((id >> 32) as u32).to_le_bytes());
     let crc = scaledkv_pmem::crc::crc32c(&header[..32]);
     header[32..36].copy_from_slice(&crc.to_le_bytes());
     // SAFETY: exclusivity is the caller's contract.
@@ -372,21 +414,38 @@ pub type SegmentTable = Arc<Table>;
 /// segments left far behind them (an SSD tier's oldest, one GC cannot
 /// move, one a snapshot keeps) move to `old`, sorted by id and searched:
 /// the slots span at most twice the segments they hold, plus `SLACK`.
+/// Index pointers name segments by tag (`get`), resolved against the
+/// newest id the table has held.
 #[derive(Clone, Default)]
 pub struct Table {
-    base: u32,
+    base: SegmentId,
     slots: Vec<Option<Arc<Segment>>>,
     /// Segments in `slots`.
     in_slots: usize,
     /// Segments below `base`, in id order.
     old: Vec<Arc<Segment>>,
+    /// The largest id inserted: every id the table holds is within
+    /// `MAX_ID_SPAN` below it.
+    newest: SegmentId,
 }
 
 /// Empty slots a table may hold beyond as many as its segments.
 const SLACK: usize = 64;
 
 impl Table {
-    pub fn get(&self, id: u32) -> Option<&Arc<Segment>> {
+    /// The segment an index pointer's tag (`Loc::seg`) names.
+    pub fn get(&self, tag: u32) -> Option<&Arc<Segment>> {
+        // The slots span far fewer than 2^32 ids, so within them a tag's
+        // distance from the base's tag is its id's (a tag below wraps past
+        // every slot): one bounds check, as a lookup by id costs.
+        match self.slots.get(tag.wrapping_sub(tag_of(self.base)) as usize) {
+            Some(slot) => slot.as_ref(),
+            None => self.get_id(id_of(tag, self.newest)?).filter(|segment| segment.id < self.base),
+        }
+    }
+
+    /// Segment `id`.
+    pub fn get_id(&self, id: SegmentId) -> Option<&Arc<Segment>> {
         // An id below the base wraps past every slot: one bounds check.
         match self.slots.get(id.wrapping_sub(self.base) as usize) {
             Some(slot) => slot.as_ref(),
@@ -400,8 +459,14 @@ impl Table {
         self.old.iter().chain(self.slots.iter().flatten())
     }
 
+    /// The largest id the table has held.
+    pub fn newest(&self) -> SegmentId {
+        self.newest
+    }
+
     fn insert(&mut self, segment: Arc<Segment>) -> Option<Arc<Segment>> {
         let id = segment.id;
+        self.newest = self.newest.max(id);
         if self.slots.is_empty() && self.old.last().is_none_or(|last| last.id < id) {
             self.base = id;
         }
@@ -431,7 +496,7 @@ impl Table {
         replaced
     }
 
-    fn remove(&mut self, id: u32) -> Option<Arc<Segment>> {
+    fn remove(&mut self, id: SegmentId) -> Option<Arc<Segment>> {
         if id < self.base {
             let at = self.old.binary_search_by_key(&id, |s| s.id).ok()?;
             return Some(self.old.remove(at));
@@ -453,7 +518,7 @@ impl Table {
         loop {
             let empty = self.slots.iter().take_while(|slot| slot.is_none()).count();
             self.slots.drain(..empty);
-            self.base += empty as u32;
+            self.base += empty as u64;
             if self.slots.len() <= 2 * self.in_slots + SLACK {
                 break;
             }
@@ -474,9 +539,28 @@ impl Table {
 }
 
 impl SegmentSet {
-    /// Runs `f` on the segment without cloning its Arc (the hot read path).
-    pub fn with<T>(&self, id: u32, f: impl FnOnce(&Arc<Segment>) -> T) -> Option<T> {
-        self.table.load().get(id).map(f)
+    /// Runs `f` on the segment an index pointer's tag names, without
+    /// cloning its Arc (the hot read path).
+    pub fn with<T>(&self, tag: u32, f: impl FnOnce(&Arc<Segment>) -> T) -> Option<T> {
+        self.table.load().get(tag).map(f)
+    }
+
+    /// Runs `f` on segment `id`.
+    pub fn with_id<T>(&self, id: SegmentId, f: impl FnOnce(&Arc<Segment>) -> T) -> Option<T> {
+        self.table.load().get_id(id).map(f)
+    }
+
+    /// The id an index pointer's tag names (the segment may be gone).
+    pub fn id_of(&self, tag: u32) -> Option<SegmentId> {
+        id_of(tag, self.table.load().newest())
+    }
+
+    /// The oldest segment a reader can still reach (in the table, or kept
+    /// for a snapshot): no segment may be `MAX_ID_SPAN` past it.
+    pub fn oldest_id(&self) -> Option<SegmentId> {
+        let in_table = self.table.load().iter().next().map(|s| s.id);
+        let retired = self.retired.lock().iter().map(|s| s.id).min();
+        in_table.into_iter().chain(retired).min()
     }
 
     /// The current table, kept alive by the caller (snapshots pin it).
@@ -516,7 +600,7 @@ impl SegmentSet {
         }
     }
 
-    pub fn remove(&self, id: u32) -> Option<Arc<Segment>> {
+    pub fn remove(&self, id: SegmentId) -> Option<Arc<Segment>> {
         let mut removed = None;
         self.table.rcu(|table| {
             let mut next = (**table).clone();
@@ -542,7 +626,7 @@ impl SegmentSet {
     /// but those at `live`; see `EntryMarks::mark_all_but`. Not once GC has
     /// removed it: its map would count toward `MAX_MAPS` for good.
     pub fn mark_dead_all_but(&self, segment: &Segment, live: &[u32]) -> bool {
-        self.with(segment.id, |_| ()).is_some()
+        self.with_id(segment.id, |_| ()).is_some()
             && segment.dead.mark_all_but(live, segment.capacity_bytes(), &self.dead_maps)
     }
 
@@ -550,7 +634,11 @@ impl SegmentSet {
         self.retired.lock().push(segment);
     }
 
-    pub fn find_retired(&self, id: u32) -> Option<Arc<Segment>> {
+    /// The segment kept for snapshots that an index pointer's tag names.
+    pub fn find_retired(&self, tag: u32) -> Option<Arc<Segment>> {
+        // Retired segments are older than the table's newest, and within
+        // `MAX_ID_SPAN` of it as every reachable segment is.
+        let id = id_of(tag, self.table.load().newest())?;
         self.retired.lock().iter().find(|s| s.id == id).cloned()
     }
 
@@ -601,15 +689,15 @@ impl SegmentSet {
 }
 
 /// Lists segment files in `dir` as (id, path), sorted by id.
-pub fn list_segment_files(dir: &Path) -> Result<Vec<(u32, PathBuf)>> {
+pub fn list_segment_files(dir: &Path) -> Result<Vec<(SegmentId, PathBuf)>> {
     let mut found = Vec::new();
     let entries =
         std::fs::read_dir(dir).map_err(|source| Error::Io { path: dir.to_path_buf(), op: "read_dir", source })?;
     for entry in entries {
         let entry = entry.map_err(|source| Error::Io { path: dir.to_path_buf(), op: "read_dir", source })?;
         if let Some(id) = entry.file_name().to_str().and_then(parse_segment_file_name) {
-            if !(1..=MAX_SEGMENT_ID).contains(&id) {
-                let reason = format!("segment id {id} is outside 1..={MAX_SEGMENT_ID}");
+            if !(1..=MAX_SEGMENT_ID).contains(&id) || !usable_id(id) {
+                let reason = format!("segment id {id} is outside 1..={MAX_SEGMENT_ID} or has a reserved tag");
                 return Err(Error::Corruption { path: entry.path(), offset: 0, reason });
             }
             found.push((id, entry.path()));
@@ -628,16 +716,22 @@ mod tests {
 
     use super::*;
 
-    /// 40 segments made once (the table looks only at their ids): a run of
+    /// 45 segments made once (the table looks only at their ids): a run of
     /// 30 neighbours from 1 with two more within the slots' reach (100,
     /// 120), so that removals leave slots to move behind; short runs near
-    /// 5,000 and at `MAX_SEGMENT_ID`, far past them.
+    /// 5,000, across 2^32 (where tags wrap: 2^32 + 1 has segment 1's) and
+    /// at `MAX_SEGMENT_ID`, far past them.
     fn segments() -> &'static [Arc<Segment>] {
         static SEGMENTS: std::sync::OnceLock<(tempfile::TempDir, Vec<Arc<Segment>>)> = std::sync::OnceLock::new();
         &SEGMENTS
             .get_or_init(|| {
                 let dir = tempfile::tempdir().unwrap();
-                let ids = (1..=30).chain([100, 120]).chain(5_000..5_004).chain(MAX_SEGMENT_ID - 3..=MAX_SEGMENT_ID);
+                let wrap = (1u64 << 32) - 3..=(1 << 32) + 3;
+                let ids = (1..=30)
+                    .chain([100, 120])
+                    .chain(5_000..5_004)
+                    .chain(wrap.filter(|&id| usable_id(id)))
+                    .chain(MAX_SEGMENT_ID - 3..=MAX_SEGMENT_ID);
                 let made = ids
                     .map(|id| {
                         Arc::new(
@@ -665,30 +759,39 @@ mod tests {
         }
         assert_eq!((table.span(), table.in_slots, table.old.len()), (21, 2, 1));
         assert_eq!(table.iter().map(|s| s.id).collect::<Vec<_>>(), [1, 100, 120]);
-        assert!([1, 100, 120].iter().all(|&id| table.get(id).is_some_and(|s| s.id == id)));
+        assert!([1, 100, 120].iter().all(|&id| table.get(tag_of(id)).is_some_and(|s| s.id == id)));
     }
 
     proptest! {
         /// Against a set of ids, spread from 1 to past 4 billion: every
-        /// lookup, the order, and slots that never span more than twice
-        /// the segments in them plus `SLACK` (before, the table grew from
-        /// id 0 with every id ever used).
+        /// lookup, by id and, while the ids held since the newest span
+        /// less than 2^32, by tag; the order, and slots that never span
+        /// more than twice the segments in them plus `SLACK` (before, the
+        /// table grew from id 0 with every id ever used).
         #[test]
         fn the_table_holds_what_a_model_holds_and_spans_only_them(
-            ops in prop::collection::vec((any::<bool>(), 0usize..40), 1..300),
+            ops in prop::collection::vec((any::<bool>(), 0usize..45), 1..300),
         ) {
             let mut table = Table::default();
             let mut model = BTreeSet::new();
+            let mut newest = 0;
             for (insert, pick) in ops {
                 let segment = &segments()[pick];
                 if insert {
+                    newest = newest.max(segment.id);
                     let replaced = table.insert(segment.clone());
                     prop_assert_eq!(replaced.is_some(), !model.insert(segment.id));
                 } else {
                     prop_assert_eq!(table.remove(segment.id).map(|s| s.id), model.take(&segment.id));
                 }
-                for probe in segments().iter().map(|s| s.id).chain([0, 2, 1_000_000, u32::MAX]) {
-                    prop_assert_eq!(table.get(probe).map(|s| s.id), model.contains(&probe).then_some(probe));
+                for probe in segments().iter().map(|s| s.id).chain([0, 2, 1_000_000, u32::MAX as u64]) {
+                    prop_assert_eq!(table.get_id(probe).map(|s| s.id), model.contains(&probe).then_some(probe));
+                }
+                prop_assert_eq!(table.newest(), newest);
+                if model.first().is_some_and(|&oldest| newest - oldest <= MAX_ID_SPAN) {
+                    for &id in &model {
+                        prop_assert_eq!(table.get(tag_of(id)).map(|s| s.id), Some(id));
+                    }
                 }
                 prop_assert_eq!(table.iter().map(|s| s.id).collect::<Vec<_>>(), model.iter().copied().collect::<Vec<_>>());
                 prop_assert!(table.span() <= 2 * table.in_slots + SLACK, "{} slots for {}", table.span(), table.in_slots);

@@ -24,7 +24,7 @@ use scaledkv_pmem::{Durability, Medium, NewBlocks};
 use crate::background::IdleUntilNeeded;
 use crate::error::{Error, Result};
 use crate::log::record::{align_up, FrameHeader, FRAME_ALIGN_BYTES, FRAME_HEADER_BYTES};
-use crate::log::segment::{Recycler, Segment, SegmentSet, MAX_SEGMENT_ID};
+use crate::log::segment::{Recycler, Segment, SegmentId, SegmentSet, MAX_ID_SPAN, MAX_SEGMENT_ID};
 use crate::options::Options;
 
 pub const GROUP_ALIGN_BYTES: usize = 256;
@@ -82,7 +82,7 @@ pub struct LogWriter {
     /// active segment, and written once before the persist.
     staged: Vec<u8>,
     staged_from: usize,
-    next_id: u32,
+    next_id: SegmentId,
     /// The next segment, created (or recycled) off the critical path (see
     /// `prepare_spare_when_due`), sent once it is mapped; its thread then
     /// prefaults it.
@@ -160,7 +160,7 @@ impl LogWriter {
         last_seq: u64,
         recycler: Arc<Recycler>,
     ) -> LogWriter {
-        let next_id = active.id + 1;
+        let next_id = crate::log::segment::next_id(active.id);
         let mut writer = LogWriter {
             dir,
             durability: options.durability,
@@ -186,7 +186,6 @@ impl LogWriter {
             roll_wait_micros: 0,
         };
         writer.follow_active();
-        writer.prepare_spare_when_due();
         writer
     }
 
@@ -219,9 +218,9 @@ impl LogWriter {
     /// 48 MiB takes longer), late enough that a fresh database does not
     /// spend its first milliseconds zeroing a segment it may never need
     /// (that competed with the first requests of a short benchmark).
-    fn prepare_spare_when_due(&mut self) {
+    fn prepare_spare_when_due(&mut self, segments: &SegmentSet) {
         match &self.spare {
-            None if self.offset >= self.active.capacity_bytes() / 4 && self.next_id <= MAX_SEGMENT_ID => {
+            None if self.offset >= self.active.capacity_bytes() / 4 && self.next_id_allowed(segments) => {
                 self.spare = Some(self.spawn_spare())
             }
             Some(spare) if self.offset >= self.active.capacity_bytes() / RAISE_SPARE_AT => spare.priority.raise(),
@@ -317,17 +316,24 @@ impl LogWriter {
         self.active.region.persist_waits_for_device()
     }
 
-    pub fn active_id(&self) -> u32 {
+    pub fn active_id(&self) -> SegmentId {
         self.active.id
     }
 
     /// (active segment id, next write offset): where the log ends now.
-    pub fn position(&self) -> (u32, usize) {
+    pub fn position(&self) -> (SegmentId, usize) {
         (self.active.id, self.offset)
     }
 
+    /// Whether the next segment may take `next_id`: its tag must not name
+    /// a segment a reader can still reach (`MAX_ID_SPAN`).
+    fn next_id_allowed(&self, segments: &SegmentSet) -> bool {
+        let oldest = segments.oldest_id().unwrap_or(self.active.id).min(self.active.id);
+        self.next_id - oldest <= MAX_ID_SPAN && self.next_id <= MAX_SEGMENT_ID
+    }
+
     /// Writes one frame (`header` + `body`) and returns (segment id, offset).
-    pub fn append(&mut self, header: &FrameHeader, body: &[u8], segments: &SegmentSet) -> Result<(u32, usize)> {
+    pub fn append(&mut self, header: &FrameHeader, body: &[u8], segments: &SegmentSet) -> Result<(SegmentId, usize)> {
         self.append_parts(header, &[body], segments)
     }
 
@@ -337,7 +343,7 @@ impl LogWriter {
         header: &FrameHeader,
         body: &[&[u8]],
         segments: &SegmentSet,
-    ) -> Result<(u32, usize)> {
+    ) -> Result<(SegmentId, usize)> {
         let frame_len = header.frame_len as usize;
         debug_assert_eq!(frame_len, FRAME_HEADER_BYTES + body.iter().map(|part| part.len()).sum::<usize>());
         if self.offset + frame_len > self.active.capacity_bytes() {
@@ -371,7 +377,7 @@ impl LogWriter {
         self.offset = next;
         self.appended_bytes += frame_len as u64;
         self.appended_entries += header.count as u64;
-        self.prepare_spare_when_due();
+        self.prepare_spare_when_due(segments);
         Ok((self.active.id, at))
     }
 
@@ -421,8 +427,9 @@ impl LogWriter {
 
     fn roll(&mut self, segments: &SegmentSet) -> Result<()> {
         self.write_staged()?;
-        if self.next_id > MAX_SEGMENT_ID {
-            return Err(Error::SegmentIdsExhausted { path: self.active.path().to_path_buf(), max: MAX_SEGMENT_ID });
+        if !self.next_id_allowed(segments) {
+            let oldest = segments.oldest_id().unwrap_or(self.active.id);
+            return Err(Error::SegmentIdsExhausted { path: self.active.path().to_path_buf(), oldest });
         }
         // Not prepared yet only for a frame larger than three quarters of a segment.
         let spare = self.spare.take().unwrap_or_else(|| self.spawn_spare());
@@ -458,8 +465,8 @@ impl LogWriter {
         self.sealed_in_group.push((old, self.group_start, self.offset));
         self.offset = crate::log::segment::SEGMENT_HEADER_BYTES;
         self.group_start = self.offset;
-        self.next_id += 1;
-        if self.prepares_at_roll() && self.next_id <= MAX_SEGMENT_ID {
+        self.next_id = crate::log::segment::next_id(self.next_id);
+        if self.prepares_at_roll() && self.next_id_allowed(segments) {
             self.spare = Some(self.spawn_spare());
         }
         (self.groups_in_active, self.group_bytes_in_active) = (0, 0);
@@ -787,12 +794,12 @@ mod tests {
         let half = 4 * MIB / RAISE_SPARE_AT;
 
         writer.offset = half - 4096;
-        writer.prepare_spare_when_due();
+        writer.prepare_spare_when_due(&SegmentSet::default());
         let waited = writer.spare.as_ref().unwrap().segment.recv_timeout(Duration::from_millis(200));
         assert!(matches!(waited, Err(RecvTimeoutError::Timeout)), "sent before the writer needed it");
 
         writer.offset = half;
-        writer.prepare_spare_when_due();
+        writer.prepare_spare_when_due(&SegmentSet::default());
         let sent = writer.spare.as_ref().unwrap().segment.recv_timeout(Duration::from_secs(10));
         let sent = sent.expect("the spare's thread ended silently");
         assert_eq!(sent.unwrap().id, 2);
@@ -863,7 +870,7 @@ mod tests {
             let mut writer =
                 LogWriter::new(dir.path().to_path_buf(), &options, active, SEGMENT_HEADER_BYTES, 0, Arc::default());
             writer.offset = MIB / 4;
-            writer.prepare_spare_when_due();
+            writer.prepare_spare_when_due(&SegmentSet::default());
             assert!(writer.spare.is_some(), "{case}: a spare is due past a quarter of the first segment");
             writer.roll(&SegmentSet::default()).unwrap();
             assert_eq!(writer.active.id, 2);
