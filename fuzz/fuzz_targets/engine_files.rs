@@ -46,7 +46,7 @@ fn templates() -> &'static [Template; 2] {
 
 /// `name` with its number (seg-N.log, index-N.ckpt, index-N.delta)
 /// replaced by `number`.
-fn renumbered(name: &str, number: u32) -> String {
+fn renumbered(name: &str, number: u64) -> String {
     let digits: Vec<usize> = name.char_indices().filter(|(_, c)| c.is_ascii_digit()).map(|(i, _)| i).collect();
     match (digits.first(), digits.last()) {
         (Some(&first), Some(&last)) => format!("{}{number:08}{}", &name[..first], &name[last + 1..]),
@@ -92,8 +92,9 @@ fuzz_target!(|data: &[u8]| {
             1 => file[at..].iter_mut().zip(bytes).for_each(|(b, x)| *b ^= x),
             2 => file.truncate(at),
             3 => file.extend_from_slice(bytes),
-            // A file under another number (a stray copy, a damaged name).
-            _ => *name = renumbered(name, number),
+            // A file under another number (a stray copy, a damaged name),
+            // up to 2^37: segment ids past 32 bits, whose tags wrap.
+            _ => *name = renumbered(name, (head[1] as u64 >> 3) << 32 | number as u64),
         }
     }
     files.sort_by(|a, b| a.0.cmp(&b.0));
