@@ -109,6 +109,14 @@ fn print_report(report: &RecoveryReport) {
         report.replayed_bytes,
         report.elapsed.as_secs_f64()
     );
+    if let Some(restored) = &report.restored {
+        println!(
+            "segment cut short, length restored: {} from {} bytes: {}",
+            restored.path.display(),
+            restored.offset,
+            restored.reason
+        );
+    }
     if let Some(cut) = &report.truncated {
         println!("torn tail cut: {} at offset {}: {}", cut.path.display(), cut.offset, cut.reason);
     }

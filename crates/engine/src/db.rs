@@ -279,7 +279,8 @@ impl Db {
             recovered.last_seq,
             recycler.clone(),
         );
-        if !recovered.report.skipped.is_empty() || recovered.report.truncated.is_some() {
+        let report = &recovered.report;
+        if !report.skipped.is_empty() || report.truncated.is_some() || report.restored.is_some() {
             tracing::warn!(dir = %dir.display(), report = ?recovered.report, "recovery repaired the log");
         }
         let inner = Arc::new(Inner {

@@ -27,6 +27,11 @@ pub struct RecoveryReport {
     /// A torn or corrupt tail that was cut off (never acknowledged data, or
     /// a damaged last record indistinguishable from it).
     pub truncated: Option<Truncation>,
+    /// The newest segment's file found shorter than its header says (a
+    /// copy or a file system that lost its end) and given back its length:
+    /// the lost part reads as zeros, the end of the log. Replay then
+    /// usually cuts a torn tail there too (`truncated`).
+    pub restored: Option<Truncation>,
     /// Corrupt ranges skipped in repair mode.
     pub skipped: Vec<Truncation>,
     /// Segment files removed: never initialised, or wholly after a torn tail.
@@ -583,7 +588,7 @@ fn restore_truncated_length(path: &Path, largest: u64, report: &mut RecoveryRepo
         let file = std::fs::OpenOptions::new().write(true).open(path).map_err(Error::io(path, "open"))?;
         file.set_len(size).map_err(Error::io(path, "set_len"))?;
         file.sync_all().map_err(Error::io(path, "fsync"))?;
-        report.truncated = Some(Truncation {
+        report.restored = Some(Truncation {
             path: path.to_path_buf(),
             offset: bytes_on_disk,
             reason: format!("file was {bytes_on_disk} bytes, its header says {size}"),

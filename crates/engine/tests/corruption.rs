@@ -353,6 +353,21 @@ fn a_cut_short_segment_gets_back_only_a_size_it_can_have() {
     edit(&segment, |b| b.truncate(last_at));
     let db = Db::open(copy.path(), options()).unwrap();
     assert_exactly_first(&db, FRAMES - 1, None);
+    let restored = db.recovery_report().restored.as_ref().expect("the restored length is reported");
+    assert_eq!((restored.path.as_path(), restored.offset), (segment.as_path(), last_at as u64));
+    drop(db);
+    assert_eq!(std::fs::metadata(&segment).unwrap().len(), declared);
+    // Cut inside the last frame: both reported, the length given back and
+    // the torn frame cut (the second replaced the first before each had a
+    // field of its own).
+    let copy = copy_dir(base.path());
+    let segment = copy.path().join("seg-00000001.log");
+    edit(&segment, |b| b.truncate(last_at + 40));
+    let db = Db::open(copy.path(), options()).unwrap();
+    assert_exactly_first(&db, FRAMES - 1, None);
+    let report = db.recovery_report();
+    assert_eq!(report.restored.as_ref().map(|r| r.offset), Some(last_at as u64 + 40));
+    assert_eq!(report.truncated.as_ref().map(|t| t.offset), Some(last_at as u64));
     drop(db);
     assert_eq!(std::fs::metadata(&segment).unwrap().len(), declared);
 

@@ -197,6 +197,7 @@ pub fn open(config: &Config) -> Result<Db, String> {
         keys = db.len(),
         replayed_frames = report.replayed_frames,
         truncated = ?report.truncated,
+        restored = ?report.restored,
         elapsed_ms = started.elapsed().as_millis() as u64,
         "database open"
     );
