@@ -390,8 +390,8 @@ fn a_cut_short_segment_gets_back_only_a_size_it_can_have() {
     }
 }
 
-/// Writes into `dir`'s active segment until the log refuses one; returns
-/// how many were acknowledged and the refusal.
+/// Writes into `db` until the log refuses a write; returns how many were
+/// acknowledged and the refusal.
 fn write_until_refused(db: &Db) -> (u32, Error) {
     let mut acknowledged = 0u32;
     loop {

@@ -38,6 +38,18 @@ fn assert_matches(db: &Db, model: &BTreeMap<Vec<u8>, Vec<u8>>) {
     assert_eq!(all, model.iter().map(|(k, v)| (k.clone(), v.clone())).collect::<Vec<_>>());
 }
 
+/// A copy of an open database's files: what a crash would leave.
+fn copy_while_open(dir: &Path) -> tempfile::TempDir {
+    let copy = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.file_name().unwrap() != "LOCK" && path.is_file() {
+            std::fs::copy(&path, copy.path().join(path.file_name().unwrap())).unwrap();
+        }
+    }
+    copy
+}
+
 fn ids(dir: &Path) -> Vec<u64> {
     list_segment_files(dir).unwrap().into_iter().map(|(id, _)| id).collect()
 }
@@ -94,15 +106,8 @@ fn writes_across_the_tag_wrap_survive_gc_checkpoints_and_reopens() {
     assert!(held.iter().any(|&id| tag_of(id) < 50), "the ids crossed the wrap: {held:?}");
     assert_matches(&db, &model);
 
-    // A copy of the files while the database is open is what a crash
-    // leaves: everything acknowledged is in it.
-    let copy = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-    for entry in std::fs::read_dir(dir.path()).unwrap() {
-        let path = entry.unwrap().path();
-        if path.file_name().unwrap() != "LOCK" && path.is_file() {
-            std::fs::copy(&path, copy.path().join(path.file_name().unwrap())).unwrap();
-        }
-    }
+    // Everything acknowledged is in what a crash leaves.
+    let copy = copy_while_open(dir.path());
     drop(db);
     let reopened = Db::open(copy.path(), options()).unwrap();
     assert_matches(&reopened, &model);
@@ -134,13 +139,7 @@ fn a_log_replayed_across_the_tag_wrap_keeps_log_order() {
         db.collect_garbage().unwrap();
     }
     assert!(ids(dir.path()).iter().any(|&id| id > 1 << 32), "past the wrap: {:?}", ids(dir.path()));
-    let copy = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-    for entry in std::fs::read_dir(dir.path()).unwrap() {
-        let path = entry.unwrap().path();
-        if path.file_name().unwrap() != "LOCK" && path.is_file() {
-            std::fs::copy(&path, copy.path().join(path.file_name().unwrap())).unwrap();
-        }
-    }
+    let copy = copy_while_open(dir.path());
     drop(db);
     let reopened = Db::open(copy.path(), no_checkpoints).unwrap();
     assert!(reopened.recovery_report().checkpoint_keys == 0, "replayed without a checkpoint");
