@@ -621,9 +621,12 @@ impl Db {
         self.inner.checkpoint()
     }
 
-    /// Runs one garbage-collection pass now; returns segments freed.
+    /// Runs one garbage-collection pass now (first the segments left far
+    /// behind the active one, then those mostly dead); returns segments
+    /// freed.
     pub fn collect_garbage(&self) -> Result<u64> {
-        self.inner.collect_garbage(None, crate::gc::SEGMENTS_PER_PASS)
+        let pass = crate::gc::SEGMENTS_PER_PASS;
+        Ok(self.inner.collect(crate::gc::Goal::FarBehind, pass)? + self.inner.collect_garbage(None, pass)?)
     }
 
     /// Rebuilds the in-memory index with full B-tree nodes, as the
@@ -1333,6 +1336,7 @@ impl Inner {
         // sustained overwrites, but stop promptly on close. The segments it
         // empties are freed by the checkpoint thread's next checkpoint.
         let (budget, pass) = (Some(self.options.gc_space_amp), crate::gc::SEGMENTS_PER_PASS);
+        while self.collect(crate::gc::Goal::FarBehind, pass)? == pass as u64 && !*self.shutdown.lock() {}
         while self.collect_garbage(budget, pass)? == pass as u64 && !*self.shutdown.lock() {}
         while self.evict_ahead()? == pass as u64 && !*self.shutdown.lock() {}
         Ok(())

@@ -50,7 +50,7 @@ use crate::index::memtable::{Key, Loc};
 use crate::log::marks::MAX_MAPS;
 use crate::log::reader::{scan_until, ScanEnd};
 use crate::log::record::EntryKind;
-use crate::log::segment::{tag_of, Segment, SegmentId, SEGMENT_HEADER_BYTES};
+use crate::log::segment::{tag_of, Segment, SegmentId, MAX_ID_SPAN, SEGMENT_HEADER_BYTES};
 use crate::tier::Demotion;
 
 /// Segments collected per pass, so one pass stays short.
@@ -71,6 +71,14 @@ const PIECE_BYTES: usize = 1 << 20;
 fn piece_bytes(segment: &Segment) -> usize {
     PIECE_BYTES.min(segment.capacity_bytes() / 4)
 }
+
+/// Sealed segments this many ids behind the active one are collected
+/// whatever their live ratio (`Goal::FarBehind`): their live entries move
+/// forward, so the segments a reader can reach never span the
+/// `MAX_ID_SPAN` that index locations' 32-bit tags allow, and a log whose
+/// oldest data never changes keeps writing. Half the span: 2 billion
+/// segments of slack.
+pub(crate) const FAR_BEHIND_IDS: u64 = MAX_ID_SPAN / 2;
 
 /// Writers help GC while the log exceeds this many times `gc_space_amp`.
 pub(crate) const WRITERS_HELP_ABOVE: f64 = 1.5;
@@ -101,6 +109,9 @@ pub(crate) enum Goal {
     /// of its SSD tier), while that holds more bytes. With an SSD tier, the
     /// log's own segments are demoted to it rather than evicted.
     Evict { cold: bool, above: u64 },
+    /// Renewal: the oldest sealed segment of either tier, if it is
+    /// `FAR_BEHIND_IDS` behind the active one.
+    FarBehind,
 }
 
 /// What one turn of the collector did.
@@ -120,9 +131,15 @@ impl Inner {
     /// emptiest first, while the log exceeds `space_amp` times the live
     /// bytes (every candidate with `None`). Returns how many were freed.
     pub(crate) fn collect_garbage(&self, space_amp: Option<f64>, max_segments: usize) -> Result<u64> {
+        self.collect(Goal::Garbage(space_amp), max_segments)
+    }
+
+    /// Collects up to `max_segments` segments that `goal` picks; returns
+    /// how many were freed.
+    pub(crate) fn collect(&self, goal: Goal, max_segments: usize) -> Result<u64> {
         let (mut freed, mut finished) = (0, Vec::new());
         while finished.len() < max_segments {
-            let turn = self.collector_turn(Goal::Garbage(space_amp), &finished);
+            let turn = self.collector_turn(goal, &finished);
             self.refresh_gc_behind();
             match turn? {
                 Turn::Idle => break,
@@ -187,6 +204,7 @@ impl Inner {
                     }
                     self.oldest_sealed(skip, cold)
                 }
+                Goal::FarBehind => self.far_behind(skip),
             };
             let Some(segment) = segment else {
                 return Ok(Turn::Idle);
@@ -232,6 +250,19 @@ impl Inner {
             .into_iter()
             .filter(|s| s.cold == cold && s.id < active && !refused.contains(&s.id) && !skip.contains(&s.id))
             .min_by_key(|s| s.id)
+    }
+
+    /// The oldest sealed segment of either tier, not in `skip` nor found
+    /// damaged, if it is `FAR_BEHIND_IDS` behind the active one.
+    fn far_behind(&self, skip: &[SegmentId]) -> Option<Arc<Segment>> {
+        let active = self.with_log(|log| log.active_id());
+        // The common case, without walking the segments: nothing that old.
+        if self.segments.oldest_id().is_none_or(|oldest| active - oldest <= FAR_BEHIND_IDS) {
+            return None;
+        }
+        let oldest =
+            [false, true].into_iter().filter_map(|cold| self.oldest_sealed(skip, cold)).min_by_key(|s| s.id)?;
+        (active - oldest.id > FAR_BEHIND_IDS).then_some(oldest)
     }
 
     /// Sealed segments below the live ratio, emptiest first, but for those

@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use scaledkv::log::segment::{list_segment_files, tag_of};
+use scaledkv::log::segment::{list_segment_files, segment_file_name, tag_of, MAX_ID_SPAN};
 use scaledkv::{Db, Durability, Options};
 
 const NEAR_WRAP: u64 = (1 << 32) - 4;
@@ -144,4 +144,54 @@ fn a_log_replayed_across_the_tag_wrap_keeps_log_order() {
     let reopened = Db::open(copy.path(), no_checkpoints).unwrap();
     assert!(reopened.recovery_report().checkpoint_keys == 0, "replayed without a checkpoint");
     assert_matches(&reopened, &model);
+}
+
+/// Gives `path`, a copy of a segment, the header of an empty segment `id`.
+fn make_empty_segment(path: &Path, id: u64) {
+    let mut bytes = std::fs::read(path).unwrap();
+    bytes[256..].fill(0);
+    bytes[12..16].copy_from_slice(&(id as u32).to_le_bytes());
+    bytes[24..28].copy_from_slice(&((id >> 32) as u32).to_le_bytes());
+    let crc = scaledkv_pmem::crc::crc32c(&bytes[..32]);
+    bytes[32..36].copy_from_slice(&crc.to_le_bytes());
+    std::fs::write(path, bytes).unwrap();
+}
+
+/// A segment whose data never changes is moved forward once it is half
+/// the tags' span behind the active segment, whatever its live ratio, so
+/// the log never reaches the span (a database whose oldest data stayed
+/// live refused writes after 4 billion segments); a segment as live but
+/// not that far behind stays where it is.
+#[test]
+fn a_segment_far_behind_is_moved_forward_whatever_its_live_ratio() {
+    let options = Options { first_segment_id: 1, background_work: false, ..options() };
+    let base = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let db = Db::open(base.path(), options.clone()).unwrap();
+    let mut model = BTreeMap::new();
+    for key in 0..40u32 {
+        let name = format!("key-{key:04}").into_bytes();
+        db.put(&name, &value(key, 1)).unwrap();
+        model.insert(name, value(key, 1));
+    }
+    drop(db);
+    for (far, moved) in [(MAX_ID_SPAN / 2, false), (MAX_ID_SPAN / 2 + 2, true)] {
+        // An empty active segment `far` ids on, as the log would have after
+        // that many rolls whose segments GC freed.
+        let dir = copy_while_open(base.path());
+        let first = dir.path().join("seg-00000001.log");
+        let active = dir.path().join(segment_file_name(far));
+        std::fs::copy(&first, &active).unwrap();
+        make_empty_segment(&active, far);
+        let db = Db::open(dir.path(), options.clone()).unwrap();
+        assert_matches(&db, &model);
+        db.collect_garbage().unwrap();
+        assert_matches(&db, &model);
+        drop(db);
+        assert_eq!(!first.exists(), moved, "segment 1 moved with the active segment {far}: {:?}", ids(dir.path()));
+        if moved {
+            assert_eq!(ids(dir.path()), [far]);
+            let db = Db::open(dir.path(), options.clone()).unwrap();
+            assert_matches(&db, &model);
+        }
+    }
 }

@@ -46,10 +46,11 @@ pub const MAX_SEGMENT_ID: SegmentId = (1 << 62) - 2;
 /// How far the newest segment's id may be past the oldest segment still
 /// readable (in the table, or kept for a snapshot): tags repeat every
 /// 2^32 ids. A cache's log evicts its oldest segments as it writes, so
-/// its span stays small however many ids it uses; a database whose
-/// oldest segment GC never frees (all of it live) reaches this after 4
-/// billion segments, ~9 years of writing 1 GB/s into 64 MiB segments, and
-/// then refuses writes (`Error::SegmentIdsExhausted`).
+/// its span stays small however many ids it uses; GC moves forward the
+/// live entries of segments half this far behind whatever their live
+/// ratio (`gc::FAR_BEHIND_IDS`). Only a log that cannot move them (a
+/// snapshot held for 2 billion segments, background work off) reaches
+/// it, and then refuses writes (`Error::SegmentIdsExhausted`).
 pub const MAX_ID_SPAN: u64 = u32::MAX as u64 - 1;
 
 /// The low 32 bits of `id`: what an index pointer (`Loc::seg`) keeps.
