@@ -626,7 +626,11 @@ impl Db {
     /// freed.
     pub fn collect_garbage(&self) -> Result<u64> {
         let pass = crate::gc::SEGMENTS_PER_PASS;
-        Ok(self.inner.collect(crate::gc::Goal::FarBehind, pass)? + self.inner.collect_garbage(None, pass)?)
+        let far_behind = match self.inner.has_far_behind() {
+            true => self.inner.collect(crate::gc::Goal::FarBehind, pass)?,
+            false => 0,
+        };
+        Ok(far_behind + self.inner.collect_garbage(None, pass)?)
     }
 
     /// Rebuilds the in-memory index with full B-tree nodes, as the
@@ -1336,7 +1340,10 @@ impl Inner {
         // sustained overwrites, but stop promptly on close. The segments it
         // empties are freed by the checkpoint thread's next checkpoint.
         let (budget, pass) = (Some(self.options.gc_space_amp), crate::gc::SEGMENTS_PER_PASS);
-        while self.collect(crate::gc::Goal::FarBehind, pass)? == pass as u64 && !*self.shutdown.lock() {}
+        while self.has_far_behind()
+            && self.collect(crate::gc::Goal::FarBehind, pass)? == pass as u64
+            && !*self.shutdown.lock()
+        {}
         while self.collect_garbage(budget, pass)? == pass as u64 && !*self.shutdown.lock() {}
         while self.evict_ahead()? == pass as u64 && !*self.shutdown.lock() {}
         Ok(())

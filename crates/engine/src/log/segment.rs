@@ -551,6 +551,11 @@ impl SegmentSet {
         self.table.load().get_id(id).map(f)
     }
 
+    /// The largest id the table has held (the active segment's).
+    pub fn newest_id(&self) -> SegmentId {
+        self.table.load().newest()
+    }
+
     /// The id an index pointer's tag names (the segment may be gone).
     pub fn id_of(&self, tag: u32) -> Option<SegmentId> {
         id_of(tag, self.table.load().newest())
