@@ -626,10 +626,8 @@ impl Db {
     /// freed.
     pub fn collect_garbage(&self) -> Result<u64> {
         let pass = crate::gc::SEGMENTS_PER_PASS;
-        let far_behind = match self.inner.has_far_behind() {
-            true => self.inner.collect(crate::gc::Goal::FarBehind, pass)?,
-            false => 0,
-        };
+        let far_behind =
+            if self.inner.has_far_behind() { self.inner.collect(crate::gc::Goal::FarBehind, pass)? } else { 0 };
         Ok(far_behind + self.inner.collect_garbage(None, pass)?)
     }
 

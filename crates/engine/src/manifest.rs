@@ -70,8 +70,10 @@ impl Manifest {
         if !(1..=VERSION).contains(&u32_at(8)) {
             return Err(Error::UnsupportedVersion { path: path.to_path_buf(), found: u32_at(8), expected: VERSION });
         }
+        // Bytes 32..36 were reserved before version 3.
+        let high = if u32_at(8) >= 3 { u32_at(32) as u64 } else { 0 };
         let manifest = Manifest {
-            replay_segment: if u32_at(8) >= 3 { (u32_at(32) as u64) << 32 } else { 0 } | u32_at(12) as u64,
+            replay_segment: high << 32 | u32_at(12) as u64,
             checkpoint_generation: u64::from_le_bytes(bytes[16..24].try_into().expect("8 bytes")),
             replay_offset: u32_at(24),
             delta_count: if u32_at(8) == 1 { 0 } else { u32_at(28) },
