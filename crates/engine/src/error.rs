@@ -27,8 +27,8 @@ pub enum Error {
     #[error("a previous write failed ({0}); the database refuses writes until it is reopened")]
     Poisoned(String),
     #[error(
-        "{path}: the log has no segment id left to roll to (its oldest readable segment, {oldest}, would be \
-         2^32 ids behind); copy the data into a new database to write more"
+        "{path}: the log has no segment id left to roll to (the next would be 2^32 ids past its oldest readable \
+         segment, {oldest}, or past 2^62); copy the data into a new database to write more"
     )]
     SegmentIdsExhausted { path: PathBuf, oldest: u64 },
 }

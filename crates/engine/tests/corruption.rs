@@ -473,7 +473,7 @@ fn a_log_spanning_2_pow_32_ids_refuses_to_roll() {
     let db = Db::open(dir.path(), options()).unwrap();
     assert_exactly_first(&db, FRAMES, None);
     let (acknowledged, refusal) = write_until_refused(&db);
-    assert!(refusal.to_string().contains("its oldest readable segment, 1, would be 2^32 ids behind"), "{refusal}");
+    assert!(refusal.to_string().contains("2^32 ids past its oldest readable segment, 1,"), "{refusal}");
     assert!(acknowledged > 100, "only {acknowledged} writes before the refusal");
     drop(db);
     assert_all_acknowledged(dir.path(), acknowledged);
