@@ -390,27 +390,38 @@ fn a_cut_short_segment_gets_back_only_a_size_it_can_have() {
     }
 }
 
-/// Writes into `db` until the log refuses a write; returns how many were
-/// acknowledged and the refusal.
-fn write_until_refused(db: &Db) -> (u32, Error) {
+/// Opens `dir` (the first database's keys, a forged active segment),
+/// writes until the log refuses a write with an error that says
+/// `refusal_says`, and checks that a reopen finds every acknowledged one.
+fn assert_fills_then_refuses(dir: &Path, refusal_says: &str) {
+    let db = Db::open(dir, options()).unwrap();
+    assert_exactly_first(&db, FRAMES, None);
     let mut acknowledged = 0u32;
-    loop {
+    let refusal = loop {
         let key = format!("more-{acknowledged}");
         match db.put(key.as_bytes(), &[7u8; 1000]) {
             Ok(()) => acknowledged += 1,
-            Err(error) => return (acknowledged, error),
+            Err(error) => break error,
         }
         assert!(acknowledged < 10_000, "a 256 KiB segment took 10 MB");
-    }
-}
-
-/// After a refusal, a reopen finds the first database's keys and every
-/// acknowledged write.
-fn assert_all_acknowledged(dir: &Path, acknowledged: u32) {
+    };
+    // The writer's error reaches its caller inside the poisoning it causes.
+    assert!(refusal.to_string().contains(refusal_says), "{refusal}");
+    assert!(acknowledged > 100, "only {acknowledged} writes before the refusal");
+    drop(db);
     let db = Db::open(dir, options()).unwrap();
     assert_exactly_first(&db, FRAMES, None);
     for i in 0..acknowledged {
         assert_eq!(db.get(format!("more-{i}").as_bytes()).unwrap(), Some(vec![7u8; 1000]), "write {i}");
+    }
+}
+
+/// Opening `dir` fails with a corruption error naming `path`; its reason.
+fn corruption_naming(dir: &Path, path: &Path) -> String {
+    match Db::open(dir, options()) {
+        Err(Error::Corruption { path: named, reason, .. }) if named == path => reason,
+        Err(other) => panic!("expected a corruption error naming {}, got {other}", path.display()),
+        Ok(_) => panic!("{} was accepted", path.display()),
     }
 }
 
@@ -436,22 +447,11 @@ fn the_last_segment_id_fills_and_then_refuses_writes() {
     let last = dir.path().join(segment_file_name(MAX_SEGMENT_ID));
     std::fs::rename(dir.path().join("seg-00000001.log"), &last).unwrap();
     forge_segment_id(&last, MAX_SEGMENT_ID);
-    let db = Db::open(dir.path(), options()).unwrap();
-    assert_exactly_first(&db, FRAMES, None);
-    let (acknowledged, refusal) = write_until_refused(&db);
-    // The writer's error reaches its caller inside the poisoning it causes.
-    assert!(refusal.to_string().contains("the log has no segment id left to roll to"), "{refusal}");
-    assert!(acknowledged > 100, "only {acknowledged} writes before the refusal");
-    drop(db);
-    assert_all_acknowledged(dir.path(), acknowledged);
+    assert_fills_then_refuses(dir.path(), "the log has no segment id left to roll to");
 
     let stray = dir.path().join(segment_file_name(MAX_SEGMENT_ID + 1));
     std::fs::copy(&last, &stray).unwrap();
-    match Db::open(dir.path(), options()) {
-        Err(Error::Corruption { path, .. }) => assert_eq!(path, stray),
-        Err(other) => panic!("expected a corruption error naming {}, got {other}", stray.display()),
-        Ok(_) => panic!("a segment id past the last was accepted"),
-    }
+    corruption_naming(dir.path(), &stray);
 }
 
 /// Index pointers keep a segment id's low 32 bits, so the segments a
@@ -470,25 +470,13 @@ fn a_log_spanning_2_pow_32_ids_refuses_to_roll() {
     let copy = dir.path().join(segment_file_name(newest));
     std::fs::copy(dir.path().join("seg-00000001.log"), &copy).unwrap();
     forge_segment_id(&copy, newest);
-    let db = Db::open(dir.path(), options()).unwrap();
-    assert_exactly_first(&db, FRAMES, None);
-    let (acknowledged, refusal) = write_until_refused(&db);
-    assert!(refusal.to_string().contains("2^32 ids past its oldest readable segment, 1,"), "{refusal}");
-    assert!(acknowledged > 100, "only {acknowledged} writes before the refusal");
-    drop(db);
-    assert_all_acknowledged(dir.path(), acknowledged);
+    assert_fills_then_refuses(dir.path(), "2^32 ids past its oldest readable segment, 1,");
 
     let beyond = dir.path().join(segment_file_name((1 << 32) + 1));
     std::fs::copy(&copy, &beyond).unwrap();
     forge_segment_id(&beyond, (1 << 32) + 1);
-    match Db::open(dir.path(), options()) {
-        Err(Error::Corruption { path, reason, .. }) => {
-            assert_eq!(path, beyond);
-            assert!(reason.contains("ids past segment 1"), "{reason}");
-        }
-        Err(other) => panic!("expected a corruption error naming {}, got {other}", beyond.display()),
-        Ok(_) => panic!("segments 2^32 ids apart were accepted"),
-    }
+    let reason = corruption_naming(dir.path(), &beyond);
+    assert!(reason.contains("ids past segment 1"), "{reason}");
 }
 
 /// A copy of a segment under an id far past the others (a stray file, a

@@ -438,10 +438,11 @@ impl Table {
     pub fn get(&self, tag: u32) -> Option<&Arc<Segment>> {
         // The slots span far fewer than 2^32 ids, so within them a tag's
         // distance from the base's tag is its id's (a tag below wraps past
-        // every slot): one bounds check, as a lookup by id costs.
+        // every slot): one bounds check, as a lookup by id costs. Past the
+        // slots, `get_id` searches the segments left behind.
         match self.slots.get(tag.wrapping_sub(tag_of(self.base)) as usize) {
             Some(slot) => slot.as_ref(),
-            None => self.get_id(id_of(tag, self.newest)?).filter(|segment| segment.id < self.base),
+            None => self.get_id(id_of(tag, self.newest)?),
         }
     }
 
