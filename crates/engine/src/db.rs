@@ -20,6 +20,7 @@ use crate::index::memtable::{Index, KeyChunk, Loc, Update};
 use crate::index::points::Points;
 use crate::index::runs::Rebuild;
 use crate::iter::Iter;
+use crate::lfu::{Frequencies, Lfu};
 use crate::log::record::{
     align_up, decode_entry, EntryHeader, EntryKind, EntryView, FrameHeader, FLAG_GROUP_START, FLAG_RELOCATED,
     FRAME_HEADER_BYTES,
@@ -182,6 +183,10 @@ pub(crate) struct Inner {
     pub(crate) cache_over: AtomicBool,
     pub(crate) evict_stuck_bytes: AtomicU64,
     pub(crate) evict_paused_until: AtomicU64,
+    /// LFU counters (`Options::lfu`; `None`: cache mode evicts by CLOCK),
+    /// and whether there are any, which reads and writes look at first.
+    pub(crate) lfu: arc_swap::ArcSwapOption<Frequencies>,
+    pub(crate) lfu_on: AtomicBool,
     poisoned: OnceLock<String>,
     report: RecoveryReport,
     shutdown: Mutex<bool>,
@@ -283,6 +288,7 @@ impl Db {
         if !report.skipped.is_empty() || report.truncated.is_some() || report.restored.is_some() {
             tracing::warn!(dir = %dir.display(), report = ?recovered.report, "recovery repaired the log");
         }
+        let lfu = options.lfu.map(|lfu| Arc::new(Frequencies::new(lfu, recovered.map.len())));
         let inner = Arc::new(Inner {
             index: Index::new(
                 recovered.map,
@@ -317,6 +323,8 @@ impl Db {
             cache_over: AtomicBool::new(false),
             evict_stuck_bytes: AtomicU64::new(0),
             evict_paused_until: AtomicU64::new(0),
+            lfu_on: AtomicBool::new(lfu.is_some()),
+            lfu: arc_swap::ArcSwapOption::new(lfu),
             poisoned: OnceLock::new(),
             report: recovered.report,
             shutdown: Mutex::new(false),
@@ -546,6 +554,14 @@ impl Db {
         self.inner.read(key, None, None, pin)
     }
 
+    /// Like `get_pinned`, but not counted as an access: no second chance
+    /// in cache mode, no LFU count (Redis's `LOOKUP_NOTOUCH`, for the
+    /// commands that look at a key without using it: TYPE, EXISTS, TTL,
+    /// OBJECT).
+    pub fn peek_pinned(&self, key: &[u8]) -> Result<Option<PinnedValue>> {
+        self.inner.read_as(key, None, None, false, pin)
+    }
+
     /// Forward iterator over `range`, as of the moment it is created.
     pub fn range<K: AsRef<[u8]>, R: RangeBounds<K>>(&self, range: R) -> Iter<'_> {
         Iter::new(&self.inner, None, range, false)
@@ -655,6 +671,51 @@ impl Db {
     pub fn set_cache_capacity(&self, bytes: u64) -> Result<()> {
         self.inner.set_cache_capacity(bytes)?;
         self.inner.evict(1.0, usize::MAX).map(|_| ())
+    }
+
+    /// Counts accesses with Redis's LFU counters, by which cache mode then
+    /// evicts (`Some`), or not (`None`: cache mode evicts by one access
+    /// bit); see `Options::lfu`.
+    /// Turning counters on starts them from nothing; changing the
+    /// settings of counters already on keeps them.
+    pub fn set_lfu(&self, lfu: Option<Lfu>) {
+        match (lfu, &*self.inner.lfu.load()) {
+            (Some(settings), Some(counters)) => counters.set_settings(settings),
+            (Some(settings), None) => {
+                let counters = Frequencies::new(settings, self.inner.index.approximate_len());
+                self.inner.lfu.store(Some(Arc::new(counters)));
+            }
+            (None, _) => self.inner.lfu.store(None),
+        }
+        self.inner.lfu_on.store(lfu.is_some(), Ordering::Relaxed);
+    }
+
+    /// The LFU settings in force (`None`: CLOCK).
+    pub fn lfu(&self) -> Option<Lfu> {
+        self.inner.lfu.load().as_ref().map(|counters| counters.settings())
+    }
+
+    /// `key`'s LFU counter (Redis's `OBJECT FREQ`), whether or not the key
+    /// is there; `None` without LFU counters.
+    pub fn access_frequency(&self, key: &[u8]) -> Option<u8> {
+        self.inner.lfu.load().as_ref().map(|counters| counters.get(key))
+    }
+
+    /// Counts an access of `key` by the LFU counters, if they are on: for
+    /// a write that does not read its key first, as Redis's writes look
+    /// theirs up (reads count themselves).
+    pub fn touch(&self, key: &[u8]) {
+        if let Some(counters) = &*self.inner.lfu.load() {
+            counters.read(key);
+        }
+    }
+
+    /// Raises `key`'s LFU counter to `counter` if they are on and it is
+    /// lower (Redis's RESTORE ... FREQ; a renamed key keeps its counter).
+    pub fn raise_access_frequency(&self, key: &[u8], counter: u8) {
+        if let Some(counters) = &*self.inner.lfu.load() {
+            counters.raise(key, counter);
+        }
     }
 
     /// Bytes the log holds (entries live and dead, headers included) but
@@ -1025,7 +1086,17 @@ impl Inner {
         seq: u64,
         first_segment: SegmentId,
     ) {
-        self.index.apply(updates, seq, &self.segments);
+        match self.lfu_on.load(Ordering::Relaxed).then(|| self.lfu.load_full()).flatten() {
+            None => self.index.apply(updates, seq, &self.segments),
+            Some(lfu) => {
+                let counted = updates.inspect(|update| {
+                    if let Update::Put { key, .. } = update {
+                        lfu.write(key);
+                    }
+                });
+                self.index.apply(counted, seq, &self.segments)
+            }
+        }
         if log.active_id() != first_segment && self.cache_capacity() > 0 {
             self.refresh_cache_over();
         }
@@ -1081,6 +1152,8 @@ impl Inner {
 
     /// Finds `key` as of `at_seq` and hands its live entry to `f`. Retries
     /// when GC freed the segment between the index lookup and the read.
+    /// A newest read counts as an access (cache mode's second chance, LFU
+    /// counters).
     pub(crate) fn read<T>(
         &self,
         key: &[u8],
@@ -1088,13 +1161,25 @@ impl Inner {
         pinned: Option<&SegmentTable>,
         f: impl Fn(&Arc<Segment>, Loc, &EntryView<'_>) -> T,
     ) -> Result<Option<T>> {
+        self.read_as(key, at_seq, pinned, at_seq.is_none(), f)
+    }
+
+    /// `read`, counted as an access if `touch`.
+    pub(crate) fn read_as<T>(
+        &self,
+        key: &[u8],
+        at_seq: Option<u64>,
+        pinned: Option<&SegmentTable>,
+        touch: bool,
+        f: impl Fn(&Arc<Segment>, Loc, &EntryView<'_>) -> T,
+    ) -> Result<Option<T>> {
         let Some(mut loc) = self.index.get(key, at_seq) else {
             return Ok(None);
         };
-        // A newest read of a live entry, with its segment at hand.
+        // A read of a live entry, with its segment at hand.
         let f = |segment: &Arc<Segment>, loc: Loc, entry: &EntryView<'_>| {
-            if at_seq.is_none() {
-                self.note_access(segment, loc);
+            if touch {
+                self.note_access(segment, loc, key);
             }
             f(segment, loc, entry)
         };
@@ -1357,6 +1442,9 @@ impl Inner {
             }
             self.refresh_gc_behind();
             self.refresh_cache_over();
+            if let Some(lfu) = &*self.lfu.load() {
+                lfu.tick(self.index.approximate_len());
+            }
             if let Some(kind) = self.checkpoint_due(4) {
                 if let Err(error) = self.checkpoint_as(kind) {
                     tracing::error!(dir = %self.dir.display(), %error, "background checkpoint failed");
@@ -1412,6 +1500,7 @@ impl Inner {
             cache_capacity_bytes: self.cache_capacity(),
             ssd_tier_bytes: segments.iter().filter(|s| s.cold).map(|s| s.written_bytes.load(Ordering::Relaxed)).sum(),
             ssd_tier_capacity_bytes: self.ssd_tier_capacity(),
+            lfu_memory_bytes: self.lfu.load().as_ref().map_or(0, |counters| counters.bytes() as u64),
             keys,
             live_bytes,
             log_bytes,

@@ -27,6 +27,7 @@ mod evict;
 mod gc;
 mod index;
 mod iter;
+mod lfu;
 pub mod log;
 mod manifest;
 mod options;
@@ -43,6 +44,7 @@ pub use db::{now_ms, Db, KeyExpiry, PinnedValue, Snapshot};
 pub use error::{Error, Result};
 pub use evict::EVICT_AHEAD;
 pub use iter::Iter;
+pub use lfu::{Lfu, LFU_INIT_VAL};
 pub use options::{
     Durability, Eviction, EvictionFilter, EvictionListener, Options, SsdTier, MAX_BATCH_BYTES, MAX_KEY_BYTES,
     MAX_VALUE_BYTES, MIN_CACHE_SEGMENTS,

@@ -183,6 +183,13 @@ pub struct Options {
     pub eviction_filter: Option<EvictionFilter>,
     /// Told which keys eviction dropped (`None`: nobody).
     pub eviction_listener: Option<EvictionListener>,
+    /// Cache mode's choice among the entries `Eviction::SecondChance`
+    /// lets go: `None`, the default, copies forward those read since they
+    /// were written (CLOCK, an approximation of LRU); `Some`, those used
+    /// most often, by Redis's LFU counters (`lfu.rs`), which are counted
+    /// with or without cache mode (`Db::access_frequency`). Not kept
+    /// across a reopen. `Db::set_lfu` changes it.
+    pub lfu: Option<crate::Lfu>,
     /// Where the oldest segments go once the log outgrows
     /// `cache_capacity_bytes` (which it then requires): `None`, the
     /// default, evicts them.
@@ -219,6 +226,7 @@ impl Default for Options {
             cache_capacity_bytes: 0,
             eviction_filter: None,
             eviction_listener: None,
+            lfu: None,
             ssd_tier: None,
             point_tag_bits: 32,
             first_segment_id: 1,

@@ -151,6 +151,8 @@ pub struct Stats {
     /// `log_bytes` too) and its capacity (0: no bound).
     pub ssd_tier_bytes: u64,
     pub ssd_tier_capacity_bytes: u64,
+    /// Cache mode's LFU counters' DRAM (`Options::lfu`; 0 without them).
+    pub lfu_memory_bytes: u64,
     /// Since open: sealed segments moved to the SSD tier and their bytes;
     /// reads served from it (newest reads: gets, not scans).
     pub demoted_segments: u64,

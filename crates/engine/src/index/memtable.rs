@@ -417,6 +417,12 @@ impl Index {
         self.live_keys.load(Ordering::Relaxed) as usize
     }
 
+    /// Live keys as of the last merge of pending updates (`len` merges
+    /// them first).
+    pub fn approximate_len(&self) -> usize {
+        self.live_keys.load(Ordering::Relaxed) as usize
+    }
+
     /// The newest pending version of `key`, if it has one.
     fn pending_get(&self, key: &[u8]) -> Option<Slot> {
         if self.pending_entries.load(Ordering::Acquire) == 0 {

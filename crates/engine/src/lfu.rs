@@ -1,0 +1,439 @@
+//! Access frequencies for cache mode's LFU eviction (`Options::lfu`).
+//!
+//! Redis keeps an 8-bit logarithmic counter in every key (`lfu-log-factor`:
+//! a hit raises a counter `c` with probability `1 / ((c - 5) * factor + 1)`,
+//! so 255 stands for about a million hits at the default 10), starts new
+//! keys at 5 (`LFU_INIT_VAL`) so that they are not the first to go, and
+//! takes one off every `lfu-decay-time` minutes a key is idle. Eviction
+//! samples keys and drops the lowest counter.
+//!
+//! The log has no per-key object to hold the counter (its entries are
+//! immutable and CRC-checked, and an entry's offset changes with every
+//! overwrite, GC copy and second chance), so the counters live in a
+//! count-min sketch keyed by the key's hash, as TinyLFU's frequency sketch
+//! does: four rows of 8-bit cells, a key's counter the least of its four
+//! cells, raised by conservative update (only the cells at that least
+//! value). Collisions can only overstate a counter; with rows at least
+//! twice as wide as there are keys, a key's four cells are all shared less
+//! than 3% of the time. 8-16 bytes of DRAM a key, only while an LFU policy
+//! is on. A key keeps its history when it is overwritten, evicted and
+//! written again, as Redis keeps the counter across an overwrite. Reads
+//! count (`Db::get`, not snapshot reads, scans or `Db::peek_pinned`);
+//! writes only start a new key at 5.
+//!
+//! Decay is global: every `decay_minutes` every non-zero cell loses one,
+//! which is Redis's per-key decay (one per idle period, applied when the
+//! key is next touched) applied to every key at once.
+//!
+//! Eviction (`evict.rs`) goes through the log's oldest segment, not a
+//! sample, so "the lowest counter" becomes a threshold: an entry is copied
+//! forward if its counter is above it. The threshold follows the counters
+//! eviction has seen (a histogram halved as it fills), so that at most
+//! `KEEP_SHARE` of the entries eviction looks at are kept: the most
+//! frequently used, however hot the whole cache is.
+
+use std::cell::Cell;
+use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use arc_swap::ArcSwap;
+use parking_lot::Mutex;
+
+/// Redis's counter for a new key.
+pub const LFU_INIT_VAL: u8 = 5;
+
+/// At most this share of the entries eviction looks at are copied forward.
+const KEEP_SHARE: f64 = 0.5;
+
+/// The histogram of counters eviction saw is halved, and the threshold
+/// chosen again, after this many decisions.
+const DECISIONS_PER_THRESHOLD: u64 = 128;
+
+/// Rows of the sketch: a key's counter is the least of its four cells.
+const ROWS: usize = 4;
+
+/// Cells per row, at least.
+const MIN_WIDTH: usize = 1 << 12;
+
+/// Redis's LFU settings (`lfu-log-factor`, `lfu-decay-time`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lfu {
+    /// How many hits a counter step takes as the counter grows: Redis's
+    /// `lfu-log-factor` (default 10).
+    pub log_factor: u32,
+    /// Minutes after which every counter loses one: Redis's
+    /// `lfu-decay-time` (default 1; 0: never).
+    pub decay_minutes: u32,
+}
+
+impl Default for Lfu {
+    fn default() -> Self {
+        Lfu { log_factor: 10, decay_minutes: 1 }
+    }
+}
+
+/// The sketch: `ROWS` rows of `width` one-byte cells, 8 to a word.
+struct Sketch {
+    words: Box<[AtomicU64]>,
+    /// Cells per row, a power of two.
+    width: usize,
+}
+
+impl Sketch {
+    fn new(width: usize) -> Sketch {
+        let width = width.next_power_of_two().max(MIN_WIDTH);
+        Sketch { words: (0..ROWS * width / 8).map(|_| AtomicU64::new(0)).collect(), width }
+    }
+
+    /// The cells (indexes over all rows) of a key's hash: double hashing,
+    /// one cell in each row.
+    fn cells(&self, hash: u64) -> [usize; ROWS] {
+        let (low, high) = (hash as u32 as usize, (hash >> 32) as usize | 1);
+        std::array::from_fn(|row| row * self.width + (low.wrapping_add(row.wrapping_mul(high)) & (self.width - 1)))
+    }
+
+    fn cell(&self, at: usize) -> u8 {
+        (self.words[at / 8].load(Ordering::Relaxed) >> (at % 8 * 8)) as u8
+    }
+
+    /// Sets cell `at` from `old` to `new` unless another thread changed it
+    /// first (then that thread's change stands: counters are estimates).
+    fn replace(&self, at: usize, old: u8, new: u8) {
+        let shift = at % 8 * 8;
+        let _ = self.words[at / 8].fetch_update(Ordering::Relaxed, Ordering::Relaxed, |word| {
+            ((word >> shift) as u8 == old).then_some(word & !(0xff << shift) | (new as u64) << shift)
+        });
+    }
+
+    fn estimate(&self, cells: &[usize; ROWS]) -> u8 {
+        cells.iter().map(|&at| self.cell(at)).min().expect("rows")
+    }
+
+    /// Raises the cells of `cells` that are below `to` (all of them at
+    /// the least value, conservative update) to `to`.
+    fn raise(&self, cells: &[usize; ROWS], to: u8) {
+        for &at in cells {
+            let old = self.cell(at);
+            if old < to {
+                self.replace(at, old, to);
+            }
+        }
+    }
+
+    /// Takes one off every non-zero cell.
+    fn decay(&self) {
+        const LOW: u64 = 0x7f7f_7f7f_7f7f_7f7f;
+        const HIGH: u64 = 0x8080_8080_8080_8080;
+        for word in self.words.iter() {
+            let _ = word.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |w| {
+                // The high bit of each byte that is not zero, moved down
+                // to its low bit: one to subtract from it, with no borrow.
+                let nonzero = (((w & LOW) + LOW) | w) & HIGH;
+                (nonzero != 0).then_some(w - (nonzero >> 7))
+            });
+        }
+    }
+
+    /// A sketch `width` wide holding this one's counters: a key's cells
+    /// there are congruent to its cells here, so no counter drops.
+    fn widened(&self, width: usize) -> Sketch {
+        let wider = Sketch::new(width);
+        for row in 0..ROWS {
+            for at in 0..wider.width {
+                let value = self.cell(row * self.width + at % self.width);
+                if value > 0 {
+                    wider.raise_one(row * wider.width + at, value);
+                }
+            }
+        }
+        wider
+    }
+
+    fn raise_one(&self, at: usize, to: u8) {
+        self.words[at / 8].fetch_or((to as u64) << (at % 8 * 8), Ordering::Relaxed);
+    }
+
+    fn bytes(&self) -> usize {
+        self.words.len() * 8
+    }
+}
+
+/// The counters eviction saw, and the threshold they give.
+struct Threshold {
+    seen: [u64; 256],
+    decisions: u64,
+    /// Entries with a counter above this are kept.
+    above: u8,
+}
+
+/// A database's access frequencies (`Inner::lfu`).
+pub struct Frequencies {
+    sketch: ArcSwap<Sketch>,
+    /// `Lfu`'s two settings, read at every hit.
+    log_factor: AtomicU32,
+    decay_minutes: AtomicU32,
+    hasher: foldhash::quality::FixedState,
+    /// When the counters last lost one.
+    decayed_at: Mutex<Instant>,
+    threshold: Mutex<Threshold>,
+}
+
+thread_local! {
+    /// A xorshift state per thread for the counters' coin flips.
+    static COIN: Cell<u64> = Cell::new({
+        let seed = std::hash::BuildHasher::hash_one(&foldhash::fast::RandomState::default(), std::thread::current().id());
+        seed | 1
+    });
+}
+
+/// A uniform draw in [0, 1).
+fn coin() -> f64 {
+    COIN.with(|state| {
+        let mut x = state.get();
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        state.set(x);
+        (x >> 11) as f64 / (1u64 << 53) as f64
+    })
+}
+
+impl Frequencies {
+    /// Counters for about `keys` keys (the sketch widens as keys grow:
+    /// `fit`).
+    pub fn new(settings: Lfu, keys: usize) -> Frequencies {
+        Frequencies {
+            sketch: ArcSwap::from_pointee(Sketch::new(keys.saturating_mul(2))),
+            log_factor: AtomicU32::new(settings.log_factor),
+            decay_minutes: AtomicU32::new(settings.decay_minutes),
+            hasher: foldhash::quality::FixedState::with_seed(0x5ca1_ed4b),
+            decayed_at: Mutex::new(Instant::now()),
+            threshold: Mutex::new(Threshold { seen: [0; 256], decisions: 0, above: LFU_INIT_VAL }),
+        }
+    }
+
+    pub fn settings(&self) -> Lfu {
+        Lfu {
+            log_factor: self.log_factor.load(Ordering::Relaxed),
+            decay_minutes: self.decay_minutes.load(Ordering::Relaxed),
+        }
+    }
+
+    pub fn set_settings(&self, settings: Lfu) {
+        self.log_factor.store(settings.log_factor, Ordering::Relaxed);
+        self.decay_minutes.store(settings.decay_minutes, Ordering::Relaxed);
+    }
+
+    /// `key`'s counter, as Redis's `OBJECT FREQ` gives it.
+    pub fn get(&self, key: &[u8]) -> u8 {
+        let sketch = self.sketch.load();
+        sketch.estimate(&sketch.cells(self.hasher.hash_one(key)))
+    }
+
+    /// A read of `key`: its counter goes up by Redis's odds.
+    pub fn read(&self, key: &[u8]) {
+        let sketch = self.sketch.load();
+        let cells = sketch.cells(self.hasher.hash_one(key));
+        self.count_hit(&sketch, &cells, sketch.estimate(&cells));
+    }
+
+    /// A write of `key`: a new key (or one idle for long) starts at
+    /// `LFU_INIT_VAL`, as in Redis. A write is not a hit: Redis counts the
+    /// lookup a write command makes, and the server's writes read their
+    /// key first (which counts), so counting the write too would count
+    /// a SET or an INCR twice.
+    pub fn write(&self, key: &[u8]) {
+        let sketch = self.sketch.load();
+        let cells = sketch.cells(self.hasher.hash_one(key));
+        if sketch.estimate(&cells) < LFU_INIT_VAL {
+            sketch.raise(&cells, LFU_INIT_VAL);
+        }
+    }
+
+    /// Raises a counter at `counter` by one with Redis's odds
+    /// (`LFULogIncr`).
+    fn count_hit(&self, sketch: &Sketch, cells: &[usize; ROWS], counter: u8) {
+        if counter < u8::MAX {
+            let base = counter.saturating_sub(LFU_INIT_VAL) as f64;
+            let odds = 1.0 / (base * self.log_factor.load(Ordering::Relaxed) as f64 + 1.0);
+            if coin() < odds {
+                sketch.raise(cells, counter + 1);
+            }
+        }
+    }
+
+    /// Raises `key`'s counter to `counter` if it is lower (Redis's RESTORE
+    /// ... FREQ, and a renamed key, which keeps its counter). Never lower:
+    /// a key's cells hold other keys' counts too.
+    pub fn raise(&self, key: &[u8], counter: u8) {
+        let sketch = self.sketch.load();
+        sketch.raise(&sketch.cells(self.hasher.hash_one(key)), counter);
+    }
+
+    /// Whether eviction copies forward an entry of `key`: its counter is
+    /// above the threshold, which this decision moves.
+    pub fn keeps(&self, key: &[u8]) -> bool {
+        let counter = self.get(key);
+        let mut threshold = self.threshold.lock();
+        threshold.seen[counter as usize] += 1;
+        threshold.decisions += 1;
+        if threshold.decisions.is_multiple_of(DECISIONS_PER_THRESHOLD) {
+            threshold.choose();
+        }
+        counter > threshold.above
+    }
+
+    /// Takes one off every counter if `decay_minutes` passed since the
+    /// last time, and widens the sketch if `keys` outgrew it. The
+    /// background thread calls it every 100 ms.
+    pub fn tick(&self, keys: usize) {
+        let minutes = self.decay_minutes.load(Ordering::Relaxed);
+        let mut decayed_at = self.decayed_at.lock();
+        if minutes > 0 && decayed_at.elapsed() >= Duration::from_secs(60 * minutes as u64) {
+            *decayed_at = Instant::now();
+            self.decay();
+        }
+        drop(decayed_at);
+        let sketch = self.sketch.load();
+        if keys > sketch.width {
+            let wider = sketch.widened(keys * 2);
+            self.sketch.store(std::sync::Arc::new(wider));
+        }
+    }
+
+    /// Takes one off every counter now.
+    pub fn decay(&self) {
+        self.sketch.load().decay();
+    }
+
+    /// The sketch's DRAM.
+    pub fn bytes(&self) -> usize {
+        self.sketch.load().bytes()
+    }
+}
+
+impl Threshold {
+    /// The least threshold that keeps at most `KEEP_SHARE` of the counters
+    /// seen, but never below `LFU_INIT_VAL` (a key never used since it was
+    /// written is not kept); then halves the histogram, so that the
+    /// threshold follows the counters as they change.
+    fn choose(&mut self) {
+        let total: u64 = self.seen.iter().sum();
+        let most = (total as f64 * KEEP_SHARE) as u64;
+        let mut kept = total;
+        let mut above = 0u8;
+        for (counter, &count) in self.seen.iter().enumerate() {
+            // `kept`: counters above `counter`.
+            kept -= count;
+            above = counter as u8;
+            if kept <= most {
+                break;
+            }
+        }
+        self.above = above.max(LFU_INIT_VAL);
+        for count in self.seen.iter_mut() {
+            *count /= 2;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_new_key_starts_at_five_and_its_first_read_makes_six() {
+        let frequencies = Frequencies::new(Lfu::default(), 100);
+        assert_eq!(frequencies.get(b"k"), 0);
+        frequencies.write(b"k");
+        assert_eq!(frequencies.get(b"k"), LFU_INIT_VAL);
+        frequencies.read(b"k");
+        assert_eq!(frequencies.get(b"k"), LFU_INIT_VAL + 1, "the odds are 1 at the initial value");
+        assert_eq!(frequencies.get(b"other"), 0);
+    }
+
+    /// Counters grow logarithmically, at Redis's odds: after `n` hits with
+    /// factor 10, a counter of about 5 + sqrt(n / 5), since reaching `c`
+    /// takes sum over k < c - 5 of (10k + 1) hits.
+    #[test]
+    fn counters_grow_by_the_log_factor() {
+        let frequencies = Frequencies::new(Lfu::default(), 100);
+        frequencies.write(b"hot");
+        for _ in 0..20_000 {
+            frequencies.read(b"hot");
+        }
+        let counter = frequencies.get(b"hot");
+        // Expected 5 + ~64 (20,000 = 5c'^2 - 4c' for c' = c - 5), give or
+        // take 4.6 (the sum of the steps' geometric variances): 4 sigmas.
+        assert!((50..=87).contains(&counter), "{counter}");
+        let flat = Frequencies::new(Lfu { log_factor: 0, decay_minutes: 1 }, 100);
+        for _ in 0..300 {
+            flat.read(b"k");
+        }
+        assert_eq!(flat.get(b"k"), u8::MAX, "factor 0: every hit counts, up to 255");
+    }
+
+    #[test]
+    fn decay_takes_one_off_every_counter_but_zero() {
+        let frequencies = Frequencies::new(Lfu::default(), 100);
+        let keys: Vec<[u8; 4]> = (0..1000u32).map(|k| k.to_be_bytes()).collect();
+        for (i, key) in keys.iter().enumerate() {
+            let sketch = frequencies.sketch.load();
+            sketch.raise(&sketch.cells(frequencies.hasher.hash_one(key)), (i % 256) as u8);
+        }
+        let before: Vec<u8> = keys.iter().map(|k| frequencies.get(k)).collect();
+        frequencies.decay();
+        for (key, was) in keys.iter().zip(before) {
+            assert_eq!(frequencies.get(key), was.saturating_sub(1));
+        }
+    }
+
+    /// Widening keeps every counter (never lower; here exact, with few
+    /// keys) and makes room: 100,000 keys at distinct counters read back
+    /// with few overstated.
+    #[test]
+    fn widening_keeps_the_counters() {
+        let frequencies = Frequencies::new(Lfu::default(), 10);
+        let keys: Vec<[u8; 4]> = (0..100_000u32).map(|k| k.to_be_bytes()).collect();
+        let want = |i: usize| (i % 200) as u8 + 1;
+        for (i, key) in keys.iter().take(1000).enumerate() {
+            let sketch = frequencies.sketch.load();
+            sketch.raise(&sketch.cells(frequencies.hasher.hash_one(key)), want(i));
+        }
+        frequencies.tick(keys.len());
+        assert!(frequencies.bytes() >= ROWS * 200_000, "{}", frequencies.bytes());
+        for (i, key) in keys.iter().take(1000).enumerate() {
+            assert!(frequencies.get(key) >= want(i), "key {i}");
+        }
+        for (i, key) in keys.iter().enumerate().skip(1000) {
+            let sketch = frequencies.sketch.load();
+            sketch.raise(&sketch.cells(frequencies.hasher.hash_one(key)), want(i));
+        }
+        let overstated = keys.iter().enumerate().filter(|(i, key)| frequencies.get(*key) != want(*i)).count();
+        assert!(overstated < keys.len() / 20, "{overstated} of {} overstated", keys.len());
+    }
+
+    /// Eviction keeps what is above the threshold; the threshold rises
+    /// until at most half of what eviction sees is kept.
+    #[test]
+    fn the_threshold_keeps_at_most_half() {
+        let frequencies = Frequencies::new(Lfu::default(), 10_000);
+        let keys: Vec<[u8; 4]> = (0..10_000u32).map(|k| k.to_be_bytes()).collect();
+        // Every key read: 5 + 1..=10.
+        for (i, key) in keys.iter().enumerate() {
+            let sketch = frequencies.sketch.load();
+            sketch.raise(&sketch.cells(frequencies.hasher.hash_one(key)), LFU_INIT_VAL + 1 + (i % 10) as u8);
+        }
+        let kept = |keys: &[[u8; 4]]| keys.iter().filter(|k| frequencies.keeps(*k)).count();
+        let first = kept(&keys[..100]);
+        assert_eq!(first, 100, "before the first threshold, every read key is kept");
+        kept(&keys[100..2000]);
+        let later = kept(&keys[2000..4000]);
+        assert!((800..=1100).contains(&later), "then about half: {later}");
+        // Never read: never kept, whatever the threshold.
+        let cold = Frequencies::new(Lfu::default(), 100);
+        cold.write(b"k");
+        assert!(!(0..5000).any(|_| cold.keeps(b"k")));
+    }
+}
