@@ -370,6 +370,7 @@ impl Config {
             cache_capacity_bytes: self.memory.cache_capacity(),
             eviction_filter: Some(self.memory.filter()),
             eviction_listener: Some(self.memory.listener()),
+            lfu: self.memory.lfu(),
             ssd_tier: self.ssd_dir.clone().map(|dir| SsdTier { dir, capacity_bytes: self.memory.ssd_tier_capacity() }),
             durability: self.durability,
             point_index: self.point_index,

@@ -711,8 +711,21 @@ impl Writes {
         self.get_internal(db, key)
     }
 
+    /// A client's key, not counted as an access (`Db::peek_pinned`).
+    pub fn get_untouched(&self, db: &Db, key: &[u8]) -> Result<Option<Value>, CmdError> {
+        if is_reserved(key) {
+            return Ok(None);
+        }
+        self.get_as(db, key, false)
+    }
+
     /// Any key, the server's own included.
     pub fn get_internal(&self, db: &Db, key: &[u8]) -> Result<Option<Value>, CmdError> {
+        self.get_as(db, key, true)
+    }
+
+    /// Any key; `touch`: counted as an access (`Db::get_pinned`) or not.
+    fn get_as(&self, db: &Db, key: &[u8], touch: bool) -> Result<Option<Value>, CmdError> {
         let mine = self.overlay.as_ref().and_then(|o| o.get(key)).map(|&at| (&self.batch, at));
         let base =
             || self.base.iter().chain(self.outer.iter().rev()).find_map(|(o, batch)| Some((batch, *o.get(key)?)));
@@ -730,7 +743,8 @@ impl Writes {
                 .filter(|(_, expiry)| expiry.is_none_or(|at| at > now_ms()))
                 .map(|(bytes, expiry)| Value::Pending(bytes, expiry)));
         }
-        Ok(db.get_pinned(key)?.map(Value::Stored))
+        let stored = if touch { db.get_pinned(key)? } else { db.peek_pinned(key)? };
+        Ok(stored.map(Value::Stored))
     }
 
     /// Up to `limit` entries under `prefix` (one of the server's own

@@ -30,10 +30,10 @@
 //! the tier's oldest data (entries read there go back to the fast tier),
 //! and `noeviction` refuses writes.
 
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 
-use scaledkv::{Eviction, EvictionFilter, EvictionListener};
+use scaledkv::{Eviction, EvictionFilter, EvictionListener, Lfu};
 
 use crate::keyspace::{is_reserved, is_table};
 
@@ -51,7 +51,7 @@ const POLICIES: [&str; 8] = [
 
 /// The settings CONFIG SET changes, shared with the engine's eviction
 /// filter.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct MemoryLimit {
     /// Bytes (0: no limit).
     maxmemory: AtomicU64,
@@ -59,6 +59,10 @@ pub struct MemoryLimit {
     policy: AtomicU8,
     /// With an SSD tier, its size (0: no bound).
     ssd_size: Option<u64>,
+    /// Redis's `lfu-log-factor` and `lfu-decay-time`, for the engine's
+    /// LFU counters (`scaledkv::Lfu`) under an `-lfu` policy.
+    lfu_log_factor: AtomicU32,
+    lfu_decay_time: AtomicU32,
     /// Keys the engine evicted and the server has not announced yet.
     evicted: parking_lot::Mutex<EvictedKeys>,
     /// Wakes `announce_evictions`.
@@ -78,6 +82,21 @@ const MAX_UNANNOUNCED: usize = 1 << 20;
 
 /// Redis's error for a write refused over the limit.
 pub const OOM_ERROR: &str = "OOM command not allowed when used memory > 'maxmemory'.";
+
+impl Default for MemoryLimit {
+    fn default() -> Self {
+        let lfu = Lfu::default();
+        MemoryLimit {
+            maxmemory: AtomicU64::new(0),
+            policy: AtomicU8::new(0),
+            ssd_size: None,
+            lfu_log_factor: AtomicU32::new(lfu.log_factor),
+            lfu_decay_time: AtomicU32::new(lfu.decay_minutes),
+            evicted: Default::default(),
+            evictions: Default::default(),
+        }
+    }
+}
 
 impl MemoryLimit {
     /// `ssd_size`: with an SSD tier, its size (0: no bound).
@@ -107,6 +126,28 @@ impl MemoryLimit {
             .ok_or_else(|| format!("maxmemory-policy {name:?} is none of {}", POLICIES.join(", ")))?;
         self.policy.store(index as u8, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// The engine's LFU counters for the policy: on under an `-lfu`
+    /// policy, with `lfu-log-factor` and `lfu-decay-time`.
+    pub fn lfu(&self) -> Option<Lfu> {
+        self.policy().ends_with("-lfu").then(|| self.lfu_settings())
+    }
+
+    /// `lfu-log-factor` and `lfu-decay-time`, whatever the policy.
+    pub fn lfu_settings(&self) -> Lfu {
+        Lfu {
+            log_factor: self.lfu_log_factor.load(Ordering::Relaxed),
+            decay_minutes: self.lfu_decay_time.load(Ordering::Relaxed),
+        }
+    }
+
+    /// CONFIG SET `lfu-log-factor` or `lfu-decay-time`: applied to the
+    /// engine's counters at once if they are on.
+    pub fn set_lfu_settings(&self, db: &scaledkv::Db, settings: Lfu) {
+        self.lfu_log_factor.store(settings.log_factor, Ordering::Relaxed);
+        self.lfu_decay_time.store(settings.decay_minutes, Ordering::Relaxed);
+        db.set_lfu(self.lfu());
     }
 
     /// The SSD tier's size, if there is one (0: no bound).
@@ -155,6 +196,9 @@ impl MemoryLimit {
             }
             return Err(error.to_string());
         }
+        // Counters start from nothing when an LFU policy is chosen, as
+        // Redis's "LRU and LFU data will take some time to adjust".
+        db.set_lfu(self.lfu());
         Ok(())
     }
 

@@ -88,6 +88,12 @@ const SCRIPTS: &[&str] = &[
     "MSET k -5 l 12345678901234567890 m 0123 n hello | OBJECT ENCODING k | OBJECT REFCOUNT k | OBJECT ENCODING l | OBJECT ENCODING m | OBJECT ENCODING n | OBJECT REFCOUNT n",
     "SET e 12345678901234567890123456789012345678901234 | OBJECT ENCODING e | SET f 123456789012345678901234567890123456789012345 | OBJECT ENCODING f | SET g '' | OBJECT ENCODING g",
     "SET k v | OBJECT ENCODING missing | OBJECT REFCOUNT missing | OBJECT FREQ missing | OBJECT IDLETIME missing | OBJECT FREQ k | OBJECT ENCODING | OBJECT NOSUCH k | OBJECT | OBJECT HELP x | OBJECT ENCODING k x",
+    // LFU counters (lfu-log-factor 0: every access counts, no coin
+    // flips): a new key at 5, reads, a write's own lookup, commands that
+    // look without touching (OBJECT, EXISTS, TYPE, TTL), RENAME keeping
+    // the counter, RESTORE's FREQ; the settings; Redis's error once the
+    // policy is no longer LFU. Ends with the defaults back.
+    "CONFIG SET maxmemory-policy allkeys-lfu | CONFIG SET lfu-log-factor 0 | SET k v | OBJECT FREQ k | OBJECT FREQ k | GET k | OBJECT FREQ k | EXISTS k | TYPE k | TTL k | PTTL k | OBJECT ENCODING k | OBJECT FREQ k | SET k w | OBJECT FREQ k | APPEND k x | OBJECT FREQ k | HSET h a 1 | OBJECT FREQ h | HSET h b 2 | HGET h a | OBJECT FREQ h | MGET k x | OBJECT FREQ k | RENAME k k2 | OBJECT FREQ k2 | MSET m one | OBJECT FREQ m | SETEX m 100 v | OBJECT FREQ m | RESTORE r 0 \\x00\\x05\\x68\\x65\\x6c\\x6c\\x6f\\x0a\\x00\\x63\\x72\\xdf\\x76\\x65\\x34\\x20\\x0a FREQ 42 | OBJECT FREQ r | OBJECT FREQ missing | CONFIG GET lfu-log-factor | CONFIG GET lfu-decay-time | CONFIG SET lfu-log-factor -1 | CONFIG SET lfu-decay-time x | CONFIG SET lfu-decay-time 2147483648 | CONFIG SET maxmemory-policy allkeys-lru | OBJECT FREQ k2 | CONFIG SET lfu-log-factor 10 | CONFIG SET maxmemory-policy noeviction",
     // DUMP and RESTORE (payloads as Redis 7.0 writes them: `hello`, the integer 12345; damaged ones).
     // Not here: an object cut short inside the payload's 10-byte footer, which Redis reads as part
     // of the value and ScaledKV refuses (unit tests in `commands/dump.rs`).

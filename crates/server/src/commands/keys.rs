@@ -32,14 +32,14 @@ pub fn del(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
 pub fn exists(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let mut count = 0;
     for key in &args[1..] {
-        count += ctx.read(key)?.is_some() as i64;
+        count += ctx.read_untouched(key)?.is_some() as i64;
     }
     ctx.out.int(count);
     Ok(())
 }
 
 pub fn type_(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
-    let name = match ctx.read(&args[1])? {
+    let name = match ctx.read_untouched(&args[1])? {
         Some(value) => type_name(value.tag()),
         None => "none",
     };
@@ -115,7 +115,7 @@ pub fn pexpireat(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
 
 /// -2: no key; -1: no expiry; else `f(expiry_ms)`.
 fn expiry_reply(ctx: &mut Ctx<'_>, key: &[u8], f: impl Fn(u64) -> i64) -> CmdResult {
-    let reply = match ctx.read(key)? {
+    let reply = match ctx.read_untouched(key)? {
         None => -2,
         Some(value) => value.expiry_ms().map_or(-1, f),
     };
@@ -163,6 +163,10 @@ fn rename_to(ctx: &mut Ctx<'_>, args: &[Bytes], only_if_new: bool) -> CmdResult 
         ctx.writes.note_pushed();
         ctx.writes.delete(&args[1]);
         ctx.writes.put_copy(&args[2], &value, value.expiry_ms())?;
+        // The key keeps its LFU counter, as Redis moves its object.
+        if let Some(counter) = ctx.shared.db.access_frequency(&args[1]) {
+            ctx.shared.db.raise_access_frequency(&args[2], counter);
+        }
         if is_table(value.tag()) {
             super::table::moved(ctx.writes, &args[2], &Table::of(&value)?)?;
         }
@@ -475,9 +479,10 @@ pub fn move_(_ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
 /// OBJECT: ScaledKV keeps every string as its bytes in the log, so it has
 /// no encodings or shared objects of its own; ENCODING and REFCOUNT answer
 /// what Redis answers for a string SET to the same bytes (or loaded from
-/// its disk), which is what clients that branch on them expect. IDLETIME
-/// needs per-key access times, which are not kept; FREQ answers Redis's
-/// error for a server without an LFU policy, which ScaledKV is.
+/// its disk), which is what clients that branch on them expect. FREQ is
+/// the engine's LFU counter under an `-lfu` policy (`scaledkv::Lfu`), and
+/// Redis's error under another; IDLETIME needs per-key access times,
+/// which are not kept. None of them counts as an access of the key.
 pub fn object(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let sub = String::from_utf8_lossy(&args[1]).to_ascii_lowercase();
     match (sub.as_str(), args.len()) {
@@ -488,7 +493,8 @@ pub fn object(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
                 "    Return the kind of internal representation Redis would use for the value",
                 "    associated with a <key> (ScaledKV stores every value as its bytes).",
                 "FREQ <key>",
-                "    Not tracked: ScaledKV has no LFU maxmemory policy.",
+                "    Return the access frequency index of the <key>. The returned integer is",
+                "    proportional to the logarithm of the recent access frequency of the key.",
                 "IDLETIME <key>",
                 "    Not supported by ScaledKV: it keeps no per-key access time.",
                 "REFCOUNT <key>",
@@ -504,6 +510,11 @@ pub fn object(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
                 ctx.out.null();
                 return Ok(());
             };
+            if sub == "freq" {
+                let lfu = ctx.shared.config.memory.lfu().and(ctx.shared.db.access_frequency(&args[2]));
+                ctx.out.int(lfu.ok_or_else(no_lfu)?.into());
+                return Ok(());
+            }
             if value.tag() != TYPE_STRING {
                 match sub.as_str() {
                     "encoding" if value.tag() == TYPE_HASH || value.tag() == TYPE_HASH_TABLE => {
@@ -519,7 +530,6 @@ pub fn object(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
                     "encoding" if value.tag() == crate::keyspace::TYPE_STREAM_TABLE => ctx.out.bulk(b"stream"),
                     "encoding" => ctx.out.bulk(super::sets::encoding(&value)?.as_bytes()),
                     "refcount" => ctx.out.int(1),
-                    "freq" => return Err(no_lfu()),
                     _ => return Err(no_idletime()),
                 }
                 return Ok(());
@@ -537,7 +547,6 @@ pub fn object(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
                 "refcount" => {
                     ctx.out.int(if integer.is_some_and(|n| (0..10_000).contains(&n)) { 2147483647 } else { 1 })
                 }
-                "freq" => return Err(no_lfu()),
                 _ => return Err(no_idletime()),
             }
         }

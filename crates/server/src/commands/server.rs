@@ -984,6 +984,8 @@ fn parameters(ctx: &Ctx<'_>) -> Vec<(&'static str, String)> {
         ("databases", "1".into()),
         ("maxmemory", config.memory.maxmemory().to_string()),
         ("maxmemory-policy", config.memory.policy().into()),
+        ("lfu-log-factor", config.memory.lfu_settings().log_factor.to_string()),
+        ("lfu-decay-time", config.memory.lfu_settings().decay_minutes.to_string()),
         ("notify-keyspace-events", crate::notify::format(shared.notify_flags.load(Ordering::Relaxed))),
         // How long a script runs before SCRIPT KILL may stop it; Redis's
         // older name for it too.
@@ -1128,6 +1130,23 @@ fn config_set(ctx: &mut Ctx<'_>, name: &str, value: &[u8]) -> CmdResult {
                      fixed when the server starts: start it with --maxmemory for a smaller limit)"
                 ))
             })?;
+        }
+        "lfu-log-factor" | "lfu-decay-time" => {
+            // Redis's int configs, 0 to INT_MAX.
+            let n = text.parse::<i64>().map_err(|_| not_integer())?;
+            let n = u32::try_from(n).ok().filter(|&n| n <= i32::MAX as u32).ok_or_else(|| {
+                err(format!(
+                    "ERR CONFIG SET failed (possibly related to argument '{name}') - argument must be between 0 and \
+                     2147483647 inclusive"
+                ))
+            })?;
+            let memory = &shared.config.memory;
+            let mut settings = memory.lfu_settings();
+            match name {
+                "lfu-log-factor" => settings.log_factor = n,
+                _ => settings.decay_minutes = n,
+            }
+            memory.set_lfu_settings(&shared.db, settings);
         }
         "maxmemory-policy" => {
             let memory = &shared.config.memory;

@@ -19,10 +19,19 @@ impl Ctx<'_> {
         Ok(value)
     }
 
-    /// As `read`, without the `keymiss` notification.
+    /// As `read_untouched`, without the `keymiss` notification (OBJECT).
     pub fn read_quietly(&mut self, key: &[u8]) -> Result<Option<Value>, CmdError> {
-        let value = self.writes.get(&self.shared.db, key)?;
+        let value = self.writes.get_untouched(&self.shared.db, key)?;
         self.count(value.is_some());
+        Ok(value)
+    }
+
+    /// As `read`, not counted as an access of the key (LFU counters, cache
+    /// mode's second chance): Redis's `LOOKUP_NOTOUCH`, for TYPE, EXISTS
+    /// and the TTL family.
+    pub fn read_untouched(&mut self, key: &[u8]) -> Result<Option<Value>, CmdError> {
+        let value = self.writes.get_untouched(&self.shared.db, key)?;
+        self.count_lookup(key, value.is_some());
         Ok(value)
     }
 
@@ -135,6 +144,7 @@ pub fn set(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     } else if nx || xx || keepttl {
         ctx.peek(key)?
     } else {
+        ctx.shared.db.touch(key);
         None
     };
     if get {
@@ -180,6 +190,7 @@ pub fn setnx(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
 
 fn set_with_expiry(ctx: &mut Ctx<'_>, args: &[Bytes], unit: &str, command: &str) -> CmdResult {
     let at = expiry_at(unit, &args[2], command)?;
+    ctx.shared.db.touch(&args[1]);
     ctx.writes.put_string(&args[1], &args[3], Some(at))?;
     ctx.notify(STRING, "set", &args[1]);
     ctx.notify(GENERIC, "expire", &args[1]);
@@ -282,6 +293,7 @@ pub fn mset(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     }
     let superseded = superseded_pairs(&args[1..]);
     for (pair, superseded) in args[1..].chunks(2).zip(superseded) {
+        ctx.shared.db.touch(&pair[0]);
         // A later pair for the same key wins: only its entry is written.
         if !superseded {
             ctx.writes.put_string(&pair[0], &pair[1], None)?;

@@ -557,7 +557,7 @@ pub fn dump(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
 }
 
 pub fn restore(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
-    let (mut replace, mut absolute, mut idle, mut freq) = (false, false, false, false);
+    let (mut replace, mut absolute, mut idle, mut freq) = (false, false, false, None);
     let mut i = 4;
     while i < args.len() {
         let more = i + 1 < args.len();
@@ -565,7 +565,7 @@ pub fn restore(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
             replace = true;
         } else if eq(&args[i], "absttl") {
             absolute = true;
-        } else if eq(&args[i], "idletime") && more && !freq {
+        } else if eq(&args[i], "idletime") && more && freq.is_none() {
             // Accepted and dropped: ScaledKV keeps no access times.
             if int(&args[i + 1])? < 0 {
                 return Err(err("ERR Invalid IDLETIME value, must be >= 0"));
@@ -573,10 +573,10 @@ pub fn restore(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
             idle = true;
             i += 1;
         } else if eq(&args[i], "freq") && more && !idle {
-            if !(0..=255).contains(&int(&args[i + 1])?) {
-                return Err(err("ERR Invalid FREQ value, must be >= 0 and <= 255"));
-            }
-            freq = true;
+            // The LFU counter, under an `-lfu` policy (else dropped).
+            let counter =
+                u8::try_from(int(&args[i + 1])?).map_err(|_| err("ERR Invalid FREQ value, must be >= 0 and <= 255"))?;
+            freq = Some(counter);
             i += 1;
         } else {
             return Err(CmdError::Syntax);
@@ -612,6 +612,9 @@ pub fn restore(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     } else {
         ctx.writes.note_pushed();
         store(ctx, key, object, expiry)?;
+        if let Some(counter) = freq {
+            ctx.shared.db.raise_access_frequency(key, counter);
+        }
         ctx.notify(crate::notify::GENERIC, "restore", key);
     }
     ctx.out.ok();
