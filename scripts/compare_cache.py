@@ -15,6 +15,9 @@ THREADS client threads. Servers, each limited to LIMIT_MB megabytes:
   scaledkv-redis  scaledkv-server as above, through the Redis protocol
   redis-lru       Redis 7, maxmemory LIMIT_MB, allkeys-lru, no persistence
 
+POLICY (allkeys-lru) is the maxmemory-policy of both servers: with
+POLICY=allkeys-lfu, ScaledKV's LFU counters against Redis's.
+
 With an SSD tier (data sets larger than memory), for CONFIGS that name
 them: LIMIT_MB of memory, SSD_MB more on SSD_DIR (the repository's disk):
 
@@ -68,6 +71,7 @@ LIMITS_MB = [int(m) for m in os.environ.get("LIMIT_MB", "64 256").split()]
 MEDIUM = os.environ.get("MEDIUM", "/dev/shm")
 # ScaledKV's: sync (each SET durable before its reply) or buffered.
 DURABILITY = os.environ.get("DURABILITY", "sync")
+POLICY = os.environ.get("POLICY", "allkeys-lru")
 CONFIGS = os.environ.get("CONFIGS", "scaledkv-mc memcached scaledkv-redis redis-lru").split()
 KNOWN = ["scaledkv-mc", "memcached", "scaledkv-redis", "redis-lru", "scaledkv-tier", "memcached-ext"]
 SSD_MB = int(os.environ.get("SSD_MB", "1024"))
@@ -115,14 +119,14 @@ class Server:
             os.makedirs(self.dir, exist_ok=True)
             cmd = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir,
                    "--save", "", "--appendonly", "no", "--maxmemory", f"{limit_mb}mb",
-                   "--maxmemory-policy", "allkeys-lru"]
+                   "--maxmemory-policy", POLICY]
             self.target = f"redis://127.0.0.1:{self.port}/"
         else:
             self.dir = os.path.join(MEDIUM, f"cmp-cache-{config}")
             shutil.rmtree(self.dir, ignore_errors=True)
             memcached_port = free_port()
             cmd = [SERVER, "--port", str(self.port), "--memcached-port", str(memcached_port), "--dir", self.dir,
-                   "--durability", DURABILITY, "--maxmemory", f"{limit_mb}mb", "--maxmemory-policy", "allkeys-lru"]
+                   "--durability", DURABILITY, "--maxmemory", f"{limit_mb}mb", "--maxmemory-policy", POLICY]
             if ssd:
                 cmd += ["--ssd-dir", ssd, "--ssd-size", f"{SSD_MB}mb"]
             if config in ("scaledkv-mc", "scaledkv-tier"):
@@ -191,7 +195,7 @@ def main():
                       flush=True)
         emit(f"\n### {limit_mb} MB limit: {KEYS} keys of {VALUE} B ({KEYS * VALUE / 1e6:.0f} MB), zipfian, "
              f"{THREADS} threads, {WARMUP} warm-up + {OPERATIONS} measured operations, data on {MEDIUM}, "
-             f"ScaledKV {DURABILITY}, median of {REPEATS}"
+             f"{POLICY}, ScaledKV {DURABILITY}, median of {REPEATS}"
              + (f"; SSD tier {SSD_MB} MB on {SSD_DIR}" if {"scaledkv-tier", "memcached-ext"} & set(CONFIGS) else "")
              + "\n")
         emit(f"Host CPU steal during these runs: {hoststeal.percent_since(steal_from):.1f}%\n")

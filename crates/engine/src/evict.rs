@@ -128,9 +128,7 @@ impl Inner {
             }
         }
         if self.cache_capacity() > 0 {
-            if !self.lfu_on.load(Ordering::Relaxed) {
-                segment.accessed.mark(loc.off, segment.capacity_bytes(), None);
-            }
+            segment.accessed.mark(loc.off, segment.capacity_bytes(), None);
             if segment.cold {
                 self.counters.ssd_tier_reads.fetch_add(1, Ordering::Relaxed);
             }
@@ -152,7 +150,7 @@ impl Inner {
             Eviction::SecondChance => {
                 let chance = self.evict_stuck_bytes.load(Ordering::Relaxed) < self.cache_capacity() / 2
                     && match &*self.lfu.load() {
-                        Some(lfu) => lfu.keeps(entry.key),
+                        Some(lfu) => lfu.keeps(entry.key, segment.accessed.is_marked(loc.off as usize)),
                         None => segment.accessed.is_marked(loc.off as usize),
                     };
                 self.counters.second_chances.fetch_add(u64::from(chance), Ordering::Relaxed);
@@ -414,8 +412,9 @@ mod tests {
 
     /// Keys read often before a stream of new keys each read once: LFU
     /// counters keep the former (their counters stay above the stream's,
-    /// and the threshold keeps at most half of what eviction sees), where
-    /// one access bit gives them one second chance and lets them go.
+    /// and the threshold keeps at most three quarters of what eviction
+    /// sees, the most used first), where one access bit gives them one
+    /// second chance and lets them go.
     /// Every key still there holds its value; the log stays within about
     /// two segments of the capacity either way.
     #[test]

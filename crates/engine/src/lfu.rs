@@ -27,8 +27,9 @@
 //!
 //! Eviction (`evict.rs`) goes through the log's oldest segment, not a
 //! sample, so "the lowest counter" becomes a threshold: an entry is copied
-//! forward if its counter is above it. The threshold follows the counters
-//! eviction has seen (a histogram halved as it fills), so that at most
+//! forward if its counter is above it (among equal counters, if it was
+//! read since it was written). The threshold follows the counters eviction
+//! has seen (a histogram halved as it fills), so that at most
 //! `KEEP_SHARE` of the entries eviction looks at are kept: the most
 //! frequently used, however hot the whole cache is.
 
@@ -44,7 +45,7 @@ use parking_lot::Mutex;
 pub const LFU_INIT_VAL: u8 = 5;
 
 /// At most this share of the entries eviction looks at are copied forward.
-const KEEP_SHARE: f64 = 0.5;
+const KEEP_SHARE: f64 = 0.75;
 
 /// The histogram of counters eviction saw is halved, and the threshold
 /// chosen again, after this many decisions.
@@ -54,7 +55,7 @@ const DECISIONS_PER_THRESHOLD: u64 = 128;
 const ROWS: usize = 4;
 
 /// Cells per row, at least.
-const MIN_WIDTH: usize = 1 << 12;
+const MIN_WIDTH: usize = 1 << 16;
 
 /// Redis's LFU settings (`lfu-log-factor`, `lfu-decay-time`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -159,13 +160,19 @@ impl Sketch {
     }
 }
 
-/// The counters eviction saw, and the threshold they give.
+/// The scores eviction saw (`Frequencies::keeps`), and the threshold they
+/// give.
 struct Threshold {
-    seen: [u64; 256],
+    seen: [u64; 512],
     decisions: u64,
-    /// Entries with a counter above this are kept.
-    above: u8,
+    /// Entries with a score above this are kept.
+    above: usize,
 }
+
+/// The least threshold: an entry is kept only if its key was read since it
+/// was written, or once used more than that (a counter above
+/// `LFU_INIT_VAL`).
+const LEAST_THRESHOLD: usize = (LFU_INIT_VAL as usize) << 1 | 1;
 
 /// A database's access frequencies (`Inner::lfu`).
 pub struct Frequencies {
@@ -209,7 +216,7 @@ impl Frequencies {
             decay_minutes: AtomicU32::new(settings.decay_minutes),
             hasher: foldhash::quality::FixedState::with_seed(0x5ca1_ed4b),
             decayed_at: Mutex::new(Instant::now()),
-            threshold: Mutex::new(Threshold { seen: [0; 256], decisions: 0, above: LFU_INIT_VAL }),
+            threshold: Mutex::new(Threshold { seen: [0; 512], decisions: 0, above: LEAST_THRESHOLD }),
         }
     }
 
@@ -271,17 +278,20 @@ impl Frequencies {
         sketch.raise(&sketch.cells(self.hasher.hash_one(key)), counter);
     }
 
-    /// Whether eviction copies forward an entry of `key`: its counter is
-    /// above the threshold, which this decision moves.
-    pub fn keeps(&self, key: &[u8]) -> bool {
-        let counter = self.get(key);
+    /// Whether eviction copies forward an entry of `key`: its score (its
+    /// counter, then whether the entry was read since it was written) is
+    /// above the threshold, which this decision moves. The counters' steps
+    /// are coarse at the low end (one read makes 6, the next step takes
+    /// ~11 more reads), so recency orders the keys within a step.
+    pub fn keeps(&self, key: &[u8], read_since: bool) -> bool {
+        let score = (self.get(key) as usize) << 1 | read_since as usize;
         let mut threshold = self.threshold.lock();
-        threshold.seen[counter as usize] += 1;
+        threshold.seen[score] += 1;
         threshold.decisions += 1;
         if threshold.decisions.is_multiple_of(DECISIONS_PER_THRESHOLD) {
             threshold.choose();
         }
-        counter > threshold.above
+        score > threshold.above
     }
 
     /// Takes one off every counter if `decay_minutes` passed since the
@@ -314,24 +324,23 @@ impl Frequencies {
 }
 
 impl Threshold {
-    /// The least threshold that keeps at most `KEEP_SHARE` of the counters
-    /// seen, but never below `LFU_INIT_VAL` (a key never used since it was
-    /// written is not kept); then halves the histogram, so that the
-    /// threshold follows the counters as they change.
+    /// The least threshold that keeps at most `KEEP_SHARE` of the scores
+    /// seen, but never below `LEAST_THRESHOLD`; then halves the histogram,
+    /// so that the threshold follows the counters as they change.
     fn choose(&mut self) {
         let total: u64 = self.seen.iter().sum();
         let most = (total as f64 * KEEP_SHARE) as u64;
         let mut kept = total;
-        let mut above = 0u8;
-        for (counter, &count) in self.seen.iter().enumerate() {
-            // `kept`: counters above `counter`.
+        let mut above = 0;
+        for (score, &count) in self.seen.iter().enumerate() {
+            // `kept`: scores above `score`.
             kept -= count;
-            above = counter as u8;
+            above = score;
             if kept <= most {
                 break;
             }
         }
-        self.above = above.max(LFU_INIT_VAL);
+        self.above = above.max(LEAST_THRESHOLD);
         for count in self.seen.iter_mut() {
             *count /= 2;
         }
@@ -415,9 +424,10 @@ mod tests {
     }
 
     /// Eviction keeps what is above the threshold; the threshold rises
-    /// until at most half of what eviction sees is kept.
+    /// until at most `KEEP_SHARE` of what eviction sees is kept, the most
+    /// used first, and among equal counters those read since written.
     #[test]
-    fn the_threshold_keeps_at_most_half() {
+    fn the_threshold_keeps_at_most_three_quarters() {
         let frequencies = Frequencies::new(Lfu::default(), 10_000);
         let keys: Vec<[u8; 4]> = (0..10_000u32).map(|k| k.to_be_bytes()).collect();
         // Every key read: 5 + 1..=10.
@@ -425,15 +435,19 @@ mod tests {
             let sketch = frequencies.sketch.load();
             sketch.raise(&sketch.cells(frequencies.hasher.hash_one(key)), LFU_INIT_VAL + 1 + (i % 10) as u8);
         }
-        let kept = |keys: &[[u8; 4]]| keys.iter().filter(|k| frequencies.keeps(*k)).count();
+        let kept = |keys: &[[u8; 4]]| keys.iter().filter(|k| frequencies.keeps(*k, false)).count();
         let first = kept(&keys[..100]);
         assert_eq!(first, 100, "before the first threshold, every read key is kept");
         kept(&keys[100..2000]);
+        // Counters 9..=15 are 70% of them; 8 too would be 80%.
         let later = kept(&keys[2000..4000]);
-        assert!((800..=1100).contains(&later), "then about half: {later}");
+        assert!((1300..=1500).contains(&later), "then the 70% most used: {later}");
+        // Read since written: a step further down (8 and the bit: 75%).
+        let read = keys[4000..6000].iter().filter(|k| frequencies.keeps(*k, true)).count();
+        assert!((1300..=1700).contains(&read), "{read}");
         // Never read: never kept, whatever the threshold.
         let cold = Frequencies::new(Lfu::default(), 100);
         cold.write(b"k");
-        assert!(!(0..5000).any(|_| cold.keeps(b"k")));
+        assert!(!(0..5000).any(|_| cold.keeps(b"k", true)));
     }
 }
