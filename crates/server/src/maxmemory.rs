@@ -11,10 +11,13 @@
 //! other policy turns on the engine's cache mode (`scaledkv::evict`):
 //! when the log outgrows the limit, the oldest segment is evicted, entries
 //! read since they were written copied forward once (second-chance FIFO).
-//! So `allkeys-lru`, `allkeys-lfu`, `volatile-lru`, `volatile-lfu` and
-//! `volatile-ttl` approximate Redis's sampled choices by age and one
-//! access bit, and `allkeys-random`/`volatile-random` evict by age alone;
-//! the `volatile-` policies evict only keys with an expiry time. Big
+//! So `allkeys-lru`, `volatile-lru` and `volatile-ttl` approximate Redis's
+//! sampled choices by age and one access bit; the `-lfu` policies turn on
+//! the engine's LFU counters (`scaledkv::Lfu`: Redis's, with
+//! `lfu-log-factor` and `lfu-decay-time`), which then pick what is copied
+//! forward, and which OBJECT FREQ reads; `allkeys-random`/`volatile-random`
+//! evict by age alone; the `volatile-` policies evict only keys with an
+//! expiry time. Big
 //! collections (stored as one entry per member, `commands::table`) and the
 //! server's own entries are never evicted: they are copied forward, and
 //! if they fill the limit, writes get the OOM error once the log is a

@@ -429,11 +429,12 @@ fn an_evicted_watched_key_fails_the_transaction() {
     assert_eq!(result, Some(vec!["OK".to_string()]));
 }
 
-/// `allkeys-lfu`: keys read 100 times each survive a stream of five
-/// times the limit in new keys each read once (CLOCK's one access bit
-/// gives them one second chance, the engine's tests show); OBJECT FREQ
-/// reads the counters and `redis-cli --hotkeys` finds the hot keys with
-/// them; back to an LRU policy, OBJECT FREQ gives Redis's error.
+/// `allkeys-lfu`: of keys read 100 times each, a share survives a stream
+/// of five times the limit in new keys each read once (45% here; CLOCK's
+/// one access bit gives them one second chance, at most 10% in the
+/// engine's test of this shape); OBJECT FREQ reads the counters and
+/// `redis-cli --hotkeys` finds the hot keys with them; back to an LRU
+/// policy, OBJECT FREQ gives Redis's error.
 #[test]
 fn allkeys_lfu_keeps_what_is_read_often_and_answers_object_freq() {
     let dir = tmpfs_dir();
