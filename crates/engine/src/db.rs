@@ -1089,10 +1089,10 @@ impl Inner {
         match self.lfu_on.load(Ordering::Relaxed).then(|| self.lfu.load_full()).flatten() {
             None => self.index.apply(updates, seq, &self.segments),
             Some(lfu) => {
-                let counted = updates.inspect(|update| {
-                    if let Update::Put { key, .. } = update {
-                        lfu.write(key);
-                    }
+                let counted = updates.inspect(|update| match update {
+                    Update::Put { key, .. } => lfu.write(key),
+                    Update::Relocate { key, .. } => lfu.copied(key),
+                    Update::Delete { .. } => {}
                 });
                 self.index.apply(counted, seq, &self.segments)
             }

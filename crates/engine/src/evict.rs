@@ -412,9 +412,8 @@ mod tests {
 
     /// Keys read often before a stream of new keys each read once: LFU
     /// counters keep the former (their counters stay above the stream's,
-    /// and the threshold keeps at most three quarters of what eviction
-    /// sees, the most used first), where one access bit gives them one
-    /// second chance and lets them go.
+    /// which fill the sample the threshold comes from), where one access
+    /// bit gives them one second chance and lets them go.
     /// Every key still there holds its value; the log stays within about
     /// two segments of the capacity either way.
     #[test]

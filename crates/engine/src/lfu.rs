@@ -27,15 +27,17 @@
 //!
 //! Eviction (`evict.rs`) goes through the log's oldest segment, not a
 //! sample, so "the lowest counter" becomes a threshold: an entry is copied
-//! forward if its counter is above it (among equal counters, if it was
-//! read since it was written). The threshold follows the counters eviction
-//! has seen (a histogram halved as it fills), so that at most
-//! `KEEP_SHARE` of the entries eviction looks at are kept: the most
-//! frequently used, however hot the whole cache is.
+//! forward if its counter is above it (at it, if read since written, within
+//! a bound). The threshold is the counter at or below which a quarter of the
+//! cache's keys are, from a sample of the keys of the
+//! entries written (new or copied forward: what a pass of the cache
+//! holds). Not the counters of the entries eviction has just seen: the
+//! oldest segment may hold nothing but keys copied forward together, all
+//! hot, of which a share of what eviction sees would drop some.
 
 use std::cell::Cell;
 use std::hash::BuildHasher;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
@@ -44,11 +46,19 @@ use parking_lot::Mutex;
 /// Redis's counter for a new key.
 pub const LFU_INIT_VAL: u8 = 5;
 
-/// At most this share of the entries eviction looks at are copied forward.
-const KEEP_SHARE: f64 = 0.75;
+/// Eviction lets go of the entries whose counters are among the lowest
+/// this share of the cache's (Redis evicts the lowest of its samples).
+const EVICT_SHARE: f64 = 0.25;
 
-/// The histogram of counters eviction saw is halved, and the threshold
-/// chosen again, after this many decisions.
+/// Key hashes sampled from the entries written (new, or copied forward),
+/// about this many over one pass of the cache: what the cache holds.
+const SAMPLE: usize = 1024;
+
+/// Entries at the threshold and read since written are kept while fewer
+/// than this share of the decisions since it was chosen kept theirs.
+const TIED_SHARE: f64 = 0.75;
+
+/// Eviction decisions between two choices of the threshold.
 const DECISIONS_PER_THRESHOLD: u64 = 128;
 
 /// Rows of the sketch: a key's counter is the least of its four cells.
@@ -160,19 +170,14 @@ impl Sketch {
     }
 }
 
-/// The scores eviction saw (`Frequencies::keeps`), and the threshold they
-/// give.
+/// Eviction's threshold (`Frequencies::keeps`).
 struct Threshold {
-    seen: [u64; 512],
     decisions: u64,
-    /// Entries with a score above this are kept.
-    above: usize,
+    /// Entries with a counter above this are kept.
+    counter: u8,
+    /// Entries kept since the threshold was chosen.
+    kept: u64,
 }
-
-/// The least threshold: an entry is kept only if its key was read since it
-/// was written, or once used more than that (a counter above
-/// `LFU_INIT_VAL`).
-const LEAST_THRESHOLD: usize = (LFU_INIT_VAL as usize) << 1 | 1;
 
 /// A database's access frequencies (`Inner::lfu`).
 pub struct Frequencies {
@@ -183,6 +188,11 @@ pub struct Frequencies {
     hasher: foldhash::quality::FixedState,
     /// When the counters last lost one.
     decayed_at: Mutex<Instant>,
+    /// `SAMPLE` key hashes (0: none yet), the next slot, and the odds a
+    /// written entry's key is sampled (an `f64`'s bits).
+    sample: Box<[AtomicU64]>,
+    sampled: AtomicUsize,
+    sample_odds: AtomicU64,
     threshold: Mutex<Threshold>,
 }
 
@@ -216,7 +226,10 @@ impl Frequencies {
             decay_minutes: AtomicU32::new(settings.decay_minutes),
             hasher: foldhash::quality::FixedState::with_seed(0x5ca1_ed4b),
             decayed_at: Mutex::new(Instant::now()),
-            threshold: Mutex::new(Threshold { seen: [0; 512], decisions: 0, above: LEAST_THRESHOLD }),
+            sample: (0..SAMPLE).map(|_| AtomicU64::new(0)).collect(),
+            sampled: AtomicUsize::new(0),
+            sample_odds: AtomicU64::new(sample_odds(keys).to_bits()),
+            threshold: Mutex::new(Threshold { decisions: 0, counter: LFU_INIT_VAL, kept: 0 }),
         }
     }
 
@@ -251,10 +264,29 @@ impl Frequencies {
     /// key first (which counts), so counting the write too would count
     /// a SET or an INCR twice.
     pub fn write(&self, key: &[u8]) {
+        let hash = self.hasher.hash_one(key);
         let sketch = self.sketch.load();
-        let cells = sketch.cells(self.hasher.hash_one(key));
+        let cells = sketch.cells(hash);
         if sketch.estimate(&cells) < LFU_INIT_VAL {
             sketch.raise(&cells, LFU_INIT_VAL);
+        }
+        self.sample_entry(hash);
+    }
+
+    /// An entry of `key` copied forward (by eviction or GC): it is in the
+    /// cache for another pass.
+    pub fn copied(&self, key: &[u8]) {
+        self.sample_entry(self.hasher.hash_one(key));
+    }
+
+    /// Samples a written entry's key hash, at the odds that keep about
+    /// `SAMPLE` of them over one pass of the cache.
+    fn sample_entry(&self, hash: u64) {
+        if coin() < f64::from_bits(self.sample_odds.load(Ordering::Relaxed)) {
+            let at = self.sampled.fetch_add(1, Ordering::Relaxed) % SAMPLE;
+            // A hash of 0 reads as an empty slot: one key in 2^64 is not
+            // sampled.
+            self.sample[at].store(hash, Ordering::Relaxed);
         }
     }
 
@@ -278,20 +310,52 @@ impl Frequencies {
         sketch.raise(&sketch.cells(self.hasher.hash_one(key)), counter);
     }
 
-    /// Whether eviction copies forward an entry of `key`: its score (its
-    /// counter, then whether the entry was read since it was written) is
-    /// above the threshold, which this decision moves. The counters' steps
-    /// are coarse at the low end (one read makes 6, the next step takes
-    /// ~11 more reads), so recency orders the keys within a step.
+    /// Whether eviction copies forward an entry of `key`: its counter is
+    /// above the threshold, the counter at or below which `EVICT_SHARE` of
+    /// the sampled keys' counters are (chosen again every
+    /// `DECISIONS_PER_THRESHOLD` decisions), and above `LFU_INIT_VAL` (a
+    /// key never used since it was written is never kept). At the
+    /// threshold, an entry read since it was written (`read_since`) is
+    /// kept while fewer than `TIED_SHARE` of the decisions since the
+    /// threshold was chosen kept theirs: the counters' low steps are
+    /// coarse (one read makes 6, the next takes ~11 more), so recency
+    /// orders the keys within a step, but a stream of new keys each read
+    /// once is all at the threshold and read since: kept without a bound,
+    /// eviction copied everything until it gave up second chances and
+    /// dropped the hot keys with the rest (BENCHMARKS.md, fifty-seventh
+    /// session).
     pub fn keeps(&self, key: &[u8], read_since: bool) -> bool {
-        let score = (self.get(key) as usize) << 1 | read_since as usize;
+        let counter = self.get(key);
         let mut threshold = self.threshold.lock();
-        threshold.seen[score] += 1;
-        threshold.decisions += 1;
         if threshold.decisions.is_multiple_of(DECISIONS_PER_THRESHOLD) {
-            threshold.choose();
+            threshold.counter = self.lowest_share().max(LFU_INIT_VAL);
+            threshold.kept = 0;
         }
-        score > threshold.above
+        let window = threshold.decisions % DECISIONS_PER_THRESHOLD;
+        threshold.decisions += 1;
+        let at = threshold.counter;
+        let tied = counter == at && at > LFU_INIT_VAL && read_since;
+        let keep = counter > at || (tied && (threshold.kept as f64) < TIED_SHARE * window as f64);
+        threshold.kept += u64::from(keep);
+        keep
+    }
+
+    /// The counter below which `EVICT_SHARE` of the sampled keys' are
+    /// (`LFU_INIT_VAL` before any sample).
+    fn lowest_share(&self) -> u8 {
+        let sketch = self.sketch.load();
+        let mut counters: Vec<u8> = self
+            .sample
+            .iter()
+            .map(|hash| hash.load(Ordering::Relaxed))
+            .filter(|&hash| hash != 0)
+            .map(|hash| sketch.estimate(&sketch.cells(hash)))
+            .collect();
+        if counters.is_empty() {
+            return LFU_INIT_VAL;
+        }
+        let at = (counters.len() as f64 * EVICT_SHARE) as usize;
+        *counters.select_nth_unstable(at).1
     }
 
     /// Takes one off every counter if `decay_minutes` passed since the
@@ -305,6 +369,7 @@ impl Frequencies {
             self.decay();
         }
         drop(decayed_at);
+        self.sample_odds.store(sample_odds(keys).to_bits(), Ordering::Relaxed);
         let sketch = self.sketch.load();
         if keys > sketch.width {
             let wider = sketch.widened(keys * 2);
@@ -323,28 +388,10 @@ impl Frequencies {
     }
 }
 
-impl Threshold {
-    /// The least threshold that keeps at most `KEEP_SHARE` of the scores
-    /// seen, but never below `LEAST_THRESHOLD`; then halves the histogram,
-    /// so that the threshold follows the counters as they change.
-    fn choose(&mut self) {
-        let total: u64 = self.seen.iter().sum();
-        let most = (total as f64 * KEEP_SHARE) as u64;
-        let mut kept = total;
-        let mut above = 0;
-        for (score, &count) in self.seen.iter().enumerate() {
-            // `kept`: scores above `score`.
-            kept -= count;
-            above = score;
-            if kept <= most {
-                break;
-            }
-        }
-        self.above = above.max(LEAST_THRESHOLD);
-        for count in self.seen.iter_mut() {
-            *count /= 2;
-        }
-    }
+/// The odds that sample about `SAMPLE` of the entries of a cache of
+/// `keys` keys in one pass.
+fn sample_odds(keys: usize) -> f64 {
+    (SAMPLE as f64 / keys.max(1) as f64).min(1.0)
 }
 
 #[cfg(test)]
@@ -423,31 +470,37 @@ mod tests {
         assert!(overstated < keys.len() / 20, "{overstated} of {} overstated", keys.len());
     }
 
-    /// Eviction keeps what is above the threshold; the threshold rises
-    /// until at most `KEEP_SHARE` of what eviction sees is kept, the most
-    /// used first, and among equal counters those read since written.
+    /// Eviction keeps what is above the threshold, the counter at or below
+    /// which a quarter of the sampled keys' are, and what is at it and was
+    /// read since written within a bound; never a key not used since it
+    /// was written.
     #[test]
-    fn the_threshold_keeps_at_most_three_quarters() {
+    fn the_threshold_is_the_lowest_quarter_of_the_cache() {
         let frequencies = Frequencies::new(Lfu::default(), 10_000);
         let keys: Vec<[u8; 4]> = (0..10_000u32).map(|k| k.to_be_bytes()).collect();
-        // Every key read: 5 + 1..=10.
+        frequencies.raise(&keys[0], LFU_INIT_VAL + 1);
+        assert!(frequencies.keeps(&keys[0], false), "before any sample, every key used is kept");
         for (i, key) in keys.iter().enumerate() {
-            let sketch = frequencies.sketch.load();
-            sketch.raise(&sketch.cells(frequencies.hasher.hash_one(key)), LFU_INIT_VAL + 1 + (i % 10) as u8);
+            frequencies.write(key);
+            frequencies.raise(key, LFU_INIT_VAL + 1 + (i % 10) as u8);
         }
-        let kept = |keys: &[[u8; 4]]| keys.iter().filter(|k| frequencies.keeps(*k, false)).count();
-        let first = kept(&keys[..100]);
-        assert_eq!(first, 100, "before the first threshold, every read key is kept");
-        kept(&keys[100..2000]);
-        // Counters 9..=15 are 70% of them; 8 too would be 80%.
-        let later = kept(&keys[2000..4000]);
-        assert!((1300..=1500).contains(&later), "then the 70% most used: {later}");
-        // Read since written: a step further down (8 and the bit: 75%).
-        let read = keys[4000..6000].iter().filter(|k| frequencies.keeps(*k, true)).count();
-        assert!((1300..=1700).contains(&read), "{read}");
-        // Never read: never kept, whatever the threshold.
+        // Past the next choice of the threshold.
+        for _ in 0..DECISIONS_PER_THRESHOLD {
+            frequencies.keeps(&keys[1], false);
+        }
+        // Counters 6..=15 evenly: 6 and 7 are a fifth, 8 makes it 30%.
+        let kept = |step: usize, read_since: bool| {
+            keys.iter().skip(step).step_by(10).filter(|k| frequencies.keeps(*k, read_since)).count()
+        };
+        assert_eq!((kept(0, true), kept(1, true), kept(2, false)), (0, 0, 0), "counters 6, 7 and 8");
+        assert_eq!((kept(3, false), kept(9, false)), (1000, 1000), "counters 9 and 15");
+        // At the threshold, read since written: up to three quarters of the
+        // decisions of each window of 128 keep.
+        let tied = kept(2, true);
+        assert!((700..=760).contains(&tied), "{tied}");
+        // Never used since written: never kept.
         let cold = Frequencies::new(Lfu::default(), 100);
         cold.write(b"k");
-        assert!(!(0..5000).any(|_| cold.keeps(b"k", true)));
+        assert!(!(0..1000).any(|_| cold.keeps(b"k", true)));
     }
 }

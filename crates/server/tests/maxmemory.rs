@@ -429,12 +429,12 @@ fn an_evicted_watched_key_fails_the_transaction() {
     assert_eq!(result, Some(vec!["OK".to_string()]));
 }
 
-/// `allkeys-lfu`: of keys read 100 times each, a share survives a stream
-/// of five times the limit in new keys each read once (45% here; CLOCK's
-/// one access bit gives them one second chance, at most 10% in the
-/// engine's test of this shape); OBJECT FREQ reads the counters and
-/// `redis-cli --hotkeys` finds the hot keys with them; back to an LRU
-/// policy, OBJECT FREQ gives Redis's error.
+/// `allkeys-lfu`: keys read 100 times each survive a stream of five times
+/// the limit in new keys each read once (CLOCK's one access bit gives them
+/// one second chance: at most 10% survive in the engine's test of this
+/// shape); OBJECT FREQ reads the counters and `redis-cli --hotkeys` finds
+/// the hot keys with them; back to an LRU policy, OBJECT FREQ gives
+/// Redis's error.
 #[test]
 fn allkeys_lfu_keeps_what_is_read_often_and_answers_object_freq() {
     let dir = tmpfs_dir();
@@ -471,9 +471,9 @@ fn allkeys_lfu_keeps_what_is_read_often_and_answers_object_freq() {
             hot_kept += hot.contains(&key) as u64;
         }
     }
-    // Not all: the first segment eviction sees holds only hot keys, and
-    // the threshold keeps at most three quarters of what it sees (lfu.rs).
-    assert!(hot_kept >= 250, "{hot_kept} of the 1,000 keys read 100 times survived");
+    // All 1,000 in 5 runs; a threshold drawn from what eviction had just
+    // seen (the oldest segment: hot keys copied forward together) kept 447.
+    assert!(hot_kept >= 950, "{hot_kept} of the 1,000 keys read 100 times survived");
     assert!(freq(&mut con, 80_999) >= 6, "read once, then once more above");
     if std::process::Command::new("redis-cli").arg("--version").output().is_ok() {
         let out = std::process::Command::new("redis-cli")
