@@ -12,11 +12,11 @@
 //! overwrite, GC copy and second chance), so the counters live in a
 //! count-min sketch keyed by the key's hash, as TinyLFU's frequency sketch
 //! does: four rows of 8-bit cells, a key's counter the least of its four
-//! cells, raised by conservative update (only the cells at that least
-//! value). Collisions can only overstate a counter; with rows at least
-//! twice as wide as there are keys, a key's four cells are all shared less
-//! than 3% of the time. 8-16 bytes of DRAM a key, only while an LFU policy
-//! is on. A key keeps its history when it is overwritten, evicted and
+//! cells (all in one cache line), raised by conservative update (only the
+//! cells at that least value). Collisions can only overstate a counter;
+//! with rows at least twice as wide as there are keys, a key's four cells
+//! are all shared about 2% of the time. 8-16 bytes of DRAM a key (256 KiB at least), only
+//! while an LFU policy is on. A key keeps its history when it is overwritten, evicted and
 //! written again, as Redis keeps the counter across an overwrite. Reads
 //! count (`Db::get`, not snapshot reads, scans or `Db::peek_pinned`);
 //! writes only start a new key at 5.
@@ -28,12 +28,12 @@
 //! Eviction (`evict.rs`) goes through the log's oldest segment, not a
 //! sample, so "the lowest counter" becomes a threshold: an entry is copied
 //! forward if its counter is above it (at it, if read since written, within
-//! a bound). The threshold is the counter at or below which a quarter of the
-//! cache's keys are, from a sample of the keys of the
-//! entries written (new or copied forward: what a pass of the cache
-//! holds). Not the counters of the entries eviction has just seen: the
-//! oldest segment may hold nothing but keys copied forward together, all
-//! hot, of which a share of what eviction sees would drop some.
+//! a bound). The threshold is the counter at or below which a quarter of
+//! the cache's keys are, from a sample of the keys of the entries written
+//! (new or copied forward: what a pass of the cache holds). Not from the
+//! counters of the entries eviction has just seen: the oldest segment may
+//! hold nothing but keys copied forward together, all hot, and keeping a
+//! share of those dropped the rest at every pass.
 
 use std::cell::Cell;
 use std::hash::BuildHasher;
@@ -67,6 +67,9 @@ const ROWS: usize = 4;
 /// Cells per row, at least.
 const MIN_WIDTH: usize = 1 << 16;
 
+/// Bytes of the block that holds a key's cells, one per row.
+const BLOCK: usize = 64;
+
 /// Redis's LFU settings (`lfu-log-factor`, `lfu-decay-time`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Lfu {
@@ -84,35 +87,56 @@ impl Default for Lfu {
     }
 }
 
-/// The sketch: `ROWS` rows of `width` one-byte cells, 8 to a word.
+/// The sketch: `ROWS` rows of `width` one-byte cells, 8 to a word, laid
+/// out as 64-byte blocks of four 16-cell rows each.
 struct Sketch {
-    words: Box<[AtomicU64]>,
+    blocks: Box<[Block]>,
     /// Cells per row, a power of two.
     width: usize,
 }
 
+/// One cache line of cells.
+#[repr(align(64))]
+struct Block([AtomicU64; BLOCK / 8]);
+
 impl Sketch {
     fn new(width: usize) -> Sketch {
         let width = width.next_power_of_two().max(MIN_WIDTH);
-        Sketch { words: (0..ROWS * width / 8).map(|_| AtomicU64::new(0)).collect(), width }
+        let blocks = (0..ROWS * width / BLOCK).map(|_| Block(std::array::from_fn(|_| AtomicU64::new(0)))).collect();
+        Sketch { blocks, width }
     }
 
-    /// The cells (indexes over all rows) of a key's hash: double hashing,
-    /// one cell in each row.
+    /// The cells of a key's hash: one 64-byte block (one cache line, so a
+    /// read costs one miss rather than four, as in Caffeine's sketch)
+    /// picked by the hash's high half, and in it one of 16 cells in each
+    /// of the block's four 16-byte rows, picked by 4 bits each.
     fn cells(&self, hash: u64) -> [usize; ROWS] {
-        let (low, high) = (hash as u32 as usize, (hash >> 32) as usize | 1);
-        std::array::from_fn(|row| row * self.width + (low.wrapping_add(row.wrapping_mul(high)) & (self.width - 1)))
+        let block = ((hash >> 32) as usize & (self.blocks() - 1)) * BLOCK;
+        std::array::from_fn(|row| block + row * (BLOCK / ROWS) + (hash >> (4 * row)) as usize % (BLOCK / ROWS))
+    }
+
+    fn blocks(&self) -> usize {
+        self.blocks.len()
+    }
+
+    /// The word that holds cell `at`.
+    fn word(&self, at: usize) -> &AtomicU64 {
+        &self.blocks[at / BLOCK].0[at % BLOCK / 8]
+    }
+
+    fn words(&self) -> impl Iterator<Item = &AtomicU64> {
+        self.blocks.iter().flat_map(|block| block.0.iter())
     }
 
     fn cell(&self, at: usize) -> u8 {
-        (self.words[at / 8].load(Ordering::Relaxed) >> (at % 8 * 8)) as u8
+        (self.word(at).load(Ordering::Relaxed) >> (at % 8 * 8)) as u8
     }
 
     /// Sets cell `at` from `old` to `new` unless another thread changed it
     /// first (then that thread's change stands: counters are estimates).
     fn replace(&self, at: usize, old: u8, new: u8) {
         let shift = at % 8 * 8;
-        let _ = self.words[at / 8].fetch_update(Ordering::Relaxed, Ordering::Relaxed, |word| {
+        let _ = self.word(at).fetch_update(Ordering::Relaxed, Ordering::Relaxed, |word| {
             ((word >> shift) as u8 == old).then_some(word & !(0xff << shift) | (new as u64) << shift)
         });
     }
@@ -136,7 +160,7 @@ impl Sketch {
     fn decay(&self) {
         const LOW: u64 = 0x7f7f_7f7f_7f7f_7f7f;
         const HIGH: u64 = 0x8080_8080_8080_8080;
-        for word in self.words.iter() {
+        for word in self.words() {
             let _ = word.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |w| {
                 // The high bit of each byte that is not zero, moved down
                 // to its low bit: one to subtract from it, with no borrow.
@@ -146,27 +170,21 @@ impl Sketch {
         }
     }
 
-    /// A sketch `width` wide holding this one's counters: a key's cells
-    /// there are congruent to its cells here, so no counter drops.
+    /// A sketch `width` wide holding this one's counters: a key's block
+    /// there is its block here plus a multiple of this one's block count
+    /// (and in it, the same cells), so no counter drops.
     fn widened(&self, width: usize) -> Sketch {
         let wider = Sketch::new(width);
-        for row in 0..ROWS {
-            for at in 0..wider.width {
-                let value = self.cell(row * self.width + at % self.width);
-                if value > 0 {
-                    wider.raise_one(row * wider.width + at, value);
-                }
+        for (at, block) in wider.blocks.iter().enumerate() {
+            for (word, old) in block.0.iter().zip(&self.blocks[at % self.blocks.len()].0) {
+                word.store(old.load(Ordering::Relaxed), Ordering::Relaxed);
             }
         }
         wider
     }
 
-    fn raise_one(&self, at: usize, to: u8) {
-        self.words[at / 8].fetch_or((to as u64) << (at % 8 * 8), Ordering::Relaxed);
-    }
-
     fn bytes(&self) -> usize {
-        self.words.len() * 8
+        self.blocks.len() * BLOCK
     }
 }
 
@@ -218,7 +236,7 @@ fn coin() -> f64 {
 
 impl Frequencies {
     /// Counters for about `keys` keys (the sketch widens as keys grow:
-    /// `fit`).
+    /// `tick`).
     pub fn new(settings: Lfu, keys: usize) -> Frequencies {
         Frequencies {
             sketch: ArcSwap::from_pointee(Sketch::new(keys.saturating_mul(2))),
@@ -488,11 +506,13 @@ mod tests {
         for _ in 0..DECISIONS_PER_THRESHOLD {
             frequencies.keeps(&keys[1], false);
         }
-        // Counters 6..=15 evenly: 6 and 7 are a fifth, 8 makes it 30%.
+        // Counters 6..=15 evenly: 6 and 7 are a fifth, 8 makes it 30%. A
+        // few keys read higher: their cells all hold other keys' too.
         let kept = |step: usize, read_since: bool| {
             keys.iter().skip(step).step_by(10).filter(|k| frequencies.keeps(*k, read_since)).count()
         };
-        assert_eq!((kept(0, true), kept(1, true), kept(2, false)), (0, 0, 0), "counters 6, 7 and 8");
+        let low = [kept(0, true), kept(1, true), kept(2, false)];
+        assert!(low.iter().all(|&kept| kept <= 10), "counters 6, 7 and 8: {low:?} of 1000 kept");
         assert_eq!((kept(3, false), kept(9, false)), (1000, 1000), "counters 9 and 15");
         // At the threshold, read since written: up to three quarters of the
         // decisions of each window of 128 keep.
