@@ -98,7 +98,8 @@ impl Overhead {
             used,
             peak: peak().max(used),
             startup: startup(),
-            index: stats.index_memory_bytes,
+            // The LFU counters are the index's too: per key, in DRAM.
+            index: stats.index_memory_bytes + stats.lfu_memory_bytes,
             scripts: shared.scripts.sizes().1 as u64,
             functions,
             keys: shared.user_keys(),

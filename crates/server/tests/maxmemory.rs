@@ -492,7 +492,11 @@ fn allkeys_lfu_keeps_what_is_read_often_and_answers_object_freq() {
     } else {
         eprintln!("NOTICE: redis-cli not found; skipping its --hotkeys check (.ci/run installs it)");
     }
+    // About 16,000 keys in the cache: the sketch's least size, four rows
+    // of 64k one-byte cells.
+    assert_eq!(number(&mut con, "memory", "used_memory_lfu"), 4 << 16);
     let _: () = redis::cmd("CONFIG").arg("SET").arg("maxmemory-policy").arg("allkeys-lru").query(&mut con).unwrap();
+    assert_eq!(number(&mut con, "memory", "used_memory_lfu"), 0);
     let error = redis::cmd("OBJECT").arg("FREQ").arg("k7").query::<i64>(&mut con).unwrap_err();
     assert!(error.to_string().contains("An LFU maxmemory policy is not selected"), "{error}");
 }

@@ -684,7 +684,7 @@ pub fn info_text(ctx: &Ctx<'_>, sections: &[String]) -> String {
              used_memory_peak_perc:{:.2}%\r\nused_memory_overhead:{}\r\nused_memory_startup:{}\r\n\
              used_memory_dataset:{}\r\nused_memory_dataset_perc:{:.2}%\r\ntotal_system_memory:{system}\r\n\
              total_system_memory_human:{}\r\nused_memory_index:{}\r\nused_memory_index_points:{}\r\n\
-             used_memory_index_pending:{}\r\nindex_bytes_per_key:{:.1}\r\nused_memory_log:{}\r\n\
+             used_memory_index_pending:{}\r\nindex_bytes_per_key:{:.1}\r\nused_memory_lfu:{}\r\nused_memory_log:{}\r\n\
              maxmemory:{maxmemory}\r\nmaxmemory_human:{}\r\nmaxmemory_policy:{}\r\nssd_dir:{}\r\nssd_size:{}\r\n\
              used_ssd_log:{}\r\nmem_fragmentation_ratio:1.00\r\nmem_fragmentation_bytes:0\r\n\
              mem_allocator:mimalloc\r\nnumber_of_cached_scripts:{}\r\nused_memory_scripts:{}\r\n\
@@ -702,6 +702,7 @@ pub fn info_text(ctx: &Ctx<'_>, sections: &[String]) -> String {
             stats.index_point_table_bytes,
             stats.index_pending_bytes,
             stats.index_bytes_per_key,
+            stats.lfu_memory_bytes,
             // The log but for its SSD tier: what maxmemory bounds.
             stats.log_bytes - stats.ssd_tier_bytes,
             human(maxmemory),
