@@ -675,9 +675,8 @@ impl Db {
 
     /// Counts accesses with Redis's LFU counters, by which cache mode then
     /// evicts (`Some`), or not (`None`: cache mode evicts by one access
-    /// bit); see `Options::lfu`.
-    /// Turning counters on starts them from nothing; changing the
-    /// settings of counters already on keeps them.
+    /// bit); see `Options::lfu`. Turning counters on starts them from
+    /// nothing; changing the settings of counters already on keeps them.
     pub fn set_lfu(&self, lfu: Option<Lfu>) {
         match (lfu, &*self.inner.lfu.load()) {
             (Some(settings), Some(counters)) => counters.set_settings(settings),
@@ -705,8 +704,11 @@ impl Db {
     /// a write that does not read its key first, as Redis's writes look
     /// theirs up (reads count themselves).
     pub fn touch(&self, key: &[u8]) {
-        if let Some(counters) = &*self.inner.lfu.load() {
-            counters.read(key);
+        // Every blind SET asks: a relaxed load while the counters are off.
+        if self.inner.lfu_on.load(Ordering::Relaxed) {
+            if let Some(counters) = &*self.inner.lfu.load() {
+                counters.read(key);
+            }
         }
     }
 

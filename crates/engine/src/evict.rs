@@ -119,8 +119,9 @@ impl Inner {
     }
 
     /// Notes a read of `key`'s entry at `loc` of `segment`: with LFU
-    /// counters, its counter may go up; else, in cache mode, eviction gives
-    /// it a second chance (a relaxed load and, the first time, a store).
+    /// counters, its counter may go up; in cache mode, the entry is marked
+    /// read since written (a relaxed load and, the first time, a store):
+    /// CLOCK's second chance, LFU's order within a counter step.
     pub(crate) fn note_access(&self, segment: &Segment, loc: Loc, key: &[u8]) {
         if self.lfu_on.load(Ordering::Relaxed) {
             if let Some(lfu) = &*self.lfu.load() {
@@ -413,9 +414,9 @@ mod tests {
     /// Keys read often before a stream of new keys each read once: LFU
     /// counters keep the former (their counters stay above the stream's,
     /// which fill the sample the threshold comes from), where one access
-    /// bit gives them one second chance and lets them go.
-    /// Every key still there holds its value; the log stays within about
-    /// two segments of the capacity either way.
+    /// bit gives them one second chance and lets them go. Every key still
+    /// there holds its value; the log stays within about two segments of
+    /// the capacity either way.
     #[test]
     fn lfu_keeps_what_was_read_often_through_a_stream_read_once() {
         let hot_kept = |lfu: Option<crate::Lfu>| {
