@@ -702,12 +702,13 @@ impl Db {
 
     /// Counts an access of `key` by the LFU counters, if they are on: for
     /// a write that does not read its key first, as Redis's writes look
-    /// theirs up (reads count themselves).
+    /// theirs up (reads count themselves). Call it before the write: a key
+    /// below the initial counter is left for the write to raise.
     pub fn touch(&self, key: &[u8]) {
         // Every blind SET asks: a relaxed load while the counters are off.
         if self.inner.lfu_on.load(Ordering::Relaxed) {
             if let Some(counters) = &*self.inner.lfu.load() {
-                counters.read(key);
+                counters.lookup_before_write(key);
             }
         }
     }

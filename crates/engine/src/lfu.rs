@@ -276,6 +276,19 @@ impl Frequencies {
         self.count_hit(&sketch, &cells, sketch.estimate(&cells));
     }
 
+    /// The lookup a write of `key` makes that did not read it (Redis
+    /// counts it): a hit, but for a key below `LFU_INIT_VAL` (new, or idle
+    /// for long), which the write then raises to it anyway: so a blind SET
+    /// of a new key makes four compare-and-swaps on the sketch, not eight.
+    pub fn lookup_before_write(&self, key: &[u8]) {
+        let sketch = self.sketch.load();
+        let cells = sketch.cells(self.hasher.hash_one(key));
+        match sketch.estimate(&cells) {
+            counter if counter < LFU_INIT_VAL => {}
+            counter => self.count_hit(&sketch, &cells, counter),
+        }
+    }
+
     /// A write of `key`: a new key (or one idle for long) starts at
     /// `LFU_INIT_VAL`, as in Redis. A write is not a hit: Redis counts the
     /// lookup a write command makes, and the server's writes read their

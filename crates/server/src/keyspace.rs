@@ -705,18 +705,19 @@ impl Writes {
 
     /// A client's key (reserved keys hold nothing a client can see).
     pub fn get(&self, db: &Db, key: &[u8]) -> Result<Option<Value>, CmdError> {
-        if is_reserved(key) {
-            return Ok(None);
-        }
-        self.get_internal(db, key)
+        self.get_client(db, key, true)
     }
 
     /// A client's key, not counted as an access (`Db::peek_pinned`).
     pub fn get_untouched(&self, db: &Db, key: &[u8]) -> Result<Option<Value>, CmdError> {
+        self.get_client(db, key, false)
+    }
+
+    fn get_client(&self, db: &Db, key: &[u8], touch: bool) -> Result<Option<Value>, CmdError> {
         if is_reserved(key) {
             return Ok(None);
         }
-        self.get_as(db, key, false)
+        self.get_as(db, key, touch)
     }
 
     /// Any key, the server's own included.
