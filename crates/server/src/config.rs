@@ -68,6 +68,13 @@ pub struct Cli {
     /// 60 s, is closed). CONFIG SET changes it.
     #[arg(long = "client-output-buffer-limit")]
     pub client_output_buffer_limit: Option<String>,
+    /// Follow this Redis master from the start ("host port"), as REPLICAOF
+    /// does: a full sync, then its writes.
+    #[arg(long = "replicaof")]
+    pub replicaof: Option<String>,
+    /// The password REPLICAOF's link authenticates with.
+    #[arg(long = "masterauth")]
+    pub masterauth: Option<String>,
     /// Serve the memcached protocols (text and binary) on this port too (off by default;
     /// memcached's is 11211; 0 picks a free one, INFO's memcached_port
     /// tells which).
@@ -144,6 +151,8 @@ struct FileConfig {
     gc_space_amp: Option<f64>,
     notify_keyspace_events: Option<String>,
     client_output_buffer_limit: Option<String>,
+    replicaof: Option<String>,
+    masterauth: Option<String>,
     memcached_port: Option<u16>,
     memcached_item_size_max: Option<usize>,
     maxmemory: Option<String>,
@@ -185,6 +194,9 @@ pub struct Config {
     pub notify_keyspace_events: u32,
     /// Checked when read; applied as the server starts.
     pub client_output_buffer_limit: Option<String>,
+    /// The master to follow from the start (`crate::replica`).
+    pub replicaof: Option<crate::replica::Master>,
+    pub masterauth: Option<String>,
     /// The memcached protocol's port (None: off; `crate::memcache`).
     pub memcached_port: Option<u16>,
     /// The largest memcached item (key, value and memcached's per-item
@@ -233,6 +245,8 @@ impl Default for Config {
             gc_space_amp: Options::default().gc_space_amp,
             notify_keyspace_events: 0,
             client_output_buffer_limit: None,
+            replicaof: None,
+            masterauth: None,
             memcached_port: None,
             memcached_item_size_max: DEFAULT_MEMCACHED_ITEM_SIZE_MAX,
             memory: Arc::default(),
@@ -267,6 +281,10 @@ impl Config {
             crate::pubsub::parse_output_limits(text)
                 .map_err(|e| format!("client-output-buffer-limit {text:?}: {e}"))?;
         }
+        let replicaof = match cli.replicaof.or(file.replicaof) {
+            Some(text) => Some(parse_master(&text).ok_or_else(|| format!("replicaof {text:?}: not \"host port\""))?),
+            None => None,
+        };
         let maxmemory = match cli.maxmemory.or(file.maxmemory) {
             Some(text) => parse_bytes(&text).ok_or_else(|| format!("maxmemory {text:?}: not a size like 100mb"))?,
             None => 0,
@@ -324,6 +342,8 @@ impl Config {
             gc_space_amp: cli.gc_space_amp.or(file.gc_space_amp).unwrap_or(defaults.gc_space_amp),
             notify_keyspace_events,
             client_output_buffer_limit,
+            replicaof,
+            masterauth: cli.masterauth.or(file.masterauth),
             memcached_port: cli.memcached_port.or(file.memcached_port),
             memcached_item_size_max: cli
                 .memcached_item_size_max
@@ -397,9 +417,25 @@ fn load_file(path: &Path) -> Result<FileConfig, String> {
     toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
 }
 
+/// `replicaof`'s "host port".
+fn parse_master(text: &str) -> Option<crate::replica::Master> {
+    let mut words = text.split_whitespace();
+    let (host, port) = (words.next()?, words.next()?.parse().ok()?);
+    words.next().is_none().then(|| crate::replica::Master { host: host.into(), port })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn replicaof_is_a_host_and_a_port() {
+        let master = parse_master(" 10.0.0.1  6380 ").unwrap();
+        assert_eq!((master.host.as_str(), master.port), ("10.0.0.1", 6380));
+        for bad in ["", "host", "host port", "host 70000", "host 1 2"] {
+            assert!(parse_master(bad).is_none(), "{bad:?}");
+        }
+    }
 
     #[test]
     fn flags_override_the_file_which_overrides_defaults() {

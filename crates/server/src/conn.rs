@@ -256,6 +256,9 @@ pub struct ConnState {
     pub reply_skip: bool,
     /// ... set from this before each command read.
     pub reply_skip_next: bool,
+    /// The link to the master this server replicates (`crate::replica`):
+    /// its writes pass where other clients' get READONLY or LOADING.
+    pub master_link: bool,
 }
 
 #[derive(Default)]
@@ -357,6 +360,7 @@ impl ConnState {
             reply_off: false,
             reply_skip: false,
             reply_skip_next: false,
+            master_link: false,
         }
     }
 

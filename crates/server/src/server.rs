@@ -113,6 +113,8 @@ pub struct Shared {
     pub volatile: crate::expiry::Volatile,
     /// CLIENT PAUSE (`crate::pause`).
     pub pause: crate::pause::Pause,
+    /// REPLICAOF's master and the link to it (`crate::replica`).
+    pub replication: crate::replica::Replication,
 }
 
 impl Shared {
@@ -279,6 +281,7 @@ pub async fn run(config: Config, db: Db) -> Result<(), String> {
         users: crate::commands::acl::Users::new(users, config.requirepass.as_deref()),
         volatile: crate::expiry::Volatile::default(),
         pause: Default::default(),
+        replication: Default::default(),
         db,
         locks: KeyLocks::default(),
         stats: ServerStats::default(),
@@ -314,6 +317,11 @@ pub async fn run(config: Config, db: Db) -> Result<(), String> {
         tokio::spawn(crate::memcache::delayed_flushes(shared.clone()));
     }
     tokio::spawn(crate::memory::sample_peak(shared.clone()));
+    *shared.replication.masterauth.lock() = shared.config.masterauth.clone();
+    if let Some(master) = shared.config.replicaof.clone() {
+        shared.replication.follow(master);
+    }
+    tokio::spawn(crate::replica::follow_masters(shared.clone()));
     tracing::info!(bind = %shared.config.bind, port, "ready to accept connections");
     if let Some(path) = &shared.config.port_file {
         std::fs::write(path, port.to_string()).map_err(|e| format!("cannot write {}: {e}", path.display()))?;

@@ -5,7 +5,7 @@
 pub mod acl;
 mod bits;
 mod diagnostics;
-mod dump;
+pub mod dump;
 pub mod functions;
 mod geo;
 mod hashes;
@@ -662,8 +662,9 @@ const RUN_MAX_BYTES: usize = 1 << 20;
 const RUN_MAX_COMMANDS: usize = 512;
 
 impl<'s> Run<'s> {
-    /// Commits the run; on failure every reply of the run becomes the error.
-    pub async fn commit(&mut self, shared: &'s Shared, out: &mut Out) {
+    /// Commits the run; on failure every reply of the run becomes the error
+    /// (and false is returned).
+    pub async fn commit(&mut self, shared: &'s Shared, out: &mut Out) -> bool {
         if self.commands == 0 && !self.writes.read_pending() {
             // A failed command may have left locks behind, and key misses.
             self.guards.clear();
@@ -671,17 +672,19 @@ impl<'s> Run<'s> {
             if !misses.is_empty() {
                 crate::notify::publish(shared, &misses);
             }
-            return;
+            return true;
         }
         let ready = self.writes.take_run_batch();
         let stripes: SmallVec<[Stripe; 16]> = self.guards.iter().map(|(stripe, _)| *stripe).collect();
         let exclusive = self.guards.iter().all(|(_, guard)| matches!(guard, Guard::Exclusive(_)));
         // Drained, not taken: the next run reuses the vector.
-        if let Err(error) = commit(shared, ready, &stripes, exclusive, self.guards.drain(..)).await {
+        let result = commit(shared, ready, &stripes, exclusive, self.guards.drain(..)).await;
+        if let Err(error) = &result {
             out.truncate(self.mark);
-            out.failed_run(self.commands, &engine_error_text(&error));
+            out.failed_run(self.commands, &engine_error_text(error));
         }
         self.commands = 0;
+        result.is_ok()
     }
 
     /// Takes the locks of `stripes` (sorted) that the run does not hold yet,
@@ -1150,7 +1153,17 @@ pub async fn run_command<'s>(
     if command.has(PROTECTED) {
         return reject(conn, out, command, args, &standalone::protected_refusal(command.name));
     }
-    if command.has(WRITE) && shared.config.memory.refuses(command.name, &shared.db) {
+    if !conn.master_link && shared.replication.following() {
+        if command.has(WRITE) {
+            return reject(conn, out, command, args, "READONLY You can't write against a read only replica.");
+        }
+        if command.has(READONLY) && shared.replication.loading.load(Ordering::Acquire) {
+            return reject(conn, out, command, args, "LOADING Redis is loading the dataset in memory");
+        }
+    }
+    // A replica takes its master's writes whatever its own memory limit
+    // (Redis's `replica-ignore-maxmemory yes`).
+    if command.has(WRITE) && !conn.master_link && shared.config.memory.refuses(command.name, &shared.db) {
         let error = match command.group {
             "memcached" => "SERVER_ERROR out of memory storing object",
             _ => crate::maxmemory::OOM_ERROR,

@@ -86,6 +86,9 @@ fn invocation<'a>(shared: &Shared, command: &Command, args: &'a [Bytes]) -> Resu
         if !flags.has(Flags::NO_WRITES) && ro_command {
             return Err(err("ERR Can not execute a script with write flag using *_ro command."));
         }
+        if !flags.has(Flags::NO_WRITES) && shared.replication.following() {
+            return Err(err("READONLY You can't write against a read only replica."));
+        }
         if !flags.has(Flags::NO_WRITES) && !flags.has(Flags::ALLOW_OOM) && shared.config.memory.over_limit(&shared.db) {
             return Err(err(
                 "OOM allow-oom flag is not set on the script, can not run it when used memory > 'maxmemory'",
@@ -211,6 +214,9 @@ fn run_script<'s>(
         if command.has(WRITE) {
             if invocation.read_only {
                 return Err(CallError::Error("ERR Write commands are not allowed from read-only scripts.".into()));
+            }
+            if shared.replication.following() && !conn.master_link {
+                return Err(CallError::Error("READONLY You can't write against a read only replica.".into()));
             }
             if !invocation.allow_oom && shared.config.memory.refuses(command.name, &shared.db) {
                 return Err(CallError::Error(crate::maxmemory::OOM_ERROR.into()));

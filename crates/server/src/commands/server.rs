@@ -571,9 +571,19 @@ pub fn time(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
     Ok(())
 }
 
-/// ROLE: a master with no replicas (ScaledKV does not replicate), as a
-/// Redis master that never had one answers: its offset 0.
+/// ROLE: a replica's master, link state and offset (`crate::replica`); a
+/// master with no replicas (ScaledKV serves none), as a Redis master that
+/// never had one answers: its offset 0.
 pub fn role(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
+    if let Some((master, state, offset)) = ctx.shared.replication.role() {
+        ctx.out.array(5);
+        ctx.out.bulk(b"slave");
+        ctx.out.bulk(master.host.as_bytes());
+        ctx.out.int(master.port as i64);
+        ctx.out.bulk(state.as_bytes());
+        ctx.out.int(offset.max(0));
+        return Ok(());
+    }
     ctx.out.array(3);
     ctx.out.bulk(b"master");
     ctx.out.int(0);
@@ -791,7 +801,7 @@ pub fn info_text(ctx: &Ctx<'_>, sections: &[String]) -> String {
         );
     }
     if wanted("replication") {
-        text.push_str("# Replication\r\nrole:master\r\nconnected_slaves:0\r\n\r\n");
+        let _ = write!(text, "# Replication\r\n{}\r\n", shared.replication.info());
     }
     if wanted("cpu") {
         let (user, system) = cpu_seconds();
@@ -972,6 +982,10 @@ fn parameters(ctx: &Ctx<'_>) -> Vec<(&'static str, String)> {
         ("dir", dir.display().to_string()),
         ("durability", config.durability.to_string()),
         ("requirepass", shared.password().unwrap_or_default()),
+        // The password and user REPLICAOF's link authenticates with.
+        ("masterauth", shared.replication.masterauth.lock().clone().unwrap_or_default()),
+        ("masteruser", shared.replication.masteruser.lock().clone().unwrap_or_default()),
+        ("replica-read-only", "yes".into()),
         ("maxclients", shared.maxclients().to_string()),
         ("timeout", shared.timeout_secs().to_string()),
         ("proto-max-bulk-len", shared.max_bulk_bytes().to_string()),
@@ -1077,6 +1091,8 @@ fn config_set(ctx: &mut Ctx<'_>, name: &str, value: &[u8]) -> CmdResult {
     let shared = ctx.shared;
     match name {
         "requirepass" => shared.set_password(Some(text.clone()).filter(|p| !p.is_empty())),
+        "masterauth" => *shared.replication.masterauth.lock() = Some(text.clone()).filter(|p| !p.is_empty()),
+        "masteruser" => *shared.replication.masteruser.lock() = Some(text.clone()).filter(|p| !p.is_empty()),
         "maxclients" => shared.set_maxclients(number()? as usize),
         "timeout" => shared.set_timeout_secs(number()?),
         "slowlog-log-slower-than" => shared.slowlog.set_slower_than(signed(-1)?),

@@ -73,18 +73,31 @@ pub fn debug(_ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
     Err(err(protected_refusal("debug")))
 }
 
-/// REPLICAOF / SLAVEOF: NO ONE (already a master) is OK; a master to
-/// follow is refused, ScaledKV does not replicate.
+/// REPLICAOF / SLAVEOF host port: follow a Redis master
+/// (`crate::replica`); NO ONE: stop following, keep the data, take writes.
 pub fn replicaof(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    if ctx.conn.master_link {
+        return Err(err("ERR Command is not valid when client is a replica."));
+    }
     if eq(&args[1], "no") && eq(&args[2], "one") {
+        if ctx.shared.replication.following() {
+            tracing::info!("REPLICAOF NO ONE: a master now");
+        }
+        ctx.shared.replication.stop();
         ctx.out.ok();
         return Ok(());
     }
-    match super::args::int(&args[2]) {
-        Ok(port) if (0..=65535).contains(&port) => {}
+    let port = match super::args::int(&args[2]) {
+        Ok(port) if (0..=65535).contains(&port) => port as u16,
         _ => return Err(err("ERR Invalid master port")),
+    };
+    let host = String::from_utf8_lossy(&args[1]).into_owned();
+    tracing::info!(%host, port, "REPLICAOF: following a master");
+    match ctx.shared.replication.follow(crate::replica::Master { host, port }) {
+        crate::replica::Followed::Started => ctx.out.ok(),
+        crate::replica::Followed::Already => ctx.out.simple("OK Already connected to specified master"),
     }
-    Err(err("ERR ScaledKV does not replicate: REPLICAOF of a master is not supported (see the README)"))
+    Ok(())
 }
 
 /// FAILOVER [TO host port [FORCE]] [ABORT] [TIMEOUT ms]: Redis's checks

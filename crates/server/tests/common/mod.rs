@@ -118,6 +118,11 @@ pub struct RedisServer {
 impl RedisServer {
     /// `None` (with a visible notice) when `redis-server` is not installed.
     pub fn start() -> Option<RedisServer> {
+        Self::start_with(&["--databases", "1"])
+    }
+
+    /// As `start`, with more of redis-server's flags.
+    pub fn start_with(extra: &[&str]) -> Option<RedisServer> {
         if Command::new("redis-server").arg("--version").output().is_err() {
             eprintln!("NOTICE: redis-server not found; skipping the differential test (.ci/run installs it)");
             return None;
@@ -128,7 +133,8 @@ impl RedisServer {
             let port = free_port();
             let child = Command::new("redis-server")
                 .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-                .args(["--databases", "1", "--dir"])
+                .args(extra)
+                .arg("--dir")
                 .arg(dir.path())
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())

@@ -12,6 +12,7 @@
 //! writes them (plain, listpack, intset, quicklist).
 
 mod listpack;
+pub mod rdb;
 mod stream;
 
 use std::borrow::Cow;

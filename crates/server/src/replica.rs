@@ -1,0 +1,660 @@
+//! REPLICAOF: ScaledKV as a replica of a Redis master.
+//!
+//! Why: it is the way into ScaledKV from a running Redis without
+//! downtime (point ScaledKV at it, let it copy the data set and follow
+//! every write, then REPLICAOF NO ONE and move the clients), and a durable
+//! copy of a Redis that runs without persistence: the replica acknowledges
+//! only offsets it has committed, so the master's WAIT returns once the
+//! writes are on the replica's medium.
+//!
+//! The link runs as a Redis replica's does (`replication.c`): PING, AUTH
+//! with `masterauth`, REPLCONF listening-port and capa (eof, psync2), then
+//! PSYNC with the replication ID and offset it has (a partial resync after
+//! a broken link: +CONTINUE, and the stream goes on) or `? -1`
+//! (+FULLRESYNC: the master's RDB follows, length-prefixed or, diskless,
+//! between EOF marks). The RDB is read into memory, then loaded: FUNCTION
+//! FLUSH and FLUSHALL, each key by RESTORE ... REPLACE ABSTTL (its expiry
+//! time and LFU counter), each library by FUNCTION LOAD; other clients'
+//! key commands get LOADING meanwhile. Then the master's command stream
+//! runs through the path a client's commands take (the master sends
+//! effects: relative expiries made absolute, scripts as their writes,
+//! expirations as DELs), a run of writes per read, and every second, or
+//! when the master asks (REPLCONF GETACK), the replica tells it the offset
+//! it has committed. An offset inside a MULTI is not acknowledged until
+//! its EXEC commits: a link broken in between resumes before the MULTI.
+//!
+//! While it follows a master the server refuses other clients' writes
+//! with READONLY (Redis's `replica-read-only yes`).
+//!
+//! Not done: ScaledKV as a master (SYNC/PSYNC from replicas); databases
+//! other than 0 (their keys and commands are skipped, counted in INFO
+//! and logged); keeping the link across a restart (`replicaof` in the
+//! configuration starts it again, with a full resync).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use parking_lot::Mutex;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::watch;
+
+use crate::commands::dump::rdb::{Item, RdbFile};
+use crate::conn::ConnState;
+use crate::resp::{Out, Protocol};
+use crate::server::Shared;
+
+/// Redis's `repl-timeout`: a link silent this long is broken (the master
+/// pings every 10 s).
+const TIMEOUT: Duration = Duration::from_secs(60);
+/// How long to wait before connecting again after a failure.
+const RETRY: Duration = Duration::from_secs(1);
+/// How often the replica acknowledges its offset unasked.
+const ACK_EVERY: Duration = Duration::from_secs(1);
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Master {
+    pub host: String,
+    pub port: u16,
+}
+
+/// The replication state: whom to follow, and how the link is doing.
+pub struct Replication {
+    /// The master, and a generation that every REPLICAOF moves on: the
+    /// link of an older generation ends at its next read.
+    target: watch::Sender<(Option<Master>, u64)>,
+    status: Mutex<Status>,
+    /// A full sync is loading the master's data set.
+    pub loading: AtomicBool,
+    pub masterauth: Mutex<Option<String>>,
+    pub masteruser: Mutex<Option<String>>,
+}
+
+#[derive(Default)]
+struct Status {
+    /// ROLE's words: connect, connecting, handshake, sync, connected.
+    state: &'static str,
+    /// The master's replication ID and the offset committed from it.
+    replid: Option<String>,
+    offset: i64,
+    last_io: Option<Instant>,
+    down_since: Option<Instant>,
+    last_error: Option<String>,
+    full_syncs: u64,
+    partial_syncs: u64,
+    /// Keys and commands of databases other than 0, skipped.
+    skipped: u64,
+    /// Commands from the master that failed here.
+    failed: u64,
+}
+
+impl Default for Replication {
+    fn default() -> Self {
+        Replication {
+            target: watch::Sender::new((None, 0)),
+            status: Mutex::new(Status::default()),
+            loading: AtomicBool::new(false),
+            masterauth: Mutex::new(None),
+            masteruser: Mutex::new(None),
+        }
+    }
+}
+
+/// What REPLICAOF host port did.
+pub enum Followed {
+    Started,
+    Already,
+}
+
+impl Replication {
+    /// Whether this server follows a master (and so refuses other
+    /// clients' writes).
+    pub fn following(&self) -> bool {
+        self.target.borrow().0.is_some()
+    }
+
+    pub fn master(&self) -> Option<Master> {
+        self.target.borrow().0.clone()
+    }
+
+    /// REPLICAOF host port: a new master drops what was learned of the
+    /// old one (its ID and offset), so the next sync is a full one.
+    pub fn follow(&self, master: Master) -> Followed {
+        if self.master().as_ref() == Some(&master) {
+            return Followed::Already;
+        }
+        *self.status.lock() = Status { state: "connect", down_since: Some(Instant::now()), ..Status::default() };
+        self.target.send_modify(|(target, generation)| {
+            *target = Some(master);
+            *generation += 1;
+        });
+        Followed::Started
+    }
+
+    /// REPLICAOF NO ONE.
+    pub fn stop(&self) {
+        if self.following() {
+            self.target.send_modify(|(target, generation)| {
+                *target = None;
+                *generation += 1;
+            });
+        }
+    }
+
+    fn generation(&self) -> u64 {
+        self.target.borrow().1
+    }
+
+    fn set_state(&self, state: &'static str) {
+        self.status.lock().state = state;
+    }
+
+    /// ROLE's reply as a replica: host, port, state, offset.
+    pub fn role(&self) -> Option<(Master, &'static str, i64)> {
+        let master = self.master()?;
+        let status = self.status.lock();
+        Some((master, status.state, status.offset))
+    }
+
+    /// INFO's replication section.
+    pub fn info(&self) -> String {
+        use std::fmt::Write;
+        let Some(master) = self.master() else {
+            return "role:master\r\nconnected_slaves:0\r\n".into();
+        };
+        let status = self.status.lock();
+        let up = status.state == "connected";
+        let mut text = format!(
+            "role:slave\r\nmaster_host:{}\r\nmaster_port:{}\r\nmaster_link_status:{}\r\n\
+             master_last_io_seconds_ago:{}\r\nmaster_sync_in_progress:{}\r\n",
+            master.host,
+            master.port,
+            if up { "up" } else { "down" },
+            status.last_io.map_or(-1, |at| at.elapsed().as_secs() as i64),
+            u8::from(status.state == "sync"),
+        );
+        if let Some(since) = status.down_since.filter(|_| !up) {
+            let _ = write!(text, "master_link_down_since_seconds:{}\r\n", since.elapsed().as_secs());
+        }
+        let offset = status.offset.max(0);
+        let _ = write!(
+            text,
+            "slave_read_repl_offset:{offset}\r\nslave_repl_offset:{offset}\r\nslave_priority:100\r\n\
+             slave_read_only:1\r\nreplica_announced:1\r\nconnected_slaves:0\r\n\
+             master_failover_state:no-failover\r\nmaster_replid:{}\r\n\
+             master_replid2:0000000000000000000000000000000000000000\r\nmaster_repl_offset:{offset}\r\n\
+             second_repl_offset:-1\r\nrepl_backlog_active:0\r\nrepl_backlog_size:0\r\n\
+             repl_backlog_first_byte_offset:0\r\nrepl_backlog_histlen:0\r\n\
+             master_full_syncs:{}\r\nmaster_partial_syncs:{}\r\nmaster_skipped_other_databases:{}\r\n\
+             master_failed_commands:{}\r\n",
+            status.replid.as_deref().unwrap_or("0000000000000000000000000000000000000000"),
+            status.full_syncs,
+            status.partial_syncs,
+            status.skipped,
+            status.failed,
+        );
+        if let Some(error) = status.last_error.as_deref().filter(|_| !up) {
+            let _ = write!(text, "master_link_error:{}\r\n", error.replace(['\r', '\n'], " "));
+        }
+        text
+    }
+}
+
+/// Follows whichever master REPLICAOF names, for the server's life.
+pub async fn follow_masters(shared: Arc<Shared>) {
+    let mut shutdown = shared.shutdown.subscribe();
+    let mut changes = shared.replication.target.subscribe();
+    loop {
+        let (master, generation) = changes.borrow_and_update().clone();
+        if let Some(master) = master {
+            let stops = Stops { generation, changes: changes.clone(), shutdown: shutdown.clone() };
+            match link(&shared, &master, stops).await {
+                Ended::Stopped => {}
+                Ended::Failed(error) => {
+                    tracing::warn!(host = %master.host, port = master.port, %error, "replication link down");
+                    let mut status = shared.replication.status.lock();
+                    status.state = "connect";
+                    status.last_error = Some(error);
+                    status.down_since.get_or_insert_with(Instant::now);
+                }
+            }
+            if shared.replication.generation() == generation {
+                tokio::select! {
+                    _ = tokio::time::sleep(RETRY) => {}
+                    _ = changes.changed() => {}
+                    _ = shutdown.changed() => return,
+                }
+            }
+            continue;
+        }
+        tokio::select! {
+            _ = changes.changed() => {}
+            _ = shutdown.changed() => return,
+        }
+    }
+}
+
+/// Why a link ended.
+enum Ended {
+    /// REPLICAOF moved on, or the server shuts down.
+    Stopped,
+    Failed(String),
+}
+
+impl From<std::io::Error> for Ended {
+    fn from(error: std::io::Error) -> Self {
+        Ended::Failed(error.to_string())
+    }
+}
+
+type Linked<T> = Result<T, Ended>;
+
+/// What ends a link: another REPLICAOF, or shutdown.
+struct Stops {
+    generation: u64,
+    changes: watch::Receiver<(Option<Master>, u64)>,
+    shutdown: watch::Receiver<bool>,
+}
+
+impl Stops {
+    fn stopped(&self) -> bool {
+        self.changes.borrow().1 != self.generation || *self.shutdown.borrow()
+    }
+
+    /// Returns once the link should end.
+    async fn wait(&mut self) {
+        while !self.stopped() {
+            tokio::select! {
+                _ = self.changes.changed() => {}
+                _ = self.shutdown.changed() => {}
+            }
+        }
+    }
+}
+
+async fn link(shared: &Shared, master: &Master, stops: Stops) -> Ended {
+    shared.replication.set_state("connecting");
+    let connect = tokio::time::timeout(Duration::from_secs(5), TcpStream::connect((master.host.as_str(), master.port)));
+    let stream = match connect.await {
+        Ok(Ok(stream)) => stream,
+        Ok(Err(error)) => return Ended::Failed(format!("cannot connect: {error}")),
+        Err(_) => return Ended::Failed("cannot connect: timed out".into()),
+    };
+    let _ = stream.set_nodelay(true);
+    let mut link = Link { shared, stream, input: BytesMut::with_capacity(64 * 1024), stops };
+    match link.run().await {
+        Ok(()) => Ended::Stopped,
+        Err(ended) => ended,
+    }
+}
+
+struct Link<'s> {
+    shared: &'s Shared,
+    stream: TcpStream,
+    input: BytesMut,
+    stops: Stops,
+}
+
+impl<'s> Link<'s> {
+    async fn run(&mut self) -> Linked<()> {
+        let replication = &self.shared.replication;
+        replication.set_state("handshake");
+        let pong = self.ask(&[b"PING"]).await?;
+        // A master with a password answers NOAUTH until AUTH below.
+        if pong.starts_with(b"-") && !pong.starts_with(b"-NOAUTH") && !pong.starts_with(b"-NOPERM") {
+            return Err(failed("PING", &pong));
+        }
+        let auth = replication.masterauth.lock().clone();
+        if let Some(password) = auth {
+            let user = replication.masteruser.lock().clone();
+            let mut args: Vec<&[u8]> = vec![b"AUTH"];
+            if let Some(user) = &user {
+                args.push(user.as_bytes());
+            }
+            args.push(password.as_bytes());
+            let reply = self.ask(&args).await?;
+            if reply.starts_with(b"-") {
+                return Err(failed("AUTH", &reply));
+            }
+        }
+        let port = self.shared.port.load(Ordering::Relaxed).to_string();
+        // Older masters refuse these; Redis's replica goes on regardless.
+        self.ask(&[b"REPLCONF", b"listening-port", port.as_bytes()]).await?;
+        self.ask(&[b"REPLCONF", b"capa", b"eof", b"capa", b"psync2"]).await?;
+        let (replid, offset) = {
+            let status = replication.status.lock();
+            (status.replid.clone(), status.offset)
+        };
+        let reply = match &replid {
+            Some(id) => self.ask(&[b"PSYNC", id.as_bytes(), (offset + 1).to_string().as_bytes()]).await?,
+            None => self.ask(&[b"PSYNC", b"?", b"-1"]).await?,
+        };
+        let words: Vec<&[u8]> = reply.split(|&b| b == b' ').collect();
+        match words[0] {
+            b"+FULLRESYNC" if words.len() == 3 => {
+                let id = String::from_utf8_lossy(words[1]).into_owned();
+                let offset: i64 = std::str::from_utf8(words[2])
+                    .ok()
+                    .and_then(|o| o.parse().ok())
+                    .ok_or_else(|| failed("PSYNC", &reply))?;
+                replication.set_state("sync");
+                let rdb = self.rdb().await?;
+                self.load(&rdb).await?;
+                let mut status = replication.status.lock();
+                status.replid = Some(id);
+                status.offset = offset;
+                status.full_syncs += 1;
+            }
+            b"+CONTINUE" => {
+                let mut status = replication.status.lock();
+                if let Some(id) = words.get(1) {
+                    status.replid = Some(String::from_utf8_lossy(id).into_owned());
+                }
+                status.partial_syncs += 1;
+            }
+            _ => return Err(failed("PSYNC", &reply)),
+        }
+        {
+            let mut status = replication.status.lock();
+            status.state = "connected";
+            status.down_since = None;
+            status.last_error = None;
+        }
+        tracing::info!("replication link up: following the master's writes");
+        self.ack().await?;
+        self.follow().await
+    }
+
+    /// Reads more from the master into `input`.
+    async fn read_more(&mut self) -> Linked<()> {
+        self.input.reserve(64 * 1024);
+        let read = tokio::time::timeout(TIMEOUT, self.stream.read_buf(&mut self.input));
+        tokio::select! {
+            read = read => match read {
+                Err(_) => Err(Ended::Failed(format!("timeout: nothing from the master for {} s", TIMEOUT.as_secs()))),
+                Ok(Ok(0)) => Err(Ended::Failed("the master closed the connection".into())),
+                Ok(Ok(n)) => {
+                    self.shared.stats.net_input_bytes.fetch_add(n as u64, Ordering::Relaxed);
+                    self.shared.replication.status.lock().last_io = Some(Instant::now());
+                    Ok(())
+                }
+                Ok(Err(error)) => Err(error.into()),
+            },
+            _ = self.stops.wait() => Err(Ended::Stopped),
+        }
+    }
+
+    /// The next line the master sends, without its CR LF.
+    async fn line(&mut self) -> Linked<Vec<u8>> {
+        loop {
+            if let Some(end) = self.input.iter().position(|&b| b == b'\n') {
+                let line = self.input.split_to(end + 1);
+                let line = line.strip_suffix(b"\n").unwrap_or(&line);
+                return Ok(line.strip_suffix(b"\r").unwrap_or(line).to_vec());
+            }
+            if self.input.len() > 64 * 1024 {
+                return Err(Ended::Failed("the master sent a line of more than 64 KiB".into()));
+            }
+            self.read_more().await?;
+        }
+    }
+
+    async fn send(&mut self, args: &[&[u8]]) -> Linked<()> {
+        let mut request = format!("*{}\r\n", args.len()).into_bytes();
+        for arg in args {
+            request.extend_from_slice(format!("${}\r\n", arg.len()).as_bytes());
+            request.extend_from_slice(arg);
+            request.extend_from_slice(b"\r\n");
+        }
+        self.stream.write_all(&request).await?;
+        Ok(())
+    }
+
+    /// Sends a handshake command and returns its reply's line; the empty
+    /// lines a master sends to keep the link alive are skipped.
+    async fn ask(&mut self, args: &[&[u8]]) -> Linked<Vec<u8>> {
+        self.send(args).await?;
+        loop {
+            let line = self.line().await?;
+            if !line.is_empty() {
+                return Ok(line);
+            }
+        }
+    }
+
+    /// The master's RDB: `$<length>` and that many bytes, or (diskless)
+    /// `$EOF:<mark>`, the file, and the same 40-byte mark.
+    async fn rdb(&mut self) -> Linked<Vec<u8>> {
+        let header = loop {
+            let line = self.line().await?;
+            if !line.is_empty() {
+                break line;
+            }
+        };
+        if let Some(mark) = header.strip_prefix(b"$EOF:") {
+            if mark.len() != 40 {
+                return Err(failed("the RDB transfer", &header));
+            }
+            // The master sends nothing after the mark until the first ACK.
+            while !self.input.ends_with(mark) {
+                self.read_more().await?;
+            }
+            let mut rdb = self.input.split().to_vec();
+            rdb.truncate(rdb.len() - mark.len());
+            return Ok(rdb);
+        }
+        let len: usize = header
+            .strip_prefix(b"$")
+            .and_then(|len| std::str::from_utf8(len).ok())
+            .and_then(|len| len.parse().ok())
+            .ok_or_else(|| failed("the RDB transfer", &header))?;
+        while self.input.len() < len {
+            self.read_more().await?;
+        }
+        Ok(self.input.split_to(len).to_vec())
+    }
+
+    /// Replaces the data set with the RDB's.
+    async fn load(&mut self, rdb: &[u8]) -> Linked<()> {
+        let started = Instant::now();
+        let mut file = RdbFile::open(rdb).map_err(|error| Ended::Failed(error.to_string()))?;
+        let shared = self.shared;
+        shared.replication.loading.store(true, Ordering::Release);
+        let _loaded = Loading(&shared.replication.loading);
+        let failed_before = shared.replication.status.lock().failed;
+        let mut runner = Runner::new(shared, self.stream.peer_addr()?, self.stream.local_addr()?);
+        runner.run(vec![Bytes::from_static(b"FUNCTION"), Bytes::from_static(b"FLUSH")]).await?;
+        runner.run(vec![Bytes::from_static(b"FLUSHALL")]).await?;
+        let (mut keys, mut skipped) = (0u64, 0u64);
+        while let Some(item) = file.next_item().map_err(|error| Ended::Failed(error.to_string()))? {
+            match item {
+                Item::Entry(entry) if entry.db != 0 => skipped += 1,
+                Item::Entry(entry) => {
+                    let mut args = vec![
+                        Bytes::from_static(b"RESTORE"),
+                        Bytes::from(entry.key),
+                        Bytes::from(entry.expiry_ms.unwrap_or(0).to_string()),
+                        Bytes::from(entry.payload),
+                        Bytes::from_static(b"REPLACE"),
+                        Bytes::from_static(b"ABSTTL"),
+                    ];
+                    if let Some(counter) = entry.freq {
+                        args.push(Bytes::from_static(b"FREQ"));
+                        args.push(Bytes::from(counter.to_string()));
+                    }
+                    runner.run(args).await?;
+                    keys += 1;
+                }
+                Item::Library(code) => {
+                    let load = [&b"FUNCTION"[..], b"LOAD", b"REPLACE"].map(Bytes::from_static);
+                    let mut args = load.to_vec();
+                    args.push(Bytes::from(code));
+                    runner.run(args).await?;
+                }
+            }
+            if keys.is_multiple_of(1024) && self.stops.stopped() {
+                runner.commit().await;
+                return Err(Ended::Stopped);
+            }
+        }
+        runner.commit().await;
+        if shared.replication.status.lock().failed > failed_before {
+            return Err(Ended::Failed("loading the master's data set failed (see the log)".into()));
+        }
+        shared.replication.status.lock().skipped += skipped;
+        if skipped > 0 {
+            tracing::warn!(skipped, "the master's RDB holds keys of databases other than 0: not loaded");
+        }
+        tracing::info!(
+            keys,
+            bytes = rdb.len(),
+            seconds = started.elapsed().as_secs_f64(),
+            "loaded the master's data set"
+        );
+        Ok(())
+    }
+
+    async fn ack(&mut self) -> Linked<()> {
+        let offset = self.shared.replication.status.lock().offset;
+        self.send(&[b"REPLCONF", b"ACK", offset.to_string().as_bytes()]).await
+    }
+
+    /// Runs the master's command stream until the link ends.
+    async fn follow(&mut self) -> Linked<()> {
+        let shared = self.shared;
+        let mut runner = Runner::new(shared, self.stream.peer_addr()?, self.stream.local_addr()?);
+        let limits = crate::resp::Limits {
+            max_bulk_bytes: usize::MAX,
+            max_args: usize::MAX,
+            max_request_bytes: usize::MAX,
+            authenticated: true,
+        };
+        let mut acked = Instant::now();
+        // The stream's bytes run but not yet committed, and the database
+        // its SELECT chose.
+        let (mut unacked, mut db) = (0i64, 0u64);
+        loop {
+            let mut asked = false;
+            loop {
+                let before = self.input.len();
+                let args = match crate::resp::parse(&mut self.input, &limits) {
+                    Ok(Some(args)) => args,
+                    Ok(None) => break,
+                    Err(error) => return Err(Ended::Failed(format!("the master sent a malformed command: {error}"))),
+                };
+                unacked += (before - self.input.len()) as i64;
+                let name = args[0].to_ascii_lowercase();
+                match &name[..] {
+                    b"replconf" => asked |= args.get(1).is_some_and(|a| a.eq_ignore_ascii_case(b"getack")),
+                    b"ping" => {}
+                    b"select" => {
+                        db = args.get(1).and_then(|n| std::str::from_utf8(n).ok()?.parse().ok()).unwrap_or(u64::MAX)
+                    }
+                    _ if db != 0 => shared.replication.status.lock().skipped += 1,
+                    _ => runner.run(args).await?,
+                }
+            }
+            if unacked > 0 {
+                runner.commit().await;
+                // Inside a MULTI the commands are only queued.
+                if runner.conn().multi.is_none() {
+                    shared.replication.status.lock().offset += std::mem::take(&mut unacked);
+                }
+            }
+            if asked || acked.elapsed() >= ACK_EVERY {
+                self.ack().await?;
+                acked = Instant::now();
+            }
+            let tick = tokio::time::sleep(ACK_EVERY.saturating_sub(acked.elapsed()));
+            tokio::select! {
+                read = self.read_more() => read?,
+                _ = tick => {}
+            }
+        }
+    }
+}
+
+/// Clears the loading flag however the load ends.
+struct Loading<'a>(&'a AtomicBool);
+
+impl Drop for Loading<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
+}
+
+fn failed(what: &str, reply: &[u8]) -> Ended {
+    Ended::Failed(format!("{what}: the master answered {}", String::from_utf8_lossy(reply)))
+}
+
+/// Runs commands as the master's link: a client of its own (listed in
+/// CLIENT LIST), whose writes join runs as a pipelining client's do and
+/// whose replies are only looked at for errors.
+struct Runner<'s> {
+    shared: &'s Shared,
+    /// Taken when dropped, to unregister it.
+    conn: Option<ConnState>,
+    out: Out,
+    run: crate::commands::Run<'s>,
+    /// Errors logged in this link's life (the first few).
+    logged: u32,
+}
+
+impl<'s> Runner<'s> {
+    fn new(shared: &'s Shared, master: std::net::SocketAddr, local: std::net::SocketAddr) -> Runner<'s> {
+        let id = shared.next_client_id.fetch_add(1, Ordering::Relaxed);
+        // Unregistering counts it out.
+        shared.connected.fetch_add(1, Ordering::AcqRel);
+        let mut conn = ConnState::register(shared, id, master, local);
+        conn.authenticated = true;
+        conn.master_link = true;
+        Runner { shared, conn: Some(conn), out: Out::new(Protocol::Resp2), run: Default::default(), logged: 0 }
+    }
+
+    async fn run(&mut self, args: Vec<Bytes>) -> Linked<()> {
+        let mark = self.out.len();
+        let shown = args.first().map(|name| String::from_utf8_lossy(name).into_owned());
+        let conn = self.conn.as_mut().expect("registered until dropped");
+        crate::commands::execute(self.shared, conn, &mut self.out, args, &mut self.run).await;
+        if self.out.buf.get(mark) == Some(&b'-') {
+            let error = String::from_utf8_lossy(&self.out.buf[mark + 1..]).lines().next().unwrap_or("").to_owned();
+            self.failed(shown.as_deref().unwrap_or(""), &error);
+        }
+        if self.out.len() > 1 << 20 {
+            self.commit().await;
+        }
+        Ok(())
+    }
+
+    fn failed(&mut self, command: &str, error: &str) {
+        self.shared.replication.status.lock().failed += 1;
+        if self.logged < 10 {
+            self.logged += 1;
+            tracing::warn!(command, error, "a command from the master failed here");
+        }
+    }
+
+    /// Commits the run; a failed commit is logged and counted.
+    async fn commit(&mut self) {
+        if !self.run.commit(self.shared, &mut self.out).await {
+            let error = String::from_utf8_lossy(self.out.buf.get(1..).unwrap_or_default());
+            let error = error.lines().next().unwrap_or("").to_owned();
+            self.failed("a run of writes", &error);
+        }
+        self.out.buf.clear();
+    }
+
+    fn conn(&mut self) -> &mut ConnState {
+        self.conn.as_mut().expect("registered until dropped")
+    }
+}
+
+impl Drop for Runner<'_> {
+    fn drop(&mut self) {
+        if let Some(conn) = self.conn.take() {
+            conn.unregister(self.shared);
+        }
+    }
+}

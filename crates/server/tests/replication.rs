@@ -1,0 +1,310 @@
+//! REPLICAOF: ScaledKV follows a real `redis-server` master (skipped, with
+//! a notice, where redis-server is not installed; `.ci/run` installs it).
+//! Every check compares the whole keyspace of both servers, key by key.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use common::{RedisServer, Server};
+use redis::{Connection, Value};
+
+fn connect(port: u16) -> Connection {
+    let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).unwrap();
+    let con = client.get_connection().unwrap();
+    con.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    con
+}
+
+fn master() -> Option<(RedisServer, Connection)> {
+    // Databases beyond 0 to check that their keys are skipped; no delay
+    // before a diskless sync (Redis waits 5 s for more replicas).
+    let redis = RedisServer::start_with(&["--databases", "16", "--repl-diskless-sync-delay", "0"])?;
+    let con = connect(redis.port);
+    Some((redis, con))
+}
+
+fn info_field(con: &mut Connection, section: &str, field: &str) -> Option<String> {
+    let info: String = redis::cmd("INFO").arg(section).query(con).unwrap();
+    info.lines().find_map(|line| line.strip_prefix(&format!("{field}:")).map(str::to_owned))
+}
+
+/// Waits until the replica's link is up.
+fn wait_link_up(replica: &mut Connection) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while info_field(replica, "replication", "master_link_status").as_deref() != Some("up") {
+        let error = info_field(replica, "replication", "master_link_error");
+        assert!(Instant::now() < deadline, "the link did not come up: {error:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// WAIT on the master: every write it took is committed on the replica.
+fn wait_replicated(master: &mut Connection) {
+    let acked: i64 = redis::cmd("WAIT").arg(1).arg(20_000).query(master).unwrap();
+    assert_eq!(acked, 1, "the replica did not acknowledge");
+}
+
+/// Each key of database 0 and what it holds, in a form both servers give
+/// alike: collections sorted where their order is not theirs, the time
+/// to live rounded to seconds.
+fn keyspace(con: &mut Connection) -> BTreeMap<String, String> {
+    let keys: Vec<Vec<u8>> = redis::cmd("KEYS").arg("*").query(con).unwrap();
+    let mut all = BTreeMap::new();
+    for key in keys {
+        let kind: String = redis::cmd("TYPE").arg(&key).query(con).unwrap();
+        let q = |name: &str, args: &[&str], con: &mut Connection| -> Value {
+            redis::cmd(name).arg(&key).arg(args).query(con).unwrap()
+        };
+        let value = match kind.as_str() {
+            "string" => format!("{:?}", q("GET", &[], con)),
+            "list" => format!("{:?}", q("LRANGE", &["0", "-1"], con)),
+            "zset" => format!("{:?}", q("ZRANGE", &["0", "-1", "WITHSCORES"], con)),
+            "stream" => {
+                let groups: Vec<Vec<Value>> = redis::cmd("XINFO").arg("GROUPS").arg(&key).query(con).unwrap();
+                // Name and last delivered ID of each group.
+                let groups: Vec<String> = groups.iter().map(|g| format!("{:?} {:?}", g[1], g[7])).collect();
+                format!("{:?} {groups:?}", q("XRANGE", &["-", "+"], con))
+            }
+            "set" => {
+                let mut members: Vec<Vec<u8>> = redis::cmd("SMEMBERS").arg(&key).query(con).unwrap();
+                members.sort();
+                format!("{members:?}")
+            }
+            "hash" => {
+                let mut pairs: Vec<(Vec<u8>, Vec<u8>)> = redis::cmd("HGETALL").arg(&key).query(con).unwrap();
+                pairs.sort();
+                format!("{pairs:?}")
+            }
+            other => panic!("type {other}"),
+        };
+        let ttl: i64 = redis::cmd("PTTL").arg(&key).query(con).unwrap();
+        let ttl = if ttl < 0 { ttl } else { (ttl + 500) / 1000 };
+        all.insert(String::from_utf8_lossy(&key).into_owned(), format!("{kind} ttl {ttl} {value}"));
+    }
+    all
+}
+
+fn assert_same(master: &mut Connection, replica: &mut Connection) {
+    let (on_master, on_replica) = (keyspace(master), keyspace(replica));
+    assert_eq!(on_master.len(), on_replica.len(), "key counts differ");
+    for (key, value) in &on_master {
+        assert_eq!(Some(value), on_replica.get(key), "key {key}");
+    }
+}
+
+fn run(con: &mut Connection, args: &[&str]) -> Value {
+    redis::cmd(args[0]).arg(&args[1..]).query(con).unwrap()
+}
+
+fn fill(con: &mut Connection) {
+    for args in [
+        &["SET", "int", "12345"][..],
+        &["SET", "text", "a value that LZF compresses: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"],
+        &["SET", "ttl", "soon", "EX", "1000"],
+        &["HSET", "small-hash", "f", "v", "n", "-300"],
+        &["RPUSH", "small-list", "a", "1", "-70000", "hello"],
+        &["SADD", "intset", "1", "2", "300", "-70000"],
+        &["SADD", "small-set", "a", "b"],
+        &["ZADD", "small-zset", "1", "a", "2.5", "b", "-inf", "c"],
+        &["XADD", "stream", "1-1", "f", "v"],
+        &["XADD", "stream", "2-1", "g", "w"],
+        &["XGROUP", "CREATE", "stream", "readers", "1-1"],
+        &["FUNCTION", "LOAD", "#!lua name=lib\nredis.register_function{function_name='get_it', callback=function(keys) return redis.call('GET', keys[1]) end, flags={'no-writes'}}"],
+        &["SELECT", "3"],
+        &["SET", "elsewhere", "not replicated"],
+        &["SELECT", "0"],
+    ] {
+        run(con, args);
+    }
+    // Collections past Redis's listpack limits (and ScaledKV's one-value
+    // limits): a hash table, a quicklist of several nodes, a skiplist.
+    let mut hash = redis::cmd("HSET");
+    let mut list = redis::cmd("RPUSH");
+    let mut set = redis::cmd("SADD");
+    let mut zset = redis::cmd("ZADD");
+    hash.arg("big-hash");
+    list.arg("big-list");
+    set.arg("big-set");
+    zset.arg("big-zset");
+    for i in 0..3000 {
+        hash.arg(format!("field-{i}")).arg(format!("value-{i}"));
+        list.arg(format!("element-{i}"));
+        set.arg(format!("member-{i}"));
+        zset.arg(i as f64 / 7.0).arg(format!("member-{i}"));
+    }
+    for cmd in [hash, list, set, zset] {
+        let _: Value = cmd.query(con).unwrap();
+    }
+}
+
+/// What the master sends after the sync: its effects (absolute expiry
+/// times, a script's writes, SPOP's removals), transactions, a database
+/// the replica does not have.
+fn change(con: &mut Connection, round: usize) {
+    let r = round.to_string();
+    for args in [
+        &["INCR", "int"][..],
+        &["APPEND", "text", &r],
+        &["HSET", "big-hash", "field-1", &r],
+        &["LPUSH", "small-list", &r],
+        &["SPOP", "big-set"],
+        &["ZINCRBY", "big-zset", "1.5", "member-7"],
+        &["XADD", "stream", "*", "round", &r],
+        &["SET", &format!("new-{r}"), &r, "PX", "500000"],
+        &["EXPIRE", "int", "1000"],
+        &["PERSIST", "ttl"],
+        &["DEL", "small-set"],
+        &["SADD", "intset", "5", &r],
+        &["RENAME", "intset", &format!("renamed-{r}")],
+        &["INCRBYFLOAT", "float", "1.25"],
+        &[
+            "EVAL",
+            "redis.call('SET', KEYS[1], 'by a script'); return redis.call('INCR', KEYS[2])",
+            "2",
+            "scripted",
+            "script-counter",
+        ],
+        &["SELECT", "3"],
+        &["SET", "elsewhere", &r],
+        &["SELECT", "0"],
+    ] {
+        run(con, args);
+    }
+    let _: Value = redis::pipe()
+        .atomic()
+        .cmd("SET")
+        .arg("in-multi")
+        .arg(&r)
+        .cmd("SADD")
+        .arg("multi-set")
+        .arg(&r)
+        .query(con)
+        .unwrap();
+}
+
+#[test]
+fn follows_a_redis_master_through_full_and_partial_syncs() {
+    let Some((redis, mut master)) = master() else { return };
+    fill(&mut master);
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("replica"), &[]);
+    let mut replica = connect(server.port);
+    run(&mut replica, &["SET", "stale", "gone after the sync"]);
+    let port = redis.port.to_string();
+    assert_eq!(run(&mut replica, &["REPLICAOF", "127.0.0.1", &port]), Value::Okay);
+    wait_link_up(&mut replica);
+    assert_same(&mut master, &mut replica);
+    let skipped: u64 =
+        info_field(&mut replica, "replication", "master_skipped_other_databases").unwrap().parse().unwrap();
+    assert_eq!(skipped, 1, "the key of database 3");
+    // The library came with the data set; a read-only function runs.
+    let got: String = redis::cmd("FCALL_RO").arg("get_it").arg(1).arg("int").query(&mut replica).unwrap();
+    assert_eq!(got, "12345");
+
+    // Other clients may read, not write: commands, scripts, functions.
+    let refused = |con: &mut Connection, args: &[&str]| {
+        let error = redis::cmd(args[0]).arg(&args[1..]).query::<Value>(con).unwrap_err();
+        assert_eq!(error.code(), Some("READONLY"), "{args:?}: {error}");
+    };
+    refused(&mut replica, &["SET", "k", "v"]);
+    refused(&mut replica, &["EVAL", "return redis.call('SET', 'k', 'v')", "0"]);
+    refused(&mut replica, &["DEL", "int"]);
+
+    for round in 0..3 {
+        change(&mut master, round);
+        wait_replicated(&mut master);
+        assert_same(&mut master, &mut replica);
+    }
+    let role: Vec<Value> = redis::cmd("ROLE").query(&mut replica).unwrap();
+    assert_eq!(role[0], Value::BulkString(b"slave".to_vec()));
+    assert_eq!(role[3], Value::BulkString(b"connected".to_vec()));
+
+    // A broken link resumes where it stopped: a partial resync.
+    run(&mut master, &["CLIENT", "KILL", "TYPE", "replica"]);
+    change(&mut master, 10);
+    wait_link_up(&mut replica);
+    wait_replicated(&mut master);
+    assert_same(&mut master, &mut replica);
+    assert_eq!(info_field(&mut master, "stats", "sync_partial_ok").as_deref(), Some("1"));
+    assert_eq!(info_field(&mut replica, "replication", "master_full_syncs").as_deref(), Some("1"));
+
+    // A full sync again, from a master that writes its RDB to disk first
+    // (a length-prefixed transfer, where the first was diskless).
+    run(&mut master, &["CONFIG", "SET", "repl-diskless-sync", "no"]);
+    assert_eq!(run(&mut replica, &["REPLICAOF", "NO", "ONE"]), Value::Okay);
+    run(&mut replica, &["SET", "written-while-a-master", "gone after the sync"]);
+    assert_eq!(run(&mut replica, &["REPLICAOF", "127.0.0.1", &port]), Value::Okay);
+    wait_link_up(&mut replica);
+    change(&mut master, 20);
+    wait_replicated(&mut master);
+    assert_same(&mut master, &mut replica);
+    assert_eq!(info_field(&mut master, "stats", "sync_full").as_deref(), Some("2"));
+    let again = run(&mut replica, &["REPLICAOF", "127.0.0.1", &port]);
+    assert_eq!(again, Value::SimpleString("OK Already connected to specified master".into()));
+
+    // Promoted, it takes writes and keeps the data.
+    assert_eq!(run(&mut replica, &["REPLICAOF", "NO", "ONE"]), Value::Okay);
+    assert_eq!(run(&mut replica, &["SET", "k", "v"]), Value::Okay);
+    assert_eq!(run(&mut replica, &["GET", "in-multi"]), Value::BulkString(b"20".to_vec()));
+    let role: Vec<Value> = redis::cmd("ROLE").query(&mut replica).unwrap();
+    assert_eq!(role[0], Value::BulkString(b"master".to_vec()));
+}
+
+/// A write the master's WAIT says the replica has is on the replica's
+/// medium: the replica is SIGKILLed right after, restarted, and every
+/// such key is there byte for byte.
+#[test]
+fn writes_the_replica_acknowledged_survive_its_sigkill() {
+    let Some((redis, mut master)) = master() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let port = redis.port.to_string();
+    let mut expected = BTreeMap::new();
+    for round in 0..common::crash_iterations(3) {
+        let mut server = Server::start(&dir.path().join("replica"), &["--replicaof", &format!("127.0.0.1 {port}")]);
+        let mut replica = connect(server.port);
+        wait_link_up(&mut replica);
+        for i in 0..500 {
+            let (key, value) = (format!("key-{round}-{i}"), format!("{round}:{i}:{}", "x".repeat(i % 300)));
+            let _: () = redis::cmd("SET").arg(&key).arg(&value).query(&mut master).unwrap();
+            expected.insert(key, value);
+        }
+        wait_replicated(&mut master);
+        server.kill();
+        // Restarted without a master: what it has is what it kept.
+        let server = Server::start(&dir.path().join("replica"), &[]);
+        let mut replica = connect(server.port);
+        for (key, value) in &expected {
+            let got: Option<String> = redis::cmd("GET").arg(key).query(&mut replica).unwrap();
+            assert_eq!(got.as_ref(), Some(value), "round {round}, key {key}");
+        }
+    }
+}
+
+/// A master that wants a password: the link is down with the master's
+/// answer in INFO until `masterauth` is set.
+#[test]
+fn a_master_that_refuses_the_link_is_reported_until_masterauth_is_set() {
+    let Some((redis, mut master)) = master() else { return };
+    run(&mut master, &["SET", "k", "v"]);
+    run(&mut master, &["CONFIG", "SET", "requirepass", "secret"]);
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("replica"), &[]);
+    let mut replica = connect(server.port);
+    run(&mut replica, &["REPLICAOF", "127.0.0.1", &redis.port.to_string()]);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let error = loop {
+        if let Some(error) = info_field(&mut replica, "replication", "master_link_error") {
+            break error;
+        }
+        assert!(Instant::now() < deadline, "no link error reported");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(error.contains("NOAUTH"), "{error}");
+    assert_eq!(info_field(&mut replica, "replication", "master_link_status").as_deref(), Some("down"));
+    run(&mut replica, &["CONFIG", "SET", "masterauth", "secret"]);
+    wait_link_up(&mut replica);
+    let got: String = redis::cmd("GET").arg("k").query(&mut replica).unwrap();
+    assert_eq!(got, "v");
+}
