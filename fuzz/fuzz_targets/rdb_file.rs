@@ -6,7 +6,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use scaledkv_server::commands::dump::deserialize;
+use scaledkv_server::commands::dump::deserialize_from_master;
 use scaledkv_server::commands::dump::rdb::{Item, RdbFile};
 
 fuzz_target!(|data: &[u8]| {
@@ -17,7 +17,7 @@ fuzz_target!(|data: &[u8]| {
     let Ok(mut rdb) = RdbFile::open(&file) else { return };
     while let Ok(Some(item)) = rdb.next_item() {
         if let Item::Entry(entry) = item {
-            assert!(deserialize(&entry.payload).is_ok(), "a key read gives a payload RESTORE refuses");
+            assert!(deserialize_from_master(&entry.payload).is_ok(), "a key read gives a payload RESTORE refuses");
         }
     }
 });

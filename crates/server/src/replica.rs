@@ -426,7 +426,7 @@ impl<'s> Link<'s> {
 
     /// The master's RDB: `$<length>` and that many bytes, or (diskless)
     /// `$EOF:<mark>`, the file, and the same 40-byte mark.
-    async fn rdb(&mut self) -> Linked<Vec<u8>> {
+    async fn rdb(&mut self) -> Linked<Bytes> {
         let header = loop {
             let line = self.line().await?;
             if !line.is_empty() {
@@ -441,19 +441,21 @@ impl<'s> Link<'s> {
             while !self.input.ends_with(mark) {
                 self.read_more().await?;
             }
-            let mut rdb = self.input.split().to_vec();
+            let mut rdb = self.input.split();
             rdb.truncate(rdb.len() - mark.len());
-            return Ok(rdb);
+            return Ok(rdb.freeze());
         }
         let len: usize = header
             .strip_prefix(b"$")
             .and_then(|len| std::str::from_utf8(len).ok())
             .and_then(|len| len.parse().ok())
             .ok_or_else(|| failed("the RDB transfer", &header))?;
+        // Read in place: no copy of the file, nor a buffer grown twice over.
+        self.input.reserve(len.saturating_sub(self.input.len()));
         while self.input.len() < len {
             self.read_more().await?;
         }
-        Ok(self.input.split_to(len).to_vec())
+        Ok(self.input.split_to(len).freeze())
     }
 
     /// Replaces the data set with the RDB's.

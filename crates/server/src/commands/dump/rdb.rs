@@ -11,7 +11,7 @@
 //! (Redis 6's ziplists, Redis 7.4's hashes with field expiry), a bad
 //! checksum, anything cut short or malformed.
 
-use super::{stream, value, with_footer, Reader, Refused, OPCODE_FUNCTION2, OPCODE_FUNCTION_RC};
+use super::{stream, value, Reader, Refused, OPCODE_FUNCTION2, OPCODE_FUNCTION_RC, RDB_VERSION};
 
 const OPCODE_SLOT_INFO: u8 = 244;
 const OPCODE_MODULE_AUX: u8 = 247;
@@ -30,7 +30,9 @@ pub struct Entry {
     /// The database it belongs to (ScaledKV has only 0).
     pub db: u64,
     pub key: Vec<u8>,
-    /// What RESTORE takes: the object, the RDB version and a CRC-64.
+    /// What RESTORE takes from the master's link: the object, the RDB
+    /// version, and a CRC-64 of zero, unchecked there
+    /// (`deserialize_from_master`): the file's checksum covered it.
     pub payload: Vec<u8>,
     /// Unix time in milliseconds.
     pub expiry_ms: Option<u64>,
@@ -168,16 +170,18 @@ impl<'a> RdbFile<'a> {
             return self.refuse(why);
         }
         let object_len = before.len() - self.reader.bytes.len();
-        let mut object = Vec::with_capacity(1 + object_len + 10);
-        object.push(kind);
-        object.extend_from_slice(&before[..object_len]);
-        Ok(Entry { db: self.db, key, payload: with_footer(object), expiry_ms, freq })
+        let mut payload = Vec::with_capacity(1 + object_len + 10);
+        payload.push(kind);
+        payload.extend_from_slice(&before[..object_len]);
+        payload.extend_from_slice(&RDB_VERSION.to_le_bytes());
+        payload.extend_from_slice(&[0; 8]);
+        Ok(Entry { db: self.db, key, payload, expiry_ms, freq })
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::{deserialize, write_length, write_string, Object, CRC64};
+    use super::super::{deserialize_from_master as deserialize, write_length, write_string, Object, CRC64};
     use super::*;
 
     /// A version-10 file of `body` (opcodes and entries), with its EOF and
