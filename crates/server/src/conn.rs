@@ -80,6 +80,9 @@ pub struct ClientInfo {
     /// The user it authenticated as, if not `default` (CLIENT LIST,
     /// ACL DELUSER).
     pub user: Mutex<Option<Vec<u8>>>,
+    /// The link to the master this server follows (CLIENT LIST's flag
+    /// `M`, CLIENT KILL TYPE master).
+    pub master: AtomicBool,
 }
 
 pub const UNBLOCK_TIMEOUT: u8 = 1;
@@ -112,6 +115,7 @@ impl ClientInfo {
             tracking: Mutex::new(None),
             gets_pushes: AtomicBool::new(false),
             user: Mutex::new(None),
+            master: AtomicBool::new(false),
         }
     }
 
@@ -154,11 +158,14 @@ impl ClientInfo {
     pub fn describe(&self) -> String {
         let age = self.created.elapsed();
         let idle = age.as_millis() as u64 - self.last_active_ms.load(Ordering::Relaxed).min(age.as_millis() as u64);
-        // In Redis's order: O (monitor), P (pub/sub), x (in MULTI), b
-        // (blocked); N for none.
+        // In Redis's order: O (monitor), M (master), P (pub/sub), x (in
+        // MULTI), b (blocked); N for none.
         let mut flags = String::new();
         if self.monitor.load(Ordering::Relaxed) {
             flags.push('O');
+        }
+        if self.master.load(Ordering::Relaxed) {
+            flags.push('M');
         }
         if self.is_subscriber() {
             flags.push('P');

@@ -533,6 +533,7 @@ impl<'s> Link<'s> {
             max_request_bytes: usize::MAX,
             authenticated: true,
         };
+        let info = runner.conn().info.clone();
         let mut acked = Instant::now();
         // The stream's bytes run but not yet committed, and the database
         // its SELECT chose.
@@ -573,6 +574,10 @@ impl<'s> Link<'s> {
             tokio::select! {
                 read = self.read_more() => read?,
                 _ = tick => {}
+                _ = info.wake.notified() => {}
+            }
+            if info.killed.load(Ordering::Acquire) {
+                return Err(Ended::Failed("closed by CLIENT KILL".into()));
             }
         }
     }
@@ -612,6 +617,7 @@ impl<'s> Runner<'s> {
         let mut conn = ConnState::register(shared, id, master, local);
         conn.authenticated = true;
         conn.master_link = true;
+        conn.info.master.store(true, Ordering::Relaxed);
         Runner { shared, conn: Some(conn), out: Out::new(Protocol::Resp2), run: Default::default(), logged: 0 }
     }
 

@@ -232,6 +232,14 @@ fn follows_a_redis_master_through_full_and_partial_syncs() {
     assert_same(&mut master, &mut replica);
     assert_eq!(info_field(&mut master, "stats", "sync_partial_ok").as_deref(), Some("1"));
     assert_eq!(info_field(&mut replica, "replication", "master_full_syncs").as_deref(), Some("1"));
+    // Killed from the replica's side, it resumes the same way.
+    let clients: String = redis::cmd("CLIENT").arg("LIST").query(&mut replica).unwrap();
+    assert_eq!(clients.matches("flags=M").count(), 1, "{clients}");
+    assert_eq!(run(&mut replica, &["CLIENT", "KILL", "TYPE", "master"]), Value::Int(1));
+    change(&mut master, 11);
+    wait_replicated(&mut master);
+    assert_same(&mut master, &mut replica);
+    assert_eq!(info_field(&mut replica, "replication", "master_partial_syncs").as_deref(), Some("2"));
 
     // A full sync again, from a master that writes its RDB to disk first
     // (a length-prefixed transfer, where the first was diskless).
@@ -310,4 +318,53 @@ fn a_master_that_refuses_the_link_is_reported_until_masterauth_is_set() {
     wait_link_up(&mut replica);
     let got: String = redis::cmd("GET").arg("k").query(&mut replica).unwrap();
     assert_eq!(got, "v");
+}
+
+/// While a full sync loads the master's data set, other clients' reads
+/// get LOADING: a client sees the replica's old value, then LOADING, then
+/// the master's, never the key missing from a data set loaded in part.
+#[test]
+fn reads_get_loading_while_a_full_sync_loads() {
+    let Some((redis, mut master)) = master() else { return };
+    for batch in 0..100 {
+        let mut pipe = redis::pipe();
+        for i in 0..2000 {
+            pipe.cmd("SET").arg(format!("key-{batch}-{i}")).arg(&[b'v'; 100][..]).ignore();
+        }
+        let _: () = pipe.query(&mut master).unwrap();
+    }
+    run(&mut master, &["SET", "probe", "new"]);
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("replica"), &[]);
+    let mut replica = connect(server.port);
+    run(&mut replica, &["SET", "probe", "old"]);
+    let reader = {
+        let port = server.port;
+        std::thread::spawn(move || {
+            let mut con = connect(port);
+            let mut seen = Vec::new();
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while Instant::now() < deadline {
+                let seen_now = match redis::cmd("GET").arg("probe").query::<Option<String>>(&mut con) {
+                    Ok(Some(value)) => value,
+                    Ok(None) => "missing".into(),
+                    Err(error) => error.code().unwrap_or("other error").to_owned(),
+                };
+                if seen.last() != Some(&seen_now) {
+                    seen.push(seen_now.clone());
+                }
+                if seen_now == "new" {
+                    break;
+                }
+            }
+            seen
+        })
+    };
+    std::thread::sleep(Duration::from_millis(50));
+    run(&mut replica, &["REPLICAOF", "127.0.0.1", &redis.port.to_string()]);
+    let seen = reader.join().unwrap();
+    assert_eq!(seen, ["old", "LOADING", "new"]);
+    wait_link_up(&mut replica);
+    assert_eq!(redis::cmd("DBSIZE").query::<i64>(&mut replica).unwrap(), 200_001);
+    assert_eq!(info_field(&mut replica, "persistence", "loading").as_deref(), Some("0"));
 }

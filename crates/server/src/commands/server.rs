@@ -361,9 +361,10 @@ fn client_kill(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         return Ok(());
     }
     let (mut id, mut addr, mut laddr, mut skip_me) = (None, None, None, true);
-    // TYPE: a subscriber is a pub/sub client, any other a normal one.
-    let mut subscriber = None;
-    // A filter no client here can match (TYPE master ...).
+    // TYPE: the link to a master is a master client, a subscriber a
+    // pub/sub client, any other a normal one.
+    let (mut subscriber, mut master) = (None, None);
+    // A filter no client here can match (TYPE replica ...).
     let mut none = false;
     for pair in args[2..].chunks(2) {
         let [filter, value] = pair else { return Err(CmdError::Syntax) };
@@ -380,11 +381,10 @@ fn client_kill(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
             _ if eq(filter, "laddr") => laddr = Some(text),
             _ if eq(filter, "skipme") && eq(value, "yes") => skip_me = true,
             _ if eq(filter, "skipme") && eq(value, "no") => skip_me = false,
-            _ if eq(filter, "type") && eq(value, "normal") => subscriber = Some(false),
+            _ if eq(filter, "type") && eq(value, "normal") => (subscriber, master) = (Some(false), Some(false)),
             _ if eq(filter, "type") && eq(value, "pubsub") => subscriber = Some(true),
-            _ if eq(filter, "type") && ["master", "replica", "slave"].iter().any(|t| eq(value, t)) => {
-                none = true;
-            }
+            _ if eq(filter, "type") && eq(value, "master") => master = Some(true),
+            _ if eq(filter, "type") && ["replica", "slave"].iter().any(|t| eq(value, t)) => none = true,
             _ if eq(filter, "type") => return Err(err(format!("ERR Unknown client type '{text}'"))),
             _ if eq(filter, "user") && text == "default" => {}
             _ if eq(filter, "user") => return Err(err(format!("ERR No such user '{text}'"))),
@@ -398,6 +398,7 @@ fn client_kill(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
             && addr.as_ref().is_none_or(|a| client.addr.to_string() == *a)
             && laddr.as_ref().is_none_or(|a| client.local.to_string() == *a)
             && subscriber.is_none_or(|subscriber| client.is_subscriber() == subscriber)
+            && master.is_none_or(|master| client.master.load(Ordering::Relaxed) == master)
             && !(skip_me && client.id == me);
         if chosen {
             kill(ctx, &client);
@@ -733,11 +734,13 @@ pub fn info_text(ctx: &Ctx<'_>, sections: &[String]) -> String {
         let durable = config.durability != Durability::Buffered;
         let _ = write!(
             text,
-            "# Persistence\r\nloading:0\r\ndurability:{}\r\naof_enabled:{}\r\nrdb_changes_since_last_save:0\r\n\
+            "# Persistence\r\nloading:{}\r\ndurability:{}\r\naof_enabled:{}\r\nrdb_changes_since_last_save:0\r\n\
              rdb_last_save_time:{}\r\nlog_bytes:{}\r\nlive_bytes:{}\r\ndisk_bytes:{}\r\nsegments:{}\r\n\
              segments_freed:{}\r\nsegments_recycled:{}\r\nlog_roll_waits:{}\r\nlog_roll_wait_micros:{}\r\nwrite_amplification:{:.3}\r\nspace_amplification:{:.3}\r\ngc_runs:{}\r\n\
              gc_stalled_writes:{}\r\ngc_stall_micros:{}\r\ncheckpoints:{}\r\ndelta_checkpoints:{}\r\ncheckpoint_bytes_written:{}\r\n\
              commit_groups:{}\r\ncommitted_writes:{}\r\nearly_lock_releases:{}\r\ntables_written_ahead:{}\r\nreserved_entries:{}\r\n\r\n",
+            // A replica's full sync loading the master's data set.
+            u8::from(shared.replication.loading.load(Ordering::Relaxed)),
             config.durability,
             durable as u8,
             shared.last_save.load(Ordering::Relaxed),
