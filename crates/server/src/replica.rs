@@ -53,6 +53,11 @@ const TIMEOUT: Duration = Duration::from_secs(60);
 const RETRY: Duration = Duration::from_secs(1);
 /// How often the replica acknowledges its offset unasked.
 const ACK_EVERY: Duration = Duration::from_secs(1);
+/// Room for each read from the master: the commands of one read commit
+/// together, and on a disk each commit waits for a device flush (catching
+/// up on SETs of 1 KiB there: 138k writes/s with 1 MiB, 131k with 64 KiB,
+/// medians of 3).
+const READ_BYTES: usize = 1 << 20;
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct Master {
@@ -283,7 +288,7 @@ async fn link(shared: &Shared, master: &Master, stops: Stops) -> Ended {
         Err(_) => return Ended::Failed("cannot connect: timed out".into()),
     };
     let _ = stream.set_nodelay(true);
-    let mut link = Link { shared, stream, input: BytesMut::with_capacity(64 * 1024), stops };
+    let mut link = Link { shared, stream, input: BytesMut::with_capacity(READ_BYTES), stops };
     match link.run().await {
         Ok(()) => Ended::Stopped,
         Err(ended) => ended,
@@ -369,7 +374,7 @@ impl<'s> Link<'s> {
 
     /// Reads more from the master into `input`.
     async fn read_more(&mut self) -> Linked<()> {
-        self.input.reserve(64 * 1024);
+        self.input.reserve(READ_BYTES);
         let read = tokio::time::timeout(TIMEOUT, self.stream.read_buf(&mut self.input));
         tokio::select! {
             read = read => match read {
