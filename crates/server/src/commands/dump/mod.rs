@@ -8,12 +8,14 @@
 //! plain list of fields and values (RDB_TYPE_HASH, what Redis writes for a
 //! big hash), and likewise the plain forms of the other collections (a
 //! sorted set as RDB_TYPE_ZSET_2). RESTORE reads every string encoding
-//! Redis writes (plain, integer, LZF) and the collections as Redis 7
-//! writes them (plain, listpack, intset, quicklist).
+//! Redis writes (plain, integer, LZF) and the collections as Redis 3.2
+//! to 7.2 write them (plain, ziplist, listpack, intset, quicklists of
+//! ziplists and of listpacks).
 
 mod listpack;
 pub mod rdb;
 mod stream;
+mod ziplist;
 
 use std::borrow::Cow;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -41,6 +43,14 @@ const TYPE_SET_INTSET: u8 = 11;
 /// Redis 7 writes: nodes of listpacks, or of one plain element).
 const TYPE_LIST_ELEMENTS: u8 = 1;
 const TYPE_LIST_QUICKLIST: u8 = 18;
+/// What Redis 6 and older write: a list, a sorted set and a hash as one
+/// ziplist, a list as a quicklist of ziplists (`ziplist.rs`).
+const TYPE_LIST_ZIPLIST: u8 = 10;
+const TYPE_ZSET_ZIPLIST: u8 = 12;
+const TYPE_HASH_ZIPLIST: u8 = 13;
+const TYPE_LIST_QUICKLIST_ZIPLISTS: u8 = 14;
+/// RDB_TYPE_SET_LISTPACK: a small set in Redis 7.2 and later.
+const TYPE_SET_LISTPACK: u8 = 20;
 /// RDB_TYPE_ZSET_2 (binary scores: what DUMP writes, and Redis for a big
 /// sorted set), RDB_TYPE_ZSET (scores as text, before Redis 4) and
 /// RDB_TYPE_ZSET_LISTPACK (a small one in Redis 7).
@@ -52,9 +62,10 @@ const RDB_VERSION: u16 = 10;
 /// The newest RDB version RESTORE reads: Redis 7.4's. Strings are written
 /// alike in 10, 11 and 12.
 const NEWEST_RDB_VERSION: u16 = 12;
-/// RDB object types Redis has and ScaledKV does not restore (modules, and
-/// collections in the encodings of Redis before 7 or after 7.0).
-const OTHER_TYPES: std::ops::RangeInclusive<u8> = 1..=21;
+/// RDB object types Redis has and ScaledKV does not restore: modules' (6,
+/// 7), the zipmap of Redis before 2.6 (9), Redis 7.4's hashes with field
+/// expiry times (22 to 25).
+const OTHER_TYPES: std::ops::RangeInclusive<u8> = 1..=25;
 
 /// Sixteen tables at a time: a byte-at-a-time CRC-64 took 18% of the DUMP
 /// of a 15 MB stream.
@@ -351,6 +362,29 @@ fn value(kind: u8, object: &mut Reader<'_>) -> Result<(u8, Vec<u8>), Refused> {
             let listpack = object.string()?;
             Ok((TYPE_HASH, hash_of(listpack::entries(&listpack)?.iter().map(|entry| &entry[..]))?))
         }
+        TYPE_HASH_ZIPLIST => {
+            let packed = object.string()?;
+            Ok((TYPE_HASH, hash_of(ziplist::entries(&packed)?.iter().map(|entry| &entry[..]))?))
+        }
+        TYPE_LIST_ZIPLIST => {
+            let packed = object.string()?;
+            list_of(ziplist::entries(&packed)?.into_iter().map(Cow::into_owned).collect())
+        }
+        TYPE_LIST_QUICKLIST_ZIPLISTS => {
+            let nodes = object.plain_length()?;
+            let mut elements = Vec::new();
+            for _ in 0..nodes {
+                let node = object.string()?;
+                elements.extend(ziplist::entries(&node)?.into_iter().map(Cow::into_owned));
+            }
+            list_of(elements)
+        }
+        TYPE_SET_LISTPACK => {
+            let listpack = object.string()?;
+            let members = listpack::entries(&listpack)?;
+            let data = super::sets::encode_members(members.iter().map(|m| &m[..])).ok_or(Refused::BadFormat)?;
+            Ok((TYPE_SET, data))
+        }
         kind @ (TYPE_ZSET_BINARY | TYPE_ZSET_TEXT) => {
             let count = object.plain_length()?;
             // Each member takes at least two bytes: no allocation past that.
@@ -365,9 +399,12 @@ fn value(kind: u8, object: &mut Reader<'_>) -> Result<(u8, Vec<u8>), Refused> {
             }
             Ok((TYPE_ZSET, super::zsets::encode_members(&members).ok_or(Refused::BadFormat)?))
         }
-        TYPE_ZSET_LISTPACK => {
-            let listpack = object.string()?;
-            let entries = listpack::entries(&listpack)?;
+        kind @ (TYPE_ZSET_LISTPACK | TYPE_ZSET_ZIPLIST) => {
+            let packed = object.string()?;
+            let entries = match kind {
+                TYPE_ZSET_LISTPACK => listpack::entries(&packed)?,
+                _ => ziplist::entries(&packed)?,
+            };
             if !entries.len().is_multiple_of(2) {
                 return Err(Refused::BadFormat);
             }
@@ -792,6 +829,44 @@ mod tests {
         // What DUMP writes (RDB_TYPE_LIST) reads back; an empty list is bad data.
         assert_eq!(value_of(&serialize_strings(TYPE_LIST_ELEMENTS, &[b"x".to_vec()])).map(|(t, _)| t), Ok(TYPE_LIST));
         assert_eq!(value_of(&serialize_strings(TYPE_LIST_ELEMENTS, &[])), Err(Refused::BadFormat));
+    }
+
+    /// What Redis 6 writes (ziplists, quicklists of them) and Redis 7.2
+    /// (a set as a listpack) reads as the same values.
+    #[test]
+    fn reads_the_ziplists_of_redis_6_and_the_set_listpacks_of_redis_7_2() {
+        let packed = |kind: u8, packed: &[u8]| {
+            let mut object = vec![kind];
+            write_length(&mut object, packed.len() as u64);
+            object.extend_from_slice(packed);
+            with_footer(object)
+        };
+        let zl = super::ziplist::tests::ziplist;
+        let hash_zl = zl(&[b"\x01a", b"\xf2", b"\x01b", b"\x05hello"]);
+        assert_eq!(value_of(&packed(TYPE_HASH_ZIPLIST, &hash_zl)), Ok(hash(&[(b"a", b"1"), (b"b", b"hello")])));
+        damaged_copies_are_refused(&packed(TYPE_HASH_ZIPLIST, &hash_zl));
+        let list_zl = zl(&[b"\x01a", b"\xc0\x2c\x01"]);
+        let mut list = Vec::new();
+        let elements: [&[u8]; 2] = [b"a", b"300"];
+        crate::hash::encode_into(&mut list, 2, false, elements.iter().map(|e| (*e, &b""[..])));
+        assert_eq!(value_of(&packed(TYPE_LIST_ZIPLIST, &list_zl)), Ok((TYPE_LIST, list)));
+        // A quicklist of two ziplist nodes.
+        let mut nodes = vec![TYPE_LIST_QUICKLIST_ZIPLISTS, 2];
+        for node in [zl(&[b"\x01a"]), zl(&[b"\x01b", b"\x01c"])] {
+            write_length(&mut nodes, node.len() as u64);
+            nodes.extend_from_slice(&node);
+        }
+        let (tag, data) = value_of(&with_footer(nodes)).unwrap();
+        assert_eq!((tag, crate::hash::count(&data)), (TYPE_LIST, Ok(3)));
+        let zset_zl = zl(&[b"\x01a", b"\xf2", b"\x01b", b"\x032.5"]);
+        let (tag, data) = value_of(&packed(TYPE_ZSET_ZIPLIST, &zset_zl)).unwrap();
+        let expected = super::super::zsets::encode_members(&[(b"a".to_vec(), 1.0), (b"b".to_vec(), 2.5)]).unwrap();
+        assert_eq!((tag, data), (TYPE_ZSET, expected));
+        // A listpack of "a" and 7 (a 7-bit integer), as Redis 7.2 writes SADD s a 7.
+        let set_lp = b"\x0c\x00\x00\x00\x02\x00\x81a\x02\x07\x01\xff";
+        assert_eq!(value_of(&packed(TYPE_SET_LISTPACK, set_lp)), Ok(set(&[b"a", b"7"])));
+        // A zipmap (Redis before 2.6) is another type, not damage.
+        assert_eq!(value_of(&packed(9, b"\x00\xff")), Err(Refused::OtherType));
     }
 
     #[test]

@@ -6,10 +6,10 @@
 //! Read: RDB versions 1 to 12 (Redis 7.4), the auxiliary fields (skipped),
 //! database selection and sizes, expiry times in seconds and in
 //! milliseconds, LRU idle times and LFU counters, function libraries, and
-//! the objects RESTORE reads. Refused with an error that says what and
-//! where: a module's data, objects in encodings RESTORE does not read
-//! (Redis 6's ziplists, Redis 7.4's hashes with field expiry), a bad
-//! checksum, anything cut short or malformed.
+//! the objects RESTORE reads (Redis 6's ziplists too). Refused with an
+//! error that says what and where: a module's data, objects in encodings
+//! RESTORE does not read (Redis 2.4's zipmaps, Redis 7.4's hashes with
+//! field expiry times), a bad checksum, anything cut short or malformed.
 
 use super::{stream, value, Reader, Refused, OPCODE_FUNCTION2, OPCODE_FUNCTION_RC, RDB_VERSION};
 
@@ -163,7 +163,7 @@ impl<'a> RdbFile<'a> {
         if let Err(refused) = read {
             let name = String::from_utf8_lossy(&key[..key.len().min(64)]).into_owned();
             let why = match refused {
-                Refused::OtherType => format!("key '{name}': a value of RDB type {kind} (a module's, or an encoding of Redis 6 or 7.4 that ScaledKV does not read)"),
+                Refused::OtherType => format!("key '{name}': a value of RDB type {kind} (a module's, a zipmap of Redis 2.4, or a hash with field expiry times of Redis 7.4: not read by ScaledKV)"),
                 Refused::TooBig => format!("key '{name}': a value past the largest this server stores"),
                 _ => format!("key '{name}': a malformed value of RDB type {kind}"),
             };
@@ -281,12 +281,16 @@ mod tests {
         module.push(OPCODE_MODULE_AUX);
         write_length(&mut module, 1);
         assert!(items(&file(&module)).unwrap_err().why.contains("module"));
-        // Redis 6's ziplist-encoded hash: refused, naming the key.
+        // A module's value: refused, naming the key; a malformed ziplist.
+        let mut module = vec![7];
+        write_string(&mut module, b"m");
+        let error = items(&file(&module)).unwrap_err();
+        assert!(error.why.starts_with("key 'm': a value of RDB type 7 (a module's"), "{error}");
         let mut old = vec![13];
         write_string(&mut old, b"h");
         write_string(&mut old, b"zl");
         let error = items(&file(&old)).unwrap_err();
-        assert!(error.why.starts_with("key 'h': a value of RDB type 13"), "{error}");
+        assert_eq!(error.why, "key 'h': a malformed value of RDB type 13");
     }
 
     /// Files redis-server 7.0.15 wrote (`redis-cli --rdb`), kept as the
