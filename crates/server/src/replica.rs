@@ -26,10 +26,15 @@
 //! While it follows a master the server refuses other clients' writes
 //! with READONLY (Redis's `replica-read-only yes`).
 //!
+//! The master's replication ID and the offset the data set is at are
+//! stored with the writes that reach them (`STATE_KEY`, in the same
+//! batch), so a restarted replica resumes with a partial resync where the
+//! master's backlog still holds what it missed; REPLICAOF NO ONE, and the
+//! start of a full sync's load, delete it first.
+//!
 //! Not done: ScaledKV as a master (SYNC/PSYNC from replicas); databases
 //! other than 0 (their keys and commands are skipped, counted in INFO
-//! and logged); keeping the link across a restart (`replicaof` in the
-//! configuration starts it again, with a full resync).
+//! and logged).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -59,6 +64,11 @@ const ACK_EVERY: Duration = Duration::from_secs(1);
 /// medians of 3).
 const READ_BYTES: usize = 1 << 20;
 
+/// The master's replication ID and the offset the data set is at, stored
+/// with the writes that reach it ("<replid> <offset>", a string value):
+/// a restarted replica resumes from there with a partial resync.
+const STATE_KEY: &[u8] = b"\xff\xff\x00replication";
+
 #[derive(Clone, Debug, PartialEq)]
 pub struct Master {
     pub host: String,
@@ -73,6 +83,8 @@ pub struct Replication {
     status: Mutex<Status>,
     /// A full sync is loading the master's data set.
     pub loading: AtomicBool,
+    /// The database holds `STATE_KEY`.
+    stored: AtomicBool,
     pub masterauth: Mutex<Option<String>>,
     pub masteruser: Mutex<Option<String>>,
 }
@@ -101,6 +113,7 @@ impl Default for Replication {
             target: watch::Sender::new((None, 0)),
             status: Mutex::new(Status::default()),
             loading: AtomicBool::new(false),
+            stored: AtomicBool::new(false),
             masterauth: Mutex::new(None),
             masteruser: Mutex::new(None),
         }
@@ -124,13 +137,20 @@ impl Replication {
         self.target.borrow().0.clone()
     }
 
-    /// REPLICAOF host port: a new master drops what was learned of the
-    /// old one (its ID and offset), so the next sync is a full one.
+    /// REPLICAOF host port. The replication ID and offset the data set is
+    /// at are kept, as Redis keeps them: a master that shares that history
+    /// (the old master, or a replica of it promoted) resumes it with a
+    /// partial resync, another answers with a full one.
     pub fn follow(&self, master: Master) -> Followed {
         if self.master().as_ref() == Some(&master) {
             return Followed::Already;
         }
-        *self.status.lock() = Status { state: "connect", down_since: Some(Instant::now()), ..Status::default() };
+        {
+            let mut status = self.status.lock();
+            let (replid, offset) = (status.replid.take(), status.offset);
+            *status =
+                Status { state: "connect", down_since: Some(Instant::now()), replid, offset, ..Status::default() };
+        }
         self.target.send_modify(|(target, generation)| {
             *target = Some(master);
             *generation += 1;
@@ -138,14 +158,40 @@ impl Replication {
         Followed::Started
     }
 
-    /// REPLICAOF NO ONE.
-    pub fn stop(&self) {
+    /// REPLICAOF NO ONE: the link ends, and the data set, which takes
+    /// writes of its own from now, no longer follows the master's history
+    /// (its stored position goes).
+    pub fn stop(&self, shared: &Shared) -> scaledkv::Result<()> {
         if self.following() {
             self.target.send_modify(|(target, generation)| {
                 *target = None;
                 *generation += 1;
             });
         }
+        let mut status = self.status.lock();
+        (status.replid, status.offset) = (None, 0);
+        drop(status);
+        forget_position(shared)
+    }
+
+    /// The master's replication ID and the offset committed from it.
+    fn position(&self) -> (Option<String>, i64) {
+        let status = self.status.lock();
+        (status.replid.clone(), status.offset)
+    }
+
+    /// At start: the position a replica stored, which its next link
+    /// resumes from.
+    pub fn load_position(&self, db: &scaledkv::Db) -> scaledkv::Result<()> {
+        let Some(stored) = db.get(STATE_KEY)? else { return Ok(()) };
+        self.stored.store(true, Ordering::Relaxed);
+        // The value's type byte, then "<replid> <offset>".
+        let text = String::from_utf8_lossy(stored.get(1..).unwrap_or_default()).into_owned();
+        if let Some((replid, offset)) = text.split_once(' ').and_then(|(r, o)| Some((r, o.parse().ok()?))) {
+            let mut status = self.status.lock();
+            (status.replid, status.offset) = (Some(replid.to_owned()), offset);
+        }
+        Ok(())
     }
 
     fn generation(&self) -> u64 {
@@ -344,9 +390,14 @@ impl<'s> Link<'s> {
                     .ok()
                     .and_then(|o| o.parse().ok())
                     .ok_or_else(|| failed("PSYNC", &reply))?;
-                replication.set_state("sync");
+                {
+                    // The data set no longer follows the old history, not
+                    // even if the load stops half way.
+                    let mut status = replication.status.lock();
+                    (status.state, status.replid, status.offset) = ("sync", None, 0);
+                }
                 let rdb = self.rdb().await?;
-                self.load(&rdb).await?;
+                self.load(&rdb, &id, offset).await?;
                 let mut status = replication.status.lock();
                 status.replid = Some(id);
                 status.offset = offset;
@@ -463,8 +514,9 @@ impl<'s> Link<'s> {
         Ok(self.input.split_to(len).freeze())
     }
 
-    /// Replaces the data set with the RDB's.
-    async fn load(&mut self, rdb: &[u8]) -> Linked<()> {
+    /// Replaces the data set with the RDB's, which is at `offset` of the
+    /// master's history `replid` (stored with its last keys).
+    async fn load(&mut self, rdb: &[u8], replid: &str, offset: i64) -> Linked<()> {
         let started = Instant::now();
         let mut file = RdbFile::open(rdb).map_err(|error| Ended::Failed(error.to_string()))?;
         let shared = self.shared;
@@ -472,6 +524,9 @@ impl<'s> Link<'s> {
         let _loaded = Loading(&shared.replication.loading);
         let failed_before = shared.replication.status.lock().failed;
         let mut runner = Runner::new(shared, self.stream.peer_addr()?, self.stream.local_addr()?);
+        // The stored position goes before the old data (FLUSHALL keeps the
+        // server's settings): a restart in the middle syncs in full.
+        forget_position(shared).map_err(|error| Ended::Failed(format!("cannot forget the old position: {error}")))?;
         runner.run(vec![Bytes::from_static(b"FUNCTION"), Bytes::from_static(b"FLUSH")]).await?;
         runner.run(vec![Bytes::from_static(b"FLUSHALL")]).await?;
         let (mut keys, mut skipped) = (0u64, 0u64);
@@ -506,8 +561,10 @@ impl<'s> Link<'s> {
                 return Err(Ended::Stopped);
             }
         }
-        runner.commit().await;
-        if shared.replication.status.lock().failed > failed_before {
+        let new = !shared.replication.stored.swap(true, Ordering::Relaxed);
+        runner.run.put_setting(STATE_KEY, format!("{replid} {offset}").as_bytes(), new);
+        let committed = runner.commit().await;
+        if !committed || shared.replication.status.lock().failed > failed_before {
             return Err(Ended::Failed("loading the master's data set failed (see the log)".into()));
         }
         shared.replication.status.lock().skipped += skipped;
@@ -540,9 +597,10 @@ impl<'s> Link<'s> {
         };
         let info = runner.conn().info.clone();
         let mut acked = Instant::now();
-        // The stream's bytes run but not yet committed, and the database
-        // its SELECT chose.
-        let (mut unacked, mut db) = (0i64, 0u64);
+        // The stream's bytes run but not yet committed, those of them up
+        // to the last command outside a MULTI (what a commit makes the
+        // offset), and the database its SELECT chose.
+        let (mut unacked, mut safe, mut db) = (0i64, 0i64, 0u64);
         loop {
             let mut asked = false;
             loop {
@@ -563,13 +621,26 @@ impl<'s> Link<'s> {
                     _ if db != 0 => shared.replication.status.lock().skipped += 1,
                     _ => runner.run(args).await?,
                 }
-            }
-            if unacked > 0 {
-                runner.commit().await;
                 // Inside a MULTI the commands are only queued.
                 if runner.conn().multi.is_none() {
-                    shared.replication.status.lock().offset += std::mem::take(&mut unacked);
+                    safe = unacked;
                 }
+            }
+            if unacked > 0 {
+                let (replid, offset) = shared.replication.position();
+                if let Some(replid) = replid.filter(|_| runner.run.has_writes() && safe > 0) {
+                    // With the writes: a restart resumes right after them.
+                    let stored = format!("{replid} {}", offset + safe);
+                    let new = !shared.replication.stored.swap(true, Ordering::Relaxed);
+                    runner.run.put_setting(STATE_KEY, stored.as_bytes(), new);
+                }
+                if !runner.commit().await {
+                    // Resumed from the offset committed, the master sends
+                    // these writes again.
+                    return Err(Ended::Failed("committing the master's writes failed (see the log)".into()));
+                }
+                shared.replication.status.lock().offset += safe;
+                unacked -= std::mem::take(&mut safe);
             }
             if asked || acked.elapsed() >= ACK_EVERY {
                 self.ack().await?;
@@ -586,6 +657,15 @@ impl<'s> Link<'s> {
             }
         }
     }
+}
+
+/// Deletes the stored position, durably, if there is one.
+fn forget_position(shared: &Shared) -> scaledkv::Result<()> {
+    if shared.replication.stored.swap(false, Ordering::Relaxed) {
+        shared.db.delete(STATE_KEY)?;
+        shared.reserved_entries.fetch_sub(1, Ordering::Relaxed);
+    }
+    Ok(())
 }
 
 /// Clears the loading flag however the load ends.
@@ -649,14 +729,17 @@ impl<'s> Runner<'s> {
         }
     }
 
-    /// Commits the run; a failed commit is logged and counted.
-    async fn commit(&mut self) {
-        if !self.run.commit(self.shared, &mut self.out).await {
+    /// Commits the run; a failed commit is logged and counted (and false
+    /// returned).
+    async fn commit(&mut self) -> bool {
+        let committed = self.run.commit(self.shared, &mut self.out).await;
+        if !committed {
             let error = String::from_utf8_lossy(self.out.buf.get(1..).unwrap_or_default());
             let error = error.lines().next().unwrap_or("").to_owned();
             self.failed("a run of writes", &error);
         }
         self.out.buf.clear();
+        committed
     }
 
     fn conn(&mut self) -> &mut ConnState {

@@ -318,6 +318,7 @@ pub async fn run(config: Config, db: Db) -> Result<(), String> {
     }
     tokio::spawn(crate::memory::sample_peak(shared.clone()));
     *shared.replication.masterauth.lock() = shared.config.masterauth.clone();
+    shared.replication.load_position(&shared.db).map_err(|e| format!("cannot read the replication position: {e}"))?;
     if let Some(master) = shared.config.replicaof.clone() {
         shared.replication.follow(master);
     }

@@ -368,3 +368,48 @@ fn reads_get_loading_while_a_full_sync_loads() {
     assert_eq!(redis::cmd("DBSIZE").query::<i64>(&mut replica).unwrap(), 200_001);
     assert_eq!(info_field(&mut replica, "persistence", "loading").as_deref(), Some("0"));
 }
+
+/// A replica restarted after a SIGKILL resumes from the position it
+/// stored with its writes: a partial resync, and every write applied once
+/// (a counter INCRed before, during and after the kill ends equal). Once
+/// promoted (REPLICAOF NO ONE) it forgets the position: the next
+/// REPLICAOF syncs in full.
+#[test]
+fn a_restarted_replica_resumes_with_a_partial_resync() {
+    let Some((redis, mut master)) = master() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let follow = format!("127.0.0.1 {}", redis.port);
+    let mut server = Server::start(&dir.path().join("replica"), &["--replicaof", &follow]);
+    let mut replica = connect(server.port);
+    wait_link_up(&mut replica);
+    let incr = |con: &mut Connection, times: usize| {
+        for _ in 0..times {
+            let _: i64 = redis::cmd("INCR").arg("counter").query(con).unwrap();
+        }
+    };
+    for round in 0..3 {
+        for i in 0..200 {
+            run(&mut master, &["SET", &format!("key-{round}-{i}"), &i.to_string()]);
+        }
+        incr(&mut master, 200);
+        wait_replicated(&mut master);
+        incr(&mut master, 100);
+        server.kill();
+        incr(&mut master, 100);
+        server = Server::start(&dir.path().join("replica"), &["--replicaof", &follow]);
+        replica = connect(server.port);
+        wait_link_up(&mut replica);
+        wait_replicated(&mut master);
+        assert_same(&mut master, &mut replica);
+        let partial = (round + 1).to_string();
+        assert_eq!(info_field(&mut master, "stats", "sync_partial_ok").as_deref(), Some(partial.as_str()));
+        assert_eq!(info_field(&mut master, "stats", "sync_full").as_deref(), Some("1"));
+    }
+    assert_eq!(run(&mut replica, &["REPLICAOF", "NO", "ONE"]), Value::Okay);
+    run(&mut replica, &["SET", "written-while-a-master", "gone after the sync"]);
+    run(&mut replica, &["REPLICAOF", "127.0.0.1", &redis.port.to_string()]);
+    wait_link_up(&mut replica);
+    wait_replicated(&mut master);
+    assert_same(&mut master, &mut replica);
+    assert_eq!(info_field(&mut master, "stats", "sync_full").as_deref(), Some("2"));
+}

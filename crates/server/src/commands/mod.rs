@@ -662,10 +662,28 @@ const RUN_MAX_BYTES: usize = 1 << 20;
 const RUN_MAX_COMMANDS: usize = 512;
 
 impl<'s> Run<'s> {
+    /// Whether the run holds writes its next commit makes durable.
+    pub fn has_writes(&self) -> bool {
+        self.commands > 0
+    }
+
+    /// Adds one of the server's settings (under `keyspace::SETTINGS`) to
+    /// the run's batch, committed with its writes; `new`: counted among the
+    /// reserved entries.
+    pub fn put_setting(&mut self, key: &[u8], value: &[u8], new: bool) {
+        debug_assert!(key.starts_with(crate::keyspace::SETTINGS));
+        // Far below any size limit.
+        let _ = self.writes.put_internal(key, crate::keyspace::TYPE_STRING, value, None);
+        if new {
+            self.writes.note_reserved(1);
+        }
+    }
+
     /// Commits the run; on failure every reply of the run becomes the error
     /// (and false is returned).
     pub async fn commit(&mut self, shared: &'s Shared, out: &mut Out) -> bool {
-        if self.commands == 0 && !self.writes.read_pending() {
+        // (A setting put without a command is committed too.)
+        if self.commands == 0 && !self.writes.read_pending() && self.writes.batch.is_empty() {
             // A failed command may have left locks behind, and key misses.
             self.guards.clear();
             let misses = self.writes.take_misses();

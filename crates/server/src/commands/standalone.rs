@@ -83,7 +83,7 @@ pub fn replicaof(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         if ctx.shared.replication.following() {
             tracing::info!("REPLICAOF NO ONE: a master now");
         }
-        ctx.shared.replication.stop();
+        ctx.shared.replication.stop(ctx.shared).map_err(|error| err(super::engine_error_text(&error)))?;
         ctx.out.ok();
         return Ok(());
     }
