@@ -319,8 +319,11 @@ pub async fn run(config: Config, db: Db) -> Result<(), String> {
     tokio::spawn(crate::memory::sample_peak(shared.clone()));
     *shared.replication.masterauth.lock() = shared.config.masterauth.clone();
     shared.replication.load_position(&shared.db).map_err(|e| format!("cannot read the replication position: {e}"))?;
-    if let Some(master) = shared.config.replicaof.clone() {
-        shared.replication.follow(master);
+    match shared.config.replicaof.clone() {
+        Some(master) => drop(shared.replication.follow(master)),
+        // A master from the start takes writes of its own: the stored
+        // position would no longer describe the data set.
+        None => shared.replication.stop(&shared).map_err(|e| format!("cannot forget the replication position: {e}"))?,
     }
     tokio::spawn(crate::replica::follow_masters(shared.clone()));
     tracing::info!(bind = %shared.config.bind, port, "ready to accept connections");
