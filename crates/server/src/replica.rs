@@ -29,8 +29,11 @@
 //! The master's replication ID and the offset the data set is at are
 //! stored with the writes that reach them (`STATE_KEY`, in the same
 //! batch), so a restarted replica resumes with a partial resync where the
-//! master's backlog still holds what it missed; REPLICAOF NO ONE, and the
-//! start of a full sync's load, delete it first.
+//! master's backlog still holds what it missed. The start of a full
+//! sync's load deletes it first; so does REPLICAOF NO ONE, by the link's
+//! task once the link has ended (writes are refused until then: a
+//! position committed after the data set's first write of its own would
+//! let a restart resume the master's history over it).
 //!
 //! Not done: ScaledKV as a master (SYNC/PSYNC from replicas); databases
 //! other than 0 (their keys and commands are skipped, counted in INFO
@@ -85,6 +88,11 @@ pub struct Replication {
     pub loading: AtomicBool,
     /// The database holds `STATE_KEY`.
     stored: AtomicBool,
+    /// REPLICAOF NO ONE ended a link: writes are refused until the link's
+    /// task, once its last commit is durable, has forgotten the position
+    /// (`follow_masters`), so that no position it stored lands after the
+    /// data set took a write of its own.
+    promoting: AtomicBool,
     pub masterauth: Mutex<Option<String>>,
     pub masteruser: Mutex<Option<String>>,
 }
@@ -114,6 +122,7 @@ impl Default for Replication {
             status: Mutex::new(Status::default()),
             loading: AtomicBool::new(false),
             stored: AtomicBool::new(false),
+            promoting: AtomicBool::new(false),
             masterauth: Mutex::new(None),
             masteruser: Mutex::new(None),
         }
@@ -127,10 +136,15 @@ pub enum Followed {
 }
 
 impl Replication {
-    /// Whether this server follows a master (and so refuses other
-    /// clients' writes).
+    /// Whether this server follows a master.
     pub fn following(&self) -> bool {
         self.target.borrow().0.is_some()
+    }
+
+    /// Whether other clients' writes are refused: while it follows a
+    /// master, and for the moment a promotion takes (`promoting`).
+    pub fn read_only(&self) -> bool {
+        self.following() || self.promoting.load(Ordering::Acquire)
     }
 
     pub fn master(&self) -> Option<Master> {
@@ -159,19 +173,23 @@ impl Replication {
     }
 
     /// REPLICAOF NO ONE: the link ends, and the data set, which takes
-    /// writes of its own from now, no longer follows the master's history
-    /// (its stored position goes).
+    /// writes of its own from now, no longer follows the master's history:
+    /// its stored position goes, at once if there is no link, else by the
+    /// link's task once the link has ended (`promoting` until then).
     pub fn stop(&self, shared: &Shared) -> scaledkv::Result<()> {
-        if self.following() {
-            self.target.send_modify(|(target, generation)| {
-                *target = None;
-                *generation += 1;
-            });
+        {
+            let mut status = self.status.lock();
+            (status.replid, status.offset) = (None, 0);
         }
-        let mut status = self.status.lock();
-        (status.replid, status.offset) = (None, 0);
-        drop(status);
-        forget_position(shared)
+        if !self.following() {
+            return forget_position(shared);
+        }
+        self.promoting.store(true, Ordering::Release);
+        self.target.send_modify(|(target, generation)| {
+            *target = None;
+            *generation += 1;
+        });
+        Ok(())
     }
 
     /// The master's replication ID and the offset committed from it.
@@ -259,6 +277,14 @@ pub async fn follow_masters(shared: Arc<Shared>) {
     let mut changes = shared.replication.target.subscribe();
     loop {
         let (master, generation) = changes.borrow_and_update().clone();
+        if master.is_none() && shared.replication.promoting.load(Ordering::Acquire) {
+            // No link runs: nothing it stored can land after this.
+            if let Err(error) = forget_position(&shared) {
+                tracing::error!(%error, "cannot forget the replication position; writes stay refused");
+            } else {
+                shared.replication.promoting.store(false, Ordering::Release);
+            }
+        }
         if let Some(master) = master {
             let stops = Stops { generation, changes: changes.clone(), shutdown: shutdown.clone() };
             match link(&shared, &master, stops).await {
@@ -325,13 +351,17 @@ impl Stops {
     }
 }
 
-async fn link(shared: &Shared, master: &Master, stops: Stops) -> Ended {
+async fn link(shared: &Shared, master: &Master, mut stops: Stops) -> Ended {
     shared.replication.set_state("connecting");
     let connect = tokio::time::timeout(Duration::from_secs(5), TcpStream::connect((master.host.as_str(), master.port)));
-    let stream = match connect.await {
-        Ok(Ok(stream)) => stream,
-        Ok(Err(error)) => return Ended::Failed(format!("cannot connect: {error}")),
-        Err(_) => return Ended::Failed("cannot connect: timed out".into()),
+    let stream = tokio::select! {
+        connected = connect => match connected {
+            Ok(Ok(stream)) => stream,
+            Ok(Err(error)) => return Ended::Failed(format!("cannot connect: {error}")),
+            Err(_) => return Ended::Failed("cannot connect: timed out".into()),
+        },
+        // A promotion waits for this task (`promoting`).
+        _ = stops.wait() => return Ended::Stopped,
     };
     let _ = stream.set_nodelay(true);
     let mut link = Link { shared, stream, input: BytesMut::with_capacity(READ_BYTES), stops };

@@ -101,6 +101,22 @@ fn run(con: &mut Connection, args: &[&str]) -> Value {
     redis::cmd(args[0]).arg(&args[1..]).query(con).unwrap()
 }
 
+/// REPLICAOF NO ONE, then a write: refused (READONLY) only for the moment
+/// the link takes to end and its position to be forgotten.
+fn promote_and_write(con: &mut Connection, args: &[&str]) -> Value {
+    assert_eq!(run(con, &["REPLICAOF", "NO", "ONE"]), Value::Okay);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        match redis::cmd(args[0]).arg(&args[1..]).query(con) {
+            Ok(value) => return value,
+            Err(error) if error.code() == Some("READONLY") && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(1))
+            }
+            Err(error) => panic!("{args:?} after REPLICAOF NO ONE: {error}"),
+        }
+    }
+}
+
 fn fill(con: &mut Connection) {
     for args in [
         &["SET", "int", "12345"][..],
@@ -244,8 +260,7 @@ fn follows_a_redis_master_through_full_and_partial_syncs() {
     // A full sync again, from a master that writes its RDB to disk first
     // (a length-prefixed transfer, where the first was diskless).
     run(&mut master, &["CONFIG", "SET", "repl-diskless-sync", "no"]);
-    assert_eq!(run(&mut replica, &["REPLICAOF", "NO", "ONE"]), Value::Okay);
-    run(&mut replica, &["SET", "written-while-a-master", "gone after the sync"]);
+    promote_and_write(&mut replica, &["SET", "written-while-a-master", "gone after the sync"]);
     assert_eq!(run(&mut replica, &["REPLICAOF", "127.0.0.1", &port]), Value::Okay);
     wait_link_up(&mut replica);
     change(&mut master, 20);
@@ -256,8 +271,7 @@ fn follows_a_redis_master_through_full_and_partial_syncs() {
     assert_eq!(again, Value::SimpleString("OK Already connected to specified master".into()));
 
     // Promoted, it takes writes and keeps the data.
-    assert_eq!(run(&mut replica, &["REPLICAOF", "NO", "ONE"]), Value::Okay);
-    assert_eq!(run(&mut replica, &["SET", "k", "v"]), Value::Okay);
+    assert_eq!(promote_and_write(&mut replica, &["SET", "k", "v"]), Value::Okay);
     assert_eq!(run(&mut replica, &["GET", "in-multi"]), Value::BulkString(b"20".to_vec()));
     let role: Vec<Value> = redis::cmd("ROLE").query(&mut replica).unwrap();
     assert_eq!(role[0], Value::BulkString(b"master".to_vec()));
@@ -409,8 +423,7 @@ fn a_restarted_replica_resumes_with_a_partial_resync() {
         assert_eq!(info_field(&mut master, "stats", "sync_partial_ok").as_deref(), Some(partial.as_str()));
         assert_eq!(info_field(&mut master, "stats", "sync_full").as_deref(), Some("1"));
     }
-    assert_eq!(run(&mut replica, &["REPLICAOF", "NO", "ONE"]), Value::Okay);
-    run(&mut replica, &["SET", "written-while-a-master", "gone after the sync"]);
+    promote_and_write(&mut replica, &["SET", "written-while-a-master", "gone after the sync"]);
     run(&mut replica, &["REPLICAOF", "127.0.0.1", &redis.port.to_string()]);
     wait_link_up(&mut replica);
     wait_replicated(&mut master);

@@ -1171,7 +1171,7 @@ pub async fn run_command<'s>(
     if command.has(PROTECTED) {
         return reject(conn, out, command, args, &standalone::protected_refusal(command.name));
     }
-    if !conn.master_link && shared.replication.following() {
+    if !conn.master_link && shared.replication.read_only() {
         if command.has(WRITE) {
             return reject(conn, out, command, args, "READONLY You can't write against a read only replica.");
         }

@@ -86,7 +86,7 @@ fn invocation<'a>(shared: &Shared, command: &Command, args: &'a [Bytes]) -> Resu
         if !flags.has(Flags::NO_WRITES) && ro_command {
             return Err(err("ERR Can not execute a script with write flag using *_ro command."));
         }
-        if !flags.has(Flags::NO_WRITES) && shared.replication.following() {
+        if !flags.has(Flags::NO_WRITES) && shared.replication.read_only() {
             return Err(err("READONLY You can't write against a read only replica."));
         }
         if !flags.has(Flags::NO_WRITES) && !flags.has(Flags::ALLOW_OOM) && shared.config.memory.over_limit(&shared.db) {
@@ -215,7 +215,7 @@ fn run_script<'s>(
             if invocation.read_only {
                 return Err(CallError::Error("ERR Write commands are not allowed from read-only scripts.".into()));
             }
-            if shared.replication.following() && !conn.master_link {
+            if shared.replication.read_only() && !conn.master_link {
                 return Err(CallError::Error("READONLY You can't write against a read only replica.".into()));
             }
             if !invocation.allow_oom && shared.config.memory.refuses(command.name, &shared.db) {
