@@ -208,7 +208,7 @@ fn follows_a_redis_master_through_full_and_partial_syncs() {
     let Some((redis, mut master)) = master() else { return };
     fill(&mut master);
     let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(&dir.path().join("replica"), &[]);
+    let (server, memcached) = common::start_with_memcached(&dir.path().join("replica"), &[]);
     let mut replica = connect(server.port);
     run(&mut replica, &["SET", "stale", "gone after the sync"]);
     let port = redis.port.to_string();
@@ -230,6 +230,12 @@ fn follows_a_redis_master_through_full_and_partial_syncs() {
     refused(&mut replica, &["SET", "k", "v"]);
     refused(&mut replica, &["EVAL", "return redis.call('SET', 'k', 'v')", "0"]);
     refused(&mut replica, &["DEL", "int"]);
+    // And on the memcached port, in its own words.
+    let mut text = std::net::TcpStream::connect(("127.0.0.1", memcached)).unwrap();
+    text.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    std::io::Write::write_all(&mut text, b"set k 0 0 1\r\nv\r\nget int\r\n").unwrap();
+    let replies = common::read_memcached_until(&mut text, b"END\r\n").unwrap();
+    assert_eq!(replies, b"SERVER_ERROR read only replica\r\nVALUE int 0 5\r\n12345\r\nEND\r\n");
 
     for round in 0..3 {
         change(&mut master, round);

@@ -1172,11 +1172,20 @@ pub async fn run_command<'s>(
         return reject(conn, out, command, args, &standalone::protected_refusal(command.name));
     }
     if !conn.master_link && shared.replication.read_only() {
+        let memcached = command.group == "memcached";
         if command.has(WRITE) {
-            return reject(conn, out, command, args, "READONLY You can't write against a read only replica.");
+            let error = match memcached {
+                true => "SERVER_ERROR read only replica",
+                false => "READONLY You can't write against a read only replica.",
+            };
+            return reject(conn, out, command, args, error);
         }
         if command.has(READONLY) && shared.replication.loading.load(Ordering::Acquire) {
-            return reject(conn, out, command, args, "LOADING Redis is loading the dataset in memory");
+            let error = match memcached {
+                true => "SERVER_ERROR loading the master's data set",
+                false => "LOADING Redis is loading the dataset in memory",
+            };
+            return reject(conn, out, command, args, error);
         }
     }
     // A replica takes its master's writes whatever its own memory limit
