@@ -83,6 +83,9 @@ pub struct Replication {
     /// The master, and a generation that every REPLICAOF moves on: the
     /// link of an older generation ends at its next read.
     target: watch::Sender<(Option<Master>, u64)>,
+    /// Whether `target` names a master: read by every command (a load,
+    /// where the channel's lock would be shared by every I/O thread).
+    following: AtomicBool,
     status: Mutex<Status>,
     /// A full sync is loading the master's data set.
     pub loading: AtomicBool,
@@ -119,6 +122,7 @@ impl Default for Replication {
     fn default() -> Self {
         Replication {
             target: watch::Sender::new((None, 0)),
+            following: AtomicBool::new(false),
             status: Mutex::new(Status::default()),
             loading: AtomicBool::new(false),
             stored: AtomicBool::new(false),
@@ -138,7 +142,7 @@ pub enum Followed {
 impl Replication {
     /// Whether this server follows a master.
     pub fn following(&self) -> bool {
-        self.target.borrow().0.is_some()
+        self.following.load(Ordering::Acquire)
     }
 
     /// Whether other clients' writes are refused: while it follows a
@@ -156,15 +160,14 @@ impl Replication {
     /// (the old master, or a replica of it promoted) resumes it with a
     /// partial resync, another answers with a full one.
     pub fn follow(&self, master: Master) -> Followed {
+        // Held throughout, as by `stop`: the flag and the target agree.
+        let mut status = self.status.lock();
         if self.master().as_ref() == Some(&master) {
             return Followed::Already;
         }
-        {
-            let mut status = self.status.lock();
-            let (replid, offset) = (status.replid.take(), status.offset);
-            *status =
-                Status { state: "connect", down_since: Some(Instant::now()), replid, offset, ..Status::default() };
-        }
+        let (replid, offset) = (status.replid.take(), status.offset);
+        *status = Status { state: "connect", down_since: Some(Instant::now()), replid, offset, ..Status::default() };
+        self.following.store(true, Ordering::Release);
         self.target.send_modify(|(target, generation)| {
             *target = Some(master);
             *generation += 1;
@@ -177,14 +180,14 @@ impl Replication {
     /// its stored position goes, at once if there is no link, else by the
     /// link's task once the link has ended (`promoting` until then).
     pub fn stop(&self, shared: &Shared) -> scaledkv::Result<()> {
-        {
-            let mut status = self.status.lock();
-            (status.replid, status.offset) = (None, 0);
-        }
+        let mut status = self.status.lock();
+        (status.replid, status.offset) = (None, 0);
         if !self.following() {
+            drop(status);
             return forget_position(shared);
         }
         self.promoting.store(true, Ordering::Release);
+        self.following.store(false, Ordering::Release);
         self.target.send_modify(|(target, generation)| {
             *target = None;
             *generation += 1;
