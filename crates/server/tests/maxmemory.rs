@@ -452,8 +452,11 @@ fn allkeys_lfu_keeps_what_is_read_often_and_answers_object_freq() {
     let freq = |con: &mut redis::Connection, key: u64| -> i64 {
         redis::cmd("OBJECT").arg("FREQ").arg(format!("k{key}")).query(con).unwrap()
     };
+    // From 5, each step up is a coin of odds 1 in (counter - 5) * 10 + 1:
+    // about 9 after 100 reads, 7 or less once in a few hundred runs (it
+    // drew 7 in a CI run), 6 or less once in ten thousand.
     let hot_freq = freq(&mut con, 7);
-    assert!((8..=14).contains(&hot_freq), "100 reads at lfu-log-factor 10: {hot_freq}");
+    assert!((7..=14).contains(&hot_freq), "100 reads at lfu-log-factor 10: {hot_freq}");
     let stream = 1000..81_000u64;
     for start in stream.clone().step_by(100) {
         let mut pipe = redis::pipe();
