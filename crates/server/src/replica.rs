@@ -281,7 +281,11 @@ pub async fn follow_masters(shared: Arc<Shared>) {
     loop {
         let (master, generation) = changes.borrow_and_update().clone();
         if master.is_none() && shared.replication.promoting.load(Ordering::Acquire) {
-            // No link runs: nothing it stored can land after this.
+            // No link runs: nothing it stored, or set here, comes after this.
+            {
+                let mut status = shared.replication.status.lock();
+                (status.replid, status.offset) = (None, 0);
+            }
             if let Err(error) = forget_position(&shared) {
                 tracing::error!(%error, "cannot forget the replication position; writes stay refused");
             } else {
