@@ -515,7 +515,22 @@ impl Db {
     }
 
     pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        if let Some((seq, table)) = self.view() {
+            return self.inner.read(key, Some(seq), Some(&table), |_, _, entry| entry.value.to_vec());
+        }
         self.inner.read(key, None, None, |_, _, entry| entry.value.to_vec())
+    }
+
+    /// The snapshot this thread reads through (`Snapshot::view`), if any.
+    fn view(&self) -> Option<(u64, SegmentTable)> {
+        if !VIEWING.get() {
+            return None;
+        }
+        VIEW.with_borrow(|view| {
+            view.as_ref()
+                .filter(|view| Arc::as_ptr(&self.inner) as usize == view.db)
+                .map(|view| (view.seq, view.table.clone()))
+        })
     }
 
     /// Starts loading `key`'s newest entry into the CPU caches and returns
@@ -551,6 +566,9 @@ impl Db {
 
     /// Like `get`, without copying the value.
     pub fn get_pinned(&self, key: &[u8]) -> Result<Option<PinnedValue>> {
+        if let Some((seq, table)) = self.view() {
+            return self.inner.read(key, Some(seq), Some(&table), pin);
+        }
         self.inner.read(key, None, None, pin)
     }
 
@@ -559,17 +577,20 @@ impl Db {
     /// commands that look at a key without using it: TYPE, EXISTS, TTL,
     /// OBJECT).
     pub fn peek_pinned(&self, key: &[u8]) -> Result<Option<PinnedValue>> {
+        if let Some((seq, table)) = self.view() {
+            return self.inner.read_as(key, Some(seq), Some(&table), false, pin);
+        }
         self.inner.read_as(key, None, None, false, pin)
     }
 
     /// Forward iterator over `range`, as of the moment it is created.
     pub fn range<K: AsRef<[u8]>, R: RangeBounds<K>>(&self, range: R) -> Iter<'_> {
-        Iter::new(&self.inner, None, range, false)
+        Iter::new(&self.inner, self.view(), range, false)
     }
 
     /// Like `range`, in descending key order.
     pub fn range_rev<K: AsRef<[u8]>, R: RangeBounds<K>>(&self, range: R) -> Iter<'_> {
-        Iter::new(&self.inner, None, range, true)
+        Iter::new(&self.inner, self.view(), range, true)
     }
 
     /// How many keys `range` holds now, counted in the index alone: no
@@ -578,6 +599,9 @@ impl Db {
     /// iterating (an iterator takes a snapshot, which first merges the
     /// pending index updates, and reads every entry from the log).
     pub fn count_keys<K: AsRef<[u8]>, R: RangeBounds<K>>(&self, range: R) -> usize {
+        if self.view().is_some() {
+            return crate::walk::count(|visit| self.keys_in(range, false, visit));
+        }
         let (lower, upper) = byte_bounds(&range);
         self.inner.index.count_newest_in(lower, upper)
     }
@@ -592,6 +616,9 @@ impl Db {
     /// big collection. The keys found stop where the range ends, or at a
     /// rank not above the one before it.
     pub fn keys_at_ranks<K: AsRef<[u8]>, R: RangeBounds<K>>(&self, range: R, ranks: &[usize]) -> Vec<Vec<u8>> {
+        if self.view().is_some() {
+            return crate::walk::at_ranks(ranks, |visit| self.keys_in(range, false, visit));
+        }
         let (lower, upper) = byte_bounds(&range);
         self.inner.index.newest_at_ranks(lower, upper, ranks)
     }
@@ -613,9 +640,31 @@ impl Db {
         self.keys_in(range, reverse, visit)
     }
 
-    fn keys_in<K: AsRef<[u8]>, R: RangeBounds<K>>(&self, range: R, reverse: bool, visit: impl FnMut(&[u8]) -> bool) {
+    fn keys_in<K: AsRef<[u8]>, R: RangeBounds<K>>(
+        &self,
+        range: R,
+        reverse: bool,
+        mut visit: impl FnMut(&[u8]) -> bool,
+    ) {
         let (lower, upper) = byte_bounds(&range);
-        self.inner.index.newest_keys_in(lower, upper, reverse, visit);
+        let Some((seq, _)) = self.view() else {
+            return self.inner.index.newest_keys_in(lower, upper, reverse, visit);
+        };
+        if !reverse {
+            return self.inner.index.visit_at(lower, upper, seq, visit);
+        }
+        // The index walks a snapshot forward only: a view's reverse walk
+        // (rare: the last key of a range) collects the keys first.
+        let mut keys = Vec::new();
+        self.inner.index.visit_at(lower, upper, seq, |key| {
+            keys.push(key.to_vec());
+            true
+        });
+        for key in keys.iter().rev() {
+            if !visit(key) {
+                break;
+            }
+        }
     }
 
     /// Every key, ascending.
@@ -925,6 +974,45 @@ impl<'a> Snapshot<'a> {
     pub fn seq(&self) -> u64 {
         self.seq
     }
+
+    /// Runs `f` with this thread's reads of the database (`get`,
+    /// `get_pinned`, `peek_pinned`, `range`, `range_rev`, `visit_keys`,
+    /// `count_keys`, `nth_key`, `keys_at_ranks`, `last_key`) made as of
+    /// this snapshot: code written against `Db` (the server's readers of a
+    /// hash's fields, a list's chunks) reads a point in time unchanged, as
+    /// an RDB export must. Writes and other threads are not affected.
+    /// Views nest; the innermost wins.
+    pub fn view<R>(&self, f: impl FnOnce() -> R) -> R {
+        let view = View { db: Arc::as_ptr(&self.db.inner) as usize, seq: self.seq, table: self.table.clone() };
+        let outer = VIEW.with_borrow_mut(|slot| slot.replace(view));
+        VIEWING.set(true);
+        // Restored however `f` ends, a panic included.
+        struct Restore(Option<View>);
+        impl Drop for Restore {
+            fn drop(&mut self) {
+                let outer = self.0.take();
+                VIEWING.set(outer.is_some());
+                VIEW.with_borrow_mut(|slot| *slot = outer);
+            }
+        }
+        let _restore = Restore(outer);
+        f()
+    }
+}
+
+/// A snapshot a thread reads through (`Snapshot::view`).
+struct View {
+    /// The engine's `Inner`, by address: a view of one database leaves
+    /// another one's reads alone.
+    db: usize,
+    seq: u64,
+    table: SegmentTable,
+}
+
+thread_local! {
+    static VIEW: std::cell::RefCell<Option<View>> = const { std::cell::RefCell::new(None) };
+    /// Whether `VIEW` holds one: the only check a read makes when not.
+    static VIEWING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 impl Drop for Snapshot<'_> {

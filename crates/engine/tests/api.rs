@@ -239,6 +239,68 @@ fn snapshot_sees_the_past_and_iterators_are_snapshots() {
 }
 
 #[test]
+fn a_snapshot_view_makes_this_threads_reads_of_the_db_a_point_in_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), Options::default()).unwrap();
+    let other_dir = tempfile::tempdir().unwrap();
+    let other = Db::open(other_dir.path(), Options::default()).unwrap();
+    for key in [&b"a"[..], b"b", b"d"] {
+        db.put(key, b"old").unwrap();
+    }
+    db.put_with_ttl(b"e", b"old", Duration::from_secs(3600)).unwrap();
+    let snapshot = db.snapshot();
+    db.put(b"a", b"new").unwrap();
+    db.delete(b"b").unwrap();
+    db.put(b"c", b"new").unwrap();
+    db.put(b"f", b"new").unwrap();
+    other.put(b"x", b"other").unwrap();
+    let past = vec![b"a".to_vec(), b"b".to_vec(), b"d".to_vec(), b"e".to_vec()];
+    let now = vec![b"a".to_vec(), b"c".to_vec(), b"d".to_vec(), b"e".to_vec(), b"f".to_vec()];
+    let keys_visited = |reverse: bool| {
+        let mut keys = Vec::new();
+        db.visit_keys::<&[u8], _>(.., reverse, |key| {
+            keys.push(key.to_vec());
+            true
+        });
+        keys
+    };
+    snapshot.view(|| {
+        assert_eq!(db.get(b"a").unwrap().unwrap(), b"old");
+        assert_eq!(&*db.get_pinned(b"b").unwrap().unwrap(), b"old");
+        assert!(db.peek_pinned(b"c").unwrap().is_none());
+        assert!(db.get_pinned(b"e").unwrap().unwrap().expiry_ms().is_some(), "with its expiry time");
+        assert_eq!(keys_of(db.iter()), past);
+        assert_eq!(keys_of(db.range_rev::<&[u8], _>(..)), past.iter().rev().cloned().collect::<Vec<_>>());
+        assert_eq!(db.range::<&[u8], _>(..).next().unwrap().unwrap().1, b"old");
+        assert_eq!(keys_visited(false), past);
+        assert_eq!(keys_visited(true), past.iter().rev().cloned().collect::<Vec<_>>());
+        assert_eq!(db.count_keys::<&[u8], _>(..), 4);
+        assert_eq!(db.nth_key::<&[u8], _>(.., 1).unwrap(), b"b");
+        assert_eq!(db.keys_at_ranks::<&[u8], _>(.., &[0, 3]), vec![b"a".to_vec(), b"e".to_vec()]);
+        assert_eq!(db.last_key::<&[u8], _>(..b"e".as_slice()).unwrap(), b"d");
+        // Another database's reads and another thread's are its own.
+        assert_eq!(other.get(b"x").unwrap().unwrap(), b"other");
+        std::thread::scope(|scope| {
+            scope.spawn(|| assert_eq!(db.get(b"a").unwrap().unwrap(), b"new"));
+        });
+        // Writes go to the database now; the view still reads the past.
+        db.put(b"g", b"new").unwrap();
+        assert_eq!(db.get(b"g").unwrap(), None);
+        // A nested view of a later snapshot wins inside it.
+        let later = db.snapshot();
+        later.view(|| assert_eq!(db.get(b"g").unwrap().unwrap(), b"new"));
+        assert_eq!(db.get(b"g").unwrap(), None);
+    });
+    assert_eq!(db.get(b"a").unwrap().unwrap(), b"new");
+    assert_eq!(keys_of(db.iter()), [now, vec![b"g".to_vec()]].concat());
+    assert_eq!(db.count_keys::<&[u8], _>(..), 6);
+    // A panic inside a view ends it.
+    let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| snapshot.view(|| panic!("inside"))));
+    assert!(caught.is_err());
+    assert_eq!(db.get(b"b").unwrap(), None);
+}
+
+#[test]
 fn versions_kept_for_a_snapshot_go_when_it_is_released() {
     let dir = tempfile::tempdir().unwrap();
     let db = Db::open(dir.path(), Options::default()).unwrap();
