@@ -266,6 +266,11 @@ pub struct ConnState {
     /// The link to the master this server replicates (`crate::replica`):
     /// its writes pass where other clients' get READONLY or LOADING.
     pub master_link: bool,
+    /// What REPLCONF set (`crate::rdb_sync`).
+    pub replconf: crate::rdb_sync::Replconf,
+    /// SYNC asked for an RDB file: sent once the replies before it are
+    /// out, then the connection closes.
+    pub transfer: Option<crate::rdb_sync::Transfer>,
 }
 
 #[derive(Default)]
@@ -334,7 +339,11 @@ pub async fn serve(shared: Arc<Shared>, mut stream: TcpStream, addr: SocketAddr)
     let local = stream.local_addr().unwrap_or(addr);
     let id = shared.next_client_id.fetch_add(1, Ordering::Relaxed);
     let mut conn = ConnState::register(&shared, id, addr, local);
-    if let Err(error) = run(&shared, &mut stream, &mut conn).await {
+    let mut ended = run(&shared, &mut stream, &mut conn).await;
+    if let (Ok(()), Some(transfer)) = (&ended, conn.transfer.take()) {
+        ended = crate::rdb_sync::send(shared.clone(), &mut stream, transfer).await;
+    }
+    if let Err(error) = ended {
         tracing::debug!(client = id, %addr, %error, "connection ended");
     }
     conn.unregister(&shared);
@@ -343,11 +352,17 @@ pub async fn serve(shared: Arc<Shared>, mut stream: TcpStream, addr: SocketAddr)
 impl ConnState {
     /// A new connection's state, listed in CLIENT LIST.
     pub fn register(shared: &Shared, id: u64, addr: SocketAddr, local: SocketAddr) -> ConnState {
-        let info = Arc::new(ClientInfo::new(id, addr, local));
-        shared.clients.lock().insert(id, info.clone());
+        let state = ConnState::detached(id, addr, local);
+        shared.clients.lock().insert(id, state.info.clone());
+        ConnState { authenticated: shared.users.default_open(), ..state }
+    }
+
+    /// A state no connection has and CLIENT LIST does not show (the one
+    /// an RDB export reads through); not authenticated.
+    pub fn detached(id: u64, addr: SocketAddr, local: SocketAddr) -> ConnState {
         ConnState {
-            info,
-            authenticated: shared.users.default_open(),
+            info: Arc::new(ClientInfo::new(id, addr, local)),
+            authenticated: false,
             protocol: Protocol::Resp2,
             multi: None,
             multi_failed: false,
@@ -368,6 +383,8 @@ impl ConnState {
             reply_skip: false,
             reply_skip_next: false,
             master_link: false,
+            replconf: Default::default(),
+            transfer: None,
         }
     }
 
@@ -565,7 +582,7 @@ async fn run(shared: &Shared, stream: &mut TcpStream, conn: &mut ConnState) -> s
                 if conn.blocked.is_some() && !wait_blocked(shared, stream, conn, &mut out, &mut run).await? {
                     return Ok(());
                 }
-                if conn.close || *shutdown.borrow() {
+                if conn.close || conn.transfer.is_some() || *shutdown.borrow() {
                     run.commit(shared, &mut out).await;
                     stream.write_all(&out.buf).await?;
                     return Ok(());

@@ -1,6 +1,10 @@
-//! REPLICAOF: ScaledKV follows a real `redis-server` master (skipped, with
-//! a notice, where redis-server is not installed; `.ci/run` installs it).
-//! Every check compares the whole keyspace of both servers, key by key.
+//! ScaledKV and a real `redis-server` in replication, both ways: ScaledKV
+//! follows a Redis master (REPLICAOF), and Redis loads the RDB file
+//! `redis-cli --rdb` gets from ScaledKV (SYNC). Tests that need Redis are
+//! skipped, with a notice, where it is not installed (`.ci/run` installs
+//! it). Every check compares the whole keyspace of both servers, key by
+//! key. The export's own checks (one moment while clients write, what
+//! SYNC refuses) need no peer.
 
 mod common;
 
@@ -117,7 +121,16 @@ fn promote_and_write(con: &mut Connection, args: &[&str]) -> Value {
     }
 }
 
+/// Every type, small and past the one-value limits, with a function
+/// library, in database 0 and (to be skipped) in database 3.
 fn fill(con: &mut Connection) {
+    fill_db0(con);
+    for args in [&["SELECT", "3"][..], &["SET", "elsewhere", "not replicated"], &["SELECT", "0"]] {
+        run(con, args);
+    }
+}
+
+fn fill_db0(con: &mut Connection) {
     for args in [
         &["SET", "int", "12345"][..],
         &["SET", "text", "a value that LZF compresses: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"],
@@ -131,9 +144,6 @@ fn fill(con: &mut Connection) {
         &["XADD", "stream", "2-1", "g", "w"],
         &["XGROUP", "CREATE", "stream", "readers", "1-1"],
         &["FUNCTION", "LOAD", "#!lua name=lib\nredis.register_function{function_name='get_it', callback=function(keys) return redis.call('GET', keys[1]) end, flags={'no-writes'}}"],
-        &["SELECT", "3"],
-        &["SET", "elsewhere", "not replicated"],
-        &["SELECT", "0"],
     ] {
         run(con, args);
     }
@@ -435,4 +445,253 @@ fn a_restarted_replica_resumes_with_a_partial_resync() {
     wait_replicated(&mut master);
     assert_same(&mut master, &mut replica);
     assert_eq!(info_field(&mut master, "stats", "sync_full").as_deref(), Some("2"));
+}
+
+/// Sends `setup` (each command's reply read), then SYNC; returns the RDB
+/// file that follows, read up to its end mark, `pace` between reads of
+/// 64 KiB (a slow reader holds the export back).
+fn sync_file(stream: &mut std::net::TcpStream, setup: &[&[&[u8]]], sync: &[&[u8]], pace: Duration) -> Vec<u8> {
+    use std::io::{BufRead, BufReader, Read, Write};
+    for command in setup {
+        let reply = common::request(stream, &common::encode(command));
+        assert_eq!(reply, b"+OK\r\n", "{command:?}");
+    }
+    stream.write_all(&common::encode(sync)).unwrap();
+    let mut reader = BufReader::new(stream);
+    let mut line = String::new();
+    if sync[0].eq_ignore_ascii_case(b"psync") {
+        reader.read_line(&mut line).unwrap();
+        assert!(line.starts_with("+FULLRESYNC "), "{line:?}");
+        line.clear();
+    }
+    reader.read_line(&mut line).unwrap();
+    let mark = line.strip_prefix("$EOF:").unwrap_or_else(|| panic!("not a diskless transfer: {line:?}")).trim_end();
+    assert_eq!(mark.len(), 40);
+    let mut file = Vec::new();
+    let mut piece = vec![0; 64 << 10];
+    while !file.ends_with(mark.as_bytes()) {
+        let n = reader.read(&mut piece).unwrap();
+        assert!(n > 0, "the connection closed before the end mark");
+        file.extend_from_slice(&piece[..n]);
+        std::thread::sleep(pace);
+    }
+    file.truncate(file.len() - 40);
+    file
+}
+
+/// The strings of a string's or a plain hash's object, as ScaledKV writes
+/// them with `rdbcompression no`: lengths of 6 or 14 bits, integers.
+fn object_strings(payload: &[u8]) -> Vec<Vec<u8>> {
+    fn length(bytes: &mut &[u8]) -> usize {
+        let first = bytes[0];
+        let (len, used) = match first >> 6 {
+            0 => ((first & 0x3f) as usize, 1),
+            1 => ((((first & 0x3f) as usize) << 8) | bytes[1] as usize, 2),
+            _ if first == 0x80 => (u32::from_be_bytes(bytes[1..5].try_into().unwrap()) as usize, 5),
+            _ => panic!("encoding {first:#x}"),
+        };
+        *bytes = &bytes[used..];
+        len
+    }
+    fn string(bytes: &mut &[u8]) -> Vec<u8> {
+        let text = match bytes[0] {
+            0xC0 => (bytes[1] as i8).to_string().into_bytes(),
+            0xC1 => i16::from_le_bytes([bytes[1], bytes[2]]).to_string().into_bytes(),
+            0xC2 => i32::from_le_bytes(bytes[1..5].try_into().unwrap()).to_string().into_bytes(),
+            _ => {
+                let len = length(bytes);
+                let text = bytes[..len].to_vec();
+                *bytes = &bytes[len..];
+                return text;
+            }
+        };
+        *bytes = &bytes[if bytes[0] == 0xC0 {
+            2
+        } else if bytes[0] == 0xC1 {
+            3
+        } else {
+            5
+        }..];
+        text
+    }
+    let mut bytes = &payload[1..];
+    match payload[0] {
+        0 => vec![string(&mut bytes)],
+        4 => {
+            let pairs = length(&mut bytes);
+            (0..2 * pairs).map(|_| string(&mut bytes)).collect()
+        }
+        other => panic!("object type {other}"),
+    }
+}
+
+#[test]
+fn redis_loads_what_redis_cli_rdb_gets_from_scaledkv() {
+    if std::process::Command::new("redis-cli").arg("--version").output().is_err() {
+        eprintln!("NOTICE: redis-cli not found; skipping the RDB export test (.ci/run installs it)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("data"), &[]);
+    let mut skv = connect(server.port);
+    fill_db0(&mut skv);
+    let file = dir.path().join("dump.rdb");
+    let cli = std::process::Command::new("redis-cli")
+        .args(["-p", &server.port.to_string(), "--rdb"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&cli.stderr);
+    assert!(cli.status.success() && said.contains("Transfer finished with success"), "{said}");
+    let Some(redis) = RedisServer::start_loading(Some(&file), &["--databases", "1"]) else { return };
+    let mut redis = connect(redis.port);
+    assert_same(&mut skv, &mut redis);
+    assert_eq!(run(&mut redis, &["FCALL", "get_it", "1", "int"]), run(&mut skv, &["FCALL", "get_it", "1", "int"]));
+    // The connection closed after the file; the server serves on.
+    assert_eq!(run(&mut skv, &["PING"]), Value::SimpleString("PONG".into()));
+}
+
+#[test]
+fn an_rdb_export_is_one_moment_while_clients_write() {
+    const KEYS: usize = 20_000;
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("data"), &[]);
+    let mut con = connect(server.port);
+    run(&mut con, &["CONFIG", "SET", "rdbcompression", "no"]);
+    let value = |round: usize| format!("r{round:08}-{}", "x".repeat(90));
+    for start in (0..KEYS).step_by(1000) {
+        let mut mset = redis::cmd("MSET");
+        for i in start..start + 1000 {
+            mset.arg(format!("a-{i:05}")).arg(value(0)).arg(format!("z-{i:05}")).arg(value(0));
+        }
+        let _: Value = mset.query(&mut con).unwrap();
+    }
+    let mut hash = redis::cmd("HSET");
+    hash.arg("m-hash");
+    for field in 0..3000 {
+        hash.arg(format!("f-{field:04}")).arg(value(0));
+    }
+    let _: Value = hash.query(&mut con).unwrap();
+    // Round r writes a-i and z-i (i = r mod KEYS), and the hash's first and
+    // last fields, in one transaction.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let rounds = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let writer = {
+        let (stop, rounds, port) = (stop.clone(), rounds.clone(), server.port);
+        std::thread::spawn(move || {
+            let mut con = connect(port);
+            let mut round = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                round += 1;
+                let (i, v) = (round % KEYS, value(round));
+                let _: Value = redis::pipe()
+                    .atomic()
+                    .cmd("MSET")
+                    .arg(format!("a-{i:05}"))
+                    .arg(&v)
+                    .arg(format!("z-{i:05}"))
+                    .arg(&v)
+                    .cmd("HSET")
+                    .arg("m-hash")
+                    .arg("f-0000")
+                    .arg(&v)
+                    .arg("f-2999")
+                    .arg(&v)
+                    .query(&mut con)
+                    .unwrap();
+                rounds.store(round, std::sync::atomic::Ordering::Relaxed);
+            }
+        })
+    };
+    while rounds.load(std::sync::atomic::Ordering::Relaxed) < 100 {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let mut stream = server.connect();
+    let before = rounds.load(std::sync::atomic::Ordering::Relaxed);
+    let file = sync_file(&mut stream, &[&[b"REPLCONF", b"rdb-only", b"1"]], &[b"SYNC"], Duration::from_millis(10));
+    let after = rounds.load(std::sync::atomic::Ordering::Relaxed);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    writer.join().unwrap();
+    let round_of = |v: &[u8]| -> usize { std::str::from_utf8(&v[1..9]).unwrap().parse().unwrap() };
+    let mut values = BTreeMap::new();
+    let mut hash_ends = None;
+    let mut file = scaledkv_server::commands::dump::rdb::RdbFile::open(&file).unwrap();
+    while let Some(item) = file.next_item().unwrap() {
+        let scaledkv_server::commands::dump::rdb::Item::Entry(entry) = item else { panic!("no libraries here") };
+        let strings = object_strings(&entry.payload);
+        if entry.key == b"m-hash" {
+            let field = |name: &[u8]| round_of(&strings[strings.iter().position(|s| s == name).unwrap() + 1]);
+            assert_eq!(strings.len(), 6000);
+            hash_ends = Some((field(b"f-0000"), field(b"f-2999")));
+        } else {
+            values.insert(entry.key, round_of(&strings[0]));
+        }
+    }
+    assert_eq!(values.len(), 2 * KEYS);
+    // The moment: the newest round the file holds. Every key holds the
+    // last round up to it that wrote the key, no later one.
+    let moment = *values.values().max().unwrap();
+    assert!(moment >= before, "the file is older than the SYNC ({moment} < {before})");
+    assert!(after > moment + 10, "too few writes during the export to prove anything: {before}, {moment}, {after}");
+    for i in 0..KEYS {
+        let expected = (1..=moment).rev().find(|r| r % KEYS == i).unwrap_or(0);
+        for side in ["a", "z"] {
+            let key = format!("{side}-{i:05}").into_bytes();
+            assert_eq!(values[&key], expected, "{}", String::from_utf8_lossy(&key));
+        }
+    }
+    assert_eq!(hash_ends, Some((moment, moment)), "the hash's fields as of the same moment");
+}
+
+#[test]
+fn sync_serves_tools_and_refuses_replicas() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("data"), &[]);
+    let mut con = connect(server.port);
+    fill_db0(&mut con);
+    let error = |con: &mut Connection, args: &[&str]| -> String {
+        let error = redis::cmd(args[0]).arg(&args[1..]).query::<Value>(con).unwrap_err();
+        error.to_string()
+    };
+    // A Redis replica announces its port; PSYNC without rdb-only is one.
+    let mut replica = server.connect();
+    let port = common::request(&mut replica, &common::encode(&[b"REPLCONF", b"listening-port", b"6380"]));
+    assert_eq!(port, b"+OK\r\n");
+    let refused = common::request(&mut replica, &common::encode(&[b"SYNC"]));
+    assert!(refused.starts_with(b"-ERR ScaledKV serves no replicas"), "{}", String::from_utf8_lossy(&refused));
+    assert!(error(&mut con, &["PSYNC", "?", "-1"]).contains("serves no replicas"));
+    assert!(error(&mut con, &["REPLCONF", "rdb-only", "2"]).contains("value must between 0 and 1"));
+    assert!(error(&mut con, &["REPLCONF", "bogus", "1"]).contains("Unrecognized REPLCONF option: bogus"));
+    assert!(error(&mut con, &["REPLCONF", "rdb-filter-only", "keys"]).contains("Unsupported rdb-filter-only option"));
+    assert!(error(&mut con, &["REPLCONF", "capa"]).contains("syntax error"));
+    // ACK and GETACK get no reply, as from Redis to a client that is no
+    // replica: the next reply is PING's.
+    let mut raw = server.connect();
+    let acked = [common::encode(&[b"REPLCONF", b"ACK", b"0"]), common::encode(&[b"PING"])].concat();
+    assert_eq!(common::request(&mut raw, &acked), b"+PONG\r\n");
+    run(&mut con, &["MULTI"]);
+    assert!(error(&mut con, &["SYNC"]).contains("not allowed inside a transaction"));
+    run(&mut con, &["DISCARD"]);
+    // redis-cli --functions-rdb: the libraries alone, after PSYNC too.
+    let mut stream = server.connect();
+    let setup: [&[&[u8]]; 2] = [&[b"REPLCONF", b"rdb-only", b"1"], &[b"REPLCONF", b"rdb-filter-only", b"functions"]];
+    let file = sync_file(&mut stream, &setup, &[b"PSYNC", b"?", b"-1"], Duration::ZERO);
+    let mut file = scaledkv_server::commands::dump::rdb::RdbFile::open(&file).unwrap();
+    let mut items = Vec::new();
+    while let Some(item) = file.next_item().unwrap() {
+        items.push(item);
+    }
+    assert!(
+        matches!(&items[..], [scaledkv_server::commands::dump::rdb::Item::Library(code)] if code.starts_with(b"#!lua name=lib")),
+        "{items:?}"
+    );
+    // A tool's plain SYNC (redis-cli before 7.0 sends no REPLCONF): every key.
+    let mut stream = server.connect();
+    let file = sync_file(&mut stream, &[], &[b"SYNC"], Duration::ZERO);
+    let mut file = scaledkv_server::commands::dump::rdb::RdbFile::open(&file).unwrap();
+    let mut keys = 0;
+    while let Some(item) = file.next_item().unwrap() {
+        keys += matches!(item, scaledkv_server::commands::dump::rdb::Item::Entry(_)) as usize;
+    }
+    assert_eq!(keys, keyspace(&mut con).len());
 }

@@ -555,6 +555,9 @@ commands! {
     "latency", -2, 0, NONE, "server", diagnostics::latency, "A container for latency diagnostics commands.";
     "acl", -2, 0, NONE, "server", acl::acl, "A container for Access List Control commands.";
     "bgrewriteaof", 1, ADMIN, NONE, "server", standalone::bgrewriteaof, "Asynchronously rewrites the append-only file to disk.";
+    "sync", 1, ADMIN | NO_MULTI, NONE, "server", crate::rdb_sync::sync, "An internal command used in replication.";
+    "psync", -3, ADMIN | NO_MULTI, NONE, "server", crate::rdb_sync::sync, "An internal command used in replication.";
+    "replconf", -1, ADMIN, NONE, "server", crate::rdb_sync::replconf, "An internal command for configuring the replication stream.";
     "replicaof", 3, ADMIN, NONE, "server", standalone::replicaof, "Configures a server as replica of another, or promotes it to a master.";
     "slaveof", 3, ADMIN, NONE, "server", standalone::replicaof, "Sets a Redis server as a replica of another, or promotes it to being a master.";
     "failover", -1, ADMIN, NONE, "server", standalone::failover, "Starts a coordinated failover from a server to one of its replicas.";

@@ -123,6 +123,11 @@ impl RedisServer {
 
     /// As `start`, with more of redis-server's flags.
     pub fn start_with(extra: &[&str]) -> Option<RedisServer> {
+        Self::start_loading(None, extra)
+    }
+
+    /// As `start_with`, loading the RDB file `rdb` as it starts.
+    pub fn start_loading(rdb: Option<&Path>, extra: &[&str]) -> Option<RedisServer> {
         if Command::new("redis-server").arg("--version").output().is_err() {
             eprintln!("NOTICE: redis-server not found; skipping the differential test (.ci/run installs it)");
             return None;
@@ -130,6 +135,9 @@ impl RedisServer {
         // A free port can be taken between our probe and redis binding it: retry.
         for _ in 0..5 {
             let dir = tempfile::tempdir().unwrap();
+            if let Some(rdb) = rdb {
+                std::fs::copy(rdb, dir.path().join("dump.rdb")).unwrap();
+            }
             let port = free_port();
             let child = Command::new("redis-server")
                 .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])

@@ -12,6 +12,7 @@
 //! to 7.2 write them (plain, ziplist, listpack, intset, quicklists of
 //! ziplists and of listpacks).
 
+pub mod export;
 mod listpack;
 pub mod rdb;
 mod stream;

@@ -17,12 +17,12 @@ const OPCODE_SLOT_INFO: u8 = 244;
 const OPCODE_MODULE_AUX: u8 = 247;
 const OPCODE_IDLE: u8 = 248;
 const OPCODE_FREQ: u8 = 249;
-const OPCODE_AUX: u8 = 250;
+pub(super) const OPCODE_AUX: u8 = 250;
 const OPCODE_RESIZEDB: u8 = 251;
-const OPCODE_EXPIRETIME_MS: u8 = 252;
+pub(super) const OPCODE_EXPIRETIME_MS: u8 = 252;
 const OPCODE_EXPIRETIME: u8 = 253;
-const OPCODE_SELECTDB: u8 = 254;
-const OPCODE_EOF: u8 = 255;
+pub(super) const OPCODE_SELECTDB: u8 = 254;
+pub(super) const OPCODE_EOF: u8 = 255;
 
 /// One key of the file.
 #[derive(Debug, PartialEq)]

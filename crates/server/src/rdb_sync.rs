@@ -1,0 +1,155 @@
+//! SYNC for `redis-cli --rdb`: the data set as one RDB file, as of the
+//! moment SYNC arrived (`commands::dump::export`), sent the way a Redis
+//! master sends a diskless full sync (`$EOF:<mark>`, the file, the mark),
+//! then the connection closes: ScaledKV streams no writes after it, so a
+//! Redis replica's PSYNC gets an error instead of a file that would leave
+//! it behind for ever.
+//!
+//! REPLCONF takes what `redis-cli --rdb` and `--functions-rdb` send
+//! (`rdb-only`, `rdb-filter-only functions`) and what a replica announces
+//! (`listening-port`, `ip-address`, `capa`), as Redis 7.0 does.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+
+use crate::commands::args::{eq, parse_i64};
+use crate::commands::{err, CmdResult, Ctx};
+use crate::server::Shared;
+
+/// The export's pieces: large enough that a write to the socket is cheap
+/// per byte, small enough that a few in flight cost little memory.
+const PIECE_BYTES: usize = 1 << 20;
+
+/// A file to send once the replies before it are out (`conn::serve`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Transfer {
+    /// Asked by PSYNC: the file follows a `+FULLRESYNC` line.
+    pub psync: bool,
+    /// `rdb-filter-only functions`: the libraries, no keys.
+    pub functions_only: bool,
+}
+
+/// What REPLCONF set for the connection.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Replconf {
+    /// Announced a `listening-port`, as a Redis replica does (tools such
+    /// as redis-cli do not).
+    pub replica: bool,
+    pub rdb_only: bool,
+    pub functions_only: bool,
+}
+
+pub fn replconf(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    if args.len().is_multiple_of(2) {
+        return Err(err("ERR syntax error"));
+    }
+    let mut settings = ctx.conn.replconf;
+    for pair in args[1..].chunks(2) {
+        let (option, value) = (&pair[0], &pair[1]);
+        if eq(option, "listening-port") {
+            parse_i64(value).ok_or_else(|| err("ERR value is not an integer or out of range"))?;
+            settings.replica = true;
+        } else if eq(option, "ip-address") || eq(option, "capa") {
+        } else if eq(option, "ack") || eq(option, "fack") || eq(option, "getack") {
+            // From a replica, or to one: this server has neither, and
+            // Redis answers neither.
+            return Ok(());
+        } else if eq(option, "rdb-only") {
+            settings.rdb_only = match parse_i64(value) {
+                Some(0) => false,
+                Some(1) => true,
+                _ => return Err(err("ERR value is out of range, value must between 0 and 1")),
+            };
+        } else if eq(option, "rdb-filter-only") {
+            settings.functions_only = false;
+            for filter in String::from_utf8_lossy(value).split_ascii_whitespace() {
+                if !filter.eq_ignore_ascii_case("functions") {
+                    return Err(err(format!("ERR Unsupported rdb-filter-only option: {filter}")));
+                }
+                settings.functions_only = true;
+            }
+        } else {
+            return Err(err(format!("ERR Unrecognized REPLCONF option: {}", String::from_utf8_lossy(option))));
+        }
+    }
+    ctx.conn.replconf = settings;
+    ctx.out.ok();
+    Ok(())
+}
+
+/// SYNC from a tool (no `listening-port` announced, or `rdb-only`), and
+/// PSYNC after `REPLCONF rdb-only 1`: the file, then the connection
+/// closes. A Redis replica is refused: it would load the file, find the
+/// connection closed, and sync in full again, in a loop.
+pub fn sync(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    let psync = eq(&args[0], "psync");
+    let settings = ctx.conn.replconf;
+    if !settings.rdb_only && (psync || settings.replica) {
+        return Err(err(
+            "ERR ScaledKV serves no replicas: it sends an RDB file of its data (redis-cli --rdb, or REPLCONF rdb-only 1 then SYNC) but streams no writes after it",
+        ));
+    }
+    if ctx.shared.replication.loading.load(Ordering::Acquire) {
+        return Err(err("NOMASTERLINK Can't SYNC while not connected with my master"));
+    }
+    ctx.conn.transfer = Some(Transfer { psync, functions_only: ctx.conn.replconf.functions_only });
+    Ok(())
+}
+
+/// Sends the file (`Transfer`) to the client of `stream`. Its end is the
+/// mark after it: a client that sees the connection close before the
+/// mark knows the file is cut short (an engine error, a shutdown).
+pub async fn send(shared: Arc<Shared>, stream: &mut TcpStream, transfer: Transfer) -> std::io::Result<()> {
+    let mark = random_hex();
+    let mut head = String::new();
+    if transfer.psync {
+        head.push_str(&format!("+FULLRESYNC {} 0\r\n", random_hex()));
+    }
+    head.push_str(&format!("$EOF:{mark}\r\n"));
+    stream.write_all(head.as_bytes()).await?;
+    let started = Instant::now();
+    let (pieces, mut arriving) = tokio::sync::mpsc::channel::<Vec<u8>>(2);
+    let exporting = shared.clone();
+    let job = tokio::task::spawn_blocking(move || {
+        let keys = !transfer.functions_only;
+        crate::commands::dump::export::export(&exporting, PIECE_BYTES, keys, |piece| {
+            pieces.blocking_send(piece).is_ok()
+        })
+    });
+    let mut shutdown = shared.shutdown.subscribe();
+    loop {
+        let piece = tokio::select! {
+            piece = arriving.recv() => piece,
+            _ = shutdown.changed() => return Ok(()),
+        };
+        let Some(piece) = piece else { break };
+        stream.write_all(&piece).await?;
+        shared.stats.net_output_bytes.fetch_add(piece.len() as u64, Ordering::Relaxed);
+    }
+    match job.await {
+        Ok(Ok(Some(exported))) => {
+            stream.write_all(mark.as_bytes()).await?;
+            tracing::info!(
+                keys = exported.keys,
+                bytes = exported.bytes,
+                millis = started.elapsed().as_millis() as u64,
+                "sent an RDB file of the data set"
+            );
+        }
+        Ok(Ok(None)) => {}
+        Ok(Err(error)) => tracing::error!(error = %error.text(), "RDB export failed; the file was cut short"),
+        Err(error) => tracing::error!(%error, "RDB export failed; the file was cut short"),
+    }
+    Ok(())
+}
+
+fn random_hex() -> String {
+    use rand::Rng;
+    let mut rng = rand::thread_rng();
+    (0..40).map(|_| char::from_digit(rng.gen_range(0..16), 16).expect("a hex digit")).collect()
+}
