@@ -341,7 +341,7 @@ pub async fn serve(shared: Arc<Shared>, mut stream: TcpStream, addr: SocketAddr)
     let mut conn = ConnState::register(&shared, id, addr, local);
     let mut ended = run(&shared, &mut stream, &mut conn).await;
     if let (Ok(()), Some(transfer)) = (&ended, conn.transfer.take()) {
-        ended = crate::rdb_sync::send(shared.clone(), &mut stream, transfer).await;
+        ended = crate::rdb_sync::send(shared.clone(), &conn.info, &mut stream, transfer).await;
     }
     if let Err(error) = ended {
         tracing::debug!(client = id, %addr, %error, "connection ended");

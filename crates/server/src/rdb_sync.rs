@@ -19,6 +19,7 @@ use tokio::net::TcpStream;
 
 use crate::commands::args::{eq, parse_i64};
 use crate::commands::{err, CmdResult, Ctx};
+use crate::conn::ClientInfo;
 use crate::server::Shared;
 
 /// The export's pieces: large enough that a write to the socket is cheap
@@ -104,7 +105,13 @@ pub fn sync(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
 /// Sends the file (`Transfer`) to the client of `stream`. Its end is the
 /// mark after it: a client that sees the connection close before the
 /// mark knows the file is cut short (an engine error, a shutdown).
-pub async fn send(shared: Arc<Shared>, stream: &mut TcpStream, transfer: Transfer) -> std::io::Result<()> {
+/// CLIENT KILL of `client` (or a shutdown) ends it where it is.
+pub async fn send(
+    shared: Arc<Shared>,
+    client: &ClientInfo,
+    stream: &mut TcpStream,
+    transfer: Transfer,
+) -> std::io::Result<()> {
     let mark = random_hex();
     let mut head = String::new();
     if transfer.psync {
@@ -123,9 +130,13 @@ pub async fn send(shared: Arc<Shared>, stream: &mut TcpStream, transfer: Transfe
     });
     let mut shutdown = shared.shutdown.subscribe();
     loop {
+        if client.killed.load(Ordering::Acquire) {
+            return Ok(());
+        }
         let piece = tokio::select! {
             piece = arriving.recv() => piece,
             _ = shutdown.changed() => return Ok(()),
+            _ = client.wake.notified() => continue,
         };
         let Some(piece) = piece else { break };
         stream.write_all(&piece).await?;
