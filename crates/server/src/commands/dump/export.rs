@@ -5,11 +5,12 @@
 //! The moment is an engine snapshot read through `Snapshot::view`: every
 //! key's value, a hash's fields and a list's chunks alike, is read as it
 //! was when the export began, while clients go on writing. Each key is
-//! written as DUMP serializes it (its object without DUMP's footer), with
-//! its expiry time; then the function libraries, as of the export's start.
+//! written as DUMP serializes it (its object, without DUMP's footer), with
+//! its expiry time; the function libraries, as of the export's start, go
+//! first.
 
 use super::rdb::{OPCODE_AUX, OPCODE_EOF, OPCODE_EXPIRETIME_MS, OPCODE_SELECTDB};
-use super::{serialize, write_length, CRC64, OPCODE_FUNCTION2, RDB_VERSION};
+use super::{object_of, write_length, CRC64, OPCODE_FUNCTION2, RDB_VERSION};
 use crate::commands::{CmdError, Ctx};
 use crate::conn::ConnState;
 use crate::keyspace::{Writes, RESERVED};
@@ -63,9 +64,9 @@ pub fn export(
             for key in &keys {
                 // Expired since the snapshot: gone for a reader too.
                 let Some(value) = ctx.writes.get_untouched(&shared.db, key)? else { continue };
-                let payload = serialize(&mut ctx, key, &value)?;
+                let object = object_of(&mut ctx, key, &value)?;
                 ctx.out.buf.clear();
-                file.entry(key, &payload, value.expiry_ms());
+                file.entry(key, &object, value.expiry_ms());
                 if file.buf.len() >= piece && !file.send(&mut sink) {
                     return Ok(false);
                 }
@@ -128,14 +129,13 @@ impl Writer {
         self.buf.extend_from_slice(bytes);
     }
 
-    /// A key with DUMP's `payload` for it: its type byte goes before the
-    /// key, its object after, its footer (RDB version, CRC-64) not at all.
-    fn entry(&mut self, key: &[u8], payload: &[u8], expiry_ms: Option<u64>) {
+    /// A key and its RDB object: the object's type byte goes before the
+    /// key, the rest after.
+    fn entry(&mut self, key: &[u8], object: &[u8], expiry_ms: Option<u64>) {
         if let Some(at) = expiry_ms {
             self.buf.push(OPCODE_EXPIRETIME_MS);
             self.buf.extend_from_slice(&at.to_le_bytes());
         }
-        let object = &payload[..payload.len() - 10];
         self.buf.push(object[0]);
         self.string(key);
         self.buf.extend_from_slice(&object[1..]);

@@ -14,6 +14,7 @@
 
 pub mod export;
 mod listpack;
+mod lzf;
 pub mod rdb;
 mod stream;
 mod ziplist;
@@ -73,53 +74,58 @@ const OTHER_TYPES: std::ops::RangeInclusive<u8> = 1..=25;
 const CRC64: crc::Crc<u64, crc::Table<16>> = crc::Crc::<u64, crc::Table<16>>::new(&crc::CRC_64_REDIS);
 
 /// The serialized form of a stored value (a table's fields read through
-/// `ctx`).
+/// `ctx`): its object, the RDB version and a CRC-64.
 fn serialize(ctx: &mut Ctx<'_>, key: &[u8], value: &Value) -> Result<Vec<u8>, CmdError> {
+    object_of(ctx, key, value).map(with_footer)
+}
+
+/// A stored value's RDB object, what an RDB file holds after its key.
+fn object_of(ctx: &mut Ctx<'_>, key: &[u8], value: &Value) -> Result<Vec<u8>, CmdError> {
     match value.tag() {
         TYPE_HASH => {
             let pairs: Vec<(&[u8], &[u8])> = crate::hash::pairs(value.data()).collect::<Result<_, _>>()?;
-            Ok(serialize_hash(pairs.into_iter()))
+            Ok(hash_object(pairs.into_iter()))
         }
         TYPE_HASH_TABLE => {
             let table = Table::of(value)?;
             let pairs = super::table::entries(ctx, &table, None, usize::MAX)?;
-            Ok(serialize_hash(pairs.iter().map(|(f, v)| (&f[..], &v[..]))))
+            Ok(hash_object(pairs.iter().map(|(f, v)| (&f[..], &v[..]))))
         }
-        TYPE_SET | TYPE_SET_TABLE => Ok(serialize_strings(TYPE_SET_MEMBERS, &super::sets::members_of(ctx, value)?)),
+        TYPE_SET | TYPE_SET_TABLE => Ok(strings_object(TYPE_SET_MEMBERS, &super::sets::members_of(ctx, value)?)),
         TYPE_LIST | TYPE_LIST_TABLE => {
-            Ok(serialize_strings(TYPE_LIST_ELEMENTS, &super::lists::elements_of(ctx, key, value)?))
+            Ok(strings_object(TYPE_LIST_ELEMENTS, &super::lists::elements_of(ctx, key, value)?))
         }
-        TYPE_ZSET | TYPE_ZSET_TABLE => Ok(serialize_zset(&super::zsets::members_of(ctx, value)?)),
-        crate::keyspace::TYPE_STREAM_TABLE => Ok(with_footer(stream::serialize(&stream::read(ctx, value)?)?)),
-        _ => Ok(serialize_string(value.string()?)),
+        TYPE_ZSET | TYPE_ZSET_TABLE => Ok(zset_object(&super::zsets::members_of(ctx, value)?)),
+        crate::keyspace::TYPE_STREAM_TABLE => Ok(stream::serialize(&stream::read(ctx, value)?)?),
+        _ => Ok(string_object(value.string()?)),
     }
 }
 
 /// An object of type `kind` that is a count and as many strings (a set's
 /// members, a list's elements).
-fn serialize_strings(kind: u8, strings: &[Vec<u8>]) -> Vec<u8> {
+fn strings_object(kind: u8, strings: &[Vec<u8>]) -> Vec<u8> {
     let mut out = vec![kind];
     write_length(&mut out, strings.len() as u64);
     for string in strings {
         write_string(&mut out, string);
     }
-    with_footer(out)
+    out
 }
 
 /// A sorted set as RDB_TYPE_ZSET_2: its length, then each member and its
 /// score (a double, little endian).
-fn serialize_zset(members: &[(Vec<u8>, f64)]) -> Vec<u8> {
+fn zset_object(members: &[(Vec<u8>, f64)]) -> Vec<u8> {
     let mut out = vec![TYPE_ZSET_BINARY];
     write_length(&mut out, members.len() as u64);
     for (member, score) in members {
         write_string(&mut out, member);
         out.extend_from_slice(&score.to_le_bytes());
     }
-    with_footer(out)
+    out
 }
 
 /// A hash as RDB_TYPE_HASH: its length, then each field and value.
-fn serialize_hash<'p>(pairs: impl ExactSizeIterator<Item = (&'p [u8], &'p [u8])>) -> Vec<u8> {
+fn hash_object<'p>(pairs: impl ExactSizeIterator<Item = (&'p [u8], &'p [u8])>) -> Vec<u8> {
     let mut out = vec![TYPE_HASH_PAIRS];
     write_length(&mut out, pairs.len() as u64);
     for (field, value) in pairs {
@@ -127,14 +133,18 @@ fn serialize_hash<'p>(pairs: impl ExactSizeIterator<Item = (&'p [u8], &'p [u8])>
             write_string(&mut out, bytes);
         }
     }
-    with_footer(out)
+    out
 }
 
 /// The serialized form of the string `data`.
 pub fn serialize_string(data: &[u8]) -> Vec<u8> {
+    with_footer(string_object(data))
+}
+
+fn string_object(data: &[u8]) -> Vec<u8> {
     let mut out = vec![TYPE_STRING];
     write_string(&mut out, data);
-    with_footer(out)
+    out
 }
 
 /// Whether DUMP compresses strings with LZF (Redis's `rdbcompression`).
@@ -154,14 +164,12 @@ pub fn set_compression(on: bool) {
 /// bytes.
 fn write_string(out: &mut Vec<u8>, data: &[u8]) {
     if data.len() > 20 && compression() {
-        if let Ok(compressed) = lzf::compress(data) {
-            if compressed.len() <= data.len() - 4 {
-                out.push(0xC3);
-                write_length(out, compressed.len() as u64);
-                write_length(out, data.len() as u64);
-                out.extend_from_slice(&compressed);
-                return;
-            }
+        if let Some(compressed) = self::lzf::compress(data) {
+            out.push(0xC3);
+            write_length(out, compressed.len() as u64);
+            write_length(out, data.len() as u64);
+            out.extend_from_slice(&compressed);
+            return;
         }
     }
     match parse_i64(data).and_then(|n| i32::try_from(n).ok()) {
@@ -828,8 +836,11 @@ mod tests {
         nodes[2] = 3;
         assert_eq!(value_of(&with_footer(nodes)), Err(Refused::BadFormat));
         // What DUMP writes (RDB_TYPE_LIST) reads back; an empty list is bad data.
-        assert_eq!(value_of(&serialize_strings(TYPE_LIST_ELEMENTS, &[b"x".to_vec()])).map(|(t, _)| t), Ok(TYPE_LIST));
-        assert_eq!(value_of(&serialize_strings(TYPE_LIST_ELEMENTS, &[])), Err(Refused::BadFormat));
+        assert_eq!(
+            value_of(&with_footer(strings_object(TYPE_LIST_ELEMENTS, &[b"x".to_vec()]))).map(|(t, _)| t),
+            Ok(TYPE_LIST)
+        );
+        assert_eq!(value_of(&with_footer(strings_object(TYPE_LIST_ELEMENTS, &[]))), Err(Refused::BadFormat));
     }
 
     /// What Redis 6 writes (ziplists, quicklists of them) and Redis 7.2
@@ -906,7 +917,7 @@ mod tests {
         let noise: Vec<u8> = (0..=255u8).map(|b| b.wrapping_mul(167)).collect();
         let plain = serialize_string(&noise);
         assert_eq!(&plain[..4], [TYPE_STRING, 0x41, 0x00, 0]);
-        let payload = serialize_hash([(&b"field"[..], &b"abc".repeat(10)[..])].into_iter());
+        let payload = with_footer(hash_object([(&b"field"[..], &b"abc".repeat(10)[..])].into_iter()));
         assert_eq!(value_of(&payload), Ok(hash(&[(b"field", &b"abc".repeat(10))])));
         assert!(payload.windows(2).any(|w| w == [0xC3, 0x0B]), "compressed");
     }
