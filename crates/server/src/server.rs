@@ -115,6 +115,8 @@ pub struct Shared {
     pub pause: crate::pause::Pause,
     /// REPLICAOF's master and the link to it (`crate::replica`).
     pub replication: crate::replica::Replication,
+    /// SAVE and BGSAVE's RDB files (`crate::rdb_save`).
+    pub saves: crate::rdb_save::Saves,
 }
 
 impl Shared {
@@ -282,6 +284,7 @@ pub async fn run(config: Config, db: Db) -> Result<(), String> {
         volatile: crate::expiry::Volatile::default(),
         pause: Default::default(),
         replication: Default::default(),
+        saves: Default::default(),
         db,
         locks: KeyLocks::default(),
         stats: ServerStats::default(),
@@ -326,6 +329,7 @@ pub async fn run(config: Config, db: Db) -> Result<(), String> {
         None => shared.replication.stop(&shared).map_err(|e| format!("cannot forget the replication position: {e}"))?,
     }
     tokio::spawn(crate::replica::follow_masters(shared.clone()));
+    tokio::spawn(crate::rdb_save::background_saves(shared.clone()));
     tracing::info!(bind = %shared.config.bind, port, "ready to accept connections");
     if let Some(path) = &shared.config.port_file {
         std::fs::write(path, port.to_string()).map_err(|e| format!("cannot write {}: {e}", path.display()))?;

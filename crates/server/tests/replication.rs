@@ -695,3 +695,64 @@ fn sync_serves_tools_and_refuses_replicas() {
     }
     assert_eq!(keys, keyspace(&mut con).len());
 }
+
+#[test]
+fn save_bgsave_and_shutdown_save_write_a_dump_rdb_that_redis_loads() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let mut server = Server::start(&data, &[]);
+    let mut con = connect(server.port);
+    fill_db0(&mut con);
+    let persistence = |con: &mut Connection, field: &str| info_field(con, "persistence", field).unwrap();
+    let lastsave_before: i64 = redis::cmd("LASTSAVE").query(&mut con).unwrap();
+    // BGSAVE: started at once, written in the background.
+    assert_eq!(run(&mut con, &["BGSAVE"]), Value::SimpleString("Background saving started".into()));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while persistence(&mut con, "rdb_bgsave_in_progress") != "0" {
+        assert!(Instant::now() < deadline, "BGSAVE did not end");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(persistence(&mut con, "rdb_last_bgsave_status"), "ok");
+    assert_eq!(persistence(&mut con, "rdb_saves"), "1");
+    let lastsave: i64 = redis::cmd("LASTSAVE").query(&mut con).unwrap();
+    assert!(lastsave >= lastsave_before);
+    let dump = data.join("dump.rdb");
+    let bgsaved = std::fs::read(&dump).unwrap();
+    // SAVE under another name, after a change: the file has it.
+    let bad = redis::cmd("CONFIG").arg(&["SET", "dbfilename", "../elsewhere.rdb"][..]).query::<Value>(&mut con);
+    assert!(bad.unwrap_err().to_string().contains("dbfilename can't be a path, just a filename"));
+    run(&mut con, &["CONFIG", "SET", "dbfilename", "other.rdb"]);
+    let named: Vec<String> = redis::cmd("CONFIG").arg(&["GET", "dbfilename"][..]).query(&mut con).unwrap();
+    assert_eq!(named, ["dbfilename", "other.rdb"]);
+    run(&mut con, &["SET", "after-bgsave", "yes"]);
+    assert_eq!(run(&mut con, &["SAVE"]), Value::Okay);
+    let saved = std::fs::read(data.join("other.rdb")).unwrap();
+    assert_eq!(persistence(&mut con, "rdb_saves"), "2");
+    // No temporary file is left beside them.
+    let left: Vec<_> = std::fs::read_dir(&data).unwrap().filter_map(|e| e.ok()).map(|e| e.file_name()).collect();
+    assert!(!left.iter().any(|name| name.to_string_lossy().ends_with(".rdb.tmp")), "{left:?}");
+    // SHUTDOWN SAVE writes it again before the server stops.
+    run(&mut con, &["CONFIG", "SET", "dbfilename", "dump.rdb"]);
+    run(&mut con, &["SET", "before-shutdown", "yes"]);
+    let keys = keyspace(&mut con);
+    let _ = redis::cmd("SHUTDOWN").arg("SAVE").query::<Value>(&mut con);
+    assert!(server.wait_exit(), "SHUTDOWN SAVE exits cleanly");
+    let at_shutdown = std::fs::read(&dump).unwrap();
+    assert!(at_shutdown.len() > bgsaved.len() && saved.len() > bgsaved.len());
+    // Redis loads each file: the last holds every key, with the same values.
+    let Some(redis) = RedisServer::start_loading(Some(&dump), &["--databases", "1"]) else { return };
+    let mut redis = connect(redis.port);
+    let loaded = keyspace(&mut redis);
+    assert_eq!(loaded.keys().collect::<Vec<_>>(), keys.keys().collect::<Vec<_>>());
+    for (key, (value, ttl)) in &keys {
+        let (theirs, their_ttl) = &loaded[key];
+        assert_eq!(value, theirs, "key {key}");
+        assert!((*ttl < 0 && ttl == their_ttl) || (ttl - their_ttl).abs() <= 2000, "key {key}");
+    }
+    let Some(earlier) = RedisServer::start_loading(Some(&data.join("other.rdb")), &["--databases", "1"]) else {
+        return;
+    };
+    let mut earlier = connect(earlier.port);
+    assert_eq!(run(&mut earlier, &["GET", "after-bgsave"]), Value::BulkString(b"yes".to_vec()));
+    assert_eq!(run(&mut earlier, &["EXISTS", "before-shutdown"]), Value::Int(0));
+}

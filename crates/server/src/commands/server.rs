@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
 use scaledkv::log::record::{ENTRY_HEADER_BYTES, EXPIRY_BYTES, FRAME_ALIGN_BYTES};
-use scaledkv::{now_ms, Durability, WriteBatch, MAX_BATCH_BYTES};
+use scaledkv::{Durability, WriteBatch, MAX_BATCH_BYTES};
 
 use super::args::{eq, int, int32};
 use super::{
@@ -601,6 +601,14 @@ pub fn shutdown(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
             return Err(err("ERR No shutdown in progress."));
         }
     }
+    // SAVE: the RDB file first, as Redis writes it (its save points are
+    // never set here, so without SAVE none is written).
+    if args[1..].iter().any(|arg| eq(arg, "save")) && !args[1..].iter().any(|arg| eq(arg, "nosave")) {
+        if let Err(error) = ctx.shared.saves.now(ctx.shared) {
+            tracing::error!(%error, "SHUTDOWN SAVE: the RDB file was not written; not shutting down");
+            return Err(err("ERR Errors trying to SHUTDOWN. Check logs."));
+        }
+    }
     tracing::info!(client = ctx.conn.info.id, "SHUTDOWN requested");
     ctx.shared.request_shutdown();
     // Redis closes the connection without a reply when it shuts down.
@@ -608,16 +616,22 @@ pub fn shutdown(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     Ok(())
 }
 
-/// SAVE and BGSAVE: every write is already durable; this writes an index
-/// checkpoint so the next start replays nothing.
+/// SAVE and BGSAVE: an index checkpoint (every write is already durable;
+/// the next start replays nothing), then the data set as an RDB file
+/// (`crate::rdb_save`). SAVE writes it before it replies, holding this
+/// thread's clients meanwhile, as Redis's SAVE holds all of them.
 pub fn save(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
-    ctx.db().flush()?;
-    ctx.shared.last_save.store(now_ms() / 1000, Ordering::Relaxed);
-    if eq(&args[0], "bgsave") {
-        ctx.out.simple("Background saving started");
-    } else {
+    if !eq(&args[0], "bgsave") {
+        ctx.shared.saves.now(ctx.shared).map_err(|error| err(format!("ERR {error}")))?;
         ctx.out.ok();
+        return Ok(());
     }
+    let schedule = match args.get(1) {
+        None => false,
+        Some(word) if args.len() == 2 && eq(word, "schedule") => true,
+        Some(_) => return Err(CmdError::Syntax),
+    };
+    ctx.out.simple(ctx.shared.saves.background(schedule).map_err(err)?);
     Ok(())
 }
 
@@ -738,7 +752,7 @@ pub fn info_text(ctx: &Ctx<'_>, sections: &[String]) -> String {
              rdb_last_save_time:{}\r\nlog_bytes:{}\r\nlive_bytes:{}\r\ndisk_bytes:{}\r\nsegments:{}\r\n\
              segments_freed:{}\r\nsegments_recycled:{}\r\nlog_roll_waits:{}\r\nlog_roll_wait_micros:{}\r\nwrite_amplification:{:.3}\r\nspace_amplification:{:.3}\r\ngc_runs:{}\r\n\
              gc_stalled_writes:{}\r\ngc_stall_micros:{}\r\ncheckpoints:{}\r\ndelta_checkpoints:{}\r\ncheckpoint_bytes_written:{}\r\n\
-             commit_groups:{}\r\ncommitted_writes:{}\r\nearly_lock_releases:{}\r\ntables_written_ahead:{}\r\nreserved_entries:{}\r\n\r\n",
+             commit_groups:{}\r\ncommitted_writes:{}\r\nearly_lock_releases:{}\r\ntables_written_ahead:{}\r\nreserved_entries:{}\r\n{}\r\n",
             // A replica's full sync loading the master's data set.
             u8::from(shared.replication.loading.load(Ordering::Relaxed)),
             config.durability,
@@ -765,6 +779,7 @@ pub fn info_text(ctx: &Ctx<'_>, sections: &[String]) -> String {
             s.early_lock_releases.load(Ordering::Relaxed),
             s.tables_written_ahead.load(Ordering::Relaxed),
             shared.reserved_entries.load(Ordering::Relaxed),
+            shared.saves.info(),
         );
     }
     if wanted("stats") {
@@ -999,6 +1014,7 @@ fn parameters(ctx: &Ctx<'_>) -> Vec<(&'static str, String)> {
         ("appendonly", if durable { "yes" } else { "no" }.into()),
         ("appendfsync", if durable { "always" } else { "no" }.into()),
         ("save", String::new()),
+        ("dbfilename", shared.saves.dbfilename.lock().clone()),
         ("databases", "1".into()),
         ("maxmemory", config.memory.maxmemory().to_string()),
         ("maxmemory-policy", config.memory.policy().into()),
@@ -1104,6 +1120,14 @@ fn config_set(ctx: &mut Ctx<'_>, name: &str, value: &[u8]) -> CmdResult {
         "tracking-table-max-keys" => shared.tracking.max_keys.store(signed(0)? as usize, Ordering::Relaxed),
         "latency-tracking" => crate::commandstats::set_tracking(yes_or_no()?),
         "rdbcompression" => super::dump::set_compression(yes_or_no()?),
+        "dbfilename" => {
+            if !crate::rdb_save::valid_name(&text) {
+                return Err(err(format!(
+                    "ERR CONFIG SET failed (possibly related to argument '{name}') - dbfilename can't be a path, just a filename"
+                )));
+            }
+            *shared.saves.dbfilename.lock() = text.to_string();
+        }
         "busy-reply-threshold" | "lua-time-limit" => {
             shared.scripts.control.busy_millis.store(number()?, Ordering::Relaxed)
         }
