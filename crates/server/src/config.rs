@@ -75,6 +75,10 @@ pub struct Cli {
     /// The password REPLICAOF's link authenticates with.
     #[arg(long = "masterauth")]
     pub masterauth: Option<String>,
+    /// Load this Redis RDB file (a dump.rdb) into the empty database as
+    /// the server starts; skipped once imported (`crate::rdb_import`).
+    #[arg(long = "import-rdb")]
+    pub import_rdb: Option<PathBuf>,
     /// Serve the memcached protocols (text and binary) on this port too (off by default;
     /// memcached's is 11211; 0 picks a free one, INFO's memcached_port
     /// tells which).
@@ -153,6 +157,7 @@ struct FileConfig {
     client_output_buffer_limit: Option<String>,
     replicaof: Option<String>,
     masterauth: Option<String>,
+    import_rdb: Option<PathBuf>,
     memcached_port: Option<u16>,
     memcached_item_size_max: Option<usize>,
     maxmemory: Option<String>,
@@ -197,6 +202,8 @@ pub struct Config {
     /// The master to follow from the start (`crate::replica`).
     pub replicaof: Option<crate::replica::Master>,
     pub masterauth: Option<String>,
+    /// An RDB file to load into the empty database at start.
+    pub import_rdb: Option<PathBuf>,
     /// The memcached protocol's port (None: off; `crate::memcache`).
     pub memcached_port: Option<u16>,
     /// The largest memcached item (key, value and memcached's per-item
@@ -247,6 +254,7 @@ impl Default for Config {
             client_output_buffer_limit: None,
             replicaof: None,
             masterauth: None,
+            import_rdb: None,
             memcached_port: None,
             memcached_item_size_max: DEFAULT_MEMCACHED_ITEM_SIZE_MAX,
             memory: Arc::default(),
@@ -344,6 +352,7 @@ impl Config {
             client_output_buffer_limit,
             replicaof,
             masterauth: cli.masterauth.or(file.masterauth),
+            import_rdb: cli.import_rdb.or(file.import_rdb),
             memcached_port: cli.memcached_port.or(file.memcached_port),
             memcached_item_size_max: cli
                 .memcached_item_size_max

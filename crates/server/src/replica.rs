@@ -321,7 +321,7 @@ pub async fn follow_masters(shared: Arc<Shared>) {
 }
 
 /// Why a link ended.
-enum Ended {
+pub(crate) enum Ended {
     /// REPLICAOF moved on, or the server shuts down.
     Stopped,
     Failed(String),
@@ -333,7 +333,7 @@ impl From<std::io::Error> for Ended {
     }
 }
 
-type Linked<T> = Result<T, Ended>;
+pub(crate) type Linked<T> = Result<T, Ended>;
 
 /// What ends a link: another REPLICAOF, or shutdown.
 struct Stops {
@@ -566,38 +566,15 @@ impl<'s> Link<'s> {
         forget_position(shared).map_err(|error| Ended::Failed(format!("cannot forget the old position: {error}")))?;
         runner.run(vec![Bytes::from_static(b"FUNCTION"), Bytes::from_static(b"FLUSH")]).await?;
         runner.run(vec![Bytes::from_static(b"FLUSHALL")]).await?;
-        let (mut keys, mut skipped) = (0u64, 0u64);
-        while let Some(item) = file.next_item().map_err(|error| Ended::Failed(error.to_string()))? {
-            match item {
-                Item::Entry(entry) if entry.db != 0 => skipped += 1,
-                Item::Entry(entry) => {
-                    let mut args = vec![
-                        Bytes::from_static(b"RESTORE"),
-                        Bytes::from(entry.key),
-                        Bytes::from(entry.expiry_ms.unwrap_or(0).to_string()),
-                        Bytes::from(entry.payload),
-                        Bytes::from_static(b"REPLACE"),
-                        Bytes::from_static(b"ABSTTL"),
-                    ];
-                    if let Some(counter) = entry.freq {
-                        args.push(Bytes::from_static(b"FREQ"));
-                        args.push(Bytes::from(counter.to_string()));
-                    }
-                    runner.run(args).await?;
-                    keys += 1;
-                }
-                Item::Library(code) => {
-                    let load = [&b"FUNCTION"[..], b"LOAD", b"REPLACE"].map(Bytes::from_static);
-                    let mut args = load.to_vec();
-                    args.push(Bytes::from(code));
-                    runner.run(args).await?;
-                }
-            }
-            if keys.is_multiple_of(1024) && self.stops.stopped() {
+        let stops = &self.stops;
+        let (keys, skipped) = match restore_all(&mut runner, &mut file, || stops.stopped()).await {
+            Ok(counts) => counts,
+            Err(Ended::Failed(error)) => return Err(Ended::Failed(error)),
+            Err(Ended::Stopped) => {
                 runner.commit().await;
                 return Err(Ended::Stopped);
             }
-        }
+        };
         let new = !shared.replication.stored.swap(true, Ordering::Relaxed);
         runner.run.put_setting(STATE_KEY, format!("{replid} {offset}").as_bytes(), new);
         let committed = runner.commit().await;
@@ -705,6 +682,50 @@ fn forget_position(shared: &Shared) -> scaledkv::Result<()> {
     Ok(())
 }
 
+/// Runs RESTORE (REPLACE ABSTTL, FREQ where the file has counters) for
+/// every key of database 0 in `file` and FUNCTION LOAD REPLACE for every
+/// library, through `runner`; returns the keys restored and the keys of
+/// other databases skipped. Stops when `stopped` says so (asked every
+/// 1,024 keys), uncommitted.
+pub(crate) async fn restore_all(
+    runner: &mut Runner<'_>,
+    file: &mut RdbFile<'_>,
+    mut stopped: impl FnMut() -> bool,
+) -> Linked<(u64, u64)> {
+    let (mut keys, mut skipped) = (0u64, 0u64);
+    while let Some(item) = file.next_item().map_err(|error| Ended::Failed(error.to_string()))? {
+        match item {
+            Item::Entry(entry) if entry.db != 0 => skipped += 1,
+            Item::Entry(entry) => {
+                let mut args = vec![
+                    Bytes::from_static(b"RESTORE"),
+                    Bytes::from(entry.key),
+                    Bytes::from(entry.expiry_ms.unwrap_or(0).to_string()),
+                    Bytes::from(entry.payload),
+                    Bytes::from_static(b"REPLACE"),
+                    Bytes::from_static(b"ABSTTL"),
+                ];
+                if let Some(counter) = entry.freq {
+                    args.push(Bytes::from_static(b"FREQ"));
+                    args.push(Bytes::from(counter.to_string()));
+                }
+                runner.run(args).await?;
+                keys += 1;
+            }
+            Item::Library(code) => {
+                let load = [&b"FUNCTION"[..], b"LOAD", b"REPLACE"].map(Bytes::from_static);
+                let mut args = load.to_vec();
+                args.push(Bytes::from(code));
+                runner.run(args).await?;
+            }
+        }
+        if keys.is_multiple_of(1024) && stopped() {
+            return Err(Ended::Stopped);
+        }
+    }
+    Ok((keys, skipped))
+}
+
 /// Clears the loading flag however the load ends.
 struct Loading<'a>(&'a AtomicBool);
 
@@ -721,18 +742,22 @@ fn failed(what: &str, reply: &[u8]) -> Ended {
 /// Runs commands as the master's link: a client of its own (listed in
 /// CLIENT LIST), whose writes join runs as a pipelining client's do and
 /// whose replies are only looked at for errors.
-struct Runner<'s> {
+pub(crate) struct Runner<'s> {
     shared: &'s Shared,
     /// Taken when dropped, to unregister it.
     conn: Option<ConnState>,
     out: Out,
-    run: crate::commands::Run<'s>,
+    pub(crate) run: crate::commands::Run<'s>,
     /// Errors logged in this link's life (the first few).
     logged: u32,
+    /// Commands and commits that failed.
+    pub(crate) failures: u64,
+    /// Its failures count in INFO replication (a link's, not an import's).
+    counted: bool,
 }
 
 impl<'s> Runner<'s> {
-    fn new(shared: &'s Shared, master: std::net::SocketAddr, local: std::net::SocketAddr) -> Runner<'s> {
+    pub(crate) fn new(shared: &'s Shared, master: std::net::SocketAddr, local: std::net::SocketAddr) -> Runner<'s> {
         let id = shared.next_client_id.fetch_add(1, Ordering::Relaxed);
         // Unregistering counts it out.
         shared.connected.fetch_add(1, Ordering::AcqRel);
@@ -740,10 +765,27 @@ impl<'s> Runner<'s> {
         conn.authenticated = true;
         conn.master_link = true;
         conn.info.master.store(true, Ordering::Relaxed);
-        Runner { shared, conn: Some(conn), out: Out::new(Protocol::Resp2), run: Default::default(), logged: 0 }
+        Runner {
+            shared,
+            conn: Some(conn),
+            out: Out::new(Protocol::Resp2),
+            run: Default::default(),
+            logged: 0,
+            failures: 0,
+            counted: true,
+        }
     }
 
-    async fn run(&mut self, args: Vec<Bytes>) -> Linked<()> {
+    /// A runner for `--import-rdb` (`crate::rdb_import`): listed as the
+    /// master's link while it runs, its failures not counted as the link's.
+    pub(crate) fn for_import(shared: &'s Shared) -> Runner<'s> {
+        let here = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
+        let mut runner = Runner::new(shared, here, here);
+        runner.counted = false;
+        runner
+    }
+
+    pub(crate) async fn run(&mut self, args: Vec<Bytes>) -> Linked<()> {
         let mark = self.out.len();
         let shown = args.first().map(|name| String::from_utf8_lossy(name).into_owned());
         let conn = self.conn.as_mut().expect("registered until dropped");
@@ -759,7 +801,10 @@ impl<'s> Runner<'s> {
     }
 
     fn failed(&mut self, command: &str, error: &str) {
-        self.shared.replication.status.lock().failed += 1;
+        self.failures += 1;
+        if self.counted {
+            self.shared.replication.status.lock().failed += 1;
+        }
         if self.logged < 10 {
             self.logged += 1;
             tracing::warn!(command, error, "a command from the master failed here");
@@ -768,7 +813,7 @@ impl<'s> Runner<'s> {
 
     /// Commits the run; a failed commit is logged and counted (and false
     /// returned).
-    async fn commit(&mut self) -> bool {
+    pub(crate) async fn commit(&mut self) -> bool {
         let committed = self.run.commit(self.shared, &mut self.out).await;
         if !committed {
             let error = String::from_utf8_lossy(self.out.buf.get(1..).unwrap_or_default());

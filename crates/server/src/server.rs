@@ -338,6 +338,15 @@ pub async fn run(config: Config, db: Db) -> Result<(), String> {
         Some(_) => Some(committer::spawn(shared.clone()).map_err(|e| format!("cannot start the commit thread: {e}"))?),
         None => None,
     };
+    // Before the first client is accepted (those that connect meanwhile
+    // wait in the listen queue); with the commit thread up, as its
+    // commits need it.
+    if let Some(path) = shared.config.import_rdb.clone() {
+        if shared.config.replicaof.is_some() {
+            return Err("--import-rdb and --replicaof: a replica loads its master's data set".into());
+        }
+        crate::rdb_import::import(&shared, &path).await?;
+    }
     let io = IoThreads::start(shared.config.io_threads()).map_err(|e| format!("cannot start the I/O threads: {e}"))?;
     accept_until_shutdown(&shared, listener, memcached, &io).await;
     // Let connections finish the command they are running.

@@ -756,3 +756,69 @@ fn save_bgsave_and_shutdown_save_write_a_dump_rdb_that_redis_loads() {
     assert_eq!(run(&mut earlier, &["GET", "after-bgsave"]), Value::BulkString(b"yes".to_vec()));
     assert_eq!(run(&mut earlier, &["EXISTS", "before-shutdown"]), Value::Int(0));
 }
+
+/// scaledkv-server started on `dir` with `args`, expected to exit at once
+/// with an error: what it printed.
+fn refused_start(dir: &std::path::Path, args: &[&str]) -> String {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_scaledkv-server"))
+        .arg("--dir")
+        .arg(dir)
+        .args(["--port", "0"])
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert!(!output.status.success(), "it started");
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+#[test]
+fn import_rdb_loads_a_redis_dump_once_into_an_empty_database() {
+    let Some((_redis, mut master)) = master() else { return };
+    fill(&mut master);
+    let redis_port = master_port(&mut master);
+    let rdb = |name: &str, dir: &std::path::Path| {
+        let mut stream = std::net::TcpStream::connect(("127.0.0.1", redis_port)).unwrap();
+        let setup: [&[&[u8]]; 2] = [&[b"REPLCONF", b"capa", b"eof"], &[b"REPLCONF", b"rdb-only", b"1"]];
+        let path = dir.join(name);
+        std::fs::write(&path, sync_file(&mut stream, &setup, &[b"SYNC"], Duration::ZERO)).unwrap();
+        path
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let first = rdb("first.rdb", dir.path());
+    let data = dir.path().join("data");
+    let first_arg = first.to_str().unwrap();
+    let mut server = Server::start(&data, &["--import-rdb", first_arg]);
+    let mut skv = connect(server.port);
+    assert_same(&mut master, &mut skv);
+    assert_eq!(run(&mut skv, &["DBSIZE"]), run(&mut master, &["DBSIZE"]), "the import's marker is no key");
+    assert_eq!(run(&mut skv, &["FCALL", "get_it", "1", "int"]), run(&mut master, &["FCALL", "get_it", "1", "int"]));
+    // A restart with the flag still set: not loaded again over the
+    // writes made since.
+    run(&mut skv, &["SET", "int", "999"]);
+    assert!(server.terminate());
+    let server = Server::start(&data, &["--import-rdb", first_arg]);
+    let mut skv = connect(server.port);
+    assert_eq!(run(&mut skv, &["GET", "int"]), Value::BulkString(b"999".to_vec()));
+    drop(server);
+    // Another file meets a database that is not empty: refused, named.
+    run(&mut master, &["SET", "another", "file"]);
+    let second = rdb("second.rdb", dir.path());
+    let said = refused_start(&data, &["--import-rdb", second.to_str().unwrap()]);
+    assert!(said.contains("an import loads into an empty one only"), "{said}");
+    // A damaged file: refused with where, before anything is loaded.
+    let mut bytes = std::fs::read(&second).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0x40;
+    std::fs::write(&second, &bytes).unwrap();
+    let fresh = dir.path().join("fresh");
+    let said = refused_start(&fresh, &["--import-rdb", second.to_str().unwrap()]);
+    assert!(said.contains("RDB file refused at byte"), "{said}");
+    let server = Server::start(&fresh, &[]);
+    assert_eq!(run(&mut connect(server.port), &["DBSIZE"]), Value::Int(0));
+}
+
+fn master_port(con: &mut Connection) -> u16 {
+    info_field(con, "server", "tcp_port").unwrap().parse().unwrap()
+}
