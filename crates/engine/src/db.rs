@@ -673,8 +673,12 @@ impl Db {
     }
 
     /// A consistent read view: it sees exactly the writes acknowledged
-    /// before it was taken.
+    /// before it was taken (inside `Snapshot::view`, the view's moment).
     pub fn snapshot(&self) -> Snapshot<'_> {
+        if let Some((seq, table)) = self.view() {
+            self.inner.index.register_snapshot_at(seq);
+            return Snapshot { db: self, seq, table };
+        }
         let seq = self.inner.index.register_snapshot(&self.inner.segments);
         Snapshot { db: self, seq, table: self.inner.segments.pin() }
     }
@@ -977,8 +981,8 @@ impl<'a> Snapshot<'a> {
 
     /// Runs `f` with this thread's reads of the database (`get`,
     /// `get_pinned`, `peek_pinned`, `range`, `range_rev`, `visit_keys`,
-    /// `count_keys`, `nth_key`, `keys_at_ranks`, `last_key`) made as of
-    /// this snapshot: code written against `Db` (the server's readers of a
+    /// `count_keys`, `nth_key`, `keys_at_ranks`, `last_key`, and the
+    /// snapshots `snapshot` takes) made as of this snapshot: code written against `Db` (the server's readers of a
     /// hash's fields, a list's chunks) reads a point in time unchanged, as
     /// an RDB export must. Writes and other threads are not affected.
     /// Views nest; the innermost wins.

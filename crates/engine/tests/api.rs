@@ -254,6 +254,7 @@ fn a_snapshot_view_makes_this_threads_reads_of_the_db_a_point_in_time() {
     db.put(b"c", b"new").unwrap();
     db.put(b"f", b"new").unwrap();
     other.put(b"x", b"other").unwrap();
+    let newest = db.snapshot();
     let past = vec![b"a".to_vec(), b"b".to_vec(), b"d".to_vec(), b"e".to_vec()];
     let now = vec![b"a".to_vec(), b"c".to_vec(), b"d".to_vec(), b"e".to_vec(), b"f".to_vec()];
     let keys_visited = |reverse: bool| {
@@ -278,6 +279,13 @@ fn a_snapshot_view_makes_this_threads_reads_of_the_db_a_point_in_time() {
         assert_eq!(db.nth_key::<&[u8], _>(.., 1).unwrap(), b"b");
         assert_eq!(db.keys_at_ranks::<&[u8], _>(.., &[0, 3]), vec![b"a".to_vec(), b"e".to_vec()]);
         assert_eq!(db.last_key::<&[u8], _>(..b"e".as_slice()).unwrap(), b"d");
+        // A snapshot taken inside is one of the view's moment, and
+        // outlives nothing it needs when dropped first.
+        let inner = db.snapshot();
+        assert_eq!(inner.seq(), snapshot.seq());
+        assert_eq!(inner.get(b"a").unwrap().unwrap(), b"old");
+        drop(inner);
+        assert_eq!(db.get(b"b").unwrap().unwrap(), b"old");
         // Another database's reads and another thread's are its own.
         assert_eq!(other.get(b"x").unwrap().unwrap(), b"other");
         std::thread::scope(|scope| {
@@ -287,10 +295,10 @@ fn a_snapshot_view_makes_this_threads_reads_of_the_db_a_point_in_time() {
         db.put(b"g", b"new").unwrap();
         assert_eq!(db.get(b"g").unwrap(), None);
         // A nested view of a later snapshot wins inside it.
-        let later = db.snapshot();
-        later.view(|| assert_eq!(db.get(b"g").unwrap().unwrap(), b"new"));
-        assert_eq!(db.get(b"g").unwrap(), None);
+        newest.view(|| assert_eq!(db.get(b"a").unwrap().unwrap(), b"new"));
+        assert_eq!(db.get(b"a").unwrap().unwrap(), b"old");
     });
+    drop(newest);
     assert_eq!(db.get(b"a").unwrap().unwrap(), b"new");
     assert_eq!(keys_of(db.iter()), [now, vec![b"g".to_vec()]].concat());
     assert_eq!(db.count_keys::<&[u8], _>(..), 6);

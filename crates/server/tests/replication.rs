@@ -517,9 +517,26 @@ fn object_strings(payload: &[u8]) -> Vec<Vec<u8>> {
     let mut bytes = &payload[1..];
     match payload[0] {
         0 => vec![string(&mut bytes)],
+        // A list: its elements.
+        1 => {
+            let elements = length(&mut bytes);
+            (0..elements).map(|_| string(&mut bytes)).collect()
+        }
         4 => {
             let pairs = length(&mut bytes);
             (0..2 * pairs).map(|_| string(&mut bytes)).collect()
+        }
+        // A sorted set: each member and its score as text.
+        5 => {
+            let members = length(&mut bytes);
+            let mut strings = Vec::new();
+            for _ in 0..members {
+                strings.push(string(&mut bytes));
+                let score = f64::from_le_bytes(bytes[..8].try_into().unwrap());
+                bytes = &bytes[8..];
+                strings.push(score.to_string().into_bytes());
+            }
+            strings
         }
         other => panic!("object type {other}"),
     }
@@ -572,8 +589,19 @@ fn an_rdb_export_is_one_moment_while_clients_write() {
         hash.arg(format!("f-{field:04}")).arg(value(0));
     }
     let _: Value = hash.query(&mut con).unwrap();
-    // Round r writes a-i and z-i (i = r mod KEYS), and the hash's first and
-    // last fields, in one transaction.
+    // A list of chunks and a sorted set of blocks, each many entries.
+    let (mut list, mut zset) = (redis::cmd("RPUSH"), redis::cmd("ZADD"));
+    list.arg("m-list");
+    zset.arg("m-zset");
+    for i in 0..3000 {
+        list.arg(value(0));
+        zset.arg(i).arg(format!("member-{i:04}"));
+    }
+    let _: Value = list.query(&mut con).unwrap();
+    let _: Value = zset.query(&mut con).unwrap();
+    // Round r writes a-i and z-i (i = r mod KEYS), the hash's first and
+    // last fields, the list's first and last elements and the sorted set's
+    // first member's score, in one transaction.
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let rounds = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let writer = {
@@ -597,6 +625,18 @@ fn an_rdb_export_is_one_moment_while_clients_write() {
                     .arg(&v)
                     .arg("f-2999")
                     .arg(&v)
+                    .cmd("LSET")
+                    .arg("m-list")
+                    .arg(0)
+                    .arg(&v)
+                    .cmd("LSET")
+                    .arg("m-list")
+                    .arg(-1)
+                    .arg(&v)
+                    .cmd("ZADD")
+                    .arg("m-zset")
+                    .arg(-(round as f64))
+                    .arg("member-0000")
                     .query(&mut con)
                     .unwrap();
                 rounds.store(round, std::sync::atomic::Ordering::Relaxed);
@@ -614,7 +654,7 @@ fn an_rdb_export_is_one_moment_while_clients_write() {
     writer.join().unwrap();
     let round_of = |v: &[u8]| -> usize { std::str::from_utf8(&v[1..9]).unwrap().parse().unwrap() };
     let mut values = BTreeMap::new();
-    let mut hash_ends = None;
+    let (mut hash_ends, mut list_ends, mut zset_first) = (None, None, None);
     let mut file = scaledkv_server::commands::dump::rdb::RdbFile::open(&file).unwrap();
     while let Some(item) = file.next_item().unwrap() {
         let scaledkv_server::commands::dump::rdb::Item::Entry(entry) = item else { panic!("no libraries here") };
@@ -623,6 +663,15 @@ fn an_rdb_export_is_one_moment_while_clients_write() {
             let field = |name: &[u8]| round_of(&strings[strings.iter().position(|s| s == name).unwrap() + 1]);
             assert_eq!(strings.len(), 6000);
             hash_ends = Some((field(b"f-0000"), field(b"f-2999")));
+        } else if entry.key == b"m-list" {
+            assert_eq!(strings.len(), 3000);
+            list_ends = Some((round_of(&strings[0]), round_of(&strings[2999])));
+        } else if entry.key == b"m-zset" {
+            assert_eq!(strings.len(), 6000);
+            // Sorted by score: the member the writer moves comes first
+            // once it has a round (its score is minus that round).
+            let first = strings.chunks(2).find(|pair| pair[0] == b"member-0000").unwrap();
+            zset_first = Some(-std::str::from_utf8(&first[1]).unwrap().parse::<f64>().unwrap() as usize);
         } else {
             values.insert(entry.key, round_of(&strings[0]));
         }
@@ -641,6 +690,8 @@ fn an_rdb_export_is_one_moment_while_clients_write() {
         }
     }
     assert_eq!(hash_ends, Some((moment, moment)), "the hash's fields as of the same moment");
+    assert_eq!(list_ends, Some((moment, moment)), "the list's elements as of the same moment");
+    assert_eq!(zset_first, Some(moment), "the sorted set as of the same moment");
 }
 
 #[test]

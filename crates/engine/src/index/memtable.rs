@@ -744,6 +744,15 @@ impl Index {
         seq
     }
 
+    /// Registers one more snapshot at `seq`, which a live snapshot holds
+    /// already (so the versions it sees are kept, and none is pending).
+    pub fn register_snapshot_at(&self, seq: u64) {
+        let mut snapshots = self.snapshots.lock();
+        let count = snapshots.get_mut(&seq).expect("a live snapshot holds the sequence number");
+        *count += 1;
+        self.snapshot_count.fetch_add(1, Ordering::AcqRel);
+    }
+
     /// Runs `f` with the number of live snapshots while none can be
     /// registered or released.
     pub fn with_snapshot_count<T>(&self, f: impl FnOnce(usize) -> T) -> T {
