@@ -1,6 +1,7 @@
 //! The whole data set as one RDB file, as of one moment: what a Redis
-//! master sends `redis-cli --rdb` (`crate::rdb_export`), loadable by Redis
-//! 7.0 and later and by ScaledKV's own reader (`rdb.rs`).
+//! master sends `redis-cli --rdb` (`crate::rdb_sync`) and what SAVE and
+//! BGSAVE write (`crate::rdb_save`), loadable by Redis 7.0 and later and
+//! by ScaledKV's own reader (`rdb.rs`).
 //!
 //! The moment is an engine snapshot read through `Snapshot::view`: every
 //! key's value, a hash's fields and a list's chunks alike, is read as it
