@@ -33,6 +33,7 @@ VALUE = int(os.environ.get("VALUE", "1024"))
 MEDIA = os.environ.get("MEDIA", f"/dev/shm {compare_redis.REPO}/bench-data").split()
 CONFIGS = os.environ.get("CONFIGS", "redis-none scaledkv-sync").split()
 LOADED = os.environ.get("LOADED") == "1"
+IMPORT = os.environ.get("IMPORT") == "1"
 compare_redis.REPORT = os.path.join(compare_redis.REPO, "bench-results",
                                     f"export-{time.strftime('%Y%m%d-%H%M%S')}.md")
 
@@ -104,10 +105,50 @@ def one_round(config, medium):
             os.remove(path)
 
 
+def started_on(cmd, port):
+    """Seconds and CPU seconds from starting `cmd` until it answers PING."""
+    started = time.time()
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env=dict(os.environ, RUST_LOG="warn"))
+    try:
+        compare_redis.wait_ready(port, proc, timeout=600)
+        return time.time() - started, cpu_with_children(proc.pid)
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def import_round(medium):
+    """Redis's dump.rdb of N SETs: Redis loading it, ScaledKV importing it."""
+    source = Server("redis-none", medium)
+    work = os.path.join(medium, "import-work")
+    subprocess.run(["rm", "-rf", work])
+    os.makedirs(work)
+    path = os.path.join(work, "dump.rdb")
+    try:
+        cli(source.port, "CONFIG", "SET", "repl-diskless-sync-delay", "0")
+        set_load(source.port, N).communicate()
+        keys = int(cli(source.port, "DBSIZE"))
+        export(source, path)
+    finally:
+        source.stop()
+    try:
+        port = compare_redis.free_port()
+        redis = started_on(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--dir", work,
+                            "--dbfilename", "dump.rdb", "--save", "", "--appendonly", "no"], port)
+        port = compare_redis.free_port()
+        ours = started_on([compare_redis.SERVER, "--port", str(port), "--dir", os.path.join(work, "skv"),
+                           "--durability", "sync", "--import-rdb", path], port)
+        return {"keys": keys, "redis": redis, "scaledkv": ours}
+    finally:
+        subprocess.run(["rm", "-rf", work])
+
+
 def main():
     emit(f"## redis-cli --rdb ({time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} cores, "
          f"-n {N} -r {N} -d {VALUE})")
-    for medium in MEDIA:
+    # CONFIGS= (empty) with IMPORT=1: the loading comparison alone.
+    for medium in MEDIA if CONFIGS else []:
         runs = {config: [] for config in CONFIGS}
         for _ in range(REPEATS):
             for config in CONFIGS:
@@ -133,6 +174,15 @@ def main():
                      f"{ratio(median([r['seconds'] for r in theirs]), median([r['seconds'] for r in ours]))} "
                      f"(their time / ours), CPU "
                      f"{ratio(median([r['cpu'] for r in theirs]), median([r['cpu'] for r in ours]))} (theirs / ours)")
+    if IMPORT:
+        for medium in MEDIA:
+            rounds = [import_round(medium) for _ in range(REPEATS)]
+            emit(f"\n### Loading Redis's file on {medium}, medians of {REPEATS} ({rounds[0]['keys']} keys)\n")
+            emit("| server | seconds until it answers | CPU s |")
+            emit("| --- | --- | --- |")
+            for name, label in [("redis", "redis-server on the file"), ("scaledkv", "scaledkv-server --import-rdb")]:
+                emit(f"| {label} | {median([r[name][0] for r in rounds]):.2f} | "
+                     f"{median([r[name][1] for r in rounds]):.2f} |")
     print(f"\nwritten to {compare_redis.REPORT}")
 
 
