@@ -130,16 +130,18 @@ pub async fn send(
     });
     let mut shutdown = shared.shutdown.subscribe();
     loop {
-        if client.killed.load(Ordering::Acquire) {
-            return Ok(());
-        }
         let piece = tokio::select! {
             piece = arriving.recv() => piece,
             _ = shutdown.changed() => return Ok(()),
-            _ = client.wake.notified() => continue,
+            _ = until_killed(client) => return Ok(()),
         };
         let Some(piece) = piece else { break };
-        stream.write_all(&piece).await?;
+        // A client that stopped reading is still ended by a kill.
+        tokio::select! {
+            written = stream.write_all(&piece) => written?,
+            _ = shutdown.changed() => return Ok(()),
+            _ = until_killed(client) => return Ok(()),
+        }
         shared.stats.net_output_bytes.fetch_add(piece.len() as u64, Ordering::Relaxed);
     }
     match job.await {
@@ -157,6 +159,14 @@ pub async fn send(
         Err(error) => tracing::error!(%error, "RDB export failed; the file was cut short"),
     }
     Ok(())
+}
+
+/// Returns once CLIENT KILL (or a full output buffer's) ends `client`.
+async fn until_killed(client: &ClientInfo) {
+    // A kill stores a wake-up when no one waits: none is missed.
+    while !client.killed.load(Ordering::Acquire) {
+        client.wake.notified().await;
+    }
 }
 
 fn random_hex() -> String {

@@ -873,3 +873,52 @@ fn import_rdb_loads_a_redis_dump_once_into_an_empty_database() {
 fn master_port(con: &mut Connection) -> u16 {
     info_field(con, "server", "tcp_port").unwrap().parse().unwrap()
 }
+
+#[test]
+fn client_kill_ends_a_transfer_the_reader_stalled() {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("data"), &[]);
+    let mut con = connect(server.port);
+    run(&mut con, &["CONFIG", "SET", "rdbcompression", "no"]);
+    // 40 MB: far more than the loopback socket's buffers hold.
+    for start in (0..40_000).step_by(1000) {
+        let mut mset = redis::cmd("MSET");
+        for i in start..start + 1000 {
+            mset.arg(format!("key-{i:05}")).arg(vec![b'v'; 1000]);
+        }
+        let _: Value = mset.query(&mut con).unwrap();
+    }
+    let mut stream = server.connect();
+    let setup = [common::encode(&[b"REPLCONF", b"rdb-only", b"1"]), common::encode(&[b"SYNC"])].concat();
+    stream.write_all(&setup).unwrap();
+    let mut reader = BufReader::new(stream);
+    let mut line = String::new();
+    reader.read_line(&mut line).unwrap();
+    assert_eq!(line, "+OK\r\n");
+    line.clear();
+    reader.read_line(&mut line).unwrap();
+    let mark = line.strip_prefix("$EOF:").unwrap().trim_end().to_owned();
+    // The reader stalls; the server's writes fill the buffers and wait.
+    std::thread::sleep(Duration::from_millis(500));
+    let clients: String = redis::cmd("CLIENT").arg("LIST").query(&mut con).unwrap();
+    let syncing = clients.lines().find(|l| l.contains("cmd=sync")).expect("the transfer's client is listed");
+    let id = syncing.split(' ').find_map(|f| f.strip_prefix("id=")).unwrap();
+    assert_eq!(run(&mut con, &["CLIENT", "KILL", "ID", id]), Value::Int(1));
+    // Gone while its reader still stalls: the kill ends a write that waits.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let clients: String = redis::cmd("CLIENT").arg("LIST").query(&mut con).unwrap();
+        if !clients.contains(&format!("id={id} ")) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the killed transfer's client is still listed");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let mut rest = Vec::new();
+    reader.get_mut().set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    reader.read_to_end(&mut rest).unwrap();
+    assert!(rest.len() < 40_000_000, "the file was cut short: {} bytes", rest.len());
+    assert!(!rest.ends_with(mark.as_bytes()), "without its end mark");
+    assert_eq!(run(&mut con, &["DBSIZE"]), Value::Int(40_000));
+}
