@@ -26,6 +26,9 @@ pub struct Saves {
     requested: tokio::sync::Notify,
     /// Temporary files' numbers, unique within the process.
     next_temp: AtomicU64,
+    /// The engine's sequence number of the last file's moment (at start:
+    /// the server's first), for `rdb_changes_since_last_save`.
+    pub saved_seq: AtomicU64,
 }
 
 struct State {
@@ -45,6 +48,7 @@ impl Default for Saves {
             state: Mutex::new(State { running: None, scheduled: false, last_ok: true, last_seconds: None, saves: 0 }),
             requested: tokio::sync::Notify::new(),
             next_temp: AtomicU64::new(0),
+            saved_seq: AtomicU64::new(0),
         }
     }
 }
@@ -90,6 +94,7 @@ impl Saves {
         match result {
             Ok(exported) => {
                 state.saves += 1;
+                self.saved_seq.store(exported.seq, Ordering::Relaxed);
                 shared.last_save.store(scaledkv::now_ms() / 1000, Ordering::Relaxed);
                 tracing::info!(keys = exported.keys, bytes = exported.bytes, "DB saved on disk");
                 Ok(())
@@ -101,12 +106,13 @@ impl Saves {
         }
     }
 
-    /// INFO persistence's lines about it.
-    pub fn info(&self) -> String {
+    /// INFO persistence's lines about it; `last_seq`: the engine's now.
+    pub fn info(&self, last_seq: u64) -> String {
         let state = self.state.lock();
         format!(
-            "rdb_bgsave_in_progress:{}\r\nrdb_last_bgsave_status:{}\r\nrdb_last_bgsave_time_sec:{}\r\n\
+            "rdb_changes_since_last_save:{}\r\nrdb_bgsave_in_progress:{}\r\nrdb_last_bgsave_status:{}\r\nrdb_last_bgsave_time_sec:{}\r\n\
              rdb_current_bgsave_time_sec:{}\r\nrdb_saves:{}\r\n",
+            last_seq.saturating_sub(self.saved_seq.load(Ordering::Relaxed)),
             u8::from(state.running.is_some()),
             if state.last_ok { "ok" } else { "err" },
             state.last_seconds.map_or(-1, |s| s as i64),

@@ -329,6 +329,7 @@ pub async fn run(config: Config, db: Db) -> Result<(), String> {
         None => shared.replication.stop(&shared).map_err(|e| format!("cannot forget the replication position: {e}"))?,
     }
     tokio::spawn(crate::replica::follow_masters(shared.clone()));
+    shared.saves.saved_seq.store(shared.db.stats().last_seq, Ordering::Relaxed);
     tokio::spawn(crate::rdb_save::background_saves(shared.clone()));
     tracing::info!(bind = %shared.config.bind, port, "ready to accept connections");
     if let Some(path) = &shared.config.port_file {

@@ -776,7 +776,10 @@ fn save_bgsave_and_shutdown_save_write_a_dump_rdb_that_redis_loads() {
     let named: Vec<String> = redis::cmd("CONFIG").arg(&["GET", "dbfilename"][..]).query(&mut con).unwrap();
     assert_eq!(named, ["dbfilename", "other.rdb"]);
     run(&mut con, &["SET", "after-bgsave", "yes"]);
+    let changes = |con: &mut Connection| persistence(con, "rdb_changes_since_last_save").parse::<u64>().unwrap();
+    assert!(changes(&mut con) >= 1);
     assert_eq!(run(&mut con, &["SAVE"]), Value::Okay);
+    assert_eq!(changes(&mut con), 0, "every write is in the file");
     let saved = std::fs::read(data.join("other.rdb")).unwrap();
     assert_eq!(persistence(&mut con, "rdb_saves"), "2");
     // No temporary file is left beside them.

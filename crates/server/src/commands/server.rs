@@ -748,7 +748,7 @@ pub fn info_text(ctx: &Ctx<'_>, sections: &[String]) -> String {
         let durable = config.durability != Durability::Buffered;
         let _ = write!(
             text,
-            "# Persistence\r\nloading:{}\r\ndurability:{}\r\naof_enabled:{}\r\nrdb_changes_since_last_save:0\r\n\
+            "# Persistence\r\nloading:{}\r\ndurability:{}\r\naof_enabled:{}\r\n\
              rdb_last_save_time:{}\r\nlog_bytes:{}\r\nlive_bytes:{}\r\ndisk_bytes:{}\r\nsegments:{}\r\n\
              segments_freed:{}\r\nsegments_recycled:{}\r\nlog_roll_waits:{}\r\nlog_roll_wait_micros:{}\r\nwrite_amplification:{:.3}\r\nspace_amplification:{:.3}\r\ngc_runs:{}\r\n\
              gc_stalled_writes:{}\r\ngc_stall_micros:{}\r\ncheckpoints:{}\r\ndelta_checkpoints:{}\r\ncheckpoint_bytes_written:{}\r\n\
@@ -779,7 +779,7 @@ pub fn info_text(ctx: &Ctx<'_>, sections: &[String]) -> String {
             s.early_lock_releases.load(Ordering::Relaxed),
             s.tables_written_ahead.load(Ordering::Relaxed),
             shared.reserved_entries.load(Ordering::Relaxed),
-            shared.saves.info(),
+            shared.saves.info(stats.last_seq),
         );
     }
     if wanted("stats") {

@@ -27,6 +27,8 @@ const KEYS_PER_WALK: usize = 512;
 pub struct Exported {
     pub keys: u64,
     pub bytes: u64,
+    /// The engine's sequence number the file is the moment of.
+    pub seq: u64,
 }
 
 /// Writes an RDB file of the data set as of now (only the function
@@ -42,6 +44,7 @@ pub fn export(
         Writer { buf: Vec::with_capacity(piece + 4096), digest: CRC64.digest(), exported: Exported::default() };
     file.header();
     let snapshot = shared.db.snapshot();
+    file.exported.seq = snapshot.seq();
     let libraries = shared.functions.current();
     let mut conn = ConnState::detached(0, local(), local());
     conn.authenticated = true;
