@@ -1082,6 +1082,7 @@ fn random_commands_match_redis(
         for (unordered, words) in &batch {
             let (a, b) = (read_reply(&mut ours), read_reply(&mut theirs));
             let same = if *unordered { sorted_elements(&a) == sorted_elements(&b) } else { a == b };
+            let same = same || (words[0].eq_ignore_ascii_case(b"TTL") && ttls_a_second_apart(&a, &b));
             if !same && mismatches.len() < 10 {
                 let command: Vec<String> =
                     words.iter().map(|w| String::from_utf8_lossy(&w[..w.len().min(12)]).into_owned()).collect();
@@ -1105,6 +1106,16 @@ fn random_commands_match_redis(
     assert_eq!(request(&mut ours, b"DBSIZE\r\n"), request(&mut theirs, b"DBSIZE\r\n"));
     assert!(mismatches.is_empty(), "{} mismatches:\n{}", mismatches.len(), mismatches.join("\n"));
     tables
+}
+
+/// Two TTL replies a second apart: the servers ran the EXPIRE and the TTL
+/// at moments a few milliseconds apart, and a TTL of 100 s that passed
+/// 99.5 s on one of them rounds to 99 there (seen once on a loaded host).
+fn ttls_a_second_apart(a: &[u8], b: &[u8]) -> bool {
+    let seconds = |reply: &[u8]| -> Option<i64> {
+        std::str::from_utf8(reply.strip_prefix(b":")?.strip_suffix(b"\r\n")?).ok()?.parse().ok().filter(|&s| s >= 0)
+    };
+    matches!((seconds(a), seconds(b)), (Some(x), Some(y)) if (x - y).abs() == 1)
 }
 
 /// Random GEO commands over two indexes that grow past Redis's listpack
