@@ -982,10 +982,11 @@ impl<'a> Snapshot<'a> {
     /// Runs `f` with this thread's reads of the database (`get`,
     /// `get_pinned`, `peek_pinned`, `range`, `range_rev`, `visit_keys`,
     /// `count_keys`, `nth_key`, `keys_at_ranks`, `last_key`, and the
-    /// snapshots `snapshot` takes) made as of this snapshot: code written against `Db` (the server's readers of a
-    /// hash's fields, a list's chunks) reads a point in time unchanged, as
-    /// an RDB export must. Writes and other threads are not affected.
-    /// Views nest; the innermost wins.
+    /// snapshots `snapshot` takes) made as of this snapshot: code written
+    /// against `Db` (the server's readers of a hash's fields, a list's
+    /// chunks) reads a point in time unchanged, as an RDB export must.
+    /// Writes and other threads are not affected. Views nest; the
+    /// innermost wins. An iterator made inside must not outlive it.
     pub fn view<R>(&self, f: impl FnOnce() -> R) -> R {
         let view = View { db: Arc::as_ptr(&self.db.inner) as usize, seq: self.seq, table: self.table.clone() };
         let outer = VIEW.with_borrow_mut(|slot| slot.replace(view));
