@@ -82,16 +82,27 @@ impl Saves {
             }
             state.running = Some(Instant::now());
         }
-        self.finish(shared, write_file(shared))
+        self.finish(shared, write_file(shared), false).0
     }
 
-    /// Notes how a save ended; whether another was scheduled meanwhile.
-    fn finish(&self, shared: &Shared, result: Result<Exported, String>) -> Result<(), String> {
+    /// Notes how a save ended; with `background`, also whether BGSAVE
+    /// SCHEDULE asked for another meanwhile: then it counts as running
+    /// from now (under the same lock, so no SAVE starts in between).
+    fn finish(
+        &self,
+        shared: &Shared,
+        result: Result<Exported, String>,
+        background: bool,
+    ) -> (Result<(), String>, bool) {
         let mut state = self.state.lock();
-        let started = state.running.take().expect("a save runs");
+        let started = state.running.take().unwrap_or_else(Instant::now);
         state.last_seconds = Some(started.elapsed().as_secs());
         state.last_ok = result.is_ok();
-        match result {
+        let again = background && std::mem::take(&mut state.scheduled);
+        if again {
+            state.running = Some(Instant::now());
+        }
+        let result = match result {
             Ok(exported) => {
                 state.saves += 1;
                 self.saved_seq.store(exported.seq, Ordering::Relaxed);
@@ -103,7 +114,8 @@ impl Saves {
                 tracing::error!(%error, "the RDB file was not written");
                 Err(error)
             }
-        }
+        };
+        (result, again)
     }
 
     /// INFO persistence's lines about it; `last_seq`: the engine's now.
@@ -135,12 +147,9 @@ pub async fn background_saves(shared: Arc<Shared>) {
             let result = tokio::task::spawn_blocking(move || write_file(&saving))
                 .await
                 .unwrap_or_else(|error| Err(format!("the saving thread failed: {error}")));
-            let _ = shared.saves.finish(&shared, result);
-            let mut state = shared.saves.state.lock();
-            if !std::mem::take(&mut state.scheduled) {
+            if !shared.saves.finish(&shared, result, true).1 {
                 break;
             }
-            state.running = Some(Instant::now());
         }
     }
 }
