@@ -24,7 +24,7 @@ import subprocess
 import time
 
 import compare_redis
-from compare_redis import CLK_TCK, Server, emit, median, ratio
+from compare_redis import cli, CLK_TCK, Server, emit, median, ratio
 
 QUICK = os.environ.get("QUICK") == "1"
 REPEATS = int(os.environ.get("REPEATS", "1" if QUICK else "3"))
@@ -43,12 +43,6 @@ def cpu_with_children(pid):
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return sum(int(fields[i]) for i in (11, 12, 13, 14)) / CLK_TCK
-
-
-def cli(port, *words):
-    out = subprocess.run(["redis-cli", "-p", str(port)] + [str(w) for w in words],
-                         capture_output=True, text=True, check=True, timeout=60)
-    return out.stdout.strip()
 
 
 def set_load(port, n):

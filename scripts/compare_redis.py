@@ -79,6 +79,13 @@ def cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
+def cli(port, *words):
+    """redis-cli's answer to `words` on `port`, stripped."""
+    out = subprocess.run(["redis-cli", "-p", str(port)] + [str(w) for w in words],
+                         capture_output=True, text=True, check=True, timeout=60)
+    return out.stdout.strip()
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

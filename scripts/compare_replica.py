@@ -33,7 +33,7 @@ import subprocess
 import time
 
 import compare_redis
-from compare_redis import Server, emit, median, ratio
+from compare_redis import cli, Server, emit, median, ratio
 
 QUICK = os.environ.get("QUICK") == "1"
 REPEATS = int(os.environ.get("REPEATS", "1" if QUICK else "3"))
@@ -43,12 +43,6 @@ MEDIA = os.environ.get("MEDIA", f"/dev/shm {compare_redis.REPO}/bench-data").spl
 CONFIGS = os.environ.get("CONFIGS", "redis-none redis-always scaledkv-sync").split()
 compare_redis.REPORT = os.path.join(compare_redis.REPO, "bench-results",
                                     f"replica-{time.strftime('%Y%m%d-%H%M%S')}.md")
-
-
-def cli(port, *words):
-    out = subprocess.run(["redis-cli", "-p", str(port)] + [str(w) for w in words],
-                         capture_output=True, text=True, check=True, timeout=60)
-    return out.stdout.strip()
 
 
 def info(port, field):
