@@ -568,12 +568,11 @@ impl<'s> Link<'s> {
         runner.run(vec![Bytes::from_static(b"FLUSHALL")]).await?;
         let stops = &self.stops;
         let (keys, skipped) = match restore_all(&mut runner, &mut file, || stops.stopped()).await {
-            Ok(counts) => counts,
-            Err(Ended::Failed(error)) => return Err(Ended::Failed(error)),
             Err(Ended::Stopped) => {
                 runner.commit().await;
                 return Err(Ended::Stopped);
             }
+            loaded => loaded?,
         };
         let new = !shared.replication.stored.swap(true, Ordering::Relaxed);
         runner.run.put_setting(STATE_KEY, format!("{replid} {offset}").as_bytes(), new);
