@@ -37,6 +37,8 @@ pub struct WriteBatch {
     pub(crate) count: u32,
     /// The first limit violation; `Db::write` returns it.
     pub(crate) invalid: Option<Error>,
+    /// What the caller attached (`set_note`), for the commit observer.
+    pub(crate) note: Option<Vec<u8>>,
 }
 
 impl WriteBatch {
@@ -91,7 +93,24 @@ impl WriteBatch {
             self.body.append(&mut other.body);
         }
         self.count += other.count;
+        if let Some(theirs) = other.note.take() {
+            self.note.get_or_insert_with(Vec::new).extend_from_slice(&theirs);
+        }
         other.clear();
+    }
+
+    /// Attaches `note` to the batch: not written to the log, but handed
+    /// to the database's commit observer (`Db::set_commit_observer`) with
+    /// the batch's sequence number once it is durable, before any reader
+    /// can see it. A server that streams its writes to replicas notes the
+    /// keys a batch changed this way, in commit order. Appending a batch
+    /// (`append`) appends its note.
+    pub fn set_note(&mut self, note: Vec<u8>) {
+        self.note = Some(note);
+    }
+
+    pub fn note(&self) -> Option<&[u8]> {
+        self.note.as_deref()
     }
 
     /// Where the batch stands now, to take back what is added after it
@@ -220,6 +239,7 @@ impl WriteBatch {
         self.body.clear();
         self.count = 0;
         self.invalid = None;
+        self.note = None;
     }
 
     fn add(&mut self, kind: EntryKind, key: &[u8], value: &[u8], expiry_ms: Option<u64>) {

@@ -58,6 +58,8 @@ pub struct Request {
     pub count: u32,
     /// For GC: one relocation per entry, each written as its own frame.
     pub relocations: Option<Vec<Relocation>>,
+    /// The batch's note (`WriteBatch::set_note`), for the commit observer.
+    pub note: Option<Vec<u8>>,
     state: AtomicU8,
     /// Whether a thread blocked in `Committer::commit` waits for it, which
     /// can be woken to lead (see `drain_as`).
@@ -72,10 +74,20 @@ pub struct Request {
 
 impl Request {
     pub fn new(body: Vec<u8>, count: u32, relocations: Option<Vec<Relocation>>) -> Arc<Request> {
+        Request::build(body, count, relocations, None)
+    }
+
+    /// A client's batch with its note (`WriteBatch::set_note`).
+    pub fn noted(body: Vec<u8>, count: u32, note: Option<Vec<u8>>) -> Arc<Request> {
+        Request::build(body, count, None, note)
+    }
+
+    fn build(body: Vec<u8>, count: u32, relocations: Option<Vec<Relocation>>, note: Option<Vec<u8>>) -> Arc<Request> {
         Arc::new(Request {
             body,
             count,
             relocations,
+            note,
             state: AtomicU8::new(PENDING),
             blocking: AtomicBool::new(false),
             handed: AtomicBool::new(false),

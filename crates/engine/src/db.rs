@@ -187,6 +187,8 @@ pub(crate) struct Inner {
     /// and whether there are any, which reads and writes look at first.
     pub(crate) lfu: arc_swap::ArcSwapOption<Frequencies>,
     pub(crate) lfu_on: AtomicBool,
+    /// Told of each noted batch as it commits (`Db::set_commit_observer`).
+    observer: arc_swap::ArcSwapOption<CommitObserver>,
     poisoned: OnceLock<String>,
     report: RecoveryReport,
     shutdown: Mutex<bool>,
@@ -325,6 +327,7 @@ impl Db {
             evict_paused_until: AtomicU64::new(0),
             lfu_on: AtomicBool::new(lfu.is_some()),
             lfu: arc_swap::ArcSwapOption::new(lfu),
+            observer: arc_swap::ArcSwapOption::empty(),
             poisoned: OnceLock::new(),
             report: recovered.report,
             shutdown: Mutex::new(false),
@@ -493,7 +496,7 @@ impl Db {
         }
         self.check_batch_bytes(batch.body.len())?;
         self.help_background_work();
-        Ok(Some(Request::new(batch.body, batch.count, None)))
+        Ok(Some(Request::noted(batch.body, batch.count, batch.note)))
     }
 
     fn check_batch_bytes(&self, bytes: usize) -> Result<()> {
@@ -730,6 +733,17 @@ impl Db {
     /// evicts (`Some`), or not (`None`: cache mode evicts by one access
     /// bit); see `Options::lfu`. Turning counters on starts them from
     /// nothing; changing the settings of counters already on keeps them.
+    /// Sets (or with None removes) the function told of every batch that
+    /// carries a note (`WriteBatch::set_note`): its sequence number and
+    /// note, in commit order, once it is durable and before any reader
+    /// can see it, so a snapshot at sequence number `s` (`Snapshot::seq`)
+    /// reads every batch the observer was told of up to `s`, and no other.
+    /// It runs while the log is held: it must be quick and must not
+    /// write to the database.
+    pub fn set_commit_observer(&self, observer: Option<Arc<dyn Fn(u64, &[u8]) + Send + Sync>>) {
+        self.inner.observer.store(observer.map(|f| Arc::new(CommitObserver(f))));
+    }
+
     pub fn set_lfu(&self, lfu: Option<Lfu>) {
         match (lfu, &*self.inner.lfu.load()) {
             (Some(settings), Some(counters)) => counters.set_settings(settings),
@@ -935,6 +949,9 @@ impl Drop for Db {
         checkpoint::remove_spare(&self.inner.dir);
     }
 }
+
+/// The function `Db::set_commit_observer` set.
+struct CommitObserver(Arc<dyn Fn(u64, &[u8]) + Send + Sync>);
 
 /// A consistent view of the database at one sequence number.
 pub struct Snapshot<'a> {
@@ -1168,8 +1185,23 @@ impl Inner {
                 }
             }
         }
+        self.observe(group, seq - user_requests);
         self.publish(log, updates.into_iter(), seq, first_segment);
         Ok(())
+    }
+
+    /// Hands the notes of `group` (persisted, not yet visible; its first
+    /// client batch is `after + 1`) to the commit observer, in order.
+    fn observe(&self, group: &[Arc<Request>], after: u64) {
+        let observer = self.observer.load();
+        let Some(observer) = observer.as_deref() else { return };
+        let mut seq = after;
+        for request in group.iter().filter(|r| r.relocations.is_none() && r.count > 0) {
+            seq += 1;
+            if let Some(note) = &request.note {
+                (observer.0)(seq, note);
+            }
+        }
     }
 
     /// Applies a persisted group's `updates` to the index, making them

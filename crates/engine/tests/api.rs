@@ -309,6 +309,59 @@ fn a_snapshot_view_makes_this_threads_reads_of_the_db_a_point_in_time() {
 }
 
 #[test]
+fn the_commit_observer_hears_each_noted_batch_in_order_before_readers_see_it() {
+    use std::sync::{Arc, Mutex};
+    let dir = tempfile::tempdir().unwrap();
+    let db = Arc::new(Db::open(dir.path(), Options::default()).unwrap());
+    let heard: Arc<Mutex<Vec<(u64, Vec<u8>)>>> = Arc::default();
+    let observer = {
+        let (heard, db) = (heard.clone(), Arc::downgrade(&db));
+        move |seq: u64, note: &[u8]| {
+            // Not visible yet: a reader at this moment sees the batch before.
+            let db = db.upgrade().unwrap();
+            assert!(db.snapshot().seq() < seq, "observed after it became visible");
+            heard.lock().unwrap().push((seq, note.to_vec()));
+        }
+    };
+    db.set_commit_observer(Some(Arc::new(observer)));
+    db.put(b"plain", b"no note").unwrap();
+    let writers: Vec<_> = (0..4u8)
+        .map(|t| {
+            let db = db.clone();
+            std::thread::spawn(move || {
+                for i in 0..200u32 {
+                    let mut batch = WriteBatch::new();
+                    let key = format!("{t}-{i}");
+                    batch.put(key.as_bytes(), b"v");
+                    batch.set_note(key.into_bytes());
+                    db.write(batch).unwrap();
+                }
+            })
+        })
+        .collect();
+    for writer in writers {
+        writer.join().unwrap();
+    }
+    let mut empty = WriteBatch::new();
+    empty.set_note(b"nothing written".to_vec());
+    db.write(empty).unwrap();
+    db.set_commit_observer(None);
+    let mut unheard = WriteBatch::new();
+    unheard.put(b"late", b"v");
+    unheard.set_note(b"late".to_vec());
+    db.write(unheard).unwrap();
+
+    let heard = heard.lock().unwrap();
+    assert_eq!(heard.len(), 800, "one per noted batch that wrote something, none once removed");
+    assert!(heard.windows(2).all(|w| w[0].0 < w[1].0), "in commit order");
+    for (_, key) in heard.iter() {
+        assert!(db.get(key).unwrap().is_some(), "the note is its batch's");
+    }
+    let last = heard.last().unwrap().0;
+    assert!(db.snapshot().seq() > last, "the plain put and the late batch came after");
+}
+
+#[test]
 fn versions_kept_for_a_snapshot_go_when_it_is_released() {
     let dir = tempfile::tempdir().unwrap();
     let db = Db::open(dir.path(), Options::default()).unwrap();
