@@ -740,7 +740,7 @@ impl Db {
     /// reads every batch the observer was told of up to `s`, and no other.
     /// It runs while the log is held: it must be quick and must not
     /// write to the database.
-    pub fn set_commit_observer(&self, observer: Option<Arc<dyn Fn(u64, &[u8]) + Send + Sync>>) {
+    pub fn set_commit_observer(&self, observer: Option<Observer>) {
         self.inner.observer.store(observer.map(|f| Arc::new(CommitObserver(f))));
     }
 
@@ -950,8 +950,12 @@ impl Drop for Db {
     }
 }
 
+/// What `Db::set_commit_observer` takes: called with a batch's sequence
+/// number and note.
+pub type Observer = Arc<dyn Fn(u64, &[u8]) + Send + Sync>;
+
 /// The function `Db::set_commit_observer` set.
-struct CommitObserver(Arc<dyn Fn(u64, &[u8]) + Send + Sync>);
+struct CommitObserver(Observer);
 
 /// A consistent view of the database at one sequence number.
 pub struct Snapshot<'a> {

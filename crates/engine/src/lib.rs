@@ -40,7 +40,7 @@ pub mod walk;
 
 pub use batch::{BatchEntry, SavePoint, WriteBatch};
 pub use commit::WriteFuture;
-pub use db::{now_ms, Db, KeyExpiry, PinnedValue, Snapshot};
+pub use db::{now_ms, Db, KeyExpiry, Observer, PinnedValue, Snapshot};
 pub use error::{Error, Result};
 pub use evict::EVICT_AHEAD;
 pub use iter::Iter;

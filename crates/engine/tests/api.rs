@@ -313,7 +313,8 @@ fn the_commit_observer_hears_each_noted_batch_in_order_before_readers_see_it() {
     use std::sync::{Arc, Mutex};
     let dir = tempfile::tempdir().unwrap();
     let db = Arc::new(Db::open(dir.path(), Options::default()).unwrap());
-    let heard: Arc<Mutex<Vec<(u64, Vec<u8>)>>> = Arc::default();
+    type Heard = Vec<(u64, Vec<u8>)>;
+    let heard: Arc<Mutex<Heard>> = Arc::default();
     let observer = {
         let (heard, db) = (heard.clone(), Arc::downgrade(&db));
         move |seq: u64, note: &[u8]| {

@@ -83,6 +83,9 @@ pub struct ClientInfo {
     /// The link to the master this server follows (CLIENT LIST's flag
     /// `M`, CLIENT KILL TYPE master).
     pub master: AtomicBool,
+    /// A replica's link to this server (`crate::master`; CLIENT LIST's
+    /// flag `S`, CLIENT KILL TYPE replica).
+    pub replica: AtomicBool,
 }
 
 pub const UNBLOCK_TIMEOUT: u8 = 1;
@@ -116,6 +119,7 @@ impl ClientInfo {
             gets_pushes: AtomicBool::new(false),
             user: Mutex::new(None),
             master: AtomicBool::new(false),
+            replica: AtomicBool::new(false),
         }
     }
 
@@ -158,9 +162,12 @@ impl ClientInfo {
     pub fn describe(&self) -> String {
         let age = self.created.elapsed();
         let idle = age.as_millis() as u64 - self.last_active_ms.load(Ordering::Relaxed).min(age.as_millis() as u64);
-        // In Redis's order: O (monitor), M (master), P (pub/sub), x (in
-        // MULTI), b (blocked); N for none.
+        // In Redis's order: S (replica), O (monitor), M (master), P
+        // (pub/sub), x (in MULTI), b (blocked); N for none.
         let mut flags = String::new();
+        if self.replica.load(Ordering::Relaxed) {
+            flags.push('S');
+        }
         if self.monitor.load(Ordering::Relaxed) {
             flags.push('O');
         }
@@ -271,6 +278,12 @@ pub struct ConnState {
     /// SYNC asked for an RDB file: sent once the replies before it are
     /// out, then the connection closes.
     pub transfer: Option<crate::rdb_sync::Transfer>,
+    /// PSYNC from a replica: once the replies before it are out, the
+    /// connection is its link (`crate::master::serve`).
+    pub replica_link: Option<crate::master::Psync>,
+    /// WAIT in progress: the engine's sequence number its writes reach,
+    /// the replicas it waits for, and until when.
+    pub wait_for: Option<(u64, usize, Option<std::time::Instant>)>,
 }
 
 #[derive(Default)]
@@ -343,6 +356,9 @@ pub async fn serve(shared: Arc<Shared>, mut stream: TcpStream, addr: SocketAddr)
     if let (Ok(()), Some(transfer)) = (&ended, conn.transfer.take()) {
         ended = crate::rdb_sync::send(shared.clone(), &conn.info, &mut stream, transfer).await;
     }
+    if let (Ok(()), Some(psync)) = (&ended, conn.replica_link.take()) {
+        ended = crate::master::serve(shared.clone(), &conn.info, &mut stream, psync).await;
+    }
     if let Err(error) = ended {
         tracing::debug!(client = id, %addr, %error, "connection ended");
     }
@@ -385,6 +401,8 @@ impl ConnState {
             master_link: false,
             replconf: Default::default(),
             transfer: None,
+            replica_link: None,
+            wait_for: None,
         }
     }
 
@@ -396,6 +414,7 @@ impl ConnState {
         self.subscriptions.clear(&shared.pubsub, &self.info);
         self.stop_monitoring(shared);
         shared.tracking.disable(&self.info);
+        shared.master.stop_waking(self.info.id);
         shared.clients.lock().remove(&self.info.id);
         shared.connected.fetch_sub(1, Ordering::AcqRel);
     }
@@ -582,7 +601,7 @@ async fn run(shared: &Shared, stream: &mut TcpStream, conn: &mut ConnState) -> s
                 if conn.blocked.is_some() && !wait_blocked(shared, stream, conn, &mut out, &mut run).await? {
                     return Ok(());
                 }
-                if conn.close || conn.transfer.is_some() || *shutdown.borrow() {
+                if conn.close || conn.transfer.is_some() || conn.replica_link.is_some() || *shutdown.borrow() {
                     run.commit(shared, &mut out).await;
                     stream.write_all(&out.buf).await?;
                     return Ok(());

@@ -256,7 +256,8 @@ pub async fn active_expiry(shared: Arc<Shared>) {
         // collections' entries under reserved keys are not keys to them).
         let mut expired = Vec::new();
         let notify = crate::notify::wanted(shared.notify_flags.load(Ordering::Relaxed), crate::notify::EXPIRED)
-            || shared.tracking.active();
+            || shared.tracking.active()
+            || shared.master.streaming();
         let mut dropped_key = |key: &[u8]| {
             if notify && !crate::keyspace::is_reserved(key) {
                 expired.push(crate::notify::Event {

@@ -36,6 +36,7 @@ pub mod histogram;
 pub mod io_threads;
 pub mod keyspace;
 pub mod latency;
+pub mod master;
 pub mod maxmemory;
 pub mod memcache;
 pub mod memory;

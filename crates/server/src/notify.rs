@@ -199,6 +199,7 @@ pub fn publish(shared: &Shared, events: &[Event]) {
     if shared.tracking.active() {
         shared.tracking.invalidate(shared, events);
     }
+    shared.master.note_loose(events);
 }
 
 #[cfg(test)]

@@ -165,7 +165,7 @@ fn write_file(shared: &Shared) -> Result<Exported, String> {
     let written = (|| {
         let mut file = std::fs::File::create(&temp).map_err(|e| format!("cannot create {}: {e}", temp.display()))?;
         let mut failed = None;
-        let exported = export(shared, 1 << 20, true, |piece| match file.write_all(&piece) {
+        let exported = export(shared, &shared.db.snapshot(), 1 << 20, true, |piece| match file.write_all(&piece) {
             Ok(()) => true,
             Err(error) => {
                 failed = Some(error);

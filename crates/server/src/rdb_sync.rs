@@ -1,9 +1,9 @@
 //! SYNC for `redis-cli --rdb`: the data set as one RDB file, as of the
 //! moment SYNC arrived (`commands::dump::export`), sent the way a Redis
 //! master sends a diskless full sync (`$EOF:<mark>`, the file, the mark),
-//! then the connection closes: ScaledKV streams no writes after it, so a
-//! Redis replica's PSYNC gets an error instead of a file that would leave
-//! it behind for ever.
+//! then the connection closes. A replica's PSYNC (or SYNC after
+//! `listening-port`) is served by `crate::master` instead: the file, then
+//! the stream of writes.
 //!
 //! REPLCONF takes what `redis-cli --rdb` and `--functions-rdb` send
 //! (`rdb-only`, `rdb-filter-only functions`) and what a replica announces
@@ -41,6 +41,7 @@ pub struct Replconf {
     /// Announced a `listening-port`, as a Redis replica does (tools such
     /// as redis-cli do not).
     pub replica: bool,
+    pub port: u16,
     pub rdb_only: bool,
     pub functions_only: bool,
 }
@@ -53,12 +54,13 @@ pub fn replconf(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     for pair in args[1..].chunks(2) {
         let (option, value) = (&pair[0], &pair[1]);
         if eq(option, "listening-port") {
-            parse_i64(value).ok_or_else(|| err("ERR value is not an integer or out of range"))?;
+            let port = parse_i64(value).ok_or_else(|| err("ERR value is not an integer or out of range"))?;
             settings.replica = true;
+            settings.port = u16::try_from(port).unwrap_or(0);
         } else if eq(option, "ip-address") || eq(option, "capa") {
         } else if eq(option, "ack") || eq(option, "fack") || eq(option, "getack") {
-            // From a replica, or to one: this server has neither, and
-            // Redis answers neither.
+            // A replica's acknowledgements are read by its link
+            // (`crate::master`); Redis answers none of these.
             return Ok(());
         } else if eq(option, "rdb-only") {
             settings.rdb_only = match parse_i64(value) {
@@ -85,18 +87,28 @@ pub fn replconf(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
 
 /// SYNC from a tool (no `listening-port` announced, or `rdb-only`), and
 /// PSYNC after `REPLCONF rdb-only 1`: the file, then the connection
-/// closes. A Redis replica is refused: it would load the file, find the
-/// connection closed, and sync in full again, in a loop.
+/// closes. From a replica (PSYNC, or SYNC after `listening-port`): the
+/// connection becomes its link (`crate::master::serve`).
 pub fn sync(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let psync = eq(&args[0], "psync");
     let settings = ctx.conn.replconf;
-    if !settings.rdb_only && (psync || settings.replica) {
-        return Err(err(
-            "ERR ScaledKV serves no replicas: it sends an RDB file of its data (redis-cli --rdb, or REPLCONF rdb-only 1 then SYNC) but streams no writes after it",
-        ));
-    }
     if ctx.shared.replication.loading.load(Ordering::Acquire) {
         return Err(err("NOMASTERLINK Can't SYNC while not connected with my master"));
+    }
+    if !settings.rdb_only && (psync || settings.replica) {
+        if ctx.conn.multi.is_some() || ctx.conn.in_script {
+            return Err(err("ERR Replica can't interact with the keyspace"));
+        }
+        let from = match psync {
+            true if args.len() == 3 => {
+                let offset = parse_i64(&args[2]).ok_or_else(|| err("ERR value is not an integer or out of range"))?;
+                Some((String::from_utf8_lossy(&args[1]).into_owned(), offset))
+            }
+            true => return Err(err("ERR wrong number of arguments for 'psync' command")),
+            false => None,
+        };
+        ctx.conn.replica_link = Some(crate::master::Psync { from, port: settings.port });
+        return Ok(());
     }
     ctx.conn.transfer = Some(Transfer { psync, functions_only: ctx.conn.replconf.functions_only });
     Ok(())
@@ -124,7 +136,7 @@ pub async fn send(
     let exporting = shared.clone();
     let job = tokio::task::spawn_blocking(move || {
         let keys = !transfer.functions_only;
-        crate::commands::dump::export::export(&exporting, PIECE_BYTES, keys, |piece| {
+        crate::commands::dump::export::export(&exporting, &exporting.db.snapshot(), PIECE_BYTES, keys, |piece| {
             pieces.blocking_send(piece).is_ok()
         })
     });

@@ -117,6 +117,9 @@ pub struct Shared {
     pub replication: crate::replica::Replication,
     /// SAVE and BGSAVE's RDB files (`crate::rdb_save`).
     pub saves: crate::rdb_save::Saves,
+    /// Replicas of this server and the stream of writes they follow
+    /// (`crate::master`).
+    pub master: Arc<crate::master::Master>,
 }
 
 impl Shared {
@@ -285,6 +288,7 @@ pub async fn run(config: Config, db: Db) -> Result<(), String> {
         pause: Default::default(),
         replication: Default::default(),
         saves: Default::default(),
+        master: Default::default(),
         db,
         locks: KeyLocks::default(),
         stats: ServerStats::default(),
@@ -356,6 +360,7 @@ pub async fn run(config: Config, db: Db) -> Result<(), String> {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     io.stop();
+    shared.master.shut_down();
     if let (Some(signal), Some(thread)) = (&shared.commit_thread, committer) {
         committer::stop(signal, thread);
     }

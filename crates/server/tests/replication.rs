@@ -1,10 +1,12 @@
 //! ScaledKV and a real `redis-server` in replication, both ways: ScaledKV
-//! follows a Redis master (REPLICAOF), and Redis loads the RDB file
-//! `redis-cli --rdb` gets from ScaledKV (SYNC). Tests that need Redis are
-//! skipped, with a notice, where it is not installed (`.ci/run` installs
-//! it). Every check compares the whole keyspace of both servers, key by
-//! key. The export's own checks (one moment while clients write, what
-//! SYNC refuses) need no peer.
+//! follows a Redis master (REPLICAOF); Redis and ScaledKV replicas follow
+//! a ScaledKV master; Redis loads the RDB file `redis-cli --rdb` gets from
+//! ScaledKV (SYNC). Tests that need Redis are skipped, with a notice,
+//! where it is not installed (`.ci/run` installs it); the ScaledKV
+//! replica's half of the master's test runs regardless. Every check
+//! compares the whole keyspace of both servers, key by key. The export's
+//! own checks (one moment while clients write, what SYNC refuses) need no
+//! peer.
 
 mod common;
 
@@ -172,6 +174,14 @@ fn fill_db0(con: &mut Connection) {
 /// times, a script's writes, SPOP's removals), transactions, a database
 /// the replica does not have.
 fn change(con: &mut Connection, round: usize) {
+    change_db0(con, round);
+    let r = round.to_string();
+    for args in [&["SELECT", "3"][..], &["SET", "elsewhere", &r], &["SELECT", "0"]] {
+        run(con, args);
+    }
+}
+
+fn change_db0(con: &mut Connection, round: usize) {
     let r = round.to_string();
     for args in [
         &["INCR", "int"][..],
@@ -195,9 +205,6 @@ fn change(con: &mut Connection, round: usize) {
             "scripted",
             "script-counter",
         ],
-        &["SELECT", "3"],
-        &["SET", "elsewhere", &r],
-        &["SELECT", "0"],
     ] {
         run(con, args);
     }
@@ -291,6 +298,128 @@ fn follows_a_redis_master_through_full_and_partial_syncs() {
     assert_eq!(run(&mut replica, &["GET", "in-multi"]), Value::BulkString(b"20".to_vec()));
     let role: Vec<Value> = redis::cmd("ROLE").query(&mut replica).unwrap();
     assert_eq!(role[0], Value::BulkString(b"master".to_vec()));
+}
+
+/// WAIT on the master for `replicas`.
+fn wait_for(master: &mut Connection, replicas: usize) {
+    let acked: i64 = redis::cmd("WAIT").arg(replicas).arg(20_000).query(master).unwrap();
+    assert_eq!(acked, replicas as i64, "the replicas did not acknowledge");
+}
+
+/// A ScaledKV master's replicas (a ScaledKV one, and a Redis one where
+/// Redis is installed) sync while a client writes, then follow its
+/// changes, resume a broken link from the backlog, and see expirations
+/// and FLUSHALL; WAIT counts their acknowledgements.
+#[test]
+fn replicas_follow_a_scaledkv_master_through_full_and_partial_syncs() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("master"), &[]);
+    let mut master = connect(server.port);
+    fill_db0(&mut master);
+    let no_replicas: i64 = redis::cmd("WAIT").arg(1).arg(0).query(&mut master).unwrap();
+    assert_eq!(no_replicas, 0, "answered at once without replicas");
+    // A writer goes on while the replicas sync: the file's moment and the
+    // stream after it must meet exactly.
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let (stop, port) = (stop.clone(), server.port);
+        std::thread::spawn(move || {
+            let mut con = connect(port);
+            let mut i = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let _: Value = redis::pipe()
+                    .cmd("SET")
+                    .arg(format!("w-{}", i % 500))
+                    .arg(i)
+                    .cmd("INCR")
+                    .arg("counter")
+                    .cmd("HSET")
+                    .arg("big-hash")
+                    .arg(format!("field-{}", i % 4000))
+                    .arg(i)
+                    .cmd("RPUSH")
+                    .arg("big-list")
+                    .arg(i)
+                    .query(&mut con)
+                    .unwrap();
+                i += 1;
+            }
+            i
+        })
+    };
+    let port = server.port.to_string();
+    let scaledkv_replica = Server::start(&dir.path().join("replica"), &[]);
+    let mut replicas = vec![connect(scaledkv_replica.port)];
+    assert_eq!(run(&mut replicas[0], &["REPLICAOF", "127.0.0.1", &port]), Value::Okay);
+    let redis_replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
+    if let Some(redis) = &redis_replica {
+        replicas.push(connect(redis.port));
+    }
+    let count = replicas.len();
+    for replica in &mut replicas {
+        wait_link_up(replica);
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    stop.store(true, Ordering::Relaxed);
+    assert!(writer.join().unwrap() > 0);
+    wait_for(&mut master, count);
+    for replica in &mut replicas {
+        assert_same(&mut master, replica);
+    }
+    // The read-only function came with the file.
+    let got: String = redis::cmd("FCALL_RO").arg("get_it").arg(1).arg("int").query(&mut replicas[0]).unwrap();
+    assert_eq!(got, "12345");
+
+    for round in 0..3 {
+        change_db0(&mut master, round);
+        wait_for(&mut master, count);
+        for replica in &mut replicas {
+            assert_same(&mut master, replica);
+        }
+    }
+    let role: Vec<Value> = redis::cmd("ROLE").query(&mut master).unwrap();
+    assert_eq!(role[0], Value::BulkString(b"master".to_vec()));
+    assert!(matches!(&role[2], Value::Array(listed) if listed.len() == count), "{role:?}");
+    let clients: String = redis::cmd("CLIENT").arg("LIST").query(&mut master).unwrap();
+    assert_eq!(clients.matches("flags=S").count(), count, "{clients}");
+
+    // A broken link resumes where it stopped: a partial resync.
+    assert_eq!(run(&mut master, &["CLIENT", "KILL", "TYPE", "replica"]), Value::Int(count as i64));
+    change_db0(&mut master, 10);
+    for replica in &mut replicas {
+        wait_link_up(replica);
+    }
+    wait_for(&mut master, count);
+    for replica in &mut replicas {
+        assert_same(&mut master, replica);
+    }
+    assert_eq!(info_field(&mut master, "stats", "sync_full"), Some(count.to_string()));
+    assert_eq!(info_field(&mut master, "stats", "sync_partial_ok"), Some(count.to_string()));
+    assert_eq!(info_field(&mut replicas[0], "replication", "master_partial_syncs").as_deref(), Some("1"));
+
+    // Expired keys go as deletes; FLUSHALL empties the replicas.
+    run(&mut master, &["SET", "short-lived", "v", "PX", "50"]);
+    run(&mut master, &["HSET", "short-hash", "f", "v"]);
+    run(&mut master, &["PEXPIRE", "short-hash", "50"]);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while info_field(&mut master, "stats", "expired_keys").unwrap().parse::<u64>().unwrap() < 2 {
+        assert!(Instant::now() < deadline, "the keys did not expire");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    wait_for(&mut master, count);
+    for replica in &mut replicas {
+        assert_same(&mut master, replica);
+        assert_eq!(run(replica, &["EXISTS", "short-lived", "short-hash"]), Value::Int(0));
+    }
+    run(&mut master, &["FLUSHALL"]);
+    run(&mut master, &["SET", "after-the-flush", "1"]);
+    wait_for(&mut master, count);
+    for replica in &mut replicas {
+        assert_same(&mut master, replica);
+        assert_eq!(run(replica, &["DBSIZE"]), Value::Int(1));
+    }
 }
 
 /// A write the master's WAIT says the replica has is on the replica's
@@ -695,7 +824,7 @@ fn an_rdb_export_is_one_moment_while_clients_write() {
 }
 
 #[test]
-fn sync_serves_tools_and_refuses_replicas() {
+fn sync_serves_tools() {
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(&dir.path().join("data"), &[]);
     let mut con = connect(server.port);
@@ -704,13 +833,6 @@ fn sync_serves_tools_and_refuses_replicas() {
         let error = redis::cmd(args[0]).arg(&args[1..]).query::<Value>(con).unwrap_err();
         error.to_string()
     };
-    // A Redis replica announces its port; PSYNC without rdb-only is one.
-    let mut replica = server.connect();
-    let port = common::request(&mut replica, &common::encode(&[b"REPLCONF", b"listening-port", b"6380"]));
-    assert_eq!(port, b"+OK\r\n");
-    let refused = common::request(&mut replica, &common::encode(&[b"SYNC"]));
-    assert!(refused.starts_with(b"-ERR ScaledKV serves no replicas"), "{}", String::from_utf8_lossy(&refused));
-    assert!(error(&mut con, &["PSYNC", "?", "-1"]).contains("serves no replicas"));
     assert!(error(&mut con, &["REPLCONF", "rdb-only", "2"]).contains("value must between 0 and 1"));
     assert!(error(&mut con, &["REPLCONF", "bogus", "1"]).contains("Unrecognized REPLCONF option: bogus"));
     assert!(error(&mut con, &["REPLCONF", "rdb-filter-only", "keys"]).contains("Unsupported rdb-filter-only option"));

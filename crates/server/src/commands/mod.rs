@@ -285,7 +285,7 @@ impl Ctx<'_> {
     /// clients that track keys (`crate::tracking`).
     pub fn notify(&mut self, class: u32, name: &'static str, key: &[u8]) {
         let flags = self.shared.notify_flags.load(Ordering::Relaxed);
-        if crate::notify::wanted(flags, class) || self.shared.tracking.active() {
+        if crate::notify::wanted(flags, class) || self.shared.tracking.active() || self.shared.master.streaming() {
             self.writes.note_event(class, name, key, self.conn.info.id);
         }
     }
@@ -351,7 +351,7 @@ commands! {
     "shutdown", -1, ADMIN | NO_MULTI, NONE, "server", server::shutdown, "Synchronously saves the database(s) to disk and shuts down the Redis server.";
     "save", 1, ADMIN | NO_MULTI, NONE, "server", server::save, "Synchronously saves the database(s) to disk.";
     "bgsave", -1, ADMIN, NONE, "server", server::save, "Asynchronously saves the database(s) to disk.";
-    "wait", 3, 0, NONE, "generic", server::wait, "Blocks until the asynchronous replication of all preceding write commands sent by the connection is completed.";
+    "wait", 3, BLOCKING, NONE, "generic", server::wait, "Blocks until the asynchronous replication of all preceding write commands sent by the connection is completed.";
     "lastsave", 1, FAST, NONE, "server", server::lastsave, "Returns the Unix timestamp of the last successful save to disk.";
     "get", 2, READONLY | FAST, ONE, "string", strings::get, "Returns the string value of a key.";
     "set", -3, WRITE | READS_KEYS, ONE, "string", strings::set, "Sets the string value of a key, ignoring its type.";
@@ -765,6 +765,11 @@ pub async fn commit<G>(
     guards: G,
 ) -> scaledkv::Result<()> {
     let events = std::mem::take(&mut ready.events);
+    if shared.master.streaming() {
+        if let Some(note) = crate::master::note_of(&events) {
+            ready.batch.set_note(note);
+        }
+    }
     let messages = std::mem::take(&mut ready.messages);
     let (all_deleted, expiries) = (ready.all_deleted, std::mem::take(&mut ready.expiries));
     let result = commit_batch(shared, ready, stripes, exclusive, guards).await;
@@ -912,6 +917,10 @@ fn release<G>(shared: &Shared, stripes: &[Stripe], fences: Option<&[FenceEdit]>,
 }
 
 /// Waits until every write queued so far is durable and visible.
+pub(crate) async fn wait_for_queued(shared: &Shared) -> scaledkv::Result<()> {
+    barrier(shared).await
+}
+
 async fn barrier(shared: &Shared) -> scaledkv::Result<()> {
     let done = shared.db.enqueue_barrier();
     lead(shared);

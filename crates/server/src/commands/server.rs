@@ -361,11 +361,9 @@ fn client_kill(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         return Ok(());
     }
     let (mut id, mut addr, mut laddr, mut skip_me) = (None, None, None, true);
-    // TYPE: the link to a master is a master client, a subscriber a
-    // pub/sub client, any other a normal one.
-    let (mut subscriber, mut master) = (None, None);
-    // A filter no client here can match (TYPE replica ...).
-    let mut none = false;
+    // TYPE: the link to a master is a master client, a replica's link a
+    // replica, a subscriber a pub/sub client, any other a normal one.
+    let (mut subscriber, mut master, mut replica) = (None, None, None);
     for pair in args[2..].chunks(2) {
         let [filter, value] = pair else { return Err(CmdError::Syntax) };
         let text = String::from_utf8_lossy(value).into_owned();
@@ -381,10 +379,12 @@ fn client_kill(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
             _ if eq(filter, "laddr") => laddr = Some(text),
             _ if eq(filter, "skipme") && eq(value, "yes") => skip_me = true,
             _ if eq(filter, "skipme") && eq(value, "no") => skip_me = false,
-            _ if eq(filter, "type") && eq(value, "normal") => (subscriber, master) = (Some(false), Some(false)),
+            _ if eq(filter, "type") && eq(value, "normal") => {
+                (subscriber, master, replica) = (Some(false), Some(false), Some(false))
+            }
             _ if eq(filter, "type") && eq(value, "pubsub") => subscriber = Some(true),
             _ if eq(filter, "type") && eq(value, "master") => master = Some(true),
-            _ if eq(filter, "type") && ["replica", "slave"].iter().any(|t| eq(value, t)) => none = true,
+            _ if eq(filter, "type") && ["replica", "slave"].iter().any(|t| eq(value, t)) => replica = Some(true),
             _ if eq(filter, "type") => return Err(err(format!("ERR Unknown client type '{text}'"))),
             _ if eq(filter, "user") && text == "default" => {}
             _ if eq(filter, "user") => return Err(err(format!("ERR No such user '{text}'"))),
@@ -393,12 +393,12 @@ fn client_kill(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     }
     let mut killed = 0;
     for client in clients {
-        let chosen = !none
-            && id.is_none_or(|id| client.id == id)
+        let chosen = id.is_none_or(|id| client.id == id)
             && addr.as_ref().is_none_or(|a| client.addr.to_string() == *a)
             && laddr.as_ref().is_none_or(|a| client.local.to_string() == *a)
             && subscriber.is_none_or(|subscriber| client.is_subscriber() == subscriber)
             && master.is_none_or(|master| client.master.load(Ordering::Relaxed) == master)
+            && replica.is_none_or(|replica| client.replica.load(Ordering::Relaxed) == replica)
             && !(skip_me && client.id == me);
         if chosen {
             kill(ctx, &client);
@@ -585,10 +585,17 @@ pub fn role(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
         ctx.out.int(offset.max(0));
         return Ok(());
     }
+    let (offset, replicas) = ctx.shared.master.role();
     ctx.out.array(3);
     ctx.out.bulk(b"master");
-    ctx.out.int(0);
-    ctx.out.array(0);
+    ctx.out.int(offset as i64);
+    ctx.out.array(replicas.len());
+    for (ip, port, acked) in replicas {
+        ctx.out.array(3);
+        ctx.out.bulk(ip.as_bytes());
+        ctx.out.bulk(port.to_string().as_bytes());
+        ctx.out.bulk(acked.to_string().as_bytes());
+    }
     Ok(())
 }
 
@@ -640,20 +647,40 @@ pub fn lastsave(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
     Ok(())
 }
 
-/// WAIT: ScaledKV has no replicas, so the count of replicas that
-/// acknowledged is always 0, and it is answered at once: Redis, with no
-/// replica to wait for, would still block for the timeout (forever for
-/// 0) before giving the same 0. Every write a client has seen
+/// WAIT numreplicas timeout: blocks until that many replicas have
+/// acknowledged (committed, for a ScaledKV replica) every write visible
+/// when it began, or the timeout (ms, 0: none) ends; answers how many
+/// did. Without replicas it answers 0 at once, where Redis would block
+/// for the timeout first (forever for 0): every write a client has seen
 /// acknowledged is already durable on this server.
 pub fn wait(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
-    int(&args[1])?;
+    let wanted = int(&args[1])?;
     let timeout =
         super::args::parse_i64(&args[2]).ok_or_else(|| err("ERR timeout is not an integer or out of range"))?;
     if timeout < 0 {
         return Err(err("ERR timeout is negative"));
     }
-    ctx.out.int(0);
-    Ok(())
+    let master = &ctx.shared.master;
+    if master.replicas() == 0 {
+        ctx.conn.wait_for = None;
+        ctx.out.int(0);
+        return Ok(());
+    }
+    let (seq, wanted, deadline) = *ctx.conn.wait_for.get_or_insert_with(|| {
+        let deadline =
+            (timeout > 0).then(|| std::time::Instant::now() + std::time::Duration::from_millis(timeout as u64));
+        (ctx.shared.db.snapshot().seq(), wanted.max(0) as usize, deadline)
+    });
+    let acked = master.offset_covering(seq).map_or(0, |offset| master.acked(offset));
+    if acked >= wanted || deadline.is_some_and(|d| std::time::Instant::now() >= d) || ctx.conn.multi.is_some() {
+        ctx.conn.wait_for = None;
+        master.stop_waking(ctx.conn.info.id);
+        ctx.out.int(acked as i64);
+        return Ok(());
+    }
+    master.wake_on_ack(&ctx.conn.info);
+    master.ask_for_acks();
+    Err(super::CmdError::Blocked(None, false))
 }
 
 /// The INFO text for `sections` (empty: the default set).
@@ -792,7 +819,8 @@ pub fn info_text(ctx: &Ctx<'_>, sections: &[String]) -> String {
              evict_stalled_writes:{}\r\nssd_demoted_segments:{}\r\nssd_demoted_bytes:{}\r\nssd_reads:{}\r\n\
              keyspace_hits:{}\r\nkeyspace_misses:{}\r\npubsub_channels:{}\r\n\
              pubsub_patterns:{}\r\npubsubshard_channels:{}\r\ntracking_total_keys:{}\r\ntracking_total_items:{}\r\n\
-             tracking_total_prefixes:{}\r\ntotal_error_replies:{}\r\nscript_reruns_with_every_lock:{}\r\n\r\n",
+             tracking_total_prefixes:{}\r\ntotal_error_replies:{}\r\nscript_reruns_with_every_lock:{}\r\n\
+             sync_full:{}\r\nsync_partial_ok:{}\r\nsync_partial_err:{}\r\n\r\n",
             s.connections_received.load(Ordering::Relaxed),
             s.commands.load(Ordering::Relaxed),
             s.net_input_bytes.load(Ordering::Relaxed),
@@ -816,10 +844,17 @@ pub fn info_text(ctx: &Ctx<'_>, sections: &[String]) -> String {
             tracking_prefixes,
             crate::commandstats::total_errors(),
             s.script_reruns.load(Ordering::Relaxed),
+            shared.master.syncs[0].load(Ordering::Relaxed),
+            shared.master.syncs[1].load(Ordering::Relaxed),
+            shared.master.syncs[2].load(Ordering::Relaxed),
         );
     }
     if wanted("replication") {
-        let _ = write!(text, "# Replication\r\n{}\r\n", shared.replication.info());
+        let info = match shared.replication.following() {
+            true => shared.replication.info(),
+            false => shared.master.info(),
+        };
+        let _ = write!(text, "# Replication\r\n{info}\r\n");
     }
     if wanted("cpu") {
         let (user, system) = cpu_seconds();
@@ -1004,6 +1039,7 @@ fn parameters(ctx: &Ctx<'_>) -> Vec<(&'static str, String)> {
         ("masterauth", shared.replication.masterauth.lock().clone().unwrap_or_default()),
         ("masteruser", shared.replication.masteruser.lock().clone().unwrap_or_default()),
         ("replica-read-only", "yes".into()),
+        ("repl-backlog-size", shared.master.backlog_bytes.load(Ordering::Relaxed).to_string()),
         ("maxclients", shared.maxclients().to_string()),
         ("timeout", shared.timeout_secs().to_string()),
         ("proto-max-bulk-len", shared.max_bulk_bytes().to_string()),
@@ -1160,6 +1196,15 @@ fn config_set(ctx: &mut Ctx<'_>, name: &str, value: &[u8]) -> CmdResult {
                 )));
             }
             shared.set_max_bulk_bytes(n)
+        }
+        "repl-backlog-size" => {
+            let bytes = crate::maxmemory::parse_bytes(&text).filter(|&b| b >= 1).ok_or_else(|| {
+                err(format!(
+                    "ERR CONFIG SET failed (possibly related to argument '{name}') - argument must be a memory value"
+                ))
+            })?;
+            // Redis's minimum.
+            shared.master.backlog_bytes.store((bytes as usize).max(16 << 10), Ordering::Relaxed);
         }
         "maxmemory" => {
             let bytes = crate::maxmemory::parse_bytes(&text).ok_or_else(|| {

@@ -31,11 +31,13 @@ pub struct Exported {
     pub seq: u64,
 }
 
-/// Writes an RDB file of the data set as of now (only the function
-/// libraries unless `keys`) to `sink`, in pieces of about `piece` bytes.
-/// `sink` returns false to stop (the reader left): then `Ok(None)`.
+/// Writes an RDB file of the data set as of `snapshot` (only the function
+/// libraries, as of now, unless `keys`) to `sink`, in pieces of about
+/// `piece` bytes. `sink` returns false to stop (the reader left): then
+/// `Ok(None)`.
 pub fn export(
     shared: &Shared,
+    snapshot: &scaledkv::Snapshot<'_>,
     piece: usize,
     keys: bool,
     mut sink: impl FnMut(Vec<u8>) -> bool,
@@ -43,7 +45,6 @@ pub fn export(
     let mut file =
         Writer { buf: Vec::with_capacity(piece + 4096), digest: CRC64.digest(), exported: Exported::default() };
     file.header();
-    let snapshot = shared.db.snapshot();
     file.exported.seq = snapshot.seq();
     let libraries = shared.functions.current();
     let mut conn = ConnState::detached(0, local(), local());

@@ -75,7 +75,7 @@ const CRC64: crc::Crc<u64, crc::Table<16>> = crc::Crc::<u64, crc::Table<16>>::ne
 
 /// The serialized form of a stored value (a table's fields read through
 /// `ctx`): its object, the RDB version and a CRC-64.
-fn serialize(ctx: &mut Ctx<'_>, key: &[u8], value: &Value) -> Result<Vec<u8>, CmdError> {
+pub(crate) fn serialize(ctx: &mut Ctx<'_>, key: &[u8], value: &Value) -> Result<Vec<u8>, CmdError> {
     object_of(ctx, key, value).map(with_footer)
 }
 
