@@ -271,6 +271,9 @@ impl Master {
             if self.stop.load(Ordering::Relaxed) {
                 return;
             }
+            if !self.streaming() {
+                continue;
+            }
             let since = last.elapsed();
             if since < DRAIN_EVERY {
                 std::thread::sleep(DRAIN_EVERY - since);
@@ -317,36 +320,42 @@ impl Master {
                 flushed |= read_note(&note, &mut keys);
             }
         }
-        let mut commands = Vec::new();
-        let mut count = usize::from(flushed);
+        let mut commands = Transactions::new(keys.len() + usize::from(flushed));
         if flushed {
-            put_command(&mut commands, &[b"FLUSHALL"]);
+            commands.open();
+            put_command(&mut commands.out, &[b"FLUSHALL"]);
         }
         if !keys.is_empty() {
+            let mut conn = ConnState::detached(0, local(), local());
+            conn.authenticated = true;
+            let mut out = Out::new(Protocol::Resp2);
+            let mut writes = Writes::new(false);
+            let mut ctx = crate::commands::Ctx {
+                shared,
+                conn: &mut conn,
+                out: &mut out,
+                writes: &mut writes,
+                reads_count: false,
+            };
             snapshot.view(|| {
                 for key in &keys {
-                    match command_of(shared, key) {
-                        Ok(command) => {
-                            count += 1;
-                            commands.extend_from_slice(&command);
-                        }
-                        Err(error) => tracing::error!(
+                    commands.open();
+                    let at = commands.out.len();
+                    if let Err(error) = command_of(&mut ctx, key, &mut commands.out) {
+                        commands.out.truncate(at);
+                        tracing::error!(
                             key = %String::from_utf8_lossy(key),
                             error = %error.text(),
                             "a changed key could not be read for the replicas"
-                        ),
+                        );
                     }
+                    ctx.out.buf.clear();
                 }
             });
         }
+        let commands = commands.finish();
         let mut stream = self.stream.lock();
-        if count > 1 {
-            put_command(&mut stream.backlog, &[b"MULTI"]);
-        }
         stream.backlog.extend_from_slice(&commands);
-        if count > 1 {
-            put_command(&mut stream.backlog, &[b"EXEC"]);
-        }
         let now = Instant::now();
         if !stream.replicas.is_empty() && now.duration_since(stream.last_ping) >= PING_EVERY {
             put_command(&mut stream.backlog, &[b"PING"]);
@@ -508,36 +517,79 @@ impl Master {
     }
 }
 
-/// The command that makes a replica's `key` what it is now (in the
-/// current view): DEL, SET ... PXAT, or RESTORE ... REPLACE ABSTTL.
-fn command_of(shared: &Shared, key: &[u8]) -> Result<Vec<u8>, crate::commands::CmdError> {
-    let mut conn = ConnState::detached(0, local(), local());
-    conn.authenticated = true;
-    let mut out = Out::new(Protocol::Resp2);
-    let mut writes = Writes::new(false);
-    let mut ctx =
-        crate::commands::Ctx { shared, conn: &mut conn, out: &mut out, writes: &mut writes, reads_count: false };
-    let mut command = Vec::new();
-    let Some(value) = ctx.writes.get_untouched(&shared.db, key)? else {
-        put_command(&mut command, &[b"DEL", key]);
-        return Ok(command);
+/// Appends to `command` the command that makes a replica's `key` what it
+/// is now (in the current view): DEL, SET ... PXAT, or RESTORE ... REPLACE
+/// ABSTTL.
+fn command_of(
+    ctx: &mut crate::commands::Ctx<'_>,
+    key: &[u8],
+    command: &mut Vec<u8>,
+) -> Result<(), crate::commands::CmdError> {
+    let Some(value) = ctx.writes.get_untouched(&ctx.shared.db, key)? else {
+        put_command(command, &[b"DEL", key]);
+        return Ok(());
     };
     let at = value.expiry_ms();
     match value.tag() {
         TYPE_STRING | TYPE_ITEM => {
             let data = value.string()?;
             match at {
-                Some(at) => put_command(&mut command, &[b"SET", key, data, b"PXAT", at.to_string().as_bytes()]),
-                None => put_command(&mut command, &[b"SET", key, data]),
+                Some(at) => put_command(command, &[b"SET", key, data, b"PXAT", at.to_string().as_bytes()]),
+                None => put_command(command, &[b"SET", key, data]),
             }
         }
         _ => {
-            let payload = crate::commands::dump::serialize(&mut ctx, key, &value)?;
+            let payload = crate::commands::dump::serialize(ctx, key, &value)?;
             let ttl = at.unwrap_or(0).to_string();
-            put_command(&mut command, &[b"RESTORE", key, ttl.as_bytes(), &payload, b"REPLACE", b"ABSTTL"]);
+            put_command(command, &[b"RESTORE", key, ttl.as_bytes(), &payload, b"REPLACE", b"ABSTTL"]);
         }
     }
-    Ok(command)
+    Ok(())
+}
+
+/// A drain's commands as transactions (MULTI ... EXEC) of up to
+/// `TRANSACTION_BYTES` each, written in place; a drain of one command
+/// goes as itself. A ScaledKV replica commits a transaction as one engine
+/// batch, which has a limit (and a big one would hold its other clients
+/// up meanwhile).
+struct Transactions {
+    out: Vec<u8>,
+    /// Whether the commands go in transactions (more than one).
+    wrapped: bool,
+    /// Where the open transaction's commands start (None: none is open).
+    opened: Option<usize>,
+}
+
+/// The most commands of a drain go in one transaction.
+const TRANSACTION_BYTES: usize = 1 << 20;
+
+impl Transactions {
+    fn new(commands: usize) -> Transactions {
+        Transactions { out: Vec::new(), wrapped: commands > 1, opened: None }
+    }
+
+    /// Called before each command: opens a transaction, or closes a full
+    /// one and opens the next.
+    fn open(&mut self) {
+        if !self.wrapped {
+            return;
+        }
+        if self.opened.is_some_and(|at| self.out.len() - at >= TRANSACTION_BYTES) {
+            put_command(&mut self.out, &[b"EXEC"]);
+            self.opened = None;
+        }
+        if self.opened.is_none() {
+            put_command(&mut self.out, &[b"MULTI"]);
+            self.opened = Some(self.out.len());
+        }
+    }
+
+    fn finish(mut self) -> Vec<u8> {
+        if self.opened.is_some() {
+            put_command(&mut self.out, &[b"EXEC"]);
+        }
+        self.out
+    }
 }
 
 fn put_command(buf: &mut Vec<u8>, args: &[&[u8]]) {
@@ -780,16 +832,22 @@ fn acknowledgements(master: &Master, replica: &Replica, input: &mut BytesMut) {
     let limits =
         crate::resp::Limits { max_bulk_bytes: 1 << 10, max_args: 16, max_request_bytes: 1 << 12, authenticated: true };
     let mut acked = false;
-    while let Ok(Some(args)) = crate::resp::parse(input, &limits) {
+    loop {
+        let args = match crate::resp::parse(input, &limits) {
+            Ok(Some(args)) => args,
+            Ok(None) => break,
+            // Nothing a replica sends: dropped, as the rest of this read.
+            Err(_) => {
+                input.clear();
+                break;
+            }
+        };
         let ack = args.len() >= 3 && args[0].eq_ignore_ascii_case(b"replconf") && args[1].eq_ignore_ascii_case(b"ack");
         if let Some(offset) = ack.then(|| std::str::from_utf8(&args[2]).ok()?.parse::<i64>().ok()).flatten() {
             replica.acked.fetch_max(offset, Ordering::AcqRel);
             *replica.acked_at.lock() = Instant::now();
             acked = true;
         }
-    }
-    if input.len() > 1 << 12 {
-        input.clear();
     }
     if acked {
         for client in master.waiting.lock().iter() {
@@ -827,5 +885,28 @@ mod tests {
         let mut keys = BTreeSet::new();
         assert!(read_note(&note[..note.len() - 2], &mut keys));
         assert_eq!(keys.len(), 2, "a cut note reads what is whole");
+    }
+
+    #[test]
+    fn a_drain_goes_in_transactions_of_bounded_size() {
+        let add = |commands: &mut Transactions, n: usize| {
+            commands.open();
+            put_command(&mut commands.out, &[b"SET", b"k", &vec![b'v'; n]]);
+        };
+        let mut one = Transactions::new(1);
+        add(&mut one, 10);
+        let alone = one.finish();
+        assert!(alone.starts_with(b"*3\r\n$3\r\nSET"), "a command alone needs no MULTI");
+        let mut many = Transactions::new(6);
+        for _ in 0..5 {
+            add(&mut many, TRANSACTION_BYTES / 3);
+        }
+        add(&mut many, 2 * TRANSACTION_BYTES);
+        let text = many.finish();
+        let count = |word: &[u8]| text.windows(word.len()).filter(|w| w == &word).count();
+        // Three commands fill the first (it closes once past the size),
+        // then two and the big one.
+        assert_eq!((count(b"MULTI"), count(b"EXEC")), (2, 2));
+        assert!(text.ends_with(b"\r\n*1\r\n$4\r\nEXEC\r\n"));
     }
 }
