@@ -422,6 +422,127 @@ fn replicas_follow_a_scaledkv_master_through_full_and_partial_syncs() {
     }
 }
 
+/// A transaction on a ScaledKV master reaches a Redis replica whole: a
+/// reader of the replica never sees one of its keys written and the other
+/// not (a drain reads its keys at one snapshot and sends them as one
+/// MULTI/EXEC). Values of 100 KB, so that the replica reads a drain in
+/// several pieces and runs each command as it completes: without the
+/// MULTI, its reader sees the halves.
+#[test]
+fn a_replica_never_sees_half_a_transaction() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("master"), &[]);
+    let port = server.port.to_string();
+    let Some(redis) = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]) else { return };
+    let mut replica = connect(redis.port);
+    wait_link_up(&mut replica);
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let stop = stop.clone();
+        let port = server.port;
+        std::thread::spawn(move || {
+            let mut con = connect(port);
+            let mut i = 0u64;
+            let padding = "p".repeat(100_000);
+            while !stop.load(Ordering::Relaxed) {
+                let value = format!("{i}-{padding}");
+                let _: Value = redis::pipe()
+                    .atomic()
+                    .cmd("SET")
+                    .arg("a")
+                    .arg(&value)
+                    .cmd("INCR")
+                    .arg("filler")
+                    .cmd("SET")
+                    .arg("b")
+                    .arg(&value)
+                    .query(&mut con)
+                    .unwrap();
+                i += 1;
+            }
+            i
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(2);
+    let mut reads = 0;
+    while Instant::now() < deadline {
+        let (a, b): (Option<Vec<u8>>, Option<Vec<u8>>) =
+            redis::cmd("MGET").arg("a").arg("b").query(&mut replica).unwrap();
+        assert!(a == b, "half a transaction on the replica");
+        reads += 1;
+    }
+    stop.store(true, Ordering::Relaxed);
+    let written = writer.join().unwrap();
+    let mut master = connect(server.port);
+    wait_for(&mut master, 1);
+    assert_same(&mut master, &mut replica);
+    assert!(written > 100 && reads > 100, "{written} transactions, {reads} reads");
+}
+
+/// A ScaledKV replica of a ScaledKV master SIGKILLed while the master
+/// takes writes resumes from the backlog (a partial resync) and catches
+/// up; the master SIGKILLed keeps every write it acknowledged, and its
+/// replica, pointed at it again, syncs in full to the same data.
+#[test]
+fn a_scaledkv_master_and_its_replica_come_back_from_sigkill() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = Server::start(&dir.path().join("master"), &[]);
+    let mut master = connect(server.port);
+    run(&mut master, &["CONFIG", "SET", "repl-backlog-size", "64mb"]);
+    let follow = format!("127.0.0.1 {}", server.port);
+    let mut replica_server = Server::start(&dir.path().join("replica"), &["--replicaof", &follow]);
+    let mut replica = connect(replica_server.port);
+    wait_link_up(&mut replica);
+    let write = |con: &mut Connection, round: usize, count: usize| {
+        for i in 0..count {
+            let _: Value = redis::pipe()
+                .cmd("SET")
+                .arg(format!("key-{round}-{i}"))
+                .arg("x".repeat(i % 500))
+                .cmd("INCR")
+                .arg("counter")
+                .cmd("HSET")
+                .arg("hash")
+                .arg(format!("f{}", i % 50))
+                .arg(round)
+                .query(con)
+                .unwrap();
+        }
+    };
+    for round in 0..common::crash_iterations(3) {
+        write(&mut master, round, 300);
+        wait_for(&mut master, 1);
+        assert_same(&mut master, &mut replica);
+        write(&mut master, round + 100, 100);
+        replica_server.kill();
+        write(&mut master, round + 200, 100);
+        replica_server = Server::start(&dir.path().join("replica"), &["--replicaof", &follow]);
+        replica = connect(replica_server.port);
+        wait_link_up(&mut replica);
+        wait_for(&mut master, 1);
+        assert_same(&mut master, &mut replica);
+        assert_eq!(info_field(&mut master, "stats", "sync_partial_ok"), Some((round + 1).to_string()));
+        assert_eq!(info_field(&mut master, "stats", "sync_full").as_deref(), Some("1"));
+    }
+    // The master goes down mid-stream; what it acknowledged is on its
+    // medium, and its replica follows the new history in full.
+    write(&mut master, 1000, 200);
+    let before = keyspace(&mut master);
+    server.kill();
+    server = Server::start(&dir.path().join("master"), &[]);
+    master = connect(server.port);
+    assert_eq!(keyspace(&mut master), before, "every acknowledged write survives the master's SIGKILL");
+    let port = server.port.to_string();
+    assert_eq!(run(&mut replica, &["REPLICAOF", "127.0.0.1", &port]), Value::Okay);
+    wait_link_up(&mut replica);
+    write(&mut master, 2000, 50);
+    wait_for(&mut master, 1);
+    assert_same(&mut master, &mut replica);
+    assert_eq!(info_field(&mut master, "stats", "sync_full").as_deref(), Some("1"));
+}
+
 /// A write the master's WAIT says the replica has is on the replica's
 /// medium: the replica is SIGKILLed right after, restarted, and every
 /// such key is there byte for byte.
