@@ -58,8 +58,9 @@ pub struct Request {
     pub count: u32,
     /// For GC: one relocation per entry, each written as its own frame.
     pub relocations: Option<Vec<Relocation>>,
-    /// The batch's note (`WriteBatch::set_note`), for the commit observer.
-    pub note: Option<Vec<u8>>,
+    /// The batch's note (`WriteBatch::set_note`), which the commit
+    /// observer takes.
+    pub note: Mutex<Option<Vec<u8>>>,
     state: AtomicU8,
     /// Whether a thread blocked in `Committer::commit` waits for it, which
     /// can be woken to lead (see `drain_as`).
@@ -87,7 +88,7 @@ impl Request {
             body,
             count,
             relocations,
-            note,
+            note: Mutex::new(note),
             state: AtomicU8::new(PENDING),
             blocking: AtomicBool::new(false),
             handed: AtomicBool::new(false),

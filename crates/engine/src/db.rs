@@ -729,21 +729,21 @@ impl Db {
         self.inner.evict(1.0, usize::MAX).map(|_| ())
     }
 
-    /// Counts accesses with Redis's LFU counters, by which cache mode then
-    /// evicts (`Some`), or not (`None`: cache mode evicts by one access
-    /// bit); see `Options::lfu`. Turning counters on starts them from
-    /// nothing; changing the settings of counters already on keeps them.
     /// Sets (or with None removes) the function told of every batch that
     /// carries a note (`WriteBatch::set_note`): its sequence number and
     /// note, in commit order, once it is durable and before any reader
     /// can see it, so a snapshot at sequence number `s` (`Snapshot::seq`)
     /// reads every batch the observer was told of up to `s`, and no other.
-    /// It runs while the log is held: it must be quick and must not
-    /// write to the database.
+    /// The note is the observer's (no copy is made while the log is held:
+    /// it must be quick, and must not write to the database).
     pub fn set_commit_observer(&self, observer: Option<Observer>) {
         self.inner.observer.store(observer.map(|f| Arc::new(CommitObserver(f))));
     }
 
+    /// Counts accesses with Redis's LFU counters, by which cache mode then
+    /// evicts (`Some`), or not (`None`: cache mode evicts by one access
+    /// bit); see `Options::lfu`. Turning counters on starts them from
+    /// nothing; changing the settings of counters already on keeps them.
     pub fn set_lfu(&self, lfu: Option<Lfu>) {
         match (lfu, &*self.inner.lfu.load()) {
             (Some(settings), Some(counters)) => counters.set_settings(settings),
@@ -952,7 +952,7 @@ impl Drop for Db {
 
 /// What `Db::set_commit_observer` takes: called with a batch's sequence
 /// number and note.
-pub type Observer = Arc<dyn Fn(u64, &[u8]) + Send + Sync>;
+pub type Observer = Arc<dyn Fn(u64, Vec<u8>) + Send + Sync>;
 
 /// The function `Db::set_commit_observer` set.
 struct CommitObserver(Observer);
@@ -1202,7 +1202,7 @@ impl Inner {
         let mut seq = after;
         for request in group.iter().filter(|r| r.relocations.is_none() && r.count > 0) {
             seq += 1;
-            if let Some(note) = &request.note {
+            if let Some(note) = request.note.lock().take() {
                 (observer.0)(seq, note);
             }
         }

@@ -317,11 +317,11 @@ fn the_commit_observer_hears_each_noted_batch_in_order_before_readers_see_it() {
     let heard: Arc<Mutex<Heard>> = Arc::default();
     let observer = {
         let (heard, db) = (heard.clone(), Arc::downgrade(&db));
-        move |seq: u64, note: &[u8]| {
+        move |seq: u64, note: Vec<u8>| {
             // Not visible yet: a reader at this moment sees the batch before.
             let db = db.upgrade().unwrap();
             assert!(db.snapshot().seq() < seq, "observed after it became visible");
-            heard.lock().unwrap().push((seq, note.to_vec()));
+            heard.lock().unwrap().push((seq, note));
         }
     };
     db.set_commit_observer(Some(Arc::new(observer)));

@@ -4,40 +4,44 @@
 //!
 //! What streams is each changed key's state, not the client's command.
 //! Commands note the keys they change (their keyspace events) on their
-//! engine batch (`WriteBatch::set_note`), and the engine hands the notes
-//! over in commit order with their sequence numbers
-//! (`Db::set_commit_observer`). A drain takes a snapshot, takes every note
-//! up to its sequence number, and writes each key as the snapshot holds
-//! it: SET ... PXAT for a string, RESTORE ... REPLACE ABSTTL for another
-//! type, DEL for a key that is gone; a drain of several keys as one
-//! MULTI/EXEC. So a replica moves from one moment of the master's data to
-//! a later one, never to a mix of two, and what scripts, relative expiry
-//! times, random pops and blocking moves come down to needs no rewrite
-//! per command (Redis rewrites each into its effects for the same
-//! reason); a key written many times between two drains goes once.
-//! Expired and evicted keys go as DELs by the same path (their deletes
-//! are the engine's own, noted when they are announced).
+//! engine batch (`WriteBatch::set_note`, `note_of`), with the command that
+//! makes a replica's key what the batch left it where the batch alone
+//! says (a string's SET ... PXAT, a DEL); the engine hands the notes over
+//! in commit order with their sequence numbers (`Db::set_commit_observer`).
+//! A drain takes the notes and writes each key's latest command; a key a
+//! note could not say (a collection, whose fields are other entries) is
+//! read at a snapshot taken after the notes (RESTORE ... REPLACE ABSTTL,
+//! or DEL if it is gone), with the notes up to that snapshot's moment. A
+//! drain of several keys goes as MULTI/EXEC. So a replica moves from one
+//! moment of the master's data to a later one, never to a mix of two, and
+//! what scripts, relative expiry times, random pops and blocking moves
+//! come down to needs no rewrite per command (Redis rewrites each into
+//! its effects for the same reason); a key written many times between two
+//! drains goes once. Expired and evicted keys are read (so sent as DELs)
+//! by the same path: their deletes are the engine's own, noted when they
+//! are announced, before the drain's snapshot.
 //!
 //! The cost is the other side of that: a write to a big collection (a
 //! hash table, a chunked list) sends the collection whole, once per drain
-//! while it is being written.
+//! while it is being written, and a note carries a string's value once
+//! more.
 //!
 //! A full sync's file and its place in the stream are one moment: the
-//! drain up to the file's snapshot runs first, under the lock drains take,
-//! and the replica's stream starts where it ended.
+//! drain up to the file's snapshot (its notes up to that moment, its
+//! reads there) runs first, under the lock drains take, and the replica's
+//! stream starts where it ended.
 //!
 //! Streaming starts with the first replica, under every key's lock (so no
 //! command that ran before it, unnoted, commits after the file's moment),
 //! and stops an hour (`repl-backlog-ttl`) after the last one left, with a
 //! new replication ID, as Redis frees its backlog.
 
-use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use parking_lot::{Condvar, Mutex};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -66,8 +70,6 @@ const SEND_BYTES: usize = 1 << 20;
 /// Drains remembered for WAIT: its writes are found among them unless it
 /// waited this many drains (several seconds) to start.
 const DRAINS_KEPT: usize = 4096;
-/// A note's length word for "every key was deleted" (FLUSHALL).
-const FLUSHED: u32 = u32::MAX;
 
 /// The master's side of replication.
 pub struct Master {
@@ -97,14 +99,14 @@ pub struct Master {
 struct Changes {
     batches: std::collections::VecDeque<(u64, Vec<u8>)>,
     loose: Vec<Vec<u8>>,
-    loose_flush: bool,
+    /// Evictions outran their announcements: which keys went is not
+    /// known, so the replicas sync again in full.
+    lost_track: bool,
 }
 
 struct Stream {
     replid: String,
-    /// Bytes `start + 1 ..= start + backlog.len()` of the stream.
-    backlog: Vec<u8>,
-    start: u64,
+    backlog: Backlog,
     replicas: Vec<Arc<Replica>>,
     /// The snapshots recent drains read and where their bytes ended,
     /// oldest first (WAIT's offsets).
@@ -117,7 +119,62 @@ struct Stream {
 
 impl Stream {
     fn end(&self) -> u64 {
-        self.start + self.backlog.len() as u64
+        self.backlog.end()
+    }
+}
+
+/// The stream's recent bytes, as drains appended them: pieces the
+/// replicas' senders share (a drain's bytes are copied once, into its
+/// piece).
+#[derive(Default)]
+struct Backlog {
+    /// Each piece with the offset of the byte before its first.
+    pieces: std::collections::VecDeque<(u64, Bytes)>,
+    /// The offset of the byte before the first piece's first.
+    start: u64,
+    len: u64,
+}
+
+impl Backlog {
+    fn end(&self) -> u64 {
+        self.start + self.len
+    }
+
+    fn push(&mut self, piece: Vec<u8>) {
+        if !piece.is_empty() {
+            self.len += piece.len() as u64;
+            self.pieces.push_back((self.end() - piece.len() as u64, Bytes::from(piece)));
+        }
+    }
+
+    /// Drops the pieces that end at or before `keep_from`.
+    fn trim(&mut self, keep_from: u64) {
+        while let Some((at, piece)) = self.pieces.front() {
+            let piece_end = at + piece.len() as u64;
+            if piece_end > keep_from {
+                break;
+            }
+            self.len -= piece.len() as u64;
+            self.start = piece_end;
+            self.pieces.pop_front();
+        }
+    }
+
+    /// The stream's bytes after `from`, up to the end of the piece that
+    /// holds them; None if they are no longer kept.
+    fn read(&self, from: u64) -> Option<Bytes> {
+        if from < self.start || from > self.end() {
+            return None;
+        }
+        let index = self.pieces.partition_point(|(at, piece)| at + piece.len() as u64 <= from);
+        Some(self.pieces.get(index).map_or_else(Bytes::new, |(at, piece)| piece.slice((from - at) as usize..)))
+    }
+
+    /// Drops every piece: the stream goes on from here.
+    fn clear(&mut self) {
+        self.start = self.end();
+        self.len = 0;
+        self.pieces.clear();
     }
 }
 
@@ -143,8 +200,7 @@ impl Default for Master {
             changed: Condvar::new(),
             stream: Mutex::new(Stream {
                 replid: random_hex(),
-                backlog: Vec::new(),
-                start: 0,
+                backlog: Backlog::default(),
                 replicas: Vec::new(),
                 drained: std::collections::VecDeque::new(),
                 last_ping: Instant::now(),
@@ -162,36 +218,125 @@ impl Default for Master {
     }
 }
 
-/// The note of a batch whose commands noted `events`: each key changed
-/// (length-prefixed), a flush as `FLUSHED`. None if they name none.
-pub fn note_of(events: &[Event]) -> Option<Vec<u8>> {
+/// What a note says of a key: read it at the drain's snapshot.
+const READ: u8 = 0;
+/// What a note says of a key: this command makes it what the batch left.
+const INLINE: u8 = 1;
+/// A note's mark for "every key was deleted" (FLUSHALL).
+const FLUSH: u8 = 2;
+
+/// The note of a batch whose commands noted `events`: for each key they
+/// changed, the command that makes a replica's key what the batch leaves
+/// it where the batch holds the key's last entry and it is a string's
+/// (SET ... PXAT) or a delete (DEL), else a mark to read the key at the
+/// drain's snapshot (a collection: its fields are other entries); a
+/// flush. None if they name no key.
+///
+/// Why inline: a drain of strings then reads nothing and takes no
+/// snapshot (the re-read and the index merge a snapshot forces were the
+/// drain's cost), and the note's commands are states the batch made, in
+/// commit order.
+pub fn note_of(events: &[Event], batch: &scaledkv::WriteBatch) -> Option<Vec<u8>> {
+    let named = || events.iter().filter(|e| e.class != crate::notify::MISS);
+    named().next()?;
+    let mut last: std::collections::HashMap<&[u8], scaledkv::BatchEntry<'_>> =
+        std::collections::HashMap::with_capacity(batch.len());
+    for entry in batch.entries().filter(|(key, _)| !crate::keyspace::is_reserved(key)) {
+        last.insert(entry.0, entry);
+    }
     let mut note = Vec::new();
-    for event in events.iter().filter(|e| e.class != crate::notify::MISS) {
+    let mut previous: Option<&[u8]> = None;
+    for event in named() {
         if event.class == crate::notify::FLUSHED {
-            note.extend_from_slice(&FLUSHED.to_le_bytes());
-        } else {
-            note.extend_from_slice(&(event.key.len() as u32).to_le_bytes());
-            note.extend_from_slice(&event.key);
+            note.push(FLUSH);
+            previous = None;
+            continue;
+        }
+        let key = &event.key[..];
+        // A command's events for one key come together ("new", "set").
+        if previous == Some(key) {
+            continue;
+        }
+        previous = Some(key);
+        let command = last.get(key).and_then(|&(_, put)| inline_command(key, put));
+        note.push(if command.is_some() { INLINE } else { READ });
+        note.extend_from_slice(&(key.len() as u32).to_le_bytes());
+        note.extend_from_slice(key);
+        if let Some(command) = command {
+            note.extend_from_slice(&(command.len() as u32).to_le_bytes());
+            note.extend_from_slice(&command);
         }
     }
-    (!note.is_empty()).then_some(note)
+    Some(note)
 }
 
-/// Adds a note's keys to `keys`; true if it holds a flush.
-fn read_note(mut note: &[u8], keys: &mut BTreeSet<Vec<u8>>) -> bool {
+/// The command for a key whose last entry is `put` (None: a delete),
+/// where that entry alone is its state: a string or a delete.
+fn inline_command(key: &[u8], put: Option<(&[u8], Option<u64>)>) -> Option<Vec<u8>> {
+    let mut command = Vec::new();
+    let Some((value, expiry)) = put else {
+        put_command(&mut command, &[b"DEL", key]);
+        return Some(command);
+    };
+    let data = match *value.first()? {
+        TYPE_STRING => &value[1..],
+        TYPE_ITEM => value.get(1 + crate::keyspace::ITEM_META_BYTES..)?,
+        _ => return None,
+    };
+    match expiry {
+        Some(at) => put_command(&mut command, &[b"SET", key, data, b"PXAT", at.to_string().as_bytes()]),
+        None => put_command(&mut command, &[b"SET", key, data]),
+    }
+    Some(command)
+}
+
+/// Each changed key of a drain: the command for it, or None to read it
+/// at the drain's snapshot.
+type Changed<'n> = std::collections::BTreeMap<&'n [u8], Option<&'n [u8]>>;
+
+/// Adds a note's keys to `keys` (a later note's word for a key replaces
+/// an earlier one's); true if it holds a flush, which drops the keys
+/// before it.
+fn read_note<'n>(mut note: &'n [u8], keys: &mut Changed<'n>) -> bool {
     let mut flushed = false;
-    while let Some((len, rest)) = note.split_first_chunk::<4>() {
-        let len = u32::from_le_bytes(*len);
-        if len == FLUSHED {
+    while let Some((&kind, rest)) = note.split_first() {
+        if kind == FLUSH {
+            keys.clear();
             flushed = true;
             note = rest;
             continue;
         }
-        let Some((key, rest)) = rest.split_at_checked(len as usize) else { break };
-        keys.insert(key.to_vec());
+        let Some((key, rest)) = length_prefixed(rest) else { break };
+        let (command, rest) = match kind {
+            INLINE => match length_prefixed(rest) {
+                Some((command, rest)) => (Some(command), rest),
+                None => break,
+            },
+            _ => (None, rest),
+        };
+        keys.insert(key, command);
         note = rest;
     }
     flushed
+}
+
+/// The keys `notes` (in order) and `loose` keys (read, whatever a note
+/// says) changed; whether the notes held a flush.
+fn changed<'n>(notes: impl Iterator<Item = &'n Vec<u8>>, loose: &'n [Vec<u8>]) -> (Changed<'n>, bool) {
+    let mut keys = Changed::new();
+    let mut flushed = false;
+    for note in notes {
+        flushed |= read_note(note, &mut keys);
+    }
+    for key in loose {
+        keys.insert(key, None);
+    }
+    (keys, flushed)
+}
+
+fn length_prefixed(bytes: &[u8]) -> Option<(&[u8], &[u8])> {
+    let (len, rest) = bytes.split_first_chunk::<4>()?;
+    rest.split_at_checked(u32::from_le_bytes(*len) as usize)
 }
 
 impl Master {
@@ -213,13 +358,20 @@ impl Master {
         }
         let mut changes = self.changes.lock();
         for event in events.iter().filter(|e| e.writer == 0) {
-            match event.class {
-                crate::notify::EXPIRED | crate::notify::EVICTED => changes.loose.push(event.key.clone()),
-                crate::notify::FLUSHED => changes.loose_flush = true,
-                _ => {}
+            if matches!(event.class, crate::notify::EXPIRED | crate::notify::EVICTED) {
+                changes.loose.push(event.key.clone());
             }
         }
         self.changed.notify_one();
+    }
+
+    /// Evictions outran their announcements (`maxmemory`): which keys went
+    /// is not known, so the replicas sync again in full.
+    pub fn lost_track(&self) {
+        if self.streaming() {
+            self.changes.lock().lost_track = true;
+            self.changed.notify_one();
+        }
     }
 
     /// Starts streaming if it is not on: under every key's lock, so every
@@ -232,9 +384,9 @@ impl Master {
         let guards = shared.locks.lock(&KeyLocks::all()).await;
         if !self.streaming() {
             let observer = Arc::downgrade(self);
-            shared.db.set_commit_observer(Some(Arc::new(move |seq, note: &[u8]| {
+            shared.db.set_commit_observer(Some(Arc::new(move |seq, note: Vec<u8>| {
                 if let Some(master) = observer.upgrade() {
-                    master.changes.lock().batches.push_back((seq, note.to_vec()));
+                    master.changes.lock().batches.push_back((seq, note));
                     master.changed.notify_one();
                 }
             })));
@@ -264,7 +416,7 @@ impl Master {
         loop {
             {
                 let mut changes = self.changes.lock();
-                if changes.batches.is_empty() && changes.loose.is_empty() && !changes.loose_flush {
+                if changes.batches.is_empty() && changes.loose.is_empty() && !changes.lost_track {
                     self.changed.wait_for(&mut changes, Duration::from_millis(100));
                 }
             }
@@ -280,19 +432,40 @@ impl Master {
             }
             last = Instant::now();
             let _draining = self.draining.lock();
-            let snapshot = shared.db.snapshot();
-            self.drain(shared, &snapshot);
+            if std::mem::take(&mut self.changes.lock().lost_track) {
+                self.restart_history();
+                continue;
+            }
+            let loose = std::mem::take(&mut self.changes.lock().loose);
+            self.drain(shared, None, loose);
             if self.expired() {
                 self.streaming.store(false, Ordering::Relaxed);
                 shared.db.set_commit_observer(None);
                 *self.changes.lock() = Changes::default();
                 let mut stream = self.stream.lock();
                 stream.replid = random_hex();
-                stream.start = stream.end();
-                stream.backlog = Vec::new();
+                stream.backlog.clear();
                 tracing::info!("no replica for an hour: the backlog is freed");
             }
         }
+    }
+
+    /// Starts a new history (replication ID, an empty backlog) and
+    /// disconnects the replicas, which then sync in full: what they hold
+    /// can no longer be brought up to date by the stream. The notes so far
+    /// are dropped (a full sync reads the data set as it is).
+    fn restart_history(&self) {
+        tracing::warn!("evicted keys were not all announced: replicas sync again in full");
+        let mut stream = self.stream.lock();
+        stream.replid = random_hex();
+        stream.backlog.clear();
+        for replica in &stream.replicas {
+            replica.client.kill();
+        }
+        drop(stream);
+        let mut changes = self.changes.lock();
+        changes.batches.clear();
+        changes.loose.clear();
     }
 
     /// Whether streaming should stop: no replica for `BACKLOG_TTL`.
@@ -301,31 +474,68 @@ impl Master {
         stream.replicas.is_empty() && stream.alone_since.is_some_and(|since| since.elapsed() >= BACKLOG_TTL)
     }
 
-    /// Appends the changes up to `snapshot` to the stream (with
-    /// `draining` held); returns the stream's end.
-    fn drain(&self, shared: &Shared, snapshot: &scaledkv::Snapshot<'_>) -> u64 {
-        let seq = snapshot.seq();
-        let mut keys = BTreeSet::new();
-        let mut flushed = false;
-        {
-            // Loose keys were deleted before they were noted, so before
-            // the snapshot; batches up to its sequence number are in it.
-            let mut changes = self.changes.lock();
-            for key in changes.loose.drain(..) {
-                keys.insert(key);
-            }
-            flushed |= std::mem::take(&mut changes.loose_flush);
-            while changes.batches.front().is_some_and(|(at, _)| *at <= seq) {
-                let (_, note) = changes.batches.pop_front().expect("a front");
-                flushed |= read_note(&note, &mut keys);
-            }
+    /// Takes the notes of batches up to sequence number `upto` into
+    /// `notes`; returns the last one's sequence number.
+    fn take_notes(&self, upto: u64, notes: &mut Vec<Vec<u8>>) -> Option<u64> {
+        let mut last = None;
+        let mut changes = self.changes.lock();
+        while changes.batches.front().is_some_and(|(at, _)| *at <= upto) {
+            let (at, note) = changes.batches.pop_front().expect("a front");
+            notes.push(note);
+            last = Some(at);
         }
+        last
+    }
+
+    /// A snapshot at sequence number `at_least` or later: a batch's note
+    /// comes just before readers see it.
+    fn snapshot_from<'d>(db: &'d scaledkv::Db, at_least: u64) -> scaledkv::Snapshot<'d> {
+        loop {
+            let snapshot = db.snapshot();
+            if snapshot.seq() >= at_least {
+                return snapshot;
+            }
+            drop(snapshot);
+            std::thread::yield_now();
+        }
+    }
+
+    /// Appends to the stream the changes up to one moment (with
+    /// `draining` held): that of `given` (a full sync's file), else that
+    /// of the last note taken if every key's command is in its note, else
+    /// that of a snapshot taken after them, where the other keys are read.
+    /// `loose`: keys deleted outside commands, taken before (so deleted by
+    /// that moment), always read. Returns the stream's end.
+    fn drain(&self, shared: &Shared, given: Option<&scaledkv::Snapshot<'_>>, loose: Vec<Vec<u8>>) -> u64 {
+        let mut notes = Vec::new();
+        let last = self.take_notes(given.map_or(u64::MAX, |s| s.seq()), &mut notes);
+        // Without notes, a snapshot gives the moment (WAIT's offsets).
+        let reads = last.is_none() || changed(notes.iter(), &loose).0.values().any(Option::is_none);
+        let taken;
+        let mut later = Vec::new();
+        let snapshot = match given {
+            Some(snapshot) => Some(snapshot),
+            None if reads => {
+                taken = Self::snapshot_from(&shared.db, last.unwrap_or(0));
+                // Notes that came meanwhile, up to its moment: the keys read
+                // there must not sit beside older states of others.
+                self.take_notes(taken.seq(), &mut later);
+                Some(&taken)
+            }
+            None => None,
+        };
+        let seq = snapshot.map_or_else(|| last.expect("notes without reads"), |s| s.seq());
+        let (keys, flushed) = changed(notes.iter().chain(&later), &loose);
         let mut commands = Transactions::new(keys.len() + usize::from(flushed));
         if flushed {
             commands.open();
             put_command(&mut commands.out, &[b"FLUSHALL"]);
         }
-        if !keys.is_empty() {
+        for command in keys.values().flatten() {
+            commands.open();
+            commands.out.extend_from_slice(command);
+        }
+        if let Some(snapshot) = snapshot.filter(|_| keys.values().any(Option::is_none)) {
             let mut conn = ConnState::detached(0, local(), local());
             conn.authenticated = true;
             let mut out = Out::new(Protocol::Resp2);
@@ -338,7 +548,7 @@ impl Master {
                 reads_count: false,
             };
             snapshot.view(|| {
-                for key in &keys {
+                for &key in keys.iter().filter(|(_, command)| command.is_none()).map(|(key, _)| key) {
                     commands.open();
                     let at = commands.out.len();
                     if let Err(error) = command_of(&mut ctx, key, &mut commands.out) {
@@ -353,17 +563,17 @@ impl Master {
                 }
             });
         }
-        let commands = commands.finish();
+        let mut commands = commands.finish();
         let mut stream = self.stream.lock();
-        stream.backlog.extend_from_slice(&commands);
         let now = Instant::now();
         if !stream.replicas.is_empty() && now.duration_since(stream.last_ping) >= PING_EVERY {
-            put_command(&mut stream.backlog, &[b"PING"]);
+            put_command(&mut commands, &[b"PING"]);
             stream.last_ping = now;
         }
         if std::mem::take(&mut stream.getack) {
-            put_command(&mut stream.backlog, &[b"REPLCONF", b"GETACK", b"*"]);
+            put_command(&mut commands, &[b"REPLCONF", b"GETACK", b"*"]);
         }
+        stream.backlog.push(commands);
         let end = stream.end();
         if stream.drained.len() >= DRAINS_KEPT {
             stream.drained.pop_front();
@@ -391,24 +601,27 @@ impl Master {
                 keep_from = keep_from.min(sent);
             }
         }
-        let drop = keep_from.saturating_sub(stream.start) as usize;
-        // In halves: a copy of what stays now and then, not per drain.
-        if drop > 0 && drop >= stream.backlog.len() / 2 {
-            stream.backlog.drain(..drop);
-            stream.start += drop as u64;
-        }
+        stream.backlog.trim(keep_from);
     }
 
-    /// Bytes of the stream after `from`, up to `SEND_BYTES`; None if they
-    /// are no longer kept.
-    fn read(&self, from: u64) -> Option<Vec<u8>> {
+    /// Bytes of the stream after `from` (those of one drain, or of
+    /// several small ones up to `SEND_BYTES`, copied once so that a
+    /// replica behind gets them in one write); None if they are no longer
+    /// kept.
+    fn read(&self, from: u64) -> Option<Bytes> {
         let stream = self.stream.lock();
-        if from < stream.start {
-            return None;
+        let first = stream.backlog.read(from)?;
+        if first.is_empty() || first.len() >= SEND_BYTES / 16 {
+            return Some(first);
         }
-        let at = (from - stream.start) as usize;
-        let upto = stream.backlog.len().min(at + SEND_BYTES);
-        Some(stream.backlog.get(at..upto).unwrap_or_default().to_vec())
+        let mut joined = first.to_vec();
+        while joined.len() < SEND_BYTES {
+            match stream.backlog.read(from + joined.len() as u64) {
+                Some(more) if !more.is_empty() => joined.extend_from_slice(&more),
+                _ => break,
+            }
+        }
+        Some(Bytes::from(joined))
     }
 
     /// The end of the first drain that covers the engine's sequence
@@ -501,8 +714,8 @@ impl Master {
             stream.end(),
             u8::from(active),
             self.backlog_bytes.load(Ordering::Relaxed),
-            if active { stream.start + 1 } else { 0 },
-            stream.backlog.len(),
+            if active { stream.backlog.start + 1 } else { 0 },
+            stream.backlog.len,
         );
         text
     }
@@ -659,7 +872,7 @@ async fn serve_registered(
     let resumed = psync.from.as_ref().and_then(|(replid, next)| {
         let kept = master.stream.lock();
         let from = u64::try_from(*next).ok()?.checked_sub(1)?;
-        (*replid == kept.replid && from >= kept.start && from <= kept.end()).then_some(from)
+        (*replid == kept.replid && kept.backlog.read(from).is_some()).then_some(from)
     });
     let counted = match (resumed, &psync.from) {
         (Some(_), _) => 1,
@@ -703,8 +916,9 @@ async fn full_sync(
     let job = tokio::task::spawn_blocking(move || {
         let master = &exporting.master;
         let draining = master.draining.lock();
+        let loose = std::mem::take(&mut master.changes.lock().loose);
         let snapshot = exporting.db.snapshot();
-        let from = master.drain(&exporting, &snapshot);
+        let from = master.drain(&exporting, Some(&snapshot), loose);
         *registered.sent.lock() = Some(from);
         drop(draining);
         let _ = start.send(from);
@@ -868,23 +1082,87 @@ mod tests {
     use super::*;
 
     #[test]
-    fn notes_carry_each_changed_key_and_flushes() {
+    fn notes_carry_each_changed_key_with_its_command_where_the_batch_has_it() {
         let event = |class, key: &[u8]| Event { class, name: "x", key: key.to_vec(), writer: 1 };
+        let mut batch = scaledkv::WriteBatch::new();
+        batch.put(b"a", b"\x00old");
+        batch.put(b"a", b"\x00new");
+        batch.put_with_expiry(b"e", b"\x00soon", 1234);
+        batch.put(b"h", b"\x04a small hash");
+        batch.put(b"\xff\xff\x01field of a table", b"\x01v");
+        batch.delete(b"d");
+        let mut item = vec![crate::keyspace::TYPE_ITEM];
+        item.extend_from_slice(&[7; crate::keyspace::ITEM_META_BYTES]);
+        item.extend_from_slice(b"memcached");
+        batch.put(b"m", &item);
         let events = [
             event(crate::notify::STRING, b"a"),
+            event(crate::notify::NEW, b"a"),
             event(crate::notify::MISS, b"read only"),
-            event(crate::notify::FLUSHED, b""),
-            event(crate::notify::HASH, b""),
-            event(crate::notify::GENERIC, b"b\r\n"),
+            event(crate::notify::STRING, b"e"),
+            event(crate::notify::HASH, b"h"),
+            event(crate::notify::GENERIC, b"d"),
+            event(crate::notify::STRING, b"m"),
+            event(crate::notify::HASH, b"table"),
         ];
-        let note = note_of(&events).unwrap();
-        let mut keys = BTreeSet::new();
-        assert!(read_note(&note, &mut keys));
-        assert_eq!(keys.into_iter().collect::<Vec<_>>(), [b"".to_vec(), b"a".to_vec(), b"b\r\n".to_vec()]);
-        assert_eq!(note_of(&[event(crate::notify::MISS, b"k")]), None);
-        let mut keys = BTreeSet::new();
-        assert!(read_note(&note[..note.len() - 2], &mut keys));
-        assert_eq!(keys.len(), 2, "a cut note reads what is whole");
+        let note = note_of(&events, &batch).unwrap();
+        let mut keys = Changed::new();
+        assert!(!read_note(&note, &mut keys));
+        let command = |args: &[&[u8]]| {
+            let mut buf = Vec::new();
+            put_command(&mut buf, args);
+            buf
+        };
+        let (set_a, del_d) = (command(&[b"SET", b"a", b"new"]), command(&[b"DEL", b"d"]));
+        let (set_e, set_m) =
+            (command(&[b"SET", b"e", b"soon", b"PXAT", b"1234"]), command(&[b"SET", b"m", b"memcached"]));
+        let expected: Changed = [
+            (&b"a"[..], Some(&set_a[..])),
+            (b"d", Some(&del_d)),
+            (b"e", Some(&set_e)),
+            (b"h", None),
+            (b"m", Some(&set_m)),
+            (b"table", None),
+        ]
+        .into_iter()
+        .collect();
+        assert_eq!(keys, expected);
+        assert_eq!(note_of(&[event(crate::notify::MISS, b"k")], &batch), None);
+        // A flush drops what came before it, in the note and before; a
+        // loose key is read whatever a note says.
+        let flush = note_of(&[event(crate::notify::FLUSHED, b""), event(crate::notify::STRING, b"a")], &batch).unwrap();
+        let loose = [b"e".to_vec()];
+        let (keys, flushed) = changed([&note, &flush].into_iter(), &loose);
+        assert!(flushed);
+        assert_eq!(keys.into_iter().collect::<Vec<_>>(), [(&b"a"[..], Some(&set_a[..])), (b"e", None)]);
+        let mut keys = Changed::new();
+        read_note(&note[..note.len() - 2], &mut keys);
+        assert_eq!(keys.len(), 5, "a cut note reads what is whole");
+    }
+
+    #[test]
+    fn the_backlog_keeps_pieces_and_reads_from_any_offset_it_holds() {
+        let mut backlog = Backlog::default();
+        backlog.push(b"abc".to_vec());
+        backlog.push(Vec::new());
+        backlog.push(b"defgh".to_vec());
+        assert_eq!((backlog.start, backlog.end()), (0, 8));
+        assert_eq!(&backlog.read(0).unwrap()[..], b"abc");
+        assert_eq!(&backlog.read(2).unwrap()[..], b"c");
+        assert_eq!(&backlog.read(3).unwrap()[..], b"defgh");
+        assert_eq!(&backlog.read(6).unwrap()[..], b"gh");
+        assert_eq!(backlog.read(8).unwrap().len(), 0, "the end: nothing yet");
+        assert!(backlog.read(9).is_none());
+        backlog.trim(4);
+        assert_eq!(backlog.start, 3, "only whole pieces go");
+        assert!(backlog.read(2).is_none());
+        assert_eq!(&backlog.read(4).unwrap()[..], b"efgh");
+        backlog.trim(8);
+        assert_eq!((backlog.start, backlog.len), (8, 0));
+        backlog.push(b"ij".to_vec());
+        assert_eq!(&backlog.read(8).unwrap()[..], b"ij");
+        backlog.clear();
+        assert_eq!((backlog.start, backlog.end()), (10, 10));
     }
 
     #[test]

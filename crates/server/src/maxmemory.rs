@@ -305,6 +305,7 @@ pub async fn announce_evictions(shared: Arc<crate::server::Shared>) {
             .map(|key| crate::notify::Event { class: crate::notify::EVICTED, name: "evicted", key, writer: 0 })
             .collect();
         if overflowed {
+            shared.master.lost_track();
             tracing::warn!(
                 max = MAX_UNANNOUNCED,
                 "evicted keys piled up unannounced; caching clients are told to drop everything"

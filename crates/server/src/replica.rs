@@ -35,9 +35,9 @@
 //! position committed after the data set's first write of its own would
 //! let a restart resume the master's history over it).
 //!
-//! Not done: ScaledKV as a master (SYNC/PSYNC from replicas); databases
-//! other than 0 (their keys and commands are skipped, counted in INFO
-//! and logged).
+//! ScaledKV as a master is `crate::master`. Not done: databases other
+//! than 0 (their keys and commands are skipped, counted in INFO and
+//! logged).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

@@ -766,7 +766,7 @@ pub async fn commit<G>(
 ) -> scaledkv::Result<()> {
     let events = std::mem::take(&mut ready.events);
     if shared.master.streaming() {
-        if let Some(note) = crate::master::note_of(&events) {
+        if let Some(note) = crate::master::note_of(&events, &ready.batch) {
             ready.batch.set_note(note);
         }
     }

@@ -101,7 +101,8 @@ pub fn replicaof(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
 }
 
 /// FAILOVER [TO host port [FORCE]] [ABORT] [TIMEOUT ms]: Redis's checks
-/// of its arguments, then its answer for a master without replicas.
+/// of its arguments, then its answer for a master without replicas; with
+/// replicas, a clear refusal (promote one with REPLICAOF NO ONE).
 pub fn failover(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     if args.len() == 2 && eq(&args[1], "abort") {
         return Err(err("ERR No failover in progress."));
@@ -127,7 +128,11 @@ pub fn failover(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
             return Err(CmdError::Syntax);
         }
     }
-    let _ = ctx;
+    if ctx.shared.master.replicas() > 0 {
+        return Err(err(
+            "ERR FAILOVER is not supported by ScaledKV yet: WAIT for the replica, then REPLICAOF NO ONE on it and REPLICAOF on this server",
+        ));
+    }
     Err(err("ERR FAILOVER requires connected replicas."))
 }
 
