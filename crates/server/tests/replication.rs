@@ -481,6 +481,37 @@ fn a_replica_never_sees_half_a_transaction() {
     assert!(written > 100 && reads > 100, "{written} transactions, {reads} reads");
 }
 
+/// WAIT gives up at its timeout with the count of replicas that
+/// acknowledged: a stopped replica (SIGSTOP) is not counted until it
+/// goes on and catches up.
+#[test]
+fn wait_counts_only_the_replicas_that_acknowledged_in_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("master"), &[]);
+    let mut master = connect(server.port);
+    let follow = format!("127.0.0.1 {}", server.port);
+    let replica_server = Server::start(&dir.path().join("replica"), &["--replicaof", &follow]);
+    let mut replica = connect(replica_server.port);
+    wait_link_up(&mut replica);
+    run(&mut master, &["SET", "before", "1"]);
+    wait_for(&mut master, 1);
+    let pid = replica_server.pid() as i32;
+    // SAFETY: signalling our own child by its PID.
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    run(&mut master, &["SET", "while-stopped", "1"]);
+    let started = Instant::now();
+    let acked: i64 = redis::cmd("WAIT").arg(1).arg(300).query(&mut master).unwrap();
+    let waited = started.elapsed();
+    // SAFETY: as above.
+    unsafe { libc::kill(pid, libc::SIGCONT) };
+    assert_eq!(acked, 0, "a stopped replica acknowledged");
+    assert!(waited >= Duration::from_millis(300), "WAIT returned after {waited:?}");
+    wait_for(&mut master, 1);
+    assert_same(&mut master, &mut replica);
+    let info: String = redis::cmd("INFO").arg("replication").query(&mut master).unwrap();
+    assert!(info.contains("connected_slaves:1") && info.contains("state=online"), "{info}");
+}
+
 /// A ScaledKV replica of a ScaledKV master SIGKILLed while the master
 /// takes writes resumes from the backlog (a partial resync) and catches
 /// up; the master SIGKILLed keeps every write it acknowledged, and its
