@@ -1140,6 +1140,47 @@ mod tests {
         assert_eq!(keys.len(), 5, "a cut note reads what is whole");
     }
 
+    proptest::proptest! {
+        /// A note (the server's own bytes, but read back after the engine
+        /// held them) never panics the drain, whatever its bytes.
+        #[test]
+        fn any_bytes_read_as_a_note_without_a_panic(bytes in proptest::collection::vec(0u8..4, 0..64)) {
+            let mut keys = Changed::new();
+            read_note(&bytes, &mut keys);
+        }
+
+        /// Every key a batch's events name comes back from its note, with
+        /// the last command for it; strings inline, others to read.
+        #[test]
+        fn notes_name_every_changed_key(writes in proptest::collection::vec((0u8..6, 0u8..3, 0usize..40), 1..20)) {
+            let mut batch = scaledkv::WriteBatch::new();
+            let mut events = Vec::new();
+            let mut expected = std::collections::BTreeMap::new();
+            for (key, kind, len) in writes {
+                let key = vec![b'k', key];
+                let value: Vec<u8> = std::iter::once(if kind == 1 { 4 } else { 0 }).chain(vec![b'v'; len]).collect();
+                match kind {
+                    2 => batch.delete(&key),
+                    _ => batch.put(&key, &value),
+                }
+                events.push(Event { class: crate::notify::GENERIC, name: "x", key: key.clone(), writer: 1 });
+                let mut command = Vec::new();
+                match kind {
+                    0 => put_command(&mut command, &[b"SET", &key, &value[1..]]),
+                    2 => put_command(&mut command, &[b"DEL", &key]),
+                    _ => {}
+                }
+                expected.insert(key, (kind != 1).then_some(command));
+            }
+            let note = note_of(&events, &batch).unwrap();
+            let mut keys = Changed::new();
+            proptest::prop_assert!(!read_note(&note, &mut keys));
+            let got: std::collections::BTreeMap<Vec<u8>, Option<Vec<u8>>> =
+                keys.into_iter().map(|(k, c)| (k.to_vec(), c.map(<[u8]>::to_vec))).collect();
+            proptest::prop_assert_eq!(got, expected);
+        }
+    }
+
     #[test]
     fn the_backlog_keeps_pieces_and_reads_from_any_offset_it_holds() {
         let mut backlog = Backlog::default();
