@@ -1,9 +1,10 @@
 //! SYNC for `redis-cli --rdb`: the data set as one RDB file, as of the
 //! moment SYNC arrived (`commands::dump::export`), sent the way a Redis
 //! master sends a diskless full sync (`$EOF:<mark>`, the file, the mark),
-//! then the connection closes. A replica's PSYNC (or SYNC after
-//! `listening-port`) is served by `crate::master` instead: the file, then
-//! the stream of writes.
+//! then the connection closes. A replica's PSYNC or SYNC (any without
+//! `REPLCONF rdb-only 1`, as Redis serves them: `redis-cli --replica`
+//! sends a plain SYNC) is served by `crate::master` instead: the file,
+//! then the stream of writes.
 //!
 //! REPLCONF takes what `redis-cli --rdb` and `--functions-rdb` send
 //! (`rdb-only`, `rdb-filter-only functions`) and what a replica announces
@@ -85,17 +86,16 @@ pub fn replconf(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     Ok(())
 }
 
-/// SYNC from a tool (no `listening-port` announced, or `rdb-only`), and
-/// PSYNC after `REPLCONF rdb-only 1`: the file, then the connection
-/// closes. From a replica (PSYNC, or SYNC after `listening-port`): the
-/// connection becomes its link (`crate::master::serve`).
+/// SYNC or PSYNC after `REPLCONF rdb-only 1` (`redis-cli --rdb`,
+/// `--functions-rdb`): the file, then the connection closes. Any other:
+/// the connection becomes a replica's link (`crate::master::serve`).
 pub fn sync(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let psync = eq(&args[0], "psync");
     let settings = ctx.conn.replconf;
     if ctx.shared.replication.loading.load(Ordering::Acquire) {
         return Err(err("NOMASTERLINK Can't SYNC while not connected with my master"));
     }
-    if !settings.rdb_only && (psync || settings.replica) {
+    if !settings.rdb_only {
         if ctx.conn.multi.is_some() || ctx.conn.in_script {
             return Err(err("ERR Replica can't interact with the keyspace"));
         }

@@ -1010,15 +1010,28 @@ fn sync_serves_tools() {
         matches!(&items[..], [scaledkv_server::commands::dump::rdb::Item::Library(code)] if code.starts_with(b"#!lua name=lib")),
         "{items:?}"
     );
-    // A tool's plain SYNC (redis-cli before 7.0 sends no REPLCONF): every key.
+    // A plain SYNC (redis-cli before 7.0's --rdb, and `redis-cli
+    // --replica` today): every key, then, once it acknowledged, the writes.
     let mut stream = server.connect();
-    let file = sync_file(&mut stream, &[], &[b"SYNC"], Duration::ZERO);
+    let setup: [&[&[u8]]; 1] = [&[b"REPLCONF", b"capa", b"eof"]];
+    let file = sync_file(&mut stream, &setup, &[b"SYNC"], Duration::ZERO);
     let mut file = scaledkv_server::commands::dump::rdb::RdbFile::open(&file).unwrap();
     let mut keys = 0;
     while let Some(item) = file.next_item().unwrap() {
         keys += matches!(item, scaledkv_server::commands::dump::rdb::Item::Entry(_)) as usize;
     }
     assert_eq!(keys, keyspace(&mut con).len());
+    std::io::Write::write_all(&mut stream, &common::encode(&[b"REPLCONF", b"ACK", b"0"])).unwrap();
+    run(&mut con, &["SET", "after-the-file", "streamed"]);
+    let mut streamed = Vec::new();
+    let mut piece = [0u8; 4096];
+    while !streamed.windows(8).any(|w| w == b"streamed") {
+        let n = std::io::Read::read(&mut stream, &mut piece).unwrap();
+        assert!(n > 0, "the stream ended: {:?}", String::from_utf8_lossy(&streamed));
+        streamed.extend_from_slice(&piece[..n]);
+    }
+    let set = b"*3\r\n$3\r\nSET\r\n$14\r\nafter-the-file\r\n$8\r\nstreamed\r\n";
+    assert!(streamed.windows(set.len()).any(|w| w == set), "{:?}", String::from_utf8_lossy(&streamed));
 }
 
 #[test]
