@@ -109,10 +109,6 @@ impl WriteBatch {
         self.note = Some(note);
     }
 
-    pub fn note(&self) -> Option<&[u8]> {
-        self.note.as_deref()
-    }
-
     /// Where the batch stands now, to take back what is added after it
     /// (`rollback_to`), as RocksDB's `WriteBatch::SetSavePoint`: a caller
     /// whose command fails half-way drops its entries without having built

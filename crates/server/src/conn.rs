@@ -447,6 +447,10 @@ async fn wait_blocked<'s>(
     conn.info.blocked.store(true, Ordering::Release);
     let waited = wait_in_line(shared, stream, conn, out, run, &line, deadline).await;
     conn.info.blocked.store(false, Ordering::Release);
+    // A WAIT ended otherwise than by its own answer (CLIENT UNBLOCK, a
+    // kill) leaves its target behind: the next WAIT takes its own.
+    conn.wait_for = None;
+    shared.master.stop_waking(conn.info.id);
     // Shown to monitors once it ends, as Redis shows a blocking command.
     if let (Ok(true), Some(command)) = (&waited, commands::lookup(&args[0])) {
         crate::monitor::feed(shared, conn, command, &args);

@@ -405,7 +405,7 @@ impl Master {
             tracing::info!("streaming writes to replicas");
         }
         drop(guards);
-        crate::commands::wait_for_queued(shared).await.map_err(|error| error.to_string())
+        crate::commands::barrier(shared).await.map_err(|error| error.to_string())
     }
 
     /// The drainer thread: a drain whenever something changed (at most

@@ -917,11 +917,7 @@ fn release<G>(shared: &Shared, stripes: &[Stripe], fences: Option<&[FenceEdit]>,
 }
 
 /// Waits until every write queued so far is durable and visible.
-pub(crate) async fn wait_for_queued(shared: &Shared) -> scaledkv::Result<()> {
-    barrier(shared).await
-}
-
-async fn barrier(shared: &Shared) -> scaledkv::Result<()> {
+pub(crate) async fn barrier(shared: &Shared) -> scaledkv::Result<()> {
     let done = shared.db.enqueue_barrier();
     lead(shared);
     done.await
