@@ -115,6 +115,10 @@ struct Stream {
     alone_since: Option<Instant>,
     /// WAIT asked for acknowledgements since the last drain.
     getack: bool,
+    /// A full sync ended at the stream's end: the next drain starts with
+    /// SELECT 0, as Redis's stream does after one (`redis-cli --replica`
+    /// reads it as the answer to its REPLCONF ACK).
+    select: bool,
 }
 
 impl Stream {
@@ -206,6 +210,7 @@ impl Default for Master {
                 last_ping: Instant::now(),
                 alone_since: None,
                 getack: false,
+                select: false,
             }),
             draining: Mutex::new(()),
             end: watch::Sender::new(0),
@@ -527,6 +532,9 @@ impl Master {
         let seq = snapshot.map_or_else(|| last.expect("notes without reads"), |s| s.seq());
         let (keys, flushed) = changed(notes.iter().chain(&later), &loose);
         let mut commands = Transactions::new(keys.len() + usize::from(flushed));
+        if std::mem::take(&mut self.stream.lock().select) {
+            put_command(&mut commands.out, &[b"SELECT", b"0"]);
+        }
         if flushed {
             commands.open();
             put_command(&mut commands.out, &[b"FLUSHALL"]);
@@ -919,6 +927,7 @@ async fn full_sync(
         let loose = std::mem::take(&mut master.changes.lock().loose);
         let snapshot = exporting.db.snapshot();
         let from = master.drain(&exporting, Some(&snapshot), loose);
+        master.stream.lock().select = true;
         *registered.sent.lock() = Some(from);
         drop(draining);
         let _ = start.send(from);
