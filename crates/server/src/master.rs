@@ -50,6 +50,7 @@ use tokio::sync::watch;
 use crate::conn::{ClientInfo, ConnState};
 use crate::keyspace::{KeyLocks, Writes, TYPE_ITEM, TYPE_STRING};
 use crate::notify::Event;
+use crate::rdb_sync::{random_hex, until_killed};
 use crate::resp::{Out, Protocol};
 use crate::server::Shared;
 
@@ -826,12 +827,6 @@ fn local() -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], 0))
 }
 
-fn random_hex() -> String {
-    use rand::Rng;
-    let mut rng = rand::thread_rng();
-    (0..40).map(|_| char::from_digit(rng.gen_range(0..16), 16).expect("a hex digit")).collect()
-}
-
 /// What PSYNC (or SYNC) from a replica asked for.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Psync {
@@ -1003,41 +998,32 @@ async fn follow(
     let (mut reader, mut writer) = stream.split();
     let mut input = BytesMut::with_capacity(4096);
     let client = &replica.client;
-    while after_file && replica.acked.load(Ordering::Acquire) < 0 {
-        tokio::select! {
-            read = reader.read_buf(&mut input) => {
-                if read? == 0 {
-                    return Ok(());
-                }
-                acknowledgements(master, replica, &mut input);
-            }
-            _ = shutdown.changed() => return Ok(()),
-            _ = until_killed(client) => return Ok(()),
-        }
-    }
-    replica.online.store(true, Ordering::Release);
     loop {
-        let Some(bytes) = master.read(from) else {
-            tracing::warn!(client = client.id, "a replica's place in the stream is no longer kept; disconnected");
-            return Ok(());
-        };
-        if !bytes.is_empty() {
-            tokio::select! {
-                written = writer.write_all(&bytes) => written?,
-                _ = shutdown.changed() => return Ok(()),
-                _ = until_killed(client) => return Ok(()),
+        let sending = !after_file || replica.acked.load(Ordering::Acquire) >= 0;
+        if sending {
+            replica.online.store(true, Ordering::Release);
+            let Some(bytes) = master.read(from) else {
+                tracing::warn!(client = client.id, "a replica's place in the stream is no longer kept; disconnected");
+                return Ok(());
+            };
+            if !bytes.is_empty() {
+                tokio::select! {
+                    written = writer.write_all(&bytes) => written?,
+                    _ = shutdown.changed() => return Ok(()),
+                    _ = until_killed(client) => return Ok(()),
+                }
+                from += bytes.len() as u64;
+                *replica.sent.lock() = Some(from);
+                shared.stats.net_output_bytes.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+                continue;
             }
-            from += bytes.len() as u64;
-            *replica.sent.lock() = Some(from);
-            shared.stats.net_output_bytes.fetch_add(bytes.len() as u64, Ordering::Relaxed);
-            continue;
-        }
-        ends.borrow_and_update();
-        if master.read(from).is_some_and(|more| !more.is_empty()) {
-            continue;
+            ends.borrow_and_update();
+            if master.read(from).is_some_and(|more| !more.is_empty()) {
+                continue;
+            }
         }
         tokio::select! {
-            _ = ends.changed() => {}
+            _ = ends.changed(), if sending => {}
             read = reader.read_buf(&mut input) => {
                 if read? == 0 {
                     return Ok(());
@@ -1076,13 +1062,6 @@ fn acknowledgements(master: &Master, replica: &Replica, input: &mut BytesMut) {
         for client in master.waiting.lock().iter() {
             client.wake.notify_one();
         }
-    }
-}
-
-/// Returns once CLIENT KILL (or the replica's lag) ends `client`.
-async fn until_killed(client: &ClientInfo) {
-    while !client.killed.load(Ordering::Acquire) {
-        client.wake.notified().await;
     }
 }
 

@@ -173,15 +173,17 @@ pub async fn send(
     Ok(())
 }
 
-/// Returns once CLIENT KILL (or a full output buffer's) ends `client`.
-async fn until_killed(client: &ClientInfo) {
+/// Returns once CLIENT KILL (a full output buffer's, a replica's lag)
+/// ends `client`.
+pub(crate) async fn until_killed(client: &ClientInfo) {
     // A kill stores a wake-up when no one waits: none is missed.
     while !client.killed.load(Ordering::Acquire) {
         client.wake.notified().await;
     }
 }
 
-fn random_hex() -> String {
+/// A replication ID or an end mark: 40 random hex digits.
+pub(crate) fn random_hex() -> String {
     use rand::Rng;
     let mut rng = rand::thread_rng();
     (0..40).map(|_| char::from_digit(rng.gen_range(0..16), 16).expect("a hex digit")).collect()
