@@ -32,6 +32,10 @@ N = int(os.environ.get("N", "100000" if QUICK else "300000"))
 VALUE = int(os.environ.get("VALUE", "1024"))
 PIPELINES = [int(p) for p in os.environ.get("PIPELINES", "16 1").split()]
 MEDIA = os.environ.get("MEDIA", f"/dev/shm {compare_redis.REPO}/bench-data").split()
+# WORKLOAD=hset: HSETs into one hash of up to FIELDS fields instead of
+# SETs (what a write to a big collection costs with a replica).
+WORKLOAD = os.environ.get("WORKLOAD", "set")
+FIELDS = int(os.environ.get("FIELDS", "10000"))
 PAIRS = os.environ.get("PAIRS", "redis-none+none redis-none+redis-none redis-always+redis-always "
                                 "scaledkv-sync+none scaledkv-sync+redis-none scaledkv-sync+scaledkv-sync").split()
 compare_redis.REPORT = os.path.join(compare_redis.REPO, "bench-results",
@@ -77,8 +81,13 @@ def one_round(pair, medium, pipeline):
             cli(replica.port, "REPLICAOF", "127.0.0.1", master.port)
             wait_until(lambda: info(replica.port, "master_link_status") == "up")
             result["sync_s"] = time.time() - started
-        run = compare_redis.run_benchmark(master, N, ["-t", "set", "-r", str(N), "-c", "50", "-d", str(VALUE),
-                                                      "-P", str(pipeline)])
+        if WORKLOAD == "hset":
+            # One big hash written in place: FIELDS fields of VALUE bytes.
+            command = ["hset", "big-hash", "field:__rand_int__", "v" * VALUE]
+            args = ["-r", str(FIELDS), "-c", "50", "-P", str(pipeline)] + command
+        else:
+            args = ["-t", "set", "-r", str(N), "-c", "50", "-d", str(VALUE), "-P", str(pipeline)]
+        run = compare_redis.run_benchmark(master, N, args)
         result.update(rps=run["rps"], cpu_us=run["cpu_us"], p99=run["p99"])
         if replica:
             # WAIT: the replica acknowledged every write the master took
@@ -87,7 +96,8 @@ def one_round(pair, medium, pipeline):
             if cli(master.port, "WAIT", 1, 600000) != "1":
                 raise RuntimeError(f"{pair}: the replica did not acknowledge")
             result["lag_ms"] = (time.time() - ended) * 1000
-            result["same"] = cli(master.port, "DBSIZE") == cli(replica.port, "DBSIZE")
+            result["same"] = all(cli(master.port, *words) == cli(replica.port, *words)
+                                 for words in [("DBSIZE",), ("HLEN", "big-hash")])
         return result
     finally:
         if replica:
@@ -101,8 +111,9 @@ def cell(results, field, fmt):
 
 
 def main():
+    what = f"HSET into one hash of up to {FIELDS} fields" if WORKLOAD == "hset" else f"SET -r {N}"
     emit(f"## Replicas of a master ({time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} cores, "
-         f"-n {N} -r {N} -d {VALUE} -c 50)")
+         f"{what}, -n {N}, {VALUE}-byte values, -c 50)")
     for medium in MEDIA:
         for pipeline in PIPELINES:
             runs = {pair: [] for pair in PAIRS}
