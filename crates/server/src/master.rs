@@ -383,9 +383,11 @@ impl Master {
     /// Starts streaming if it is not on: under every key's lock, so every
     /// command that did not note its keys has queued its batch, which the
     /// barrier after it makes visible (before any full sync's snapshot).
+    /// A replica that finds it on waits for the same barrier: the one that
+    /// turned it on may still be waiting for it.
     async fn start(self: &Arc<Self>, shared: &Arc<Shared>) -> Result<(), String> {
         if self.streaming() {
-            return Ok(());
+            return crate::commands::barrier(shared).await.map_err(|error| error.to_string());
         }
         let guards = shared.locks.lock(&KeyLocks::all()).await;
         if !self.streaming() {
