@@ -46,10 +46,11 @@ fn wait_link_up(replica: &mut Connection) {
     }
 }
 
-/// WAIT on the master: every write it took is committed on the replica.
-fn wait_replicated(master: &mut Connection) {
-    let acked: i64 = redis::cmd("WAIT").arg(1).arg(20_000).query(master).unwrap();
-    assert_eq!(acked, 1, "the replica did not acknowledge");
+/// WAIT on the master for `replicas`: every write it took is committed
+/// on (or, for Redis, applied by) each of them.
+fn wait_for(master: &mut Connection, replicas: usize) {
+    let acked: i64 = redis::cmd("WAIT").arg(replicas).arg(20_000).query(master).unwrap();
+    assert_eq!(acked, replicas as i64, "the replicas did not acknowledge");
 }
 
 /// Each key of database 0, what it holds (in a form both servers give
@@ -256,7 +257,7 @@ fn follows_a_redis_master_through_full_and_partial_syncs() {
 
     for round in 0..3 {
         change(&mut master, round);
-        wait_replicated(&mut master);
+        wait_for(&mut master, 1);
         assert_same(&mut master, &mut replica);
     }
     let role: Vec<Value> = redis::cmd("ROLE").query(&mut replica).unwrap();
@@ -267,7 +268,7 @@ fn follows_a_redis_master_through_full_and_partial_syncs() {
     run(&mut master, &["CLIENT", "KILL", "TYPE", "replica"]);
     change(&mut master, 10);
     wait_link_up(&mut replica);
-    wait_replicated(&mut master);
+    wait_for(&mut master, 1);
     assert_same(&mut master, &mut replica);
     assert_eq!(info_field(&mut master, "stats", "sync_partial_ok").as_deref(), Some("1"));
     assert_eq!(info_field(&mut replica, "replication", "master_full_syncs").as_deref(), Some("1"));
@@ -276,7 +277,7 @@ fn follows_a_redis_master_through_full_and_partial_syncs() {
     assert_eq!(clients.matches("flags=M").count(), 1, "{clients}");
     assert_eq!(run(&mut replica, &["CLIENT", "KILL", "TYPE", "master"]), Value::Int(1));
     change(&mut master, 11);
-    wait_replicated(&mut master);
+    wait_for(&mut master, 1);
     assert_same(&mut master, &mut replica);
     assert_eq!(info_field(&mut replica, "replication", "master_partial_syncs").as_deref(), Some("2"));
 
@@ -287,7 +288,7 @@ fn follows_a_redis_master_through_full_and_partial_syncs() {
     assert_eq!(run(&mut replica, &["REPLICAOF", "127.0.0.1", &port]), Value::Okay);
     wait_link_up(&mut replica);
     change(&mut master, 20);
-    wait_replicated(&mut master);
+    wait_for(&mut master, 1);
     assert_same(&mut master, &mut replica);
     assert_eq!(info_field(&mut master, "stats", "sync_full").as_deref(), Some("2"));
     let again = run(&mut replica, &["REPLICAOF", "127.0.0.1", &port]);
@@ -298,12 +299,6 @@ fn follows_a_redis_master_through_full_and_partial_syncs() {
     assert_eq!(run(&mut replica, &["GET", "in-multi"]), Value::BulkString(b"20".to_vec()));
     let role: Vec<Value> = redis::cmd("ROLE").query(&mut replica).unwrap();
     assert_eq!(role[0], Value::BulkString(b"master".to_vec()));
-}
-
-/// WAIT on the master for `replicas`.
-fn wait_for(master: &mut Connection, replicas: usize) {
-    let acked: i64 = redis::cmd("WAIT").arg(replicas).arg(20_000).query(master).unwrap();
-    assert_eq!(acked, replicas as i64, "the replicas did not acknowledge");
 }
 
 /// A ScaledKV master's replicas (a ScaledKV one, and a Redis one where
@@ -592,7 +587,7 @@ fn writes_the_replica_acknowledged_survive_its_sigkill() {
             let _: () = redis::cmd("SET").arg(&key).arg(&value).query(&mut master).unwrap();
             expected.insert(key, value);
         }
-        wait_replicated(&mut master);
+        wait_for(&mut master, 1);
         // Started as a master each round before, the replica forgot its
         // position: a full sync each round.
         let full = (round + 1).to_string();
@@ -707,14 +702,14 @@ fn a_restarted_replica_resumes_with_a_partial_resync() {
             run(&mut master, &["SET", &format!("key-{round}-{i}"), &i.to_string()]);
         }
         incr(&mut master, 200);
-        wait_replicated(&mut master);
+        wait_for(&mut master, 1);
         incr(&mut master, 100);
         server.kill();
         incr(&mut master, 100);
         server = Server::start(&dir.path().join("replica"), &["--replicaof", &follow]);
         replica = connect(server.port);
         wait_link_up(&mut replica);
-        wait_replicated(&mut master);
+        wait_for(&mut master, 1);
         assert_same(&mut master, &mut replica);
         let partial = (round + 1).to_string();
         assert_eq!(info_field(&mut master, "stats", "sync_partial_ok").as_deref(), Some(partial.as_str()));
@@ -723,7 +718,7 @@ fn a_restarted_replica_resumes_with_a_partial_resync() {
     promote_and_write(&mut replica, &["SET", "written-while-a-master", "gone after the sync"]);
     run(&mut replica, &["REPLICAOF", "127.0.0.1", &redis.port.to_string()]);
     wait_link_up(&mut replica);
-    wait_replicated(&mut master);
+    wait_for(&mut master, 1);
     assert_same(&mut master, &mut replica);
     assert_eq!(info_field(&mut master, "stats", "sync_full").as_deref(), Some("2"));
 }
