@@ -328,7 +328,7 @@ fn read_note<'n>(mut note: &'n [u8], keys: &mut Changed<'n>) -> bool {
 
 /// The keys `notes` (in order) and `loose` keys (read, whatever a note
 /// says) changed; whether the notes held a flush.
-fn changed<'n>(notes: impl Iterator<Item = &'n Vec<u8>>, loose: &'n [Vec<u8>]) -> (Changed<'n>, bool) {
+fn changed<'n>(notes: &'n [Vec<u8>], loose: &'n [Vec<u8>]) -> (Changed<'n>, bool) {
     let mut keys = Changed::new();
     let mut flushed = false;
     for note in notes {
@@ -515,25 +515,31 @@ impl Master {
     /// `loose`: keys deleted outside commands, taken before (so deleted by
     /// that moment), always read. Returns the stream's end.
     fn drain(&self, shared: &Shared, given: Option<&scaledkv::Snapshot<'_>>, loose: Vec<Vec<u8>>) -> u64 {
-        let mut notes = Vec::new();
+        let (mut notes, mut later) = (Vec::new(), Vec::new());
         let last = self.take_notes(given.map_or(u64::MAX, |s| s.seq()), &mut notes);
+        let (mut keys, mut flushed) = changed(&notes, &loose);
         // Without notes, a snapshot gives the moment (WAIT's offsets).
-        let reads = last.is_none() || changed(notes.iter(), &loose).0.values().any(Option::is_none);
+        let reads = last.is_none() || keys.values().any(Option::is_none);
         let taken;
-        let mut later = Vec::new();
         let snapshot = match given {
             Some(snapshot) => Some(snapshot),
             None if reads => {
                 taken = Self::snapshot_from(&shared.db, last.unwrap_or(0));
                 // Notes that came meanwhile, up to its moment: the keys read
                 // there must not sit beside older states of others.
-                self.take_notes(taken.seq(), &mut later);
+                if self.take_notes(taken.seq(), &mut later).is_some() {
+                    let (more, flushes) = changed(&later, &loose);
+                    if flushes {
+                        keys.clear();
+                        flushed = true;
+                    }
+                    keys.extend(more);
+                }
                 Some(&taken)
             }
             None => None,
         };
         let seq = snapshot.map_or_else(|| last.expect("notes without reads"), |s| s.seq());
-        let (keys, flushed) = changed(notes.iter().chain(&later), &loose);
         let mut commands = Transactions::new(keys.len() + usize::from(flushed));
         if std::mem::take(&mut self.stream.lock().select) {
             put_command(&mut commands.out, &[b"SELECT", b"0"]);
@@ -914,7 +920,7 @@ async fn full_sync(
     stream: &mut TcpStream,
     psync: bool,
 ) -> std::io::Result<Option<u64>> {
-    let (pieces, mut arriving) = tokio::sync::mpsc::channel::<Vec<u8>>(2);
+    let (pieces, arriving) = tokio::sync::mpsc::channel::<Vec<u8>>(2);
     let (start, started) = tokio::sync::oneshot::channel::<u64>();
     let exporting = shared.clone();
     let registered = replica.clone();
@@ -943,43 +949,17 @@ async fn full_sync(
     head.push_str(&format!("$EOF:{mark}\r\n"));
     stream.write_all(head.as_bytes()).await?;
     let client = &replica.client;
-    let mut shutdown = shared.shutdown.subscribe();
-    loop {
-        let piece = tokio::select! {
-            piece = arriving.recv() => piece,
-            _ = shutdown.changed() => return Ok(None),
-            _ = until_killed(client) => return Ok(None),
-        };
-        let Some(piece) = piece else { break };
-        tokio::select! {
-            written = stream.write_all(&piece) => written?,
-            _ = shutdown.changed() => return Ok(None),
-            _ = until_killed(client) => return Ok(None),
-        }
-        shared.stats.net_output_bytes.fetch_add(piece.len() as u64, Ordering::Relaxed);
-    }
-    match job.await {
-        Ok(Ok(Some(exported))) => {
-            stream.write_all(mark.as_bytes()).await?;
-            tracing::info!(
-                client = client.id,
-                keys = exported.keys,
-                bytes = exported.bytes,
-                from,
-                "sent a replica the data set (full sync)"
-            );
-            Ok(Some(from))
-        }
-        Ok(Ok(None)) => Ok(None),
-        Ok(Err(error)) => {
-            tracing::error!(error = %error.text(), "full sync failed; the file was cut short");
-            Ok(None)
-        }
-        Err(error) => {
-            tracing::error!(%error, "full sync failed; the file was cut short");
-            Ok(None)
-        }
-    }
+    let sent = crate::rdb_sync::forward_file(shared, client, stream, arriving, job, &mark).await?;
+    Ok(sent.map(|exported| {
+        tracing::info!(
+            client = client.id,
+            keys = exported.keys,
+            bytes = exported.bytes,
+            from,
+            "sent a replica the data set (full sync)"
+        );
+        from
+    }))
 }
 
 /// Streams from `from` and reads the replica's acknowledgements. After
@@ -1122,7 +1102,8 @@ mod tests {
         // loose key is read whatever a note says.
         let flush = note_of(&[event(crate::notify::FLUSHED, b""), event(crate::notify::STRING, b"a")], &batch).unwrap();
         let loose = [b"e".to_vec()];
-        let (keys, flushed) = changed([&note, &flush].into_iter(), &loose);
+        let notes = [note.clone(), flush];
+        let (keys, flushed) = changed(&notes, &loose);
         assert!(flushed);
         assert_eq!(keys.into_iter().collect::<Vec<_>>(), [(&b"a"[..], Some(&set_a[..])), (b"e", None)]);
         let mut keys = Changed::new();

@@ -19,7 +19,8 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 use crate::commands::args::{eq, parse_i64};
-use crate::commands::{err, CmdResult, Ctx};
+use crate::commands::dump::export::Exported;
+use crate::commands::{err, CmdError, CmdResult, Ctx};
 use crate::conn::ClientInfo;
 use crate::server::Shared;
 
@@ -132,7 +133,7 @@ pub async fn send(
     head.push_str(&format!("$EOF:{mark}\r\n"));
     stream.write_all(head.as_bytes()).await?;
     let started = Instant::now();
-    let (pieces, mut arriving) = tokio::sync::mpsc::channel::<Vec<u8>>(2);
+    let (pieces, arriving) = tokio::sync::mpsc::channel::<Vec<u8>>(2);
     let exporting = shared.clone();
     let job = tokio::task::spawn_blocking(move || {
         let keys = !transfer.functions_only;
@@ -140,37 +141,60 @@ pub async fn send(
             pieces.blocking_send(piece).is_ok()
         })
     });
+    if let Some(exported) = forward_file(&shared, client, stream, arriving, job, &mark).await? {
+        tracing::info!(
+            keys = exported.keys,
+            bytes = exported.bytes,
+            millis = started.elapsed().as_millis() as u64,
+            "sent an RDB file of the data set"
+        );
+    }
+    Ok(())
+}
+
+/// Forwards the pieces of an export (`arriving`, from `job`) to `client`,
+/// then the end `mark` once the export ended whole. Returns what it
+/// exported; None if the file was cut short (the reader left, CLIENT
+/// KILL, a shutdown, or an engine error, which is logged).
+pub(crate) async fn forward_file(
+    shared: &Shared,
+    client: &ClientInfo,
+    stream: &mut TcpStream,
+    mut arriving: tokio::sync::mpsc::Receiver<Vec<u8>>,
+    job: tokio::task::JoinHandle<Result<Option<Exported>, CmdError>>,
+    mark: &str,
+) -> std::io::Result<Option<Exported>> {
     let mut shutdown = shared.shutdown.subscribe();
     loop {
         let piece = tokio::select! {
             piece = arriving.recv() => piece,
-            _ = shutdown.changed() => return Ok(()),
-            _ = until_killed(client) => return Ok(()),
+            _ = shutdown.changed() => return Ok(None),
+            _ = until_killed(client) => return Ok(None),
         };
         let Some(piece) = piece else { break };
         // A client that stopped reading is still ended by a kill.
         tokio::select! {
             written = stream.write_all(&piece) => written?,
-            _ = shutdown.changed() => return Ok(()),
-            _ = until_killed(client) => return Ok(()),
+            _ = shutdown.changed() => return Ok(None),
+            _ = until_killed(client) => return Ok(None),
         }
         shared.stats.net_output_bytes.fetch_add(piece.len() as u64, Ordering::Relaxed);
     }
     match job.await {
         Ok(Ok(Some(exported))) => {
             stream.write_all(mark.as_bytes()).await?;
-            tracing::info!(
-                keys = exported.keys,
-                bytes = exported.bytes,
-                millis = started.elapsed().as_millis() as u64,
-                "sent an RDB file of the data set"
-            );
+            Ok(Some(exported))
         }
-        Ok(Ok(None)) => {}
-        Ok(Err(error)) => tracing::error!(error = %error.text(), "RDB export failed; the file was cut short"),
-        Err(error) => tracing::error!(%error, "RDB export failed; the file was cut short"),
+        Ok(Ok(None)) => Ok(None),
+        Ok(Err(error)) => {
+            tracing::error!(error = %error.text(), "RDB export failed; the file was cut short");
+            Ok(None)
+        }
+        Err(error) => {
+            tracing::error!(%error, "RDB export failed; the file was cut short");
+            Ok(None)
+        }
     }
-    Ok(())
 }
 
 /// Returns once CLIENT KILL (a full output buffer's, a replica's lag)
