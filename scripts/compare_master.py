@@ -24,7 +24,7 @@ import os
 import time
 
 import compare_redis
-from compare_redis import cli, Server, emit, median, ratio
+from compare_redis import cli, info, wait_until, Server, emit, median, ratio
 
 QUICK = os.environ.get("QUICK") == "1"
 REPEATS = int(os.environ.get("REPEATS", "1" if QUICK else "3"))
@@ -40,21 +40,6 @@ PAIRS = os.environ.get("PAIRS", "redis-none+none redis-none+redis-none redis-alw
                                 "scaledkv-sync+none scaledkv-sync+redis-none scaledkv-sync+scaledkv-sync").split()
 compare_redis.REPORT = os.path.join(compare_redis.REPO, "bench-results",
                                     f"master-{time.strftime('%Y%m%d-%H%M%S')}.md")
-
-
-def info(port, field, section="replication"):
-    for line in cli(port, "INFO", section).splitlines():
-        if line.startswith(field + ":"):
-            return line.split(":", 1)[1].strip()
-    return None
-
-
-def wait_until(predicate, timeout=600):
-    deadline = time.time() + timeout
-    while not predicate():
-        if time.time() > deadline:
-            raise RuntimeError("timed out")
-        time.sleep(0.01)
 
 
 def load(port, n, pipeline=16):

@@ -86,6 +86,22 @@ def cli(port, *words):
     return out.stdout.strip()
 
 
+def info(port, field, section="replication"):
+    """One field of INFO `section` on `port` (None if absent)."""
+    for line in cli(port, "INFO", section).splitlines():
+        if line.startswith(field + ":"):
+            return line.split(":", 1)[1].strip()
+    return None
+
+
+def wait_until(predicate, timeout=600):
+    deadline = time.time() + timeout
+    while not predicate():
+        if time.time() > deadline:
+            raise RuntimeError("timed out")
+        time.sleep(0.01)
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

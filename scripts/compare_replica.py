@@ -33,7 +33,7 @@ import subprocess
 import time
 
 import compare_redis
-from compare_redis import cli, Server, emit, median, ratio
+from compare_redis import cli, info, wait_until, Server, emit, median, ratio
 
 QUICK = os.environ.get("QUICK") == "1"
 REPEATS = int(os.environ.get("REPEATS", "1" if QUICK else "3"))
@@ -45,24 +45,9 @@ compare_redis.REPORT = os.path.join(compare_redis.REPO, "bench-results",
                                     f"replica-{time.strftime('%Y%m%d-%H%M%S')}.md")
 
 
-def info(port, field):
-    for line in cli(port, "INFO", "replication").splitlines():
-        if line.startswith(field + ":"):
-            return line.split(":", 1)[1].strip()
-    return None
-
-
 def load(port):
     subprocess.run(["redis-benchmark", "-p", str(port), "-t", "set", "-n", str(N), "-r", str(N),
                     "-d", str(VALUE), "-c", "50", "-P", "16", "-q"], capture_output=True, check=True)
-
-
-def wait_until(predicate, timeout=600):
-    deadline = time.time() + timeout
-    while not predicate():
-        if time.time() > deadline:
-            raise RuntimeError("timed out")
-        time.sleep(0.01)
 
 
 def one_round(config, medium):
