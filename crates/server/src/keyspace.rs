@@ -266,6 +266,26 @@ pub struct Writes {
     expiries: crate::expiry::Changes,
     /// Every key was deleted (FLUSHALL): the index starts over.
     all_deleted: bool,
+    /// While writes stream to replicas: the big hashes, sets and sorted
+    /// sets these writes read before writing their keys
+    /// (`note_table_read`), so a replica gets their field changes rather
+    /// than the whole collection (`master::note_of`).
+    table_reads: Vec<TableRead>,
+    /// A piece was committed (`commit_piece`), with no note: the keys it
+    /// changed must be read whole for the replicas, so no more reads are
+    /// noted until the batch is taken.
+    pieced: bool,
+}
+
+/// A big collection's stub as a command found it at `key` before its
+/// batch wrote that key: the table the batch's field entries of `id`
+/// change, as the replicas hold it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TableRead {
+    pub key: Vec<u8>,
+    pub tag: u8,
+    pub id: u64,
+    pub expiry: Option<u64>,
 }
 
 /// A PUBLISH (or SPUBLISH, `shard`) held until its writes commit.
@@ -313,6 +333,7 @@ pub struct Ready {
     pub messages: Vec<Message>,
     pub expiries: crate::expiry::Changes,
     pub all_deleted: bool,
+    pub table_reads: Vec<TableRead>,
 }
 
 impl Writes {
@@ -340,6 +361,8 @@ impl Writes {
             messages: Vec::new(),
             expiries: Default::default(),
             all_deleted: false,
+            table_reads: Vec::new(),
+            pieced: false,
         }
     }
 
@@ -467,6 +490,8 @@ impl Writes {
         // committed, no longer written ahead of a stub, and a sorted
         // set's blocks are found as any committed table's.
         self.new_tables.clear();
+        self.table_reads.clear();
+        self.pieced = true;
         let batch = std::mem::take(&mut self.batch);
         let published = self.published().map(|pending| pending.published_of(&batch));
         let writing = (!self.written_tables.is_empty()).then(|| shared.rank_sums.writing(self.written_tables.clone()));
@@ -514,6 +539,32 @@ impl Writes {
         if !self.written_tables.contains(&id) {
             self.written_tables.push(id);
         }
+    }
+
+    /// Notes that `key` held `value` (a big hash's, set's or sorted set's
+    /// stub) before these writes: if none of them wrote `key` yet, that is
+    /// the table a replica holds there before them. Called only while
+    /// writes stream to replicas; reads the batch for `key` once per key.
+    pub fn note_table_read(&mut self, key: &[u8], value: &Value) {
+        if self.pieced
+            || !matches!(value.tag(), TYPE_HASH_TABLE | TYPE_SET_TABLE | TYPE_ZSET_TABLE)
+            || self.table_reads.iter().any(|read| read.key == key)
+        {
+            return;
+        }
+        let batches = std::iter::once(&self.batch).chain(self.base.iter().chain(&self.outer).map(|(_, batch)| batch));
+        for batch in batches {
+            if batch.entries().any(|(written, _)| written == key) {
+                return;
+            }
+        }
+        let Some(id) = value.data().first_chunk::<8>().map(|id| u64::from_le_bytes(*id)) else { return };
+        self.table_reads.push(TableRead { key: key.to_vec(), tag: value.tag(), id, expiry: value.expiry_ms() });
+    }
+
+    fn take_table_reads(&mut self) -> Vec<TableRead> {
+        self.pieced = false;
+        std::mem::take(&mut self.table_reads)
     }
 
     /// Whether a read since the last commit found a published write.
@@ -582,6 +633,8 @@ impl Writes {
             messages: Vec::new(),
             expiries: Default::default(),
             all_deleted: false,
+            table_reads: Vec::new(),
+            pieced: false,
         }
     }
 
@@ -607,6 +660,7 @@ impl Writes {
             self.note_all_deleted();
         }
         self.expiries.append(&mut branch.expiries);
+        self.table_reads.append(&mut branch.table_reads);
     }
 
     /// Marks where one more command's writes start: `release` keeps them,
@@ -1174,6 +1228,7 @@ impl Writes {
             messages: std::mem::take(&mut self.messages),
             expiries: std::mem::take(&mut self.expiries),
             all_deleted: std::mem::take(&mut self.all_deleted),
+            table_reads: self.take_table_reads(),
         }
     }
 
@@ -1213,6 +1268,7 @@ impl Writes {
             messages: std::mem::take(&mut self.messages),
             expiries: std::mem::take(&mut self.expiries),
             all_deleted: std::mem::take(&mut self.all_deleted),
+            table_reads: self.take_table_reads(),
         }
     }
 }

@@ -26,7 +26,7 @@ mod streams;
 mod strings;
 pub mod table;
 mod tx;
-mod zsets;
+pub(crate) mod zsets;
 
 use bytes::Bytes;
 use smallvec::SmallVec;
@@ -766,7 +766,7 @@ pub async fn commit<G>(
 ) -> scaledkv::Result<()> {
     let events = std::mem::take(&mut ready.events);
     if shared.master.streaming() {
-        if let Some(note) = crate::master::note_of(&events, &ready.batch) {
+        if let Some(note) = crate::master::note_of(&events, &ready.batch, &ready.table_reads) {
             ready.batch.set_note(note);
         }
     }
@@ -804,6 +804,7 @@ async fn commit_batch<G>(
         messages: _,
         expiries: _,
         all_deleted: _,
+        table_reads: _,
     } = ready;
     let fences = (!fence_edits.is_empty()).then_some(&fence_edits[..]);
     // Counted among the server's entries as they are written (DBSIZE

@@ -70,6 +70,10 @@ impl Ctx<'_> {
     pub fn read_collection(&mut self, key: &[u8], small: u8, table: u8) -> Result<Option<Value>, CmdError> {
         match self.read(key)? {
             Some(value) if value.tag() != small && value.tag() != table => Err(CmdError::WrongType),
+            Some(value) if value.tag() == table && self.shared.master.streaming() => {
+                self.writes.note_table_read(key, &value);
+                Ok(Some(value))
+            }
             other => Ok(other),
         }
     }

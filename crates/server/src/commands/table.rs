@@ -121,6 +121,14 @@ pub fn member_key(id: u64, field: &[u8]) -> Vec<u8> {
     key
 }
 
+/// The table id and field of a field's engine key (`member_key`); None
+/// for another key.
+pub fn split_member_key(key: &[u8]) -> Option<(u64, &[u8])> {
+    let rest = key.strip_prefix(RESERVED)?.strip_prefix(&[MEMBERS])?;
+    let (id, field) = rest.split_first_chunk::<8>()?;
+    Some((u64::from_be_bytes(*id), field))
+}
+
 fn owners_prefix() -> Vec<u8> {
     [RESERVED, &[OWNERS]].concat()
 }

@@ -47,6 +47,12 @@ fn member_field(member: &[u8]) -> Vec<u8> {
     [&[MEMBER], member].concat()
 }
 
+/// The member whose score a big sorted set's field holds (None for its
+/// index and block fields).
+pub fn member_of_field(field: &[u8]) -> Option<&[u8]> {
+    field.strip_prefix(&[MEMBER])
+}
+
 /// Where a member sorts in the index (its entry's key after `INDEX`).
 fn place(score: f64, member: &[u8]) -> Vec<u8> {
     [&score_key(score)[..], member].concat()
