@@ -284,10 +284,21 @@ pub async fn active_expiry(shared: Arc<Shared>) {
         });
         let complete = shared.volatile.complete.load(Ordering::Relaxed);
         steps = steps.wrapping_add(1);
+        // A restarted master's replicas (`master::History`) have the keys
+        // that expired while it was down: they are told, no one else.
+        let mut quietly = Vec::new();
         if !complete || steps.is_multiple_of(SLOW_PASS_EVERY) {
+            let streaming = shared.master.streaming();
             let mut dropped_then = |key: &[u8], at: u64| {
                 if at >= started {
                     dropped_key(key);
+                } else if streaming && !crate::keyspace::is_reserved(key) {
+                    quietly.push(crate::notify::Event {
+                        class: crate::notify::EXPIRED,
+                        name: "expired",
+                        key: key.to_vec(),
+                        writer: 0,
+                    });
                 }
             };
             let (next, purged) =
@@ -303,6 +314,7 @@ pub async fn active_expiry(shared: Arc<Shared>) {
             cursor = next;
         }
         crate::notify::publish(&shared, &expired);
+        shared.master.note_loose(&quietly);
         if dropped > 0 {
             shared.stats.expired_keys.fetch_add(dropped as u64, Ordering::Relaxed);
         }

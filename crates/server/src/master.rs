@@ -544,7 +544,7 @@ impl Master {
     /// Keys the server deleted outside commands (`notify::publish`: active
     /// expiry, eviction), already visible.
     pub fn note_loose(&self, events: &[Event]) {
-        if !self.streaming() {
+        if !self.streaming() || events.is_empty() {
             return;
         }
         let mut changes = self.changes.lock();
@@ -576,29 +576,56 @@ impl Master {
         }
         let guards = shared.locks.lock(&KeyLocks::all()).await;
         if !self.streaming() {
-            let observer = Arc::downgrade(self);
-            shared.db.set_commit_observer(Some(Arc::new(move |seq, note: Vec<u8>| {
-                if let Some(master) = observer.upgrade() {
-                    master.changes.lock().batches.push_back((seq, note));
-                    master.changed.notify_one();
-                }
-            })));
-            self.streaming.store(true, Ordering::Relaxed);
-            self.stop.store(false, Ordering::Relaxed);
-            let mut drainer = self.drainer.lock();
-            if drainer.is_none() {
-                let (master, shared) = (self.clone(), shared.clone());
-                *drainer = Some(
-                    std::thread::Builder::new()
-                        .name("scaledkv-replication".into())
-                        .spawn(move || master.drain_loop(&shared))
-                        .map_err(|error| format!("the replication thread did not start: {error}"))?,
-                );
-            }
+            self.begin(shared)?;
             tracing::info!("streaming writes to replicas");
         }
         drop(guards);
         crate::commands::barrier(shared).await.map_err(|error| error.to_string())
+    }
+
+    /// Has the engine hand over the batches' notes and starts the
+    /// drainer: with no command running, or every key's lock held.
+    fn begin(self: &Arc<Self>, shared: &Arc<Shared>) -> Result<(), String> {
+        let observer = Arc::downgrade(self);
+        shared.db.set_commit_observer(Some(Arc::new(move |seq, note: Vec<u8>| {
+            if let Some(master) = observer.upgrade() {
+                master.changes.lock().batches.push_back((seq, note));
+                master.changed.notify_one();
+            }
+        })));
+        self.streaming.store(true, Ordering::Relaxed);
+        self.stop.store(false, Ordering::Relaxed);
+        let mut drainer = self.drainer.lock();
+        if drainer.is_none() {
+            let (master, shared) = (self.clone(), shared.clone());
+            *drainer = Some(
+                std::thread::Builder::new()
+                    .name("scaledkv-replication".into())
+                    .spawn(move || master.drain_loop(&shared))
+                    .map_err(|error| format!("the replication thread did not start: {error}"))?,
+            );
+        }
+        Ok(())
+    }
+
+    /// Takes up the history a clean shutdown kept (`History::take`):
+    /// its replication ID and backlog, streaming from the start (before
+    /// any client or expiry changes a key), so replicas resume with a
+    /// partial resync.
+    pub fn resume(self: &Arc<Self>, shared: &Arc<Shared>, history: History) -> Result<(), String> {
+        let end = history.start + history.backlog.len() as u64;
+        {
+            let mut stream = self.stream.lock();
+            stream.replid = history.replid;
+            stream.backlog = Backlog { pieces: Default::default(), start: history.start, len: 0 };
+            stream.backlog.push(history.backlog);
+            stream.drained.push_back((history.seq, end));
+            stream.alone_since = Some(Instant::now());
+        }
+        self.end.send_replace(end);
+        self.begin(shared)?;
+        tracing::info!(offset = end, "replicas can resume where the last run left them (partial resync)");
+        Ok(())
     }
 
     /// The drainer thread: a drain whenever something changed (at most
@@ -927,12 +954,48 @@ impl Master {
         text
     }
 
-    /// Stops the drainer (shutdown).
-    pub fn shut_down(&self) {
+    /// Stops the drainer (shutdown, once no command runs), after a last
+    /// drain of what is left: the backlog then ends at the data's moment
+    /// (`keep_history`).
+    pub fn shut_down(&self, shared: &Shared) {
         self.stop.store(true, Ordering::Relaxed);
         self.changed.notify_one();
         if let Some(thread) = self.drainer.lock().take() {
             let _ = thread.join();
+        }
+        if self.streaming() {
+            let _draining = self.draining.lock();
+            let loose = std::mem::take(&mut self.changes.lock().loose);
+            self.drain(shared, None, loose);
+        }
+    }
+
+    /// Keeps the replication history beside the data (`dir`), once the
+    /// engine is closed at sequence number `seq`: a restart takes it up
+    /// (`History::take`, `resume`) and replicas resume from the backlog,
+    /// as Redis keeps its replication ID and offset in its RDB file.
+    /// Nothing while not streaming.
+    pub fn keep_history(&self, dir: &std::path::Path, seq: u64) {
+        if !self.streaming() {
+            return;
+        }
+        let stream = self.stream.lock();
+        let mut backlog = Vec::with_capacity(stream.backlog.len as usize);
+        for (_, piece) in &stream.backlog.pieces {
+            backlog.extend_from_slice(piece);
+        }
+        let history = History { replid: stream.replid.clone(), start: stream.backlog.start, seq, backlog };
+        drop(stream);
+        let path = dir.join(HISTORY_FILE);
+        let temp = dir.join(format!("{HISTORY_FILE}.tmp"));
+        let written = std::fs::File::create(&temp).and_then(|mut file| {
+            std::io::Write::write_all(&mut file, &history.encode())?;
+            file.sync_all()?;
+            std::fs::rename(&temp, &path)
+        });
+        match written {
+            Ok(()) => tracing::info!(offset = history.start + history.backlog.len() as u64, "replication history kept"),
+            Err(error) => tracing::warn!(%error, "the replication history was not kept: replicas will sync in full"),
         }
     }
 }
@@ -1023,6 +1086,82 @@ fn put_command(buf: &mut Vec<u8>, args: &[&[u8]]) {
 
 fn local() -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], 0))
+}
+
+/// The file, in the data directory, where a master stopped cleanly keeps
+/// its replication history for the next start.
+const HISTORY_FILE: &str = "replication-history";
+const HISTORY_MAGIC: &[u8; 8] = b"SKVREPL1";
+
+/// A master's replication history as a clean shutdown left it: the
+/// replication ID, the backlog and the offset of the byte before it, and
+/// the engine's sequence number the stream's end stands for.
+#[derive(Debug, Clone, PartialEq)]
+pub struct History {
+    replid: String,
+    start: u64,
+    seq: u64,
+    backlog: Vec<u8>,
+}
+
+impl History {
+    fn encode(&self) -> Vec<u8> {
+        let mut body = Vec::with_capacity(28 + self.replid.len() + self.backlog.len());
+        body.extend_from_slice(&self.seq.to_le_bytes());
+        body.extend_from_slice(&self.start.to_le_bytes());
+        body.extend_from_slice(&(self.replid.len() as u32).to_le_bytes());
+        body.extend_from_slice(self.replid.as_bytes());
+        body.extend_from_slice(&self.backlog);
+        let mut file = HISTORY_MAGIC.to_vec();
+        file.extend_from_slice(&crc32c::crc32c(&body).to_le_bytes());
+        file.extend_from_slice(&body);
+        file
+    }
+
+    fn decode(file: &[u8]) -> Result<History, &'static str> {
+        let rest = file.strip_prefix(HISTORY_MAGIC).ok_or("not a replication history")?;
+        let (crc, body) = rest.split_first_chunk::<4>().ok_or("cut short")?;
+        if crc32c::crc32c(body) != u32::from_le_bytes(*crc) {
+            return Err("its checksum does not match");
+        }
+        let word = |at: usize| body.get(at..at + 8).map(|w| u64::from_le_bytes(w.try_into().expect("8 bytes")));
+        let (seq, start) = (word(0).ok_or("cut short")?, word(8).ok_or("cut short")?);
+        let len = body.get(16..20).map(|l| u32::from_le_bytes(l.try_into().expect("4 bytes")) as usize);
+        let replid = len.and_then(|len| body.get(20..20 + len)).ok_or("cut short")?;
+        let replid = std::str::from_utf8(replid).map_err(|_| "a bad replication ID")?.to_owned();
+        let backlog = body[20 + replid.len()..].to_vec();
+        Ok(History { replid, start, seq, backlog })
+    }
+
+    /// The history the last run kept in `dir`, if it describes the data
+    /// as opened (the engine's sequence number is the one it was kept
+    /// at) and the server starts as a master (`master`: no REPLICAOF or
+    /// import first). The file goes either way: once anything is written,
+    /// it no longer describes the data.
+    pub fn take(dir: &std::path::Path, seq: u64, master: bool) -> Option<History> {
+        let path = dir.join(HISTORY_FILE);
+        let file = std::fs::read(&path).ok()?;
+        if let Err(error) = std::fs::remove_file(&path) {
+            tracing::warn!(%error, "cannot remove the replication history; not used");
+            return None;
+        }
+        let history = match History::decode(&file) {
+            Ok(history) => history,
+            Err(error) => {
+                tracing::warn!(error, "the replication history is unreadable: replicas will sync in full");
+                return None;
+            }
+        };
+        if history.seq != seq {
+            tracing::warn!(
+                kept_at = history.seq,
+                now = seq,
+                "the data changed after the replication history was kept: replicas will sync in full"
+            );
+            return None;
+        }
+        master.then_some(history)
+    }
 }
 
 /// What PSYNC (or SYNC) from a replica asked for.
@@ -1466,6 +1605,35 @@ mod tests {
                 })
                 .collect();
             proptest::prop_assert_eq!(got, expected);
+        }
+    }
+
+    #[test]
+    fn a_kept_history_is_taken_once_and_only_where_it_describes_the_data() {
+        let dir = tempfile::tempdir().unwrap();
+        let history =
+            History { replid: "a".repeat(40), start: 1000, seq: 77, backlog: b"*1\r\n$4\r\nPING\r\n".to_vec() };
+        let file = history.encode();
+        assert_eq!(History::decode(&file), Ok(history.clone()));
+        let path = dir.path().join(HISTORY_FILE);
+        let keep = |bytes: &[u8]| std::fs::write(&path, bytes).unwrap();
+        keep(&file);
+        assert_eq!(History::take(dir.path(), 77, true), Some(history.clone()));
+        assert!(!path.exists(), "taken once");
+        assert_eq!(History::take(dir.path(), 77, true), None);
+        keep(&file);
+        assert_eq!(History::take(dir.path(), 78, true), None, "the data moved on");
+        assert!(!path.exists());
+        keep(&file);
+        assert_eq!(History::take(dir.path(), 77, false), None, "a replica or an import starts a history of its own");
+        for cut in [0, 8, 12, 20, 31, file.len() - 1] {
+            keep(&file[..cut]);
+            assert_eq!(History::take(dir.path(), 77, true), None, "cut at {cut}");
+        }
+        for at in 8..file.len() {
+            let mut bad = file.clone();
+            bad[at] ^= 0x10;
+            assert!(History::decode(&bad).is_err(), "a flipped bit at {at}");
         }
     }
 

@@ -239,6 +239,9 @@ pub async fn run(config: Config, db: Db) -> Result<(), String> {
     let port = listener.local_addr().map_err(|e| e.to_string())?.port();
     let (shutdown, _) = watch::channel(false);
     let commit_thread = db.persist_waits_for_device().then(CommitSignal::default);
+    // Before the server's own writes move the engine's sequence number.
+    let master = config.replicaof.is_none() && config.import_rdb.is_none();
+    let history = crate::master::History::take(&config.dir, db.stats().last_seq, master);
     let mut reserved_entries = crate::keyspace::prepare(&db)?;
     // The CAS clock's epoch key exists once the memcached port was on.
     let cas = match config.memcached_port {
@@ -314,6 +317,10 @@ pub async fn run(config: Config, db: Db) -> Result<(), String> {
             .map_err(|e| format!("cannot listen for metrics on port {metrics_port}: {e}"))?;
         tokio::spawn(crate::metrics::serve(shared.clone(), metrics));
     }
+    // Before anything (expiry first) changes a key.
+    if let Some(history) = history {
+        shared.master.resume(&shared, history)?;
+    }
     tokio::spawn(crate::expiry::active_expiry(shared.clone()));
     tokio::spawn(crate::maxmemory::announce_evictions(shared.clone()));
     tokio::spawn(crate::commands::table::sweeper(shared.clone()));
@@ -360,12 +367,13 @@ pub async fn run(config: Config, db: Db) -> Result<(), String> {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     io.stop();
-    shared.master.shut_down();
+    shared.master.shut_down(&shared);
     if let (Some(signal), Some(thread)) = (&shared.commit_thread, committer) {
         committer::stop(signal, thread);
     }
     tracing::info!("shutting down: writing the index checkpoint");
     shared.db.flush().map_err(|e| format!("final flush failed: {e}"))?;
+    shared.master.keep_history(&shared.config.dir, shared.db.stats().last_seq);
     tracing::info!("bye");
     Ok(())
 }

@@ -817,6 +817,69 @@ fn a_scaledkv_master_and_its_replica_come_back_from_sigkill() {
     assert_eq!(info_field(&mut master, "stats", "sync_full").as_deref(), Some("1"));
 }
 
+/// A ScaledKV master stopped cleanly (SHUTDOWN, SIGTERM) keeps its
+/// replication history: after its restart, its replicas (a ScaledKV one
+/// and a Redis one) resume with a partial resync, writes made before they
+/// reconnect and keys that expired while it was down included; after a
+/// SIGKILL (no history kept) they sync in full.
+#[test]
+fn replicas_resume_partially_after_their_master_restarts() {
+    let dir = tempfile::tempdir().unwrap();
+    let master_dir = dir.path().join("master");
+    let mut server = Server::start(&master_dir, &[]);
+    let mut master = connect(server.port);
+    fill_db0(&mut master);
+    let port = server.port.to_string();
+    let scaledkv_replica = Server::start(&dir.path().join("replica"), &[]);
+    let mut replicas = vec![connect(scaledkv_replica.port)];
+    assert_eq!(run(&mut replicas[0], &["REPLICAOF", "127.0.0.1", &port]), Value::Okay);
+    let redis_replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
+    if let Some(redis) = &redis_replica {
+        replicas.push(connect(redis.port));
+    }
+    let count = replicas.len();
+    for replica in &mut replicas {
+        wait_link_up(replica);
+    }
+    let dbsize = |con: &mut Connection| -> i64 { redis::cmd("DBSIZE").query(con).unwrap() };
+    for (round, stop) in ["shutdown", "sigterm", "sigkill"].into_iter().enumerate() {
+        change_db0(&mut master, round);
+        run(&mut master, &["SET", &format!("gone-while-down-{round}"), "v", "PX", "300"]);
+        let replid = info_field(&mut master, "replication", "master_replid").unwrap();
+        // The last writes may still be on their way when it stops.
+        change_db0(&mut master, round + 100);
+        match stop {
+            "shutdown" => {
+                let _ = redis::cmd("SHUTDOWN").query::<Value>(&mut master);
+                assert!(server.wait_exit(), "a clean exit");
+            }
+            "sigterm" => assert!(server.terminate(), "a clean exit"),
+            _ => server.kill(),
+        }
+        std::thread::sleep(Duration::from_millis(400));
+        server = Server::start(&master_dir, &[]);
+        master = connect(server.port);
+        let kept = info_field(&mut master, "replication", "master_replid").unwrap();
+        assert_eq!(kept == replid, stop != "sigkill", "{stop}: replication ID {replid} then {kept}");
+        change_db0(&mut master, round + 200);
+        let port = server.port.to_string();
+        for replica in &mut replicas {
+            assert_eq!(run(replica, &["REPLICAOF", "127.0.0.1", &port]), Value::Okay);
+        }
+        for replica in &mut replicas {
+            wait_link_up(replica);
+        }
+        wait_for(&mut master, count);
+        let (full, partial) = if stop == "sigkill" { (count, 0) } else { (0, count) };
+        assert_eq!(info_field(&mut master, "stats", "sync_full"), Some(full.to_string()), "{stop}");
+        assert_eq!(info_field(&mut master, "stats", "sync_partial_ok"), Some(partial.to_string()), "{stop}");
+        for replica in &mut replicas {
+            assert_same(&mut master, replica);
+            assert_eq!(dbsize(replica), dbsize(&mut master), "{stop}: the key that expired went");
+        }
+    }
+}
+
 /// A write the master's WAIT says the replica has is on the replica's
 /// medium: the replica is SIGKILLed right after, restarted, and every
 /// such key is there byte for byte.
