@@ -241,6 +241,31 @@ const FLUSH: u8 = 2;
 /// changes), after the key's earlier notes.
 const DELTA: u8 = 3;
 
+/// The name a note gives the function libraries (FUNCTION LOAD, DELETE,
+/// FLUSH, RESTORE): a server key, so no client key, and FLUSHALL keeps
+/// it, as it keeps the libraries.
+const FUNCTIONS: &[u8] = b"\xff\xff\x00functions";
+
+/// The note of a batch that makes the function libraries `codes` (each a
+/// library's code): the command that makes a replica's libraries these,
+/// as a state (latest wins in a drain).
+pub fn functions_note(codes: &[&[u8]]) -> Vec<u8> {
+    let mut command = Vec::new();
+    match codes {
+        [] => put_command(&mut command, &[b"FUNCTION", b"FLUSH"]),
+        _ => {
+            let payload = crate::commands::dump::serialize_functions(codes.iter().copied());
+            put_command(&mut command, &[b"FUNCTION", b"RESTORE", &payload, b"FLUSH"]);
+        }
+    }
+    let mut note = vec![INLINE];
+    for part in [FUNCTIONS, &command] {
+        note.extend_from_slice(&(part.len() as u32).to_le_bytes());
+        note.extend_from_slice(part);
+    }
+    note
+}
+
 /// The note of a batch whose commands noted `events`: for each key they
 /// changed, the command that makes a replica's key what the batch leaves
 /// it where the batch holds the key's last entry and it is a string's
@@ -449,7 +474,7 @@ fn read_note<'n>(mut note: &'n [u8], keys: &mut Changed<'n>) -> bool {
     let mut flushed = false;
     while let Some((&kind, rest)) = note.split_first() {
         if kind == FLUSH {
-            keys.clear();
+            keys.retain(|&key, _| key == FUNCTIONS);
             flushed = true;
             note = rest;
             continue;
@@ -577,6 +602,9 @@ impl Master {
         let guards = shared.locks.lock(&KeyLocks::all()).await;
         if !self.streaming() {
             self.begin(shared)?;
+            // A change of the libraries that began unnoted has installed
+            // them (a full sync's file takes them as they are then).
+            drop(shared.functions.begin());
             tracing::info!("streaming writes to replicas");
         }
         drop(guards);
@@ -1443,6 +1471,19 @@ mod tests {
         let mut keys = Changed::new();
         read_note(&note[..note.len() - 2], &mut keys);
         assert_eq!(keys.len(), 5, "a cut note reads what is whole");
+        // FLUSHALL keeps the function libraries.
+        let (library, flush) = (
+            functions_note(&[b"#!lua name=x\n"]),
+            note_of(&[event(crate::notify::FLUSHED, b"")], &batch, &[]).unwrap(),
+        );
+        let notes = [library, flush];
+        let (keys, flushed) = changed(&notes, &[]);
+        assert!(flushed);
+        let Some(Word::Commands(pieces)) = keys.get(FUNCTIONS) else { panic!("{keys:?}") };
+        assert!(pieces[0].starts_with(b"*4\r\n$8\r\nFUNCTION\r\n$7\r\nRESTORE\r\n"));
+        let notes = [functions_note(&[])];
+        let (keys, _) = changed(&notes, &[]);
+        assert_eq!(keys[FUNCTIONS], Word::Commands(vec![&b"*2\r\n$8\r\nFUNCTION\r\n$5\r\nFLUSH\r\n"[..]]));
     }
 
     #[test]

@@ -817,6 +817,74 @@ fn a_scaledkv_master_and_its_replica_come_back_from_sigkill() {
     assert_eq!(info_field(&mut master, "stats", "sync_full").as_deref(), Some("1"));
 }
 
+/// FUNCTION LOAD, DELETE, FLUSH and RESTORE on a ScaledKV master reach
+/// its replicas (a ScaledKV one, a Redis one) after their sync, FLUSHALL
+/// keeping the libraries on both sides.
+#[test]
+fn function_changes_reach_the_replicas() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("master"), &[]);
+    let mut master = connect(server.port);
+    let port = server.port.to_string();
+    let scaledkv_replica = Server::start(&dir.path().join("replica"), &[]);
+    let mut replicas = vec![connect(scaledkv_replica.port)];
+    assert_eq!(run(&mut replicas[0], &["REPLICAOF", "127.0.0.1", &port]), Value::Okay);
+    let redis_replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
+    if let Some(redis) = &redis_replica {
+        replicas.push(connect(redis.port));
+    }
+    for replica in &mut replicas {
+        wait_link_up(replica);
+    }
+    let library = |name: &str, reply: &str| {
+        format!("#!lua name={name}\nredis.register_function{{function_name='{name}_f', callback=function() return '{reply}' end, flags={{'no-writes'}}}}")
+    };
+    // Each library's name and code, in name order.
+    let libraries = |con: &mut Connection| -> Vec<(String, String)> {
+        let listed: Vec<Vec<Value>> = redis::cmd("FUNCTION").arg("LIST").arg("WITHCODE").query(con).unwrap();
+        let text = |value: &Value| match value {
+            Value::BulkString(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+            other => panic!("{other:?}"),
+        };
+        let field = |entry: &[Value], name: &str| {
+            let at = entry.iter().position(|v| matches!(v, Value::BulkString(b) if b == name.as_bytes())).unwrap();
+            text(&entry[at + 1])
+        };
+        let mut pairs: Vec<(String, String)> =
+            listed.iter().map(|entry| (field(entry, "library_name"), field(entry, "library_code"))).collect();
+        pairs.sort();
+        pairs
+    };
+    let check = |master: &mut Connection, replicas: &mut [Connection], expected: usize| {
+        wait_for(master, replicas.len());
+        let on_master = libraries(master);
+        assert_eq!(on_master.len(), expected);
+        for replica in replicas {
+            assert_eq!(libraries(replica), on_master);
+        }
+    };
+    run(&mut master, &["FUNCTION", "LOAD", &library("one", "1")]);
+    run(&mut master, &["FUNCTION", "LOAD", &library("two", "2")]);
+    check(&mut master, &mut replicas, 2);
+    let got: String = redis::cmd("FCALL_RO").arg("two_f").arg(0).query(&mut replicas[0]).unwrap();
+    assert_eq!(got, "2");
+    // Replaced, then FLUSHALL and a load in one drain.
+    run(&mut master, &["FUNCTION", "LOAD", "REPLACE", &library("two", "2b")]);
+    run(&mut master, &["SET", "k", "v"]);
+    run(&mut master, &["FLUSHALL"]);
+    run(&mut master, &["FUNCTION", "LOAD", &library("three", "3")]);
+    check(&mut master, &mut replicas, 3);
+    let dump: Vec<u8> = redis::cmd("FUNCTION").arg("DUMP").query(&mut master).unwrap();
+    run(&mut master, &["FUNCTION", "DELETE", "one"]);
+    check(&mut master, &mut replicas, 2);
+    run(&mut master, &["FUNCTION", "FLUSH"]);
+    check(&mut master, &mut replicas, 0);
+    let _: Value = redis::cmd("FUNCTION").arg("RESTORE").arg(&dump).query(&mut master).unwrap();
+    check(&mut master, &mut replicas, 3);
+    let got: String = redis::cmd("FCALL_RO").arg("two_f").arg(0).query(&mut replicas[0]).unwrap();
+    assert_eq!(got, "2b");
+}
+
 /// A ScaledKV master stopped cleanly (SHUTDOWN, SIGTERM) keeps its
 /// replication history: after its restart, its replicas (a ScaledKV one
 /// and a Redis one) resume with a partial resync, writes made before they

@@ -68,6 +68,11 @@ fn change<T>(shared: &Shared, change: impl FnOnce(&mut Libraries) -> Result<T, S
         }
     }
     if !batch.is_empty() {
+        // Under the lock: the next change's note comes after this one's.
+        if shared.master.streaming() {
+            let codes: Vec<&[u8]> = libraries.iter().map(|library| &library.code[..]).collect();
+            batch.set_note(crate::master::functions_note(&codes));
+        }
         shared.db.write(batch).map_err(|e| err(super::engine_error_text(&e)))?;
     }
     let delta = libraries.len() as i64 - old.len() as i64;
