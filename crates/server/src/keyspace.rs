@@ -271,11 +271,17 @@ pub struct Writes {
     /// (`note_table_read`), so a replica gets their field changes rather
     /// than the whole collection (`master::note_of`).
     table_reads: Vec<TableRead>,
+    /// While writes stream to replicas: what each change of a big list
+    /// did (`ChunkedList::store`), by table, in order; None for a change
+    /// it could not say that way.
+    list_ops: Vec<(u64, Option<Vec<ListOp>>)>,
     /// A piece was committed (`commit_piece`), with no note: the keys it
     /// changed must be read whole for the replicas, so no more reads are
     /// noted until the batch is taken.
     pieced: bool,
 }
+
+pub use crate::commands::list_chunks::ListOp;
 
 /// A big collection's stub as a command found it at `key` before its
 /// batch wrote that key: the table the batch's field entries of `id`
@@ -314,6 +320,7 @@ pub struct Savepoint {
     events: usize,
     messages: usize,
     expiries: usize,
+    list_ops: usize,
 }
 
 /// A batch ready to commit, and what it changes in the count of the
@@ -334,6 +341,7 @@ pub struct Ready {
     pub expiries: crate::expiry::Changes,
     pub all_deleted: bool,
     pub table_reads: Vec<TableRead>,
+    pub list_ops: Vec<(u64, Option<Vec<ListOp>>)>,
 }
 
 impl Writes {
@@ -362,6 +370,7 @@ impl Writes {
             expiries: Default::default(),
             all_deleted: false,
             table_reads: Vec::new(),
+            list_ops: Vec::new(),
             pieced: false,
         }
     }
@@ -491,6 +500,7 @@ impl Writes {
         // set's blocks are found as any committed table's.
         self.new_tables.clear();
         self.table_reads.clear();
+        self.list_ops.clear();
         self.pieced = true;
         let batch = std::mem::take(&mut self.batch);
         let published = self.published().map(|pending| pending.published_of(&batch));
@@ -547,7 +557,7 @@ impl Writes {
     /// writes stream to replicas; reads the batch for `key` once per key.
     pub fn note_table_read(&mut self, key: &[u8], value: &Value) {
         if self.pieced
-            || !matches!(value.tag(), TYPE_HASH_TABLE | TYPE_SET_TABLE | TYPE_ZSET_TABLE)
+            || !matches!(value.tag(), TYPE_HASH_TABLE | TYPE_SET_TABLE | TYPE_ZSET_TABLE | TYPE_LIST_TABLE)
             || self.table_reads.iter().any(|read| read.key == key)
         {
             return;
@@ -560,6 +570,12 @@ impl Writes {
         }
         let Some(id) = value.data().first_chunk::<8>().map(|id| u64::from_le_bytes(*id)) else { return };
         self.table_reads.push(TableRead { key: key.to_vec(), tag: value.tag(), id, expiry: value.expiry_ms() });
+    }
+
+    /// Notes what a change of big list `id` did (None: what it did is not
+    /// said), for the replicas (`master::note_of`).
+    pub fn note_list_ops(&mut self, id: u64, ops: Option<Vec<ListOp>>) {
+        self.list_ops.push((id, ops));
     }
 
     fn take_table_reads(&mut self) -> Vec<TableRead> {
@@ -634,6 +650,7 @@ impl Writes {
             expiries: Default::default(),
             all_deleted: false,
             table_reads: Vec::new(),
+            list_ops: Vec::new(),
             pieced: false,
         }
     }
@@ -661,6 +678,7 @@ impl Writes {
         }
         self.expiries.append(&mut branch.expiries);
         self.table_reads.append(&mut branch.table_reads);
+        self.list_ops.append(&mut branch.list_ops);
     }
 
     /// Marks where one more command's writes start: `release` keeps them,
@@ -684,6 +702,7 @@ impl Writes {
             events: self.events.len(),
             messages: self.messages.len(),
             expiries: self.expiries.len(),
+            list_ops: self.list_ops.len(),
         }
     }
 
@@ -728,6 +747,7 @@ impl Writes {
         self.keep_misses_after(point.events);
         self.messages.truncate(point.messages);
         self.expiries.truncate(point.expiries);
+        self.list_ops.truncate(point.list_ops);
         self.close_savepoint();
     }
 
@@ -1229,6 +1249,7 @@ impl Writes {
             expiries: std::mem::take(&mut self.expiries),
             all_deleted: std::mem::take(&mut self.all_deleted),
             table_reads: self.take_table_reads(),
+            list_ops: std::mem::take(&mut self.list_ops),
         }
     }
 
@@ -1269,6 +1290,7 @@ impl Writes {
             expiries: std::mem::take(&mut self.expiries),
             all_deleted: std::mem::take(&mut self.all_deleted),
             table_reads: self.take_table_reads(),
+            list_ops: std::mem::take(&mut self.list_ops),
         }
     }
 }

@@ -23,14 +23,16 @@
 //!
 //! A big hash, set or sorted set (a table, one engine entry per field)
 //! that a batch changed in place goes as its fields' changes instead
-//! (HSET/HDEL, SADD/SREM, ZADD/ZREM, in commit order after the key's
-//! earlier notes), where the batch's commands found the table at the key
-//! before writing it (`Writes::note_table_read`); reading it whole would
-//! send it once per drain while it is being written.
+//! (HSET/HDEL, SADD/SREM, ZADD/ZREM), and a big list as what its changes
+//! did (pushes, pops, LSET, LTRIM: `ChunkedList`'s `ListOp`s), in commit
+//! order after the key's earlier notes, where the batch's commands found
+//! the table at the key before writing it (`Writes::note_table_read`);
+//! reading it whole would send it once per drain while it is being
+//! written.
 //!
-//! The cost is the other side of that: a write to a big list or a stream
-//! sends it whole, once per drain while it is being written, and a note
-//! carries a string's value once more.
+//! The cost is the other side of that: a write to a stream (or a LINSERT,
+//! an LREM, which rewrite a big list) sends it whole, once per drain while
+//! it is being written, and a note carries a string's value once more.
 //!
 //! A full sync's file and its place in the stream are one moment: the
 //! drain up to the file's snapshot (its notes up to that moment, its
@@ -286,6 +288,7 @@ pub fn note_of(
     events: &[Event],
     batch: &scaledkv::WriteBatch,
     tables: &[crate::keyspace::TableRead],
+    lists: &[(u64, Option<Vec<ListOp>>)],
 ) -> Option<Vec<u8>> {
     let named = || events.iter().filter(|e| e.class != crate::notify::MISS);
     named().next()?;
@@ -303,23 +306,27 @@ pub fn note_of(
         }
     }
     let mut note = Vec::new();
-    let mut previous: Option<&[u8]> = None;
+    // Each key once (after the last flush): what the note says of it is
+    // the whole batch's doing, and a change (a list's pushes) must not go
+    // twice.
+    let mut noted: std::collections::HashSet<&[u8]> = std::collections::HashSet::new();
     for event in named() {
         if event.class == crate::notify::FLUSHED {
             note.push(FLUSH);
-            previous = None;
+            noted.clear();
             continue;
         }
         let key = &event.key[..];
-        // A command's events for one key come together ("new", "set").
-        if previous == Some(key) {
+        if !noted.insert(key) {
             continue;
         }
-        previous = Some(key);
         let entry = last.get(key);
         let (kind, command) = match entry.and_then(|&(_, put)| inline_command(key, put)) {
             Some(command) => (INLINE, Some(command)),
-            None => match tables.iter().find(|t| t.key == key).and_then(|t| delta_commands(t, entry, &fields[&t.id])) {
+            None => match tables.iter().find(|t| t.key == key).and_then(|t| match t.tag {
+                crate::keyspace::TYPE_LIST_TABLE => list_commands(t, entry, lists, !fields[&t.id].is_empty()),
+                _ => delta_commands(t, entry, &fields[&t.id]),
+            }) {
                 Some(commands) => (DELTA, Some(commands)),
                 None => (READ, None),
             },
@@ -333,6 +340,106 @@ pub fn note_of(
         }
     }
     Some(note)
+}
+
+use crate::keyspace::ListOp;
+
+/// The commands that change a replica's big list `read` (as the batch
+/// found it) into what the batch left at its key (`stub`, as for
+/// `delta_commands`): what the batch's changes of the list did
+/// (`lists`, by table), then its expiry time if that changed. None if the
+/// key no longer holds that list, or a change did something these do not
+/// say, or the batch wrote the list's entries (`written`) with no change
+/// said (a list kept in the older layout, an entry per element).
+fn list_commands(
+    read: &crate::keyspace::TableRead,
+    stub: Option<&scaledkv::BatchEntry<'_>>,
+    lists: &[(u64, Option<Vec<ListOp>>)],
+    written: bool,
+) -> Option<Vec<u8>> {
+    let expiry = stub_expiry(read, stub)?;
+    let key = &read.key[..];
+    let mut commands = Vec::new();
+    let mut said = false;
+    for (_, ops) in lists.iter().filter(|(id, _)| *id == read.id) {
+        let ops = ops.as_ref()?;
+        said = true;
+        let mut at = 0;
+        while at < ops.len() {
+            // A run of pushes (or pops) at one end goes as one command.
+            let run = ops[at..].iter().take_while(|op| same_run(&ops[at], op)).count();
+            match &ops[at] {
+                ListOp::Push { front, .. } => {
+                    let mut args: Vec<&[u8]> = vec![if *front { b"LPUSH" } else { b"RPUSH" }, key];
+                    for op in &ops[at..at + run] {
+                        if let ListOp::Push { element, .. } = op {
+                            args.push(element);
+                        }
+                    }
+                    put_command(&mut commands, &args);
+                }
+                ListOp::Pop { front } => {
+                    let name: &[u8] = if *front { b"LPOP" } else { b"RPOP" };
+                    match run {
+                        1 => put_command(&mut commands, &[name, key]),
+                        _ => put_command(&mut commands, &[name, key, run.to_string().as_bytes()]),
+                    }
+                }
+                ListOp::Set { index, element } => {
+                    put_command(&mut commands, &[b"LSET", key, index.to_string().as_bytes(), element])
+                }
+                ListOp::Trim { start, n } => {
+                    // `LTRIM k 1 0` empties it, as a trim to nothing does.
+                    let (first, last) = if *n == 0 { (1, 0) } else { (*start, start + n - 1) };
+                    put_command(
+                        &mut commands,
+                        &[b"LTRIM", key, first.to_string().as_bytes(), last.to_string().as_bytes()],
+                    );
+                }
+            }
+            at += run;
+        }
+    }
+    if written && !said {
+        return None;
+    }
+    put_expiry(&mut commands, read, expiry);
+    Some(commands)
+}
+
+/// Whether `op` goes in one command with the run `first` starts.
+fn same_run(first: &ListOp, op: &ListOp) -> bool {
+    match (first, op) {
+        (ListOp::Push { front: a, .. }, ListOp::Push { front: b, .. }) => a == b,
+        (ListOp::Pop { front: a }, ListOp::Pop { front: b }) => a == b,
+        _ => std::ptr::eq(first, op),
+    }
+}
+
+/// The expiry time of the table `read` after the batch, whose last entry
+/// at its key is `stub` (None: the batch did not write the key); None if
+/// the key no longer holds that table.
+fn stub_expiry(read: &crate::keyspace::TableRead, stub: Option<&scaledkv::BatchEntry<'_>>) -> Option<Option<u64>> {
+    match stub {
+        None => Some(read.expiry),
+        Some((_, Some((value, expiry)))) => {
+            let same = value.first() == Some(&read.tag)
+                && value.get(1..9).is_some_and(|id| id == read.id.to_le_bytes().as_slice());
+            same.then_some(*expiry)
+        }
+        Some((_, None)) => None,
+    }
+}
+
+/// Appends the command that moves the key's expiry time from `read`'s
+/// to `expiry`, if it moved.
+fn put_expiry(commands: &mut Vec<u8>, read: &crate::keyspace::TableRead, expiry: Option<u64>) {
+    if expiry != read.expiry {
+        match expiry {
+            Some(at) => put_command(commands, &[b"PEXPIREAT", &read.key, at.to_string().as_bytes()]),
+            None => put_command(commands, &[b"PERSIST", &read.key]),
+        }
+    }
 }
 
 /// A table's fields a batch wrote: each one's last value (with its type
@@ -352,18 +459,7 @@ fn delta_commands(
     fields: &Fields<'_>,
 ) -> Option<Vec<u8>> {
     use crate::keyspace::{TYPE_HASH_TABLE, TYPE_SET_TABLE, TYPE_ZSET_TABLE};
-    let expiry = match stub {
-        None => read.expiry,
-        Some((_, Some((value, expiry)))) => {
-            let same = value.first() == Some(&read.tag)
-                && value.get(1..9).is_some_and(|id| id == read.id.to_le_bytes().as_slice());
-            if !same {
-                return None;
-            }
-            *expiry
-        }
-        Some((_, None)) => return None,
-    };
+    let expiry = stub_expiry(read, stub)?;
     let key = &read.key[..];
     let (add, remove): (&[u8], &[u8]) = match read.tag {
         TYPE_HASH_TABLE => (b"HSET", b"HDEL"),
@@ -402,12 +498,7 @@ fn delta_commands(
     let mut commands = Vec::new();
     put_in_chunks(&mut commands, add, key, &added.iter().map(Vec::as_slice).collect::<Vec<_>>(), per_element);
     put_in_chunks(&mut commands, remove, key, &removed, 1);
-    if expiry != read.expiry {
-        match expiry {
-            Some(at) => put_command(&mut commands, &[b"PEXPIREAT", key, at.to_string().as_bytes()]),
-            None => put_command(&mut commands, &[b"PERSIST", key]),
-        }
-    }
+    put_expiry(&mut commands, read, expiry);
     Some(commands)
 }
 
@@ -1438,7 +1529,7 @@ mod tests {
             event(crate::notify::STRING, b"m"),
             event(crate::notify::HASH, b"table"),
         ];
-        let note = note_of(&events, &batch, &[]).unwrap();
+        let note = note_of(&events, &batch, &[], &[]).unwrap();
         let mut keys = Changed::new();
         assert!(!read_note(&note, &mut keys));
         let (set_a, del_d) = (command(&[b"SET", b"a", b"new"]), command(&[b"DEL", b"d"]));
@@ -1455,11 +1546,12 @@ mod tests {
         .into_iter()
         .collect();
         assert_eq!(keys, expected);
-        assert_eq!(note_of(&[event(crate::notify::MISS, b"k")], &batch, &[]), None);
+        assert_eq!(note_of(&[event(crate::notify::MISS, b"k")], &batch, &[], &[]), None);
         // A flush drops what came before it, in the note and before; a
         // loose key is read whatever a note says.
         let flush =
-            note_of(&[event(crate::notify::FLUSHED, b""), event(crate::notify::STRING, b"a")], &batch, &[]).unwrap();
+            note_of(&[event(crate::notify::FLUSHED, b""), event(crate::notify::STRING, b"a")], &batch, &[], &[])
+                .unwrap();
         let loose = [b"e".to_vec()];
         let notes = [note.clone(), flush];
         let (keys, flushed) = changed(&notes, &loose);
@@ -1474,7 +1566,7 @@ mod tests {
         // FLUSHALL keeps the function libraries.
         let (library, flush) = (
             functions_note(&[b"#!lua name=x\n"]),
-            note_of(&[event(crate::notify::FLUSHED, b"")], &batch, &[]).unwrap(),
+            note_of(&[event(crate::notify::FLUSHED, b"")], &batch, &[], &[]).unwrap(),
         );
         let notes = [library, flush];
         let (keys, flushed) = changed(&notes, &[]);
@@ -1517,7 +1609,7 @@ mod tests {
         batch.delete(b"gone");
         let events: Vec<Event> =
             [&b"h"[..], b"s", b"z", b"replaced", b"gone", b"unwritten", b"small"].into_iter().map(event).collect();
-        let note = note_of(&events, &batch, &tables).unwrap();
+        let note = note_of(&events, &batch, &tables, &[]).unwrap();
         let mut keys = Changed::new();
         read_note(&note, &mut keys);
         let h = [
@@ -1553,10 +1645,11 @@ mod tests {
                 b
             },
             &[],
+            &[],
         )
         .unwrap();
-        let change = note_of(&[event(b"h")], &batch, &tables[..1]).unwrap();
-        let read_h = note_of(&[event(b"h")], &scaledkv::WriteBatch::new(), &[]).unwrap();
+        let change = note_of(&[event(b"h")], &batch, &tables[..1], &[]).unwrap();
+        let read_h = note_of(&[event(b"h")], &scaledkv::WriteBatch::new(), &[], &[]).unwrap();
         let words = |notes: &[&Vec<u8>]| {
             let notes: Vec<Vec<u8>> = notes.iter().map(|n| n.to_vec()).collect();
             let (keys, _) = changed(&notes, &[]);
@@ -1577,6 +1670,64 @@ mod tests {
     }
 
     #[test]
+    fn notes_carry_what_changes_of_big_lists_did() {
+        use crate::commands::table::member_key;
+        use crate::keyspace::{TableRead, TYPE_LIST_TABLE};
+        let event = |key: &[u8]| Event { class: crate::notify::LIST, name: "x", key: key.to_vec(), writer: 1 };
+        let read = |key: &[u8], id| TableRead { key: key.to_vec(), tag: TYPE_LIST_TABLE, id, expiry: None };
+        let push = |front, element: &[u8]| ListOp::Push { front, element: element.to_vec() };
+        let tables = [read(b"l", 4), read(b"untold", 5), read(b"old-layout", 6), read(b"expiring", 7)];
+        let lists = [
+            (4, Some(vec![push(false, b"a"), push(false, b"b"), push(true, b"c"), ListOp::Pop { front: true }])),
+            (9, Some(vec![push(false, b"another list")])),
+            (
+                4,
+                Some(vec![
+                    ListOp::Pop { front: false },
+                    ListOp::Pop { front: false },
+                    ListOp::Set { index: 2, element: b"s".to_vec() },
+                ]),
+            ),
+            (4, Some(vec![ListOp::Trim { start: 1, n: 3 }, ListOp::Trim { start: 0, n: 0 }])),
+            (5, Some(vec![push(true, b"x")])),
+            (5, None),
+        ];
+        let mut batch = scaledkv::WriteBatch::new();
+        batch.put(&member_key(4, b"chunk"), b"\x01...");
+        batch.put(&member_key(5, b"chunk"), b"\x01...");
+        batch.put(&member_key(6, b"element"), b"\x01...");
+        let stub = [&[TYPE_LIST_TABLE][..], &7u64.to_le_bytes(), &[0; 24]].concat();
+        batch.put_with_expiry(b"expiring", &stub, 500);
+        // A key's events apart (LPUSH, then a write of another key, then
+        // LPOP): its changes still go once.
+        let events: Vec<Event> =
+            [&b"l"[..], b"untold", b"l", b"old-layout", b"expiring", b"l"].into_iter().map(event).collect();
+        let note = note_of(&events, &batch, &tables, &lists).unwrap();
+        let mut keys = Changed::new();
+        read_note(&note, &mut keys);
+        let l = [
+            command(&[b"RPUSH", b"l", b"a", b"b"]),
+            command(&[b"LPUSH", b"l", b"c"]),
+            command(&[b"LPOP", b"l"]),
+            command(&[b"RPOP", b"l", b"2"]),
+            command(&[b"LSET", b"l", b"2", b"s"]),
+            command(&[b"LTRIM", b"l", b"1", b"3"]),
+            command(&[b"LTRIM", b"l", b"1", b"0"]),
+        ]
+        .concat();
+        let expiring = command(&[b"PEXPIREAT", b"expiring", b"500"]);
+        let expected: Changed = [
+            (&b"l"[..], Word::Commands(vec![&l[..]])),
+            (b"untold", Word::Read),
+            (b"old-layout", Word::Read),
+            (b"expiring", Word::Commands(vec![&expiring[..]])),
+        ]
+        .into_iter()
+        .collect();
+        assert_eq!(keys, expected);
+    }
+
+    #[test]
     fn a_big_delta_goes_as_several_commands_and_one_command_goes_alone() {
         use crate::commands::table::member_key;
         use crate::keyspace::{TableRead, TYPE_SET_TABLE};
@@ -1586,7 +1737,7 @@ mod tests {
         }
         let tables = [TableRead { key: b"s".to_vec(), tag: TYPE_SET_TABLE, id: 3, expiry: None }];
         let event = Event { class: crate::notify::SET, name: "sadd", key: b"s".to_vec(), writer: 1 };
-        let note = note_of(&[event], &batch, &tables).unwrap();
+        let note = note_of(&[event], &batch, &tables, &[]).unwrap();
         let mut keys = Changed::new();
         read_note(&note, &mut keys);
         let Word::Commands(pieces) = &keys[&b"s"[..]] else { panic!("a delta") };
@@ -1635,7 +1786,7 @@ mod tests {
                 }
                 expected.insert(key, (kind != 1).then_some(command));
             }
-            let note = note_of(&events, &batch, &[]).unwrap();
+            let note = note_of(&events, &batch, &[], &[]).unwrap();
             let mut keys = Changed::new();
             proptest::prop_assert!(!read_note(&note, &mut keys));
             let got: std::collections::BTreeMap<Vec<u8>, Option<Vec<u8>>> = keys

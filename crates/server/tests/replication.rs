@@ -419,7 +419,8 @@ fn replicas_follow_a_scaledkv_master_through_full_and_partial_syncs() {
 
 /// Writes to big hashes, sets and sorted sets (tables of one engine
 /// entry per field) reach the replicas as their field changes (HSET/HDEL,
-/// SADD/SREM, ZADD/ZREM), not the whole collection per drain, whatever
+/// SADD/SREM, ZADD/ZREM), and a big list's as what they did (pushes, pops,
+/// LSET, LTRIM), not the whole collection per drain, whatever
 /// moved or replaced the table around them in a transaction, a script or
 /// a pipeline; and a change too big for one batch (committed in pieces)
 /// is read whole.
@@ -460,11 +461,13 @@ fn big_collections_reach_replicas_as_their_field_changes() {
         run(&mut master, &["HSET", "big-hash", &format!("field-{}", i * 7), &format!("one at a time {i}")]);
         run(&mut master, &["ZINCRBY", "big-zset", "0.25", &format!("member-{i}")]);
         run(&mut master, &["SADD", "big-set", &format!("new member {i}")]);
+        run(&mut master, &["RPUSH", "big-list", &format!("pushed {i}")]);
+        run(&mut master, &["LPOP", "big-list"]);
         std::thread::sleep(Duration::from_millis(1));
     }
     wait_for(&mut master, count);
     let grown = offset(&mut master) - before;
-    assert!(grown < 200_000, "600 field writes grew the stream by {grown} bytes");
+    assert!(grown < 300_000, "1,000 element writes grew the stream by {grown} bytes");
     for replica in &mut replicas {
         assert_same(&mut master, replica);
     }
@@ -491,6 +494,20 @@ fn big_collections_reach_replicas_as_their_field_changes() {
         &["PERSIST", "big-hash"],
         &["EXPIRE", "big-set", "200000"],
         &["ZADD", "big-zset", "XX", "GT", "CH", "5", "member-9", "1", "member-10"],
+        &["LPOP", "big-list", "3"],
+        &["RPOP", "big-list"],
+        &["LSET", "big-list", "5", "set in place"],
+        &["LSET", "big-list", "-2", "set from the end"],
+        &["LTRIM", "big-list", "2", "-3"],
+        &["LINSERT", "big-list", "BEFORE", "element-100", "inserted"],
+        &["LREM", "big-list", "1", "element-101"],
+        &["RPUSH", "small-list-2", "x"],
+        &["LMOVE", "big-list", "small-list-2", "LEFT", "RIGHT"],
+        &["RPOPLPUSH", "big-list", "big-list"],
+        &["BLPOP", "big-list", "0"],
+        &["LPUSHX", "big-list", "pushed if there"],
+        &["EXPIRE", "big-list", "300000"],
+        &["LMPOP", "1", "big-list", "RIGHT", "COUNT", "2"],
     ] {
         run(&mut master, args);
     }
@@ -532,6 +549,25 @@ fn big_collections_reach_replicas_as_their_field_changes() {
         .arg("a new small set")
         .query(&mut master)
         .unwrap();
+    let _: Value = redis::pipe()
+        .atomic()
+        .cmd("RPUSH")
+        .arg("big-list")
+        .arg("before the move")
+        .cmd("RENAME")
+        .arg("big-list")
+        .arg("moved-list")
+        .cmd("LPOP")
+        .arg("moved-list")
+        .cmd("RENAME")
+        .arg("moved-list")
+        .arg("big-list")
+        .cmd("LSET")
+        .arg("big-list")
+        .arg(0)
+        .arg("after the move")
+        .query(&mut master)
+        .unwrap();
     // A script, and a pipeline's run of read-modify-writes of one key.
     run(
         &mut master,
@@ -547,6 +583,8 @@ fn big_collections_reach_replicas_as_their_field_changes() {
         pipe.cmd("HSET").arg("big-hash").arg(format!("pipelined-{}", i % 5)).arg(i);
         pipe.cmd("HDEL").arg("big-hash").arg(format!("field-{}", 100 + i));
         pipe.cmd("ZINCRBY").arg("big-zset").arg(1).arg("member-20");
+        pipe.cmd("RPUSH").arg("big-list").arg(i);
+        pipe.cmd("LPOP").arg("big-list");
     }
     let _: Value = pipe.query(&mut master).unwrap();
     // A table emptied goes; members removed one command at a time first.
@@ -607,7 +645,7 @@ fn concurrent_changes_to_big_collections_reach_the_replicas_whole() {
                     let (field, n) = (format!("field-{}", next(4000)), next(1000).to_string());
                     let member = format!("member-{}", next(3000));
                     let mut pipe = redis::pipe();
-                    match next(12) {
+                    match next(15) {
                         0 => pipe.cmd("HSET").arg("big-hash").arg(&field).arg(&n).ignore(),
                         1 => pipe.cmd("HDEL").arg("big-hash").arg(&field).ignore(),
                         2 => pipe.cmd("HINCRBY").arg("big-hash").arg(format!("counter-{}", next(50))).arg(3).ignore(),
@@ -632,6 +670,9 @@ fn concurrent_changes_to_big_collections_reach_the_replicas_whole() {
                             .arg("big-set")
                             .ignore(),
                         10 => pipe.cmd("SMOVE").arg("big-set").arg("moved-to").arg(&member).ignore(),
+                        12 => pipe.cmd("RPUSH").arg("big-list").arg(&n).ignore(),
+                        13 => pipe.cmd("LPOP").arg("big-list").arg(1 + next(3)).ignore(),
+                        14 => pipe.cmd("LMOVE").arg("big-list").arg("big-list").arg("RIGHT").arg("LEFT").ignore(),
                         _ => pipe
                             .atomic()
                             .cmd("HSET")

@@ -199,6 +199,9 @@ pub struct ChunkedList<'s> {
     /// every chunk, as a list changed between two of its reads would
     /// answer a mix (or miss the element a pop took).
     snapshot: Option<scaledkv::Snapshot<'s>>,
+    /// What this command did to the list, for the replicas (`store`);
+    /// None once it did something these do not say.
+    ops: Option<Vec<ListOp>>,
 }
 
 /// A position's chunk and slot.
@@ -293,9 +296,38 @@ fn encode(slots: &[Option<Slot>], read: &[u8]) -> Option<Vec<u8>> {
     Some(out)
 }
 
+/// What a change did to a big list, in the terms of the commands that do
+/// it again on a replica holding the list as it was
+/// (`master::list_commands`).
+#[derive(Debug, Clone, PartialEq)]
+pub enum ListOp {
+    Push {
+        front: bool,
+        element: Vec<u8>,
+    },
+    Pop {
+        front: bool,
+    },
+    Set {
+        index: usize,
+        element: Vec<u8>,
+    },
+    /// Keeps the elements `start..start + n`.
+    Trim {
+        start: usize,
+        n: usize,
+    },
+}
+
 impl<'s> ChunkedList<'s> {
     pub fn new(table: Table) -> ChunkedList<'s> {
-        ChunkedList { table, chunks: BTreeMap::new(), snapshot: None }
+        ChunkedList { table, chunks: BTreeMap::new(), snapshot: None, ops: Some(Vec::new()) }
+    }
+
+    fn did(&mut self, op: ListOp) {
+        if let Some(ops) = &mut self.ops {
+            ops.push(op);
+        }
     }
 
     /// A new chunked table at `key` holding `elements` (a list grown past
@@ -309,6 +341,8 @@ impl<'s> ChunkedList<'s> {
         let mut table = table::fill(ctx, key, TYPE_LIST_TABLE, std::iter::empty())?;
         table.layout = CHUNKED;
         let mut list = ChunkedList::new(table);
+        // A new table: the replicas read it whole.
+        list.ops = None;
         for element in elements {
             list.push(ctx, false, element)?;
         }
@@ -432,6 +466,7 @@ impl<'s> ChunkedList<'s> {
             self.table.head -= 1;
         }
         self.table.count += 1;
+        self.did(ListOp::Push { front, element: element.to_vec() });
         Ok(())
     }
 
@@ -445,13 +480,16 @@ impl<'s> ChunkedList<'s> {
         if front {
             self.table.head += 1;
         }
+        self.did(ListOp::Pop { front });
         Ok(Some(element))
     }
 
     pub fn set(&mut self, ctx: &mut Ctx<'_>, index: usize, element: &[u8]) -> CmdResult {
         let position = self.position(index);
         self.take(ctx, position, false)?;
-        self.place(ctx, position, element)
+        self.place(ctx, position, element)?;
+        self.did(ListOp::Set { index, element: element.to_vec() });
+        Ok(())
     }
 
     /// Keeps the elements `start..start + n` only.
@@ -461,11 +499,14 @@ impl<'s> ChunkedList<'s> {
         }
         self.table.head += start as i64;
         self.table.count = n as u64;
+        self.did(ListOp::Trim { start, n });
         Ok(())
     }
 
     /// Replaces every element.
     pub fn replace(&mut self, ctx: &mut Ctx<'_>, elements: &[Vec<u8>]) -> CmdResult {
+        // Said as the whole list, not as its pushes (the replicas read it).
+        self.ops = None;
         self.trim(ctx, 0, 0)?;
         for element in elements {
             self.push(ctx, false, element)?;
@@ -578,6 +619,9 @@ impl<'s> ChunkedList<'s> {
     /// Writes the changed chunks and the stub back to `key` with `expiry`;
     /// an empty list goes.
     pub fn store(self, ctx: &mut Ctx<'_>, key: &[u8], expiry: Option<u64>) -> CmdResult {
+        if ctx.shared.master.streaming() && self.ops.as_ref().is_none_or(|ops| !ops.is_empty()) {
+            ctx.writes.note_list_ops(self.table.id, self.ops);
+        }
         for (at, chunk) in self.chunks {
             if !chunk.dirty {
                 continue;

@@ -11,7 +11,7 @@ mod geo;
 mod hashes;
 mod hll;
 mod keys;
-mod list_chunks;
+pub(crate) mod list_chunks;
 mod lists;
 pub mod picks;
 mod pubsub;
@@ -766,7 +766,7 @@ pub async fn commit<G>(
 ) -> scaledkv::Result<()> {
     let events = std::mem::take(&mut ready.events);
     if shared.master.streaming() {
-        if let Some(note) = crate::master::note_of(&events, &ready.batch, &ready.table_reads) {
+        if let Some(note) = crate::master::note_of(&events, &ready.batch, &ready.table_reads, &ready.list_ops) {
             ready.batch.set_note(note);
         }
     }
@@ -805,6 +805,7 @@ async fn commit_batch<G>(
         expiries: _,
         all_deleted: _,
         table_reads: _,
+        list_ops: _,
     } = ready;
     let fences = (!fence_edits.is_empty()).then_some(&fence_edits[..]);
     // Counted among the server's entries as they are written (DBSIZE
