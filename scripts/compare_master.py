@@ -33,7 +33,8 @@ VALUE = int(os.environ.get("VALUE", "1024"))
 PIPELINES = [int(p) for p in os.environ.get("PIPELINES", "16 1").split()]
 MEDIA = os.environ.get("MEDIA", f"/dev/shm {compare_redis.REPO}/bench-data").split()
 # WORKLOAD=hset: HSETs into one hash of up to FIELDS fields instead of
-# SETs (what a write to a big collection costs with a replica).
+# SETs (what a write to a big collection costs with a replica);
+# WORKLOAD=lpush: LPUSHes onto one list that grows to N elements.
 WORKLOAD = os.environ.get("WORKLOAD", "set")
 FIELDS = int(os.environ.get("FIELDS", "10000"))
 PAIRS = os.environ.get("PAIRS", "redis-none+none redis-none+redis-none redis-always+redis-always "
@@ -70,6 +71,8 @@ def one_round(pair, medium, pipeline):
             # One big hash written in place: FIELDS fields of VALUE bytes.
             command = ["hset", "big-hash", "field:__rand_int__", "v" * VALUE]
             args = ["-r", str(FIELDS), "-c", "50", "-P", str(pipeline)] + command
+        elif WORKLOAD == "lpush":
+            args = ["-c", "50", "-P", str(pipeline), "lpush", "big-list", "v" * VALUE]
         else:
             args = ["-t", "set", "-r", str(N), "-c", "50", "-d", str(VALUE), "-P", str(pipeline)]
         run = compare_redis.run_benchmark(master, N, args)
@@ -96,7 +99,7 @@ def cell(results, field, fmt):
 
 
 def main():
-    what = f"HSET into one hash of up to {FIELDS} fields" if WORKLOAD == "hset" else f"SET -r {N}"
+    what = {"hset": f"HSET into one hash of up to {FIELDS} fields", "lpush": "LPUSH onto one list"}.get(WORKLOAD, f"SET -r {N}")
     emit(f"## Replicas of a master ({time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} cores, "
          f"{what}, -n {N}, {VALUE}-byte values, -c 50)")
     for medium in MEDIA:

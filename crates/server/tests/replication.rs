@@ -104,6 +104,24 @@ fn assert_same(master: &mut Connection, replica: &mut Connection) {
     }
 }
 
+/// A ScaledKV replica (in `dir`/replica) and, where Redis is installed, a
+/// Redis one, following the master on `port`, their links up; their
+/// servers (to keep) and connections.
+fn replicas_of(dir: &std::path::Path, port: u16) -> (Server, Option<RedisServer>, Vec<Connection>) {
+    let port = port.to_string();
+    let scaledkv = Server::start(&dir.join("replica"), &[]);
+    let mut replicas = vec![connect(scaledkv.port)];
+    assert_eq!(run(&mut replicas[0], &["REPLICAOF", "127.0.0.1", &port]), Value::Okay);
+    let redis = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
+    if let Some(redis) = &redis {
+        replicas.push(connect(redis.port));
+    }
+    for replica in &mut replicas {
+        wait_link_up(replica);
+    }
+    (scaledkv, redis, replicas)
+}
+
 fn run(con: &mut Connection, args: &[&str]) -> Value {
     redis::cmd(args[0]).arg(&args[1..]).query(con).unwrap()
 }
@@ -344,18 +362,8 @@ fn replicas_follow_a_scaledkv_master_through_full_and_partial_syncs() {
             i
         })
     };
-    let port = server.port.to_string();
-    let scaledkv_replica = Server::start(&dir.path().join("replica"), &[]);
-    let mut replicas = vec![connect(scaledkv_replica.port)];
-    assert_eq!(run(&mut replicas[0], &["REPLICAOF", "127.0.0.1", &port]), Value::Okay);
-    let redis_replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
-    if let Some(redis) = &redis_replica {
-        replicas.push(connect(redis.port));
-    }
+    let (_scaledkv_replica, _redis_replica, mut replicas) = replicas_of(dir.path(), server.port);
     let count = replicas.len();
-    for replica in &mut replicas {
-        wait_link_up(replica);
-    }
     std::thread::sleep(Duration::from_millis(300));
     stop.store(true, Ordering::Relaxed);
     assert!(writer.join().unwrap() > 0);
@@ -437,18 +445,8 @@ fn big_collections_reach_replicas_as_their_field_changes() {
         to_empty.arg(format!("a member of a set that goes empty {i}"));
     }
     let _: Value = to_empty.query(&mut master).unwrap();
-    let port = server.port.to_string();
-    let scaledkv_replica = Server::start(&dir.path().join("replica"), &[]);
-    let mut replicas = vec![connect(scaledkv_replica.port)];
-    assert_eq!(run(&mut replicas[0], &["REPLICAOF", "127.0.0.1", &port]), Value::Okay);
-    let redis_replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
-    if let Some(redis) = &redis_replica {
-        replicas.push(connect(redis.port));
-    }
+    let (_scaledkv_replica, _redis_replica, mut replicas) = replicas_of(dir.path(), server.port);
     let count = replicas.len();
-    for replica in &mut replicas {
-        wait_link_up(replica);
-    }
     wait_for(&mut master, count);
 
     // One field at a time, each in a drain of its own: the stream grows
@@ -614,18 +612,8 @@ fn concurrent_changes_to_big_collections_reach_the_replicas_whole() {
     let server = Server::start(&dir.path().join("master"), &[]);
     let mut master = connect(server.port);
     fill_db0(&mut master);
-    let port = server.port.to_string();
-    let scaledkv_replica = Server::start(&dir.path().join("replica"), &[]);
-    let mut replicas = vec![connect(scaledkv_replica.port)];
-    assert_eq!(run(&mut replicas[0], &["REPLICAOF", "127.0.0.1", &port]), Value::Okay);
-    let redis_replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
-    if let Some(redis) = &redis_replica {
-        replicas.push(connect(redis.port));
-    }
+    let (_scaledkv_replica, _redis_replica, mut replicas) = replicas_of(dir.path(), server.port);
     let count = replicas.len();
-    for replica in &mut replicas {
-        wait_link_up(replica);
-    }
     let stop = Arc::new(AtomicBool::new(false));
     let writers: Vec<_> = (0..3u64)
         .map(|writer| {
@@ -866,17 +854,7 @@ fn function_changes_reach_the_replicas() {
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(&dir.path().join("master"), &[]);
     let mut master = connect(server.port);
-    let port = server.port.to_string();
-    let scaledkv_replica = Server::start(&dir.path().join("replica"), &[]);
-    let mut replicas = vec![connect(scaledkv_replica.port)];
-    assert_eq!(run(&mut replicas[0], &["REPLICAOF", "127.0.0.1", &port]), Value::Okay);
-    let redis_replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
-    if let Some(redis) = &redis_replica {
-        replicas.push(connect(redis.port));
-    }
-    for replica in &mut replicas {
-        wait_link_up(replica);
-    }
+    let (_scaledkv_replica, _redis_replica, mut replicas) = replicas_of(dir.path(), server.port);
     let library = |name: &str, reply: &str| {
         format!("#!lua name={name}\nredis.register_function{{function_name='{name}_f', callback=function() return '{reply}' end, flags={{'no-writes'}}}}")
     };
@@ -938,18 +916,8 @@ fn replicas_resume_partially_after_their_master_restarts() {
     let mut server = Server::start(&master_dir, &[]);
     let mut master = connect(server.port);
     fill_db0(&mut master);
-    let port = server.port.to_string();
-    let scaledkv_replica = Server::start(&dir.path().join("replica"), &[]);
-    let mut replicas = vec![connect(scaledkv_replica.port)];
-    assert_eq!(run(&mut replicas[0], &["REPLICAOF", "127.0.0.1", &port]), Value::Okay);
-    let redis_replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
-    if let Some(redis) = &redis_replica {
-        replicas.push(connect(redis.port));
-    }
+    let (_scaledkv_replica, _redis_replica, mut replicas) = replicas_of(dir.path(), server.port);
     let count = replicas.len();
-    for replica in &mut replicas {
-        wait_link_up(replica);
-    }
     let dbsize = |con: &mut Connection| -> i64 { redis::cmd("DBSIZE").query(con).unwrap() };
     for (round, stop) in ["shutdown", "sigterm", "sigkill"].into_iter().enumerate() {
         change_db0(&mut master, round);
