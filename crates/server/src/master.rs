@@ -56,7 +56,7 @@ use tokio::net::TcpStream;
 use tokio::sync::watch;
 
 use crate::conn::{ClientInfo, ConnState};
-use crate::keyspace::{KeyLocks, Writes, TYPE_ITEM, TYPE_STRING};
+use crate::keyspace::{KeyLocks, ListOp, Writes, TYPE_ITEM, TYPE_STRING};
 use crate::notify::Event;
 use crate::rdb_sync::{random_hex, until_killed};
 use crate::resp::{Out, Protocol};
@@ -274,9 +274,10 @@ pub fn functions_note(codes: &[&[u8]]) -> Vec<u8> {
 /// (SET ... PXAT) or a delete (DEL); for a big hash, set or sorted set
 /// the batch changed in place (`tables`: the stubs its commands found
 /// before writing their keys, `Writes::note_table_read`), the commands
-/// for its fields the batch wrote (HSET/HDEL, SADD/SREM, ZADD/ZREM); else
-/// a mark to read the key at the drain's snapshot (a collection: its
-/// fields are other entries); a flush. None if they name no key.
+/// for its fields the batch wrote (HSET/HDEL, SADD/SREM, ZADD/ZREM), for
+/// a big list what its changes did (`lists`, by table); else a mark to
+/// read the key at the drain's snapshot (a collection: its fields are
+/// other entries); a flush. None if they name no key.
 ///
 /// Why inline: a drain of strings then reads nothing and takes no
 /// snapshot (the re-read and the index merge a snapshot forces were the
@@ -341,8 +342,6 @@ pub fn note_of(
     }
     Some(note)
 }
-
-use crate::keyspace::ListOp;
 
 /// The commands that change a replica's big list `read` (as the batch
 /// found it) into what the batch left at its key (`stub`, as for
@@ -632,7 +631,7 @@ fn commands_in(mut bytes: &[u8]) -> Option<usize> {
     while !bytes.is_empty() {
         let (args, mut at) = line(bytes, b'*')?;
         for _ in 0..args {
-            let (len, header) = line(&bytes[at..], b'$')?;
+            let (len, header) = line(bytes.get(at..)?, b'$')?;
             at += header + len + 2;
         }
         bytes = bytes.get(at..)?;
