@@ -266,8 +266,8 @@ pub struct Writes {
     expiries: crate::expiry::Changes,
     /// Every key was deleted (FLUSHALL): the index starts over.
     all_deleted: bool,
-    /// While writes stream to replicas: the big hashes, sets, sorted sets
-    /// and lists these writes read before writing their keys
+    /// While writes stream to replicas: the big hashes, sets, sorted sets,
+    /// lists and the streams these writes read before writing their keys
     /// (`note_table_read`), so a replica gets their field changes rather
     /// than the whole collection (`master::note_of`).
     table_reads: Vec<TableRead>,
@@ -551,13 +551,16 @@ impl Writes {
         }
     }
 
-    /// Notes that `key` held `value` (a big hash's, set's, sorted set's or
-    /// list's stub) before these writes: if none of them wrote `key` yet, that is
+    /// Notes that `key` held `value` (a big hash's, set's, sorted set's,
+    /// list's or a stream's stub) before these writes: if none of them wrote `key` yet, that is
     /// the table a replica holds there before them. Called only while
     /// writes stream to replicas; reads the batch for `key` once per key.
     pub fn note_table_read(&mut self, key: &[u8], value: &Value) {
         if self.pieced
-            || !matches!(value.tag(), TYPE_HASH_TABLE | TYPE_SET_TABLE | TYPE_ZSET_TABLE | TYPE_LIST_TABLE)
+            || !matches!(
+                value.tag(),
+                TYPE_HASH_TABLE | TYPE_SET_TABLE | TYPE_ZSET_TABLE | TYPE_LIST_TABLE | TYPE_STREAM_TABLE
+            )
             || self.table_reads.iter().any(|read| read.key == key)
         {
             return;

@@ -23,16 +23,18 @@
 //!
 //! A big hash, set or sorted set (a table, one engine entry per field)
 //! that a batch changed in place goes as its fields' changes instead
-//! (HSET/HDEL, SADD/SREM, ZADD/ZREM), and a big list as what its changes
-//! did (pushes, pops, LSET, LTRIM: `ChunkedList`'s `ListOp`s), in commit
-//! order after the key's earlier notes, where the batch's commands found
-//! the table at the key before writing it (`Writes::note_table_read`);
-//! reading it whole would send it once per drain while it is being
-//! written.
+//! (HSET/HDEL, SADD/SREM, ZADD/ZREM), a big list as what its changes did
+//! (pushes, pops, LSET, LTRIM: `ChunkedList`'s `ListOp`s), a stream as
+//! its new and deleted entries and its counters (XADD, XDEL, XSETID), in
+//! commit order after the key's earlier notes, where the batch's commands
+//! found the table at the key before writing it
+//! (`Writes::note_table_read`); reading it whole would send it once per
+//! drain while it is being written.
 //!
-//! The cost is the other side of that: a write to a stream (or a LINSERT,
-//! an LREM, which rewrite a big list) sends it whole, once per drain while
-//! it is being written, and a note carries a string's value once more.
+//! The cost is the other side of that: a change to a stream's consumer
+//! groups (XREADGROUP, XACK ...) or a LINSERT or an LREM of a big list
+//! sends it whole, once per drain while it is being written, and a note
+//! carries a string's value once more.
 //!
 //! A full sync's file and its place in the stream are one moment: the
 //! drain up to the file's snapshot (its notes up to that moment, its
@@ -275,7 +277,8 @@ pub fn functions_note(codes: &[&[u8]]) -> Vec<u8> {
 /// the batch changed in place (`tables`: the stubs its commands found
 /// before writing their keys, `Writes::note_table_read`), the commands
 /// for its fields the batch wrote (HSET/HDEL, SADD/SREM, ZADD/ZREM), for
-/// a big list what its changes did (`lists`, by table); else a mark to
+/// a big list what its changes did (`lists`, by table), for a stream its
+/// entries (`stream_commands`); else a mark to
 /// read the key at the drain's snapshot (a collection: its fields are
 /// other entries); a flush. None if they name no key.
 ///
@@ -326,6 +329,7 @@ pub fn note_of(
             Some(command) => (INLINE, Some(command)),
             None => match tables.iter().find(|t| t.key == key).and_then(|t| match t.tag {
                 crate::keyspace::TYPE_LIST_TABLE => list_commands(t, entry, lists, !fields[&t.id].is_empty()),
+                crate::keyspace::TYPE_STREAM_TABLE => stream_commands(t, entry, &fields[&t.id]),
                 _ => delta_commands(t, entry, &fields[&t.id]),
             }) {
                 Some(commands) => (DELTA, Some(commands)),
@@ -401,6 +405,59 @@ fn list_commands(
     }
     if written && !said {
         return None;
+    }
+    put_expiry(&mut commands, read, expiry);
+    Some(commands)
+}
+
+/// The commands that change a replica's stream `read` (as the batch
+/// found it) into what the batch left at its key (`stub`, as for
+/// `delta_commands`): its new entries (XADD with their IDs), its deleted
+/// ones (XDEL: a trim's too), then XSETID with the stub's last ID,
+/// entries-added counter and greatest deleted ID, which a replica's XADD
+/// and XDEL would not all set alike. None if the key no longer holds that
+/// stream, or the batch changed a consumer group or its pending entries
+/// (the replicas read it whole).
+fn stream_commands(
+    read: &crate::keyspace::TableRead,
+    stub: Option<&scaledkv::BatchEntry<'_>>,
+    fields: &Fields<'_>,
+) -> Option<Vec<u8>> {
+    use crate::stream::{decode_pairs, Meta, StreamId, ENTRY};
+    let expiry = stub_expiry(read, stub)?;
+    let key = &read.key[..];
+    let mut commands = Vec::new();
+    let mut deleted: Vec<Vec<u8>> = Vec::new();
+    for (&field, &value) in fields {
+        let (&ENTRY, id) = field.split_first()? else { return None };
+        let id = StreamId::from_bytes(id).ok()?.to_string().into_bytes();
+        match value {
+            Some(value) => {
+                let pairs = decode_pairs(value.get(1..)?).ok()?;
+                let mut args: Vec<&[u8]> = vec![b"XADD", key, &id];
+                args.extend(pairs);
+                put_command(&mut commands, &args);
+            }
+            None => deleted.push(id),
+        }
+    }
+    put_in_chunks(&mut commands, b"XDEL", key, &deleted.iter().map(Vec::as_slice).collect::<Vec<_>>(), 1);
+    if let Some((_, Some((value, _)))) = stub {
+        let meta = Meta::decode(value.get(1..)?).ok()?;
+        let (last, added, max_deleted) =
+            (meta.last_id.to_string(), meta.entries_added.to_string(), meta.max_deleted.to_string());
+        put_command(
+            &mut commands,
+            &[
+                b"XSETID",
+                key,
+                last.as_bytes(),
+                b"ENTRIESADDED",
+                added.as_bytes(),
+                b"MAXDELETEDID",
+                max_deleted.as_bytes(),
+            ],
+        );
     }
     put_expiry(&mut commands, read, expiry);
     Some(commands)
@@ -1724,6 +1781,43 @@ mod tests {
         .into_iter()
         .collect();
         assert_eq!(keys, expected);
+    }
+
+    #[test]
+    fn notes_carry_a_streams_new_and_deleted_entries_and_its_counters() {
+        use crate::commands::table::member_key;
+        use crate::keyspace::{TableRead, TYPE_STREAM_TABLE};
+        use crate::stream::{encode_pairs, entry_field, group_field, Meta, StreamId};
+        let event = |key: &[u8]| Event { class: crate::notify::STREAM, name: "xadd", key: key.to_vec(), writer: 1 };
+        let read = |key: &[u8], id| TableRead { key: key.to_vec(), tag: TYPE_STREAM_TABLE, id, expiry: None };
+        let tables = [read(b"s", 3), read(b"grouped", 4)];
+        let mut batch = scaledkv::WriteBatch::new();
+        let entry = [&[crate::commands::table::TYPE_FIELD][..], &encode_pairs(&[&b"f"[..], b"v"])].concat();
+        batch.put(&member_key(3, &entry_field(StreamId::new(7, 1))), &entry);
+        batch.delete(&member_key(3, &entry_field(StreamId::new(1, 0))));
+        let meta = Meta {
+            table: 3,
+            length: 5,
+            last_id: StreamId::new(7, 1),
+            first_id: StreamId::new(2, 0),
+            max_deleted: StreamId::new(1, 0),
+            entries_added: 9,
+            groups: 0,
+        };
+        batch.put(b"s", &[&[TYPE_STREAM_TABLE][..], &meta.encode()].concat());
+        batch.put(&member_key(4, &group_field(b"readers")), b"\x01group");
+        let note = note_of(&[event(b"s"), event(b"grouped")], &batch, &tables, &[]).unwrap();
+        let mut keys = Changed::new();
+        read_note(&note, &mut keys);
+        let s = [
+            command(&[b"XADD", b"s", b"7-1", b"f", b"v"]),
+            command(&[b"XDEL", b"s", b"1-0"]),
+            command(&[b"XSETID", b"s", b"7-1", b"ENTRIESADDED", b"9", b"MAXDELETEDID", b"1-0"]),
+        ]
+        .concat();
+        let expected: Changed =
+            [(&b"s"[..], Word::Commands(vec![&s[..]])), (b"grouped", Word::Read)].into_iter().collect();
+        assert_eq!(keys, expected, "a consumer group's change: the stream is read whole");
     }
 
     #[test]

@@ -427,8 +427,9 @@ fn replicas_follow_a_scaledkv_master_through_full_and_partial_syncs() {
 
 /// Writes to big hashes, sets and sorted sets (tables of one engine
 /// entry per field) reach the replicas as their field changes (HSET/HDEL,
-/// SADD/SREM, ZADD/ZREM), and a big list's as what they did (pushes, pops,
-/// LSET, LTRIM), not the whole collection per drain, whatever
+/// SADD/SREM, ZADD/ZREM), a big list's as what they did (pushes, pops,
+/// LSET, LTRIM), a stream's as its new and deleted entries (XADD, XDEL,
+/// XSETID), not the whole collection per drain, whatever
 /// moved or replaced the table around them in a transaction, a script or
 /// a pipeline; and a change too big for one batch (committed in pieces)
 /// is read whole.
@@ -445,6 +446,11 @@ fn big_collections_reach_replicas_as_their_field_changes() {
         to_empty.arg(format!("a member of a set that goes empty {i}"));
     }
     let _: Value = to_empty.query(&mut master).unwrap();
+    let mut stream = redis::pipe();
+    for i in 0..3000 {
+        stream.cmd("XADD").arg("big-stream").arg(format!("{}-1", i + 1)).arg("n").arg(i).ignore();
+    }
+    let _: Value = stream.query(&mut master).unwrap();
     let (_scaledkv_replica, _redis_replica, mut replicas) = replicas_of(dir.path(), server.port);
     let count = replicas.len();
     wait_for(&mut master, count);
@@ -461,11 +467,12 @@ fn big_collections_reach_replicas_as_their_field_changes() {
         run(&mut master, &["SADD", "big-set", &format!("new member {i}")]);
         run(&mut master, &["RPUSH", "big-list", &format!("pushed {i}")]);
         run(&mut master, &["LPOP", "big-list"]);
+        run(&mut master, &["XADD", "big-stream", "MAXLEN", "3000", "*", "i", &i.to_string()]);
         std::thread::sleep(Duration::from_millis(1));
     }
     wait_for(&mut master, count);
     let grown = offset(&mut master) - before;
-    assert!(grown < 300_000, "1,000 element writes grew the stream by {grown} bytes");
+    assert!(grown < 400_000, "1,200 element writes grew the stream by {grown} bytes");
     for replica in &mut replicas {
         assert_same(&mut master, replica);
     }
@@ -506,6 +513,16 @@ fn big_collections_reach_replicas_as_their_field_changes() {
         &["LPUSHX", "big-list", "pushed if there"],
         &["EXPIRE", "big-list", "300000"],
         &["LMPOP", "1", "big-list", "RIGHT", "COUNT", "2"],
+        &["XDEL", "big-stream", "5-1", "6-1", "1-1"],
+        &["XTRIM", "big-stream", "MINID", "20-1"],
+        &["XADD", "big-stream", "NOMKSTREAM", "MAXLEN", "~", "2000", "*", "capped", "1"],
+        &["XADD", "big-stream", "99999999999999-5", "explicit", "id"],
+        &["XSETID", "big-stream", "99999999999999-9", "ENTRIESADDED", "100000", "MAXDELETEDID", "99999999999999-7"],
+        &["EXPIRE", "big-stream", "400000"],
+        &["XGROUP", "CREATE", "big-stream", "group", "0"],
+        &["XREADGROUP", "GROUP", "group", "alice", "COUNT", "5", "STREAMS", "big-stream", ">"],
+        &["XADD", "big-stream", "*", "after", "the group"],
+        &["XACK", "big-stream", "group", "25-1"],
     ] {
         run(&mut master, args);
     }
@@ -595,8 +612,21 @@ fn big_collections_reach_replicas_as_their_field_changes() {
     let _: Value = remove.query(&mut master).unwrap();
     assert_eq!(run(&mut master, &["EXISTS", "to-empty"]), Value::Int(0));
     wait_for(&mut master, count);
+    // A stream's counters, which XRANGE does not show.
+    let counters = |con: &mut Connection| -> Vec<String> {
+        let info: Vec<Value> = redis::cmd("XINFO").arg("STREAM").arg("big-stream").query(con).unwrap();
+        ["length", "last-generated-id", "max-deleted-entry-id", "entries-added"]
+            .iter()
+            .map(|name| {
+                let at = info.iter().position(|v| matches!(v, Value::BulkString(b) if b == name.as_bytes())).unwrap();
+                format!("{name} {:?}", info[at + 1])
+            })
+            .collect()
+    };
+    let on_master = counters(&mut master);
     for replica in &mut replicas {
         assert_same(&mut master, replica);
+        assert_eq!(counters(replica), on_master);
     }
 }
 

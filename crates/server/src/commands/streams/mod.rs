@@ -94,6 +94,9 @@ fn open(ctx: &mut Ctx<'_>, key: &[u8]) -> Result<Option<Stream>, CmdError> {
         None => Ok(None),
         Some(value) if value.tag() != TYPE_STREAM_TABLE => Err(CmdError::WrongType),
         Some(value) => {
+            if ctx.shared.master.streaming() {
+                ctx.writes.note_table_read(key, &value);
+            }
             let meta = Meta::decode(value.data())?;
             Ok(Some(Stream { meta, expiry: value.expiry_ms(), read_as: Some(meta) }))
         }
