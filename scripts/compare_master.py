@@ -34,7 +34,8 @@ PIPELINES = [int(p) for p in os.environ.get("PIPELINES", "16 1").split()]
 MEDIA = os.environ.get("MEDIA", f"/dev/shm {compare_redis.REPO}/bench-data").split()
 # WORKLOAD=hset: HSETs into one hash of up to FIELDS fields instead of
 # SETs (what a write to a big collection costs with a replica);
-# WORKLOAD=lpush: LPUSHes onto one list that grows to N elements.
+# WORKLOAD=lpush: LPUSHes onto one list that grows to N elements;
+# WORKLOAD=xadd: XADDs to one stream that grows to N entries.
 WORKLOAD = os.environ.get("WORKLOAD", "set")
 FIELDS = int(os.environ.get("FIELDS", "10000"))
 PAIRS = os.environ.get("PAIRS", "redis-none+none redis-none+redis-none redis-always+redis-always "
@@ -73,6 +74,8 @@ def one_round(pair, medium, pipeline):
             args = ["-r", str(FIELDS), "-c", "50", "-P", str(pipeline)] + command
         elif WORKLOAD == "lpush":
             args = ["-c", "50", "-P", str(pipeline), "lpush", "big-list", "v" * VALUE]
+        elif WORKLOAD == "xadd":
+            args = ["-c", "50", "-P", str(pipeline), "xadd", "big-stream", "*", "field", "v" * VALUE]
         else:
             args = ["-t", "set", "-r", str(N), "-c", "50", "-d", str(VALUE), "-P", str(pipeline)]
         run = compare_redis.run_benchmark(master, N, args)
@@ -99,7 +102,8 @@ def cell(results, field, fmt):
 
 
 def main():
-    what = {"hset": f"HSET into one hash of up to {FIELDS} fields", "lpush": "LPUSH onto one list"}.get(WORKLOAD, f"SET -r {N}")
+    what = {"hset": f"HSET into one hash of up to {FIELDS} fields", "lpush": "LPUSH onto one list",
+            "xadd": "XADD to one stream"}.get(WORKLOAD, f"SET -r {N}")
     emit(f"## Replicas of a master ({time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} cores, "
          f"{what}, -n {N}, {VALUE}-byte values, -c 50)")
     for medium in MEDIA:

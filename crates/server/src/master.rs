@@ -241,9 +241,18 @@ const INLINE: u8 = 1;
 /// A note's mark for "every key was deleted" (FLUSHALL).
 const FLUSH: u8 = 2;
 /// What a note says of a key: these commands change a big collection
-/// there from what the batch found to what it left (its fields'
-/// changes), after the key's earlier notes.
+/// there from what the batch found to what it left (`Delta`), after the
+/// key's earlier notes.
 const DELTA: u8 = 3;
+
+/// The commands of a DELTA note: the changes, which follow the key's
+/// earlier ones, and the state they leave that no change says (an expiry
+/// time, a stream's counters), which replaces an earlier note's: a drain
+/// sends only the last.
+struct Delta {
+    changes: Vec<u8>,
+    tail: Vec<u8>,
+}
 
 /// The name a note gives the function libraries (FUNCTION LOAD, DELETE,
 /// FLUSH, RESTORE): a server key, so no client key, and FLUSHALL keeps
@@ -325,23 +334,21 @@ pub fn note_of(
             continue;
         }
         let entry = last.get(key);
-        let (kind, command) = match entry.and_then(|&(_, put)| inline_command(key, put)) {
-            Some(command) => (INLINE, Some(command)),
+        let (kind, parts) = match entry.and_then(|&(_, put)| inline_command(key, put)) {
+            Some(command) => (INLINE, vec![command]),
             None => match tables.iter().find(|t| t.key == key).and_then(|t| match t.tag {
                 crate::keyspace::TYPE_LIST_TABLE => list_commands(t, entry, lists, !fields[&t.id].is_empty()),
                 crate::keyspace::TYPE_STREAM_TABLE => stream_commands(t, entry, &fields[&t.id]),
                 _ => delta_commands(t, entry, &fields[&t.id]),
             }) {
-                Some(commands) => (DELTA, Some(commands)),
-                None => (READ, None),
+                Some(delta) => (DELTA, vec![delta.changes, delta.tail]),
+                None => (READ, Vec::new()),
             },
         };
         note.push(kind);
-        note.extend_from_slice(&(key.len() as u32).to_le_bytes());
-        note.extend_from_slice(key);
-        if let Some(command) = command {
-            note.extend_from_slice(&(command.len() as u32).to_le_bytes());
-            note.extend_from_slice(&command);
+        for part in std::iter::once(key).chain(parts.iter().map(Vec::as_slice)) {
+            note.extend_from_slice(&(part.len() as u32).to_le_bytes());
+            note.extend_from_slice(part);
         }
     }
     Some(note)
@@ -359,7 +366,7 @@ fn list_commands(
     stub: Option<&scaledkv::BatchEntry<'_>>,
     lists: &[(u64, Option<Vec<ListOp>>)],
     written: bool,
-) -> Option<Vec<u8>> {
+) -> Option<Delta> {
     let expiry = stub_expiry(read, stub)?;
     let key = &read.key[..];
     let mut commands = Vec::new();
@@ -406,8 +413,9 @@ fn list_commands(
     if written && !said {
         return None;
     }
-    put_expiry(&mut commands, read, expiry);
-    Some(commands)
+    let mut tail = Vec::new();
+    put_expiry(&mut tail, read, expiry);
+    Some(Delta { changes: commands, tail })
 }
 
 /// The commands that change a replica's stream `read` (as the batch
@@ -422,7 +430,7 @@ fn stream_commands(
     read: &crate::keyspace::TableRead,
     stub: Option<&scaledkv::BatchEntry<'_>>,
     fields: &Fields<'_>,
-) -> Option<Vec<u8>> {
+) -> Option<Delta> {
     use crate::stream::{decode_pairs, Meta, StreamId, ENTRY};
     let expiry = stub_expiry(read, stub)?;
     let key = &read.key[..];
@@ -442,13 +450,13 @@ fn stream_commands(
         }
     }
     put_in_chunks(&mut commands, b"XDEL", key, &deleted.iter().map(Vec::as_slice).collect::<Vec<_>>(), 1);
-    if let Some((_, Some((value, _)))) = stub {
-        let meta = Meta::decode(value.get(1..)?).ok()?;
-        let (last, added, max_deleted) =
-            (meta.last_id.to_string(), meta.entries_added.to_string(), meta.max_deleted.to_string());
-        put_command(
-            &mut commands,
-            &[
+    let mut tail = Vec::new();
+    match stub {
+        Some((_, Some((value, _)))) => {
+            let meta = Meta::decode(value.get(1..)?).ok()?;
+            let (last, added, max_deleted) =
+                (meta.last_id.to_string(), meta.entries_added.to_string(), meta.max_deleted.to_string());
+            let counters: [&[u8]; 7] = [
                 b"XSETID",
                 key,
                 last.as_bytes(),
@@ -456,11 +464,16 @@ fn stream_commands(
                 added.as_bytes(),
                 b"MAXDELETEDID",
                 max_deleted.as_bytes(),
-            ],
-        );
+            ];
+            put_command(&mut tail, &counters);
+        }
+        // Entries changed with the counters as they were: not a state this
+        // says (an earlier note's XSETID would follow them).
+        _ if !fields.is_empty() => return None,
+        _ => {}
     }
-    put_expiry(&mut commands, read, expiry);
-    Some(commands)
+    put_expiry(&mut tail, read, expiry);
+    Some(Delta { changes: commands, tail })
 }
 
 /// Whether `op` goes in one command with the run `first` starts.
@@ -513,7 +526,7 @@ fn delta_commands(
     read: &crate::keyspace::TableRead,
     stub: Option<&scaledkv::BatchEntry<'_>>,
     fields: &Fields<'_>,
-) -> Option<Vec<u8>> {
+) -> Option<Delta> {
     use crate::keyspace::{TYPE_HASH_TABLE, TYPE_SET_TABLE, TYPE_ZSET_TABLE};
     let expiry = stub_expiry(read, stub)?;
     let key = &read.key[..];
@@ -554,8 +567,9 @@ fn delta_commands(
     let mut commands = Vec::new();
     put_in_chunks(&mut commands, add, key, &added.iter().map(Vec::as_slice).collect::<Vec<_>>(), per_element);
     put_in_chunks(&mut commands, remove, key, &removed, 1);
-    put_expiry(&mut commands, read, expiry);
-    Some(commands)
+    let mut tail = Vec::new();
+    put_expiry(&mut tail, read, expiry);
+    Some(Delta { changes: commands, tail })
 }
 
 /// The most arguments (and about the most bytes) one command of a delta
@@ -607,8 +621,8 @@ enum Word<'n> {
     /// Read it at the drain's snapshot: that covers every note before.
     Read,
     /// These commands, in order: a state (INLINE) and the changes to it
-    /// after (DELTA).
-    Commands(Vec<&'n [u8]>),
+    /// after (DELTA), then the last change's tail (`Delta`).
+    Commands(Vec<&'n [u8]>, Option<&'n [u8]>),
 }
 
 /// Each changed key of a drain and what to write for it.
@@ -627,20 +641,29 @@ fn read_note<'n>(mut note: &'n [u8], keys: &mut Changed<'n>) -> bool {
             continue;
         }
         let Some((key, rest)) = length_prefixed(rest) else { break };
-        let (command, rest) = match kind {
-            INLINE | DELTA => match length_prefixed(rest) {
-                Some((command, rest)) => (Some(command), rest),
-                None => break,
-            },
-            _ => (None, rest),
+        let parts = match kind {
+            INLINE => 1,
+            DELTA => 2,
+            _ => 0,
         };
-        match (kind, command) {
-            (DELTA, Some(change)) => match keys.entry(key).or_insert_with(|| Word::Commands(Vec::new())) {
-                Word::Commands(commands) if !change.is_empty() => commands.push(change),
-                _ => {}
-            },
-            (_, Some(state)) => drop(keys.insert(key, Word::Commands(vec![state]))),
-            (_, None) => drop(keys.insert(key, Word::Read)),
+        let (mut read, mut rest) = ([&[][..]; 2], rest);
+        for part in read.iter_mut().take(parts) {
+            let Some((bytes, after)) = length_prefixed(rest) else { return flushed };
+            (*part, rest) = (bytes, after);
+        }
+        match kind {
+            INLINE => drop(keys.insert(key, Word::Commands(vec![read[0]], None))),
+            DELTA => {
+                if let Word::Commands(commands, tail) = keys.entry(key).or_insert(Word::Commands(Vec::new(), None)) {
+                    if !read[0].is_empty() {
+                        commands.push(read[0]);
+                    }
+                    if !read[1].is_empty() {
+                        *tail = Some(read[1]);
+                    }
+                }
+            }
+            _ => drop(keys.insert(key, Word::Read)),
         }
         note = rest;
     }
@@ -668,7 +691,9 @@ fn one_command(keys: &Changed<'_>, flushed: bool) -> bool {
     for word in keys.values() {
         total += match word {
             Word::Read => 1,
-            Word::Commands(pieces) => pieces.iter().map(|piece| commands_in(piece).unwrap_or(2)).sum(),
+            Word::Commands(pieces, tail) => {
+                pieces.iter().chain(tail).map(|piece| commands_in(piece).unwrap_or(2)).sum()
+            }
         };
         if total > 1 {
             return false;
@@ -937,8 +962,8 @@ impl Master {
             put_command(&mut commands.out, &[b"FLUSHALL"]);
         }
         for word in keys.values() {
-            if let Word::Commands(pieces) = word {
-                for piece in pieces {
+            if let Word::Commands(pieces, tail) = word {
+                for piece in pieces.iter().chain(tail) {
                     commands.open();
                     commands.out.extend_from_slice(piece);
                 }
@@ -1592,11 +1617,11 @@ mod tests {
         let (set_e, set_m) =
             (command(&[b"SET", b"e", b"soon", b"PXAT", b"1234"]), command(&[b"SET", b"m", b"memcached"]));
         let expected: Changed = [
-            (&b"a"[..], Word::Commands(vec![&set_a[..]])),
-            (b"d", Word::Commands(vec![&del_d])),
-            (b"e", Word::Commands(vec![&set_e])),
+            (&b"a"[..], Word::Commands(vec![&set_a[..]], None)),
+            (b"d", Word::Commands(vec![&del_d], None)),
+            (b"e", Word::Commands(vec![&set_e], None)),
             (b"h", Word::Read),
-            (b"m", Word::Commands(vec![&set_m])),
+            (b"m", Word::Commands(vec![&set_m], None)),
             (b"table", Word::Read),
         ]
         .into_iter()
@@ -1614,7 +1639,7 @@ mod tests {
         assert!(flushed);
         assert_eq!(
             keys.into_iter().collect::<Vec<_>>(),
-            [(&b"a"[..], Word::Commands(vec![&set_a[..]])), (b"e", Word::Read)]
+            [(&b"a"[..], Word::Commands(vec![&set_a[..]], None)), (b"e", Word::Read)]
         );
         let mut keys = Changed::new();
         read_note(&note[..note.len() - 2], &mut keys);
@@ -1627,11 +1652,11 @@ mod tests {
         let notes = [library, flush];
         let (keys, flushed) = changed(&notes, &[]);
         assert!(flushed);
-        let Some(Word::Commands(pieces)) = keys.get(FUNCTIONS) else { panic!("{keys:?}") };
+        let Some(Word::Commands(pieces, None)) = keys.get(FUNCTIONS) else { panic!("{keys:?}") };
         assert!(pieces[0].starts_with(b"*4\r\n$8\r\nFUNCTION\r\n$7\r\nRESTORE\r\n"));
         let notes = [functions_note(&[])];
         let (keys, _) = changed(&notes, &[]);
-        assert_eq!(keys[FUNCTIONS], Word::Commands(vec![&b"*2\r\n$8\r\nFUNCTION\r\n$5\r\nFLUSH\r\n"[..]]));
+        assert_eq!(keys[FUNCTIONS], Word::Commands(vec![&b"*2\r\n$8\r\nFUNCTION\r\n$5\r\nFLUSH\r\n"[..]], None));
     }
 
     #[test]
@@ -1668,28 +1693,24 @@ mod tests {
         let note = note_of(&events, &batch, &tables, &[]).unwrap();
         let mut keys = Changed::new();
         read_note(&note, &mut keys);
-        let h = [
-            command(&[b"HSET", b"h", b"f1", b"v1b"]),
-            command(&[b"HDEL", b"h", b"f2"]),
-            command(&[b"PEXPIREAT", b"h", b"99"]),
-        ]
-        .concat();
+        let h = [command(&[b"HSET", b"h", b"f1", b"v1b"]), command(&[b"HDEL", b"h", b"f2"])].concat();
+        let h_expiry = command(&[b"PEXPIREAT", b"h", b"99"]);
         let s = [command(&[b"SADD", b"s", b"m1"]), command(&[b"SREM", b"s", b"m2"])].concat();
         let z = command(&[b"ZADD", b"z", b"1.5", b"m"]);
         let gone = command(&[b"DEL", b"gone"]);
         let expected: Changed = [
-            (&b"h"[..], Word::Commands(vec![&h[..]])),
-            (b"s", Word::Commands(vec![&s])),
-            (b"z", Word::Commands(vec![&z])),
+            (&b"h"[..], Word::Commands(vec![&h[..]], Some(&h_expiry))),
+            (b"s", Word::Commands(vec![&s], None)),
+            (b"z", Word::Commands(vec![&z], None)),
             (b"replaced", Word::Read),
-            (b"gone", Word::Commands(vec![&gone])),
-            (b"unwritten", Word::Commands(Vec::new())),
+            (b"gone", Word::Commands(vec![&gone], None)),
+            (b"unwritten", Word::Commands(Vec::new(), None)),
             (b"small", Word::Read),
         ]
         .into_iter()
         .collect();
         assert_eq!(keys, expected);
-        assert_eq!(commands_in(&h), Some(3));
+        assert_eq!(commands_in(&h), Some(2));
         assert!(!one_command(&keys, false));
 
         // A state then changes to it go in order; a read covers both.
@@ -1713,13 +1734,14 @@ mod tests {
                 .into_values()
                 .map(|word| match word {
                     Word::Read => Vec::new(),
-                    Word::Commands(pieces) => pieces.into_iter().map(<[u8]>::to_vec).collect(),
+                    Word::Commands(pieces, tail) => pieces.into_iter().chain(tail).map(<[u8]>::to_vec).collect(),
                 })
                 .collect();
             words.into_iter().next().unwrap()
         };
         let del_h = command(&[b"DEL", b"h"]);
-        assert_eq!(words(&[&state, &change, &change]), [del_h.clone(), h.clone(), h.clone()]);
+        // The expiry time (a tail) goes once, after the changes.
+        assert_eq!(words(&[&state, &change, &change]), [del_h.clone(), h.clone(), h.clone(), h_expiry]);
         assert_eq!(words(&[&change, &state]), [del_h]);
         assert!(words(&[&change, &read_h]).is_empty());
         assert!(words(&[&read_h, &change]).is_empty());
@@ -1773,10 +1795,10 @@ mod tests {
         .concat();
         let expiring = command(&[b"PEXPIREAT", b"expiring", b"500"]);
         let expected: Changed = [
-            (&b"l"[..], Word::Commands(vec![&l[..]])),
+            (&b"l"[..], Word::Commands(vec![&l[..]], None)),
             (b"untold", Word::Read),
             (b"old-layout", Word::Read),
-            (b"expiring", Word::Commands(vec![&expiring[..]])),
+            (b"expiring", Word::Commands(Vec::new(), Some(&expiring[..]))),
         ]
         .into_iter()
         .collect();
@@ -1809,14 +1831,12 @@ mod tests {
         let note = note_of(&[event(b"s"), event(b"grouped")], &batch, &tables, &[]).unwrap();
         let mut keys = Changed::new();
         read_note(&note, &mut keys);
-        let s = [
-            command(&[b"XADD", b"s", b"7-1", b"f", b"v"]),
-            command(&[b"XDEL", b"s", b"1-0"]),
-            command(&[b"XSETID", b"s", b"7-1", b"ENTRIESADDED", b"9", b"MAXDELETEDID", b"1-0"]),
-        ]
-        .concat();
+        let s = [command(&[b"XADD", b"s", b"7-1", b"f", b"v"]), command(&[b"XDEL", b"s", b"1-0"])].concat();
+        let counters = command(&[b"XSETID", b"s", b"7-1", b"ENTRIESADDED", b"9", b"MAXDELETEDID", b"1-0"]);
         let expected: Changed =
-            [(&b"s"[..], Word::Commands(vec![&s[..]])), (b"grouped", Word::Read)].into_iter().collect();
+            [(&b"s"[..], Word::Commands(vec![&s[..]], Some(&counters[..]))), (b"grouped", Word::Read)]
+                .into_iter()
+                .collect();
         assert_eq!(keys, expected, "a consumer group's change: the stream is read whole");
     }
 
@@ -1833,13 +1853,13 @@ mod tests {
         let note = note_of(&[event], &batch, &tables, &[]).unwrap();
         let mut keys = Changed::new();
         read_note(&note, &mut keys);
-        let Word::Commands(pieces) = &keys[&b"s"[..]] else { panic!("a delta") };
+        let Word::Commands(pieces, None) = &keys[&b"s"[..]] else { panic!("a delta") };
         assert_eq!(commands_in(pieces[0]), Some(3), "1024 + 1024 + 452 members");
         assert!(pieces[0].starts_with(b"*1026\r\n$4\r\nSADD\r\n$1\r\ns\r\n$6\r\nm00000\r\n"));
         assert!(!one_command(&keys, false));
         let mut one = Changed::new();
         let set = command(&[b"SET", b"k", b"v"]);
-        one.insert(b"k", Word::Commands(vec![&set]));
+        one.insert(b"k", Word::Commands(vec![&set], None));
         assert!(one_command(&one, false));
         assert!(!one_command(&one, true), "with a flush: two");
         one.insert(b"k", Word::Read);
@@ -1886,7 +1906,7 @@ mod tests {
                 .into_iter()
                 .map(|(k, word)| match word {
                     Word::Read => (k.to_vec(), None),
-                    Word::Commands(pieces) => (k.to_vec(), Some(pieces.concat())),
+                    Word::Commands(pieces, tail) => (k.to_vec(), Some([pieces.concat(), tail.unwrap_or_default().to_vec()].concat())),
                 })
                 .collect();
             proptest::prop_assert_eq!(got, expected);
