@@ -466,13 +466,18 @@ fn stream_commands(
                 max_deleted.as_bytes(),
             ];
             put_command(&mut tail, &counters);
+            // The whole tail is a state (it replaces an earlier one, which
+            // may have moved the expiry time): the time too, moved or not.
+            match expiry {
+                Some(at) => put_command(&mut tail, &[b"PEXPIREAT", key, at.to_string().as_bytes()]),
+                None => put_command(&mut tail, &[b"PERSIST", key]),
+            }
         }
         // Entries changed with the counters as they were: not a state this
         // says (an earlier note's XSETID would follow them).
         _ if !fields.is_empty() => return None,
-        _ => {}
+        _ => put_expiry(&mut tail, read, expiry),
     }
-    put_expiry(&mut tail, read, expiry);
     Some(Delta { changes: commands, tail })
 }
 
@@ -1832,12 +1837,33 @@ mod tests {
         let mut keys = Changed::new();
         read_note(&note, &mut keys);
         let s = [command(&[b"XADD", b"s", b"7-1", b"f", b"v"]), command(&[b"XDEL", b"s", b"1-0"])].concat();
-        let counters = command(&[b"XSETID", b"s", b"7-1", b"ENTRIESADDED", b"9", b"MAXDELETEDID", b"1-0"]);
+        let counters = [
+            command(&[b"XSETID", b"s", b"7-1", b"ENTRIESADDED", b"9", b"MAXDELETEDID", b"1-0"]),
+            command(&[b"PERSIST", b"s"]),
+        ]
+        .concat();
         let expected: Changed =
             [(&b"s"[..], Word::Commands(vec![&s[..]], Some(&counters[..]))), (b"grouped", Word::Read)]
                 .into_iter()
                 .collect();
         assert_eq!(keys, expected, "a consumer group's change: the stream is read whole");
+        // An expiry time set by one batch survives the next one's tail.
+        let mut expire = scaledkv::WriteBatch::new();
+        expire.put_with_expiry(b"s", &[&[TYPE_STREAM_TABLE][..], &meta.encode()].concat(), 900);
+        let first = note_of(&[event(b"s")], &expire, &tables[..1], &[]).unwrap();
+        let read_then = TableRead { expiry: Some(900), ..tables[0].clone() };
+        let mut add = scaledkv::WriteBatch::new();
+        add.put(&member_key(3, &entry_field(StreamId::new(8, 0))), &entry);
+        add.put_with_expiry(
+            b"s",
+            &[&[TYPE_STREAM_TABLE][..], &Meta { last_id: StreamId::new(8, 0), ..meta }.encode()].concat(),
+            900,
+        );
+        let second = note_of(&[event(b"s")], &add, &[read_then], &[]).unwrap();
+        let notes = [first, second];
+        let (keys, _) = changed(&notes, &[]);
+        let Some(Word::Commands(_, Some(tail))) = keys.get(&b"s"[..]) else { panic!("{keys:?}") };
+        assert!(tail.ends_with(&command(&[b"PEXPIREAT", b"s", b"900"])), "{:?}", String::from_utf8_lossy(tail));
     }
 
     #[test]
