@@ -324,9 +324,11 @@ impl<'s> ChunkedList<'s> {
         ChunkedList { table, chunks: BTreeMap::new(), snapshot: None, ops: Some(Vec::new()) }
     }
 
-    fn did(&mut self, op: ListOp) {
-        if let Some(ops) = &mut self.ops {
-            ops.push(op);
+    /// Notes `op` while writes stream to replicas (built only then: a push
+    /// copies its element).
+    fn did(&mut self, ctx: &Ctx<'_>, op: impl FnOnce() -> ListOp) {
+        if let Some(ops) = self.ops.as_mut().filter(|_| ctx.shared.master.streaming()) {
+            ops.push(op());
         }
     }
 
@@ -466,7 +468,7 @@ impl<'s> ChunkedList<'s> {
             self.table.head -= 1;
         }
         self.table.count += 1;
-        self.did(ListOp::Push { front, element: element.to_vec() });
+        self.did(ctx, || ListOp::Push { front, element: element.to_vec() });
         Ok(())
     }
 
@@ -480,7 +482,7 @@ impl<'s> ChunkedList<'s> {
         if front {
             self.table.head += 1;
         }
-        self.did(ListOp::Pop { front });
+        self.did(ctx, || ListOp::Pop { front });
         Ok(Some(element))
     }
 
@@ -488,7 +490,7 @@ impl<'s> ChunkedList<'s> {
         let position = self.position(index);
         self.take(ctx, position, false)?;
         self.place(ctx, position, element)?;
-        self.did(ListOp::Set { index, element: element.to_vec() });
+        self.did(ctx, || ListOp::Set { index, element: element.to_vec() });
         Ok(())
     }
 
@@ -499,7 +501,7 @@ impl<'s> ChunkedList<'s> {
         }
         self.table.head += start as i64;
         self.table.count = n as u64;
-        self.did(ListOp::Trim { start, n });
+        self.did(ctx, || ListOp::Trim { start, n });
         Ok(())
     }
 
