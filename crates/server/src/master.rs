@@ -305,13 +305,12 @@ pub fn note_of(
 ) -> Option<Vec<u8>> {
     let named = || events.iter().filter(|e| e.class != crate::notify::MISS);
     named().next()?;
-    let mut last: std::collections::HashMap<&[u8], scaledkv::BatchEntry<'_>> =
-        std::collections::HashMap::with_capacity(batch.len());
+    let mut keys: std::collections::HashMap<&[u8], Seen<'_>> = std::collections::HashMap::with_capacity(batch.len());
     // The last entry of each field of the tables read, by table.
     let mut fields: std::collections::HashMap<u64, Fields<'_>> = tables.iter().map(|t| (t.id, Fields::new())).collect();
     for entry in batch.entries() {
         if !crate::keyspace::is_reserved(entry.0) {
-            last.insert(entry.0, entry);
+            keys.entry(entry.0).or_default().entry = Some(entry);
         } else if let Some((id, field)) = crate::commands::table::split_member_key(entry.0) {
             if let Some(changes) = fields.get_mut(&id) {
                 changes.insert(field, entry.1.map(|(value, _)| value));
@@ -319,21 +318,18 @@ pub fn note_of(
         }
     }
     let mut note = Vec::new();
-    // Each key once (after the last flush): what the note says of it is
-    // the whole batch's doing, and a change (a list's pushes) must not go
-    // twice.
-    let mut noted: std::collections::HashSet<&[u8]> = std::collections::HashSet::new();
     for event in named() {
         if event.class == crate::notify::FLUSHED {
             note.push(FLUSH);
-            noted.clear();
+            keys.values_mut().for_each(|seen| seen.noted = false);
             continue;
         }
         let key = &event.key[..];
-        if !noted.insert(key) {
+        let seen = keys.entry(key).or_default();
+        if std::mem::replace(&mut seen.noted, true) {
             continue;
         }
-        let entry = last.get(key);
+        let entry = seen.entry.as_ref();
         let (kind, parts) = match entry.and_then(|&(_, put)| inline_command(key, put)) {
             Some(command) => (INLINE, vec![command]),
             None => match tables.iter().find(|t| t.key == key).and_then(|t| match t.tag {
@@ -516,6 +512,16 @@ fn put_expiry(commands: &mut Vec<u8>, read: &crate::keyspace::TableRead, expiry:
     }
 }
 
+/// A key of a batch's note: its last entry in the batch (None: the
+/// batch wrote none), and whether the note named it since the last flush:
+/// each key goes once, as what the note says of it is the whole batch's
+/// doing, and a change (a list's pushes) must not go twice.
+#[derive(Default)]
+struct Seen<'b> {
+    entry: Option<scaledkv::BatchEntry<'b>>,
+    noted: bool,
+}
+
 /// A table's fields a batch wrote: each one's last value (with its type
 /// byte), None where it was deleted; in field order.
 type Fields<'b> = std::collections::BTreeMap<&'b [u8], Option<&'b [u8]>>;
@@ -541,7 +547,8 @@ fn delta_commands(
         TYPE_ZSET_TABLE => (b"ZADD", b"ZREM"),
         _ => return None,
     };
-    let mut added: Vec<Vec<u8>> = Vec::new();
+    // Borrowed from the batch but for a score's text.
+    let mut added: Vec<std::borrow::Cow<'_, [u8]>> = Vec::new();
     let mut removed: Vec<&[u8]> = Vec::new();
     for (&field, &value) in fields {
         match read.tag {
@@ -551,17 +558,17 @@ fn delta_commands(
                 match value {
                     Some(value) => {
                         let score = f64::from_le_bytes(value.get(1..)?.try_into().ok()?);
-                        added.push(crate::zset::format_score(score).into_bytes());
-                        added.push(member.to_vec());
+                        added.push(crate::zset::format_score(score).into_bytes().into());
+                        added.push(member.into());
                     }
                     None => removed.push(member),
                 }
             }
             _ => match value {
                 Some(value) => {
-                    added.push(field.to_vec());
+                    added.push(field.into());
                     if read.tag == TYPE_HASH_TABLE {
-                        added.push(value.get(1..)?.to_vec());
+                        added.push(value.get(1..)?.into());
                     }
                 }
                 None => removed.push(field),
@@ -570,7 +577,7 @@ fn delta_commands(
     }
     let per_element = if read.tag == TYPE_SET_TABLE { 1 } else { 2 };
     let mut commands = Vec::new();
-    put_in_chunks(&mut commands, add, key, &added.iter().map(Vec::as_slice).collect::<Vec<_>>(), per_element);
+    put_in_chunks(&mut commands, add, key, &added.iter().map(|arg| &arg[..]).collect::<Vec<_>>(), per_element);
     put_in_chunks(&mut commands, remove, key, &removed, 1);
     let mut tail = Vec::new();
     put_expiry(&mut tail, read, expiry);
