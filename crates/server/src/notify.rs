@@ -162,6 +162,12 @@ pub fn after_write(shared: &Shared, writes: &mut crate::keyspace::Writes, new: N
 /// caching (`crate::tracking`), never published.
 pub const FLUSHED: u32 = 1 << 31;
 
+/// Not a class of Redis's: a change Redis publishes no keyspace event
+/// for (XACK, XCLAIM, XAUTOCLAIM, XREADGROUP's deliveries), noted only
+/// while writes stream to replicas so that it reaches them
+/// (`Ctx::note_unpublished`); never published, no invalidation.
+pub const UNPUBLISHED: u32 = 1 << 30;
+
 /// One event a command noted: its class, its name, the key, and the
 /// client whose command it was (0: the server's own, active expiry).
 pub struct Event {

@@ -172,9 +172,13 @@ impl Tracking {
     /// for a flush, a null to every tracking client.
     pub fn invalidate(&self, shared: &Shared, events: &[Event]) {
         let mut woken = Vec::new();
-        // Changes only: a flush is below, and a key miss changes nothing.
-        let changes =
-            || events.iter().filter(|event| !matches!(event.class, crate::notify::FLUSHED | crate::notify::MISS));
+        // Changes only: a flush is below, a key miss changes nothing, and
+        // Redis invalidates nothing for a change it publishes no event for.
+        let changes = || {
+            events.iter().filter(|event| {
+                !matches!(event.class, crate::notify::FLUSHED | crate::notify::MISS | crate::notify::UNPUBLISHED)
+            })
+        };
         for event in changes() {
             let Some(ids) = self.table.lock().remove(&event.key) else { continue };
             self.items.fetch_sub(ids.len(), Ordering::Relaxed);

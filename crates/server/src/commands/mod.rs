@@ -290,6 +290,15 @@ impl Ctx<'_> {
         }
     }
 
+    /// Notes a change to `key` that Redis publishes no keyspace event for
+    /// (`notify::UNPUBLISHED`), so that it reaches the replicas: they learn
+    /// what a batch changed from the keys its events name.
+    pub fn note_unpublished(&mut self, key: &[u8]) {
+        if self.shared.master.streaming() {
+            self.writes.note_event(crate::notify::UNPUBLISHED, "", key, self.conn.info.id);
+        }
+    }
+
     /// Runs `store`, which writes a collection back to `key`, between its
     /// keyspace events, in Redis's order: `event` of `class`, then `del`
     /// when the collection is left `emptied` (and so removed).

@@ -35,6 +35,7 @@ pub fn xack(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     }
     if acknowledged > 0 {
         stream.put_group(ctx, &args[2], &group, false)?;
+        ctx.note_unpublished(&args[1]);
     }
     ctx.out.int(acknowledged);
     Ok(())
@@ -243,6 +244,7 @@ pub fn xclaim(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     }
     stream.put_group(ctx, &args[2], &group, false)?;
     stream.store(ctx, &args[1])?;
+    ctx.note_unpublished(&args[1]);
     reply_claimed(ctx.out, &claimed, justid)?;
     Ok(())
 }
@@ -328,6 +330,7 @@ pub fn xautoclaim(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         Ok(true)
     })?;
     stream.put_group(ctx, &args[2], &group, false)?;
+    ctx.note_unpublished(&args[1]);
     ctx.out.array(3);
     reply_id(ctx.out, cursor);
     reply_claimed(ctx.out, &claimed, justid)?;

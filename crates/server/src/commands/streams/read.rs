@@ -225,6 +225,7 @@ pub fn xreadgroup(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
             }
         };
         stream.put_group(ctx, group_name, &group, false)?;
+        ctx.note_unpublished(key);
         served.push((key.clone(), entries));
     }
     if served.is_empty() {
