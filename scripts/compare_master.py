@@ -35,7 +35,10 @@ MEDIA = os.environ.get("MEDIA", f"/dev/shm {compare_redis.REPO}/bench-data").spl
 # WORKLOAD=hset: HSETs into one hash of up to FIELDS fields instead of
 # SETs (what a write to a big collection costs with a replica);
 # WORKLOAD=lpush: LPUSHes onto one list that grows to N elements;
-# WORKLOAD=xadd: XADDs to one stream that grows to N entries.
+# WORKLOAD=xadd: XADDs to one stream that grows to N entries;
+# WORKLOAD=xreadgroup: a stream of N entries loaded first, then
+# XREADGROUP ... COUNT 1 ... > by one consumer group, an entry each (its
+# group and pending entries change, the stream does not).
 WORKLOAD = os.environ.get("WORKLOAD", "set")
 FIELDS = int(os.environ.get("FIELDS", "10000"))
 PAIRS = os.environ.get("PAIRS", "redis-none+none redis-none+redis-none redis-always+redis-always "
@@ -59,6 +62,11 @@ def one_round(pair, medium, pipeline):
             cli(master.port, "CONFIG", "SET", "repl-diskless-sync-delay", "0")
             cli(master.port, "CONFIG", "SET", "repl-diskless-sync", "yes")
         load(master.port, N)
+        if WORKLOAD == "xreadgroup":
+            compare_redis.subprocess.run(["redis-benchmark", "-p", str(master.port), "-n", str(N), "-c", "50",
+                                          "-P", "16", "xadd", "big-stream", "*", "field", "v" * VALUE],
+                                         capture_output=True, check=True)
+            cli(master.port, "XGROUP", "CREATE", "big-stream", "readers", "0")
         result = {"keys": int(cli(master.port, "DBSIZE"))}
         if replica_config != "none":
             # A directory of its own: Server's is named by the configuration.
@@ -76,6 +84,9 @@ def one_round(pair, medium, pipeline):
             args = ["-c", "50", "-P", str(pipeline), "lpush", "big-list", "v" * VALUE]
         elif WORKLOAD == "xadd":
             args = ["-c", "50", "-P", str(pipeline), "xadd", "big-stream", "*", "field", "v" * VALUE]
+        elif WORKLOAD == "xreadgroup":
+            args = ["-c", "50", "-P", str(pipeline), "xreadgroup", "group", "readers", "reader", "count", "1",
+                    "streams", "big-stream", ">"]
         else:
             args = ["-t", "set", "-r", str(N), "-c", "50", "-d", str(VALUE), "-P", str(pipeline)]
         run = compare_redis.run_benchmark(master, N, args)
@@ -88,7 +99,8 @@ def one_round(pair, medium, pipeline):
                 raise RuntimeError(f"{pair}: the replica did not acknowledge")
             result["lag_ms"] = (time.time() - ended) * 1000
             result["same"] = all(cli(master.port, *words) == cli(replica.port, *words)
-                                 for words in [("DBSIZE",), ("HLEN", "big-hash")])
+                                 for words in [("DBSIZE",), ("HLEN", "big-hash"),
+                                                                   ("XPENDING", "big-stream", "readers")])
         return result
     finally:
         if replica:
@@ -103,7 +115,8 @@ def cell(results, field, fmt):
 
 def main():
     what = {"hset": f"HSET into one hash of up to {FIELDS} fields", "lpush": "LPUSH onto one list",
-            "xadd": "XADD to one stream"}.get(WORKLOAD, f"SET -r {N}")
+            "xadd": "XADD to one stream",
+            "xreadgroup": "XREADGROUP of one entry from one stream"}.get(WORKLOAD, f"SET -r {N}")
     emit(f"## Replicas of a master ({time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} cores, "
          f"{what}, -n {N}, {VALUE}-byte values, -c 50)")
     for medium in MEDIA:
