@@ -292,6 +292,22 @@ pub struct TableRead {
     pub tag: u8,
     pub id: u64,
     pub expiry: Option<u64>,
+    /// A stream's consumer groups as its commands first read them, by
+    /// name (`note_group_read`): what a replica holds before the batch's
+    /// changes to them.
+    pub groups: Vec<(Vec<u8>, GroupBefore)>,
+}
+
+/// A stream's consumer group as a batch's first read of it found it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum GroupBefore {
+    /// Not there: the batch makes it.
+    Absent,
+    /// Its record (`stream::Group`'s encoding).
+    Held(Vec<u8>),
+    /// First read after the batch wrote it (a transaction's command read
+    /// its parent's write): what it was is not known here.
+    Unknown,
 }
 
 /// A PUBLISH (or SPUBLISH, `shard`) held until its writes commit.
@@ -572,7 +588,33 @@ impl Writes {
             }
         }
         let Some(id) = value.data().first_chunk::<8>().map(|id| u64::from_le_bytes(*id)) else { return };
-        self.table_reads.push(TableRead { key: key.to_vec(), tag: value.tag(), id, expiry: value.expiry_ms() });
+        self.table_reads.push(TableRead {
+            key: key.to_vec(),
+            tag: value.tag(),
+            id,
+            expiry: value.expiry_ms(),
+            groups: Vec::new(),
+        });
+    }
+
+    /// Notes that stream table `id`'s consumer group `name` (its record
+    /// at `field_key`) held `record` (None: no such group) when a command
+    /// read it, if the stream's stub was noted (`note_table_read`) and the
+    /// group was not noted yet: the state before the batch unless these
+    /// writes (or the ones they branched from) already wrote it. Called
+    /// only while writes stream to replicas.
+    pub fn note_group_read(&mut self, id: u64, field_key: &[u8], name: &[u8], record: Option<&[u8]>) {
+        let Some(at) = self.table_reads.iter().position(|read| read.id == id) else { return };
+        if self.table_reads[at].groups.iter().any(|(noted, _)| noted == name) {
+            return;
+        }
+        let mut batches = std::iter::once(&self.batch).chain(self.base.iter().chain(&self.outer).map(|(_, b)| b));
+        let before = if batches.any(|batch| batch.entries().any(|(written, _)| written == field_key)) {
+            GroupBefore::Unknown
+        } else {
+            record.map_or(GroupBefore::Absent, |record| GroupBefore::Held(record.to_vec()))
+        };
+        self.table_reads[at].groups.push((name.to_vec(), before));
     }
 
     /// Notes what a change of big list `id` did (None: what it did is not

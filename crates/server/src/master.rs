@@ -334,7 +334,10 @@ pub fn note_of(
             Some(command) => (INLINE, vec![command]),
             None => match tables.iter().find(|t| t.key == key).and_then(|t| match t.tag {
                 crate::keyspace::TYPE_LIST_TABLE => list_commands(t, entry, lists, !fields[&t.id].is_empty()),
-                crate::keyspace::TYPE_STREAM_TABLE => stream_commands(t, entry, &fields[&t.id]),
+                crate::keyspace::TYPE_STREAM_TABLE => {
+                    let befores: Vec<_> = tables.iter().filter(|b| b.key == key && b.id == t.id).collect();
+                    stream_commands(t, entry, &fields[&t.id], &befores)
+                }
                 _ => delta_commands(t, entry, &fields[&t.id]),
             }) {
                 Some(delta) => (DELTA, vec![delta.changes, delta.tail]),
@@ -348,6 +351,31 @@ pub fn note_of(
         }
     }
     Some(note)
+}
+
+/// A key the batch changed that no event names (so no replica would
+/// hear of it): a client's key it wrote, or the key of a table it read
+/// and wrote fields of. None after a flush, which names every key. For
+/// debug builds' check at commit: a command that writes without noting
+/// its key is a replication bug (XACK's was).
+pub fn unnamed_change<'b>(
+    events: &[Event],
+    batch: &'b scaledkv::WriteBatch,
+    tables: &'b [crate::keyspace::TableRead],
+) -> Option<&'b [u8]> {
+    if events.iter().any(|e| e.class == crate::notify::FLUSHED) {
+        return None;
+    }
+    let named: std::collections::HashSet<&[u8]> =
+        events.iter().filter(|e| e.class != crate::notify::MISS).map(|e| &e.key[..]).collect();
+    batch.entries().find_map(|(key, _)| {
+        let key = match crate::commands::table::split_member_key(key) {
+            Some((id, _)) if crate::keyspace::is_reserved(key) => &tables.iter().find(|t| t.id == id)?.key[..],
+            _ if crate::keyspace::is_reserved(key) => return None,
+            _ => key,
+        };
+        (!named.contains(key)).then_some(key)
+    })
 }
 
 /// The commands that change a replica's big list `read` (as the batch
@@ -416,36 +444,101 @@ fn list_commands(
 
 /// The commands that change a replica's stream `read` (as the batch
 /// found it) into what the batch left at its key (`stub`, as for
-/// `delta_commands`): its new entries (XADD with their IDs), its deleted
-/// ones (XDEL: a trim's too), then XSETID with the stub's last ID,
-/// entries-added counter and greatest deleted ID, which a replica's XADD
-/// and XDEL would not all set alike. None if the key no longer holds that
-/// stream, or the batch changed a consumer group or its pending entries
-/// (the replicas read it whole).
+/// `delta_commands`): its new entries (XADD with their IDs); its consumer
+/// groups' changes against their records as the batch first read them
+/// (`befores`: XGROUP CREATE, SETID, CREATECONSUMER, DELCONSUMER,
+/// DESTROY), each pending entry it set as Redis propagates one (XCLAIM
+/// ... TIME RETRYCOUNT FORCE JUSTID) and those it dropped (XACK); its
+/// deleted entries (XDEL: a trim's too) after the claims, which need
+/// them; then XSETID with the stub's last ID, entries-added counter and
+/// greatest deleted ID, which a replica's XADD and XDEL would not all
+/// set alike. None if the key no longer holds that stream, or the batch
+/// changed a group whose first read it does not know (the replicas read
+/// it whole).
 fn stream_commands(
     read: &crate::keyspace::TableRead,
     stub: Option<&scaledkv::BatchEntry<'_>>,
     fields: &Fields<'_>,
+    befores: &[&crate::keyspace::TableRead],
 ) -> Option<Delta> {
-    use crate::stream::{decode_pairs, Meta, StreamId, ENTRY};
+    use crate::stream::{decode_pairs, split_nack_field, Group, Meta, Nack, StreamId, ENTRY, GROUP, NACK};
     let expiry = stub_expiry(read, stub)?;
     let key = &read.key[..];
     let mut commands = Vec::new();
     let mut deleted: Vec<Vec<u8>> = Vec::new();
+    let mut entries_changed = false;
+    // After the entries: groups made or moved, then the pending entries
+    // set and dropped, then consumers and groups that went.
+    let (mut groups, mut claims, mut gone) = (Vec::new(), Vec::new(), Vec::new());
+    let mut acks: Vec<(&[u8], Vec<Vec<u8>>)> = Vec::new();
     for (&field, &value) in fields {
-        let (&ENTRY, id) = field.split_first()? else { return None };
-        let id = StreamId::from_bytes(id).ok()?.to_string().into_bytes();
-        match value {
-            Some(value) => {
-                let pairs = decode_pairs(value.get(1..)?).ok()?;
-                let mut args: Vec<&[u8]> = vec![b"XADD", key, &id];
-                args.extend(pairs);
-                put_command(&mut commands, &args);
+        match *field.first()? {
+            ENTRY => {
+                entries_changed = true;
+                let id = StreamId::from_bytes(&field[1..]).ok()?.to_string().into_bytes();
+                match value {
+                    Some(value) => {
+                        let pairs = decode_pairs(value.get(1..)?).ok()?;
+                        let mut args: Vec<&[u8]> = vec![b"XADD", key, &id];
+                        args.extend(pairs);
+                        put_command(&mut commands, &args);
+                    }
+                    None => deleted.push(id),
+                }
             }
-            None => deleted.push(id),
+            GROUP => {
+                let name = &field[1..];
+                let before = match group_before(befores, name)? {
+                    crate::keyspace::GroupBefore::Held(record) => Some(Group::decode(record).ok()?),
+                    _ => None,
+                };
+                let after = match value {
+                    Some(value) => Some(Group::decode(value.get(1..)?).ok()?),
+                    None => None,
+                };
+                group_commands(&mut groups, &mut gone, key, name, before.as_ref(), after.as_ref());
+            }
+            NACK => {
+                let (group, id) = split_nack_field(field).ok()?;
+                let id = id.to_string().into_bytes();
+                match value {
+                    Some(value) => {
+                        let nack = Nack::decode(value.get(1..)?).ok()?;
+                        let (at, count) = (nack.delivered_ms.to_string(), nack.deliveries.to_string());
+                        put_command(
+                            &mut claims,
+                            &[
+                                b"XCLAIM",
+                                key,
+                                group,
+                                &nack.consumer,
+                                b"0",
+                                &id,
+                                b"TIME",
+                                at.as_bytes(),
+                                b"RETRYCOUNT",
+                                count.as_bytes(),
+                                b"FORCE",
+                                b"JUSTID",
+                            ],
+                        );
+                    }
+                    None => match acks.last_mut() {
+                        Some((last, ids)) if *last == group => ids.push(id),
+                        _ => acks.push((group, vec![id])),
+                    },
+                }
+            }
+            _ => return None,
         }
     }
-    put_in_chunks(&mut commands, b"XDEL", key, &deleted.iter().map(Vec::as_slice).collect::<Vec<_>>(), 1);
+    commands.append(&mut groups);
+    commands.append(&mut claims);
+    for (group, ids) in &acks {
+        put_in_chunks(&mut commands, &[b"XACK", key, group], &ids.iter().map(Vec::as_slice).collect::<Vec<_>>(), 1);
+    }
+    commands.append(&mut gone);
+    put_in_chunks(&mut commands, &[b"XDEL", key], &deleted.iter().map(Vec::as_slice).collect::<Vec<_>>(), 1);
     let mut tail = Vec::new();
     match stub {
         Some((_, Some((value, _)))) => {
@@ -470,11 +563,65 @@ fn stream_commands(
             }
         }
         // Entries changed with the counters as they were: not a state this
-        // says (an earlier note's XSETID would follow them).
-        _ if !fields.is_empty() => return None,
+        // says (an earlier note's XSETID would follow them). A change to
+        // groups alone leaves the stub as it was.
+        _ if entries_changed => return None,
         _ => put_expiry(&mut tail, read, expiry),
     }
     Some(Delta { changes: commands, tail })
+}
+
+/// How the batch's first read found group `name` of a stream (its notes
+/// are on every read of the stub noted for the key: a transaction's
+/// command notes its own); None if none knows.
+fn group_before<'r>(
+    befores: &[&'r crate::keyspace::TableRead],
+    name: &[u8],
+) -> Option<&'r crate::keyspace::GroupBefore> {
+    befores
+        .iter()
+        .flat_map(|read| &read.groups)
+        .find(|(noted, before)| noted == name && *before != crate::keyspace::GroupBefore::Unknown)
+        .map(|(_, before)| before)
+}
+
+/// The commands that make a replica's group `name` (`before`, None: not
+/// there) what the batch left (`after`, None: destroyed): made (XGROUP
+/// CREATE) or moved (SETID) with its entries-read counter, its new
+/// consumers made (into `groups`); its consumers that went, or the group
+/// (into `gone`, which follows the claims and acknowledgements). A
+/// consumer's pending count follows from its pending entries; its seen
+/// time is the replica's own (as a Redis replica's is).
+fn group_commands(
+    groups: &mut Vec<u8>,
+    gone: &mut Vec<u8>,
+    key: &[u8],
+    name: &[u8],
+    before: Option<&crate::stream::Group>,
+    after: Option<&crate::stream::Group>,
+) {
+    let Some(after) = after else {
+        if before.is_some() {
+            put_command(gone, &[b"XGROUP", b"DESTROY", key, name]);
+        }
+        return;
+    };
+    let (id, read) = (after.last_id.to_string(), after.entries_read.map_or(-1, |n| n as i64).to_string());
+    let moved =
+        before.is_none_or(|before| (before.last_id, before.entries_read) != (after.last_id, after.entries_read));
+    if moved {
+        let verb: &[u8] = if before.is_some() { b"SETID" } else { b"CREATE" };
+        put_command(groups, &[b"XGROUP", verb, key, name, id.as_bytes(), b"ENTRIESREAD", read.as_bytes()]);
+    }
+    let had = |consumer: &[u8]| before.is_some_and(|b| b.consumers.iter().any(|c| c.name == consumer));
+    for consumer in after.consumers.iter().filter(|c| !had(&c.name)) {
+        put_command(groups, &[b"XGROUP", b"CREATECONSUMER", key, name, &consumer.name]);
+    }
+    for consumer in before.iter().flat_map(|b| &b.consumers) {
+        if !after.consumers.iter().any(|c| c.name == consumer.name) {
+            put_command(gone, &[b"XGROUP", b"DELCONSUMER", key, name, &consumer.name]);
+        }
+    }
 }
 
 /// Whether `op` goes in one command with the run `first` starts.
@@ -577,8 +724,8 @@ fn delta_commands(
     }
     let per_element = if read.tag == TYPE_SET_TABLE { 1 } else { 2 };
     let mut commands = Vec::new();
-    put_in_chunks(&mut commands, add, key, &added.iter().map(|arg| &arg[..]).collect::<Vec<_>>(), per_element);
-    put_in_chunks(&mut commands, remove, key, &removed, 1);
+    put_in_chunks(&mut commands, &[add, key], &added.iter().map(|arg| &arg[..]).collect::<Vec<_>>(), per_element);
+    put_in_chunks(&mut commands, &[remove, key], &removed, 1);
     let mut tail = Vec::new();
     put_expiry(&mut tail, read, expiry);
     Some(Delta { changes: commands, tail })
@@ -589,10 +736,10 @@ fn delta_commands(
 const DELTA_ARGS: usize = 1024;
 const DELTA_BYTES: usize = 256 << 10;
 
-/// Appends `name key args...` as commands of at most `DELTA_ARGS`
-/// arguments or about `DELTA_BYTES`, cut between elements of `per_element`
-/// arguments each.
-fn put_in_chunks(commands: &mut Vec<u8>, name: &[u8], key: &[u8], args: &[&[u8]], per_element: usize) {
+/// Appends `head... args...` (a name and key, XACK's group too) as
+/// commands of at most `DELTA_ARGS` arguments or about `DELTA_BYTES`, cut
+/// between elements of `per_element` arguments each.
+fn put_in_chunks(commands: &mut Vec<u8>, head: &[&[u8]], args: &[&[u8]], per_element: usize) {
     let mut rest = args;
     while !rest.is_empty() {
         let (mut count, mut bytes) = (0, 0);
@@ -600,7 +747,7 @@ fn put_in_chunks(commands: &mut Vec<u8>, name: &[u8], key: &[u8], args: &[&[u8]]
             bytes += rest[count..count + per_element].iter().map(|arg| arg.len()).sum::<usize>();
             count += per_element;
         }
-        let mut command: Vec<&[u8]> = vec![name, key];
+        let mut command = head.to_vec();
         command.extend_from_slice(&rest[..count]);
         put_command(commands, &command);
         rest = &rest[count..];
@@ -1676,7 +1823,7 @@ mod tests {
         use crate::commands::table::member_key;
         use crate::keyspace::{TableRead, TYPE_HASH_TABLE, TYPE_SET_TABLE, TYPE_ZSET_TABLE};
         let event = |key: &[u8]| Event { class: crate::notify::HASH, name: "x", key: key.to_vec(), writer: 1 };
-        let read = |key: &[u8], tag, id, expiry| TableRead { key: key.to_vec(), tag, id, expiry };
+        let read = |key: &[u8], tag, id, expiry| TableRead { key: key.to_vec(), tag, id, expiry, groups: Vec::new() };
         let stub = |tag: u8, id: u64| [&[tag][..], &id.to_le_bytes(), &5u64.to_le_bytes()].concat();
         let tables = [
             read(b"h", TYPE_HASH_TABLE, 7, None),
@@ -1764,7 +1911,13 @@ mod tests {
         use crate::commands::table::member_key;
         use crate::keyspace::{TableRead, TYPE_LIST_TABLE};
         let event = |key: &[u8]| Event { class: crate::notify::LIST, name: "x", key: key.to_vec(), writer: 1 };
-        let read = |key: &[u8], id| TableRead { key: key.to_vec(), tag: TYPE_LIST_TABLE, id, expiry: None };
+        let read = |key: &[u8], id| TableRead {
+            key: key.to_vec(),
+            tag: TYPE_LIST_TABLE,
+            id,
+            expiry: None,
+            groups: Vec::new(),
+        };
         let push = |front, element: &[u8]| ListOp::Push { front, element: element.to_vec() };
         let tables = [read(b"l", 4), read(b"untold", 5), read(b"old-layout", 6), read(b"expiring", 7)];
         let lists = [
@@ -1823,7 +1976,13 @@ mod tests {
         use crate::keyspace::{TableRead, TYPE_STREAM_TABLE};
         use crate::stream::{encode_pairs, entry_field, group_field, Meta, StreamId};
         let event = |key: &[u8]| Event { class: crate::notify::STREAM, name: "xadd", key: key.to_vec(), writer: 1 };
-        let read = |key: &[u8], id| TableRead { key: key.to_vec(), tag: TYPE_STREAM_TABLE, id, expiry: None };
+        let read = |key: &[u8], id| TableRead {
+            key: key.to_vec(),
+            tag: TYPE_STREAM_TABLE,
+            id,
+            expiry: None,
+            groups: Vec::new(),
+        };
         let tables = [read(b"s", 3), read(b"grouped", 4)];
         let mut batch = scaledkv::WriteBatch::new();
         let entry = [&[crate::commands::table::TYPE_FIELD][..], &encode_pairs(&[&b"f"[..], b"v"])].concat();
@@ -1874,6 +2033,87 @@ mod tests {
     }
 
     #[test]
+    fn notes_carry_consumer_group_changes_against_their_first_reads() {
+        use crate::commands::table::{member_key, TYPE_FIELD};
+        use crate::keyspace::{GroupBefore, TableRead, TYPE_STREAM_TABLE};
+        use crate::stream::{group_field, nack_field, Consumer, Group, Nack, StreamId};
+        let consumer = |name: &[u8]| Consumer { name: name.to_vec(), seen_ms: 5, pending: 1 };
+        let group = |last, read, consumers: &[&[u8]]| Group {
+            last_id: StreamId::new(last, 0),
+            entries_read: read,
+            consumers: consumers.iter().map(|name| consumer(name)).collect(),
+        };
+        let field = |data: Vec<u8>| [&[TYPE_FIELD][..], &data].concat();
+        let befores = vec![
+            (b"g".to_vec(), GroupBefore::Held(group(1, Some(1), &[b"alice", b"bob"]).encode())),
+            (b"new".to_vec(), GroupBefore::Absent),
+            (b"old".to_vec(), GroupBefore::Held(group(1, None, &[]).encode())),
+        ];
+        let tables = [TableRead { key: b"q".to_vec(), tag: TYPE_STREAM_TABLE, id: 5, expiry: None, groups: befores }];
+        let mut batch = scaledkv::WriteBatch::new();
+        batch.put(&member_key(5, &group_field(b"g")), &field(group(3, Some(3), &[b"alice", b"carol"]).encode()));
+        batch.put(&member_key(5, &group_field(b"new")), &field(group(0, None, &[b"x"]).encode()));
+        batch.delete(&member_key(5, &group_field(b"old")));
+        let nack = Nack { delivered_ms: 1000, deliveries: 2, consumer: b"carol".to_vec() };
+        batch.put(&member_key(5, &nack_field(b"g", StreamId::new(2, 0))), &field(nack.encode()));
+        batch.delete(&member_key(5, &nack_field(b"g", StreamId::new(1, 0))));
+        batch.delete(&member_key(5, &nack_field(b"old", StreamId::new(1, 0))));
+        let event = Event { class: crate::notify::UNPUBLISHED, name: "", key: b"q".to_vec(), writer: 1 };
+        let note = note_of(std::slice::from_ref(&event), &batch, &tables, &[]).unwrap();
+        let mut keys = Changed::new();
+        read_note(&note, &mut keys);
+        let q = [
+            command(&[b"XGROUP", b"SETID", b"q", b"g", b"3-0", b"ENTRIESREAD", b"3"]),
+            command(&[b"XGROUP", b"CREATECONSUMER", b"q", b"g", b"carol"]),
+            command(&[b"XGROUP", b"CREATE", b"q", b"new", b"0-0", b"ENTRIESREAD", b"-1"]),
+            command(&[b"XGROUP", b"CREATECONSUMER", b"q", b"new", b"x"]),
+            command(&[
+                b"XCLAIM",
+                b"q",
+                b"g",
+                b"carol",
+                b"0",
+                b"2-0",
+                b"TIME",
+                b"1000",
+                b"RETRYCOUNT",
+                b"2",
+                b"FORCE",
+                b"JUSTID",
+            ]),
+            command(&[b"XACK", b"q", b"g", b"1-0"]),
+            command(&[b"XACK", b"q", b"old", b"1-0"]),
+            command(&[b"XGROUP", b"DELCONSUMER", b"q", b"g", b"bob"]),
+            command(&[b"XGROUP", b"DESTROY", b"q", b"old"]),
+        ]
+        .concat();
+        let expected: Changed = [(&b"q"[..], Word::Commands(vec![&q[..]], None))].into_iter().collect();
+        assert_eq!(keys, expected);
+
+        // A group first read after the batch wrote it: the stream goes whole.
+        let unknown = [TableRead { groups: vec![(b"g".to_vec(), GroupBefore::Unknown)], ..tables[0].clone() }];
+        let mut batch = scaledkv::WriteBatch::new();
+        batch.put(&member_key(5, &group_field(b"g")), &field(group(3, Some(3), &[]).encode()));
+        let note = note_of(std::slice::from_ref(&event), &batch, &unknown, &[]).unwrap();
+        let mut keys = Changed::new();
+        read_note(&note, &mut keys);
+        assert_eq!(keys, [(&b"q"[..], Word::Read)].into_iter().collect::<Changed>());
+        // Another read of the stub, as a transaction's command notes, knows it.
+        let both = [unknown[0].clone(), tables[0].clone()];
+        let note = note_of(std::slice::from_ref(&event), &batch, &both, &[]).unwrap();
+        let mut keys = Changed::new();
+        read_note(&note, &mut keys);
+        let setid = command(&[b"XGROUP", b"SETID", b"q", b"g", b"3-0", b"ENTRIESREAD", b"3"]);
+        let gone = [
+            command(&[b"XGROUP", b"DELCONSUMER", b"q", b"g", b"alice"]),
+            command(&[b"XGROUP", b"DELCONSUMER", b"q", b"g", b"bob"]),
+        ]
+        .concat();
+        let whole = [setid, gone].concat();
+        assert_eq!(keys, [(&b"q"[..], Word::Commands(vec![&whole[..]], None))].into_iter().collect::<Changed>());
+    }
+
+    #[test]
     fn a_big_delta_goes_as_several_commands_and_one_command_goes_alone() {
         use crate::commands::table::member_key;
         use crate::keyspace::{TableRead, TYPE_SET_TABLE};
@@ -1881,7 +2121,7 @@ mod tests {
         for i in 0..2500 {
             batch.put(&member_key(3, format!("m{i:05}").as_bytes()), b"\x01");
         }
-        let tables = [TableRead { key: b"s".to_vec(), tag: TYPE_SET_TABLE, id: 3, expiry: None }];
+        let tables = [TableRead { key: b"s".to_vec(), tag: TYPE_SET_TABLE, id: 3, expiry: None, groups: Vec::new() }];
         let event = Event { class: crate::notify::SET, name: "sadd", key: b"s".to_vec(), writer: 1 };
         let note = note_of(&[event], &batch, &tables, &[]).unwrap();
         let mut keys = Changed::new();

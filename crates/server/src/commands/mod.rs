@@ -775,6 +775,17 @@ pub async fn commit<G>(
 ) -> scaledkv::Result<()> {
     let events = std::mem::take(&mut ready.events);
     if shared.master.streaming() {
+        if cfg!(debug_assertions) {
+            if let Some(key) = crate::master::unnamed_change(&events, &ready.batch, &ready.table_reads) {
+                let named: Vec<_> =
+                    events.iter().map(|e| (e.name, String::from_utf8_lossy(&e.key).into_owned())).collect();
+                panic!(
+                    "a change to {:?} names no key for the replicas: {named:?} {} entries",
+                    String::from_utf8_lossy(key),
+                    ready.batch.len()
+                );
+            }
+        }
         if let Some(note) = crate::master::note_of(&events, &ready.batch, &ready.table_reads, &ready.list_ops) {
             ready.batch.set_note(note);
         }

@@ -163,7 +163,13 @@ pub fn set(ctx: &mut Ctx<'_>, table: &mut Table, field: &[u8], value: &[u8]) -> 
     // A field set twice in one command (HSET k f 1 f 2) must read its
     // first write to count it once.
     ctx.writes.keep_overlay();
-    let new = ctx.writes.get_internal(ctx.db(), &key)?.is_none();
+    let found = ctx.writes.get_internal(ctx.db(), &key)?;
+    let new = found.is_none();
+    // An SADD of a member already there changes nothing: no write (none
+    // to make durable, none for the replicas, whom no event tells).
+    if found.is_some_and(|found| found.tag() == TYPE_FIELD && found.data() == value && found.expiry_ms().is_none()) {
+        return Ok(false);
+    }
     ctx.writes.put_internal(&key, TYPE_FIELD, value, None)?;
     if new {
         table.count += 1;

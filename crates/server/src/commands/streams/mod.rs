@@ -199,7 +199,13 @@ impl Stream {
 
     fn group(&self, ctx: &mut Ctx<'_>, name: &[u8]) -> Result<Option<Group>, CmdError> {
         let key = self.key_of(&group_field(name));
-        match ctx.writes.get_internal(ctx.db(), &key)? {
+        let found = ctx.writes.get_internal(ctx.db(), &key)?;
+        if ctx.shared.master.streaming() {
+            // Every change to a group reads it first: the first read is
+            // what the replicas hold (`master::stream_commands`).
+            ctx.writes.note_group_read(self.meta.table, &key, name, found.as_ref().map(|value| value.data()));
+        }
+        match found {
             Some(value) => Ok(Some(Group::decode(value.data())?)),
             None => Ok(None),
         }
