@@ -422,6 +422,13 @@ fn list_commands(
                 ListOp::Set { index, element } => {
                     put_command(&mut commands, &[b"LSET", key, index.to_string().as_bytes(), element])
                 }
+                ListOp::Insert { after, pivot, element } => {
+                    let place: &[u8] = if *after { b"AFTER" } else { b"BEFORE" };
+                    put_command(&mut commands, &[b"LINSERT", key, place, pivot, element])
+                }
+                ListOp::Remove { count, element } => {
+                    put_command(&mut commands, &[b"LREM", key, count.to_string().as_bytes(), element])
+                }
                 ListOp::Trim { start, n } => {
                     // `LTRIM k 1 0` empties it, as a trim to nothing does.
                     let (first, last) = if *n == 0 { (1, 0) } else { (*start, start + n - 1) };
@@ -1932,6 +1939,14 @@ mod tests {
                 ]),
             ),
             (4, Some(vec![ListOp::Trim { start: 1, n: 3 }, ListOp::Trim { start: 0, n: 0 }])),
+            (
+                4,
+                Some(vec![
+                    ListOp::Insert { after: true, pivot: b"p".to_vec(), element: b"i".to_vec() },
+                    ListOp::Insert { after: false, pivot: b"p".to_vec(), element: b"j".to_vec() },
+                    ListOp::Remove { count: -2, element: b"i".to_vec() },
+                ]),
+            ),
             (5, Some(vec![push(true, b"x")])),
             (5, None),
         ];
@@ -1956,6 +1971,9 @@ mod tests {
             command(&[b"LSET", b"l", b"2", b"s"]),
             command(&[b"LTRIM", b"l", b"1", b"3"]),
             command(&[b"LTRIM", b"l", b"1", b"0"]),
+            command(&[b"LINSERT", b"l", b"AFTER", b"p", b"i"]),
+            command(&[b"LINSERT", b"l", b"BEFORE", b"p", b"j"]),
+            command(&[b"LREM", b"l", b"-2", b"i"]),
         ]
         .concat();
         let expiring = command(&[b"PEXPIREAT", b"expiring", b"500"]);

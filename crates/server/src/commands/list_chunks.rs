@@ -317,6 +317,19 @@ pub enum ListOp {
         start: usize,
         n: usize,
     },
+    /// LINSERT: `element` before (or `after`) the first `pivot`, which a
+    /// replica holding the same list finds where the master did.
+    Insert {
+        after: bool,
+        pivot: Vec<u8>,
+        element: Vec<u8>,
+    },
+    /// LREM: up to `count` elements equal to `element` (0: all; below
+    /// 0: from the tail).
+    Remove {
+        count: i64,
+        element: Vec<u8>,
+    },
 }
 
 impl<'s> ChunkedList<'s> {
@@ -513,6 +526,16 @@ impl<'s> ChunkedList<'s> {
         for element in elements {
             self.push(ctx, false, element)?;
         }
+        Ok(())
+    }
+
+    /// Replaces every element with what `op` (an LREM's or LINSERT's)
+    /// made of them: said as `op`, which a replica does again.
+    pub fn replace_as(&mut self, ctx: &mut Ctx<'_>, elements: &[Vec<u8>], op: impl FnOnce() -> ListOp) -> CmdResult {
+        let ops = self.ops.take();
+        self.replace(ctx, elements)?;
+        self.ops = ops;
+        self.did(ctx, op);
         Ok(())
     }
 

@@ -15,7 +15,7 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use super::args::{eq, int, mpop_args, timeout};
-use super::list_chunks::{ChunkedList, CHUNKED};
+use super::list_chunks::{ChunkedList, ListOp, CHUNKED};
 use super::table::{self, Table};
 use super::{err, CmdError, CmdResult, Ctx};
 use crate::hash;
@@ -201,14 +201,15 @@ impl<'v> Open<'v> {
         Ok(())
     }
 
-    /// Replaces every element (LREM, LINSERT: O(n), as in Redis).
-    fn replace(&mut self, ctx: &mut Ctx<'_>, new: Vec<Vec<u8>>) -> CmdResult {
+    /// Replaces every element with what `op` (LREM's, LINSERT's: O(n), as
+    /// in Redis) made of them.
+    fn replace(&mut self, ctx: &mut Ctx<'_>, new: Vec<Vec<u8>>, op: impl FnOnce() -> ListOp) -> CmdResult {
         if let Open::Value(elements) = self {
             *elements = new.into_iter().map(Cow::Owned).collect();
             return Ok(());
         }
         if let Open::Chunked(list) = self {
-            return list.replace(ctx, &new);
+            return list.replace_as(ctx, &new, op);
         }
         self.trim(ctx, 0, 0)?;
         let Open::Table(table) = self else { unreachable!("a list is a value or a table") };
@@ -513,7 +514,7 @@ pub fn lrem(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         elements.retain(&mut keep);
     }
     if removed > 0 {
-        list.replace(ctx, elements)?;
+        list.replace(ctx, elements, || ListOp::Remove { count, element: args[3].to_vec() })?;
         store_noting(ctx, list, &args[1], expiry_of(&value), "lrem")?;
     }
     ctx.out.int(removed as i64);
@@ -539,7 +540,7 @@ pub fn linsert(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     };
     elements.insert(at + after as usize, args[4].to_vec());
     let len = elements.len();
-    list.replace(ctx, elements)?;
+    list.replace(ctx, elements, || ListOp::Insert { after, pivot: args[3].to_vec(), element: args[4].to_vec() })?;
     store_noting(ctx, list, &args[1], expiry_of(&value), "linsert")?;
     ctx.out.int(len as i64);
     Ok(())
