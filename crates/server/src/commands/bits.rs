@@ -204,10 +204,10 @@ pub fn bitop(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     }
     let len = values.iter().map(Vec::len).max().unwrap_or(0);
     if len == 0 {
-        if ctx.peek(&args[2])?.is_some() {
-            ctx.notify(crate::notify::GENERIC, "del", &args[2]);
-        }
-        ctx.writes.delete(&args[2]);
+        ctx.store_result(&args[2], true, crate::notify::STRING, "set", |ctx| {
+            ctx.writes.delete(&args[2]);
+            Ok(())
+        })?;
         ctx.out.int(0);
         return Ok(());
     }

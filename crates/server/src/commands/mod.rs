@@ -299,6 +299,28 @@ impl Ctx<'_> {
         }
     }
 
+    /// A *STORE's result at `key` (SINTERSTORE, ZUNIONSTORE, SORT ...
+    /// STORE, BITOP): event `event` of `class` and `store` where the result
+    /// is not `empty`; else `del` and `store` (which deletes) where a key
+    /// was, and nothing where none was, as Redis tells and writes.
+    pub fn store_result(
+        &mut self,
+        key: &[u8],
+        empty: bool,
+        class: u32,
+        event: &'static str,
+        store: impl FnOnce(&mut Self) -> CmdResult,
+    ) -> CmdResult {
+        if !empty {
+            self.notify(class, event, key);
+        } else if self.peek(key)?.is_some() {
+            self.notify(crate::notify::GENERIC, "del", key);
+        } else {
+            return Ok(());
+        }
+        store(self)
+    }
+
     /// Runs `store`, which writes a collection back to `key`, between its
     /// keyspace events, in Redis's order: `event` of `class`, then `del`
     /// when the collection is left `emptied` (and so removed).

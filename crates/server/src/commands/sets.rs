@@ -427,12 +427,7 @@ fn set_op(ctx: &mut Ctx<'_>, keys: &[Bytes], op: Op) -> CmdResult {
 fn set_op_store(ctx: &mut Ctx<'_>, args: &[Bytes], op: Op, event: &'static str) -> CmdResult {
     let sets = all_members(ctx, &args[2..])?;
     let result = combine(sets, op);
-    if !result.is_empty() {
-        ctx.notify(crate::notify::SET, event, &args[1]);
-    } else if ctx.peek(&args[1])?.is_some() {
-        ctx.notify(crate::notify::GENERIC, "del", &args[1]);
-    }
-    store_new(ctx, &args[1], &result)?;
+    ctx.store_result(&args[1], result.is_empty(), crate::notify::SET, event, |ctx| store_new(ctx, &args[1], &result))?;
     ctx.out.int(result.len() as i64);
     Ok(())
 }

@@ -224,12 +224,9 @@ fn sort_command(ctx: &mut Ctx<'_>, args: &[Bytes], read_only: bool) -> CmdResult
                     list.push(lookup(ctx, pattern, &item.element)?.unwrap_or_default());
                 }
             }
-            if !list.is_empty() {
-                ctx.notify(crate::notify::LIST, "sortstore", destination);
-            } else if ctx.peek(destination)?.is_some() {
-                ctx.notify(crate::notify::GENERIC, "del", destination);
-            }
-            super::lists::store_new(ctx, destination, &list, None)?;
+            ctx.store_result(destination, list.is_empty(), crate::notify::LIST, "sortstore", |ctx| {
+                super::lists::store_new(ctx, destination, &list, None)
+            })?;
             ctx.out.int(outputs as i64);
         }
     }

@@ -165,8 +165,9 @@ pub fn set(ctx: &mut Ctx<'_>, table: &mut Table, field: &[u8], value: &[u8]) -> 
     ctx.writes.keep_overlay();
     let found = ctx.writes.get_internal(ctx.db(), &key)?;
     let new = found.is_none();
-    // An SADD of a member already there changes nothing: no write (none
-    // to make durable, none for the replicas, whom no event tells).
+    // A field holding this value already (an SADD of a member already
+    // there, an HSET of the same value) changes nothing: no write, none to
+    // make durable nor for the replicas (SADD's tells them of none).
     if found.is_some_and(|found| found.tag() == TYPE_FIELD && found.data() == value && found.expiry_ms().is_none()) {
         return Ok(false);
     }

@@ -1234,12 +1234,7 @@ pub(super) fn store_new_noting(
     members: &[(Vec<u8>, f64)],
     event: &'static str,
 ) -> CmdResult {
-    if !members.is_empty() {
-        ctx.notify(crate::notify::ZSET, event, key);
-    } else if ctx.peek(key)?.is_some() {
-        ctx.notify(crate::notify::GENERIC, "del", key);
-    }
-    store_new(ctx, key, members)
+    ctx.store_result(key, members.is_empty(), crate::notify::ZSET, event, |ctx| store_new(ctx, key, members))
 }
 
 /// A fresh sorted set at `key` holding `members` (distinct), or none.
