@@ -408,7 +408,8 @@ fn bitfield_generic(ctx: &mut Ctx<'_>, args: &[Bytes], read_only: bool) -> CmdRe
     if needed > MAX_STRING_BYTES {
         return Err(CmdError::TooBig);
     }
-    if data.len() < needed {
+    let grown = data.len() < needed;
+    if grown {
         data.resize(needed, 0);
     }
     ctx.out.array(fields.len());
@@ -446,9 +447,14 @@ fn bitfield_generic(ctx: &mut Ctx<'_>, args: &[Bytes], read_only: bool) -> CmdRe
         set_field(&mut data, field.offset, field.bits, new as u64);
         changed = true;
     }
-    ctx.writes.put_string(&args[1], &data, expiry)?;
     if changed {
+        ctx.writes.put_string(&args[1], &data, expiry)?;
         ctx.notify(crate::notify::STRING, "setbit", &args[1]);
+    } else if grown {
+        // Every write failed, the string grew: Redis keeps that and tells
+        // no one (its replicas neither); ours hear of it.
+        ctx.writes.put_string(&args[1], &data, expiry)?;
+        ctx.note_unpublished(&args[1]);
     }
     Ok(())
 }

@@ -480,6 +480,8 @@ pub fn pfcount(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
             let count = hll.count()?;
             hll.cache(count);
             ctx.writes.put_string(&args[1], &hll.bytes, expiry)?;
+            // No event, as in Redis, which sends its replicas the PFCOUNT.
+            ctx.note_unpublished(&args[1]);
             count
         }
     };

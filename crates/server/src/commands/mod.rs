@@ -285,7 +285,12 @@ impl Ctx<'_> {
     /// clients that track keys (`crate::tracking`).
     pub fn notify(&mut self, class: u32, name: &'static str, key: &[u8]) {
         let flags = self.shared.notify_flags.load(Ordering::Relaxed);
-        if crate::notify::wanted(flags, class) || self.shared.tracking.active() || self.shared.master.streaming() {
+        // Debug builds note every event, for commit's check.
+        if crate::notify::wanted(flags, class)
+            || self.shared.tracking.active()
+            || self.shared.master.streaming()
+            || cfg!(debug_assertions)
+        {
             self.writes.note_event(class, name, key, self.conn.info.id);
         }
     }
@@ -294,7 +299,7 @@ impl Ctx<'_> {
     /// (`notify::UNPUBLISHED`), so that it reaches the replicas: they learn
     /// what a batch changed from the keys its events name.
     pub fn note_unpublished(&mut self, key: &[u8]) {
-        if self.shared.master.streaming() {
+        if self.shared.master.streaming() || cfg!(debug_assertions) {
             self.writes.note_event(crate::notify::UNPUBLISHED, "", key, self.conn.info.id);
         }
     }
@@ -796,18 +801,23 @@ pub async fn commit<G>(
     guards: G,
 ) -> scaledkv::Result<()> {
     let events = std::mem::take(&mut ready.events);
-    if shared.master.streaming() {
-        if cfg!(debug_assertions) {
-            if let Some(key) = crate::master::unnamed_change(&events, &ready.batch, &ready.table_reads) {
-                let named: Vec<_> =
-                    events.iter().map(|e| (e.name, String::from_utf8_lossy(&e.key).into_owned())).collect();
-                panic!(
-                    "a change to {:?} names no key for the replicas: {named:?} {} entries",
-                    String::from_utf8_lossy(key),
-                    ready.batch.len()
-                );
-            }
+    // Debug builds (every test) check that every change names its key,
+    // replicas or not: one that does not would not reach them.
+    if cfg!(debug_assertions) {
+        if let Some(key) = crate::master::unnamed_change(&events, &ready.batch, &ready.table_reads) {
+            let named: Vec<_> = events.iter().map(|e| (e.name, String::from_utf8_lossy(&e.key).into_owned())).collect();
+            let written: Vec<_> = ready
+                .batch
+                .entries()
+                .map(|(key, put)| (String::from_utf8_lossy(key).into_owned(), put.map(|(value, _)| value.to_vec())))
+                .collect();
+            panic!(
+                "a change to {:?} names no key for the replicas: events {named:?}, entries {written:?}",
+                String::from_utf8_lossy(key)
+            );
         }
+    }
+    if shared.master.streaming() {
         if let Some(note) = crate::master::note_of(&events, &ready.batch, &ready.table_reads, &ready.list_ops) {
             ready.batch.set_note(note);
         }

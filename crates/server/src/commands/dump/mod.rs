@@ -671,9 +671,11 @@ pub fn restore(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         ttl => Some(now_ms().saturating_add(ttl as u64)),
     };
     if expiry.is_some_and(|at| at <= now_ms()) {
-        // Already expired: nothing is created, and REPLACE still removes.
-        if replace {
+        // Already expired: nothing is created, and REPLACE still removes
+        // (telling of it as Redis does).
+        if replace && ctx.peek(key)?.is_some() {
             ctx.writes.delete(key);
+            ctx.notify(crate::notify::GENERIC, "del", key);
         }
     } else {
         ctx.writes.note_pushed();
