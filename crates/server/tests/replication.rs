@@ -231,6 +231,11 @@ fn change_db0(con: &mut Connection, round: usize) {
         &["SPOP", "big-set"],
         &["ZINCRBY", "big-zset", "1.5", "member-7"],
         &["XADD", "stream", "*", "round", &r],
+        // A consumer group's reads, claims and acknowledgements, which
+        // Redis propagates as XCLAIM and XGROUP SETID, ScaledKV as theirs.
+        &["XREADGROUP", "GROUP", "readers", "reader", "COUNT", "1", "STREAMS", "stream", ">"],
+        &["XAUTOCLAIM", "stream", "readers", "claimer", "0", "0", "COUNT", "1"],
+        &["XACK", "stream", "readers", "2-1"],
         &["SET", &format!("new-{r}"), &r, "PX", "500000"],
         &["EXPIRE", "int", "1000"],
         &["PERSIST", "ttl"],
