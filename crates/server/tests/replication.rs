@@ -125,6 +125,15 @@ fn assert_same(master: &mut Connection, replica: &mut Connection) {
     }
 }
 
+/// Waits until every replica has the master's writes, then compares each
+/// one's keyspace with the master's.
+fn assert_caught_up(master: &mut Connection, replicas: &mut [Connection]) {
+    wait_for(master, replicas.len());
+    for replica in replicas {
+        assert_same(master, replica);
+    }
+}
+
 /// A ScaledKV replica (in `dir`/replica) and, where Redis is installed, a
 /// Redis one, following the master on `port`, their links up; their
 /// servers (to keep) and connections.
@@ -393,10 +402,7 @@ fn replicas_follow_a_scaledkv_master_through_full_and_partial_syncs() {
     std::thread::sleep(Duration::from_millis(300));
     stop.store(true, Ordering::Relaxed);
     assert!(writer.join().unwrap() > 0);
-    wait_for(&mut master, count);
-    for replica in &mut replicas {
-        assert_same(&mut master, replica);
-    }
+    assert_caught_up(&mut master, &mut replicas);
     // The read-only function came with the file.
     let got: String = redis::cmd("FCALL_RO").arg("get_it").arg(1).arg("int").query(&mut replicas[0]).unwrap();
     assert_eq!(got, "12345");
@@ -420,10 +426,7 @@ fn replicas_follow_a_scaledkv_master_through_full_and_partial_syncs() {
     for replica in &mut replicas {
         wait_link_up(replica);
     }
-    wait_for(&mut master, count);
-    for replica in &mut replicas {
-        assert_same(&mut master, replica);
-    }
+    assert_caught_up(&mut master, &mut replicas);
     assert_eq!(info_field(&mut master, "stats", "sync_full"), Some(count.to_string()));
     assert_eq!(info_field(&mut master, "stats", "sync_partial_ok"), Some(count.to_string()));
     assert_eq!(info_field(&mut replicas[0], "replication", "master_partial_syncs").as_deref(), Some("1"));
@@ -747,10 +750,7 @@ fn consumer_group_changes_reach_the_replicas() {
         .query(&mut master)
         .unwrap();
     run(&mut master, &["EVAL", "return redis.call('XACK', KEYS[1], 'workers', '52-1', '53-1')", "1", "jobs"]);
-    wait_for(&mut master, count);
-    for replica in &mut replicas {
-        assert_same(&mut master, replica);
-    }
+    assert_caught_up(&mut master, &mut replicas);
 }
 
 /// Every write command not driven by the other tests, on small and big
@@ -866,10 +866,7 @@ fn every_write_command_reaches_the_replicas() {
         stream.read_exact(&mut got).unwrap();
         assert_eq!(String::from_utf8_lossy(&got), reply, "{line:?}");
     }
-    wait_for(&mut master, count);
-    for replica in &mut replicas {
-        assert_same(&mut master, replica);
-    }
+    assert_caught_up(&mut master, &mut replicas);
 }
 
 /// Clients that change the same big collections at once (their commands
@@ -885,7 +882,6 @@ fn concurrent_changes_to_big_collections_reach_the_replicas_whole() {
     let mut master = connect(server.port);
     fill_db0(&mut master);
     let (_scaledkv_replica, _redis_replica, mut replicas) = replicas_of(dir.path(), server.port);
-    let count = replicas.len();
     let stop = Arc::new(AtomicBool::new(false));
     let writers: Vec<_> = (0..3u64)
         .map(|writer| {
@@ -960,10 +956,7 @@ fn concurrent_changes_to_big_collections_reach_the_replicas_whole() {
     }
     let early: u64 = info_field(&mut master, "persistence", "early_lock_releases").unwrap().parse().unwrap();
     assert!(early > 0, "no command read another's queued write");
-    wait_for(&mut master, count);
-    for replica in &mut replicas {
-        assert_same(&mut master, replica);
-    }
+    assert_caught_up(&mut master, &mut replicas);
 }
 
 /// A transaction on a ScaledKV master reaches a Redis replica whole: a
