@@ -203,14 +203,6 @@ pub fn bitop(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         values.push(ctx.read_string(key)?.map(|(data, _)| data).unwrap_or_default());
     }
     let len = values.iter().map(Vec::len).max().unwrap_or(0);
-    if len == 0 {
-        ctx.store_result(&args[2], true, crate::notify::STRING, "set", |ctx| {
-            ctx.writes.delete(&args[2]);
-            Ok(())
-        })?;
-        ctx.out.int(0);
-        return Ok(());
-    }
     let byte = |value: &Vec<u8>, i: usize| value.get(i).copied().unwrap_or(0);
     let result: Vec<u8> = (0..len)
         .map(|i| {
@@ -224,9 +216,14 @@ pub fn bitop(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
             }
         })
         .collect();
-    // A new value: the destination loses any TTL, as with SET.
-    ctx.writes.put_string(&args[2], &result, None)?;
-    ctx.notify(crate::notify::STRING, "set", &args[2]);
+    ctx.store_result(&args[2], result.is_empty(), crate::notify::STRING, "set", |ctx| match result.is_empty() {
+        true => {
+            ctx.writes.delete(&args[2]);
+            Ok(())
+        }
+        // A new value: the destination loses any TTL, as with SET.
+        false => ctx.writes.put_string(&args[2], &result, None),
+    })?;
     ctx.out.int(len as i64);
     Ok(())
 }
@@ -447,13 +444,14 @@ fn bitfield_generic(ctx: &mut Ctx<'_>, args: &[Bytes], read_only: bool) -> CmdRe
         set_field(&mut data, field.offset, field.bits, new as u64);
         changed = true;
     }
-    if changed {
+    if changed || grown {
         ctx.writes.put_string(&args[1], &data, expiry)?;
+    }
+    if changed {
         ctx.notify(crate::notify::STRING, "setbit", &args[1]);
     } else if grown {
         // Every write failed, the string grew: Redis keeps that and tells
         // no one (its replicas neither); ours hear of it.
-        ctx.writes.put_string(&args[1], &data, expiry)?;
         ctx.note_unpublished(&args[1]);
     }
     Ok(())
