@@ -334,10 +334,7 @@ pub fn note_of(
             Some(command) => (INLINE, vec![command]),
             None => match tables.iter().find(|t| t.key == key).and_then(|t| match t.tag {
                 crate::keyspace::TYPE_LIST_TABLE => list_commands(t, entry, lists, !fields[&t.id].is_empty()),
-                crate::keyspace::TYPE_STREAM_TABLE => {
-                    let befores: Vec<_> = tables.iter().filter(|b| b.key == key && b.id == t.id).collect();
-                    stream_commands(t, entry, &fields[&t.id], &befores)
-                }
+                crate::keyspace::TYPE_STREAM_TABLE => stream_commands(t, entry, &fields[&t.id], tables),
                 _ => delta_commands(t, entry, &fields[&t.id]),
             }) {
                 Some(delta) => (DELTA, vec![delta.changes, delta.tail]),
@@ -453,7 +450,7 @@ fn list_commands(
 /// found it) into what the batch left at its key (`stub`, as for
 /// `delta_commands`): its new entries (XADD with their IDs); its consumer
 /// groups' changes against their records as the batch first read them
-/// (`befores`: XGROUP CREATE, SETID, CREATECONSUMER, DELCONSUMER,
+/// (noted on `tables`: XGROUP CREATE, SETID, CREATECONSUMER, DELCONSUMER,
 /// DESTROY), each pending entry it set as Redis propagates one (XCLAIM
 /// ... TIME RETRYCOUNT FORCE JUSTID) and those it dropped (XACK); its
 /// deleted entries (XDEL: a trim's too) after the claims, which need
@@ -466,7 +463,7 @@ fn stream_commands(
     read: &crate::keyspace::TableRead,
     stub: Option<&scaledkv::BatchEntry<'_>>,
     fields: &Fields<'_>,
-    befores: &[&crate::keyspace::TableRead],
+    tables: &[crate::keyspace::TableRead],
 ) -> Option<Delta> {
     use crate::stream::{decode_pairs, split_nack_field, Group, Meta, Nack, StreamId, ENTRY, GROUP, NACK};
     let expiry = stub_expiry(read, stub)?;
@@ -495,7 +492,7 @@ fn stream_commands(
             }
             GROUP => {
                 let name = &field[1..];
-                let before = match group_before(befores, name)? {
+                let before = match group_before(tables, read, name)? {
                     crate::keyspace::GroupBefore::Held(record) => Some(Group::decode(record).ok()?),
                     _ => None,
                 };
@@ -578,16 +575,18 @@ fn stream_commands(
     Some(Delta { changes: commands, tail })
 }
 
-/// How the batch's first read found group `name` of a stream (its notes
-/// are on every read of the stub noted for the key: a transaction's
+/// How the batch's first read found group `name` of stream `read` (its
+/// notes are on every read of that stub in `tables`: a transaction's
 /// command notes its own); None if none knows.
 fn group_before<'r>(
-    befores: &[&'r crate::keyspace::TableRead],
+    tables: &'r [crate::keyspace::TableRead],
+    read: &crate::keyspace::TableRead,
     name: &[u8],
 ) -> Option<&'r crate::keyspace::GroupBefore> {
-    befores
+    tables
         .iter()
-        .flat_map(|read| &read.groups)
+        .filter(|noted| noted.key == read.key && noted.id == read.id)
+        .flat_map(|noted| &noted.groups)
         .find(|(noted, before)| noted == name && *before != crate::keyspace::GroupBefore::Unknown)
         .map(|(_, before)| before)
 }
@@ -1828,9 +1827,9 @@ mod tests {
     #[test]
     fn notes_carry_the_field_changes_of_big_collections_changed_in_place() {
         use crate::commands::table::member_key;
-        use crate::keyspace::{TableRead, TYPE_HASH_TABLE, TYPE_SET_TABLE, TYPE_ZSET_TABLE};
+        use crate::keyspace::{TYPE_HASH_TABLE, TYPE_SET_TABLE, TYPE_ZSET_TABLE};
         let event = |key: &[u8]| Event { class: crate::notify::HASH, name: "x", key: key.to_vec(), writer: 1 };
-        let read = |key: &[u8], tag, id, expiry| TableRead { key: key.to_vec(), tag, id, expiry, groups: Vec::new() };
+        let read = table_read;
         let stub = |tag: u8, id: u64| [&[tag][..], &id.to_le_bytes(), &5u64.to_le_bytes()].concat();
         let tables = [
             read(b"h", TYPE_HASH_TABLE, 7, None),
@@ -1913,18 +1912,17 @@ mod tests {
         assert!(words(&[&read_h, &change]).is_empty());
     }
 
+    /// A table's stub as a batch found it, no group noted.
+    fn table_read(key: &[u8], tag: u8, id: u64, expiry: Option<u64>) -> crate::keyspace::TableRead {
+        crate::keyspace::TableRead { key: key.to_vec(), tag, id, expiry, groups: Vec::new() }
+    }
+
     #[test]
     fn notes_carry_what_changes_of_big_lists_did() {
         use crate::commands::table::member_key;
-        use crate::keyspace::{TableRead, TYPE_LIST_TABLE};
+        use crate::keyspace::TYPE_LIST_TABLE;
         let event = |key: &[u8]| Event { class: crate::notify::LIST, name: "x", key: key.to_vec(), writer: 1 };
-        let read = |key: &[u8], id| TableRead {
-            key: key.to_vec(),
-            tag: TYPE_LIST_TABLE,
-            id,
-            expiry: None,
-            groups: Vec::new(),
-        };
+        let read = |key: &[u8], id| table_read(key, TYPE_LIST_TABLE, id, None);
         let push = |front, element: &[u8]| ListOp::Push { front, element: element.to_vec() };
         let tables = [read(b"l", 4), read(b"untold", 5), read(b"old-layout", 6), read(b"expiring", 7)];
         let lists = [
@@ -1994,13 +1992,7 @@ mod tests {
         use crate::keyspace::{TableRead, TYPE_STREAM_TABLE};
         use crate::stream::{encode_pairs, entry_field, group_field, Meta, StreamId};
         let event = |key: &[u8]| Event { class: crate::notify::STREAM, name: "xadd", key: key.to_vec(), writer: 1 };
-        let read = |key: &[u8], id| TableRead {
-            key: key.to_vec(),
-            tag: TYPE_STREAM_TABLE,
-            id,
-            expiry: None,
-            groups: Vec::new(),
-        };
+        let read = |key: &[u8], id| table_read(key, TYPE_STREAM_TABLE, id, None);
         let tables = [read(b"s", 3), read(b"grouped", 4)];
         let mut batch = scaledkv::WriteBatch::new();
         let entry = [&[crate::commands::table::TYPE_FIELD][..], &encode_pairs(&[&b"f"[..], b"v"])].concat();
@@ -2134,12 +2126,12 @@ mod tests {
     #[test]
     fn a_big_delta_goes_as_several_commands_and_one_command_goes_alone() {
         use crate::commands::table::member_key;
-        use crate::keyspace::{TableRead, TYPE_SET_TABLE};
+        use crate::keyspace::TYPE_SET_TABLE;
         let mut batch = scaledkv::WriteBatch::new();
         for i in 0..2500 {
             batch.put(&member_key(3, format!("m{i:05}").as_bytes()), b"\x01");
         }
-        let tables = [TableRead { key: b"s".to_vec(), tag: TYPE_SET_TABLE, id: 3, expiry: None, groups: Vec::new() }];
+        let tables = [table_read(b"s", TYPE_SET_TABLE, 3, None)];
         let event = Event { class: crate::notify::SET, name: "sadd", key: b"s".to_vec(), writer: 1 };
         let note = note_of(&[event], &batch, &tables, &[]).unwrap();
         let mut keys = Changed::new();
