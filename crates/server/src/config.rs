@@ -169,6 +169,37 @@ struct FileConfig {
     slowlog_log_slower_than: Option<i64>,
     slowlog_max_len: Option<usize>,
     latency_monitor_threshold: Option<u64>,
+    // File only: settings CONFIG SET changes and CONFIG REWRITE writes,
+    // applied at start as CONFIG SET applies them (`Config::settings`).
+    masteruser: Option<String>,
+    repl_backlog_size: Option<String>,
+    tracking_table_max_keys: Option<u64>,
+    latency_tracking: Option<String>,
+    rdbcompression: Option<String>,
+    dbfilename: Option<String>,
+    lfu_log_factor: Option<u32>,
+    lfu_decay_time: Option<u32>,
+}
+
+impl FileConfig {
+    /// The file-only settings it gives, by CONFIG SET's names, as text.
+    fn settings(&self) -> Vec<(&'static str, String)> {
+        let text = |value: &Option<String>| value.clone();
+        let number = |value: Option<u64>| value.map(|n| n.to_string());
+        [
+            ("masteruser", text(&self.masteruser)),
+            ("repl-backlog-size", text(&self.repl_backlog_size)),
+            ("tracking-table-max-keys", number(self.tracking_table_max_keys)),
+            ("latency-tracking", text(&self.latency_tracking)),
+            ("rdbcompression", text(&self.rdbcompression)),
+            ("dbfilename", text(&self.dbfilename)),
+            ("lfu-log-factor", number(self.lfu_log_factor.map(u64::from))),
+            ("lfu-decay-time", number(self.lfu_decay_time.map(u64::from))),
+        ]
+        .into_iter()
+        .filter_map(|(name, value)| Some((name, value?)))
+        .collect()
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -224,6 +255,10 @@ pub struct Config {
     pub slowlog_max_len: usize,
     /// The latency monitor's `latency-monitor-threshold` (ms) at start.
     pub latency_monitor_threshold: u64,
+    /// The config file's settings that have no flag, by CONFIG SET's
+    /// names: the server applies them as it starts, through CONFIG SET's
+    /// own checks.
+    pub settings: Vec<(&'static str, String)>,
 }
 
 /// memcached's default largest item (`-I 1m`).
@@ -264,6 +299,7 @@ impl Default for Config {
             slowlog_log_slower_than: 10_000,
             slowlog_max_len: 128,
             latency_monitor_threshold: 0,
+            settings: Vec::new(),
         }
     }
 }
@@ -274,6 +310,7 @@ impl Config {
             Some(path) => load_file(path)?,
             None => FileConfig::default(),
         };
+        let settings = file.settings();
         let defaults = Config::default();
         let durability = match (cli.durability, file.durability) {
             (Some(d), _) => d,
@@ -344,7 +381,9 @@ impl Config {
             max_request_bytes: file.client_query_buffer_limit.unwrap_or(defaults.max_request_bytes),
             metrics_port: cli.metrics_port.or(file.metrics_port),
             port_file: cli.port_file,
-            config_file: cli.config,
+            // Absolute, as INFO shows it and CONFIG REWRITE writes it.
+            config_file: cli.config.map(|path| std::fs::canonicalize(&path).unwrap_or(path)),
+            settings,
             threads: cli.threads.or(file.threads).filter(|&n| n > 0),
             point_index: file.point_index.unwrap_or(defaults.point_index),
             gc_space_amp: cli.gc_space_amp.or(file.gc_space_amp).unwrap_or(defaults.gc_space_amp),
@@ -421,6 +460,73 @@ impl Config {
     }
 }
 
+/// How a setting is written in the config file.
+#[derive(Clone, Copy, Debug)]
+pub enum Kind {
+    Integer,
+    Text,
+}
+
+/// A setting CONFIG REWRITE writes: its key in the file, and its value
+/// now and its default as CONFIG GET gives them (None: unset).
+#[derive(Debug)]
+pub struct Rewritten {
+    pub key: &'static str,
+    pub kind: Kind,
+    pub now: Option<String>,
+    pub default: Option<String>,
+}
+
+/// CONFIG REWRITE, as Redis rewrites its redis.conf: each setting whose
+/// value now differs from its default, or that the file already names,
+/// is written with its value now (one now unset leaves the file); every
+/// other line, comments and all, stays as it was. The new file replaces
+/// the old whole (written beside it, synced, renamed over it, the
+/// directory synced): a crash leaves one or the other. A file removed
+/// since the start is written anew.
+pub fn rewrite(path: &Path, settings: &[Rewritten]) -> std::io::Result<()> {
+    use std::io::{Error, ErrorKind, Write};
+    let text = match std::fs::read_to_string(path) {
+        Err(e) if e.kind() == ErrorKind::NotFound => String::new(),
+        read => read?,
+    };
+    let mut doc: toml_edit::DocumentMut = text.parse().map_err(|e| Error::new(ErrorKind::InvalidData, e))?;
+    for setting in settings {
+        let Some(now) = &setting.now else {
+            doc.remove(setting.key);
+            continue;
+        };
+        if setting.default.as_ref() == Some(now) && !doc.contains_key(setting.key) {
+            continue;
+        }
+        let mut value = match setting.kind {
+            Kind::Integer => toml_edit::Value::from(now.parse::<i64>().map_err(|e| {
+                Error::new(ErrorKind::InvalidData, format!("{} {now:?} is not an integer: {e}", setting.key))
+            })?),
+            Kind::Text => toml_edit::Value::from(now.as_str()),
+        };
+        // A comment after the old value stays after the new one.
+        if let Some(old) = doc.get(setting.key).and_then(toml_edit::Item::as_value) {
+            *value.decor_mut() = old.decor().clone();
+        }
+        doc[setting.key] = toml_edit::Item::Value(value);
+    }
+    let text = doc.to_string();
+    // Read back as the server's start reads it: a file it could not
+    // start from is not written.
+    toml::from_str::<FileConfig>(&text).map_err(|e| Error::new(ErrorKind::InvalidData, e.to_string()))?;
+    let mut temp = path.as_os_str().to_owned();
+    temp.push(".rewrite");
+    let temp = PathBuf::from(temp);
+    let mut file = std::fs::File::create(&temp)?;
+    file.write_all(text.as_bytes())?;
+    file.sync_all()?;
+    drop(file);
+    std::fs::rename(&temp, path)?;
+    let dir = path.parent().filter(|dir| !dir.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    std::fs::File::open(dir)?.sync_all()
+}
+
 fn load_file(path: &Path) -> Result<FileConfig, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
@@ -459,6 +565,57 @@ mod tests {
         std::fs::write(&path, "prot = 1\n").unwrap();
         let error = Config::from_cli(Cli { config: Some(path), ..Cli::default() }).unwrap_err();
         assert!(error.contains("unknown field"), "{error}");
+    }
+
+    fn setting(key: &'static str, kind: Kind, now: Option<&str>, default: Option<&str>) -> Rewritten {
+        Rewritten { key, kind, now: now.map(str::to_owned), default: default.map(str::to_owned) }
+    }
+
+    #[test]
+    fn rewrite_changes_what_differs_and_keeps_the_rest_of_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("scaledkv.toml");
+        let original = "# the cache\nport = 7000 # ours\nmaxclients = 10000\nreplicaof = \"10.0.0.1 6379\"\n";
+        std::fs::write(&path, original).unwrap();
+        let settings = [
+            // Named in the file: written though it is the default.
+            setting("maxclients", Kind::Integer, Some("10000"), Some("10000")),
+            // Changed: added.
+            setting("timeout", Kind::Integer, Some("30"), Some("0")),
+            setting("maxmemory-policy", Kind::Text, Some("allkeys-lru"), Some("noeviction")),
+            // At its default and not in the file: left out.
+            setting("slowlog-max-len", Kind::Integer, Some("128"), Some("128")),
+            // Unset now (REPLICAOF NO ONE): removed.
+            setting("replicaof", Kind::Text, None, None),
+        ];
+        rewrite(&path, &settings).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(
+            text,
+            "# the cache\nport = 7000 # ours\nmaxclients = 10000\ntimeout = 30\nmaxmemory-policy = \"allkeys-lru\"\n"
+        );
+        let config = Config::from_cli(Cli { config: Some(path.clone()), ..Cli::default() }).unwrap();
+        assert_eq!((config.port, config.timeout_secs, config.memory.policy()), (7000, 30, "allkeys-lru"));
+        assert!(config.replicaof.is_none());
+        // A value the start would refuse leaves the file as it was.
+        let bad = [setting("timeout", Kind::Integer, Some("soon"), Some("0"))];
+        assert!(rewrite(&path, &bad).is_err());
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), text);
+        // Removed since the start: written anew.
+        std::fs::remove_file(&path).unwrap();
+        rewrite(&path, &settings).unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "timeout = 30\nmaxmemory-policy = \"allkeys-lru\"\n");
+    }
+
+    #[test]
+    fn settings_without_a_flag_come_from_the_file_by_config_set_names() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("scaledkv.toml");
+        std::fs::write(&path, "lfu-log-factor = 7\ndbfilename = \"x.rdb\"\nrepl-backlog-size = \"4mb\"\n").unwrap();
+        let config = Config::from_cli(Cli { config: Some(path), ..Cli::default() }).unwrap();
+        let expected = [("repl-backlog-size", "4mb"), ("dbfilename", "x.rdb"), ("lfu-log-factor", "7")]
+            .map(|(n, v)| (n, v.into()));
+        assert_eq!(config.settings, expected);
     }
 
     #[test]

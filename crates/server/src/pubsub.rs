@@ -83,8 +83,11 @@ impl OutputLimit {
 /// client-side caching's redirected invalidations); replicas' is kept for
 /// CONFIG GET (ScaledKV has none). Normal clients' output is bounded by
 /// the reading of their input: their class stays `0 0 0`.
-pub static PUBSUB_LIMIT: OutputLimit = OutputLimit::new(32 << 20, 8 << 20, 60);
-pub static REPLICA_LIMIT: OutputLimit = OutputLimit::new(256 << 20, 64 << 20, 60);
+pub static PUBSUB_LIMIT: OutputLimit = OutputLimit::new(PUBSUB_DEFAULT.0, PUBSUB_DEFAULT.1, PUBSUB_DEFAULT.2);
+pub static REPLICA_LIMIT: OutputLimit = OutputLimit::new(REPLICA_DEFAULT.0, REPLICA_DEFAULT.1, REPLICA_DEFAULT.2);
+/// Hard and soft limits in bytes, soft seconds.
+pub const PUBSUB_DEFAULT: (usize, usize, u64) = (32 << 20, 8 << 20, 60);
+pub const REPLICA_DEFAULT: (usize, usize, u64) = (256 << 20, 64 << 20, 60);
 
 /// Parsed `client-output-buffer-limit` groups, to `apply` all at once
 /// (the normal class's, always `0 0 0`, has nothing to set).

@@ -18,6 +18,9 @@ use parking_lot::Mutex;
 use crate::commands::dump::export::{export, Exported};
 use crate::server::Shared;
 
+/// Redis's `dbfilename` unless CONFIG SET changes it.
+pub const DEFAULT_DBFILENAME: &str = "dump.rdb";
+
 pub struct Saves {
     /// The file's name in the data directory.
     pub dbfilename: Mutex<String>,
@@ -44,7 +47,7 @@ struct State {
 impl Default for Saves {
     fn default() -> Self {
         Saves {
-            dbfilename: Mutex::new("dump.rdb".into()),
+            dbfilename: Mutex::new(DEFAULT_DBFILENAME.into()),
             state: Mutex::new(State { running: None, scheduled: false, last_ok: true, last_seconds: None, saves: 0 }),
             requested: tokio::sync::Notify::new(),
             next_temp: AtomicU64::new(0),

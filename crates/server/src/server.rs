@@ -49,6 +49,9 @@ pub struct Shared {
     pub connected: AtomicUsize,
     pub cursors: Mutex<Cursors>,
     pub started: Instant,
+    /// This process's random identity (INFO's `run_id`): Sentinel tells a
+    /// restart from a pause by it.
+    pub run_id: String,
     pub port: AtomicU64,
     /// Settings CONFIG SET may change.
     password: RwLock<Option<String>>,
@@ -300,6 +303,7 @@ pub async fn run(config: Config, db: Db) -> Result<(), String> {
         connected: AtomicUsize::new(0),
         cursors: Mutex::new(Cursors::default()),
         started: Instant::now(),
+        run_id: crate::rdb_sync::random_hex(),
         port: AtomicU64::new(port as u64),
         password: RwLock::new(config.requirepass.clone()),
         maxclients: AtomicUsize::new(config.maxclients),
@@ -332,6 +336,10 @@ pub async fn run(config: Config, db: Db) -> Result<(), String> {
     }
     tokio::spawn(crate::memory::sample_peak(shared.clone()));
     *shared.replication.masterauth.lock() = shared.config.masterauth.clone();
+    for (name, value) in &shared.config.settings {
+        crate::commands::config_set(&shared, name, value.as_bytes())
+            .map_err(|e| format!("{name} {value:?} in the config file: {}", e.text()))?;
+    }
     shared.replication.load_position(&shared.db).map_err(|e| format!("cannot read the replication position: {e}"))?;
     match shared.config.replicaof.clone() {
         Some(master) => drop(shared.replication.follow(master)),

@@ -508,6 +508,95 @@ fn config_get_reports_the_gc_space_budget_and_set_refuses_it() {
     );
 }
 
+/// CONFIG REWRITE writes what CONFIG SET and REPLICAOF changed into the
+/// config file the server started with, and the next start takes it up;
+/// without a config file it is Redis's error.
+#[test]
+fn config_rewrite_keeps_what_config_set_changed_across_a_restart() {
+    let (_dir, server) = start(&[]);
+    let mut con = client(&server);
+    let error = redis::cmd("CONFIG").arg("REWRITE").query::<()>(&mut con).unwrap_err();
+    assert!(error.to_string().contains("The server is running without a config file"), "{error}");
+    drop((con, server));
+
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("scaledkv.toml");
+    std::fs::write(&file, "# kept as written\nslowlog-max-len = 64 # a note\n").unwrap();
+    let config = file.to_str().unwrap();
+    let changed = [
+        ("maxclients", "77"),
+        ("timeout", "30"),
+        ("proto-max-bulk-len", "1000000"),
+        ("notify-keyspace-events", "xK"),
+        ("client-output-buffer-limit", "normal 0 0 0 slave 1000 500 5 pubsub 2000 1000 10"),
+        ("maxmemory-policy", "allkeys-lru"),
+        ("busy-reply-threshold", "900"),
+        ("script-memory-limit", "100000000"),
+        ("slowlog-log-slower-than", "-1"),
+        ("slowlog-max-len", "16"),
+        ("latency-monitor-threshold", "5"),
+        ("masterauth", "secret"),
+        ("masteruser", "bob"),
+        ("repl-backlog-size", "2000000"),
+        ("tracking-table-max-keys", "500"),
+        ("latency-tracking", "no"),
+        ("rdbcompression", "no"),
+        ("dbfilename", "other.rdb"),
+        ("lfu-log-factor", "7"),
+        ("lfu-decay-time", "3"),
+    ];
+    let get = |con: &mut redis::Connection, name: &str| -> String {
+        let pair: Vec<String> = redis::cmd("CONFIG").arg("GET").arg(name).query(con).unwrap();
+        pair[1].clone()
+    };
+    let mut server = Server::start(&dir.path().join("data"), &["--config", config]);
+    let mut con = client(&server);
+    for (name, value) in changed {
+        let _: () = redis::cmd("CONFIG").arg("SET").arg(name).arg(value).query(&mut con).unwrap();
+    }
+    // A master that does not answer: the setting is what is kept.
+    let _: () = redis::cmd("REPLICAOF").arg("127.0.0.1").arg("1").query(&mut con).unwrap();
+    let _: () = redis::cmd("CONFIG").arg("REWRITE").query(&mut con).unwrap();
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert!(text.starts_with("# kept as written\nslowlog-max-len = 16 # a note\n"), "{text}");
+    assert!(text.contains("replicaof = \"127.0.0.1 1\"\n"), "{text}");
+    assert!(!text.contains("rdbcompression = \"yes\"") && !text.contains("maxmemory ="), "{text}");
+    drop(con);
+    assert!(server.terminate());
+
+    let server = Server::start(&dir.path().join("data"), &["--config", config]);
+    let mut con = client(&server);
+    for (name, value) in changed {
+        assert_eq!(get(&mut con, name), value, "{name} after the restart");
+    }
+    let role: Vec<redis::Value> = redis::cmd("ROLE").query(&mut con).unwrap();
+    assert_eq!(
+        role[..3],
+        [Value::BulkString(b"slave".to_vec()), Value::BulkString(b"127.0.0.1".to_vec()), Value::Int(1)]
+    );
+    // REPLICAOF NO ONE takes the line out again.
+    let _: () = redis::cmd("REPLICAOF").arg("NO").arg("ONE").query(&mut con).unwrap();
+    let _: () = redis::cmd("CONFIG").arg("REWRITE").query(&mut con).unwrap();
+    assert!(!std::fs::read_to_string(&file).unwrap().contains("replicaof"));
+}
+
+/// A setting in the config file that CONFIG SET would refuse stops the
+/// start with CONFIG SET's reason.
+#[test]
+fn a_bad_setting_in_the_config_file_stops_the_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("scaledkv.toml");
+    std::fs::write(&file, "dbfilename = \"a/b.rdb\"\n").unwrap();
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_scaledkv-server"))
+        .args(["--port", "0", "--config", file.to_str().unwrap(), "--dir"])
+        .arg(dir.path().join("data"))
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("dbfilename") && stderr.contains("can't be a path"), "{stderr}");
+}
+
 #[test]
 fn transactions_are_atomic_and_watch_aborts_on_change() {
     // Three I/O threads: the watching client and the writer are served by

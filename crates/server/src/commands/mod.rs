@@ -42,7 +42,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 pub use keys::Cursors;
-pub use server::{clear_all, cpu_seconds, REDIS_VERSION};
+pub use server::{clear_all, config_set, cpu_seconds, REDIS_VERSION};
 pub use streams::read_keys as stream_read_keys;
 pub use tx::exec;
 

@@ -12,7 +12,9 @@ use super::args::{eq, int, int32};
 use super::{
     err, lookup, only_database_zero, subcommand_arity, unknown_subcommand, CmdError, CmdResult, Command, Ctx, TABLE,
 };
+use crate::config::Rewritten;
 use crate::resp::Protocol;
+use crate::server::Shared;
 
 /// What INFO and HELLO report as the Redis version whose behaviour this
 /// server follows (clients use it for feature detection).
@@ -699,12 +701,13 @@ pub fn info_text(ctx: &Ctx<'_>, sections: &[String]) -> String {
         let _ = write!(
             text,
             "# Server\r\nredis_version:{REDIS_VERSION}\r\nscaledkv_version:{}\r\nredis_mode:standalone\r\n\
-             os:{} {}\r\narch_bits:64\r\nmultiplexing_api:epoll\r\nprocess_id:{}\r\ntcp_port:{}\r\nmemcached_port:{}\r\n\
+             os:{} {}\r\narch_bits:64\r\nmultiplexing_api:epoll\r\nprocess_id:{}\r\nrun_id:{}\r\ntcp_port:{}\r\nmemcached_port:{}\r\n\
              uptime_in_seconds:{uptime}\r\nuptime_in_days:{}\r\nexecutable:{}\r\nconfig_file:{}\r\n\r\n",
             env!("CARGO_PKG_VERSION"),
             std::env::consts::OS,
             std::env::consts::ARCH,
             std::process::id(),
+            shared.run_id,
             shared.port.load(Ordering::Relaxed),
             shared.memcached.port.load(Ordering::Relaxed),
             uptime / 86400,
@@ -1024,8 +1027,7 @@ pub fn cpu_seconds() -> (f64, f64) {
 }
 
 /// CONFIG GET/SET parameters: name, current value.
-fn parameters(ctx: &Ctx<'_>) -> Vec<(&'static str, String)> {
-    let shared = ctx.shared;
+fn parameters(shared: &Shared) -> Vec<(&'static str, String)> {
     let config = &shared.config;
     let dir = std::fs::canonicalize(&config.dir).unwrap_or_else(|_| config.dir.clone());
     let durable = config.durability != Durability::Buffered;
@@ -1081,11 +1083,61 @@ fn output_limits() -> String {
     [class("normal", (0, 0, 0)), class("slave", replica), class("pubsub", pubsub)].join(" ")
 }
 
+/// What CONFIG REWRITE writes: every setting the config file holds that
+/// CONFIG SET or REPLICAOF changes while the server runs, with its value
+/// now (CONFIG GET's text) and its default.
+fn rewritten(shared: &Shared) -> Vec<Rewritten> {
+    use crate::config::Kind::{Integer, Text};
+    let now = parameters(shared);
+    let defaults = crate::config::Config::default();
+    let lfu = scaledkv::Lfu::default();
+    let limits = |class: &str, (hard, soft, secs): (usize, usize, u64)| format!("{class} {hard} {soft} {secs}");
+    let default_limits = [
+        limits("normal", (0, 0, 0)),
+        limits("slave", crate::pubsub::REPLICA_DEFAULT),
+        limits("pubsub", crate::pubsub::PUBSUB_DEFAULT),
+    ]
+    .join(" ");
+    let replicaof = shared.replication.master().map(|master| format!("{} {}", master.host, master.port));
+    let mut settings = vec![Rewritten { key: "replicaof", kind: Text, now: replicaof, default: None }];
+    for (key, kind, default) in [
+        // Empty is unset for these three.
+        ("requirepass", Text, String::new()),
+        ("masterauth", Text, String::new()),
+        ("masteruser", Text, String::new()),
+        ("maxclients", Integer, defaults.maxclients.to_string()),
+        ("timeout", Integer, defaults.timeout_secs.to_string()),
+        ("proto-max-bulk-len", Integer, defaults.max_bulk_bytes.to_string()),
+        ("notify-keyspace-events", Text, String::new()),
+        ("client-output-buffer-limit", Text, default_limits),
+        ("maxmemory", Text, "0".into()),
+        ("maxmemory-policy", Text, "noeviction".into()),
+        ("busy-reply-threshold", Integer, defaults.busy_reply_threshold_ms.to_string()),
+        ("script-memory-limit", Text, defaults.script_memory_limit.to_string()),
+        ("slowlog-log-slower-than", Integer, defaults.slowlog_log_slower_than.to_string()),
+        ("slowlog-max-len", Integer, defaults.slowlog_max_len.to_string()),
+        ("latency-monitor-threshold", Integer, defaults.latency_monitor_threshold.to_string()),
+        ("repl-backlog-size", Text, crate::master::DEFAULT_BACKLOG_BYTES.to_string()),
+        ("tracking-table-max-keys", Integer, crate::tracking::DEFAULT_MAX_KEYS.to_string()),
+        ("latency-tracking", Text, "yes".into()),
+        ("rdbcompression", Text, "yes".into()),
+        ("dbfilename", Text, crate::rdb_save::DEFAULT_DBFILENAME.into()),
+        ("lfu-log-factor", Integer, lfu.log_factor.to_string()),
+        ("lfu-decay-time", Integer, lfu.decay_minutes.to_string()),
+    ] {
+        let value = now.iter().find(|(name, _)| *name == key).map(|(_, value)| value.clone());
+        let value = value.unwrap_or_else(|| panic!("`{key}` is not a CONFIG GET parameter"));
+        let unset = |text: String| Some(text).filter(|text| !text.is_empty());
+        settings.push(Rewritten { key, kind, now: unset(value), default: unset(default) });
+    }
+    settings
+}
+
 pub fn config(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let sub = String::from_utf8_lossy(&args[1]).to_ascii_lowercase();
     match sub.as_str() {
         "get" if args.len() >= 3 => {
-            let params = parameters(ctx);
+            let params = parameters(ctx.shared);
             let matched: Vec<_> = params
                 .iter()
                 .filter(|(name, _)| {
@@ -1100,7 +1152,7 @@ pub fn config(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         }
         "set" if args.len() >= 4 && args.len().is_multiple_of(2) => {
             for pair in args[2..].chunks(2) {
-                config_set(ctx, &String::from_utf8_lossy(&pair[0]).to_ascii_lowercase(), &pair[1])?;
+                config_set(ctx.shared, &String::from_utf8_lossy(&pair[0]).to_ascii_lowercase(), &pair[1])?;
             }
             ctx.out.ok();
         }
@@ -1112,14 +1164,24 @@ pub fn config(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
             crate::commandstats::reset();
             ctx.out.ok();
         }
-        "rewrite" if args.len() == 2 => return Err(err("ERR The server is running without a config file")),
+        "rewrite" if args.len() == 2 => {
+            let Some(path) = &ctx.shared.config.config_file else {
+                return Err(err("ERR The server is running without a config file"));
+            };
+            crate::config::rewrite(path, &rewritten(ctx.shared))
+                .map_err(|e| err(format!("ERR Rewriting config file: {e}")))?;
+            tracing::info!(path = %path.display(), "CONFIG REWRITE executed with success");
+            ctx.out.ok();
+        }
         "get" | "set" | "resetstat" | "rewrite" => return Err(subcommand_arity("config", &sub)),
         _ => return Err(unknown_subcommand("config", &args[1])),
     }
     Ok(())
 }
 
-fn config_set(ctx: &mut Ctx<'_>, name: &str, value: &[u8]) -> CmdResult {
+/// Sets `name` to `value`, with Redis's checks and errors: CONFIG SET,
+/// and the config file's settings that have no flag as the server starts.
+pub fn config_set(shared: &Shared, name: &str, value: &[u8]) -> CmdResult {
     let text = String::from_utf8_lossy(value).to_string();
     let not_integer = || {
         err(format!("ERR CONFIG SET failed (possibly related to argument '{name}') - argument couldn't be parsed into an integer"))
@@ -1143,7 +1205,6 @@ fn config_set(ctx: &mut Ctx<'_>, name: &str, value: &[u8]) -> CmdResult {
             "ERR CONFIG SET failed (possibly related to argument '{name}') - argument must be 'yes' or 'no'"
         ))),
     };
-    let shared = ctx.shared;
     match name {
         "requirepass" => shared.set_password(Some(text.clone()).filter(|p| !p.is_empty())),
         "masterauth" => *shared.replication.masterauth.lock() = Some(text.clone()).filter(|p| !p.is_empty()),
