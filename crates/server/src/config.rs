@@ -509,7 +509,17 @@ pub fn rewrite(path: &Path, settings: &[Rewritten]) -> std::io::Result<()> {
         if let Some(old) = doc.get(setting.key).and_then(toml_edit::Item::as_value) {
             *value.decor_mut() = old.decor().clone();
         }
+        let new = !doc.contains_key(setting.key);
         doc[setting.key] = toml_edit::Item::Value(value);
+        // Appended after the file's last lines, comments too, as Redis
+        // appends (toml_edit keeps comments after the last key apart).
+        let trailing = doc.trailing().as_str().unwrap_or_default().to_owned();
+        if new && !trailing.is_empty() {
+            doc.set_trailing("");
+            if let Some(mut key) = doc.key_mut(setting.key) {
+                key.leaf_decor_mut().set_prefix(trailing);
+            }
+        }
     }
     let text = doc.to_string();
     // Read back as the server's start reads it: a file it could not
@@ -601,6 +611,10 @@ mod tests {
         let bad = [setting("timeout", Kind::Integer, Some("soon"), Some("0"))];
         assert!(rewrite(&path, &bad).is_err());
         assert_eq!(std::fs::read_to_string(&path).unwrap(), text);
+        // A file whose last lines are comments: new settings go after them.
+        std::fs::write(&path, "port = 7000\n# the end\n").unwrap();
+        rewrite(&path, &settings[1..2]).unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "port = 7000\n# the end\ntimeout = 30\n");
         // Removed since the start: written anew.
         std::fs::remove_file(&path).unwrap();
         rewrite(&path, &settings).unwrap();

@@ -18,12 +18,18 @@ pub struct Server {
 impl Server {
     /// Starts the server on `dir` with a free port and waits until it listens.
     pub fn start(dir: &Path, extra: &[&str]) -> Server {
+        Self::start_at(dir, 0, extra)
+    }
+
+    /// As `start`, on `port` (0: a free one): a server restarted where
+    /// others know it to be.
+    pub fn start_at(dir: &Path, port: u16, extra: &[&str]) -> Server {
         let port_file = dir.with_extension("port");
         let _ = std::fs::remove_file(&port_file);
         let child = Command::new(env!("CARGO_BIN_EXE_scaledkv-server"))
             .arg("--dir")
             .arg(dir)
-            .args(["--port", "0", "--port-file"])
+            .args(["--port", &port.to_string(), "--port-file"])
             .arg(&port_file)
             .args(extra)
             .env("RUST_LOG", "warn")
