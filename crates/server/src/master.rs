@@ -117,6 +117,11 @@ struct Changes {
 
 struct Stream {
     replid: String,
+    /// The history this one went on from, and the first offset that is
+    /// not its (PSYNC2's `replid2` and `second_repl_offset`): a promoted
+    /// replica's old master's, so that the master's other replicas go on
+    /// with a partial resync.
+    replid2: Option<(String, u64)>,
     backlog: Backlog,
     replicas: Vec<Arc<Replica>>,
     /// The snapshots recent drains read and where their bytes ended,
@@ -215,6 +220,7 @@ impl Default for Master {
             changed: Condvar::new(),
             stream: Mutex::new(Stream {
                 replid: random_hex(),
+                replid2: None,
                 backlog: Backlog::default(),
                 replicas: Vec::new(),
                 drained: std::collections::VecDeque::new(),
@@ -993,6 +999,42 @@ impl Master {
         Ok(())
     }
 
+    /// A replica promoted (REPLICAOF NO ONE) with its data set at `offset`
+    /// of its master's history `replid`: its own history goes on from that
+    /// offset under a new ID, the master's kept as its second (PSYNC2), so
+    /// that the master's other replicas, at the same offset, go on with a
+    /// partial resync when they follow it (Redis's `shiftReplicationId`).
+    /// Streaming starts here, before the first write of its own (writes
+    /// wait for the promotion): the backlog holds every one. A server
+    /// already streaming (it had replicas of its own, fed from its link)
+    /// keeps its own history.
+    pub fn promote(self: &Arc<Self>, shared: &Arc<Shared>, replid: String, offset: u64) -> Result<(), String> {
+        if self.streaming() {
+            return Ok(());
+        }
+        {
+            let mut stream = self.stream.lock();
+            stream.replid2 = Some((replid, offset + 1));
+            stream.replid = random_hex();
+            stream.backlog = Backlog { pieces: Default::default(), start: offset, len: 0 };
+            stream.drained.clear();
+            stream.drained.push_back((shared.db.stats().last_seq, offset));
+            stream.alone_since = Some(Instant::now());
+            // The replicas' links begin with database 0 chosen, as after a
+            // full sync.
+            stream.select = true;
+        }
+        self.end.send_replace(offset);
+        if let Err(error) = self.begin(shared) {
+            // Writes from here would not be in the backlog.
+            let mut stream = self.stream.lock();
+            (stream.replid, stream.replid2) = (random_hex(), None);
+            return Err(error);
+        }
+        tracing::info!(offset, "promoted: the old master's other replicas can go on from here (partial resync)");
+        Ok(())
+    }
+
     /// The drainer thread: a drain whenever something changed (at most
     /// one per `DRAIN_EVERY`), pings every `PING_EVERY` while replicas
     /// are connected; stops streaming once the backlog outlived its time.
@@ -1029,6 +1071,7 @@ impl Master {
                 *self.changes.lock() = Changes::default();
                 let mut stream = self.stream.lock();
                 stream.replid = random_hex();
+                stream.replid2 = None;
                 stream.backlog.clear();
                 tracing::info!("no replica for an hour: the backlog is freed");
             }
@@ -1043,6 +1086,7 @@ impl Master {
         tracing::warn!("evicted keys were not all announced: replicas sync again in full");
         let mut stream = self.stream.lock();
         stream.replid = random_hex();
+        stream.replid2 = None;
         stream.backlog.clear();
         for replica in &stream.replicas {
             replica.client.kill();
@@ -1306,11 +1350,13 @@ impl Master {
         let _ = write!(
             text,
             "master_failover_state:no-failover\r\nmaster_replid:{}\r\n\
-             master_replid2:0000000000000000000000000000000000000000\r\nmaster_repl_offset:{}\r\n\
-             second_repl_offset:-1\r\nrepl_backlog_active:{}\r\nrepl_backlog_size:{}\r\n\
+             master_replid2:{}\r\nmaster_repl_offset:{}\r\n\
+             second_repl_offset:{}\r\nrepl_backlog_active:{}\r\nrepl_backlog_size:{}\r\n\
              repl_backlog_first_byte_offset:{}\r\nrepl_backlog_histlen:{}\r\n",
             stream.replid,
+            stream.replid2.as_ref().map_or("0000000000000000000000000000000000000000", |(id, _)| id.as_str()),
             stream.end(),
+            stream.replid2.as_ref().map_or(-1, |(_, second)| *second as i64),
             u8::from(active),
             self.backlog_bytes.load(Ordering::Relaxed),
             if active { stream.backlog.start + 1 } else { 0 },
@@ -1577,7 +1623,9 @@ async fn serve_registered(
     let resumed = psync.from.as_ref().and_then(|(replid, next)| {
         let kept = master.stream.lock();
         let from = u64::try_from(*next).ok()?.checked_sub(1)?;
-        (*replid == kept.replid && kept.backlog.read(from).is_some()).then_some(from)
+        // The history before a promotion, up to where this one began.
+        let earlier = kept.replid2.as_ref().is_some_and(|(id, second)| id == replid && from < *second);
+        ((*replid == kept.replid || earlier) && kept.backlog.read(from).is_some()).then_some(from)
     });
     let counted = match (resumed, &psync.from) {
         (Some(_), _) => 1,

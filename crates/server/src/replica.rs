@@ -178,11 +178,12 @@ impl Replication {
     /// REPLICAOF NO ONE: the link ends, and the data set, which takes
     /// writes of its own from now, no longer follows the master's history:
     /// its stored position goes, at once if there is no link, else by the
-    /// link's task once the link has ended (`promoting` until then).
+    /// link's task once the link has ended (`promoting` until then), which
+    /// then starts its own history from that position (`Master::promote`).
     pub fn stop(&self, shared: &Shared) -> scaledkv::Result<()> {
         let mut status = self.status.lock();
-        (status.replid, status.offset) = (None, 0);
         if !self.following() {
+            (status.replid, status.offset) = (None, 0);
             drop(status);
             return forget_position(shared);
         }
@@ -281,14 +282,21 @@ pub async fn follow_masters(shared: Arc<Shared>) {
     loop {
         let (master, generation) = changes.borrow_and_update().clone();
         if master.is_none() && shared.replication.promoting.load(Ordering::Acquire) {
-            // No link runs: nothing it stored, or set here, comes after this.
-            {
+            // No link runs: nothing it stored, or set here, comes after
+            // this; the data set is where the status says.
+            let history = {
                 let mut status = shared.replication.status.lock();
-                (status.replid, status.offset) = (None, 0);
-            }
+                let offset = std::mem::take(&mut status.offset);
+                status.replid.take().zip(u64::try_from(offset).ok())
+            };
             if let Err(error) = forget_position(&shared) {
                 tracing::error!(%error, "cannot forget the replication position; writes stay refused");
             } else {
+                if let Some((replid, offset)) = history {
+                    if let Err(error) = shared.master.promote(&shared, replid, offset) {
+                        tracing::error!(%error, "the promoted replica's history does not go on: its replicas sync in full");
+                    }
+                }
                 shared.replication.promoting.store(false, Ordering::Release);
             }
         }

@@ -1222,6 +1222,66 @@ fn replicas_resume_partially_after_their_master_restarts() {
     }
 }
 
+/// A ScaledKV replica promoted when its master dies (what Sentinel does)
+/// goes on from its master's history (PSYNC2): the master's other
+/// replicas, a ScaledKV one and, where installed, a Redis one, follow it
+/// with a partial resync and get its writes from the first one on, even
+/// those made before they came. A replica that had less of the history
+/// syncs in full.
+#[test]
+fn replicas_go_on_partially_from_a_promoted_replica() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = Server::start(&dir.path().join("master"), &[]);
+    let mut master = connect(server.port);
+    fill_db0(&mut master);
+    let heir = Server::start(&dir.path().join("heir"), &[]);
+    let mut promoted = connect(heir.port);
+    assert_eq!(run(&mut promoted, &["REPLICAOF", "127.0.0.1", &server.port.to_string()]), Value::Okay);
+    wait_link_up(&mut promoted);
+    let (_scaledkv_replica, _redis_replica, mut replicas) = replicas_of(dir.path(), server.port);
+    // One more replica, stopped before the last writes: it holds less of
+    // the history than the heir.
+    let behind_dir = dir.path().join("behind");
+    let mut behind = Server::start(&behind_dir, &["--replicaof", &format!("127.0.0.1 {}", server.port)]);
+    wait_link_up(&mut connect(behind.port));
+    wait_for(&mut master, replicas.len() + 2);
+    behind.kill();
+    change_db0(&mut master, 1);
+    wait_for(&mut master, replicas.len() + 1);
+    let replid = info_field(&mut master, "replication", "master_replid").unwrap();
+    let offset: u64 = info_field(&mut master, "replication", "master_repl_offset").unwrap().parse().unwrap();
+    server.kill();
+
+    // Its first write comes before any replica follows it.
+    assert_eq!(promote_and_write(&mut promoted, &["SET", "first-of-its-own", "1"]), Value::Okay);
+    assert_eq!(info_field(&mut promoted, "replication", "master_replid2"), Some(replid));
+    assert_eq!(info_field(&mut promoted, "replication", "second_repl_offset"), Some((offset + 1).to_string()));
+    let new_replid = info_field(&mut promoted, "replication", "master_replid").unwrap();
+    let port = heir.port.to_string();
+    for replica in &mut replicas {
+        assert_eq!(run(replica, &["REPLICAOF", "127.0.0.1", &port]), Value::Okay);
+    }
+    for replica in &mut replicas {
+        wait_link_up(replica);
+    }
+    change_db0(&mut promoted, 2);
+    assert_caught_up(&mut promoted, &mut replicas);
+    assert_eq!(info_field(&mut promoted, "stats", "sync_partial_ok"), Some(replicas.len().to_string()));
+    assert_eq!(info_field(&mut promoted, "stats", "sync_full"), Some("0".into()));
+    for replica in &mut replicas {
+        assert_eq!(info_field(replica, "replication", "master_replid"), Some(new_replid.clone()));
+    }
+
+    // The one behind asks for what the heir's backlog does not hold: it
+    // is sent the data set in full.
+    let behind = Server::start(&behind_dir, &["--replicaof", &format!("127.0.0.1 {port}")]);
+    let mut behind_con = connect(behind.port);
+    wait_link_up(&mut behind_con);
+    replicas.push(behind_con);
+    assert_caught_up(&mut promoted, &mut replicas);
+    assert_eq!(info_field(&mut promoted, "stats", "sync_full"), Some("1".into()));
+}
+
 /// A write the master's WAIT says the replica has is on the replica's
 /// medium: the replica is SIGKILLed right after, restarted, and every
 /// such key is there byte for byte.
