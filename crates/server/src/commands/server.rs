@@ -1078,8 +1078,11 @@ fn parameters(shared: &Shared) -> Vec<(&'static str, String)> {
 /// `client-output-buffer-limit` as Redis gives it: each class's hard and
 /// soft limits in bytes and the soft limit's seconds.
 fn output_limits() -> String {
+    format_output_limits(crate::pubsub::REPLICA_LIMIT.get(), crate::pubsub::PUBSUB_LIMIT.get())
+}
+
+fn format_output_limits(replica: (usize, usize, u64), pubsub: (usize, usize, u64)) -> String {
     let class = |name: &str, (hard, soft, secs): (usize, usize, u64)| format!("{name} {hard} {soft} {secs}");
-    let (pubsub, replica) = (crate::pubsub::PUBSUB_LIMIT.get(), crate::pubsub::REPLICA_LIMIT.get());
     [class("normal", (0, 0, 0)), class("slave", replica), class("pubsub", pubsub)].join(" ")
 }
 
@@ -1091,13 +1094,7 @@ fn rewritten(shared: &Shared) -> Vec<Rewritten> {
     let now = parameters(shared);
     let defaults = crate::config::Config::default();
     let lfu = scaledkv::Lfu::default();
-    let limits = |class: &str, (hard, soft, secs): (usize, usize, u64)| format!("{class} {hard} {soft} {secs}");
-    let default_limits = [
-        limits("normal", (0, 0, 0)),
-        limits("slave", crate::pubsub::REPLICA_DEFAULT),
-        limits("pubsub", crate::pubsub::PUBSUB_DEFAULT),
-    ]
-    .join(" ");
+    let default_limits = format_output_limits(crate::pubsub::REPLICA_DEFAULT, crate::pubsub::PUBSUB_DEFAULT);
     let replicaof = shared.replication.master().map(|master| format!("{} {}", master.host, master.port));
     let mut settings = vec![Rewritten { key: "replicaof", kind: Text, now: replicaof, default: None }];
     for (key, kind, default) in [
