@@ -179,6 +179,7 @@ struct FileConfig {
     dbfilename: Option<String>,
     lfu_log_factor: Option<u32>,
     lfu_decay_time: Option<u32>,
+    replica_priority: Option<u32>,
 }
 
 impl FileConfig {
@@ -195,6 +196,7 @@ impl FileConfig {
             ("dbfilename", text(&self.dbfilename)),
             ("lfu-log-factor", number(self.lfu_log_factor.map(u64::from))),
             ("lfu-decay-time", number(self.lfu_decay_time.map(u64::from))),
+            ("replica-priority", number(self.replica_priority.map(u64::from))),
         ]
         .into_iter()
         .filter_map(|(name, value)| Some((name, value?)))

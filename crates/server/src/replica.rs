@@ -39,7 +39,7 @@
 //! than 0 (their keys and commands are skipped, counted in INFO and
 //! logged).
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -98,6 +98,9 @@ pub struct Replication {
     promoting: AtomicBool,
     pub masterauth: Mutex<Option<String>>,
     pub masteruser: Mutex<Option<String>>,
+    /// `replica-priority` (INFO's `slave_priority`): Sentinel promotes
+    /// the replica with the lowest, never one with 0.
+    pub priority: AtomicU64,
 }
 
 #[derive(Default)]
@@ -129,9 +132,13 @@ impl Default for Replication {
             promoting: AtomicBool::new(false),
             masterauth: Mutex::new(None),
             masteruser: Mutex::new(None),
+            priority: AtomicU64::new(DEFAULT_PRIORITY),
         }
     }
 }
+
+/// Redis's `replica-priority`.
+pub const DEFAULT_PRIORITY: u64 = 100;
 
 /// What REPLICAOF host port did.
 pub enum Followed {
@@ -254,7 +261,7 @@ impl Replication {
         let offset = status.offset.max(0);
         let _ = write!(
             text,
-            "slave_read_repl_offset:{offset}\r\nslave_repl_offset:{offset}\r\nslave_priority:100\r\n\
+            "slave_read_repl_offset:{offset}\r\nslave_repl_offset:{offset}\r\nslave_priority:{}\r\n\
              slave_read_only:1\r\nreplica_announced:1\r\nconnected_slaves:0\r\n\
              master_failover_state:no-failover\r\nmaster_replid:{}\r\n\
              master_replid2:0000000000000000000000000000000000000000\r\nmaster_repl_offset:{offset}\r\n\
@@ -262,6 +269,7 @@ impl Replication {
              repl_backlog_first_byte_offset:0\r\nrepl_backlog_histlen:0\r\n\
              master_full_syncs:{}\r\nmaster_partial_syncs:{}\r\nmaster_skipped_other_databases:{}\r\n\
              master_failed_commands:{}\r\n",
+            self.priority.load(Ordering::Relaxed),
             status.replid.as_deref().unwrap_or("0000000000000000000000000000000000000000"),
             status.full_syncs,
             status.partial_syncs,

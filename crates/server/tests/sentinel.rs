@@ -1,7 +1,8 @@
 //! ScaledKV under Redis Sentinel: three sentinels (Debian's `redis-server
 //! --sentinel`) watch a ScaledKV master and two ScaledKV replicas, each
-//! started from a config file. The master is SIGKILLed while a client
-//! writes; the sentinels promote a replica, point the other at it, and
+//! started from a config file, one with `replica-priority 0`. The master
+//! is SIGKILLed while a client writes; the sentinels promote the other
+//! replica, point the one with priority 0 at it, and
 //! when the old master comes back, make it a replica of the new one. Every
 //! write the replicas acknowledged (WAIT) before the kill is on the new
 //! master, no key holds anything but what was written to it, and the
@@ -142,11 +143,12 @@ fn keyspace(port: u16) -> BTreeMap<String, String> {
         .collect()
 }
 
-/// A config file for the server on `port`, following `master` if given.
-fn server_config(dir: &Path, name: &str, master: Option<u16>) -> PathBuf {
+/// A config file for a server, following `master` if given, with
+/// `more` settings.
+fn server_config(dir: &Path, name: &str, master: Option<u16>, more: &str) -> PathBuf {
     let path = dir.join(format!("{name}.toml"));
     let replicaof = master.map(|port| format!("replicaof = \"127.0.0.1 {port}\"\n")).unwrap_or_default();
-    std::fs::write(&path, format!("# {name}, as the test wrote it\n{replicaof}")).unwrap();
+    std::fs::write(&path, format!("# {name}, as the test wrote it\n{more}{replicaof}")).unwrap();
     path
 }
 
@@ -159,8 +161,14 @@ fn sentinels_fail_over_to_a_replica_with_every_acknowledged_write() {
     let dir = tempfile::tempdir().unwrap();
     let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
     let names = ["a", "b", "c"];
-    let configs: Vec<PathBuf> =
-        (0..3).map(|i| server_config(dir.path(), names[i], (i > 0).then_some(ports[0]))).collect();
+    // The last one is never to be promoted (Sentinel reads its priority
+    // from INFO): the failover goes to the other.
+    let configs: Vec<PathBuf> = (0..3)
+        .map(|i| {
+            let more = if i == 2 { "replica-priority = 0\n" } else { "" };
+            server_config(dir.path(), names[i], (i > 0).then_some(ports[0]), more)
+        })
+        .collect();
     let mut servers: Vec<Option<Server>> =
         (0..3).map(|i| Some(start_server(dir.path(), names[i], ports[i], &configs[i]))).collect();
     for &port in &ports[1..] {
@@ -228,6 +236,7 @@ fn sentinels_fail_over_to_a_replica_with_every_acknowledged_write() {
         redis::cmd("SET").arg("after").arg("failover").query::<()>(&mut con).is_ok()
     });
     let failover = killed.elapsed();
+    assert_eq!(new_master, 1, "the replica with priority 0 was promoted");
     let other = 3 - new_master;
     eprintln!("failover: {:.2} s from the SIGKILL to a write on the new master", failover.as_secs_f64());
     for sentinel in &sentinels[1..] {

@@ -1041,6 +1041,8 @@ fn parameters(shared: &Shared) -> Vec<(&'static str, String)> {
         ("masterauth", shared.replication.masterauth.lock().clone().unwrap_or_default()),
         ("masteruser", shared.replication.masteruser.lock().clone().unwrap_or_default()),
         ("replica-read-only", "yes".into()),
+        ("replica-priority", shared.replication.priority.load(Ordering::Relaxed).to_string()),
+        ("slave-priority", shared.replication.priority.load(Ordering::Relaxed).to_string()),
         ("repl-backlog-size", shared.master.backlog_bytes.load(Ordering::Relaxed).to_string()),
         ("maxclients", shared.maxclients().to_string()),
         ("timeout", shared.timeout_secs().to_string()),
@@ -1121,6 +1123,7 @@ fn rewritten(shared: &Shared) -> Vec<Rewritten> {
         ("dbfilename", Text, crate::rdb_save::DEFAULT_DBFILENAME.into()),
         ("lfu-log-factor", Integer, lfu.log_factor.to_string()),
         ("lfu-decay-time", Integer, lfu.decay_minutes.to_string()),
+        ("replica-priority", Integer, crate::replica::DEFAULT_PRIORITY.to_string()),
     ] {
         let value = now.iter().find(|(name, _)| *name == key).map(|(_, value)| value.clone());
         let value = value.unwrap_or_else(|| panic!("`{key}` is not a CONFIG GET parameter"));
@@ -1277,6 +1280,17 @@ pub fn config_set(shared: &Shared, name: &str, value: &[u8]) -> CmdResult {
                      fixed when the server starts: start it with --maxmemory for a smaller limit)"
                 ))
             })?;
+        }
+        "replica-priority" | "slave-priority" => {
+            // Redis's int config, 0 to INT_MAX.
+            let n = text.parse::<i64>().map_err(|_| not_integer())?;
+            let n = u64::try_from(n).ok().filter(|&n| n <= i32::MAX as u64).ok_or_else(|| {
+                err(format!(
+                    "ERR CONFIG SET failed (possibly related to argument '{name}') - argument must be between 0 and \
+                     2147483647 inclusive"
+                ))
+            })?;
+            shared.replication.priority.store(n, Ordering::Relaxed);
         }
         "lfu-log-factor" | "lfu-decay-time" => {
             // Redis's int configs, 0 to INT_MAX.
