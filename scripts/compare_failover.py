@@ -14,7 +14,8 @@ them. Then the master is SIGKILLed and this measures, from the kill:
              start until the sentinels made it a replica of the new master
              with its link up
 and checks that every loaded key is on the new master. REPEATS rounds,
-interleaved; medians.
+interleaved; medians. A round that does not finish (the sentinels failed
+over again, say) prints the sentinels' logs and is counted, not timed.
 
 Every process started here is stopped by its PID. Results are printed and
 appended to bench-results/failover-<timestamp>.md.
@@ -160,11 +161,11 @@ def one_round(config):
         rejoin = time.time() - restarted
         return {"failover": failover, "repoint": repoint, "rejoin": rejoin, "full": full, "partial": partial,
                 "lost": lost}
-    except Exception:
+    except (RuntimeError, subprocess.SubprocessError, AssertionError, StopIteration) as error:
         for sentinel in sentinels:
             with open(sentinel.log) as f:
                 print(f"sentinel {sentinel.port}'s log:\n" + "".join(f.readlines()), flush=True)
-        raise
+        return {"error": repr(error)}
     finally:
         for process in sentinels + nodes:
             process.stop()
@@ -179,13 +180,17 @@ def main():
             results[config].append(one_round(config))
             print(config, results[config][-1], flush=True)
     emit("| servers | failover s | other replica linked s | old master rejoined s | new master's syncs "
-         "(full / partial) | loaded keys missing |")
-    emit("|---|---:|---:|---:|---|---:|")
-    for config, rounds in results.items():
+         "(full / partial) | loaded keys missing | rounds unfinished |")
+    emit("|---|---:|---:|---:|---|---:|---:|")
+    for config, all_rounds in results.items():
+        rounds = [r for r in all_rounds if "error" not in r]
+        if not rounds:
+            emit(f"| {config} | | | | | | {len(all_rounds)} |")
+            continue
         syncs = ", ".join(f"{r['full']}/{r['partial']}" for r in rounds)
         emit(f"| {config} | {median([r['failover'] for r in rounds]):.2f} | "
              f"{median([r['repoint'] for r in rounds]):.2f} | {median([r['rejoin'] for r in rounds]):.2f} | "
-             f"{syncs} | {max(r['lost'] for r in rounds)} |")
+             f"{syncs} | {max(r['lost'] for r in rounds)} | {len(all_rounds) - len(rounds)} |")
 
 
 if __name__ == "__main__":
