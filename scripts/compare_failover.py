@@ -129,6 +129,12 @@ def takes_writes(port):
         return False
 
 
+def found(master):
+    """Whether a sentinel's SENTINEL MASTER fields show both replicas
+    and the two other sentinels."""
+    return master.get("num-slaves") == "2" and master.get("num-other-sentinels") == "2"
+
+
 def one_round(config):
     nodes, sentinels = [], []
     try:
@@ -142,8 +148,7 @@ def one_round(config):
         assert cli(master.port, "WAIT", 2, 60000) == "2"
         keys = int(cli(master.port, "DBSIZE"))
         sentinels = [Sentinel(i, master.port) for i in range(3)]
-        wait_for(lambda: all(s.master().get("num-slaves") == "2" and s.master().get("num-other-sentinels") == "2"
-                             for s in sentinels))
+        wait_for(lambda: all(found(s.master()) for s in sentinels))
         killed = time.time()
         master.kill()
         wait_for(lambda: sentinels[0].master_port() not in (None, master.port)

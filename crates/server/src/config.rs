@@ -515,8 +515,9 @@ pub fn rewrite(path: &Path, settings: &[Rewritten]) -> std::io::Result<()> {
         doc[setting.key] = toml_edit::Item::Value(value);
         // Appended after the file's last lines, comments too, as Redis
         // appends (toml_edit keeps comments after the last key apart).
-        let trailing = doc.trailing().as_str().unwrap_or_default().to_owned();
+        let trailing = doc.trailing().as_str().unwrap_or_default();
         if new && !trailing.is_empty() {
+            let trailing = trailing.to_owned();
             doc.set_trailing("");
             if let Some(mut key) = doc.key_mut(setting.key) {
                 key.leaf_decor_mut().set_prefix(trailing);

@@ -1198,6 +1198,16 @@ pub fn config_set(shared: &Shared, name: &str, value: &[u8]) -> CmdResult {
         }
         Ok(n)
     };
+    // Redis's int configs: 0 to INT_MAX.
+    let int_config = || -> Result<u32, CmdError> {
+        let n = text.parse::<i64>().map_err(|_| not_integer())?;
+        u32::try_from(n).ok().filter(|&n| n <= i32::MAX as u32).ok_or_else(|| {
+            err(format!(
+                "ERR CONFIG SET failed (possibly related to argument '{name}') - argument must be between 0 and \
+                 2147483647 inclusive"
+            ))
+        })
+    };
     let yes_or_no = || match text.to_ascii_lowercase().as_str() {
         "yes" => Ok(true),
         "no" => Ok(false),
@@ -1282,25 +1292,10 @@ pub fn config_set(shared: &Shared, name: &str, value: &[u8]) -> CmdResult {
             })?;
         }
         "replica-priority" | "slave-priority" => {
-            // Redis's int config, 0 to INT_MAX.
-            let n = text.parse::<i64>().map_err(|_| not_integer())?;
-            let n = u64::try_from(n).ok().filter(|&n| n <= i32::MAX as u64).ok_or_else(|| {
-                err(format!(
-                    "ERR CONFIG SET failed (possibly related to argument '{name}') - argument must be between 0 and \
-                     2147483647 inclusive"
-                ))
-            })?;
-            shared.replication.priority.store(n, Ordering::Relaxed);
+            shared.replication.priority.store(u64::from(int_config()?), Ordering::Relaxed)
         }
         "lfu-log-factor" | "lfu-decay-time" => {
-            // Redis's int configs, 0 to INT_MAX.
-            let n = text.parse::<i64>().map_err(|_| not_integer())?;
-            let n = u32::try_from(n).ok().filter(|&n| n <= i32::MAX as u32).ok_or_else(|| {
-                err(format!(
-                    "ERR CONFIG SET failed (possibly related to argument '{name}') - argument must be between 0 and \
-                     2147483647 inclusive"
-                ))
-            })?;
+            let n = int_config()?;
             let memory = &shared.config.memory;
             let mut settings = memory.lfu_settings();
             match name {
