@@ -279,9 +279,13 @@ pub struct Writes {
     /// changed must be read whole for the replicas, so no more reads are
     /// noted until the batch is taken.
     pieced: bool,
+    /// Who commits these writes: a client's are refused while the write
+    /// gate is closed (`crate::write_gate`).
+    pub writer: Writer,
 }
 
 pub use crate::commands::list_chunks::ListOp;
+pub use crate::write_gate::Writer;
 
 /// A big collection's stub as a command found it at `key` before its
 /// batch wrote that key: the table the batch's field entries of `id`
@@ -358,9 +362,16 @@ pub struct Ready {
     pub all_deleted: bool,
     pub table_reads: Vec<TableRead>,
     pub list_ops: Vec<(u64, Option<Vec<ListOp>>)>,
+    pub writer: Writer,
 }
 
 impl Writes {
+    /// Writes that `writer` commits (a client's, unless said).
+    pub fn by(mut self, writer: Writer) -> Writes {
+        self.writer = writer;
+        self
+    }
+
     pub fn new(transaction: bool) -> Writes {
         Writes {
             batch: WriteBatch::new(),
@@ -388,6 +399,7 @@ impl Writes {
             table_reads: Vec::new(),
             list_ops: Vec::new(),
             pieced: false,
+            writer: Writer::Client,
         }
     }
 
@@ -504,7 +516,7 @@ impl Writes {
     /// the fences of rank blocks it split or dropped are cached after.
     /// What the writes count or announce (entries, events) goes with the
     /// last batch, as usual.
-    pub fn commit_piece(&mut self, shared: &crate::server::Shared) -> scaledkv::Result<()> {
+    pub fn commit_piece(&mut self, shared: &crate::server::Shared) -> Result<(), crate::commands::CommitError> {
         debug_assert!(self.base.is_none() && self.outer.is_empty() && self.savepoints == 0);
         if let Some(overlay) = &mut self.overlay {
             overlay.clear();
@@ -521,7 +533,10 @@ impl Writes {
         let batch = std::mem::take(&mut self.batch);
         let published = self.published().map(|pending| pending.published_of(&batch));
         let writing = (!self.written_tables.is_empty()).then(|| shared.rank_sums.writing(self.written_tables.clone()));
-        let written = shared.db.write(batch);
+        let written = match shared.replication.gate.admit(self.writer) {
+            Ok(_admitted) => shared.db.write(batch),
+            Err(closed) => return Err(closed.into()),
+        };
         drop(writing);
         written?;
         if !self.fence_edits.is_empty() {
@@ -697,6 +712,7 @@ impl Writes {
             table_reads: Vec::new(),
             list_ops: Vec::new(),
             pieced: false,
+            writer: self.writer,
         }
     }
 
@@ -1295,6 +1311,7 @@ impl Writes {
             all_deleted: std::mem::take(&mut self.all_deleted),
             table_reads: self.take_table_reads(),
             list_ops: std::mem::take(&mut self.list_ops),
+            writer: self.writer,
         }
     }
 
@@ -1336,6 +1353,7 @@ impl Writes {
             all_deleted: std::mem::take(&mut self.all_deleted),
             table_reads: self.take_table_reads(),
             list_ops: std::mem::take(&mut self.list_ops),
+            writer: self.writer,
         }
     }
 }

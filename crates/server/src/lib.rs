@@ -29,6 +29,7 @@ pub mod committer;
 pub mod config;
 pub mod conn;
 pub mod expiry;
+pub mod failover;
 pub mod fences;
 pub mod geo;
 pub mod hash;
@@ -58,6 +59,7 @@ pub mod slowlog;
 pub mod stream;
 pub mod tracking;
 pub mod waiters;
+pub mod write_gate;
 pub mod zset;
 
 pub use config::{Cli, Config};

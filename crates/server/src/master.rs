@@ -102,6 +102,9 @@ pub struct Master {
     waiting: Mutex<Vec<Arc<ClientInfo>>>,
     drainer: Mutex<Option<std::thread::JoinHandle<()>>>,
     stop: AtomicBool,
+    /// The stream stands still at the offset `capture` fixed, until the
+    /// new master answers (`thaw`): nothing more is drained meanwhile.
+    frozen: AtomicBool,
     /// INFO stats' `sync_full`, `sync_partial_ok`, `sync_partial_err`.
     pub syncs: [std::sync::atomic::AtomicU64; 3],
 }
@@ -235,6 +238,7 @@ impl Default for Master {
             waiting: Mutex::new(Vec::new()),
             drainer: Mutex::new(None),
             stop: AtomicBool::new(false),
+            frozen: AtomicBool::new(false),
             syncs: Default::default(),
         }
     }
@@ -1006,13 +1010,19 @@ impl Master {
     /// partial resync when they follow it (Redis's `shiftReplicationId`).
     /// Streaming starts here, before the first write of its own (writes
     /// wait for the promotion): the backlog holds every one. A server
-    /// already streaming (it had replicas of its own, fed from its link)
-    /// keeps its own history.
+    /// that streams to replicas of its own (fed from its link) keeps its
+    /// own history for them; one that streamed to none now drops it (its
+    /// notes not yet drained are of writes the master's history has).
     pub fn promote(self: &Arc<Self>, shared: &Arc<Shared>, replid: String, offset: u64) -> Result<(), String> {
-        if self.streaming() {
+        if self.streaming() && self.replicas() > 0 {
             return Ok(());
         }
         {
+            let _draining = self.draining.lock();
+            let mut changes = self.changes.lock();
+            changes.batches.clear();
+            changes.loose.clear();
+            drop(changes);
             let mut stream = self.stream.lock();
             stream.replid2 = Some((replid, offset + 1));
             stream.replid = random_hex();
@@ -1025,14 +1035,67 @@ impl Master {
             stream.select = true;
         }
         self.end.send_replace(offset);
-        if let Err(error) = self.begin(shared) {
-            // Writes from here would not be in the backlog.
-            let mut stream = self.stream.lock();
-            (stream.replid, stream.replid2) = (random_hex(), None);
-            return Err(error);
+        if !self.streaming() {
+            if let Err(error) = self.begin(shared) {
+                // Writes from here would not be in the backlog.
+                let mut stream = self.stream.lock();
+                (stream.replid, stream.replid2) = (random_hex(), None);
+                return Err(error);
+            }
         }
         tracing::info!(offset, "promoted: the old master's other replicas can go on from here (partial resync)");
         Ok(())
+    }
+
+    /// For a master that becomes a replica, with clients' writes stopped
+    /// (the write gate closed): drains every write queued so far and
+    /// returns the replication ID and the offset its data set is now at,
+    /// which the new master goes on from if it holds this history up to
+    /// there (PSYNC2: the replica it promoted, or that a failover
+    /// promotes). The stream stands still from here (`frozen`): a drain
+    /// after it (expiries, pings) would move its end past what the data
+    /// set was told to be. With `ask`, a drain that moved the end asks the
+    /// replicas to acknowledge the new one at once (a failover waits for
+    /// its target's); without, nothing is added that a replica promoted
+    /// already could lack. None while not streaming (no history to go on
+    /// from).
+    pub async fn capture(self: &Arc<Self>, shared: &Arc<Shared>, ask: bool) -> Option<(String, u64)> {
+        if !self.streaming() {
+            return None;
+        }
+        if let Err(error) = crate::commands::barrier(shared).await {
+            tracing::error!(%error, "the writes queued before becoming a replica did not commit");
+            return None;
+        }
+        let (master, shared) = (self.clone(), shared.clone());
+        tokio::task::spawn_blocking(move || {
+            let _draining = master.draining.lock();
+            master.frozen.store(true, Ordering::Release);
+            let before = master.offset();
+            let loose = std::mem::take(&mut master.changes.lock().loose);
+            let mut end = master.drain(&shared, None, loose);
+            if ask && end > before {
+                master.stream.lock().getack = true;
+                end = master.drain(&shared, None, Vec::new());
+            }
+            (master.replid(), end)
+        })
+        .await
+        .ok()
+    }
+
+    /// Whether the stream stands still (`capture`): a replica may not
+    /// start its sync meanwhile.
+    pub fn frozen(&self) -> bool {
+        self.frozen.load(Ordering::Acquire)
+    }
+
+    /// The stream goes on (the new master answered, or the server is a
+    /// master again).
+    pub fn thaw(&self) {
+        if self.frozen.swap(false, Ordering::AcqRel) {
+            self.changed.notify_one();
+        }
     }
 
     /// The drainer thread: a drain whenever something changed (at most
@@ -1043,7 +1106,8 @@ impl Master {
         loop {
             {
                 let mut changes = self.changes.lock();
-                if changes.batches.is_empty() && changes.loose.is_empty() && !changes.lost_track {
+                let idle = changes.batches.is_empty() && changes.loose.is_empty() && !changes.lost_track;
+                if idle || self.frozen() {
                     self.changed.wait_for(&mut changes, Duration::from_millis(100));
                 }
             }
@@ -1059,6 +1123,9 @@ impl Master {
             }
             last = Instant::now();
             let _draining = self.draining.lock();
+            if self.frozen() {
+                continue;
+            }
             if std::mem::take(&mut self.changes.lock().lost_track) {
                 self.restart_history();
                 continue;
@@ -1292,6 +1359,32 @@ impl Master {
         self.stream.lock().replicas.len()
     }
 
+    /// `master_repl_offset`: the stream's end.
+    pub fn offset(&self) -> u64 {
+        self.stream.lock().end()
+    }
+
+    /// The replica at `host` (its address) that announced `port`: whether
+    /// it is online, and the offset it acknowledged.
+    pub fn replica_ack(&self, host: &str, port: u16) -> Option<(bool, i64)> {
+        let stream = self.stream.lock();
+        let replica = stream
+            .replicas
+            .iter()
+            .find(|r| r.port == port && r.client.addr.ip().to_string().eq_ignore_ascii_case(host))?;
+        Some((replica.online.load(Ordering::Acquire), replica.acked.load(Ordering::Acquire)))
+    }
+
+    /// An online replica that acknowledged `offset`: its address and port.
+    pub fn replica_at(&self, offset: u64) -> Option<(String, u16)> {
+        let stream = self.stream.lock();
+        stream
+            .replicas
+            .iter()
+            .find(|r| r.online.load(Ordering::Acquire) && r.acked.load(Ordering::Acquire) >= offset as i64)
+            .map(|r| (r.client.addr.ip().to_string(), r.port))
+    }
+
     /// Adds `client` to those woken by acknowledgements (WAIT).
     pub fn wake_on_ack(&self, client: &Arc<ClientInfo>) {
         let mut waiting = self.waiting.lock();
@@ -1331,7 +1424,7 @@ impl Master {
     }
 
     /// INFO replication as a master.
-    pub fn info(&self) -> String {
+    pub fn info(&self, failover: crate::failover::Phase) -> String {
         use std::fmt::Write;
         let stream = self.stream.lock();
         let mut text = format!("role:master\r\nconnected_slaves:{}\r\n", stream.replicas.len());
@@ -1349,10 +1442,11 @@ impl Master {
         let active = self.streaming();
         let _ = write!(
             text,
-            "master_failover_state:no-failover\r\nmaster_replid:{}\r\n\
+            "master_failover_state:{}\r\nmaster_replid:{}\r\n\
              master_replid2:{}\r\nmaster_repl_offset:{}\r\n\
              second_repl_offset:{}\r\nrepl_backlog_active:{}\r\nrepl_backlog_size:{}\r\n\
              repl_backlog_first_byte_offset:{}\r\nrepl_backlog_histlen:{}\r\n",
+            failover.name(),
             stream.replid,
             stream.replid2.as_ref().map_or("0000000000000000000000000000000000000000", |(id, _)| id.as_str()),
             stream.end(),
@@ -1593,6 +1687,12 @@ pub async fn serve(
     psync: Psync,
 ) -> std::io::Result<()> {
     let master = shared.master.clone();
+    // A replica that asked this one to take over (`PSYNC ... FAILOVER`)
+    // is answered from the history the promotion keeps.
+    let promoted_by = Instant::now() + Duration::from_secs(10);
+    while shared.replication.promoting() && Instant::now() < promoted_by {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
     if let Err(error) = master.start(&shared).await {
         let line = format!("-ERR streaming to replicas failed: {error}\r\n");
         return stream.write_all(line.as_bytes()).await;

@@ -1,10 +1,12 @@
 //! CLIENT PAUSE: every client's commands (ALL), or those that may write
 //! (WRITE: writes, scripts, PUBLISH, an EXEC of writes), wait until the
 //! pause ends or CLIENT UNPAUSE, as in Redis; a second pause keeps the
-//! later end and the stronger mode. Not paused: nothing is checked but one
-//! atomic load per command.
+//! later end and the stronger mode. FAILOVER holds writes the same way
+//! until it ends, apart from CLIENT PAUSE (which neither ends nor shortens
+//! it), as Redis's pause purposes do. Not paused: nothing is checked but
+//! one atomic load per command.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 pub struct Pause {
@@ -12,13 +14,24 @@ pub struct Pause {
     /// once, with the low bit set for ALL.
     state: AtomicU64,
     base: Instant,
-    /// Wakes the held commands on CLIENT UNPAUSE.
+    /// FAILOVER holds writes.
+    failover: AtomicBool,
+    /// Wakes the held commands on CLIENT UNPAUSE (and a failover's end).
     pub unpaused: tokio::sync::Notify,
 }
 
+/// How often a command held by a failover looks again (besides being
+/// woken at its end).
+const FAILOVER_LOOK: Duration = Duration::from_millis(100);
+
 impl Default for Pause {
     fn default() -> Self {
-        Pause { state: AtomicU64::new(0), base: Instant::now(), unpaused: tokio::sync::Notify::new() }
+        Pause {
+            state: AtomicU64::new(0),
+            base: Instant::now(),
+            failover: AtomicBool::new(false),
+            unpaused: tokio::sync::Notify::new(),
+        }
     }
 }
 
@@ -38,7 +51,15 @@ impl Pause {
     /// Whether a pause was set (it may have ended): the only check a
     /// command makes when none was.
     pub fn set(&self) -> bool {
-        self.state.load(Ordering::Relaxed) != 0
+        self.state.load(Ordering::Relaxed) != 0 || self.failover.load(Ordering::Relaxed)
+    }
+
+    /// FAILOVER holds writes (`true`) until it ends (`false`).
+    pub fn hold_writes_for_failover(&self, held: bool) {
+        self.failover.store(held, Ordering::Release);
+        if !held {
+            self.unpaused.notify_waiters();
+        }
     }
 
     pub fn unpause(&self) {
@@ -49,6 +70,9 @@ impl Pause {
     /// How long a command must wait (one that may write when `writes`),
     /// if a pause holds it.
     pub fn wait(&self, writes: bool) -> Option<Duration> {
+        if writes && self.failover.load(Ordering::Acquire) {
+            return Some(FAILOVER_LOOK);
+        }
         let state = self.state.load(Ordering::Acquire);
         if state == 0 || (state & 1 == 0 && !writes) {
             return None;
@@ -85,5 +109,13 @@ mod tests {
         assert!(!pause.set(), "and forgotten");
         pause.pause(10_000, false);
         assert!(pause.wait(false).is_none(), "an ended ALL pause does not make a new WRITE pause ALL");
+        pause.unpause();
+        pause.hold_writes_for_failover(true);
+        assert!(pause.set());
+        assert!(pause.wait(true).is_some() && pause.wait(false).is_none());
+        pause.unpause();
+        assert!(pause.wait(true).is_some(), "CLIENT UNPAUSE does not end a failover's hold");
+        pause.hold_writes_for_failover(false);
+        assert!(pause.wait(true).is_none());
     }
 }

@@ -101,17 +101,44 @@ pub fn sync(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
             return Err(err("ERR Replica can't interact with the keyspace"));
         }
         let from = match psync {
-            true if args.len() == 3 => {
+            true if args.len() >= 3 => {
                 let offset = parse_i64(&args[2]).ok_or_else(|| err("ERR value is not an integer or out of range"))?;
                 Some((String::from_utf8_lossy(&args[1]).into_owned(), offset))
             }
             true => return Err(err("ERR wrong number of arguments for 'psync' command")),
             false => None,
         };
+        if psync && args.len() > 3 && eq(&args[3], "failover") {
+            take_over(ctx, &args[1])?;
+        }
+        if ctx.shared.failover.phase() != crate::failover::Phase::None || ctx.shared.master.frozen() {
+            return Err(err("NOMASTERLINK Can't SYNC while failing over"));
+        }
         ctx.conn.replica_link = Some(crate::master::Psync { from, port: settings.port });
         return Ok(());
     }
     ctx.conn.transfer = Some(Transfer { psync, functions_only: ctx.conn.replconf.functions_only });
+    Ok(())
+}
+
+/// `PSYNC <replid> <offset> FAILOVER` from the master this server
+/// follows, whose replication ID it names: its FAILOVER hands over to
+/// this server, which becomes a master (as REPLICAOF NO ONE; the PSYNC
+/// is served once the promotion is done, `master::serve`) and answers it
+/// from its master's history, which it keeps (`crate::failover`).
+fn take_over(ctx: &mut Ctx<'_>, replid: &[u8]) -> Result<(), CmdError> {
+    let replication = &ctx.shared.replication;
+    let mine = match replication.following() {
+        true => replication.master_replid(),
+        false => Some(ctx.shared.master.replid()),
+    };
+    if mine.as_deref().map(str::as_bytes) != Some(replid) {
+        return Err(err("ERR PSYNC FAILOVER replid must match my replid."));
+    }
+    if replication.following() {
+        tracing::info!(client = %ctx.conn.info.addr, "master mode enabled (failover request from the master)");
+        replication.stop(ctx.shared).map_err(|error| err(crate::commands::engine_error_text(&error)))?;
+    }
     Ok(())
 }
 

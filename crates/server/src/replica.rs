@@ -35,6 +35,12 @@
 //! position committed after the data set's first write of its own would
 //! let a restart resume the master's history over it).
 //!
+//! A master told REPLICAOF first fixes the offset of its own history its
+//! data set is at (`Master::capture`, clients' writes stopped by the
+//! write gate), and asks the new master for what follows: the replica
+//! promoted from it goes on from there (a partial resync) if it had that
+//! much of the stream.
+//!
 //! ScaledKV as a master is `crate::master`. Not done: databases other
 //! than 0 (their keys and commands are skipped, counted in INFO and
 //! logged).
@@ -96,8 +102,17 @@ pub struct Replication {
     /// (`follow_masters`), so that no position it stored lands after the
     /// data set took a write of its own.
     promoting: AtomicBool,
+    /// REPLICAOF turned a master into a replica: its link first fixes the
+    /// offset of its own history the data set is at (`Master::capture`),
+    /// which a new master that holds that history goes on from.
+    demoted: AtomicBool,
     pub masterauth: Mutex<Option<String>>,
     pub masteruser: Mutex<Option<String>>,
+    /// Closed while clients' writes may not commit: while this server
+    /// follows a master (or a promotion is under way), and from the moment
+    /// a failover fixes the offset its data set is at
+    /// (`crate::write_gate`).
+    pub gate: crate::write_gate::WriteGate,
     /// `replica-priority` (INFO's `slave_priority`): Sentinel promotes
     /// the replica with the lowest, never one with 0.
     pub priority: AtomicU64,
@@ -130,8 +145,10 @@ impl Default for Replication {
             loading: AtomicBool::new(false),
             stored: AtomicBool::new(false),
             promoting: AtomicBool::new(false),
+            demoted: AtomicBool::new(false),
             masterauth: Mutex::new(None),
             masteruser: Mutex::new(None),
+            gate: Default::default(),
             priority: AtomicU64::new(DEFAULT_PRIORITY),
         }
     }
@@ -174,12 +191,42 @@ impl Replication {
         }
         let (replid, offset) = (status.replid.take(), status.offset);
         *status = Status { state: "connect", down_since: Some(Instant::now()), replid, offset, ..Status::default() };
+        self.gate.close();
+        if !self.read_only() {
+            self.demoted.store(true, Ordering::Release);
+        }
         self.following.store(true, Ordering::Release);
         self.target.send_modify(|(target, generation)| {
             *target = Some(master);
             *generation += 1;
         });
         Followed::Started
+    }
+
+    /// FAILOVER hands over to `master` (its target): the data set is at
+    /// `offset` of this server's history `replid` (`Master::capture`,
+    /// the write gate closed), which the link asks the target to go on
+    /// from as it takes over (`PSYNC ... FAILOVER`).
+    pub fn follow_for_failover(&self, master: Master, (replid, offset): (String, u64)) {
+        let mut status = self.status.lock();
+        *status = Status {
+            state: "connect",
+            down_since: Some(Instant::now()),
+            replid: Some(replid),
+            offset: offset as i64,
+            ..Status::default()
+        };
+        self.gate.close();
+        self.following.store(true, Ordering::Release);
+        self.target.send_modify(|(target, generation)| {
+            *target = Some(master);
+            *generation += 1;
+        });
+    }
+
+    /// Whether REPLICAOF NO ONE's promotion is under way (`promoting`).
+    pub fn promoting(&self) -> bool {
+        self.promoting.load(Ordering::Acquire)
     }
 
     /// REPLICAOF NO ONE: the link ends, and the data set, which takes
@@ -201,6 +248,11 @@ impl Replication {
             *generation += 1;
         });
         Ok(())
+    }
+
+    /// The replication ID of the master's history the data set follows.
+    pub fn master_replid(&self) -> Option<String> {
+        self.status.lock().replid.clone()
     }
 
     /// The master's replication ID and the offset committed from it.
@@ -239,7 +291,7 @@ impl Replication {
     }
 
     /// INFO's replication section.
-    pub fn info(&self) -> String {
+    pub fn info(&self, failover: crate::failover::Phase) -> String {
         use std::fmt::Write;
         let Some(master) = self.master() else {
             return "role:master\r\nconnected_slaves:0\r\n".into();
@@ -263,13 +315,14 @@ impl Replication {
             text,
             "slave_read_repl_offset:{offset}\r\nslave_repl_offset:{offset}\r\nslave_priority:{}\r\n\
              slave_read_only:1\r\nreplica_announced:1\r\nconnected_slaves:0\r\n\
-             master_failover_state:no-failover\r\nmaster_replid:{}\r\n\
+             master_failover_state:{}\r\nmaster_replid:{}\r\n\
              master_replid2:0000000000000000000000000000000000000000\r\nmaster_repl_offset:{offset}\r\n\
              second_repl_offset:-1\r\nrepl_backlog_active:0\r\nrepl_backlog_size:0\r\n\
              repl_backlog_first_byte_offset:0\r\nrepl_backlog_histlen:0\r\n\
              master_full_syncs:{}\r\nmaster_partial_syncs:{}\r\nmaster_skipped_other_databases:{}\r\n\
              master_failed_commands:{}\r\n",
             self.priority.load(Ordering::Relaxed),
+            failover.name(),
             status.replid.as_deref().unwrap_or("0000000000000000000000000000000000000000"),
             status.full_syncs,
             status.partial_syncs,
@@ -306,14 +359,24 @@ pub async fn follow_masters(shared: Arc<Shared>) {
                     }
                 }
                 shared.replication.promoting.store(false, Ordering::Release);
+                shared.master.thaw();
+                shared.replication.gate.open();
             }
         }
         if let Some(master) = master {
+            if shared.replication.demoted.swap(false, Ordering::AcqRel) {
+                if let Some((replid, offset)) = shared.master.capture(&shared, false).await {
+                    tracing::info!(%replid, offset, "a replica now: the new master may go on from this offset");
+                    let mut status = shared.replication.status.lock();
+                    (status.replid, status.offset) = (Some(replid), offset as i64);
+                }
+            }
             let stops = Stops { generation, changes: changes.clone(), shutdown: shutdown.clone() };
             match link(&shared, &master, stops).await {
                 Ended::Stopped => {}
                 Ended::Failed(error) => {
                     tracing::warn!(host = %master.host, port = master.port, %error, "replication link down");
+                    shared.failover.link_failed(&shared);
                     let mut status = shared.replication.status.lock();
                     status.state = "connect";
                     status.last_error = Some(error);
@@ -431,11 +494,24 @@ impl<'s> Link<'s> {
             let status = replication.status.lock();
             (status.replid.clone(), status.offset)
         };
-        let reply = match &replid {
-            Some(id) => self.ask(&[b"PSYNC", id.as_bytes(), (offset + 1).to_string().as_bytes()]).await?,
-            None => self.ask(&[b"PSYNC", b"?", b"-1"]).await?,
+        let next = (offset + 1).to_string();
+        let mut psync: Vec<&[u8]> = match &replid {
+            Some(id) => vec![b"PSYNC", id.as_bytes(), next.as_bytes()],
+            None => vec![b"PSYNC", b"?", b"-1"],
         };
+        if self.shared.failover.in_progress() {
+            // The target promotes itself, then answers (`crate::failover`).
+            psync.push(b"FAILOVER");
+        }
+        let reply = self.ask(&psync).await?;
         let words: Vec<&[u8]> = reply.split(|&b| b == b' ').collect();
+        let answered = matches!(words[0], b"+FULLRESYNC" | b"+CONTINUE");
+        // The data set's offset is known to the new master, or it syncs in
+        // full: this server's own stream goes on either way.
+        if answered {
+            self.shared.master.thaw();
+        }
+        self.shared.failover.answered(self.shared, answered);
         match words[0] {
             b"+FULLRESYNC" if words.len() == 3 => {
                 let id = String::from_utf8_lossy(words[1]).into_owned();
@@ -784,7 +860,7 @@ impl<'s> Runner<'s> {
             shared,
             conn: Some(conn),
             out: Out::new(Protocol::Resp2),
-            run: Default::default(),
+            run: crate::commands::Run::for_master(),
             logged: 0,
             failures: 0,
             counted: true,

@@ -118,6 +118,8 @@ pub struct Shared {
     pub pause: crate::pause::Pause,
     /// REPLICAOF's master and the link to it (`crate::replica`).
     pub replication: crate::replica::Replication,
+    /// FAILOVER's state (`crate::failover`).
+    pub failover: crate::failover::Failover,
     /// SAVE and BGSAVE's RDB files (`crate::rdb_save`).
     pub saves: crate::rdb_save::Saves,
     /// Replicas of this server and the stream of writes they follow
@@ -293,6 +295,7 @@ pub async fn run(config: Config, db: Db) -> Result<(), String> {
         volatile: crate::expiry::Volatile::default(),
         pause: Default::default(),
         replication: Default::default(),
+        failover: Default::default(),
         saves: Default::default(),
         master: Default::default(),
         db,
@@ -348,6 +351,7 @@ pub async fn run(config: Config, db: Db) -> Result<(), String> {
         None => shared.replication.stop(&shared).map_err(|e| format!("cannot forget the replication position: {e}"))?,
     }
     tokio::spawn(crate::replica::follow_masters(shared.clone()));
+    tokio::spawn(crate::failover::supervise(shared.clone()));
     shared.saves.saved_seq.store(shared.db.stats().last_seq, Ordering::Relaxed);
     tokio::spawn(crate::rdb_save::background_saves(shared.clone()));
     tracing::info!(bind = %shared.config.bind, port, "ready to accept connections");

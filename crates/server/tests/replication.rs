@@ -11,6 +11,7 @@
 mod common;
 
 use std::collections::BTreeMap;
+use std::io::Write;
 use std::time::{Duration, Instant};
 
 use common::{RedisServer, Server};
@@ -1925,4 +1926,298 @@ fn client_kill_ends_a_transfer_the_reader_stalled() {
     assert!(rest.len() < 40_000_000, "the file was cut short: {} bytes", rest.len());
     assert!(!rest.ends_with(mark.as_bytes()), "without its end mark");
     assert_eq!(run(&mut con, &["DBSIZE"]), Value::Int(40_000));
+}
+
+fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Waits until `replica` has processed all of the stream `master` sent
+/// (Redis's `wait_for_ofs_sync`): a replica promoted earlier lacks the
+/// last bytes (a GETACK), and its old master would sync in full.
+fn wait_for_offsets(master: &mut Connection, replica: &mut Connection) {
+    let offset = |con: &mut Connection| info_field(con, "replication", "master_repl_offset").unwrap();
+    wait_until("the replica has the master's whole stream", || offset(master) == offset(replica));
+}
+
+fn failover_state(con: &mut Connection) -> String {
+    info_field(con, "replication", "master_failover_state").unwrap()
+}
+
+/// Clients write (recording each acknowledged key) while FAILOVER hands
+/// a ScaledKV master over to one of its ScaledKV replicas; a write
+/// waiting for its key's lock behind a script when the failover fixes the
+/// offset is refused (READONLY), not committed behind the new master's
+/// back. Every acknowledged write is on the new master and on the old,
+/// which follows it from its own offset (a partial resync); the other
+/// replica, moved by REPLICAOF, catches up too.
+#[test]
+fn failover_hands_over_to_a_replica_without_losing_a_write() {
+    let dir = tempfile::tempdir().unwrap();
+    // Two I/O threads: the script below blocks the one its connection is
+    // on (as it would Redis's one thread), not the other.
+    let old_server = Server::start(&dir.path().join("master"), &["--threads", "2"]);
+    let mut old = connect(old_server.port);
+    fill_db0(&mut old);
+    let follow = format!("127.0.0.1 {}", old_server.port);
+    let heir_server = Server::start(&dir.path().join("heir"), &["--replicaof", &follow]);
+    let other_server = Server::start(&dir.path().join("other"), &["--replicaof", &follow]);
+    let (mut heir, mut other) = (connect(heir_server.port), connect(other_server.port));
+    wait_link_up(&mut heir);
+    wait_link_up(&mut other);
+    assert_eq!(failover_state(&mut old), "no-failover");
+
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writers: Vec<_> = (0..3)
+        .map(|w| {
+            let (stop, port) = (stop.clone(), old_server.port);
+            std::thread::spawn(move || {
+                let mut con = connect(port);
+                let mut acked = Vec::new();
+                for i in 0.. {
+                    let key = format!("w{w}-{i}");
+                    match redis::cmd("SET").arg(&key).arg(i).query::<Value>(&mut con) {
+                        Ok(_) => acked.push(key),
+                        // Writes go on until the server is a replica.
+                        Err(error) if error.code() == Some("READONLY") => break,
+                        Err(error) => panic!("{key}: {error}"),
+                    }
+                    if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        break;
+                    }
+                }
+                acked
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(200));
+    // A script holds `held` for three seconds; a SET of it sent meanwhile
+    // waits for the lock, past the failover's hold on writes.
+    let script = "local t = redis.call('TIME'); local stop_at = t[1] * 1000000 + t[2] + 3000000; \
+                  repeat t = redis.call('TIME') until t[1] * 1000000 + t[2] >= stop_at; return 1";
+    let mut connections: Vec<std::net::TcpStream> = (0..8).map(|_| old_server.connect()).collect();
+    let mut scripted = connections.remove(0);
+    scripted.write_all(&common::encode(&[b"EVAL", script.as_bytes(), b"1", b"held"])).unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    // Connections the other I/O thread serves answer at once.
+    let mut free: Vec<std::net::TcpStream> = connections
+        .into_iter()
+        .filter_map(|mut con| {
+            con.set_read_timeout(Some(Duration::from_millis(150))).unwrap();
+            con.write_all(&common::encode(&[b"PING"])).unwrap();
+            common::try_read_reply(&mut con).map(|_| con)
+        })
+        .collect();
+    assert!(free.len() >= 2, "the script blocked {} of 7 connections", 7 - free.len());
+    let (mut straggler, mut admin) = (free.pop().unwrap(), free.pop().unwrap());
+    straggler.write_all(&common::encode(&[b"SET", b"held", b"straggler"])).unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    let port = heir_server.port.to_string();
+    admin.set_read_timeout(None).unwrap();
+    let failover = common::encode(&[b"FAILOVER", b"TO", b"127.0.0.1", port.as_bytes()]);
+    assert_eq!(common::request(&mut admin, &failover), b"+OK\r\n");
+    wait_until("the failover ends", || failover_state(&mut old) == "no-failover");
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let acked: Vec<String> = writers.into_iter().flat_map(|w| w.join().unwrap()).collect();
+    assert!(acked.len() > 100, "only {} writes before the failover", acked.len());
+    straggler.set_read_timeout(None).unwrap();
+    let refused = String::from_utf8(common::read_reply(&mut straggler)).unwrap();
+    assert!(refused.starts_with("-READONLY"), "a write that waited past the fixed offset: {refused}");
+    scripted.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    assert_eq!(common::read_reply(&mut scripted), b":1\r\n");
+
+    assert_eq!(info_field(&mut old, "replication", "role").as_deref(), Some("slave"));
+    assert_eq!(info_field(&mut heir, "replication", "role").as_deref(), Some("master"));
+    wait_link_up(&mut old);
+    assert_eq!(info_field(&mut heir, "stats", "sync_partial_ok").as_deref(), Some("1"), "the old master resumed");
+    assert_eq!(info_field(&mut heir, "stats", "sync_full").as_deref(), Some("0"));
+    let held: Option<String> = redis::cmd("GET").arg("held").query(&mut heir).unwrap();
+    assert_eq!(held, None, "the refused write is nowhere");
+    for key in &acked {
+        let value: Option<String> = redis::cmd("GET").arg(key).query(&mut heir).unwrap();
+        assert!(value.is_some(), "{key} was acknowledged and is not on the new master");
+    }
+    change_db0(&mut heir, 1);
+    assert_eq!(run(&mut other, &["REPLICAOF", "127.0.0.1", &port]), Value::Okay);
+    wait_link_up(&mut other);
+    let mut replicas = [old, other];
+    assert_caught_up(&mut heir, &mut replicas);
+}
+
+/// FAILOVER between ScaledKV and Redis, both ways: a Redis replica takes
+/// over from a ScaledKV master, which goes on from its offset (partial);
+/// then the Redis master hands back to ScaledKV, which takes over as a
+/// Redis replica does (`PSYNC ... FAILOVER`), and Redis goes on from it.
+#[test]
+fn failover_between_scaledkv_and_redis_both_ways() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("scaledkv"), &[]);
+    let mut scaledkv = connect(server.port);
+    fill_db0(&mut scaledkv);
+    let follow = server.port.to_string();
+    let Some(redis) =
+        RedisServer::start_with(&["--replicaof", "127.0.0.1", &follow, "--repl-diskless-sync-delay", "0"])
+    else {
+        return;
+    };
+    let mut redis_con = connect(redis.port);
+    wait_link_up(&mut redis_con);
+    change_db0(&mut scaledkv, 1);
+    let port = redis.port.to_string();
+    assert_eq!(run(&mut scaledkv, &["FAILOVER", "TO", "127.0.0.1", &port]), Value::Okay);
+    wait_until("ScaledKV hands over", || failover_state(&mut scaledkv) == "no-failover");
+    assert_eq!(info_field(&mut redis_con, "replication", "role").as_deref(), Some("master"));
+    wait_link_up(&mut scaledkv);
+    assert_eq!(info_field(&mut redis_con, "stats", "sync_partial_ok").as_deref(), Some("1"));
+    change_db0(&mut redis_con, 2);
+    assert_caught_up(&mut redis_con, std::slice::from_mut(&mut scaledkv));
+
+    let port = server.port.to_string();
+    assert_eq!(run(&mut redis_con, &["FAILOVER", "TO", "127.0.0.1", &port]), Value::Okay);
+    wait_until("Redis hands back", || failover_state(&mut redis_con) == "no-failover");
+    assert_eq!(info_field(&mut scaledkv, "replication", "role").as_deref(), Some("master"));
+    wait_link_up(&mut redis_con);
+    // Its own history (it streamed to Redis before) had no replica left:
+    // it takes up the one it followed, as its second (PSYNC2).
+    assert_eq!(info_field(&mut scaledkv, "stats", "sync_partial_ok").as_deref(), Some("1"));
+    assert_eq!(info_field(&mut scaledkv, "stats", "sync_full").as_deref(), Some("1"), "only Redis's first sync");
+    change_db0(&mut scaledkv, 3);
+    assert_caught_up(&mut scaledkv, std::slice::from_mut(&mut redis_con));
+}
+
+/// FAILOVER's errors and its timeout, ABORT and FORCE, with a target that
+/// cannot answer (SIGSTOP): writes are held while it waits (reads go
+/// on), and go on on the same master once it gives up.
+#[test]
+fn failover_waits_for_its_target_and_gives_up_as_told() {
+    let dir = tempfile::tempdir().unwrap();
+    let master_server = Server::start(&dir.path().join("master"), &[]);
+    let mut master = connect(master_server.port);
+    let error = |con: &mut Connection, args: &[&str]| {
+        redis::cmd(args[0]).arg(&args[1..]).query::<Value>(con).unwrap_err().to_string()
+    };
+    assert!(error(&mut master, &["FAILOVER"]).contains("FAILOVER requires connected replicas."));
+    assert!(error(&mut master, &["FAILOVER", "ABORT"]).contains("No failover in progress."));
+    let follow = format!("127.0.0.1 {}", master_server.port);
+    let target_server = Server::start(&dir.path().join("target"), &["--replicaof", &follow]);
+    let mut target = connect(target_server.port);
+    wait_link_up(&mut target);
+    let port = target_server.port.to_string();
+    for (args, expected) in [
+        (&["FAILOVER", "FORCE", "TIMEOUT", "100"][..], "requires both a timeout and target HOST and IP."),
+        (&["FAILOVER", "TO", "127.0.0.1", &port, "FORCE"], "requires both a timeout and target HOST and IP."),
+        (&["FAILOVER", "TO", "127.0.0.1", "1"], "FAILOVER target HOST and PORT is not a replica."),
+        (&["FAILOVER", "TO", "127.0.0.1", "port"], "value is not an integer"),
+        (&["FAILOVER", "TIMEOUT", "0"], "FAILOVER timeout must be greater than 0"),
+    ] {
+        assert!(error(&mut master, args).contains(expected), "{args:?}: {}", error(&mut master, args));
+    }
+    assert!(error(&mut target, &["FAILOVER"]).contains("FAILOVER is not valid when server is a replica."));
+    let pid = target_server.pid() as i32;
+    let held_set = |port: u16, key: &'static str| {
+        std::thread::spawn(move || {
+            let started = Instant::now();
+            let reply = redis::cmd("SET").arg(key).arg("1").query::<Value>(&mut connect(port));
+            (reply, started.elapsed())
+        })
+    };
+
+    // The timeout: given up, the held write goes on here.
+    // SAFETY: signalling our own child by its PID.
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    run(&mut master, &["SET", "unacknowledged", "1"]);
+    assert_eq!(run(&mut master, &["FAILOVER", "TO", "127.0.0.1", &port, "TIMEOUT", "500"]), Value::Okay);
+    assert_eq!(failover_state(&mut master), "waiting-for-sync");
+    assert!(error(&mut master, &["FAILOVER"]).contains("FAILOVER already in progress."));
+    assert!(error(&mut master, &["REPLICAOF", "NO", "ONE"]).contains("REPLICAOF not allowed while failing over."));
+    let held = held_set(master_server.port, "during-timeout");
+    assert_eq!(run(&mut master, &["GET", "unacknowledged"]), Value::BulkString(b"1".to_vec()), "reads go on");
+    wait_until("the failover times out", || failover_state(&mut master) == "no-failover");
+    let (reply, waited) = held.join().unwrap();
+    assert_eq!(reply.unwrap(), Value::Okay);
+    assert!(waited >= Duration::from_millis(200), "the write was not held: {waited:?}");
+    assert_eq!(info_field(&mut master, "replication", "role").as_deref(), Some("master"));
+
+    // ABORT.
+    assert_eq!(run(&mut master, &["FAILOVER", "TO", "127.0.0.1", &port, "TIMEOUT", "60000"]), Value::Okay);
+    let held = held_set(master_server.port, "during-abort");
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(run(&mut master, &["FAILOVER", "ABORT"]), Value::Okay);
+    assert_eq!(failover_state(&mut master), "no-failover");
+    assert_eq!(held.join().unwrap().0.unwrap(), Value::Okay);
+
+    // FORCE: past the timeout it hands over without the acknowledgement;
+    // the target answers once it runs again.
+    assert_eq!(run(&mut master, &["FAILOVER", "TO", "127.0.0.1", &port, "TIMEOUT", "100", "FORCE"]), Value::Okay);
+    wait_until("the forced failover starts", || failover_state(&mut master) == "failover-in-progress");
+    assert_eq!(info_field(&mut master, "replication", "role").as_deref(), Some("slave"));
+    // SAFETY: as above.
+    unsafe { libc::kill(pid, libc::SIGCONT) };
+    wait_until("the forced failover ends", || failover_state(&mut master) == "no-failover");
+    assert_eq!(info_field(&mut target, "replication", "role").as_deref(), Some("master"));
+    wait_link_up(&mut master);
+    run(&mut target, &["SET", "after", "1"]);
+    // (Whether the target applied the writes it had not acknowledged
+    // before it took over is a race FORCE accepts; they agree either way.)
+    assert_caught_up(&mut target, std::slice::from_mut(&mut master));
+}
+
+/// A master told REPLICAOF of the replica that was promoted from it goes
+/// on from its own offset (a partial resync) when the promoted replica
+/// holds its history up to there, ScaledKV's or Redis's; one that took a
+/// write of its own after the promotion syncs in full, and its write is
+/// gone (the new master never had it).
+#[test]
+fn a_demoted_master_goes_on_from_its_promoted_replica() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("master"), &[]);
+    let mut master = connect(server.port);
+    fill_db0(&mut master);
+    let follow = format!("127.0.0.1 {}", server.port);
+    let heir_server = Server::start(&dir.path().join("heir"), &["--replicaof", &follow]);
+    let redis = RedisServer::start_with(&["--replicaof", "127.0.0.1", &server.port.to_string()]);
+    let mut heirs = vec![(heir_server.port, connect(heir_server.port))];
+    if let Some(redis) = &redis {
+        heirs.push((redis.port, connect(redis.port)));
+    }
+    let replicas = heirs.len();
+    let master_port = server.port.to_string();
+    for round in 0..replicas {
+        change_db0(&mut master, round);
+        for (_, heir) in &mut heirs {
+            wait_link_up(heir);
+        }
+        wait_for(&mut master, replicas);
+        let (port, heir) = &mut heirs[round];
+        wait_for_offsets(&mut master, heir);
+        let partial_before: u64 = info_field(heir, "stats", "sync_partial_ok").unwrap().parse().unwrap();
+        assert_eq!(promote_and_write(heir, &["SET", "heir-write", &round.to_string()]), Value::Okay);
+        assert_eq!(run(&mut master, &["REPLICAOF", "127.0.0.1", &port.to_string()]), Value::Okay);
+        wait_link_up(&mut master);
+        let partial: u64 = info_field(heir, "stats", "sync_partial_ok").unwrap().parse().unwrap();
+        assert_eq!(partial, partial_before + 1, "round {round}: the old master did not go on partially");
+        assert_caught_up(heir, std::slice::from_mut(&mut master));
+        // Back as they were for the next round.
+        assert_eq!(promote_and_write(&mut master, &["SET", "master-again", &round.to_string()]), Value::Okay);
+        assert_eq!(run(heir, &["REPLICAOF", "127.0.0.1", &master_port]), Value::Okay);
+    }
+
+    // A write of its own after the promotion: a full sync.
+    for (_, heir) in &mut heirs {
+        wait_link_up(heir);
+    }
+    wait_for(&mut master, replicas);
+    let (port, heir) = &mut heirs[0];
+    assert_eq!(promote_and_write(heir, &["SET", "heir-only", "1"]), Value::Okay);
+    run(&mut master, &["SET", "lost", "1"]);
+    let full_before: u64 = info_field(heir, "stats", "sync_full").unwrap().parse().unwrap();
+    assert_eq!(run(&mut master, &["REPLICAOF", "127.0.0.1", &port.to_string()]), Value::Okay);
+    wait_link_up(&mut master);
+    assert_eq!(info_field(heir, "stats", "sync_full").unwrap().parse::<u64>().unwrap(), full_before + 1);
+    assert_caught_up(heir, std::slice::from_mut(&mut master));
+    assert_eq!(run(&mut master, &["EXISTS", "lost"]), Value::Int(0));
 }

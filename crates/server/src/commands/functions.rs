@@ -17,6 +17,7 @@ use scaledkv::{Db, WriteBatch};
 use super::args::eq;
 use super::dump::{deserialize_functions, serialize_functions};
 use super::{err, subcommand, subcommand_syntax, CmdError, CmdResult, Ctx};
+use crate::keyspace::Writer;
 use crate::script::functions::{Functions, Libraries};
 use crate::script::{vm, Scripts};
 use crate::server::Shared;
@@ -51,7 +52,11 @@ fn register(scripts: &Scripts, body: &[u8]) -> Result<Vec<crate::script::functio
 
 /// Applies `change` to a copy of the libraries, makes the result durable
 /// and then the server's. On an error nothing changes.
-fn change<T>(shared: &Shared, change: impl FnOnce(&mut Libraries) -> Result<T, String>) -> Result<T, CmdError> {
+fn change<T>(
+    shared: &Shared,
+    writer: Writer,
+    change: impl FnOnce(&mut Libraries) -> Result<T, String>,
+) -> Result<T, CmdError> {
     let functions: &Functions = &shared.functions;
     let (lock, old) = functions.begin();
     let mut libraries = (*old).clone();
@@ -73,6 +78,7 @@ fn change<T>(shared: &Shared, change: impl FnOnce(&mut Libraries) -> Result<T, S
             let codes: Vec<&[u8]> = libraries.iter().map(|library| &library.code[..]).collect();
             batch.set_note(crate::master::functions_note(&codes));
         }
+        let _admitted = shared.replication.gate.admit(writer).map_err(super::CommitError::from)?;
         shared.db.write(batch).map_err(|e| err(super::engine_error_text(&e)))?;
     }
     let delta = libraries.len() as i64 - old.len() as i64;
@@ -104,7 +110,7 @@ pub fn function(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         "load" => load(ctx, args),
         "delete" => {
             let name = String::from_utf8_lossy(&args[2]).into_owned();
-            change(ctx.shared, |libraries| {
+            change(ctx.shared, Writer::of(ctx.conn), |libraries| {
                 libraries.unlink(&name).map(drop).ok_or_else(|| "Library not found".into())
             })?;
             ctx.out.ok();
@@ -118,7 +124,7 @@ pub fn function(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
                 }
                 _ => {}
             }
-            change(ctx.shared, |libraries| {
+            change(ctx.shared, Writer::of(ctx.conn), |libraries| {
                 *libraries = Libraries::default();
                 Ok(())
             })?;
@@ -178,8 +184,9 @@ fn load(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     }
     refuse_over_maxmemory(ctx.shared)?;
     let scripts = &ctx.shared.scripts;
-    let name =
-        change(ctx.shared, |libraries| libraries.create(&args[at], replace, &mut |body| register(scripts, body)))?;
+    let name = change(ctx.shared, Writer::of(ctx.conn), |libraries| {
+        libraries.create(&args[at], replace, &mut |body| register(scripts, body))
+    })?;
     ctx.out.bulk(name.as_bytes());
     Ok(())
 }
@@ -205,7 +212,7 @@ fn restore(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     refuse_over_maxmemory(ctx.shared)?;
     let codes = deserialize_functions(&args[2]).map_err(|message| err(format!("ERR {message}")))?;
     let scripts = &ctx.shared.scripts;
-    change(ctx.shared, |libraries| {
+    change(ctx.shared, Writer::of(ctx.conn), |libraries| {
         let mut restored = Libraries::default();
         for code in &codes {
             restored.create(code, false, &mut |body| register(scripts, body))?;

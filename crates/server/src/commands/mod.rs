@@ -33,7 +33,7 @@ use smallvec::SmallVec;
 use tokio::runtime::RuntimeFlavor;
 
 use crate::conn::ConnState;
-use crate::keyspace::{FenceEdit, KeyLocks, Ready, Stripe, Writes};
+use crate::keyspace::{FenceEdit, KeyLocks, Ready, Stripe, Writer, Writes};
 use crate::pending::Pending;
 use crate::resp::Out;
 use crate::server::Shared;
@@ -84,6 +84,61 @@ impl CmdError {
             CmdError::Engine(error) => engine_error_text(error),
             CmdError::Blocked(..) => "ERR nothing to pop".into(),
             CmdError::RunAlone => "ERR the command must run alone".into(),
+        }
+    }
+}
+
+/// Redis's refusal of a write on a read-only replica.
+pub const READ_ONLY_ERROR: &str = "READONLY You can't write against a read only replica.";
+/// memcached's words for it.
+pub const READ_ONLY_MEMCACHED: &str = "SERVER_ERROR read only replica";
+
+/// Why a batch did not commit.
+#[derive(Debug)]
+pub enum CommitError {
+    Engine(scaledkv::Error),
+    /// A client's batch met the closed write gate (`crate::write_gate`):
+    /// the server became a replica while it waited.
+    ReadOnly,
+}
+
+impl From<scaledkv::Error> for CommitError {
+    fn from(error: scaledkv::Error) -> Self {
+        CommitError::Engine(error)
+    }
+}
+
+impl From<crate::write_gate::Closed> for CommitError {
+    fn from(_: crate::write_gate::Closed) -> Self {
+        CommitError::ReadOnly
+    }
+}
+
+impl From<CommitError> for CmdError {
+    fn from(error: CommitError) -> Self {
+        match error {
+            CommitError::Engine(error) => CmdError::Engine(error),
+            CommitError::ReadOnly => err(READ_ONLY_ERROR),
+        }
+    }
+}
+
+impl std::fmt::Display for CommitError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CommitError::Engine(error) => error.fmt(f),
+            CommitError::ReadOnly => f.write_str("refused: the server follows a master"),
+        }
+    }
+}
+
+impl CommitError {
+    /// The error reply, in `out`'s protocol.
+    pub fn text_for(&self, out: &Out) -> String {
+        match self {
+            CommitError::Engine(error) => engine_error_text(error),
+            CommitError::ReadOnly if out.memcached => READ_ONLY_MEMCACHED.into(),
+            CommitError::ReadOnly => READ_ONLY_ERROR.into(),
         }
     }
 }
@@ -706,6 +761,11 @@ impl<'s> Run<'s> {
         self.commands > 0
     }
 
+    /// A run of the master's stream on a replica's link.
+    pub fn for_master() -> Self {
+        Run { writes: Writes::new(false).by(Writer::Master), ..Run::default() }
+    }
+
     /// Adds one of the server's settings (under `keyspace::SETTINGS`) to
     /// the run's batch, committed with its writes; `new`: counted among the
     /// reserved entries.
@@ -738,7 +798,7 @@ impl<'s> Run<'s> {
         let result = commit(shared, ready, &stripes, exclusive, self.guards.drain(..)).await;
         if let Err(error) = &result {
             out.truncate(self.mark);
-            out.failed_run(self.commands, &engine_error_text(error));
+            out.failed_run(self.commands, &error.text_for(out));
         }
         self.commands = 0;
         result.is_ok()
@@ -799,7 +859,7 @@ pub async fn commit<G>(
     stripes: &[Stripe],
     exclusive: bool,
     guards: G,
-) -> scaledkv::Result<()> {
+) -> Result<(), CommitError> {
     let events = std::mem::take(&mut ready.events);
     // Debug builds (every test) check that every change names its key,
     // replicas or not: one that does not would not reach them.
@@ -843,8 +903,9 @@ async fn commit_batch<G>(
     stripes: &[Stripe],
     exclusive: bool,
     guards: G,
-) -> scaledkv::Result<()> {
+) -> Result<(), CommitError> {
     let Ready {
+        writer,
         mut batch,
         reserved_delta,
         pushed,
@@ -860,14 +921,17 @@ async fn commit_batch<G>(
         list_ops: _,
     } = ready;
     let fences = (!fence_edits.is_empty()).then_some(&fence_edits[..]);
+    if !batch.is_empty() && writer == Writer::Client && shared.replication.gate.is_closed() {
+        return Err(CommitError::ReadOnly);
+    }
     // Counted among the server's entries as they are written (DBSIZE
     // never counts them as keys), so not again below.
-    let written_ahead = write_new_tables_ahead(shared, &mut batch, &new_tables).await?;
+    let written_ahead = write_new_tables_ahead(shared, &mut batch, &new_tables, writer).await?;
     let reserved_delta = reserved_delta - written_ahead as i64;
     if batch.is_empty() {
         drop(guards);
         // It read others' queued writes: tell no one before they are durable.
-        return if read_pending { barrier(shared).await } else { Ok(()) };
+        return if read_pending { Ok(barrier(shared).await?) } else { Ok(()) };
     }
     let early = exclusive
         && batch.size_bytes() <= PUBLISH_MAX_BYTES
@@ -892,7 +956,11 @@ async fn commit_batch<G>(
     // here until the batch is visible (`ranks.rs`), and random picks count
     // the writes (`picks.rs`).
     let _writing = (!written_tables.is_empty()).then(|| shared.rank_sums.writing(written_tables));
-    let done = enqueue(shared, batch);
+    let done = {
+        // Held until the batch has its place in the log.
+        let _admitted = shared.replication.gate.admit(writer)?;
+        enqueue(shared, batch)
+    };
     let ticket = staged.filter(|_| !done.is_refused()).map(|staged| shared.pending.publish(staged));
     let mut guards = Some(guards);
     if ticket.is_some() {
@@ -934,7 +1002,8 @@ async fn write_new_tables_ahead(
     shared: &Shared,
     batch: &mut scaledkv::WriteBatch,
     new_tables: &[u64],
-) -> scaledkv::Result<u64> {
+    writer: Writer,
+) -> Result<u64, CommitError> {
     let limit = shared.db.max_batch_bytes();
     if batch.size_bytes() <= limit || new_tables.is_empty() {
         return Ok(0);
@@ -944,7 +1013,10 @@ async fn write_new_tables_ahead(
     let mut written = 0;
     for part in ahead {
         let count = part.len() as u64;
-        let done = enqueue(shared, part);
+        let done = {
+            let _admitted = shared.replication.gate.admit(writer)?;
+            enqueue(shared, part)
+        };
         lead(shared);
         done.await?;
         shared.reserved_entries.fetch_add(count, Ordering::Relaxed);
@@ -989,12 +1061,12 @@ async fn settle_published(shared: &Shared) -> scaledkv::Result<()> {
 
 /// Clears every key outside any command (a delayed memcached flush_all):
 /// with every key's lock, as FLUSHALL.
-pub async fn flush_everything(shared: &Shared) -> scaledkv::Result<()> {
+pub async fn flush_everything(shared: &Shared) -> Result<(), CommitError> {
     let stripes = KeyLocks::all();
     let guards = shared.locks.lock(&stripes).await;
     settle_published(shared).await?;
     let mut writes = Writes::new(false);
-    clear_all(&shared.db, &mut writes)?;
+    clear_all(shared, &mut writes)?;
     commit(shared, writes.take_batch(), &stripes, true, guards).await
 }
 
@@ -1362,7 +1434,7 @@ pub async fn run_command<'s>(
             return;
         }
     }
-    let mut writes = Writes::new(false);
+    let mut writes = Writes::new(false).by(Writer::of(conn));
     if command.has(WRITE) {
         writes.see_pending(&shared.pending);
     }
@@ -1411,7 +1483,7 @@ pub async fn run_command<'s>(
     }
     if let Err(error) = commit(shared, writes.take_batch(), &stripes, true, guards).await {
         out.truncate(mark);
-        out.error(&engine_error_text(&error));
+        out.error(&error.text_for(out));
     }
 }
 

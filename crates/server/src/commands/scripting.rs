@@ -11,7 +11,7 @@ use smallvec::SmallVec;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use super::{args, commit, engine_error_text, err, lookup, subcommand_arity, unknown_subcommand};
+use super::{args, commit, err, lookup, subcommand_arity, unknown_subcommand};
 use super::{CmdError, CmdResult, Command, Ctx, Guard, Run, ALL_KEYS, BLOCKING, TX_CONTROL, WRITE};
 use crate::conn::ConnState;
 use crate::keyspace::{KeyLocks, Stripe, Writes};
@@ -350,13 +350,13 @@ async fn eval_holding_every_lock(shared: &Shared, conn: &mut ConnState, out: &mu
     let stripes = KeyLocks::all();
     let guards = shared.locks.lock(&stripes).await;
     let mark = out.len();
-    let mut writes = Writes::new(true);
+    let mut writes = Writes::new(true).by(crate::keyspace::Writer::of(conn));
     writes.see_pending(&shared.pending);
     writes.defer_messages();
     if run_script(shared, conn, out, &mut writes, invocation, &mut Held::All) == Outcome::Replied {
         if let Err(error) = commit(shared, writes.take_batch(), &stripes, true, guards).await {
             out.truncate(mark);
-            out.error(&engine_error_text(&error));
+            out.error(&error.text_for(out));
         }
     }
 }

@@ -522,7 +522,7 @@ pub fn flushall(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         2 if eq(&args[1], "sync") || eq(&args[1], "async") => {}
         _ => return Err(CmdError::Syntax),
     }
-    clear_all(&ctx.shared.db, ctx.writes)?;
+    clear_all(ctx.shared, ctx.writes)?;
     ctx.out.ok();
     Ok(())
 }
@@ -534,7 +534,8 @@ pub fn flushall(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
 /// format marker, the memcached CAS epoch, the function libraries, which
 /// Redis's FLUSHALL keeps too): its other entries go with the keys they
 /// belong to.
-pub fn clear_all(db: &scaledkv::Db, writes: &mut crate::keyspace::Writes) -> scaledkv::Result<()> {
+pub fn clear_all(shared: &Shared, writes: &mut crate::keyspace::Writes) -> Result<(), super::CommitError> {
+    let db = &shared.db;
     // What a transaction or a script wrote before the flush is not in the
     // engine yet (it was kept), and what it deleted is gone already.
     let pending = writes.pending_keys();
@@ -553,6 +554,7 @@ pub fn clear_all(db: &scaledkv::Db, writes: &mut crate::keyspace::Writes) -> sca
         bytes += key.len() + 32;
         if in_pieces && bytes > MAX_BATCH_BYTES / 2 {
             let batch = std::mem::replace(&mut writes.batch, WriteBatch::new());
+            let _admitted = shared.replication.gate.admit(writes.writer)?;
             db.write(batch)?;
             bytes = key.len() + 32;
         }
@@ -668,6 +670,7 @@ pub fn wait(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         ctx.out.int(0);
         return Ok(());
     }
+    let starting = ctx.conn.wait_for.is_none();
     let (seq, wanted, deadline) = *ctx.conn.wait_for.get_or_insert_with(|| {
         let deadline =
             (timeout > 0).then(|| std::time::Instant::now() + std::time::Duration::from_millis(timeout as u64));
@@ -681,7 +684,12 @@ pub fn wait(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         return Ok(());
     }
     master.wake_on_ack(&ctx.conn.info);
-    master.ask_for_acks();
+    // Once per WAIT, as Redis: each GETACK moves the stream's end, which
+    // a replica promoted before it arrives lacks (a partial resync of
+    // the old master needs the very same end).
+    if starting {
+        master.ask_for_acks();
+    }
     Err(super::CmdError::Blocked(None, false))
 }
 
@@ -854,8 +862,8 @@ pub fn info_text(ctx: &Ctx<'_>, sections: &[String]) -> String {
     }
     if wanted("replication") {
         let info = match shared.replication.following() {
-            true => shared.replication.info(),
-            false => shared.master.info(),
+            true => shared.replication.info(shared.failover.phase()),
+            false => shared.master.info(shared.failover.phase()),
         };
         let _ = write!(text, "# Replication\r\n{info}\r\n");
     }

@@ -1,9 +1,9 @@
-//! Cluster, replication and debugging commands, answered as a standalone
-//! Redis 7.0 without replicas answers them (Debian's build, DEBUG off), so
-//! that clients and tools that probe for a cluster or a replica (CLUSTER
-//! INFO, READONLY, REPLICAOF NO ONE, FAILOVER) get the replies they
-//! expect from a plain server instead of an unknown command. ScaledKV
-//! neither clusters nor replicates: REPLICAOF of a real master is refused.
+//! Cluster, replication and debugging commands: CLUSTER and its kin
+//! answered as a standalone Redis 7.0 answers them (Debian's build, DEBUG
+//! off), so that clients and tools that probe for a cluster (CLUSTER
+//! INFO, READONLY) get the replies they expect instead of an unknown
+//! command; REPLICAOF (`crate::replica`) and FAILOVER
+//! (`crate::failover`) as Redis's.
 
 use bytes::Bytes;
 
@@ -79,6 +79,9 @@ pub fn replicaof(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     if ctx.conn.master_link {
         return Err(err("ERR Command is not valid when client is a replica."));
     }
+    if ctx.shared.failover.phase() != crate::failover::Phase::None {
+        return Err(err("ERR REPLICAOF not allowed while failing over."));
+    }
     if eq(&args[1], "no") && eq(&args[2], "one") {
         if ctx.shared.replication.following() {
             tracing::info!("REPLICAOF NO ONE: a master now");
@@ -100,14 +103,15 @@ pub fn replicaof(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     Ok(())
 }
 
-/// FAILOVER [TO host port [FORCE]] [ABORT] [TIMEOUT ms]: Redis's checks
-/// of its arguments, then its answer for a master without replicas; with
-/// replicas, a clear refusal (promote one with REPLICAOF NO ONE).
+/// FAILOVER [TO host port [FORCE]] [ABORT] [TIMEOUT ms]: hands over to
+/// a replica (`crate::failover`), with Redis's checks and errors.
 pub fn failover(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     if args.len() == 2 && eq(&args[1], "abort") {
-        return Err(err("ERR No failover in progress."));
+        ctx.shared.failover.abort_by_client(ctx.shared).map_err(err)?;
+        ctx.out.ok();
+        return Ok(());
     }
-    let (mut timeout, mut to, mut force) = (None, false, false);
+    let (mut timeout, mut target, mut force) = (None, None, false);
     let mut at = 1;
     while at < args.len() {
         if eq(&args[at], "timeout") && at + 1 < args.len() && timeout.is_none() {
@@ -117,9 +121,11 @@ pub fn failover(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
             }
             timeout = Some(ms);
             at += 2;
-        } else if eq(&args[at], "to") && at + 2 < args.len() && !to {
-            super::args::int(&args[at + 2])?;
-            to = true;
+        } else if eq(&args[at], "to") && at + 2 < args.len() && target.is_none() {
+            let port = super::args::int(&args[at + 2])?;
+            // A port no replica announced finds none, as in Redis.
+            let port = u16::try_from(port).unwrap_or(0);
+            target = Some((String::from_utf8_lossy(&args[at + 1]).into_owned(), port));
             at += 3;
         } else if eq(&args[at], "force") && !force {
             force = true;
@@ -128,12 +134,11 @@ pub fn failover(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
             return Err(CmdError::Syntax);
         }
     }
-    if ctx.shared.master.replicas() > 0 {
-        return Err(err(
-            "ERR FAILOVER is not supported by ScaledKV yet: WAIT for the replica, then REPLICAOF NO ONE on it and REPLICAOF on this server",
-        ));
-    }
-    Err(err("ERR FAILOVER requires connected replicas."))
+    let timeout = timeout.map(|ms| std::time::Duration::from_millis(ms as u64));
+    let request = crate::failover::Request { target, timeout, force };
+    ctx.shared.failover.request(ctx.shared, request).map_err(err)?;
+    ctx.out.ok();
+    Ok(())
 }
 
 /// BGREWRITEAOF: the log needs no rewrite (GC compacts it as it goes);

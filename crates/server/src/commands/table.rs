@@ -483,7 +483,13 @@ async fn drop_table(shared: &Shared, id: u64, owner: &[u8]) -> Result<u64, CmdEr
         }
         let count = keys.len() as u64 + last as u64;
         // Readers of the sorted set it was see no half-dropped table.
-        let ready = Ready { batch, reserved_delta: -(count as i64), written_tables: vec![id], ..Ready::default() };
+        let ready = Ready {
+            batch,
+            reserved_delta: -(count as i64),
+            written_tables: vec![id],
+            writer: crate::keyspace::Writer::Server,
+            ..Ready::default()
+        };
         super::commit(shared, ready, &[], false, ()).await?;
         deleted += count;
         if last {

@@ -103,7 +103,7 @@ pub async fn exec(shared: &Shared, conn: &mut ConnState, out: &mut Out) {
     }
     let mark = out.len();
     out.array(queued.len());
-    let mut writes = Writes::new(true);
+    let mut writes = Writes::new(true).by(crate::keyspace::Writer::of(conn));
     writes.see_pending(&shared.pending);
     writes.defer_messages();
     for (command, args) in &queued {
@@ -145,6 +145,6 @@ pub async fn exec(shared: &Shared, conn: &mut ConnState, out: &mut Out) {
     }
     if let Err(error) = super::commit(shared, writes.take_batch(), &stripes, true, guards).await {
         out.truncate(mark);
-        out.error(&engine_error_text(&error));
+        out.error(&error.text_for(out));
     }
 }

@@ -563,7 +563,7 @@ pub(super) fn flush(ctx: &mut Ctx<'_>, delay: i64) -> CmdResult {
         Expiry::At(at) => state.flush_at.store(at, Ordering::Relaxed),
         _ => {
             state.flush_at.store(0, Ordering::Relaxed);
-            crate::commands::clear_all(&ctx.shared.db, ctx.writes)?;
+            crate::commands::clear_all(ctx.shared, ctx.writes)?;
         }
     }
     Ok(())
