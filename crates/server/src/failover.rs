@@ -130,8 +130,7 @@ impl Failover {
     /// Gives the failover up: the server is a master again, with its
     /// history where it was; held writes go on.
     fn abort(&self, shared: &Shared, reason: &str) {
-        let mut state = self.state.lock();
-        let was = std::mem::take(&mut *state);
+        let was = std::mem::take(&mut *self.state.lock());
         if was.phase == Phase::None {
             return;
         }

@@ -105,6 +105,12 @@ pub struct Master {
     /// The stream stands still at the offset `capture` fixed, until the
     /// new master answers (`thaw`): nothing more is drained meanwhile.
     frozen: AtomicBool,
+    /// While this server follows a master: the master's stream as the
+    /// link committed it, and its replication ID (a Redis replica keeps
+    /// its master's stream in its backlog too). A promotion streams on
+    /// from it, so the master's other replicas that are behind this one,
+    /// within `repl-backlog-size`, go on partially.
+    relayed: Mutex<(Option<String>, Backlog)>,
     /// INFO stats' `sync_full`, `sync_partial_ok`, `sync_partial_err`.
     pub syncs: [std::sync::atomic::AtomicU64; 3],
 }
@@ -239,6 +245,7 @@ impl Default for Master {
             drainer: Mutex::new(None),
             stop: AtomicBool::new(false),
             frozen: AtomicBool::new(false),
+            relayed: Mutex::new((None, Backlog::default())),
             syncs: Default::default(),
         }
     }
@@ -1023,10 +1030,15 @@ impl Master {
             changes.batches.clear();
             changes.loose.clear();
             drop(changes);
+            let (relayed_id, relayed) = std::mem::take(&mut *self.relayed.lock());
             let mut stream = self.stream.lock();
+            stream.backlog = match relayed_id {
+                // The master's stream up to here: replicas behind go on.
+                Some(id) if id == replid && relayed.end() == offset => relayed,
+                _ => Backlog { pieces: Default::default(), start: offset, len: 0 },
+            };
             stream.replid2 = Some((replid, offset + 1));
             stream.replid = random_hex();
-            stream.backlog = Backlog { pieces: Default::default(), start: offset, len: 0 };
             stream.drained.clear();
             stream.drained.push_back((shared.db.stats().last_seq, offset));
             stream.alone_since = Some(Instant::now());
@@ -1045,6 +1057,25 @@ impl Master {
         }
         tracing::info!(offset, "promoted: the old master's other replicas can go on from here (partial resync)");
         Ok(())
+    }
+
+    /// Keeps `bytes` of the followed master's stream `replid`, which the
+    /// link committed up to `end`; a gap (a full sync, another master)
+    /// starts the copy over.
+    pub fn relay(&self, replid: &str, end: u64, bytes: &[u8]) {
+        let mut relayed = self.relayed.lock();
+        let start = end - bytes.len() as u64;
+        let (id, backlog) = &mut *relayed;
+        if backlog.end() != start {
+            *backlog = Backlog { pieces: Default::default(), start, len: 0 };
+        }
+        if id.as_deref() != Some(replid) {
+            // The same offsets under a new ID (the master was promoted, or
+            // failed over): the bytes go on.
+            *id = Some(replid.to_owned());
+        }
+        backlog.push(bytes.to_vec());
+        backlog.trim(end.saturating_sub(self.backlog_bytes.load(Ordering::Relaxed) as u64));
     }
 
     /// For a master that becomes a replica, with clients' writes stopped

@@ -706,6 +706,9 @@ impl<'s> Link<'s> {
         // to the last command outside a MULTI (what a commit makes the
         // offset), and the database its SELECT chose.
         let (mut unacked, mut safe, mut db) = (0i64, 0i64, 0u64);
+        // The bytes of those and of what is read but not yet run, as the
+        // master sent them: committed, they go on to `Master::relay`.
+        let mut raw = self.input.to_vec();
         loop {
             let mut asked = false;
             loop {
@@ -744,7 +747,15 @@ impl<'s> Link<'s> {
                     // these writes again.
                     return Err(Ended::Failed("committing the master's writes failed (see the log)".into()));
                 }
-                shared.replication.status.lock().offset += safe;
+                let (replid, offset) = {
+                    let mut status = shared.replication.status.lock();
+                    status.offset += safe;
+                    (status.replid.clone(), status.offset)
+                };
+                if let Some(replid) = replid {
+                    shared.master.relay(&replid, offset as u64, &raw[..safe as usize]);
+                }
+                raw.drain(..safe as usize);
                 unacked -= std::mem::take(&mut safe);
             }
             if asked || acked.elapsed() >= ACK_EVERY {
@@ -752,11 +763,13 @@ impl<'s> Link<'s> {
                 acked = Instant::now();
             }
             let tick = tokio::time::sleep(ACK_EVERY.saturating_sub(acked.elapsed()));
+            let had = self.input.len();
             tokio::select! {
                 read = self.read_more() => read?,
                 _ = tick => {}
                 _ = info.wake.notified() => {}
             }
+            raw.extend_from_slice(&self.input[had..]);
             if info.killed.load(Ordering::Acquire) {
                 return Err(Ended::Failed("closed by CLIENT KILL".into()));
             }

@@ -1239,14 +1239,24 @@ fn replicas_go_on_partially_from_a_promoted_replica() {
     let mut promoted = connect(heir.port);
     assert_eq!(run(&mut promoted, &["REPLICAOF", "127.0.0.1", &server.port.to_string()]), Value::Okay);
     wait_link_up(&mut promoted);
+    // Redis's smallest backlog: the heir keeps the last 16 KiB of the
+    // master's stream.
+    assert_eq!(run(&mut promoted, &["CONFIG", "SET", "repl-backlog-size", "16384"]), Value::Okay);
     let (_scaledkv_replica, _redis_replica, mut replicas) = replicas_of(dir.path(), server.port);
-    // One more replica, stopped before the last writes: it holds less of
-    // the history than the heir.
-    let behind_dir = dir.path().join("behind");
-    let mut behind = Server::start(&behind_dir, &["--replicaof", &format!("127.0.0.1 {}", server.port)]);
+    // Two more replicas, stopped before the last writes: they hold less of
+    // the history than the heir; what `slow` lacks is in the heir's copy
+    // of the master's stream, what `behind` lacks is not.
+    let follow = format!("127.0.0.1 {}", server.port);
+    let (behind_dir, slow_dir) = (dir.path().join("behind"), dir.path().join("slow"));
+    let mut behind = Server::start(&behind_dir, &["--replicaof", &follow]);
+    let mut slow = Server::start(&slow_dir, &["--replicaof", &follow]);
     wait_link_up(&mut connect(behind.port));
-    wait_for(&mut master, replicas.len() + 2);
+    wait_link_up(&mut connect(slow.port));
+    wait_for(&mut master, replicas.len() + 3);
     behind.kill();
+    run(&mut master, &["SET", "past-the-backlog", &"x".repeat(64 << 10)]);
+    wait_for(&mut master, replicas.len() + 2);
+    slow.kill();
     change_db0(&mut master, 1);
     wait_for(&mut master, replicas.len() + 1);
     let replid = info_field(&mut master, "replication", "master_replid").unwrap();
@@ -1273,8 +1283,14 @@ fn replicas_go_on_partially_from_a_promoted_replica() {
         assert_eq!(info_field(replica, "replication", "master_replid"), Some(new_replid.clone()));
     }
 
-    // The one behind asks for what the heir's backlog does not hold: it
-    // is sent the data set in full.
+    // The slow one goes on from the heir's copy of the master's stream;
+    // the one behind asks for what it does not hold, and is sent the
+    // data set in full.
+    let slow = Server::start(&slow_dir, &["--replicaof", &format!("127.0.0.1 {port}")]);
+    let mut slow_con = connect(slow.port);
+    wait_link_up(&mut slow_con);
+    replicas.push(slow_con);
+    assert_eq!(info_field(&mut promoted, "stats", "sync_partial_ok"), Some(replicas.len().to_string()));
     let behind = Server::start(&behind_dir, &["--replicaof", &format!("127.0.0.1 {port}")]);
     let mut behind_con = connect(behind.port);
     wait_link_up(&mut behind_con);

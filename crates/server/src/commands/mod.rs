@@ -1309,8 +1309,8 @@ pub async fn run_command<'s>(
         let memcached = command.group == "memcached";
         if command.has(WRITE) {
             let error = match memcached {
-                true => "SERVER_ERROR read only replica",
-                false => "READONLY You can't write against a read only replica.",
+                true => READ_ONLY_MEMCACHED,
+                false => READ_ONLY_ERROR,
             };
             return reject(conn, out, command, args, error);
         }

@@ -87,7 +87,7 @@ fn invocation<'a>(shared: &Shared, command: &Command, args: &'a [Bytes]) -> Resu
             return Err(err("ERR Can not execute a script with write flag using *_ro command."));
         }
         if !flags.has(Flags::NO_WRITES) && shared.replication.read_only() {
-            return Err(err("READONLY You can't write against a read only replica."));
+            return Err(err(super::READ_ONLY_ERROR));
         }
         if !flags.has(Flags::NO_WRITES) && !flags.has(Flags::ALLOW_OOM) && shared.config.memory.over_limit(&shared.db) {
             return Err(err(
@@ -219,7 +219,7 @@ fn run_script<'s>(
                 return Err(CallError::Error("ERR Write commands are not allowed from read-only scripts.".into()));
             }
             if shared.replication.read_only() && !conn.master_link {
-                return Err(CallError::Error("READONLY You can't write against a read only replica.".into()));
+                return Err(CallError::Error(super::READ_ONLY_ERROR.into()));
             }
             if !invocation.allow_oom && shared.config.memory.refuses(command.name, &shared.db) {
                 return Err(CallError::Error(crate::maxmemory::OOM_ERROR.into()));
