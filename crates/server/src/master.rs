@@ -45,6 +45,14 @@
 //! command that ran before it, unnoted, commits after the file's moment),
 //! and stops an hour (`repl-backlog-ttl`) after the last one left, with a
 //! new replication ID, as Redis frees its backlog.
+//!
+//! While this server follows a master, nothing is noted: its stream is
+//! the master's, each run of it appended once the link has committed it
+//! (`relay`), as a Redis replica proxies its master's stream. Replicas of
+//! this one thus hold the master's replication ID and offsets and can go
+//! on from the master itself, and a promotion keeps that stream as the
+//! new history's start (`promote`): the master's other replicas behind
+//! this one go on from it.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
@@ -105,12 +113,10 @@ pub struct Master {
     /// The stream stands still at the offset `capture` fixed, until the
     /// new master answers (`thaw`): nothing more is drained meanwhile.
     frozen: AtomicBool,
-    /// While this server follows a master: the master's stream as the
-    /// link committed it, and its replication ID (a Redis replica keeps
-    /// its master's stream in its backlog too). A promotion streams on
-    /// from it, so the master's other replicas that are behind this one,
-    /// within `repl-backlog-size`, go on partially.
-    relayed: Mutex<(Option<String>, Backlog)>,
+    /// Set by a replica's link from the commit of a run of its master's
+    /// stream until the run's bytes are relayed: a full sync of a replica
+    /// of this one takes its snapshot between two runs.
+    committing: Mutex<bool>,
     /// INFO stats' `sync_full`, `sync_partial_ok`, `sync_partial_err`.
     pub syncs: [std::sync::atomic::AtomicU64; 3],
 }
@@ -207,6 +213,16 @@ impl Backlog {
     }
 }
 
+/// Held by a replica's link while it commits and relays a run
+/// (`Master::committing`).
+pub struct Committing<'m>(&'m Mutex<bool>);
+
+impl Drop for Committing<'_> {
+    fn drop(&mut self) {
+        *self.0.lock() = false;
+    }
+}
+
 /// A replica as INFO and ROLE show it.
 pub struct Replica {
     client: Arc<ClientInfo>,
@@ -245,7 +261,7 @@ impl Default for Master {
             drainer: Mutex::new(None),
             stop: AtomicBool::new(false),
             frozen: AtomicBool::new(false),
-            relayed: Mutex::new((None, Backlog::default())),
+            committing: Mutex::new(false),
             syncs: Default::default(),
         }
     }
@@ -950,6 +966,10 @@ impl Master {
     /// A replica that finds it on waits for the same barrier: the one that
     /// turned it on may still be waiting for it.
     async fn start(self: &Arc<Self>, shared: &Arc<Shared>) -> Result<(), String> {
+        if shared.replication.following() {
+            // The link relays its master's stream (`relay`).
+            return Ok(());
+        }
         if self.streaming() {
             return crate::commands::barrier(shared).await.map_err(|error| error.to_string());
         }
@@ -1021,24 +1041,24 @@ impl Master {
     /// own history for them; one that streamed to none now drops it (its
     /// notes not yet drained are of writes the master's history has).
     pub fn promote(self: &Arc<Self>, shared: &Arc<Shared>, replid: String, offset: u64) -> Result<(), String> {
-        if self.streaming() && self.replicas() > 0 {
-            return Ok(());
-        }
         {
             let _draining = self.draining.lock();
             let mut changes = self.changes.lock();
             changes.batches.clear();
             changes.loose.clear();
             drop(changes);
-            let (relayed_id, relayed) = std::mem::take(&mut *self.relayed.lock());
             let mut stream = self.stream.lock();
-            stream.backlog = match relayed_id {
-                // The master's stream up to here: replicas behind go on.
-                Some(id) if id == replid && relayed.end() == offset => relayed,
-                _ => Backlog { pieces: Default::default(), start: offset, len: 0 },
-            };
+            // The master's stream up to here stays (`relay`): replicas
+            // behind this one go on from it.
+            if stream.replid != replid || stream.end() != offset {
+                stream.backlog = Backlog { pieces: Default::default(), start: offset, len: 0 };
+            }
             stream.replid2 = Some((replid, offset + 1));
             stream.replid = random_hex();
+            // Its replicas learn the new ID, and go on.
+            for replica in &stream.replicas {
+                replica.client.kill();
+            }
             stream.drained.clear();
             stream.drained.push_back((shared.db.stats().last_seq, offset));
             stream.alone_since = Some(Instant::now());
@@ -1059,23 +1079,82 @@ impl Master {
         Ok(())
     }
 
-    /// Keeps `bytes` of the followed master's stream `replid`, which the
-    /// link committed up to `end`; a gap (a full sync, another master)
-    /// starts the copy over.
-    pub fn relay(&self, replid: &str, end: u64, bytes: &[u8]) {
-        let mut relayed = self.relayed.lock();
+    /// While this server follows a master, its stream is the master's, as
+    /// Redis's replica proxies it: the link's PSYNC was answered
+    /// (`continued`: +CONTINUE, else +FULLRESYNC) with the master's
+    /// `replid`, the stream going on after `offset`. Its own history, if
+    /// it streamed one, stops; it stays the second (PSYNC2) where the
+    /// master goes on from its end (a demotion's partial resync). The
+    /// replicas of this server are disconnected if the ID changed, to
+    /// learn it: they come back and go on where the backlog holds them.
+    pub fn followed(&self, shared: &Shared, replid: &str, offset: u64, continued: bool) {
+        let _draining = self.draining.lock();
+        if self.streaming.swap(false, Ordering::AcqRel) {
+            shared.db.set_commit_observer(None);
+        }
+        *self.changes.lock() = Changes::default();
+        self.frozen.store(false, Ordering::Release);
+        let mut stream = self.stream.lock();
+        let changed = stream.replid != replid || stream.end() != offset;
+        if continued && stream.end() == offset {
+            if stream.replid != replid {
+                let old = std::mem::replace(&mut stream.replid, replid.to_owned());
+                stream.replid2 = Some((old, offset + 1));
+            }
+        } else {
+            stream.replid = replid.to_owned();
+            stream.replid2 = None;
+            stream.backlog = Backlog { pieces: Default::default(), start: offset, len: 0 };
+        }
+        stream.drained.clear();
+        (stream.getack, stream.select) = (false, false);
+        if changed {
+            for replica in &stream.replicas {
+                replica.client.kill();
+            }
+        }
+        drop(stream);
+        self.end.send_replace(offset);
+    }
+
+    /// A replica's link commits a run of its master's stream: the guard
+    /// it holds until it has relayed the run's bytes.
+    pub fn committing(&self) -> Committing<'_> {
+        *self.committing.lock() = true;
+        Committing(&self.committing)
+    }
+
+    /// Appends to the stream `bytes` of the followed master's, which the
+    /// link committed up to `end` (`followed`); replicas of this server
+    /// get them as they get a master's own.
+    pub fn relay(&self, end: u64, bytes: &[u8]) {
+        let mut stream = self.stream.lock();
         let start = end - bytes.len() as u64;
-        let (id, backlog) = &mut *relayed;
-        if backlog.end() != start {
-            *backlog = Backlog { pieces: Default::default(), start, len: 0 };
+        if stream.end() != start {
+            // Not where the stream stood (it cannot be): start over there.
+            tracing::warn!(at = stream.end(), start, "the relayed stream has a gap; its replicas sync again");
+            stream.backlog = Backlog { pieces: Default::default(), start, len: 0 };
+            for replica in &stream.replicas {
+                replica.client.kill();
+            }
         }
-        if id.as_deref() != Some(replid) {
-            // The same offsets under a new ID (the master was promoted, or
-            // failed over): the bytes go on.
-            *id = Some(replid.to_owned());
+        stream.backlog.push(bytes.to_vec());
+        self.trim(&mut stream);
+        drop(stream);
+        self.end.send_replace(end);
+    }
+
+    /// A snapshot of the data set and the offset of the followed master's
+    /// stream it is at: taken between two of the link's runs.
+    fn snapshot_between_runs<'d>(&self, db: &'d scaledkv::Db) -> (scaledkv::Snapshot<'d>, u64) {
+        loop {
+            let committing = self.committing.lock();
+            if !*committing {
+                return (db.snapshot(), self.offset());
+            }
+            drop(committing);
+            std::thread::sleep(Duration::from_millis(1));
         }
-        backlog.push(bytes.to_vec());
-        backlog.trim(end.saturating_sub(self.backlog_bytes.load(Ordering::Relaxed) as u64));
     }
 
     /// For a master that becomes a replica, with clients' writes stopped
@@ -1799,13 +1878,20 @@ async fn full_sync(
     let registered = replica.clone();
     let job = tokio::task::spawn_blocking(move || {
         let master = &exporting.master;
-        let draining = master.draining.lock();
-        let loose = std::mem::take(&mut master.changes.lock().loose);
-        let snapshot = exporting.db.snapshot();
-        let from = master.drain(&exporting, Some(&snapshot), loose);
-        master.stream.lock().select = true;
-        *registered.sent.lock() = Some(from);
-        drop(draining);
+        let (snapshot, from) = if exporting.replication.following() {
+            // The stream is the followed master's, relayed by the link.
+            let (snapshot, from) = master.snapshot_between_runs(&exporting.db);
+            *registered.sent.lock() = Some(from);
+            (snapshot, from)
+        } else {
+            let _draining = master.draining.lock();
+            let loose = std::mem::take(&mut master.changes.lock().loose);
+            let snapshot = exporting.db.snapshot();
+            let from = master.drain(&exporting, Some(&snapshot), loose);
+            master.stream.lock().select = true;
+            *registered.sent.lock() = Some(from);
+            (snapshot, from)
+        };
         let _ = start.send(from);
         crate::commands::dump::export::export(&exporting, &snapshot, 1 << 20, true, |piece| {
             pieces.blocking_send(piece).is_ok()

@@ -114,6 +114,10 @@ pub fn sync(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         if ctx.shared.failover.phase() != crate::failover::Phase::None || ctx.shared.master.frozen() {
             return Err(err("NOMASTERLINK Can't SYNC while failing over"));
         }
+        // A replica of this one gets its master's stream (`Master::relay`).
+        if ctx.shared.replication.following() && !ctx.shared.replication.link_up() {
+            return Err(err("NOMASTERLINK Can't SYNC while not connected with my master"));
+        }
         ctx.conn.replica_link = Some(crate::master::Psync { from, port: settings.port });
         return Ok(());
     }

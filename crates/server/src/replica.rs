@@ -250,6 +250,11 @@ impl Replication {
         Ok(())
     }
 
+    /// Whether the link to the master is up (ROLE's `connected`).
+    pub fn link_up(&self) -> bool {
+        self.status.lock().state == "connected"
+    }
+
     /// The replication ID of the master's history the data set follows.
     pub fn master_replid(&self) -> Option<String> {
         self.status.lock().replid.clone()
@@ -506,11 +511,6 @@ impl<'s> Link<'s> {
         let reply = self.ask(&psync).await?;
         let words: Vec<&[u8]> = reply.split(|&b| b == b' ').collect();
         let answered = matches!(words[0], b"+FULLRESYNC" | b"+CONTINUE");
-        // The data set's offset is known to the new master, or it syncs in
-        // full: this server's own stream goes on either way.
-        if answered {
-            self.shared.master.thaw();
-        }
         self.shared.failover.answered(self.shared, answered);
         match words[0] {
             b"+FULLRESYNC" if words.len() == 3 => {
@@ -525,6 +525,7 @@ impl<'s> Link<'s> {
                     let mut status = replication.status.lock();
                     (status.state, status.replid, status.offset) = ("sync", None, 0);
                 }
+                self.shared.master.followed(self.shared, &id, offset as u64, false);
                 let rdb = self.rdb().await?;
                 self.load(&rdb, &id, offset).await?;
                 let mut status = replication.status.lock();
@@ -533,11 +534,15 @@ impl<'s> Link<'s> {
                 status.full_syncs += 1;
             }
             b"+CONTINUE" => {
-                let mut status = replication.status.lock();
-                if let Some(id) = words.get(1) {
-                    status.replid = Some(String::from_utf8_lossy(id).into_owned());
-                }
-                status.partial_syncs += 1;
+                let (replid, offset) = {
+                    let mut status = replication.status.lock();
+                    if let Some(id) = words.get(1) {
+                        status.replid = Some(String::from_utf8_lossy(id).into_owned());
+                    }
+                    status.partial_syncs += 1;
+                    (status.replid.clone().unwrap_or_default(), status.offset)
+                };
+                self.shared.master.followed(self.shared, &replid, offset as u64, true);
             }
             _ => return Err(failed("PSYNC", &reply)),
         }
@@ -651,6 +656,8 @@ impl<'s> Link<'s> {
         let shared = self.shared;
         shared.replication.loading.store(true, Ordering::Release);
         let _loaded = Loading(&shared.replication.loading);
+        // No replica of this one takes a snapshot half way through.
+        let _committing = shared.master.committing();
         let failed_before = shared.replication.status.lock().failed;
         let mut runner = Runner::new(shared, self.stream.peer_addr()?, self.stream.local_addr()?);
         // The stored position goes before the old data (FLUSHALL keeps the
@@ -742,19 +749,19 @@ impl<'s> Link<'s> {
                     let new = !shared.replication.stored.swap(true, Ordering::Relaxed);
                     runner.run.put_setting(STATE_KEY, stored.as_bytes(), new);
                 }
+                let committing = shared.master.committing();
                 if !runner.commit().await {
                     // Resumed from the offset committed, the master sends
                     // these writes again.
                     return Err(Ended::Failed("committing the master's writes failed (see the log)".into()));
                 }
-                let (replid, offset) = {
+                let offset = {
                     let mut status = shared.replication.status.lock();
                     status.offset += safe;
-                    (status.replid.clone(), status.offset)
+                    status.offset
                 };
-                if let Some(replid) = replid {
-                    shared.master.relay(&replid, offset as u64, &raw[..safe as usize]);
-                }
+                shared.master.relay(offset as u64, &raw[..safe as usize]);
+                drop(committing);
                 raw.drain(..safe as usize);
                 unacked -= std::mem::take(&mut safe);
             }

@@ -1970,7 +1970,9 @@ fn failover_state(con: &mut Connection) -> String {
 /// offset is refused (READONLY), not committed behind the new master's
 /// back. Every acknowledged write is on the new master and on the old,
 /// which follows it from its own offset (a partial resync); the other
-/// replica, moved by REPLICAOF, catches up too.
+/// replica, which follows the old master meanwhile (its stream is now
+/// the new master's, relayed), goes on partially too when REPLICAOF moves
+/// it, after the new master took writes.
 #[test]
 fn failover_hands_over_to_a_replica_without_losing_a_write() {
     let dir = tempfile::tempdir().unwrap();
@@ -2058,10 +2060,73 @@ fn failover_hands_over_to_a_replica_without_losing_a_write() {
         assert!(value.is_some(), "{key} was acknowledged and is not on the new master");
     }
     change_db0(&mut heir, 1);
+    wait_link_up(&mut other);
     assert_eq!(run(&mut other, &["REPLICAOF", "127.0.0.1", &port]), Value::Okay);
     wait_link_up(&mut other);
+    assert_eq!(info_field(&mut heir, "stats", "sync_partial_ok").as_deref(), Some("2"), "the other replica went on");
+    assert_eq!(info_field(&mut heir, "stats", "sync_full").as_deref(), Some("0"));
     let mut replicas = [old, other];
     assert_caught_up(&mut heir, &mut replicas);
+}
+
+/// A replica of a replica, ScaledKV's and Redis's, gets the master's own
+/// stream through it (the middle one relays it, as a Redis replica
+/// proxies it): the same replication ID and offsets, so either goes on
+/// partially when moved to the master itself; the middle one promoted
+/// keeps them (they go on from it), and WAIT on a replica is refused as
+/// in Redis.
+#[test]
+fn replicas_of_a_replica_get_the_masters_stream() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("master"), &[]);
+    let mut master = connect(server.port);
+    fill_db0(&mut master);
+    let middle_server =
+        Server::start(&dir.path().join("middle"), &["--replicaof", &format!("127.0.0.1 {}", server.port)]);
+    let mut middle = connect(middle_server.port);
+    wait_link_up(&mut middle);
+    let (_scaledkv, _redis, mut leaves) = replicas_of(dir.path(), middle_server.port);
+    change_db0(&mut master, 1);
+    wait_for(&mut master, 1);
+    let replid = info_field(&mut master, "replication", "master_replid");
+    let offset = info_field(&mut master, "replication", "master_repl_offset");
+    for leaf in &mut leaves {
+        wait_until("a leaf has the master's stream", || {
+            info_field(leaf, "replication", "master_repl_offset") == offset
+        });
+        assert_eq!(info_field(leaf, "replication", "master_replid"), replid);
+        assert_same(&mut master, leaf);
+    }
+    let error = redis::cmd("WAIT").arg(1).arg(0).query::<Value>(&mut middle).unwrap_err();
+    assert!(error.to_string().contains("WAIT cannot be used with replica instances"), "{error}");
+
+    // Moved to the master: partial.
+    let partial_before: u64 = info_field(&mut master, "stats", "sync_partial_ok").unwrap().parse().unwrap();
+    let master_port = server.port.to_string();
+    for leaf in &mut leaves {
+        assert_eq!(run(leaf, &["REPLICAOF", "127.0.0.1", &master_port]), Value::Okay);
+        wait_link_up(leaf);
+    }
+    let partial: u64 = info_field(&mut master, "stats", "sync_partial_ok").unwrap().parse().unwrap();
+    assert_eq!(partial, partial_before + leaves.len() as u64);
+    change_db0(&mut master, 2);
+    let mut all: Vec<Connection> = leaves.into_iter().chain([middle]).collect();
+    assert_caught_up(&mut master, &mut all);
+
+    // Back under the middle one, which is then promoted: they go on.
+    let middle_port = middle_server.port.to_string();
+    let (middle, leaves) = all.split_last_mut().unwrap();
+    let full_before = info_field(middle, "stats", "sync_full");
+    for leaf in leaves.iter_mut() {
+        assert_eq!(run(leaf, &["REPLICAOF", "127.0.0.1", &middle_port]), Value::Okay);
+        wait_link_up(leaf);
+    }
+    assert_eq!(promote_and_write(middle, &["SET", "middle-now-master", "1"]), Value::Okay);
+    for leaf in leaves.iter_mut() {
+        wait_link_up(leaf);
+    }
+    assert_caught_up(middle, leaves);
+    assert_eq!(info_field(middle, "stats", "sync_full"), full_before, "the leaves went on partially");
 }
 
 /// FAILOVER between ScaledKV and Redis, both ways: a Redis replica takes

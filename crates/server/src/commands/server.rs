@@ -664,6 +664,13 @@ pub fn wait(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     if timeout < 0 {
         return Err(err("ERR timeout is negative"));
     }
+    if ctx.shared.replication.following() {
+        return Err(err(
+            "ERR WAIT cannot be used with replica instances. Please also note that since Redis 4.0 if a replica is \
+             configured to be writable (which is not the default) writes to replicas are just local and are not \
+             propagated.",
+        ));
+    }
     let master = &ctx.shared.master;
     if master.replicas() == 0 {
         ctx.conn.wait_for = None;
