@@ -176,14 +176,21 @@ def one_round(config):
             process.stop()
 
 
+def interleaved(one_round, configs, repeats):
+    """`repeats` rounds of each configuration, interleaved, each printed:
+    {config: [round's result, ...]}; a result with "error" did not finish."""
+    results = {config: [] for config in configs}
+    for _ in range(repeats):
+        for config in configs:
+            results[config].append(one_round(config))
+            print(config, results[config][-1], flush=True)
+    return results
+
+
 def main():
     emit(f"\n## Sentinel failover: {N} keys of {VALUE} B on {MEDIUM}, {REPEATS} rounds, medians "
          f"(down-after-milliseconds 1000)\n")
-    results = {config: [] for config in RUN}
-    for _ in range(REPEATS):
-        for config in RUN:
-            results[config].append(one_round(config))
-            print(config, results[config][-1], flush=True)
+    results = interleaved(one_round, RUN, REPEATS)
     emit("| servers | failover s | other replica linked s | old master rejoined s | new master's syncs "
          "(full / partial) | loaded keys missing | rounds unfinished |")
     emit("|---|---:|---:|---:|---|---:|---:|")

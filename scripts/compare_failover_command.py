@@ -28,7 +28,7 @@ import time
 
 import compare_failover
 import compare_redis
-from compare_failover import Node, follows, takes_writes, wait_for
+from compare_failover import Node, follows, interleaved, takes_writes, wait_for
 from compare_redis import cli, emit, info, median
 
 REPEATS = int(os.environ.get("REPEATS", "3"))
@@ -118,11 +118,7 @@ def one_round(config):
 def main():
     emit(f"\n## FAILOVER TO a replica under writes: {N} keys of {VALUE} B on {MEDIUM}, {REPEATS} rounds, "
          f"medians\n")
-    results = {config: [] for config in RUN}
-    for _ in range(REPEATS):
-        for config in RUN:
-            results[config].append(one_round(config))
-            print(config, results[config][-1], flush=True)
+    results = interleaved(one_round, RUN, REPEATS)
     emit("| servers | handover ms | new master writable ms | other replica linked ms | new master's syncs "
          "(full / partial) | acknowledged writes (missing) | rounds unfinished |")
     emit("|---|---:|---:|---:|---|---:|---:|")
