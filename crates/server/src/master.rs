@@ -1032,14 +1032,13 @@ impl Master {
 
     /// A replica promoted (REPLICAOF NO ONE) with its data set at `offset`
     /// of its master's history `replid`: its own history goes on from that
-    /// offset under a new ID, the master's kept as its second (PSYNC2), so
-    /// that the master's other replicas, at the same offset, go on with a
-    /// partial resync when they follow it (Redis's `shiftReplicationId`).
-    /// Streaming starts here, before the first write of its own (writes
-    /// wait for the promotion): the backlog holds every one. A server
-    /// that streams to replicas of its own (fed from its link) keeps its
-    /// own history for them; one that streamed to none now drops it (its
-    /// notes not yet drained are of writes the master's history has).
+    /// offset under a new ID, the master's kept as its second (PSYNC2),
+    /// with the master's stream it relayed up to there, so that the
+    /// master's other replicas at that offset or behind it (within the
+    /// backlog) go on with a partial resync when they follow it (Redis's
+    /// `shiftReplicationId`); its own replicas are disconnected to learn
+    /// the new ID. Streaming starts here, before the first write of its
+    /// own (writes wait for the promotion): the backlog holds every one.
     pub fn promote(self: &Arc<Self>, shared: &Arc<Shared>, replid: String, offset: u64) -> Result<(), String> {
         {
             let _draining = self.draining.lock();
