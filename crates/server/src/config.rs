@@ -180,6 +180,7 @@ struct FileConfig {
     lfu_log_factor: Option<u32>,
     lfu_decay_time: Option<u32>,
     replica_priority: Option<u32>,
+    shutdown_timeout: Option<u32>,
 }
 
 impl FileConfig {
@@ -197,6 +198,7 @@ impl FileConfig {
             ("lfu-log-factor", number(self.lfu_log_factor.map(u64::from))),
             ("lfu-decay-time", number(self.lfu_decay_time.map(u64::from))),
             ("replica-priority", number(self.replica_priority.map(u64::from))),
+            ("shutdown-timeout", number(self.shutdown_timeout.map(u64::from))),
         ]
         .into_iter()
         .filter_map(|(name, value)| Some((name, value?)))

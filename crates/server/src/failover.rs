@@ -113,7 +113,7 @@ impl Failover {
             force: request.force,
             fixed: None,
         };
-        shared.pause.hold_writes_for_failover(true);
+        shared.pause.hold_writes(true);
         self.wake.notify_one();
         Ok(())
     }
@@ -149,7 +149,7 @@ impl Failover {
             shared.master.thaw();
             shared.replication.gate.open();
         }
-        shared.pause.hold_writes_for_failover(false);
+        shared.pause.hold_writes(false);
     }
 
     /// Whether this server's link should ask its master to take over
@@ -172,7 +172,7 @@ impl Failover {
         if let Some((host, port)) = &done.target {
             tracing::info!(%host, port, "FAILOVER done: following the new master");
         }
-        shared.pause.hold_writes_for_failover(false);
+        shared.pause.hold_writes(false);
     }
 
     /// The link to the target ended before it answered.

@@ -55,6 +55,7 @@ pub mod replica;
 pub mod resp;
 pub mod script;
 pub mod server;
+pub mod shutdown;
 pub mod slowlog;
 pub mod stream;
 pub mod tracking;

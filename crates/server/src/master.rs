@@ -1484,6 +1484,13 @@ impl Master {
         Some((replica.online.load(Ordering::Acquire), replica.acked.load(Ordering::Acquire)))
     }
 
+    /// Online replicas that have not acknowledged `offset`.
+    pub fn lagging(&self, offset: u64) -> usize {
+        let stream = self.stream.lock();
+        let online = stream.replicas.iter().filter(|r| r.online.load(Ordering::Acquire));
+        online.filter(|r| r.acked.load(Ordering::Acquire) < offset as i64).count()
+    }
+
     /// An online replica that acknowledged `offset`: its address and port.
     pub fn replica_at(&self, offset: u64) -> Option<(String, u16)> {
         let stream = self.stream.lock();
@@ -1579,6 +1586,13 @@ impl Master {
         }
         if self.streaming() {
             let _draining = self.draining.lock();
+            {
+                // No ping or GETACK in the last drain: no replica would
+                // have it, and the kept history would end past them.
+                let mut stream = self.stream.lock();
+                stream.getack = false;
+                stream.last_ping = Instant::now();
+            }
             let loose = std::mem::take(&mut self.changes.lock().loose);
             self.drain(shared, None, loose);
         }

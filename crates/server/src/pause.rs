@@ -1,12 +1,13 @@
 //! CLIENT PAUSE: every client's commands (ALL), or those that may write
 //! (WRITE: writes, scripts, PUBLISH, an EXEC of writes), wait until the
 //! pause ends or CLIENT UNPAUSE, as in Redis; a second pause keeps the
-//! later end and the stronger mode. FAILOVER holds writes the same way
-//! until it ends, apart from CLIENT PAUSE (which neither ends nor shortens
-//! it), as Redis's pause purposes do. Not paused: nothing is checked but
+//! later end and the stronger mode. FAILOVER, and a shutdown waiting for
+//! replicas, hold writes the same way until they end, apart from CLIENT
+//! PAUSE (which neither ends nor shortens them), as Redis's pause
+//! purposes do. Not paused: nothing is checked but
 //! one atomic load per command.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 pub struct Pause {
@@ -14,22 +15,23 @@ pub struct Pause {
     /// once, with the low bit set for ALL.
     state: AtomicU64,
     base: Instant,
-    /// FAILOVER holds writes.
-    failover: AtomicBool,
+    /// FAILOVER and a shutdown waiting for replicas hold writes: how
+    /// many hold them.
+    held: AtomicU64,
     /// Wakes the held commands on CLIENT UNPAUSE (and a failover's end).
     pub unpaused: tokio::sync::Notify,
 }
 
-/// How often a command held by a failover looks again (besides being
-/// woken at its end).
-const FAILOVER_LOOK: Duration = Duration::from_millis(100);
+/// How often a command held by a failover or a shutdown looks again
+/// (besides being woken at its end).
+const HELD_LOOK: Duration = Duration::from_millis(100);
 
 impl Default for Pause {
     fn default() -> Self {
         Pause {
             state: AtomicU64::new(0),
             base: Instant::now(),
-            failover: AtomicBool::new(false),
+            held: AtomicU64::new(0),
             unpaused: tokio::sync::Notify::new(),
         }
     }
@@ -51,13 +53,15 @@ impl Pause {
     /// Whether a pause was set (it may have ended): the only check a
     /// command makes when none was.
     pub fn set(&self) -> bool {
-        self.state.load(Ordering::Relaxed) != 0 || self.failover.load(Ordering::Relaxed)
+        self.state.load(Ordering::Relaxed) != 0 || self.held.load(Ordering::Relaxed) != 0
     }
 
-    /// FAILOVER holds writes (`true`) until it ends (`false`).
-    pub fn hold_writes_for_failover(&self, held: bool) {
-        self.failover.store(held, Ordering::Release);
-        if !held {
+    /// FAILOVER, or a shutdown waiting for replicas, holds writes
+    /// (`true`) until it lets them go (`false`, once per hold).
+    pub fn hold_writes(&self, held: bool) {
+        if held {
+            self.held.fetch_add(1, Ordering::AcqRel);
+        } else if self.held.fetch_sub(1, Ordering::AcqRel) == 1 {
             self.unpaused.notify_waiters();
         }
     }
@@ -70,8 +74,8 @@ impl Pause {
     /// How long a command must wait (one that may write when `writes`),
     /// if a pause holds it.
     pub fn wait(&self, writes: bool) -> Option<Duration> {
-        if writes && self.failover.load(Ordering::Acquire) {
-            return Some(FAILOVER_LOOK);
+        if writes && self.held.load(Ordering::Acquire) != 0 {
+            return Some(HELD_LOOK);
         }
         let state = self.state.load(Ordering::Acquire);
         if state == 0 || (state & 1 == 0 && !writes) {
@@ -110,12 +114,12 @@ mod tests {
         pause.pause(10_000, false);
         assert!(pause.wait(false).is_none(), "an ended ALL pause does not make a new WRITE pause ALL");
         pause.unpause();
-        pause.hold_writes_for_failover(true);
+        pause.hold_writes(true);
         assert!(pause.set());
         assert!(pause.wait(true).is_some() && pause.wait(false).is_none());
         pause.unpause();
         assert!(pause.wait(true).is_some(), "CLIENT UNPAUSE does not end a failover's hold");
-        pause.hold_writes_for_failover(false);
+        pause.hold_writes(false);
         assert!(pause.wait(true).is_none());
     }
 }

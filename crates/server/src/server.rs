@@ -120,6 +120,8 @@ pub struct Shared {
     pub replication: crate::replica::Replication,
     /// FAILOVER's state (`crate::failover`).
     pub failover: crate::failover::Failover,
+    /// A shutdown waiting for the replicas (`crate::shutdown`).
+    pub graceful: crate::shutdown::Graceful,
     /// SAVE and BGSAVE's RDB files (`crate::rdb_save`).
     pub saves: crate::rdb_save::Saves,
     /// Replicas of this server and the stream of writes they follow
@@ -296,6 +298,7 @@ pub async fn run(config: Config, db: Db) -> Result<(), String> {
         pause: Default::default(),
         replication: Default::default(),
         failover: Default::default(),
+        graceful: Default::default(),
         saves: Default::default(),
         master: Default::default(),
         db,
@@ -352,6 +355,7 @@ pub async fn run(config: Config, db: Db) -> Result<(), String> {
     }
     tokio::spawn(crate::replica::follow_masters(shared.clone()));
     tokio::spawn(crate::failover::supervise(shared.clone()));
+    tokio::spawn(crate::shutdown::supervise(shared.clone()));
     shared.saves.saved_seq.store(shared.db.stats().last_seq, Ordering::Relaxed);
     tokio::spawn(crate::rdb_save::background_saves(shared.clone()));
     tracing::info!(bind = %shared.config.bind, port, "ready to accept connections");
@@ -409,8 +413,9 @@ async fn accept_until_shutdown(
         let (accepted, wire) = tokio::select! {
             accepted = listener.accept() => (accepted, Wire::Resp),
             accepted = memcached_accept() => (accepted, Wire::Memcached),
-            _ = terminate.recv() => { tracing::info!("SIGTERM received"); break; }
-            _ = interrupt.recv() => { tracing::info!("SIGINT received"); break; }
+            // Once the replicas caught up (`crate::shutdown`).
+            _ = terminate.recv() => { tracing::info!("SIGTERM received"); shared.graceful.request(&shared); continue; }
+            _ = interrupt.recv() => { tracing::info!("SIGINT received"); shared.graceful.request(&shared); continue; }
             _ = shutdown.changed() => { tracing::info!("SHUTDOWN received"); break; }
         };
         match accepted {

@@ -545,6 +545,7 @@ fn config_rewrite_keeps_what_config_set_changed_across_a_restart() {
         ("lfu-log-factor", "7"),
         ("lfu-decay-time", "3"),
         ("replica-priority", "0"),
+        ("shutdown-timeout", "3"),
     ];
     let get = |con: &mut redis::Connection, name: &str| -> String {
         let pair: Vec<String> = redis::cmd("CONFIG").arg("GET").arg(name).query(con).unwrap();

@@ -2302,3 +2302,59 @@ fn a_demoted_master_goes_on_from_its_promoted_replica() {
     assert_caught_up(heir, std::slice::from_mut(&mut master));
     assert_eq!(run(&mut master, &["EXISTS", "lost"]), Value::Int(0));
 }
+
+/// A master's SIGTERM or SHUTDOWN waits for its replicas, as Redis 7's
+/// (`shutdown-timeout`): writes are held (reads go on) until every replica
+/// acknowledged the stream's end; SHUTDOWN ABORT gives the wait up; the
+/// timeout ends it. Shut down that way, the restarted master's history
+/// ends where its replica is: told REPLICAOF of that replica, promoted
+/// meanwhile, it goes on partially.
+#[test]
+fn a_master_shuts_down_once_its_replicas_caught_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = Server::start(&dir.path().join("master"), &[]);
+    let mut master = connect(server.port);
+    fill_db0(&mut master);
+    let heir_server = Server::start(&dir.path().join("heir"), &["--replicaof", &format!("127.0.0.1 {}", server.port)]);
+    let mut heir = connect(heir_server.port);
+    wait_link_up(&mut heir);
+    wait_for(&mut master, 1);
+    let pid = heir_server.pid() as i32;
+    // SAFETY: signalling our own children by their PIDs.
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    run(&mut master, &["SET", "before-shutdown", "1"]);
+    unsafe { libc::kill(server.pid() as i32, libc::SIGTERM) };
+    std::thread::sleep(Duration::from_millis(300));
+    let held = {
+        let port = server.port;
+        std::thread::spawn(move || redis::cmd("SET").arg("held").arg("1").query::<Value>(&mut connect(port)))
+    };
+    assert_eq!(run(&mut master, &["GET", "before-shutdown"]), Value::BulkString(b"1".to_vec()), "reads go on");
+    assert_eq!(run(&mut master, &["SHUTDOWN", "ABORT"]), Value::Okay);
+    assert_eq!(held.join().unwrap().unwrap(), Value::Okay, "the held write goes on after ABORT");
+    assert!(redis::cmd("SHUTDOWN").arg("ABORT").query::<Value>(&mut master).is_err(), "nothing to abort");
+
+    // The timeout ends the wait.
+    assert_eq!(run(&mut master, &["CONFIG", "SET", "shutdown-timeout", "1"]), Value::Okay);
+    let started = Instant::now();
+    assert!(server.terminate(), "the master did not shut down");
+    assert!(started.elapsed() >= Duration::from_millis(900), "it did not wait: {:?}", started.elapsed());
+    unsafe { libc::kill(pid, libc::SIGCONT) };
+
+    // Caught up: it shuts down once the replica has everything.
+    let mut server = Server::start_at(&dir.path().join("master"), server.port, &[]);
+    let mut master = connect(server.port);
+    wait_link_up(&mut heir);
+    change_db0(&mut master, 1);
+    assert!(server.terminate(), "the master did not shut down");
+    assert_eq!(promote_and_write(&mut heir, &["SET", "heir-write", "1"]), Value::Okay);
+    let server = Server::start_at(&dir.path().join("master"), server.port, &[]);
+    let mut master = connect(server.port);
+    let partial_before: u64 = info_field(&mut heir, "stats", "sync_partial_ok").unwrap().parse().unwrap();
+    assert_eq!(run(&mut master, &["REPLICAOF", "127.0.0.1", &heir_server.port.to_string()]), Value::Okay);
+    wait_link_up(&mut master);
+    let partial: u64 = info_field(&mut heir, "stats", "sync_partial_ok").unwrap().parse().unwrap();
+    assert_eq!(partial, partial_before + 1, "the restarted master did not go on partially");
+    assert_caught_up(&mut heir, std::slice::from_mut(&mut master));
+    assert_eq!(run(&mut master, &["EXISTS", "held", "before-shutdown"]), Value::Int(2));
+}

@@ -609,7 +609,11 @@ pub fn shutdown(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
             return Err(CmdError::Syntax);
         }
         if eq(arg, "abort") {
-            return Err(err("ERR No shutdown in progress."));
+            if !ctx.shared.graceful.abort() {
+                return Err(err("ERR No shutdown in progress."));
+            }
+            ctx.out.ok();
+            return Ok(());
         }
     }
     // SAVE: the RDB file first, as Redis writes it (its save points are
@@ -621,7 +625,12 @@ pub fn shutdown(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         }
     }
     tracing::info!(client = ctx.conn.info.id, "SHUTDOWN requested");
-    ctx.shared.request_shutdown();
+    if args[1..].iter().any(|arg| eq(arg, "now")) {
+        ctx.shared.request_shutdown();
+    } else {
+        // Once the replicas caught up (`crate::shutdown`).
+        ctx.shared.graceful.request(ctx.shared);
+    }
     // Redis closes the connection without a reply when it shuts down.
     ctx.conn.close = true;
     Ok(())
@@ -1059,6 +1068,7 @@ fn parameters(shared: &Shared) -> Vec<(&'static str, String)> {
         ("replica-priority", shared.replication.priority.load(Ordering::Relaxed).to_string()),
         ("slave-priority", shared.replication.priority.load(Ordering::Relaxed).to_string()),
         ("repl-backlog-size", shared.master.backlog_bytes.load(Ordering::Relaxed).to_string()),
+        ("shutdown-timeout", shared.graceful.timeout_secs.load(Ordering::Relaxed).to_string()),
         ("maxclients", shared.maxclients().to_string()),
         ("timeout", shared.timeout_secs().to_string()),
         ("proto-max-bulk-len", shared.max_bulk_bytes().to_string()),
@@ -1139,6 +1149,7 @@ fn rewritten(shared: &Shared) -> Vec<Rewritten> {
         ("lfu-log-factor", Integer, lfu.log_factor.to_string()),
         ("lfu-decay-time", Integer, lfu.decay_minutes.to_string()),
         ("replica-priority", Integer, crate::replica::DEFAULT_PRIORITY.to_string()),
+        ("shutdown-timeout", Integer, crate::shutdown::DEFAULT_TIMEOUT_SECS.to_string()),
     ] {
         let value = now.iter().find(|(name, _)| *name == key).map(|(_, value)| value.clone());
         let value = value.unwrap_or_else(|| panic!("`{key}` is not a CONFIG GET parameter"));
@@ -1309,6 +1320,7 @@ pub fn config_set(shared: &Shared, name: &str, value: &[u8]) -> CmdResult {
         "replica-priority" | "slave-priority" => {
             shared.replication.priority.store(u64::from(int_config()?), Ordering::Relaxed)
         }
+        "shutdown-timeout" => shared.graceful.timeout_secs.store(u64::from(int_config()?), Ordering::Relaxed),
         "lfu-log-factor" | "lfu-decay-time" => {
             let n = int_config()?;
             let memory = &shared.config.memory;
