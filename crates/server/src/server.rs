@@ -414,8 +414,8 @@ async fn accept_until_shutdown(
             accepted = listener.accept() => (accepted, Wire::Resp),
             accepted = memcached_accept() => (accepted, Wire::Memcached),
             // Once the replicas caught up (`crate::shutdown`).
-            _ = terminate.recv() => { tracing::info!("SIGTERM received"); shared.graceful.request(&shared); continue; }
-            _ = interrupt.recv() => { tracing::info!("SIGINT received"); shared.graceful.request(&shared); continue; }
+            _ = terminate.recv() => { tracing::info!("SIGTERM received"); shared.graceful.request(shared); continue; }
+            _ = interrupt.recv() => { tracing::info!("SIGINT received"); shared.graceful.request(shared); continue; }
             _ = shutdown.changed() => { tracing::info!("SHUTDOWN received"); break; }
         };
         match accepted {
