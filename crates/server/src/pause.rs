@@ -4,8 +4,8 @@
 //! later end and the stronger mode. FAILOVER, and a shutdown waiting for
 //! replicas, hold writes the same way until they end, apart from CLIENT
 //! PAUSE (which neither ends nor shortens them), as Redis's pause
-//! purposes do. Not paused: nothing is checked but
-//! one atomic load per command.
+//! purposes do. Not paused: nothing is checked but two atomic loads per
+//! command.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -18,7 +18,7 @@ pub struct Pause {
     /// FAILOVER and a shutdown waiting for replicas hold writes: how
     /// many hold them.
     held: AtomicU64,
-    /// Wakes the held commands on CLIENT UNPAUSE (and a failover's end).
+    /// Wakes the held commands on CLIENT UNPAUSE (and a hold's end).
     pub unpaused: tokio::sync::Notify,
 }
 
