@@ -1539,11 +1539,13 @@ impl Master {
         (stream.end(), replicas)
     }
 
-    /// INFO replication as a master.
-    pub fn info(&self, failover: crate::failover::Phase) -> String {
+    /// INFO replication from `connected_slaves` on: this server's
+    /// replicas and its stream (its own history, or, `relaying` while it
+    /// follows a master, the master's).
+    pub fn info(&self, failover: crate::failover::Phase, relaying: bool) -> String {
         use std::fmt::Write;
         let stream = self.stream.lock();
-        let mut text = format!("role:master\r\nconnected_slaves:{}\r\n", stream.replicas.len());
+        let mut text = format!("connected_slaves:{}\r\n", stream.replicas.len());
         for (i, replica) in stream.replicas.iter().enumerate() {
             let state = if replica.online.load(Ordering::Acquire) { "online" } else { "wait_bgsave" };
             let _ = write!(
@@ -1555,7 +1557,7 @@ impl Master {
                 replica.acked_at.lock().elapsed().as_secs(),
             );
         }
-        let active = self.streaming();
+        let active = self.streaming() || relaying;
         let _ = write!(
             text,
             "master_failover_state:{}\r\nmaster_replid:{}\r\n\

@@ -295,8 +295,9 @@ impl Replication {
         Some((master, status.state, status.offset))
     }
 
-    /// INFO's replication section.
-    pub fn info(&self, failover: crate::failover::Phase) -> String {
+    /// INFO's replication section, around `stream` (`Master::info`: this
+    /// server's replicas and the master's stream it relays).
+    pub fn info(&self, stream: &str) -> String {
         use std::fmt::Write;
         let Some(master) = self.master() else {
             return "role:master\r\nconnected_slaves:0\r\n".into();
@@ -319,16 +320,10 @@ impl Replication {
         let _ = write!(
             text,
             "slave_read_repl_offset:{offset}\r\nslave_repl_offset:{offset}\r\nslave_priority:{}\r\n\
-             slave_read_only:1\r\nreplica_announced:1\r\nconnected_slaves:0\r\n\
-             master_failover_state:{}\r\nmaster_replid:{}\r\n\
-             master_replid2:0000000000000000000000000000000000000000\r\nmaster_repl_offset:{offset}\r\n\
-             second_repl_offset:-1\r\nrepl_backlog_active:0\r\nrepl_backlog_size:0\r\n\
-             repl_backlog_first_byte_offset:0\r\nrepl_backlog_histlen:0\r\n\
+             slave_read_only:1\r\nreplica_announced:1\r\n{stream}\
              master_full_syncs:{}\r\nmaster_partial_syncs:{}\r\nmaster_skipped_other_databases:{}\r\n\
              master_failed_commands:{}\r\n",
             self.priority.load(Ordering::Relaxed),
-            failover.name(),
-            status.replid.as_deref().unwrap_or("0000000000000000000000000000000000000000"),
             status.full_syncs,
             status.partial_syncs,
             status.skipped,

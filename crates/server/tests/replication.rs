@@ -2097,6 +2097,12 @@ fn replicas_of_a_replica_get_the_masters_stream() {
         assert_eq!(info_field(leaf, "replication", "master_replid"), replid);
         assert_same(&mut master, leaf);
     }
+    // INFO on the middle one shows its replicas and the stream it relays.
+    assert_eq!(info_field(&mut middle, "replication", "role").as_deref(), Some("slave"));
+    assert_eq!(info_field(&mut middle, "replication", "connected_slaves"), Some(leaves.len().to_string()));
+    assert_eq!(info_field(&mut middle, "replication", "master_replid"), replid);
+    assert_eq!(info_field(&mut middle, "replication", "master_repl_offset"), offset);
+    assert_eq!(info_field(&mut middle, "replication", "repl_backlog_active").as_deref(), Some("1"));
     let error = redis::cmd("WAIT").arg(1).arg(0).query::<Value>(&mut middle).unwrap_err();
     assert!(error.to_string().contains("WAIT cannot be used with replica instances"), "{error}");
 

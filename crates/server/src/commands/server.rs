@@ -877,9 +877,10 @@ pub fn info_text(ctx: &Ctx<'_>, sections: &[String]) -> String {
         );
     }
     if wanted("replication") {
+        let phase = shared.failover.phase();
         let info = match shared.replication.following() {
-            true => shared.replication.info(shared.failover.phase()),
-            false => shared.master.info(shared.failover.phase()),
+            true => shared.replication.info(&shared.master.info(phase, true)),
+            false => format!("role:master\r\n{}", shared.master.info(phase, false)),
         };
         let _ = write!(text, "# Replication\r\n{info}\r\n");
     }
