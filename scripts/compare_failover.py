@@ -187,6 +187,22 @@ def interleaved(one_round, configs, repeats):
     return results
 
 
+def emit_rows(results, cells):
+    """A table row per configuration: `cells(rounds)` of the rounds that
+    finished gives the three timing columns and the one after the new
+    master's syncs (full / partial, between them); the last column is how
+    many rounds did not finish."""
+    for config, all_rounds in results.items():
+        rounds = [r for r in all_rounds if "error" not in r]
+        unfinished = len(all_rounds) - len(rounds)
+        if not rounds:
+            emit(f"| {config} | | | | | | {unfinished} |")
+            continue
+        syncs = ", ".join(f"{r['full']}/{r['partial']}" for r in rounds)
+        first, rest = cells(rounds)
+        emit(f"| {config} | {' | '.join(first)} | {syncs} | {rest} | {unfinished} |")
+
+
 def main():
     emit(f"\n## Sentinel failover: {N} keys of {VALUE} B on {MEDIUM}, {REPEATS} rounds, medians "
          f"(down-after-milliseconds 1000)\n")
@@ -194,15 +210,9 @@ def main():
     emit("| servers | failover s | other replica linked s | old master rejoined s | new master's syncs "
          "(full / partial) | loaded keys missing | rounds unfinished |")
     emit("|---|---:|---:|---:|---|---:|---:|")
-    for config, all_rounds in results.items():
-        rounds = [r for r in all_rounds if "error" not in r]
-        if not rounds:
-            emit(f"| {config} | | | | | | {len(all_rounds)} |")
-            continue
-        syncs = ", ".join(f"{r['full']}/{r['partial']}" for r in rounds)
-        emit(f"| {config} | {median([r['failover'] for r in rounds]):.2f} | "
-             f"{median([r['repoint'] for r in rounds]):.2f} | {median([r['rejoin'] for r in rounds]):.2f} | "
-             f"{syncs} | {max(r['lost'] for r in rounds)} | {len(all_rounds) - len(rounds)} |")
+    emit_rows(results, lambda rounds: (
+        [f"{median([r[key] for r in rounds]):.2f}" for key in ("failover", "repoint", "rejoin")],
+        max(r["lost"] for r in rounds)))
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ import time
 
 import compare_failover
 import compare_redis
-from compare_failover import Node, follows, interleaved, takes_writes, wait_for
+from compare_failover import Node, emit_rows, follows, interleaved, takes_writes, wait_for
 from compare_redis import cli, emit, info, median
 
 REPEATS = int(os.environ.get("REPEATS", "3"))
@@ -122,17 +122,9 @@ def main():
     emit("| servers | handover ms | new master writable ms | other replica linked ms | new master's syncs "
          "(full / partial) | acknowledged writes (missing) | rounds unfinished |")
     emit("|---|---:|---:|---:|---|---:|---:|")
-    for config, all_rounds in results.items():
-        rounds = [r for r in all_rounds if "error" not in r]
-        if not rounds:
-            emit(f"| {config} | | | | | | {len(all_rounds)} |")
-            continue
-        syncs = ", ".join(f"{r['full']}/{r['partial']}" for r in rounds)
-        emit(f"| {config} | {1000 * median([r['handover'] for r in rounds]):.0f} | "
-             f"{1000 * median([r['writable'] for r in rounds]):.0f} | "
-             f"{1000 * median([r['repoint'] for r in rounds]):.0f} | {syncs} | "
-             f"{median([r['writes'] for r in rounds]):.0f} ({max(r['missing'] for r in rounds)}) | "
-             f"{len(all_rounds) - len(rounds)} |")
+    emit_rows(results, lambda rounds: (
+        [f"{1000 * median([r[key] for r in rounds]):.0f}" for key in ("handover", "writable", "repoint")],
+        f"{median([r['writes'] for r in rounds]):.0f} ({max(r['missing'] for r in rounds)})"))
 
 
 if __name__ == "__main__":
