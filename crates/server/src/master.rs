@@ -113,10 +113,10 @@ pub struct Master {
     /// The stream stands still at the offset `capture` fixed, until the
     /// new master answers (`thaw`): nothing more is drained meanwhile.
     frozen: AtomicBool,
-    /// Set by a replica's link from the commit of a run of its master's
-    /// stream until the run's bytes are relayed: a full sync of a replica
-    /// of this one takes its snapshot between two runs.
-    committing: Mutex<bool>,
+    /// Set by a replica's link while it runs and commits what it read of
+    /// its master's stream, until those bytes are relayed: a full sync of
+    /// a replica of this one takes its snapshot between two reads.
+    committing: tokio::sync::Mutex<()>,
     /// INFO stats' `sync_full`, `sync_partial_ok`, `sync_partial_err`.
     pub syncs: [std::sync::atomic::AtomicU64; 3],
 }
@@ -213,16 +213,6 @@ impl Backlog {
     }
 }
 
-/// Held by a replica's link while it commits and relays a run
-/// (`Master::committing`).
-pub struct Committing<'m>(&'m Mutex<bool>);
-
-impl Drop for Committing<'_> {
-    fn drop(&mut self) {
-        *self.0.lock() = false;
-    }
-}
-
 /// A replica as INFO and ROLE show it.
 pub struct Replica {
     client: Arc<ClientInfo>,
@@ -261,7 +251,7 @@ impl Default for Master {
             drainer: Mutex::new(None),
             stop: AtomicBool::new(false),
             frozen: AtomicBool::new(false),
-            committing: Mutex::new(false),
+            committing: tokio::sync::Mutex::new(()),
             syncs: Default::default(),
         }
     }
@@ -1116,11 +1106,11 @@ impl Master {
         self.end.send_replace(offset);
     }
 
-    /// A replica's link commits a run of its master's stream: the guard
-    /// it holds until it has relayed the run's bytes.
-    pub fn committing(&self) -> Committing<'_> {
-        *self.committing.lock() = true;
-        Committing(&self.committing)
+    /// A replica's link runs and commits what it read of its master's
+    /// stream: the guard it holds until it has relayed those bytes (a
+    /// fair lock: a full sync waiting for it gets it next).
+    pub async fn committing(&self) -> tokio::sync::MutexGuard<'_, ()> {
+        self.committing.lock().await
     }
 
     /// Appends to the stream `bytes` of the followed master's, which the
@@ -1146,14 +1136,8 @@ impl Master {
     /// A snapshot of the data set and the offset of the followed master's
     /// stream it is at: taken between two of the link's runs.
     fn snapshot_between_runs<'d>(&self, db: &'d scaledkv::Db) -> (scaledkv::Snapshot<'d>, u64) {
-        loop {
-            let committing = self.committing.lock();
-            if !*committing {
-                return (db.snapshot(), self.offset());
-            }
-            drop(committing);
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        let _between = self.committing.blocking_lock();
+        (db.snapshot(), self.offset())
     }
 
     /// For a master that becomes a replica, with clients' writes stopped

@@ -652,7 +652,7 @@ impl<'s> Link<'s> {
         shared.replication.loading.store(true, Ordering::Release);
         let _loaded = Loading(&shared.replication.loading);
         // No replica of this one takes a snapshot half way through.
-        let _committing = shared.master.committing();
+        let _committing = shared.master.committing().await;
         let failed_before = shared.replication.status.lock().failed;
         let mut runner = Runner::new(shared, self.stream.peer_addr()?, self.stream.local_addr()?);
         // The stored position goes before the old data (FLUSHALL keeps the
@@ -713,6 +713,9 @@ impl<'s> Link<'s> {
         let mut raw = self.input.to_vec();
         loop {
             let mut asked = false;
+            // Until this read's runs are relayed, replicas of this one
+            // take no snapshot (a long run commits in parts as it goes).
+            let committing = shared.master.committing().await;
             loop {
                 let before = self.input.len();
                 let args = match crate::resp::parse(&mut self.input, &limits) {
@@ -744,7 +747,6 @@ impl<'s> Link<'s> {
                     let new = !shared.replication.stored.swap(true, Ordering::Relaxed);
                     runner.run.put_setting(STATE_KEY, stored.as_bytes(), new);
                 }
-                let committing = shared.master.committing();
                 if !runner.commit().await {
                     // Resumed from the offset committed, the master sends
                     // these writes again.
@@ -756,10 +758,10 @@ impl<'s> Link<'s> {
                     status.offset
                 };
                 shared.master.relay(offset as u64, &raw[..safe as usize]);
-                drop(committing);
                 raw.drain(..safe as usize);
                 unacked -= std::mem::take(&mut safe);
             }
+            drop(committing);
             if asked || acked.elapsed() >= ACK_EVERY {
                 self.ack().await?;
                 acked = Instant::now();

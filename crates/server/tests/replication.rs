@@ -2106,6 +2106,30 @@ fn replicas_of_a_replica_get_the_masters_stream() {
     let error = redis::cmd("WAIT").arg(1).arg(0).query::<Value>(&mut middle).unwrap_err();
     assert!(error.to_string().contains("WAIT cannot be used with replica instances"), "{error}");
 
+    // A leaf's full sync while the middle one applies a stream of INCRs:
+    // its snapshot and the offset it goes on from are one moment (an
+    // INCR applied twice, or missed, would show).
+    let writer = {
+        let port = server.port;
+        std::thread::spawn(move || {
+            let mut con = connect(port);
+            for i in 0..3000 {
+                let _: Value = redis::cmd("INCR").arg(format!("counter-{}", i % 7)).query(&mut con).unwrap();
+            }
+        })
+    };
+    let late_server =
+        Server::start(&dir.path().join("late"), &["--replicaof", &format!("127.0.0.1 {}", middle_server.port)]);
+    let mut late = connect(late_server.port);
+    wait_link_up(&mut late);
+    writer.join().unwrap();
+    wait_for(&mut master, 1);
+    let offset = info_field(&mut master, "replication", "master_repl_offset");
+    wait_until("the late leaf has the master's stream", || {
+        info_field(&mut late, "replication", "master_repl_offset") == offset
+    });
+    assert_same(&mut master, &mut late);
+
     // Moved to the master: partial.
     let partial_before: u64 = info_field(&mut master, "stats", "sync_partial_ok").unwrap().parse().unwrap();
     let master_port = server.port.to_string();
