@@ -12,8 +12,9 @@
 //! over with `PSYNC <replid> <offset> FAILOVER`: the target, still its
 //! replica with nothing more to apply, promotes itself and answers
 //! +CONTINUE, so the old master goes on from the new one's history with a
-//! partial resync. The target's other replicas stay where they were, as
-//! with Redis (Sentinel, or REPLICAOF, moves them).
+//! partial resync. The old master's other replicas follow it, getting
+//! the new master's stream through it, as with Redis (Sentinel, or
+//! REPLICAOF, moves them, partially).
 //!
 //! TIMEOUT ms bounds the wait: past it the failover is given up, or with
 //! FORCE goes ahead without the target's acknowledgement (the target may
