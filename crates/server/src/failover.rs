@@ -32,9 +32,6 @@ use crate::server::Shared;
 
 /// How often a failover waiting for its target looks at the offsets.
 const LOOK_EVERY: Duration = Duration::from_millis(5);
-/// How often it asks the replicas to acknowledge (REPLCONF GETACK) until
-/// the offset is fixed: unasked, a replica acknowledges once a second.
-const ASK_EVERY: Duration = Duration::from_millis(100);
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Phase {
@@ -263,9 +260,9 @@ async fn wait_for_sync(shared: &Arc<Shared>) {
             shared.replication.follow_for_failover(crate::replica::Master { host: target.0, port: target.1 }, position);
             return;
         }
-        if fixed.is_none() && asked.is_none_or(|at| at.elapsed() >= ASK_EVERY) {
-            shared.master.ask_for_acks();
-            asked = Some(Instant::now());
+        // Until the offset is fixed (the stream then stands still).
+        if fixed.is_none() {
+            shared.master.ask_for_acks_if_due(&mut asked);
         }
         tokio::time::sleep(LOOK_EVERY).await;
     }

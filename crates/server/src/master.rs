@@ -86,6 +86,8 @@ const PING_EVERY: Duration = Duration::from_secs(10);
 const DRAIN_EVERY: Duration = Duration::from_millis(1);
 /// The most a replica's sender copies from the backlog per write.
 const SEND_BYTES: usize = 1 << 20;
+/// How often a wait on the replicas asks them to acknowledge.
+const ASK_EVERY: Duration = Duration::from_millis(100);
 /// Drains remembered for WAIT: its writes are found among them unless it
 /// waited this many drains (several seconds) to start.
 const DRAINS_KEPT: usize = 4096;
@@ -156,6 +158,14 @@ impl Stream {
     fn end(&self) -> u64 {
         self.backlog.end()
     }
+
+    /// Ends every replica's link: they come back and sync again (from
+    /// the backlog where it holds their place).
+    fn disconnect_replicas(&self) {
+        for replica in &self.replicas {
+            replica.client.kill();
+        }
+    }
 }
 
 /// The stream's recent bytes, as drains appended them: pieces the
@@ -171,6 +181,11 @@ struct Backlog {
 }
 
 impl Backlog {
+    /// Empty, the stream going on after `offset`.
+    fn starting_at(offset: u64) -> Backlog {
+        Backlog { pieces: Default::default(), start: offset, len: 0 }
+    }
+
     fn end(&self) -> u64 {
         self.start + self.len
     }
@@ -1009,7 +1024,7 @@ impl Master {
         {
             let mut stream = self.stream.lock();
             stream.replid = history.replid;
-            stream.backlog = Backlog { pieces: Default::default(), start: history.start, len: 0 };
+            stream.backlog = Backlog::starting_at(history.start);
             stream.backlog.push(history.backlog);
             stream.drained.push_back((history.seq, end));
             stream.alone_since = Some(Instant::now());
@@ -1040,14 +1055,12 @@ impl Master {
             // The master's stream up to here stays (`relay`): replicas
             // behind this one go on from it.
             if stream.replid != replid || stream.end() != offset {
-                stream.backlog = Backlog { pieces: Default::default(), start: offset, len: 0 };
+                stream.backlog = Backlog::starting_at(offset);
             }
             stream.replid2 = Some((replid, offset + 1));
             stream.replid = random_hex();
             // Its replicas learn the new ID, and go on.
-            for replica in &stream.replicas {
-                replica.client.kill();
-            }
+            stream.disconnect_replicas();
             stream.drained.clear();
             stream.drained.push_back((shared.db.stats().last_seq, offset));
             stream.alone_since = Some(Instant::now());
@@ -1093,14 +1106,12 @@ impl Master {
         } else {
             stream.replid = replid.to_owned();
             stream.replid2 = None;
-            stream.backlog = Backlog { pieces: Default::default(), start: offset, len: 0 };
+            stream.backlog = Backlog::starting_at(offset);
         }
         stream.drained.clear();
         (stream.getack, stream.select) = (false, false);
         if changed {
-            for replica in &stream.replicas {
-                replica.client.kill();
-            }
+            stream.disconnect_replicas();
         }
         drop(stream);
         self.end.send_replace(offset);
@@ -1116,18 +1127,16 @@ impl Master {
     /// Appends to the stream `bytes` of the followed master's, which the
     /// link committed up to `end` (`followed`); replicas of this server
     /// get them as they get a master's own.
-    pub fn relay(&self, end: u64, bytes: &[u8]) {
+    pub fn relay(&self, end: u64, bytes: Vec<u8>) {
         let mut stream = self.stream.lock();
         let start = end - bytes.len() as u64;
         if stream.end() != start {
             // Not where the stream stood (it cannot be): start over there.
             tracing::warn!(at = stream.end(), start, "the relayed stream has a gap; its replicas sync again");
-            stream.backlog = Backlog { pieces: Default::default(), start, len: 0 };
-            for replica in &stream.replicas {
-                replica.client.kill();
-            }
+            stream.backlog = Backlog::starting_at(start);
+            stream.disconnect_replicas();
         }
-        stream.backlog.push(bytes.to_vec());
+        stream.backlog.push(bytes);
         self.trim(&mut stream);
         drop(stream);
         self.end.send_replace(end);
@@ -1248,9 +1257,7 @@ impl Master {
         stream.replid = random_hex();
         stream.replid2 = None;
         stream.backlog.clear();
-        for replica in &stream.replicas {
-            replica.client.kill();
-        }
+        stream.disconnect_replicas();
         drop(stream);
         let mut changes = self.changes.lock();
         changes.batches.clear();
@@ -1440,6 +1447,16 @@ impl Master {
     pub fn ask_for_acks(&self) {
         self.stream.lock().getack = true;
         self.changed.notify_one();
+    }
+
+    /// Asks for acknowledgements if the last ask (`asked`) is
+    /// `ASK_EVERY` old: for a wait on the replicas (a failover's, a
+    /// shutdown's), which unasked acknowledge once a second.
+    pub fn ask_for_acks_if_due(&self, asked: &mut Option<Instant>) {
+        if asked.is_none_or(|at| at.elapsed() >= ASK_EVERY) {
+            self.ask_for_acks();
+            *asked = Some(Instant::now());
+        }
     }
 
     /// Replicas that acknowledged `offset`.

@@ -133,7 +133,7 @@ pub fn sync(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
 fn take_over(ctx: &mut Ctx<'_>, replid: &[u8]) -> Result<(), CmdError> {
     let replication = &ctx.shared.replication;
     let mine = match replication.following() {
-        true => replication.master_replid(),
+        true => replication.position().0,
         false => Some(ctx.shared.master.replid()),
     };
     if mine.as_deref().map(str::as_bytes) != Some(replid) {

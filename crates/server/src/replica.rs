@@ -255,13 +255,8 @@ impl Replication {
         self.status.lock().state == "connected"
     }
 
-    /// The replication ID of the master's history the data set follows.
-    pub fn master_replid(&self) -> Option<String> {
-        self.status.lock().replid.clone()
-    }
-
     /// The master's replication ID and the offset committed from it.
-    fn position(&self) -> (Option<String>, i64) {
+    pub fn position(&self) -> (Option<String>, i64) {
         let status = self.status.lock();
         (status.replid.clone(), status.offset)
     }
@@ -757,8 +752,11 @@ impl<'s> Link<'s> {
                     status.offset += safe;
                     status.offset
                 };
-                shared.master.relay(offset as u64, &raw[..safe as usize]);
-                raw.drain(..safe as usize);
+                // The committed bytes move on whole; only what follows them
+                // (the rest of the read: usually a part of a command) is
+                // copied.
+                let rest = raw.split_off(safe as usize);
+                shared.master.relay(offset as u64, std::mem::replace(&mut raw, rest));
                 unacked -= std::mem::take(&mut safe);
             }
             drop(committing);

@@ -18,8 +18,6 @@ use crate::server::Shared;
 
 /// Redis's `shutdown-timeout`.
 pub const DEFAULT_TIMEOUT_SECS: u64 = 10;
-/// How often the wait asks the replicas to acknowledge.
-const ASK_EVERY: Duration = Duration::from_millis(100);
 
 pub struct Graceful {
     /// `shutdown-timeout`, in seconds.
@@ -102,10 +100,7 @@ async fn after_replicas(shared: &Shared) {
             tracing::warn!("the replicas did not catch up within shutdown-timeout: shutting down");
             break;
         }
-        if asked.is_none_or(|at| at.elapsed() >= ASK_EVERY) {
-            shared.master.ask_for_acks();
-            asked = Some(Instant::now());
-        }
+        shared.master.ask_for_acks_if_due(&mut asked);
         tokio::select! {
             _ = &mut aborted => {
                 tracing::info!("SHUTDOWN ABORT: serving on");

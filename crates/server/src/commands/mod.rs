@@ -93,6 +93,16 @@ pub const READ_ONLY_ERROR: &str = "READONLY You can't write against a read only 
 /// memcached's words for it.
 pub const READ_ONLY_MEMCACHED: &str = "SERVER_ERROR read only replica";
 
+/// The refusal of a write on a read-only replica, in a connection's
+/// protocol.
+fn read_only_error(memcached: bool) -> &'static str {
+    if memcached {
+        READ_ONLY_MEMCACHED
+    } else {
+        READ_ONLY_ERROR
+    }
+}
+
 /// Why a batch did not commit.
 #[derive(Debug)]
 pub enum CommitError {
@@ -137,8 +147,7 @@ impl CommitError {
     pub fn text_for(&self, out: &Out) -> String {
         match self {
             CommitError::Engine(error) => engine_error_text(error),
-            CommitError::ReadOnly if out.memcached => READ_ONLY_MEMCACHED.into(),
-            CommitError::ReadOnly => READ_ONLY_ERROR.into(),
+            CommitError::ReadOnly => read_only_error(out.memcached).into(),
         }
     }
 }
@@ -921,6 +930,7 @@ async fn commit_batch<G>(
         list_ops: _,
     } = ready;
     let fences = (!fence_edits.is_empty()).then_some(&fence_edits[..]);
+    // Refused before any table is written ahead; `admit` below decides.
     if !batch.is_empty() && writer == Writer::Client && shared.replication.gate.is_closed() {
         return Err(CommitError::ReadOnly);
     }
@@ -1308,11 +1318,7 @@ pub async fn run_command<'s>(
     if !conn.master_link && shared.replication.read_only() {
         let memcached = command.group == "memcached";
         if command.has(WRITE) {
-            let error = match memcached {
-                true => READ_ONLY_MEMCACHED,
-                false => READ_ONLY_ERROR,
-            };
-            return reject(conn, out, command, args, error);
+            return reject(conn, out, command, args, read_only_error(memcached));
         }
         if command.has(READONLY) && shared.replication.loading.load(Ordering::Acquire) {
             let error = match memcached {
