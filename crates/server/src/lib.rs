@@ -42,6 +42,7 @@ pub mod maxmemory;
 pub mod memcache;
 pub mod memory;
 pub mod metrics;
+pub mod migrate;
 pub mod monitor;
 pub mod notify;
 pub mod pause;

@@ -48,28 +48,19 @@ fn feed_from(shared: &Shared, conn: &mut ConnState, source: &dyn std::fmt::Displ
     if shared.monitors.count.load(Ordering::Acquire) == 0 || command.has(crate::commands::ADMIN) {
         return;
     }
-    let line = Bytes::from(line(source, command.name, args, std::time::SystemTime::now()));
+    let line = Bytes::from(line(source, args, std::time::SystemTime::now()));
     for client in shared.monitors.clients.read().iter() {
         crate::pubsub::post_line(client, line.clone(), &mut conn.woken);
     }
 }
 
-fn line(source: &dyn std::fmt::Display, name: &str, args: &[Bytes], at: std::time::SystemTime) -> Vec<u8> {
+fn line(source: &dyn std::fmt::Display, args: &[Bytes], at: std::time::SystemTime) -> Vec<u8> {
     let since = at.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
     let mut line = format!("+{}.{:06} [0 {source}]", since.as_secs(), since.subsec_micros()).into_bytes();
-    // AUTH's arguments, and the two after HELLO's AUTH, are credentials.
-    let mut redact = if name == "auth" { args.len() } else { 0 };
+    let secret = crate::slowlog::secret_positions(args);
     for (i, arg) in args.iter().enumerate() {
         line.push(b' ');
-        if redact > 0 && i > 0 {
-            quote(&mut line, b"(redacted)");
-            redact -= 1;
-            continue;
-        }
-        quote(&mut line, arg);
-        if name == "hello" && i > 1 && arg.eq_ignore_ascii_case(b"auth") {
-            redact = 2;
-        }
+        quote(&mut line, if secret.contains(&i) { b"(redacted)" } else { arg });
     }
     line.extend_from_slice(b"\r\n");
     line
@@ -105,15 +96,15 @@ mod tests {
         let args = |words: &[&[u8]]| words.iter().map(|w| Bytes::copy_from_slice(w)).collect::<Vec<_>>();
         let text = |line: Vec<u8>| String::from_utf8(line).unwrap();
         assert_eq!(
-            text(line(&addr, "set", &args(&[b"SET", b"a b", b"x\"y\n\x01\\\t"]), at)),
+            text(line(&addr, &args(&[b"SET", b"a b", b"x\"y\n\x01\\\t"]), at)),
             "+1795720963.045499 [0 127.0.0.1:42684] \"SET\" \"a b\" \"x\\\"y\\n\\x01\\\\\\t\"\r\n"
         );
         assert_eq!(
-            text(line(&addr, "auth", &args(&[b"AUTH", b"user", b"secret"]), at)),
+            text(line(&addr, &args(&[b"AUTH", b"user", b"secret"]), at)),
             "+1795720963.045499 [0 127.0.0.1:42684] \"AUTH\" \"(redacted)\" \"(redacted)\"\r\n"
         );
         assert_eq!(
-            text(line(&addr, "hello", &args(&[b"HELLO", b"3", b"AUTH", b"u", b"p", b"SETNAME", b"n"]), at)),
+            text(line(&addr, &args(&[b"HELLO", b"3", b"AUTH", b"u", b"p", b"SETNAME", b"n"]), at)),
             "+1795720963.045499 [0 127.0.0.1:42684] \"HELLO\" \"3\" \"AUTH\" \"(redacted)\" \"(redacted)\" \"SETNAME\" \"n\"\r\n"
         );
     }

@@ -127,6 +127,8 @@ pub struct Shared {
     /// Replicas of this server and the stream of writes they follow
     /// (`crate::master`).
     pub master: Arc<crate::master::Master>,
+    /// MIGRATE's connections to other servers (`crate::migrate`).
+    pub migrate: crate::migrate::Sockets,
 }
 
 impl Shared {
@@ -301,6 +303,7 @@ pub async fn run(config: Config, db: Db) -> Result<(), String> {
         graceful: Default::default(),
         saves: Default::default(),
         master: Default::default(),
+        migrate: Default::default(),
         db,
         locks: KeyLocks::default(),
         stats: ServerStats::default(),
@@ -341,6 +344,7 @@ pub async fn run(config: Config, db: Db) -> Result<(), String> {
         tokio::spawn(crate::memcache::delayed_flushes(shared.clone()));
     }
     tokio::spawn(crate::memory::sample_peak(shared.clone()));
+    tokio::spawn(crate::migrate::close_idle_sockets(shared.clone()));
     *shared.replication.masterauth.lock() = shared.config.masterauth.clone();
     for (name, value) in &shared.config.settings {
         crate::commands::config_set(&shared, name, value.as_bytes())

@@ -126,28 +126,47 @@ fn is_exec(args: &[Bytes]) -> bool {
     args.first().is_some_and(|name| name.eq_ignore_ascii_case(b"exec"))
 }
 
-/// What the log keeps of `args`: Redis's cuts, and passwords (AUTH's
-/// arguments, HELLO's AUTH pair, CONFIG SET requirepass's value, ACL
-/// SETUSER's user and rules) as "(redacted)".
-fn logged_args(args: &[Bytes]) -> Vec<Bytes> {
-    let mut kept: Vec<Bytes> = args.to_vec();
-    let word = |i: usize, w: &str| kept.get(i).is_some_and(|arg: &Bytes| arg.eq_ignore_ascii_case(w.as_bytes()));
-    let mut redact = Vec::new();
-    if word(0, "auth") && kept.len() <= 3 {
-        redact.extend(1..kept.len());
+/// The positions in `args` of credentials, which the slow log and
+/// MONITOR show as "(redacted)", as Redis does: AUTH's arguments, HELLO's
+/// AUTH pair, CONFIG SET requirepass's value, ACL SETUSER's user and
+/// rules, MIGRATE's AUTH password and AUTH2 pair.
+pub fn secret_positions(args: &[Bytes]) -> Vec<usize> {
+    let word = |i: usize, w: &str| args.get(i).is_some_and(|arg: &Bytes| arg.eq_ignore_ascii_case(w.as_bytes()));
+    let mut secret = Vec::new();
+    if word(0, "auth") && args.len() <= 3 {
+        secret.extend(1..args.len());
     } else if word(0, "hello") {
-        if let Some(at) = (2..kept.len()).find(|&i| word(i, "auth") && i + 2 < kept.len()) {
-            redact.extend([at + 1, at + 2]);
+        if let Some(at) = (2..args.len()).find(|&i| word(i, "auth") && i + 2 < args.len()) {
+            secret.extend([at + 1, at + 2]);
         }
     } else if word(0, "acl") && word(1, "setuser") {
-        redact.extend(2..kept.len());
+        secret.extend(2..args.len());
     } else if word(0, "config") && word(1, "set") {
-        redact.extend((2..kept.len()).step_by(2).filter(|&i| word(i, "requirepass")).map(|i| i + 1));
-    }
-    for i in redact {
-        if let Some(arg) = kept.get_mut(i) {
-            *arg = Bytes::from_static(b"(redacted)");
+        secret.extend((2..args.len()).step_by(2).filter(|&i| word(i, "requirepass")).map(|i| i + 1));
+    } else if word(0, "migrate") {
+        // As MIGRATE reads its options: KEYS ends them.
+        let mut i = 6;
+        while i < args.len() && !word(i, "keys") {
+            let after = if word(i, "auth") {
+                1
+            } else if word(i, "auth2") {
+                2
+            } else {
+                0
+            };
+            secret.extend((i + 1..=i + after).filter(|&at| at < args.len()));
+            i += 1 + after;
         }
+    }
+    secret
+}
+
+/// What the log keeps of `args`: Redis's cuts, credentials
+/// (`secret_positions`) as "(redacted)".
+fn logged_args(args: &[Bytes]) -> Vec<Bytes> {
+    let mut kept: Vec<Bytes> = args.to_vec();
+    for i in secret_positions(args) {
+        kept[i] = Bytes::from_static(b"(redacted)");
     }
     let total = kept.len();
     if total > MAX_ARGS {
@@ -178,6 +197,28 @@ mod tests {
     fn arguments_are_cut_and_redacted_as_redis_does() {
         assert_eq!(logged_args(&args(&["AUTH", "pw"])), args(&["AUTH", "(redacted)"]));
         assert_eq!(logged_args(&args(&["auth", "user", "pw"])), args(&["auth", "(redacted)", "(redacted)"]));
+        assert_eq!(
+            logged_args(&args(&["MIGRATE", "h", "1", "", "0", "5", "COPY", "AUTH2", "u", "pw", "KEYS", "auth", "k"])),
+            args(&[
+                "MIGRATE",
+                "h",
+                "1",
+                "",
+                "0",
+                "5",
+                "COPY",
+                "AUTH2",
+                "(redacted)",
+                "(redacted)",
+                "KEYS",
+                "auth",
+                "k"
+            ])
+        );
+        assert_eq!(
+            logged_args(&args(&["migrate", "h", "1", "k", "0", "5", "auth", "pw"])),
+            args(&["migrate", "h", "1", "k", "0", "5", "auth", "(redacted)"])
+        );
         assert_eq!(logged_args(&args(&["AUTH", "a", "b", "c"])), args(&["AUTH", "a", "b", "c"]), "a syntax error");
         assert_eq!(
             logged_args(&args(&["HELLO", "3", "AUTH", "u", "p", "SETNAME", "n"])),

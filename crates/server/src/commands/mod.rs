@@ -13,6 +13,7 @@ mod hll;
 mod keys;
 pub(crate) mod list_chunks;
 mod lists;
+mod migrate;
 pub mod picks;
 mod pubsub;
 pub mod ranks;
@@ -632,6 +633,9 @@ commands! {
     "sort_ro", -2, READONLY, ONE, "generic", sort::sort_ro, "Returns the sorted elements of a list, a set, or a sorted set.";
     "dump", 2, READONLY, ONE, "generic", dump::dump, "Returns a serialized representation of the value stored at a key.";
     "restore", -4, WRITE, ONE, "generic", dump::restore, "Creates a key from the serialized representation of a value.";
+    // Its keys follow KEYS when the key argument is empty: every
+    // argument's stripe is locked.
+    "migrate", -6, WRITE, ALL_ARGS, "generic", migrate::migrate, "Atomically transfers a key from one Redis instance to another.";
     "object", -2, READONLY, NONE, "generic", keys::object, "A container for object introspection commands.";
     "touch", -2, READONLY | FAST, ALL_ARGS, "generic", keys::exists, "Returns the number of existing keys out of those specified after updating the time they were last accessed.";
     "multi", 1, TX_CONTROL | FAST, NONE, "transactions", tx::multi, "Starts a transaction.";
@@ -1083,14 +1087,25 @@ pub async fn flush_everything(shared: &Shared) -> Result<(), CommitError> {
 /// Queues `batch` in the engine.
 fn enqueue(shared: &Shared, batch: scaledkv::WriteBatch) -> scaledkv::WriteFuture {
     // While GC is far behind, queueing a write first collects a piece of it
-    // (tens of milliseconds): `block_in_place` hands this worker's other
-    // connections to another thread meanwhile, where blocking it held up
-    // every client it served.
-    let in_place = || tokio::runtime::Handle::current().runtime_flavor() == RuntimeFlavor::MultiThread;
-    if shared.db.gc_is_behind() && in_place() {
-        tokio::task::block_in_place(|| shared.db.enqueue_write(batch))
+    // (tens of milliseconds).
+    if shared.db.gc_is_behind() {
+        blocking(|| shared.db.enqueue_write(batch))
     } else {
         shared.db.enqueue_write(batch)
+    }
+}
+
+/// Runs `work`, which may block for milliseconds or more, on this thread:
+/// on an I/O thread's runtime `block_in_place` first hands its other
+/// connections to another worker, where blocking would hold up every
+/// client it serves.
+pub fn blocking<T>(work: impl FnOnce() -> T) -> T {
+    let multi_thread = tokio::runtime::Handle::try_current()
+        .is_ok_and(|runtime| runtime.runtime_flavor() == RuntimeFlavor::MultiThread);
+    if multi_thread {
+        tokio::task::block_in_place(work)
+    } else {
+        work()
     }
 }
 
