@@ -11,9 +11,12 @@ table, including the commands ScaledKV does not have.
 Without PORT it starts redis-server on a free port and stops it by PID.
 One line per command, sorted by name (Redis's own order is a dict's):
     fullname <TAB> arity <TAB> flags <TAB> categories <TAB> key specs
-flags and categories comma-separated (categories without '@'); key specs
-';'-separated, each FLAGS/BEGIN/FIND with BEGIN i<pos> | k<keyword>,<startfrom>
-| u and FIND r<lastkey>,<step>,<limit> | n<keynumidx>,<firstkey>,<step> | u.
+             <TAB> first,last,step <TAB> tips
+flags, categories and tips comma-separated (categories without '@'); key
+specs ';'-separated, each FLAGS/BEGIN/FIND[/NOTES] with BEGIN i<pos> |
+k<keyword>,<startfrom> | u and FIND r<lastkey>,<step>,<limit> |
+n<keynumidx>,<firstkey>,<step> | u, NOTES with '%', '/', ';' and tabs
+written as %XX. COMMAND INFO answers from these columns as Redis does.
 """
 import os
 import socket
@@ -66,11 +69,16 @@ def spec_text(spec):
         fk = f"n{n['keynumidx']},{n['firstkey']},{n['keystep']}"
     else:
         fk = "u"
-    return f"{flags}/{b}/{fk}"
+    notes = spec.get("notes")
+    if notes is None:
+        return f"{flags}/{b}/{fk}"
+    for ch in "%/;\t\n":
+        notes = notes.replace(ch, f"%{ord(ch):02X}")
+    return f"{flags}/{b}/{fk}/{notes}"
 
 
 def lines(command):
-    name, arity, flags, _first, _last, _step, categories, _tips, specs, subcommands = command
+    name, arity, flags, first, last, step, categories, tips, specs, subcommands = command
     row = "\t".join(
         [
             name,
@@ -78,6 +86,8 @@ def lines(command):
             ",".join(flags),
             ",".join(c.lstrip("@") for c in categories),
             ";".join(spec_text(s) for s in specs),
+            f"{first},{last},{step}",
+            ",".join(tips),
         ]
     )
     yield row

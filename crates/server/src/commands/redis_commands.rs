@@ -58,6 +58,12 @@ pub struct Spec {
     /// Indexes of the subcommands (they follow their container).
     pub subcommands: std::ops::Range<usize>,
     keys: Vec<KeySpec>,
+    /// Redis's flags (`write`, `denyoom`, `movablekeys`, ...), its first
+    /// key, last key and step as COMMAND INFO gives them (derived from the
+    /// key specifications), and its tips.
+    pub flags: Vec<String>,
+    pub key_range: (i64, i64, i64),
+    pub tips: Vec<String>,
 }
 
 struct KeySpec {
@@ -66,6 +72,9 @@ struct KeySpec {
     not_key: bool,
     begin: Begin,
     find: Find,
+    /// As Redis lists them (`RW`, `access`, `delete`, ...).
+    flags: Vec<String>,
+    notes: Option<String>,
 }
 
 enum Begin {
@@ -92,8 +101,13 @@ fn parse(text: &str) -> Table {
     let mut by_name = HashMap::new();
     for line in text.lines().filter(|line| !line.starts_with('#') && !line.is_empty()) {
         let columns: Vec<&str> = line.split('\t').collect();
-        let [name, arity, flags, categories, keys] = columns[..] else {
+        let [name, arity, flags, categories, keys, key_range, tips] = columns[..] else {
             panic!("a bad line in redis_commands.tsv: {line}")
+        };
+        let list = |text: &str| text.split(',').filter(|s| !s.is_empty()).map(str::to_string).collect::<Vec<_>>();
+        let key_range = match key_range.split(',').map(|n| n.parse().expect("a number")).collect::<Vec<i64>>()[..] {
+            [first, last, step] => (first, last, step),
+            _ => panic!("first,last,step in {line}"),
         };
         let categories = categories
             .split(',')
@@ -117,6 +131,9 @@ fn parse(text: &str) -> Table {
             no_auth: flags.split(',').any(|flag| flag == "no_auth"),
             subcommands: 0..0,
             keys: keys.split(';').filter(|s| !s.is_empty()).map(key_spec).collect(),
+            flags: list(flags),
+            key_range,
+            tips: list(tips),
         });
         by_name.insert(name.to_string(), id);
     }
@@ -126,6 +143,7 @@ fn parse(text: &str) -> Table {
 fn key_spec(text: &str) -> KeySpec {
     let mut parts = text.split('/');
     let (flags, begin, find) = (parts.next().unwrap(), parts.next().unwrap(), parts.next().unwrap());
+    let notes = parts.next().map(unescape);
     let has = |flag: &str| flags.split(',').any(|f| f.eq_ignore_ascii_case(flag));
     let mut uses = 0;
     if has("access") {
@@ -154,7 +172,30 @@ fn key_spec(text: &str) -> KeySpec {
         },
         _ => Find::Unknown,
     };
-    KeySpec { uses, not_key: has("not_key"), begin, find }
+    let flags = flags.split(',').filter(|f| !f.is_empty()).map(str::to_string).collect();
+    KeySpec { uses, not_key: has("not_key"), begin, find, flags, notes }
+}
+
+/// A note's text: the generator writes `%`, `/`, `;`, tabs and newlines
+/// as `%XX`.
+fn unescape(text: &str) -> String {
+    let mut out = Vec::with_capacity(text.len());
+    let bytes = text.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = bytes.get(i + 1..i + 3).and_then(|h| u8::from_str_radix(std::str::from_utf8(h).ok()?, 16).ok());
+        match (bytes[i], hex) {
+            (b'%', Some(byte)) => {
+                out.push(byte);
+                i += 3;
+            }
+            (byte, _) => {
+                out.push(byte);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 impl Table {
@@ -206,25 +247,50 @@ impl Table {
     /// the arguments as Redis does.
     /// Positions are within `args` even when the arity was not checked.
     pub fn keys(&self, id: usize, args: &[Bytes]) -> Vec<(usize, u8)> {
+        let flags = |origin: KeyOrigin| match origin {
+            KeyOrigin::Spec(at) => self.specs[id].keys[at].uses,
+            KeyOrigin::Fixed(flags) => uses_of(flags),
+        };
+        self.key_origins(id, args).into_iter().map(|(at, origin)| (at, flags(origin))).collect()
+    }
+
+    /// As `keys`, each with its flags as COMMAND GETKEYSANDFLAGS lists
+    /// them (`RW`, `access`, `update`, ...).
+    pub fn keys_and_flags(&self, id: usize, args: &[Bytes]) -> Vec<(usize, Vec<&str>)> {
+        let flags = |origin: KeyOrigin| match origin {
+            KeyOrigin::Spec(at) => self.specs[id].keys[at].flags.iter().map(String::as_str).collect(),
+            KeyOrigin::Fixed(flags) => flags.to_vec(),
+        };
+        self.key_origins(id, args).into_iter().map(|(at, origin)| (at, flags(origin))).collect()
+    }
+
+    /// Whether command `id` has key arguments at all (COMMAND GETKEYS
+    /// refuses one that has none).
+    pub fn has_keys(&self, id: usize) -> bool {
+        self.specs[id].keys.iter().any(|key| !key.not_key)
+    }
+
+    fn key_origins(&self, id: usize, args: &[Bytes]) -> Vec<(usize, KeyOrigin)> {
         let mut keys = self.key_positions(id, args);
         keys.retain(|&(at, _)| at < args.len());
         keys
     }
 
-    fn key_positions(&self, id: usize, args: &[Bytes]) -> Vec<(usize, u8)> {
+    fn key_positions(&self, id: usize, args: &[Bytes]) -> Vec<(usize, KeyOrigin)> {
         let spec = &self.specs[id];
         match spec.fullname.as_str() {
             "set" => {
-                return vec![(1, if has_word(&args[3.min(args.len())..], "get") { ACCESS | WRITES } else { WRITES })]
+                let get = has_word(&args[3.min(args.len())..], "get");
+                return vec![(1, KeyOrigin::Fixed(if get { &["RW", "access", "update"] } else { &["OW", "update"] }))];
             }
-            "bitfield" => return vec![(1, bitfield_uses(args))],
+            "bitfield" => return vec![(1, bitfield_flags(args))],
             "sort" | "sort_ro" => return sort_keys(args),
             "migrate" => return migrate_keys(args),
             _ => {}
         }
         let mut keys = Vec::new();
         let argc = args.len();
-        for key in spec.keys.iter().filter(|key| !key.not_key) {
+        for (spec_at, key) in spec.keys.iter().enumerate().filter(|(_, key)| !key.not_key) {
             let first = match &key.begin {
                 Begin::Index(pos) => *pos,
                 Begin::Keyword(word, from) => {
@@ -272,9 +338,100 @@ impl Table {
             if last >= argc as i64 || last < first as i64 || first >= argc {
                 return Vec::new();
             }
-            keys.extend((first..=last as usize).step_by(step.max(1)).map(|i| (i, key.uses)));
+            keys.extend((first..=last as usize).step_by(step.max(1)).map(|i| (i, KeyOrigin::Spec(spec_at))));
         }
         keys
+    }
+}
+
+impl Table {
+    /// Command `id`'s COMMAND INFO entry, as Redis 7.0 writes it: name,
+    /// arity, flags, first and last key and step, ACL categories, tips,
+    /// key specifications, and its subcommands' entries.
+    pub fn write_info(&self, id: usize, out: &mut crate::resp::reply::Out) {
+        let spec = &self.specs[id];
+        out.array(10);
+        out.bulk(spec.fullname.as_bytes());
+        out.int(spec.arity as i64);
+        statuses(out, spec.flags.iter().map(String::as_str));
+        out.int(spec.key_range.0);
+        out.int(spec.key_range.1);
+        out.int(spec.key_range.2);
+        let categories = CATEGORIES.iter().enumerate().filter(|(bit, _)| spec.categories & 1 << bit != 0);
+        let categories: Vec<String> = categories.map(|(_, name)| format!("@{name}")).collect();
+        statuses(out, categories.iter().map(String::as_str));
+        out.set(spec.tips.len());
+        for tip in &spec.tips {
+            out.bulk(tip.as_bytes());
+        }
+        out.set(spec.keys.len());
+        for key in &spec.keys {
+            write_key_spec(key, out);
+        }
+        // As Redis: an empty set where there are none, else an array.
+        if spec.subcommands.is_empty() {
+            out.set(0);
+        } else {
+            out.array(spec.subcommands.len());
+        }
+        for sub in spec.subcommands.clone() {
+            self.write_info(sub, out);
+        }
+    }
+}
+
+/// A set of status replies (Redis's flags, categories).
+fn statuses<'a>(out: &mut crate::resp::reply::Out, items: impl ExactSizeIterator<Item = &'a str>) {
+    out.set(items.len());
+    for item in items {
+        out.simple(item);
+    }
+}
+
+fn write_key_spec(key: &KeySpec, out: &mut crate::resp::reply::Out) {
+    out.map(3 + key.notes.is_some() as usize);
+    if let Some(notes) = &key.notes {
+        out.bulk(b"notes");
+        out.bulk(notes.as_bytes());
+    }
+    out.bulk(b"flags");
+    statuses(out, key.flags.iter().map(String::as_str));
+    let ints = |out: &mut crate::resp::reply::Out, kind: &str, fields: &[(&str, i64)]| {
+        out.map(2);
+        out.bulk(b"type");
+        out.bulk(kind.as_bytes());
+        out.bulk(b"spec");
+        out.map(fields.len());
+        for (name, value) in fields {
+            out.bulk(name.as_bytes());
+            out.int(*value);
+        }
+    };
+    out.bulk(b"begin_search");
+    match &key.begin {
+        Begin::Index(pos) => ints(out, "index", &[("index", *pos as i64)]),
+        Begin::Keyword(word, from) => {
+            out.map(2);
+            out.bulk(b"type");
+            out.bulk(b"keyword");
+            out.bulk(b"spec");
+            out.map(2);
+            out.bulk(b"keyword");
+            out.bulk(word.as_bytes());
+            out.bulk(b"startfrom");
+            out.int(*from);
+        }
+        Begin::Unknown => ints(out, "unknown", &[]),
+    }
+    out.bulk(b"find_keys");
+    match key.find {
+        Find::Range { last, step, limit } => {
+            ints(out, "range", &[("lastkey", last), ("keystep", step as i64), ("limit", limit)])
+        }
+        Find::KeyNum { index, first, step } => {
+            ints(out, "keynum", &[("keynumidx", index as i64), ("firstkey", first as i64), ("keystep", step as i64)])
+        }
+        Find::Unknown => ints(out, "unknown", &[]),
     }
 }
 
@@ -282,8 +439,34 @@ fn has_word(args: &[Bytes], word: &str) -> bool {
     args.iter().any(|arg| arg.eq_ignore_ascii_case(word.as_bytes()))
 }
 
+/// Where a key argument's flags come from: the command's key
+/// specification (by index), or, for the commands whose specifications
+/// cannot say, what Redis's own key finder gives.
+#[derive(Clone, Copy)]
+enum KeyOrigin {
+    Spec(usize),
+    Fixed(&'static [&'static str]),
+}
+
+/// `ACCESS` and `WRITES` of a key with these flags.
+fn uses_of(flags: &[&str]) -> u8 {
+    let mut uses = 0;
+    for flag in flags {
+        match *flag {
+            "access" => uses |= ACCESS,
+            "insert" | "delete" | "update" => uses |= WRITES,
+            _ => {}
+        }
+    }
+    uses
+}
+
 /// BITFIELD only reads unless it has a SET or INCRBY (or a syntax error).
-fn bitfield_uses(args: &[Bytes]) -> u8 {
+fn bitfield_flags(args: &[Bytes]) -> KeyOrigin {
+    KeyOrigin::Fixed(if bitfield_reads_only(args) { &["RO", "access"] } else { &["RW", "access", "update"] })
+}
+
+fn bitfield_reads_only(args: &[Bytes]) -> bool {
     let mut i = 2;
     while i < args.len() {
         let left = args.len() - i - 1;
@@ -293,15 +476,15 @@ fn bitfield_uses(args: &[Bytes]) -> u8 {
         } else if arg.eq_ignore_ascii_case(b"overflow") && left >= 1 {
             i += 2;
         } else {
-            return ACCESS | WRITES;
+            return false;
         }
     }
-    ACCESS
+    true
 }
 
 /// SORT's key, and the last STORE's destination.
-fn sort_keys(args: &[Bytes]) -> Vec<(usize, u8)> {
-    let mut keys = vec![(1, ACCESS)];
+fn sort_keys(args: &[Bytes]) -> Vec<(usize, KeyOrigin)> {
+    let mut keys = vec![(1, KeyOrigin::Fixed(&["RO", "access"]))];
     let mut store = None;
     let mut i = 2;
     while i < args.len() {
@@ -315,12 +498,12 @@ fn sort_keys(args: &[Bytes]) -> Vec<(usize, u8)> {
         }
         i += 1;
     }
-    keys.extend(store.map(|at| (at, WRITES)));
+    keys.extend(store.map(|at| (at, KeyOrigin::Fixed(&["OW", "update"]))));
     keys
 }
 
 /// MIGRATE's key, or its KEYS.
-fn migrate_keys(args: &[Bytes]) -> Vec<(usize, u8)> {
+fn migrate_keys(args: &[Bytes]) -> Vec<(usize, KeyOrigin)> {
     let (mut first, mut count) = (3, 1);
     let mut i = 6;
     while i < args.len() {
@@ -336,7 +519,8 @@ fn migrate_keys(args: &[Bytes]) -> Vec<(usize, u8)> {
         }
         i += 1;
     }
-    (first..first + count).filter(|&i| i < args.len()).map(|i| (i, ACCESS | WRITES)).collect()
+    let flags = KeyOrigin::Fixed(&["RW", "access", "delete"]);
+    (first..first + count).filter(|&i| i < args.len()).map(|i| (i, flags)).collect()
 }
 
 /// How a command names pub/sub channels.

@@ -1365,7 +1365,15 @@ fn flag_names(command: &Command) -> Vec<&'static str> {
     NAMES.iter().filter(|(flag, _)| command.has(*flag)).map(|(_, name)| *name).collect()
 }
 
+/// COMMAND INFO's entry for `command`: Redis 7.0's own (flags, key range,
+/// tips, key specifications, subcommands) from its command table; a
+/// command Redis does not have, from ScaledKV's table.
 fn command_info(ctx: &mut Ctx<'_>, command: &Command) {
+    let table = &super::redis_commands::TABLE;
+    if let Some(id) = table.id(command.name) {
+        table.write_info(id, ctx.out);
+        return;
+    }
     let out = &mut *ctx.out;
     out.array(10);
     out.bulk(command.name.as_bytes());
@@ -1378,48 +1386,108 @@ fn command_info(ctx: &mut Ctx<'_>, command: &Command) {
     out.int(command.keys.0 as i64);
     out.int(command.keys.1 as i64);
     out.int(command.keys.2 as i64);
-    // Its ACL categories, as Redis's table gives them.
-    let table = &super::redis_commands::TABLE;
-    let categories = table.id(command.name).map_or(0, |id| table.specs[id].categories);
-    let names = super::redis_commands::CATEGORIES.iter().enumerate().filter(|(bit, _)| categories & 1 << bit != 0);
-    out.set(categories.count_ones() as usize);
-    for (_, name) in names {
-        out.simple(&format!("@{name}"));
-    }
     out.set(0);
-    out.array(0);
-    out.array(0);
+    out.set(0);
+    out.set(0);
+    out.set(0);
+}
+
+/// COMMAND LIST's names: every command and, as Redis lists them, its
+/// subcommands (`config|get`), those FILTERBY keeps (`ACLCAT category`,
+/// `PATTERN glob` on the full name; no command is a module's).
+fn command_list(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    let table = &super::redis_commands::TABLE;
+    let keep: Box<dyn Fn(&str) -> bool> = match args.len() {
+        2 => Box::new(|_| true),
+        5 if eq(&args[2], "filterby") && eq(&args[3], "module") => Box::new(|_| false),
+        5 if eq(&args[2], "filterby") && eq(&args[3], "aclcat") => {
+            let bit = std::str::from_utf8(&args[4]).ok().and_then(super::redis_commands::category).unwrap_or(0);
+            Box::new(move |name| table.id(name).is_some_and(|id| table.specs[id].categories & bit != 0))
+        }
+        5 if eq(&args[2], "filterby") && eq(&args[3], "pattern") => {
+            let pattern = args[4].clone();
+            Box::new(move |name| crate::keyspace::glob_match(&pattern, name.as_bytes()))
+        }
+        _ => return Err(CmdError::Syntax),
+    };
+    let mut names = Vec::new();
+    for command in TABLE {
+        names.push(command.name.to_string());
+        if let Some(id) = table.id(command.name) {
+            names.extend(table.specs[id].subcommands.clone().map(|sub| table.specs[sub].fullname.clone()));
+        }
+    }
+    names.retain(|name| keep(name));
+    ctx.out.array(names.len());
+    for name in names {
+        ctx.out.bulk(name.as_bytes());
+    }
+    Ok(())
+}
+
+/// COMMAND GETKEYS and GETKEYSANDFLAGS: the key arguments of the command
+/// `args` name, found as Redis finds them (its key specifications, or its
+/// own finders for SET, BITFIELD, SORT and MIGRATE), with Redis's errors.
+fn command_getkeys(ctx: &mut Ctx<'_>, args: &[Bytes], with_flags: bool) -> CmdResult {
+    let table = &super::redis_commands::TABLE;
+    let called = &args[2..];
+    let id = table.resolve(called).filter(|_| lookup(&called[0]).is_some());
+    let Some(id) = id else { return Err(err("ERR Invalid command specified")) };
+    if !table.has_keys(id) {
+        return Err(err("ERR The command has no key arguments"));
+    }
+    let arity = table.specs[id].arity;
+    if (arity > 0 && arity as usize != called.len()) || (called.len() as i64) < -(arity as i64) {
+        return Err(err("ERR Invalid number of arguments specified for command"));
+    }
+    let keys = table.keys_and_flags(id, called);
+    if keys.is_empty() && !table.specs[id].flags.iter().any(|flag| flag == "no_mandatory_keys") {
+        return Err(err("ERR Invalid arguments specified for command"));
+    }
+    ctx.out.array(keys.len());
+    for (at, flags) in keys {
+        if with_flags {
+            ctx.out.array(2);
+        }
+        ctx.out.bulk(&called[at]);
+        if with_flags {
+            ctx.out.set(flags.len());
+            for flag in flags {
+                ctx.out.simple(flag);
+            }
+        }
+    }
+    Ok(())
 }
 
 pub fn command(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     if args.len() == 1 {
-        ctx.out.array(TABLE.len());
-        for command in TABLE {
-            command_info(ctx, command);
-        }
-        return Ok(());
+        return command(ctx, &[args[0].clone(), Bytes::from_static(b"info")]);
     }
     let sub = String::from_utf8_lossy(&args[1]).to_ascii_lowercase();
     match sub.as_str() {
         "count" if args.len() == 2 => ctx.out.int(TABLE.len() as i64),
-        "list" => {
+        "list" => command_list(ctx, args)?,
+        "getkeys" | "getkeysandflags" if args.len() >= 4 => command_getkeys(ctx, args, sub == "getkeysandflags")?,
+        "getkeys" | "getkeysandflags" => return Err(arity_error(&format!("command|{sub}"))),
+        "info" if args.len() == 2 => {
             ctx.out.array(TABLE.len());
             for command in TABLE {
-                ctx.out.bulk(command.name.as_bytes());
+                command_info(ctx, command);
             }
         }
         "info" => {
-            let names: Vec<&Bytes> = args[2..].iter().collect();
-            let commands: Vec<Option<&Command>> = if names.is_empty() {
-                TABLE.iter().map(Some).collect()
-            } else {
-                names.iter().map(|n| lookup(n)).collect()
-            };
-            ctx.out.array(commands.len());
-            for command in commands {
-                match command {
-                    Some(command) => command_info(ctx, command),
-                    None => ctx.out.null_array(),
+            let table = &super::redis_commands::TABLE;
+            ctx.out.array(args.len() - 2);
+            for name in &args[2..] {
+                // `config|get` names a subcommand, as in Redis.
+                let container = name.split(|&b| b == b'|').next().unwrap_or_default();
+                let sub =
+                    std::str::from_utf8(name).ok().filter(|_| name.contains(&b'|') && lookup(container).is_some());
+                match (lookup(name), sub.and_then(|sub| table.id(sub))) {
+                    (Some(command), _) => command_info(ctx, command),
+                    (None, Some(id)) => table.write_info(id, ctx.out),
+                    (None, None) => ctx.out.null(),
                 }
             }
         }

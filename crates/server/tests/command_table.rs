@@ -1,0 +1,136 @@
+//! COMMAND against a real `redis-server`: every command ScaledKV has is
+//! described as Redis 7 describes it (flags, key range, categories, tips,
+//! key specifications, subcommands), byte for byte in RESP2 and RESP3;
+//! COMMAND LIST names Redis's commands and subcommands but those ScaledKV
+//! lacks; COMMAND GETKEYS and GETKEYSANDFLAGS find the keys Redis finds,
+//! with its errors. Client libraries route by these (go-redis's Ring, the
+//! cluster clients). Skips with a notice when `redis-server` is not
+//! installed; `.ci/run` installs it.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::net::TcpStream;
+
+use common::{encode, request, RedisServer, Server};
+
+fn ask(port: u16, resp3: bool, words: &[&str]) -> Vec<u8> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    if resp3 {
+        request(&mut stream, b"HELLO 3\r\n");
+    }
+    let args: Vec<&[u8]> = words.iter().map(|w| w.as_bytes()).collect();
+    request(&mut stream, &encode(&args))
+}
+
+fn names(port: u16) -> BTreeSet<String> {
+    let mut con = redis::Client::open(format!("redis://127.0.0.1:{port}/")).unwrap().get_connection().unwrap();
+    redis::cmd("COMMAND").arg("LIST").query(&mut con).unwrap()
+}
+
+/// COMMAND INFO of `name` with its subcommands' entries in order: Redis
+/// lists them in its dict's order, which changes from run to run.
+fn info_in_order(port: u16, name: &str) -> redis::Value {
+    let mut con = redis::Client::open(format!("redis://127.0.0.1:{port}/")).unwrap().get_connection().unwrap();
+    let mut info: redis::Value = redis::cmd("COMMAND").arg("INFO").arg(name).query(&mut con).unwrap();
+    if let redis::Value::Array(entries) = &mut info {
+        if let Some(redis::Value::Array(entry)) = entries.first_mut() {
+            if let Some(redis::Value::Array(subcommands)) = entry.get_mut(9) {
+                subcommands.sort_by_key(|sub| format!("{sub:?}"));
+            }
+        }
+    }
+    info
+}
+
+#[test]
+fn every_command_is_described_as_redis_describes_it() {
+    let Some(redis) = RedisServer::start() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let ours = Server::start(dir.path(), &[]);
+    let (our_names, their_names) = (names(ours.port), names(redis.port));
+    let missing: BTreeSet<&str> = their_names.difference(&our_names).map(String::as_str).collect();
+    let expected_missing = ["lolwut", "module", "pfdebug", "pfselftest", "restore-asking"];
+    let unexpected: Vec<&&str> =
+        missing.iter().filter(|name| !expected_missing.contains(&name.split('|').next().unwrap())).collect();
+    assert!(unexpected.is_empty(), "ScaledKV lacks {unexpected:?}");
+    assert!(our_names.is_subset(&their_names), "not Redis's: {:?}", our_names.difference(&their_names));
+    assert!(our_names.len() > 300, "commands and subcommands: {}", our_names.len());
+
+    let containers: BTreeSet<&str> = our_names.iter().filter_map(|name| name.split_once('|')).map(|(c, _)| c).collect();
+    for name in &our_names {
+        if containers.contains(name.as_str()) {
+            assert_eq!(info_in_order(ours.port, name), info_in_order(redis.port, name), "COMMAND INFO {name}");
+            continue;
+        }
+        for resp3 in [false, true] {
+            let (our, their) =
+                (ask(ours.port, resp3, &["COMMAND", "INFO", name]), ask(redis.port, resp3, &["COMMAND", "INFO", name]));
+            assert_eq!(
+                String::from_utf8_lossy(&our),
+                String::from_utf8_lossy(&their),
+                "COMMAND INFO {name}, RESP3 {resp3}"
+            );
+        }
+    }
+}
+
+#[test]
+fn command_getkeys_finds_the_keys_redis_finds() {
+    let Some(redis) = RedisServer::start() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let ours = Server::start(dir.path(), &[]);
+    let cases = [
+        "GETKEYS get k",
+        "GETKEYS set a b",
+        "GETKEYSANDFLAGS set a b",
+        "GETKEYSANDFLAGS set a b GET",
+        "GETKEYS mset a 1 b 2",
+        "GETKEYSANDFLAGS copy a b",
+        "GETKEYS zunionstore d 2 a b WEIGHTS 1 2",
+        "GETKEYSANDFLAGS zunionstore d 2 a b",
+        "GETKEYS zunionstore d 5 a",
+        "GETKEYS eval s 2 a b c",
+        "GETKEYS eval s 0",
+        "GETKEYSANDFLAGS sort l BY w* GET # STORE d",
+        "GETKEYSANDFLAGS sort_ro l",
+        "GETKEYSANDFLAGS migrate h 1 '' 0 5 KEYS a b",
+        "GETKEYSANDFLAGS migrate h 1 k 0 5",
+        "GETKEYS xread COUNT 2 STREAMS a b 0 0",
+        "GETKEYSANDFLAGS xreadgroup GROUP g c STREAMS a >",
+        "GETKEYSANDFLAGS lmove a b LEFT RIGHT",
+        "GETKEYSANDFLAGS bitfield k GET u8 0",
+        "GETKEYSANDFLAGS bitfield k INCRBY u8 0 1",
+        "GETKEYS object encoding k",
+        "GETKEYS georadius g 0 0 1 km STORE d",
+        // Redis's errors.
+        "GETKEYS",
+        "GETKEYS get",
+        "GETKEYS ping x",
+        "GETKEYS nosuch a",
+        "GETKEYS get a b",
+        "GETKEYS config get x",
+        "LIST FILTERBY module x",
+        "LIST FILTERBY foo x",
+        "LIST FILTERBY aclcat nosuch",
+        "LIST FILTERBY",
+        "INFO nosuch get",
+    ];
+    for case in cases {
+        let mut words = vec!["COMMAND"];
+        words.extend(case.split(' ').map(|w| if w == "''" { "" } else { w }));
+        for resp3 in [false, true] {
+            let (our, their) = (ask(ours.port, resp3, &words), ask(redis.port, resp3, &words));
+            assert_eq!(String::from_utf8_lossy(&our), String::from_utf8_lossy(&their), "COMMAND {case}, RESP3 {resp3}");
+        }
+    }
+    // Filters, in Redis's dict order there: compared as sets.
+    for filter in [["aclcat", "stream"], ["pattern", "x*"], ["pattern", "config|*"]] {
+        let list = |port: u16| -> BTreeSet<String> {
+            let mut con = redis::Client::open(format!("redis://127.0.0.1:{port}/")).unwrap().get_connection().unwrap();
+            redis::cmd("COMMAND").arg("LIST").arg("FILTERBY").arg(&filter[..]).query(&mut con).unwrap()
+        };
+        let (our, their) = (list(ours.port), list(redis.port));
+        assert!(!our.is_empty() && our == their, "COMMAND LIST FILTERBY {filter:?}: {our:?} against {their:?}");
+    }
+}
