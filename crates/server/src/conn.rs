@@ -284,6 +284,9 @@ pub struct ConnState {
     /// WAIT in progress: the engine's sequence number its writes reach,
     /// the replicas it waits for, and until when.
     pub wait_for: Option<(u64, usize, Option<std::time::Instant>)>,
+    /// SHUTDOWN waiting for the replicas: how many waits had been aborted
+    /// when it began (`crate::shutdown::Graceful::aborts`).
+    pub shutdown_wait: Option<u64>,
 }
 
 #[derive(Default)]
@@ -403,6 +406,7 @@ impl ConnState {
             transfer: None,
             replica_link: None,
             wait_for: None,
+            shutdown_wait: None,
         }
     }
 
@@ -450,6 +454,7 @@ async fn wait_blocked<'s>(
     // A WAIT ended otherwise than by its own answer (CLIENT UNBLOCK, a
     // kill) leaves its target behind: the next WAIT takes its own.
     conn.wait_for = None;
+    conn.shutdown_wait = None;
     shared.master.stop_waking(conn.info.id);
     // Shown to monitors once it ends, as Redis shows a blocking command.
     if let (Ok(true), Some(command)) = (&waited, commands::lookup(&args[0])) {

@@ -7,8 +7,9 @@
 //! failover to a replica after it, loses no write the master took, and
 //! the restarted master's history (`master::History`) ends where its
 //! replicas are: the one promoted meanwhile lets it go on partially.
-//! SHUTDOWN ABORT gives the wait up; a second signal, or SHUTDOWN NOW,
-//! shuts down at once.
+//! SHUTDOWN's client waits with it, as in Redis: the connection closes
+//! with the server, or gets Redis's error when SHUTDOWN ABORT gives the
+//! wait up; a second signal, or SHUTDOWN NOW, shuts down at once.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -23,6 +24,9 @@ pub struct Graceful {
     /// `shutdown-timeout`, in seconds.
     pub timeout_secs: AtomicU64,
     waiting: AtomicBool,
+    /// Waits given up so far: a SHUTDOWN that waits with its client
+    /// answers an error once this moved.
+    aborts: AtomicU64,
     requested: tokio::sync::Notify,
     aborted: tokio::sync::Notify,
 }
@@ -32,6 +36,7 @@ impl Default for Graceful {
         Graceful {
             timeout_secs: AtomicU64::new(DEFAULT_TIMEOUT_SECS),
             waiting: AtomicBool::new(false),
+            aborts: AtomicU64::new(0),
             requested: tokio::sync::Notify::new(),
             aborted: tokio::sync::Notify::new(),
         }
@@ -48,6 +53,11 @@ impl Graceful {
             return shared.request_shutdown();
         }
         self.requested.notify_one();
+    }
+
+    /// How many waits were given up (SHUTDOWN ABORT) so far.
+    pub fn aborts(&self) -> u64 {
+        self.aborts.load(Ordering::Acquire)
     }
 
     /// Whether a shutdown waits for replicas.
@@ -105,6 +115,7 @@ async fn after_replicas(shared: &Shared) {
             _ = &mut aborted => {
                 tracing::info!("SHUTDOWN ABORT: serving on");
                 graceful.waiting.store(false, Ordering::Release);
+                graceful.aborts.fetch_add(1, Ordering::AcqRel);
                 shared.pause.hold_writes(false);
                 return;
             }

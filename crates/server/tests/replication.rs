@@ -2363,12 +2363,24 @@ fn a_master_shuts_down_once_its_replicas_caught_up() {
     assert_eq!(run(&mut master, &["SHUTDOWN", "ABORT"]), Value::Okay);
     assert_eq!(held.join().unwrap().unwrap(), Value::Okay, "the held write goes on after ABORT");
     assert!(redis::cmd("SHUTDOWN").arg("ABORT").query::<Value>(&mut master).is_err(), "nothing to abort");
+    // SHUTDOWN's client waits with it, and gets Redis's error on ABORT.
+    let port = server.port;
+    let waiting = std::thread::spawn(move || redis::cmd("SHUTDOWN").query::<Value>(&mut connect(port)));
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(!waiting.is_finished(), "SHUTDOWN answered before the wait ended");
+    assert_eq!(run(&mut master, &["SHUTDOWN", "ABORT"]), Value::Okay);
+    let aborted = waiting.join().unwrap().unwrap_err();
+    assert!(aborted.to_string().contains("Errors trying to SHUTDOWN. Check logs."), "{aborted}");
 
-    // The timeout ends the wait.
+    // The timeout ends the wait; SHUTDOWN's connection closes with the
+    // server, unanswered.
     assert_eq!(run(&mut master, &["CONFIG", "SET", "shutdown-timeout", "1"]), Value::Okay);
     let started = Instant::now();
-    assert!(server.terminate(), "the master did not shut down");
+    let waiting = std::thread::spawn(move || redis::cmd("SHUTDOWN").query::<Value>(&mut connect(port)));
+    assert!(server.wait_exit(), "the master did not shut down");
     assert!(started.elapsed() >= Duration::from_millis(900), "it did not wait: {:?}", started.elapsed());
+    let closed = waiting.join().unwrap().unwrap_err();
+    assert!(closed.is_io_error() || closed.is_connection_dropped(), "SHUTDOWN answered: {closed}");
     unsafe { libc::kill(pid, libc::SIGCONT) };
 
     // Caught up: it shuts down once the replica has everything.

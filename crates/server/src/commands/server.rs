@@ -604,6 +604,19 @@ pub fn role(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
 }
 
 pub fn shutdown(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    let graceful = &ctx.shared.graceful;
+    if let Some(aborts) = ctx.conn.shutdown_wait {
+        // Looking again while it waits (`conn::wait_blocked`).
+        if *ctx.shared.shutdown.borrow() {
+            ctx.conn.close = true;
+            return Ok(());
+        }
+        if graceful.aborts() == aborts {
+            return Err(CmdError::Blocked(None, false));
+        }
+        ctx.conn.shutdown_wait = None;
+        return Err(err("ERR Errors trying to SHUTDOWN. Check logs."));
+    }
     for arg in &args[1..] {
         if !["nosave", "save", "now", "force", "abort"].iter().any(|w| eq(arg, w)) {
             return Err(CmdError::Syntax);
@@ -627,13 +640,15 @@ pub fn shutdown(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     tracing::info!(client = ctx.conn.info.id, "SHUTDOWN requested");
     if args[1..].iter().any(|arg| eq(arg, "now")) {
         ctx.shared.request_shutdown();
-    } else {
-        // Once the replicas caught up (`crate::shutdown`).
-        ctx.shared.graceful.request(ctx.shared);
+        // Redis closes the connection without a reply when it shuts down.
+        ctx.conn.close = true;
+        return Ok(());
     }
-    // Redis closes the connection without a reply when it shuts down.
-    ctx.conn.close = true;
-    Ok(())
+    // Once the replicas caught up (`crate::shutdown`); the client waits
+    // for the end, or for an abort's error.
+    ctx.conn.shutdown_wait = Some(graceful.aborts());
+    graceful.request(ctx.shared);
+    Err(CmdError::Blocked(None, false))
 }
 
 /// SAVE and BGSAVE: an index checkpoint (every write is already durable;
