@@ -17,6 +17,10 @@ specs ';'-separated, each FLAGS/BEGIN/FIND[/NOTES] with BEGIN i<pos> |
 k<keyword>,<startfrom> | u and FIND r<lastkey>,<step>,<limit> |
 n<keynumidx>,<firstkey>,<step> | u, NOTES with '%', '/', ';' and tabs
 written as %XX. COMMAND INFO answers from these columns as Redis does.
+
+It also writes crates/server/src/commands/redis_docs.resp: that server's
+COMMAND DOCS reply in RESP3 (a map of every command's documentation,
+sorted by name), from which COMMAND DOCS answers.
 """
 import os
 import socket
@@ -43,6 +47,22 @@ def read_reply(f):
         n = int(rest)
         return None if n < 0 else [read_reply(f) for _ in range(n)]
     raise ValueError(f"unexpected reply {line!r}")
+
+
+def raw_reply(f):
+    """One RESP3 reply's bytes, as sent."""
+    line = f.readline()
+    kind, rest = line[:1], line[1:].strip()
+    out = [line]
+    if kind in (b"$", b"=", b"!"):
+        n = int(rest)
+        if n >= 0:
+            out.append(f.read(n + 2))
+    elif kind in (b"*", b"~", b">"):
+        out.extend(raw_reply(f) for _ in range(max(int(rest), 0)))
+    elif kind == b"%":
+        out.extend(raw_reply(f) for _ in range(2 * int(rest)))
+    return b"".join(out)
 
 
 def pairs(flat):
@@ -116,6 +136,13 @@ def main():
             version = [l for l in read_reply(f).splitlines() if l.startswith("redis_version:")][0]
             sock.sendall(b"COMMAND\r\n")
             commands = read_reply(f)
+            sock.sendall(b"HELLO 3\r\n")
+            raw_reply(f)
+            sock.sendall(b"COMMAND DOCS\r\n")
+            header = f.readline()
+            assert header.startswith(b"%"), header
+            docs = [(raw_reply(f), raw_reply(f)) for _ in range(int(header[1:]))]
+            docs.sort(key=lambda entry: entry[0].split(b"\r\n")[1])
     finally:
         if server:
             server.kill()
@@ -125,7 +152,9 @@ def main():
     with open(out, "w") as f:
         f.write(f"# {version}: written by scripts/gen-redis-commands.py from its COMMAND reply\n")
         f.write("\n".join(rows) + "\n")
-    print(f"{len(rows)} commands and subcommands from {version}")
+    with open(os.path.join(os.path.dirname(out), "redis_docs.resp"), "wb") as f:
+        f.write(b"%%%d\r\n" % len(docs) + b"".join(name + text for name, text in docs))
+    print(f"{len(rows)} commands and subcommands, {len(docs)} commands' docs from {version}")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 //! COMMAND against a real `redis-server`: every command ScaledKV has is
 //! described as Redis 7 describes it (flags, key range, categories, tips,
-//! key specifications, subcommands), byte for byte in RESP2 and RESP3;
+//! key specifications, subcommands; its documentation, arguments and
+//! all, which redis-cli's hints read), byte for byte in RESP2 and RESP3;
 //! COMMAND LIST names Redis's commands and subcommands but those ScaledKV
 //! lacks; COMMAND GETKEYS and GETKEYSANDFLAGS find the keys Redis finds,
 //! with its errors. Client libraries route by these (go-redis's Ring, the
@@ -43,6 +44,24 @@ fn info_in_order(port: u16, name: &str) -> redis::Value {
     info
 }
 
+/// COMMAND DOCS of `name` (a container) with its subcommands' docs in
+/// order (RESP2: flat arrays of keys and values).
+fn docs_in_order(port: u16, name: &str) -> redis::Value {
+    let mut con = redis::Client::open(format!("redis://127.0.0.1:{port}/")).unwrap().get_connection().unwrap();
+    let mut docs: redis::Value = redis::cmd("COMMAND").arg("DOCS").arg(name).query(&mut con).unwrap();
+    if let redis::Value::Array(reply) = &mut docs {
+        if let Some(redis::Value::Array(fields)) = reply.get_mut(1) {
+            let at = fields.iter().position(|f| *f == redis::Value::BulkString(b"subcommands".to_vec()));
+            if let Some(redis::Value::Array(subs)) = at.and_then(|at| fields.get_mut(at + 1)) {
+                let mut pairs: Vec<Vec<redis::Value>> = subs.chunks(2).map(<[_]>::to_vec).collect();
+                pairs.sort_by_key(|pair| format!("{:?}", pair[0]));
+                *subs = pairs.concat();
+            }
+        }
+    }
+    docs
+}
+
 #[test]
 fn every_command_is_described_as_redis_describes_it() {
     let Some(redis) = RedisServer::start() else { return };
@@ -61,16 +80,14 @@ fn every_command_is_described_as_redis_describes_it() {
     for name in &our_names {
         if containers.contains(name.as_str()) {
             assert_eq!(info_in_order(ours.port, name), info_in_order(redis.port, name), "COMMAND INFO {name}");
+            assert_eq!(docs_in_order(ours.port, name), docs_in_order(redis.port, name), "COMMAND DOCS {name}");
             continue;
         }
-        for resp3 in [false, true] {
-            let (our, their) =
-                (ask(ours.port, resp3, &["COMMAND", "INFO", name]), ask(redis.port, resp3, &["COMMAND", "INFO", name]));
-            assert_eq!(
-                String::from_utf8_lossy(&our),
-                String::from_utf8_lossy(&their),
-                "COMMAND INFO {name}, RESP3 {resp3}"
-            );
+        for (what, resp3) in [("INFO", false), ("INFO", true), ("DOCS", false), ("DOCS", true)] {
+            let words = ["COMMAND", what, name];
+            let (our, their) = (ask(ours.port, resp3, &words), ask(redis.port, resp3, &words));
+            let (our, their) = (String::from_utf8_lossy(&our), String::from_utf8_lossy(&their));
+            assert_eq!(our, their, "COMMAND {what} {name}, RESP3 {resp3}");
         }
     }
 }
@@ -115,6 +132,8 @@ fn command_getkeys_finds_the_keys_redis_finds() {
         "LIST FILTERBY aclcat nosuch",
         "LIST FILTERBY",
         "INFO nosuch get",
+        "INFO CONFIG|GET",
+        "DOCS nosuch get config|set",
     ];
     for case in cases {
         let mut words = vec!["COMMAND"];

@@ -18,6 +18,7 @@ pub mod picks;
 mod pubsub;
 pub mod ranks;
 pub mod redis_commands;
+mod redis_docs;
 pub mod scripting;
 mod server;
 mod sets;

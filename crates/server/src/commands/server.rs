@@ -1475,6 +1475,23 @@ fn command_getkeys(ctx: &mut Ctx<'_>, args: &[Bytes], with_flags: bool) -> CmdRe
     Ok(())
 }
 
+/// What a COMMAND INFO or DOCS argument names: one of ScaledKV's
+/// commands, or a subcommand of one (`config|get`) by Redis's table.
+enum Named {
+    Command(&'static Command),
+    Sub(String),
+}
+
+fn named(name: &[u8]) -> Option<Named> {
+    if let Some(command) = lookup(name) {
+        return Some(Named::Command(command));
+    }
+    let fullname = std::str::from_utf8(name).ok()?.to_ascii_lowercase();
+    lookup(fullname.split_once('|')?.0.as_bytes())?;
+    super::redis_commands::TABLE.id(&fullname)?;
+    Some(Named::Sub(fullname))
+}
+
 pub fn command(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     if args.len() == 1 {
         return command(ctx, &[args[0].clone(), Bytes::from_static(b"info")]);
@@ -1495,33 +1512,38 @@ pub fn command(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
             let table = &super::redis_commands::TABLE;
             ctx.out.array(args.len() - 2);
             for name in &args[2..] {
-                // `config|get` names a subcommand, as in Redis.
-                let container = name.split(|&b| b == b'|').next().unwrap_or_default();
-                let sub =
-                    std::str::from_utf8(name).ok().filter(|_| name.contains(&b'|') && lookup(container).is_some());
-                match (lookup(name), sub.and_then(|sub| table.id(sub))) {
-                    (Some(command), _) => command_info(ctx, command),
-                    (None, Some(id)) => table.write_info(id, ctx.out),
-                    (None, None) => ctx.out.null(),
+                match named(name) {
+                    Some(Named::Command(command)) => command_info(ctx, command),
+                    Some(Named::Sub(fullname)) => table.write_info(table.id(&fullname).expect("named"), ctx.out),
+                    None => ctx.out.null(),
                 }
             }
         }
         "docs" => {
-            let commands: Vec<&Command> = if args.len() == 2 {
-                TABLE.iter().collect()
+            let commands: Vec<Named> = if args.len() == 2 {
+                TABLE.iter().map(Named::Command).collect()
             } else {
-                args[2..].iter().filter_map(|n| lookup(n)).collect()
+                args[2..].iter().filter_map(|name| named(name)).collect()
             };
             ctx.out.map(commands.len());
             for command in commands {
-                ctx.out.bulk(command.name.as_bytes());
-                ctx.out.map(3);
-                ctx.out.bulk(b"summary");
-                ctx.out.bulk(command.summary.as_bytes());
-                ctx.out.bulk(b"since");
-                ctx.out.bulk(b"1.0.0");
-                ctx.out.bulk(b"group");
-                ctx.out.bulk(command.group.as_bytes());
+                let fullname = match &command {
+                    Named::Command(command) => command.name,
+                    Named::Sub(fullname) => fullname,
+                };
+                ctx.out.bulk(fullname.as_bytes());
+                match (super::redis_docs::of(fullname), command) {
+                    (Some(docs), _) => super::redis_docs::write(docs, ctx.out),
+                    // One Redis does not have: what ScaledKV's table says.
+                    (None, Named::Command(command)) => {
+                        ctx.out.map(2);
+                        ctx.out.bulk(b"summary");
+                        ctx.out.bulk(command.summary.as_bytes());
+                        ctx.out.bulk(b"group");
+                        ctx.out.bulk(command.group.as_bytes());
+                    }
+                    (None, Named::Sub(_)) => ctx.out.map(0),
+                }
             }
         }
         "count" => return Err(err("ERR wrong number of arguments for 'command|count' command")),
