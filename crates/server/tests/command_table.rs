@@ -134,6 +134,8 @@ fn command_getkeys_finds_the_keys_redis_finds() {
         "INFO nosuch get",
         "INFO CONFIG|GET",
         "DOCS nosuch get config|set",
+        "HELP",
+        "HELP x",
     ];
     for case in cases {
         let mut words = vec!["COMMAND"];

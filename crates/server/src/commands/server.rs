@@ -1198,6 +1198,19 @@ pub fn config(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
             }
             ctx.out.ok();
         }
+        "help" if args.len() == 2 => ctx.out.help(&[
+            "CONFIG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+            "GET <pattern>",
+            "    Return parameters matching the glob-like <pattern> and their values.",
+            "SET <directive> <value>",
+            "    Set the configuration <directive> to <value>.",
+            "RESETSTAT",
+            "    Reset statistics reported by the INFO command.",
+            "REWRITE",
+            "    Rewrite the configuration file.",
+            "HELP",
+            "    Prints this help.",
+        ]),
         "resetstat" if args.len() == 2 => {
             let s = &ctx.shared.stats;
             for counter in [&s.commands, &s.keyspace_hits, &s.keyspace_misses, &s.expired_keys] {
@@ -1215,7 +1228,7 @@ pub fn config(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
             tracing::info!(path = %path.display(), "CONFIG REWRITE executed with success");
             ctx.out.ok();
         }
-        "get" | "set" | "resetstat" | "rewrite" => return Err(subcommand_arity("config", &sub)),
+        "get" | "set" | "resetstat" | "rewrite" | "help" => return Err(subcommand_arity("config", &sub)),
         _ => return Err(unknown_subcommand("config", &args[1])),
     }
     Ok(())
@@ -1499,6 +1512,29 @@ pub fn command(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let sub = String::from_utf8_lossy(&args[1]).to_ascii_lowercase();
     match sub.as_str() {
         "count" if args.len() == 2 => ctx.out.int(TABLE.len() as i64),
+        "help" if args.len() == 2 => ctx.out.help(&[
+            "COMMAND <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+            "(no subcommand)",
+            "    Return details about all Redis commands.",
+            "COUNT",
+            "    Return the total number of commands in this Redis server.",
+            "LIST",
+            "    Return a list of all commands in this Redis server.",
+            "INFO [<command-name> ...]",
+            "    Return details about multiple Redis commands.",
+            "    If no command names are given, documentation details for all",
+            "    commands are returned.",
+            "DOCS [<command-name> ...]",
+            "    Return documentation details about multiple Redis commands.",
+            "    If no command names are given, documentation details for all",
+            "    commands are returned.",
+            "GETKEYS <full-command>",
+            "    Return the keys from a full Redis command.",
+            "GETKEYSANDFLAGS <full-command>",
+            "    Return the keys and the access flags from a full Redis command.",
+            "HELP",
+            "    Prints this help.",
+        ]),
         "list" => command_list(ctx, args)?,
         "getkeys" | "getkeysandflags" if args.len() >= 4 => command_getkeys(ctx, args, sub == "getkeysandflags")?,
         "getkeys" | "getkeysandflags" => return Err(arity_error(&format!("command|{sub}"))),
@@ -1546,7 +1582,7 @@ pub fn command(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
                 }
             }
         }
-        "count" => return Err(err("ERR wrong number of arguments for 'command|count' command")),
+        "count" | "help" => return Err(arity_error(&format!("command|{sub}"))),
         _ => {
             return Err(err(format!(
                 "ERR unknown subcommand '{}'. Try COMMAND HELP.",
