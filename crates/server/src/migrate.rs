@@ -269,8 +269,10 @@ fn command(out: &mut Vec<u8>, words: &[&[u8]]) {
     }
 }
 
-/// One reply line: Ok for anything but an error, whose text it returns.
-/// The end of the stream is an error (`UnexpectedEof`).
+/// One reply line: Ok for a status (`+OK`), the text of an error. The end
+/// of the stream, or anything else, is an I/O error: Redis takes any line
+/// but an error for success, so a port that is not a Redis server's
+/// (memcached's `ERROR`, a web server's) would have the keys deleted here.
 fn read_reply(reader: &mut BufReader<TcpStream>) -> std::io::Result<Result<(), String>> {
     let mut line = Vec::new();
     reader.by_ref().take(MAX_REPLY_BYTES).read_until(b'\n', &mut line)?;
@@ -278,10 +280,11 @@ fn read_reply(reader: &mut BufReader<TcpStream>) -> std::io::Result<Result<(), S
         return Err(std::io::Error::new(ErrorKind::UnexpectedEof, "the target closed the connection"));
     }
     let line = line.strip_suffix(b"\r\n").or_else(|| line.strip_suffix(b"\n")).unwrap_or(&line);
-    Ok(match line.strip_prefix(b"-") {
-        Some(error) => Err(String::from_utf8_lossy(error).into_owned()),
-        None => Ok(()),
-    })
+    match line.first() {
+        Some(b'+') => Ok(Ok(())),
+        Some(b'-') => Ok(Err(String::from_utf8_lossy(&line[1..]).into_owned())),
+        _ => Err(std::io::Error::new(ErrorKind::InvalidData, "not a Redis server's reply")),
+    }
 }
 
 #[cfg(test)]

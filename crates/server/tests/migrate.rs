@@ -235,6 +235,22 @@ fn migrate_keeps_its_connection_tries_a_stale_one_again_and_closes_it_when_idle(
         assert!(Instant::now() < deadline, "MIGRATE's connection still open after 20 s idle");
         std::thread::sleep(Duration::from_millis(200));
     }
+    // A port where no Redis server answers (this one answers as a web
+    // server would): an error, the key kept; Redis would take the line
+    // for success and delete it.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let web_port = listener.local_addr().unwrap().port().to_string();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().take(2) {
+            let mut stream = stream.unwrap();
+            let mut request = [0u8; 4096];
+            let _ = std::io::Read::read(&mut stream, &mut request);
+            let _ = std::io::Write::write_all(&mut stream, b"HTTP/1.1 400 Bad Request\r\n\r\n");
+        }
+    });
+    let reply = send(&mut a_con, &["MIGRATE", "127.0.0.1", &web_port, "k3", "0", "2000"]);
+    assert_eq!(reply, "-IOERR error or timeout reading to target instance\r\n");
+    assert_eq!(send(&mut a_con, &["EXISTS", "k3"]), ":1\r\n");
     // A target that is gone: Redis's error, the key kept.
     b.kill();
     assert_eq!(migrate(&mut a_con, "k3"), "-IOERR error or timeout writing to target instance\r\n");
