@@ -69,7 +69,7 @@ fn every_command_is_described_as_redis_describes_it() {
     let ours = Server::start(dir.path(), &[]);
     let (our_names, their_names) = (names(ours.port), names(redis.port));
     let missing: BTreeSet<&str> = their_names.difference(&our_names).map(String::as_str).collect();
-    let expected_missing = ["lolwut", "module", "pfdebug", "pfselftest", "restore-asking"];
+    let expected_missing = ["pfdebug", "pfselftest", "restore-asking"];
     let unexpected: Vec<&&str> =
         missing.iter().filter(|name| !expected_missing.contains(&name.split('|').next().unwrap())).collect();
     assert!(unexpected.is_empty(), "ScaledKV lacks {unexpected:?}");
@@ -154,4 +154,15 @@ fn command_getkeys_finds_the_keys_redis_finds() {
         let (our, their) = (list(ours.port), list(redis.port));
         assert!(!our.is_empty() && our == their, "COMMAND LIST FILTERBY {filter:?}: {our:?} against {their:?}");
     }
+}
+
+#[test]
+fn modules_are_listed_as_none_and_not_loaded() {
+    let dir = tempfile::tempdir().unwrap();
+    let ours = Server::start(dir.path(), &[]);
+    assert_eq!(ask(ours.port, false, &["MODULE", "LIST"]), b"*0\r\n");
+    let refused = b"-ERR ScaledKV does not load Redis modules\r\n";
+    assert_eq!(ask(ours.port, false, &["MODULE", "LOAD", "/usr/lib/redis/modules/x.so"]), refused);
+    assert_eq!(ask(ours.port, false, &["MODULE", "LOADEX", "/x.so", "ARGS", "a"]), refused);
+    assert_eq!(ask(ours.port, true, &["LOLWUT"]), b"=22\r\ntxt:Redis ver. 7.0.15\n\r\n");
 }

@@ -667,6 +667,8 @@ commands! {
     "slaveof", 3, ADMIN, NONE, "server", standalone::replicaof, "Sets a Redis server as a replica of another, or promotes it to being a master.";
     "failover", -1, ADMIN, NONE, "server", standalone::failover, "Starts a coordinated failover from a server to one of its replicas.";
     "debug", -2, ADMIN | PROTECTED, NONE, "server", standalone::debug, "A container for debugging commands.";
+    "module", -2, 0, NONE, "server", standalone::module, "A container for module commands.";
+    "lolwut", -1, READONLY | FAST, NONE, "server", standalone::lolwut, "Displays computer art and the Redis version";
     "cluster", -2, 0, NONE, "cluster", standalone::cluster, "A container for Redis Cluster commands.";
     "readonly", 1, FAST, NONE, "cluster", standalone::cluster_disabled, "Enables read-only queries for a connection to a Redis Cluster replica node.";
     "readwrite", 1, FAST, NONE, "cluster", standalone::cluster_disabled, "Enables read-write queries for a connection to a Reids Cluster replica node.";

@@ -150,3 +150,40 @@ pub fn bgrewriteaof(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
     ctx.out.simple("Background append only file rewriting started");
     Ok(())
 }
+
+/// MODULE: ScaledKV loads no Redis modules (their API is Redis's process
+/// and memory), so LIST is empty, as for a Redis without any, and LOAD
+/// says so; tools that probe for modules (RedisInsight, client
+/// libraries' `module_list`) get the replies they expect.
+pub fn module(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    const SUBCOMMANDS: &[(&str, i32)] = &[("help", 2), ("list", 2), ("load", -3), ("loadex", -3), ("unload", 3)];
+    match super::subcommand("module", args, SUBCOMMANDS)?.as_str() {
+        "list" => ctx.out.array(0),
+        "help" => ctx.out.help(&[
+            "MODULE <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+            "LIST",
+            "    Return a list of loaded modules.",
+            "LOAD <path> [<arg> ...]",
+            "    Load a module library from <path>, passing to it any optional arguments.",
+            "LOADEX <path> [[CONFIG NAME VALUE] [CONFIG NAME VALUE]] [ARGS ...]",
+            "    Load a module library from <path>, while passing it module configurations and optional arguments.",
+            "UNLOAD <name>",
+            "    Unload a module.",
+            "HELP",
+            "    Prints this help.",
+        ]),
+        "unload" => return Err(err("ERR Error unloading module: no such module with that name")),
+        _ => return Err(err("ERR ScaledKV does not load Redis modules")),
+    }
+    Ok(())
+}
+
+/// LOLWUT [VERSION v]: the version line Redis 7 answers (its drawings for
+/// versions 5 and 6 are not built: the line stands for them too).
+pub fn lolwut(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    if args.len() >= 3 && eq(&args[1], "version") {
+        super::args::int(&args[2])?;
+    }
+    ctx.out.verbatim(&format!("Redis ver. {}\n", super::REDIS_VERSION));
+    Ok(())
+}
