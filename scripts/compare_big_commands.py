@@ -34,14 +34,6 @@ compare_redis.REPORT = os.path.join(
 )
 
 
-def encode(args):
-    out = [b"*%d\r\n" % len(args)]
-    for arg in args:
-        arg = arg if isinstance(arg, bytes) else str(arg).encode()
-        out.append(b"$%d\r\n%s\r\n" % (len(arg), arg))
-    return b"".join(out)
-
-
 class Client:
     def __init__(self, port):
         self.sock = socket.create_connection(("127.0.0.1", port))
@@ -61,7 +53,7 @@ class Client:
         return line.strip()
 
     def call(self, *args):
-        self.sock.sendall(encode(args))
+        self.sock.sendall(compare_redis.resp_command(*args))
         return self.reply()
 
 

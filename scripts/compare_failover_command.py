@@ -40,14 +40,6 @@ compare_redis.REPORT = os.path.join(compare_redis.REPO, "bench-results",
                                     f"failover-command-{time.strftime('%Y%m%d-%H%M%S')}.md")
 
 
-def encode(*words):
-    out = b"*%d\r\n" % len(words)
-    for word in words:
-        word = str(word).encode()
-        out += b"$%d\r\n%s\r\n" % (len(word), word)
-    return out
-
-
 class Writer(threading.Thread):
     """SETs w-0, w-1 ... one at a time until told to stop or refused
     (READONLY); `acked` holds the keys whose SET was answered +OK."""
@@ -62,7 +54,7 @@ class Writer(threading.Thread):
             i = 0
             while not self.stop:
                 key = f"w-{i}"
-                sock.sendall(encode("SET", key, "x" * 100))
+                sock.sendall(compare_redis.resp_command("SET", key, "x" * 100))
                 line = reader.readline()
                 if line == b"+OK\r\n":
                     self.acked.append(key)

@@ -34,21 +34,13 @@ compare_redis.REPORT = os.path.join(compare_redis.REPO, "bench-results",
                                     f"migrate-{time.strftime('%Y%m%d-%H%M%S')}.md")
 
 
-def resp(*words):
-    out = [f"*{len(words)}\r\n".encode()]
-    for word in words:
-        word = word if isinstance(word, bytes) else str(word).encode()
-        out.append(b"$%d\r\n%s\r\n" % (len(word), word))
-    return b"".join(out)
-
-
 class Client:
     def __init__(self, port):
         self.sock = socket.create_connection(("127.0.0.1", port))
         self.file = self.sock.makefile("rb")
 
     def call(self, *words):
-        self.sock.sendall(resp(*words))
+        self.sock.sendall(compare_redis.resp_command(*words))
         return self.reply()
 
     def reply(self):

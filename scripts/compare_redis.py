@@ -79,6 +79,15 @@ def cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
+def resp_command(*words):
+    """`words` (bytes, or anything str() spells) as a RESP request."""
+    out = [b"*%d\r\n" % len(words)]
+    for word in words:
+        word = word if isinstance(word, bytes) else str(word).encode()
+        out.append(b"$%d\r\n%s\r\n" % (len(word), word))
+    return b"".join(out)
+
+
 def cli(port, *words):
     """redis-cli's answer to `words` on `port`, stripped."""
     out = subprocess.run(["redis-cli", "-p", str(port)] + [str(w) for w in words],

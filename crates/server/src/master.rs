@@ -69,6 +69,7 @@ use crate::conn::{ClientInfo, ConnState};
 use crate::keyspace::{KeyLocks, ListOp, Writes, TYPE_ITEM, TYPE_STRING};
 use crate::notify::Event;
 use crate::rdb_sync::{random_hex, until_killed};
+use crate::resp::request::put_request;
 use crate::resp::{Out, Protocol};
 use crate::server::Shared;
 
@@ -303,10 +304,10 @@ const FUNCTIONS: &[u8] = b"\xff\xff\x00functions";
 pub fn functions_note(codes: &[&[u8]]) -> Vec<u8> {
     let mut command = Vec::new();
     match codes {
-        [] => put_command(&mut command, &[b"FUNCTION", b"FLUSH"]),
+        [] => put_request(&mut command, &[b"FUNCTION", b"FLUSH"]),
         _ => {
             let payload = crate::commands::dump::serialize_functions(codes.iter().copied());
-            put_command(&mut command, &[b"FUNCTION", b"RESTORE", &payload, b"FLUSH"]);
+            put_request(&mut command, &[b"FUNCTION", b"RESTORE", &payload, b"FLUSH"]);
         }
     }
     let mut note = vec![INLINE];
@@ -445,29 +446,29 @@ fn list_commands(
                             args.push(element);
                         }
                     }
-                    put_command(&mut commands, &args);
+                    put_request(&mut commands, &args);
                 }
                 ListOp::Pop { front } => {
                     let name: &[u8] = if *front { b"LPOP" } else { b"RPOP" };
                     match run {
-                        1 => put_command(&mut commands, &[name, key]),
-                        _ => put_command(&mut commands, &[name, key, run.to_string().as_bytes()]),
+                        1 => put_request(&mut commands, &[name, key]),
+                        _ => put_request(&mut commands, &[name, key, run.to_string().as_bytes()]),
                     }
                 }
                 ListOp::Set { index, element } => {
-                    put_command(&mut commands, &[b"LSET", key, index.to_string().as_bytes(), element])
+                    put_request(&mut commands, &[b"LSET", key, index.to_string().as_bytes(), element])
                 }
                 ListOp::Insert { after, pivot, element } => {
                     let place: &[u8] = if *after { b"AFTER" } else { b"BEFORE" };
-                    put_command(&mut commands, &[b"LINSERT", key, place, pivot, element])
+                    put_request(&mut commands, &[b"LINSERT", key, place, pivot, element])
                 }
                 ListOp::Remove { count, element } => {
-                    put_command(&mut commands, &[b"LREM", key, count.to_string().as_bytes(), element])
+                    put_request(&mut commands, &[b"LREM", key, count.to_string().as_bytes(), element])
                 }
                 ListOp::Trim { start, n } => {
                     // `LTRIM k 1 0` empties it, as a trim to nothing does.
                     let (first, last) = if *n == 0 { (1, 0) } else { (*start, start + n - 1) };
-                    put_command(
+                    put_request(
                         &mut commands,
                         &[b"LTRIM", key, first.to_string().as_bytes(), last.to_string().as_bytes()],
                     );
@@ -523,7 +524,7 @@ fn stream_commands(
                         let pairs = decode_pairs(value.get(1..)?).ok()?;
                         let mut args: Vec<&[u8]> = vec![b"XADD", key, &id];
                         args.extend(pairs);
-                        put_command(&mut commands, &args);
+                        put_request(&mut commands, &args);
                     }
                     None => deleted.push(id),
                 }
@@ -547,7 +548,7 @@ fn stream_commands(
                     Some(value) => {
                         let nack = Nack::decode(value.get(1..)?).ok()?;
                         let (at, count) = (nack.delivered_ms.to_string(), nack.deliveries.to_string());
-                        put_command(
+                        put_request(
                             &mut claims,
                             &[
                                 b"XCLAIM",
@@ -596,12 +597,12 @@ fn stream_commands(
                 b"MAXDELETEDID",
                 max_deleted.as_bytes(),
             ];
-            put_command(&mut tail, &counters);
+            put_request(&mut tail, &counters);
             // The whole tail is a state (it replaces an earlier one, which
             // may have moved the expiry time): the time too, moved or not.
             match expiry {
-                Some(at) => put_command(&mut tail, &[b"PEXPIREAT", key, at.to_string().as_bytes()]),
-                None => put_command(&mut tail, &[b"PERSIST", key]),
+                Some(at) => put_request(&mut tail, &[b"PEXPIREAT", key, at.to_string().as_bytes()]),
+                None => put_request(&mut tail, &[b"PERSIST", key]),
             }
         }
         // Entries changed with the counters as they were: not a state this
@@ -646,7 +647,7 @@ fn group_commands(
 ) {
     let Some(after) = after else {
         if before.is_some() {
-            put_command(gone, &[b"XGROUP", b"DESTROY", key, name]);
+            put_request(gone, &[b"XGROUP", b"DESTROY", key, name]);
         }
         return;
     };
@@ -655,15 +656,15 @@ fn group_commands(
         before.is_none_or(|before| (before.last_id, before.entries_read) != (after.last_id, after.entries_read));
     if moved {
         let verb: &[u8] = if before.is_some() { b"SETID" } else { b"CREATE" };
-        put_command(groups, &[b"XGROUP", verb, key, name, id.as_bytes(), b"ENTRIESREAD", read.as_bytes()]);
+        put_request(groups, &[b"XGROUP", verb, key, name, id.as_bytes(), b"ENTRIESREAD", read.as_bytes()]);
     }
     let had = |consumer: &[u8]| before.is_some_and(|b| b.consumers.iter().any(|c| c.name == consumer));
     for consumer in after.consumers.iter().filter(|c| !had(&c.name)) {
-        put_command(groups, &[b"XGROUP", b"CREATECONSUMER", key, name, &consumer.name]);
+        put_request(groups, &[b"XGROUP", b"CREATECONSUMER", key, name, &consumer.name]);
     }
     for consumer in before.iter().flat_map(|b| &b.consumers) {
         if !after.consumers.iter().any(|c| c.name == consumer.name) {
-            put_command(gone, &[b"XGROUP", b"DELCONSUMER", key, name, &consumer.name]);
+            put_request(gone, &[b"XGROUP", b"DELCONSUMER", key, name, &consumer.name]);
         }
     }
 }
@@ -697,8 +698,8 @@ fn stub_expiry(read: &crate::keyspace::TableRead, stub: Option<&scaledkv::BatchE
 fn put_expiry(commands: &mut Vec<u8>, read: &crate::keyspace::TableRead, expiry: Option<u64>) {
     if expiry != read.expiry {
         match expiry {
-            Some(at) => put_command(commands, &[b"PEXPIREAT", &read.key, at.to_string().as_bytes()]),
-            None => put_command(commands, &[b"PERSIST", &read.key]),
+            Some(at) => put_request(commands, &[b"PEXPIREAT", &read.key, at.to_string().as_bytes()]),
+            None => put_request(commands, &[b"PERSIST", &read.key]),
         }
     }
 }
@@ -793,7 +794,7 @@ fn put_in_chunks(commands: &mut Vec<u8>, head: &[&[u8]], args: &[&[u8]], per_ele
         }
         let mut command = head.to_vec();
         command.extend_from_slice(&rest[..count]);
-        put_command(commands, &command);
+        put_request(commands, &command);
         rest = &rest[count..];
     }
 }
@@ -803,7 +804,7 @@ fn put_in_chunks(commands: &mut Vec<u8>, head: &[&[u8]], args: &[&[u8]], per_ele
 fn inline_command(key: &[u8], put: Option<(&[u8], Option<u64>)>) -> Option<Vec<u8>> {
     let mut command = Vec::new();
     let Some((value, expiry)) = put else {
-        put_command(&mut command, &[b"DEL", key]);
+        put_request(&mut command, &[b"DEL", key]);
         return Some(command);
     };
     let data = match *value.first()? {
@@ -812,8 +813,8 @@ fn inline_command(key: &[u8], put: Option<(&[u8], Option<u64>)>) -> Option<Vec<u
         _ => return None,
     };
     match expiry {
-        Some(at) => put_command(&mut command, &[b"SET", key, data, b"PXAT", at.to_string().as_bytes()]),
-        None => put_command(&mut command, &[b"SET", key, data]),
+        Some(at) => put_request(&mut command, &[b"SET", key, data, b"PXAT", at.to_string().as_bytes()]),
+        None => put_request(&mut command, &[b"SET", key, data]),
     }
     Some(command)
 }
@@ -1331,11 +1332,11 @@ impl Master {
         let seq = snapshot.map_or_else(|| last.expect("notes without reads"), |s| s.seq());
         let mut commands = Transactions::new(!one_command(&keys, flushed));
         if std::mem::take(&mut self.stream.lock().select) {
-            put_command(&mut commands.out, &[b"SELECT", b"0"]);
+            put_request(&mut commands.out, &[b"SELECT", b"0"]);
         }
         if flushed {
             commands.open();
-            put_command(&mut commands.out, &[b"FLUSHALL"]);
+            put_request(&mut commands.out, &[b"FLUSHALL"]);
         }
         for word in keys.values() {
             if let Word::Commands(pieces, tail) = word {
@@ -1377,11 +1378,11 @@ impl Master {
         let mut stream = self.stream.lock();
         let now = Instant::now();
         if !stream.replicas.is_empty() && now.duration_since(stream.last_ping) >= PING_EVERY {
-            put_command(&mut commands, &[b"PING"]);
+            put_request(&mut commands, &[b"PING"]);
             stream.last_ping = now;
         }
         if std::mem::take(&mut stream.getack) {
-            put_command(&mut commands, &[b"REPLCONF", b"GETACK", b"*"]);
+            put_request(&mut commands, &[b"REPLCONF", b"GETACK", b"*"]);
         }
         stream.backlog.push(commands);
         let end = stream.end();
@@ -1640,7 +1641,7 @@ fn command_of(
     command: &mut Vec<u8>,
 ) -> Result<(), crate::commands::CmdError> {
     let Some(value) = ctx.writes.get_untouched(&ctx.shared.db, key)? else {
-        put_command(command, &[b"DEL", key]);
+        put_request(command, &[b"DEL", key]);
         return Ok(());
     };
     let at = value.expiry_ms();
@@ -1648,14 +1649,14 @@ fn command_of(
         TYPE_STRING | TYPE_ITEM => {
             let data = value.string()?;
             match at {
-                Some(at) => put_command(command, &[b"SET", key, data, b"PXAT", at.to_string().as_bytes()]),
-                None => put_command(command, &[b"SET", key, data]),
+                Some(at) => put_request(command, &[b"SET", key, data, b"PXAT", at.to_string().as_bytes()]),
+                None => put_request(command, &[b"SET", key, data]),
             }
         }
         _ => {
             let payload = crate::commands::dump::serialize(ctx, key, &value)?;
             let ttl = at.unwrap_or(0).to_string();
-            put_command(command, &[b"RESTORE", key, ttl.as_bytes(), &payload, b"REPLACE", b"ABSTTL"]);
+            put_request(command, &[b"RESTORE", key, ttl.as_bytes(), &payload, b"REPLACE", b"ABSTTL"]);
         }
     }
     Ok(())
@@ -1689,29 +1690,20 @@ impl Transactions {
             return;
         }
         if self.opened.is_some_and(|at| self.out.len() - at >= TRANSACTION_BYTES) {
-            put_command(&mut self.out, &[b"EXEC"]);
+            put_request(&mut self.out, &[b"EXEC"]);
             self.opened = None;
         }
         if self.opened.is_none() {
-            put_command(&mut self.out, &[b"MULTI"]);
+            put_request(&mut self.out, &[b"MULTI"]);
             self.opened = Some(self.out.len());
         }
     }
 
     fn finish(mut self) -> Vec<u8> {
         if self.opened.is_some() {
-            put_command(&mut self.out, &[b"EXEC"]);
+            put_request(&mut self.out, &[b"EXEC"]);
         }
         self.out
-    }
-}
-
-fn put_command(buf: &mut Vec<u8>, args: &[&[u8]]) {
-    buf.extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
-    for arg in args {
-        buf.extend_from_slice(format!("${}\r\n", arg.len()).as_bytes());
-        buf.extend_from_slice(arg);
-        buf.extend_from_slice(b"\r\n");
     }
 }
 
@@ -2028,7 +2020,7 @@ mod tests {
 
     fn command(args: &[&[u8]]) -> Vec<u8> {
         let mut buf = Vec::new();
-        put_command(&mut buf, args);
+        put_request(&mut buf, args);
         buf
     }
 
@@ -2457,8 +2449,8 @@ mod tests {
                 events.push(Event { class: crate::notify::GENERIC, name: "x", key: key.clone(), writer: 1 });
                 let mut command = Vec::new();
                 match kind {
-                    0 => put_command(&mut command, &[b"SET", &key, &value[1..]]),
-                    2 => put_command(&mut command, &[b"DEL", &key]),
+                    0 => put_request(&mut command, &[b"SET", &key, &value[1..]]),
+                    2 => put_request(&mut command, &[b"DEL", &key]),
                     _ => {}
                 }
                 expected.insert(key, (kind != 1).then_some(command));
@@ -2535,7 +2527,7 @@ mod tests {
     fn a_drain_goes_in_transactions_of_bounded_size() {
         let add = |commands: &mut Transactions, n: usize| {
             commands.open();
-            put_command(&mut commands.out, &[b"SET", b"k", &vec![b'v'; n]]);
+            put_request(&mut commands.out, &[b"SET", b"k", &vec![b'v'; n]]);
         };
         let mut one = Transactions::new(false);
         add(&mut one, 10);

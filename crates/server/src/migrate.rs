@@ -19,6 +19,8 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
+use crate::resp::request::put_request;
+
 const IDLE_CLOSE: Duration = Duration::from_secs(10);
 const MAX_CACHED: usize = 64;
 /// Replies here are one status or error line; a longer one is cut.
@@ -242,12 +244,12 @@ fn talk(
 fn request(target: &Target<'_>, keys: &[Moving<'_>], select: bool) -> Vec<u8> {
     let mut out = Vec::with_capacity(keys.iter().map(|k| k.key.len() + k.payload.len() + 64).sum());
     match target.auth {
-        Some((Some(user), password)) => command(&mut out, &[b"AUTH", user, password]),
-        Some((None, password)) => command(&mut out, &[b"AUTH", password]),
+        Some((Some(user), password)) => put_request(&mut out, &[b"AUTH", user, password]),
+        Some((None, password)) => put_request(&mut out, &[b"AUTH", password]),
         None => {}
     }
     if select {
-        command(&mut out, &[b"SELECT", target.db.to_string().as_bytes()]);
+        put_request(&mut out, &[b"SELECT", target.db.to_string().as_bytes()]);
     }
     for moving in keys {
         let ttl = moving.ttl_ms.to_string();
@@ -255,18 +257,9 @@ fn request(target: &Target<'_>, keys: &[Moving<'_>], select: bool) -> Vec<u8> {
         if target.replace {
             words.push(b"REPLACE");
         }
-        command(&mut out, &words);
+        put_request(&mut out, &words);
     }
     out
-}
-
-fn command(out: &mut Vec<u8>, words: &[&[u8]]) {
-    out.extend_from_slice(format!("*{}\r\n", words.len()).as_bytes());
-    for word in words {
-        out.extend_from_slice(format!("${}\r\n", word.len()).as_bytes());
-        out.extend_from_slice(word);
-        out.extend_from_slice(b"\r\n");
-    }
 }
 
 /// One reply line: Ok for a status (`+OK`), the text of an error. The end

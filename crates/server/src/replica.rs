@@ -582,12 +582,8 @@ impl<'s> Link<'s> {
     }
 
     async fn send(&mut self, args: &[&[u8]]) -> Linked<()> {
-        let mut request = format!("*{}\r\n", args.len()).into_bytes();
-        for arg in args {
-            request.extend_from_slice(format!("${}\r\n", arg.len()).as_bytes());
-            request.extend_from_slice(arg);
-            request.extend_from_slice(b"\r\n");
-        }
+        let mut request = Vec::new();
+        crate::resp::request::put_request(&mut request, args);
         self.stream.write_all(&request).await?;
         Ok(())
     }

@@ -149,6 +149,17 @@ fn parse_inline(input: &mut BytesMut) -> Result<Option<Vec<Bytes>>, ProtocolErro
     Ok(Some(args.into_iter().map(Bytes::from).collect()))
 }
 
+/// Appends `args` as a RESP multibulk request, as a client sends one
+/// (to a master, a MIGRATE target, a replica's stream).
+pub fn put_request(out: &mut Vec<u8>, args: &[&[u8]]) {
+    out.extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
+    for arg in args {
+        out.extend_from_slice(format!("${}\r\n", arg.len()).as_bytes());
+        out.extend_from_slice(arg);
+        out.extend_from_slice(b"\r\n");
+    }
+}
+
 /// Redis's `sdssplitargs`: words separated by spaces; "double quotes" with
 /// \n \r \t \b \a \\ \" and \xHH escapes; 'single quotes' with \' only. A
 /// closing quote must be followed by a space or the end. `None` when
@@ -292,12 +303,8 @@ mod tests {
     }
 
     fn encode(args: &[Vec<u8>]) -> Vec<u8> {
-        let mut out = format!("*{}\r\n", args.len()).into_bytes();
-        for arg in args {
-            out.extend_from_slice(format!("${}\r\n", arg.len()).as_bytes());
-            out.extend_from_slice(arg);
-            out.extend_from_slice(b"\r\n");
-        }
+        let mut out = Vec::new();
+        put_request(&mut out, &args.iter().map(Vec::as_slice).collect::<Vec<_>>());
         out
     }
 
