@@ -257,7 +257,8 @@ pub async fn active_expiry(shared: Arc<Shared>) {
         let mut expired = Vec::new();
         let notify = crate::notify::wanted(shared.notify_flags.load(Ordering::Relaxed), crate::notify::EXPIRED)
             || shared.tracking.active()
-            || shared.master.streaming();
+            || shared.master.streaming()
+            || shared.replication.following();
         let mut dropped_key = |key: &[u8]| {
             if notify && !crate::keyspace::is_reserved(key) {
                 expired.push(crate::notify::Event {
@@ -314,7 +315,7 @@ pub async fn active_expiry(shared: Arc<Shared>) {
             cursor = next;
         }
         crate::notify::publish(&shared, &expired);
-        shared.master.note_loose(&quietly);
+        shared.master.note_loose(&quietly, shared.replication.following());
         if dropped > 0 {
             shared.stats.expired_keys.fetch_add(dropped as u64, Ordering::Relaxed);
         }

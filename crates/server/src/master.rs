@@ -122,7 +122,16 @@ pub struct Master {
     committing: tokio::sync::Mutex<()>,
     /// INFO stats' `sync_full`, `sync_partial_ok`, `sync_partial_err`.
     pub syncs: [std::sync::atomic::AtomicU64; 3],
+    /// Keys this server's own expiry dropped while it followed a master,
+    /// the newest `EXPIRED_KEPT`: the relayed stream has no DEL for them
+    /// (a Redis replica keeps such a key, logically expired, until its
+    /// master's DEL), so a promotion drains them (`promote`).
+    expired_following: Mutex<std::collections::VecDeque<Vec<u8>>>,
 }
+
+/// How many keys expired while following `Master` keeps: the oldest are
+/// the likeliest to have had their master's DEL already.
+const EXPIRED_KEPT: usize = 1 << 16;
 
 #[derive(Default)]
 struct Changes {
@@ -269,6 +278,7 @@ impl Default for Master {
             frozen: AtomicBool::new(false),
             committing: tokio::sync::Mutex::new(()),
             syncs: Default::default(),
+            expired_following: Mutex::new(std::collections::VecDeque::new()),
         }
     }
 }
@@ -943,8 +953,18 @@ impl Master {
     }
 
     /// Keys the server deleted outside commands (`notify::publish`: active
-    /// expiry, eviction), already visible.
-    pub fn note_loose(&self, events: &[Event]) {
+    /// expiry, eviction), already visible; while `following` a master,
+    /// the expired ones are kept for a promotion.
+    pub fn note_loose(&self, events: &[Event], following: bool) {
+        if !self.streaming() && following {
+            let mut kept = self.expired_following.lock();
+            for event in events.iter().filter(|e| e.writer == 0 && e.class == crate::notify::EXPIRED) {
+                if kept.len() == EXPIRED_KEPT {
+                    kept.pop_front();
+                }
+                kept.push_back(event.key.clone());
+            }
+        }
         if !self.streaming() || events.is_empty() {
             return;
         }
@@ -1078,6 +1098,13 @@ impl Master {
                 return Err(error);
             }
         }
+        // Keys it expired itself while following: read and drained as
+        // the deletions (or, written again since, the values) they are.
+        let expired = std::mem::take(&mut *self.expired_following.lock());
+        if !expired.is_empty() {
+            self.changes.lock().loose.extend(expired);
+            self.changed.notify_one();
+        }
         tracing::info!(offset, "promoted: the old master's other replicas can go on from here (partial resync)");
         Ok(())
     }
@@ -1108,6 +1135,10 @@ impl Master {
             stream.replid = replid.to_owned();
             stream.replid2 = None;
             stream.backlog = Backlog::starting_at(offset);
+        }
+        if !continued {
+            // A full sync: the data set is the master's from here.
+            self.expired_following.lock().clear();
         }
         stream.drained.clear();
         (stream.getack, stream.select) = (false, false);

@@ -205,7 +205,7 @@ pub fn publish(shared: &Shared, events: &[Event]) {
     if shared.tracking.active() {
         shared.tracking.invalidate(shared, events);
     }
-    shared.master.note_loose(events);
+    shared.master.note_loose(events, shared.replication.following());
 }
 
 #[cfg(test)]

@@ -2400,3 +2400,45 @@ fn a_master_shuts_down_once_its_replicas_caught_up() {
     assert_caught_up(&mut heir, std::slice::from_mut(&mut master));
     assert_eq!(run(&mut master, &["EXISTS", "held", "before-shutdown"]), Value::Int(2));
 }
+
+/// A ScaledKV replica expires keys itself while it follows; a Redis
+/// replica keeps an expired key (hidden, counted by DBSIZE) until its
+/// master's DEL. Once the master is gone and the ScaledKV replica is
+/// promoted, the Redis sibling that goes on from it partially gets the DEL
+/// from it: the key does not stay in its keyspace for good.
+#[test]
+fn a_promoted_replica_sends_the_deletions_of_keys_it_expired_while_following() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = Server::start(&dir.path().join("master"), &[]);
+    let mut master = connect(server.port);
+    let (heir_server, redis, mut replicas) = replicas_of(dir.path(), server.port);
+    let Some(_redis) = redis else { return };
+    let written = Instant::now();
+    run(&mut master, &["SET", "kept", "1"]);
+    run(&mut master, &["SET", "short-lived", "1", "PX", "2000"]);
+    // Written again on the heir once it expired there: a value for the
+    // sibling, not a deletion.
+    run(&mut master, &["SET", "long-lived", "1", "PX", "2000"]);
+    wait_for(&mut master, 2);
+    for replica in &mut replicas {
+        wait_for_offsets(&mut master, replica);
+    }
+    // The master stops before its expiry can send a DEL.
+    let pid = server.pid() as i32;
+    // SAFETY: signalling our own child by its PID.
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    assert!(written.elapsed() < Duration::from_millis(1500), "too slow to stop the master in time");
+    let (heir, sibling) = replicas.split_at_mut(1);
+    let (heir, sibling) = (&mut heir[0], &mut sibling[0]);
+    wait_until("the heir expired both keys itself", || run(heir, &["DBSIZE"]) == Value::Int(1));
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(run(sibling, &["DBSIZE"]), Value::Int(3), "a Redis replica keeps expired keys");
+    assert_eq!(promote_and_write(heir, &["SET", "long-lived", "2"]), Value::Okay);
+    assert_eq!(run(sibling, &["REPLICAOF", "127.0.0.1", &heir_server.port.to_string()]), Value::Okay);
+    wait_link_up(sibling);
+    wait_until("the sibling dropped the expired key", || run(sibling, &["DBSIZE"]) == Value::Int(2));
+    assert_eq!(run(sibling, &["GET", "long-lived"]), Value::BulkString(b"2".to_vec()));
+    assert_eq!(info_field(heir, "stats", "sync_partial_ok"), Some("1".into()), "the sibling went on partially");
+    unsafe { libc::kill(pid, libc::SIGCONT) };
+    server.kill();
+}
