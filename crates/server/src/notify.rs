@@ -119,7 +119,7 @@ pub fn before_write(
     }
     let replaced = match command.name {
         "rename" | "renamenx" | "copy" => args.get(2),
-        "restore" => args.get(1),
+        "restore" | "restore-asking" => args.get(1),
         _ => None,
     };
     let mut keys: Vec<(bytes::Bytes, Option<Option<usize>>)> = Vec::new();

@@ -69,7 +69,7 @@ fn every_command_is_described_as_redis_describes_it() {
     let ours = Server::start(dir.path(), &[]);
     let (our_names, their_names) = (names(ours.port), names(redis.port));
     let missing: BTreeSet<&str> = their_names.difference(&our_names).map(String::as_str).collect();
-    let expected_missing = ["pfdebug", "pfselftest", "restore-asking"];
+    let expected_missing = ["pfdebug", "pfselftest"];
     let unexpected: Vec<&&str> =
         missing.iter().filter(|name| !expected_missing.contains(&name.split('|').next().unwrap())).collect();
     assert!(unexpected.is_empty(), "ScaledKV lacks {unexpected:?}");
@@ -165,4 +165,27 @@ fn modules_are_listed_as_none_and_not_loaded() {
     assert_eq!(ask(ours.port, false, &["MODULE", "LOAD", "/usr/lib/redis/modules/x.so"]), refused);
     assert_eq!(ask(ours.port, false, &["MODULE", "LOADEX", "/x.so", "ARGS", "a"]), refused);
     assert_eq!(ask(ours.port, true, &["LOLWUT"]), b"=22\r\ntxt:Redis ver. 7.0.15\n\r\n");
+}
+
+#[test]
+fn restore_asking_restores_as_restore_does_outside_a_cluster() {
+    let Some(redis) = RedisServer::start() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let ours = Server::start(dir.path(), &[]);
+    let mut seen = Vec::new();
+    for port in [ours.port, redis.port] {
+        let mut con = redis::Client::open(format!("redis://127.0.0.1:{port}/")).unwrap().get_connection().unwrap();
+        let _: () = redis::cmd("RPUSH").arg("l").arg(&["a", "b", "c"]).query(&mut con).unwrap();
+        let payload: Vec<u8> = redis::cmd("DUMP").arg("l").query(&mut con).unwrap();
+        let mut replies = Vec::new();
+        for args in [&["m", "0"][..], &["m", "0"], &["m", "0", "REPLACE"], &["n", "x"]] {
+            let reply =
+                redis::cmd("RESTORE-ASKING").arg(args[0]).arg(args[1]).arg(&payload).arg(&args[2..]).query(&mut con);
+            replies.push(format!("{:?}", reply.map(|v: redis::Value| v).map_err(|e| e.to_string())));
+        }
+        let copy: Vec<String> = redis::cmd("LRANGE").arg("m").arg(0).arg(-1).query(&mut con).unwrap();
+        seen.push((replies, copy));
+    }
+    assert_eq!(seen[0], seen[1]);
+    assert_eq!(seen[0].1, ["a", "b", "c"]);
 }

@@ -634,6 +634,8 @@ commands! {
     "sort_ro", -2, READONLY, ONE, "generic", sort::sort_ro, "Returns the sorted elements of a list, a set, or a sorted set.";
     "dump", 2, READONLY, ONE, "generic", dump::dump, "Returns a serialized representation of the value stored at a key.";
     "restore", -4, WRITE, ONE, "generic", dump::restore, "Creates a key from the serialized representation of a value.";
+    // What MIGRATE sends in a cluster: outside one, Redis runs it as RESTORE.
+    "restore-asking", -4, WRITE, ONE, "server", dump::restore, "An internal command for migrating keys in a cluster.";
     // Its keys follow KEYS when the key argument is empty: every
     // argument's stripe is locked.
     "migrate", -6, WRITE, ALL_ARGS, "generic", migrate::migrate, "Atomically transfers a key from one Redis instance to another.";
