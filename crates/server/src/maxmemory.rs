@@ -362,7 +362,7 @@ fn denies_oom(command: &str) -> bool {
             | "hset" | "hsetnx" | "hmset" | "hincrby" | "hincrbyfloat" | "lpush" | "rpush" | "lpushx"
             | "rpushx" | "lset" | "linsert" | "rpoplpush" | "lmove" | "brpoplpush" | "blmove" | "sadd"
             | "sinterstore" | "sunionstore" | "sdiffstore" | "zadd" | "zincrby" | "zrangestore"
-            | "zunionstore" | "zinterstore" | "zdiffstore" | "pfadd" | "pfmerge" | "copy" | "restore" | "restore-asking"
+            | "zunionstore" | "zinterstore" | "zdiffstore" | "pfadd" | "pfmerge" | "pfdebug" | "copy" | "restore" | "restore-asking"
             | "geoadd" | "georadius" | "georadiusbymember" | "geosearchstore" | "xadd" | "sort"
             // memcached's
             | "add" | "replace" | "prepend" | "cas" | "ms"

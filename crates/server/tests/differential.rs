@@ -2479,7 +2479,7 @@ fn normalize_monitor_line(line: &str) -> String {
 
 /// HyperLogLogs: the same counts and the same bytes (GET) as Redis at every
 /// step, sparse and dense, through PFADD, PFCOUNT (whose cached count is
-/// part of the value), PFMERGE and their errors.
+/// part of the value), PFMERGE, PFDEBUG and their errors.
 #[test]
 fn hyperloglogs_match_redis_byte_for_byte() {
     let Some(mut servers) = Servers::start() else { return };
@@ -2516,6 +2516,22 @@ fn hyperloglogs_match_redis_byte_for_byte() {
         &[b"PFADD"],
         &[b"PFCOUNT"],
         &[b"PFMERGE"],
+        &[b"PFDEBUG", b"ENCODING", b"h"],
+        &[b"PFDEBUG", b"decode", b"h"],
+        &[b"PFDEBUG", b"DECODE", b"broken"],
+        &[b"PFDEBUG", b"TODENSE", b"broken"],
+        &[b"PFDEBUG", b"GETREG", b"missing"],
+        &[b"PFDEBUG", b"ENCODING", b"s"],
+        &[b"PFDEBUG", b"ENCODING", b"list"],
+        &[b"PFDEBUG", b"Nothing", b"h"],
+        &[b"PFDEBUG", b"ENCODING"],
+        &[b"PFDEBUG", b"ENCODING", b"h", b"extra"],
+        &[b"PFSELFTEST", b"extra"],
+        &[b"PFDEBUG", b"GETREG", b"empty"],
+        &[b"PFDEBUG", b"ENCODING", b"empty"],
+        &[b"GET", b"empty"],
+        &[b"PFDEBUG", b"DECODE", b"empty"],
+        &[b"PFDEBUG", b"TODENSE", b"empty"],
         &[b"EXPIRE", b"h", b"1000"],
         &[b"PFADD", b"h", b"zz"],
         &[b"TTL", b"h"],
@@ -2532,6 +2548,8 @@ fn hyperloglogs_match_redis_byte_for_byte() {
             script.push(pfadd);
             script.push(command(&[b"GET", key]));
             script.push(command(&[b"PFCOUNT", key]));
+            script.push(command(&[b"PFDEBUG", b"ENCODING", key]));
+            script.push(command(&[b"PFDEBUG", b"DECODE", key]));
         }
         next += batch;
     }
@@ -2545,6 +2563,11 @@ fn hyperloglogs_match_redis_byte_for_byte() {
     script.push(command(&[b"GET", b"h"]));
     script.push(command(&[b"PFMERGE", b"new"]));
     script.push(command(&[b"GET", b"new"]));
+    script.push(command(&[b"PFDEBUG", b"TODENSE", b"new"]));
+    script.push(command(&[b"GET", b"new"]));
+    script.push(command(&[b"PFDEBUG", b"TODENSE", b"new"]));
+    script.push(command(&[b"PFDEBUG", b"GETREG", b"merged"]));
+    script.push(command(&[b"PFCOUNT", b"new"]));
     same_replies(&mut *ours, &mut *theirs, &script);
     // DUMP and RESTORE carry a dense one both ways (Redis's DUMP is LZF
     // compressed, ScaledKV's plain).

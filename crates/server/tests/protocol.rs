@@ -85,6 +85,15 @@ fn object_idletime_is_refused_and_help_says_what_is_answered() {
     assert_eq!(encoding, "embstr");
 }
 
+/// PFSELFTEST runs Redis's own HyperLogLog self-test to the end (ten
+/// million elements) and passes.
+#[test]
+fn the_hyperloglog_self_test_passes() {
+    let (_dir, server) = start(&[]);
+    let mut con = client(&server);
+    assert_eq!(redis::cmd("PFSELFTEST").query::<String>(&mut con).unwrap(), "OK");
+}
+
 /// A negative random-pick count asks for that many picks with repeats;
 /// past 2^24 of them it is refused (the reply is built before it is sent:
 /// -10^13 froze the server as it filled memory), and the server goes on.

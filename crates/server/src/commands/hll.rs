@@ -519,6 +519,129 @@ pub fn pfmerge(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     Ok(())
 }
 
+/// PFDEBUG GETREG|DECODE|ENCODING|TODENSE key, as Redis 7.0 answers it:
+/// GETREG and TODENSE turn a sparse one dense for good, as Redis does.
+pub fn pfdebug(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
+    let (sub, key) = (String::from_utf8_lossy(&args[1]), &args[2]);
+    let Some((mut hll, expiry)) = read(ctx, key)? else {
+        return Err(err("ERR The specified key does not exist"));
+    };
+    let densify = |ctx: &mut Ctx<'_>, hll: &mut Hll| -> Result<bool, CmdError> {
+        if hll.encoding() == DENSE {
+            return Ok(false);
+        }
+        hll.make_dense()?;
+        ctx.writes.put_string(key, &hll.bytes, expiry)?;
+        // No keyspace event, as in Redis; the replicas get the new value.
+        ctx.note_unpublished(key);
+        Ok(true)
+    };
+    match sub.to_ascii_lowercase().as_str() {
+        "getreg" => {
+            densify(ctx, &mut hll)?;
+            ctx.out.array(REGISTERS);
+            for index in 0..REGISTERS {
+                ctx.out.int(dense_get(&hll.bytes[HEADER..], index) as i64);
+            }
+        }
+        "decode" => {
+            if hll.encoding() != SPARSE {
+                return Err(err("ERR HLL encoding is not sparse"));
+            }
+            ctx.out.bulk(decode(&hll.bytes[HEADER..]).as_bytes());
+        }
+        "encoding" => ctx.out.simple(if hll.encoding() == DENSE { "dense" } else { "sparse" }),
+        "todense" => {
+            let converted = densify(ctx, &mut hll)?;
+            ctx.out.int(converted as i64);
+        }
+        _ => return Err(err(format!("ERR Unknown PFDEBUG subcommand '{sub}'"))),
+    }
+    Ok(())
+}
+
+/// Sparse opcodes as PFDEBUG DECODE spells them: `z:len` (ZERO), `Z:len`
+/// (XZERO), `v:value,len` (VAL). A cut XZERO reads a zero second byte, as
+/// Redis's reads the string's terminating NUL.
+fn decode(opcodes: &[u8]) -> String {
+    let mut padded = opcodes.to_vec();
+    padded.push(0);
+    let (mut at, mut words) = (0, Vec::new());
+    while at < opcodes.len() {
+        let (len, value, size) = opcode(&padded[at..]).expect("a byte at least");
+        words.push(match padded[at] & 0xc0 {
+            0x00 => format!("z:{len}"),
+            0x40 => format!("Z:{len}"),
+            _ => format!("v:{value},{len}"),
+        });
+        at += size;
+    }
+    words.join(" ")
+}
+
+/// PFSELFTEST: Redis's own self-test of the register packing and of the
+/// estimator's error up to ten million elements, sparse and dense side
+/// by side. It takes a second or so; other clients are served meanwhile.
+pub fn pfselftest(ctx: &mut Ctx<'_>, _args: &[Bytes]) -> CmdResult {
+    super::blocking(|| self_test(1000, 10_000_000)).map_err(|failure| err(format!("ERR TESTFAILED {failure}")))?;
+    ctx.out.ok();
+    Ok(())
+}
+
+/// `pfselftestCommand`'s two tests: `rounds` of random values in every
+/// register, then elements added up to `cardinality`.
+fn self_test(rounds: usize, cardinality: u64) -> Result<(), String> {
+    use rand::Rng;
+    let mut rng = rand::thread_rng();
+    // 1: every register keeps its value and leaves its neighbours alone.
+    let mut registers = vec![0u8; DENSE_BYTES - HEADER];
+    let mut expected = [0u8; REGISTERS];
+    for _ in 0..rounds {
+        for (index, slot) in expected.iter_mut().enumerate() {
+            *slot = rng.gen::<u8>() & REGISTER_MAX;
+            dense_set(&mut registers, index, *slot);
+        }
+        for (index, &value) in expected.iter().enumerate() {
+            let found = dense_get(&registers, index);
+            if found != value {
+                return Err(format!("Register {index} should be {value} but is {found}"));
+            }
+        }
+    }
+    // 2: the estimate stays within six standard errors, and the sparse
+    // and dense encodings agree while the sparse one lasts.
+    let mut dense = Hll::new();
+    dense.make_dense().map_err(|_| "dense/sparse disagree")?;
+    let mut sparse = Hll::new();
+    let relative_error = 1.04 / (REGISTERS as f64).sqrt();
+    let seed: u64 = rng.gen();
+    let mut checkpoint = 1u64;
+    for j in 1..=cardinality {
+        let element = (j ^ seed).to_ne_bytes();
+        let failed = |_| "dense/sparse disagree".to_string();
+        dense.add(&element).map_err(failed)?;
+        sparse.add(&element).map_err(failed)?;
+        if j != checkpoint {
+            continue;
+        }
+        if j < SPARSE_MAX_BYTES as u64 / 2 && sparse.encoding() != SPARSE {
+            return Err("sparse encoding not used".into());
+        }
+        let count = dense.count().map_err(failed)?;
+        if count != sparse.count().map_err(failed)? {
+            return Err("dense/sparse disagree".into());
+        }
+        // At 10 a collision makes a bigger error likely now and then.
+        let max_error = if j == 10 { 1 } else { (relative_error * 6.0 * checkpoint as f64).ceil() as u64 };
+        let error = checkpoint.abs_diff(count);
+        if error > max_error {
+            return Err(format!("Too big error. card:{checkpoint} abserr:{error}"));
+        }
+        checkpoint *= 10;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -571,5 +694,20 @@ mod tests {
         assert!(hll.add(b"x").is_err());
         assert!(Hll::parse(b"HYLL\x00".to_vec()).is_err());
         assert!(Hll::parse(b"nothll-at-all-long-enough".to_vec()).is_err());
+    }
+
+    #[test]
+    fn the_self_test_passes_on_a_smaller_scale() {
+        assert_eq!(self_test(5, 200_000), Ok(()));
+    }
+
+    #[test]
+    fn decode_spells_opcodes_as_redis_does() {
+        let mut hll = Hll::new();
+        hll.add(b"hello").unwrap();
+        assert_eq!(decode(&hll.bytes[HEADER..]), "Z:9216 v:1,1 Z:7167");
+        assert_eq!(decode(&[0x05, 0x8d]), "z:6 v:4,2");
+        // A cut XZERO: Redis reads the NUL after the string's end.
+        assert_eq!(decode(&[0x7f]), "Z:16129");
     }
 }
