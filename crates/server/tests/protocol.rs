@@ -517,6 +517,52 @@ fn config_get_reports_the_gc_space_budget_and_set_refuses_it() {
     );
 }
 
+/// What a write survives is fixed at start: CONFIG SET of save,
+/// appendonly and appendfsync takes what ScaledKV already does (scripts
+/// send `save ""`, `appendonly yes`) and refuses anything else, saying why,
+/// with Redis's errors for values Redis refuses too.
+#[test]
+fn config_set_of_persistence_accepts_what_is_already_true() {
+    for (durability, appendonly, appendfsync) in [("sync", "yes", "always"), ("buffered", "no", "no")] {
+        let (_dir, server) = start(&["--durability", durability]);
+        let mut stream = server.connect();
+        let mut set = |name: &str, value: &str| {
+            let reply = request(&mut stream, &encode(&[b"CONFIG", b"SET", name.as_bytes(), value.as_bytes()]));
+            String::from_utf8(reply).unwrap()
+        };
+        for (name, value) in [("save", ""), ("save", "  "), ("appendonly", appendonly), ("appendfsync", appendfsync)] {
+            assert_eq!(set(name, value), "+OK\r\n", "{durability}: {name} {value:?}");
+        }
+        assert_eq!(set("APPENDFSYNC", &appendfsync.to_uppercase()), "+OK\r\n");
+        let other = if appendonly == "yes" { "no" } else { "yes" };
+        assert_eq!(
+            set("appendonly", other),
+            format!(
+                "-ERR CONFIG SET failed (possibly related to argument 'appendonly') - appendonly is {appendonly} \
+                 while the server runs: --durability {durability} chose it when it started\r\n"
+            )
+        );
+        assert!(set("appendfsync", "everysec").contains("appendfsync is"), "{durability}");
+        assert!(set("save", "900 1").contains("ScaledKV takes no snapshots"), "{durability}");
+        // Redis's own errors first.
+        for (name, value, error) in [
+            ("save", "900", "Invalid save parameters"),
+            ("save", "0 1", "Invalid save parameters"),
+            ("save", "60 x", "Invalid save parameters"),
+            ("appendonly", "maybe", "argument must be 'yes' or 'no'"),
+            ("appendfsync", "sometimes", "argument(s) must be one of the following: everysec, always, no"),
+        ] {
+            let reply = set(name, value);
+            assert_eq!(
+                reply,
+                format!("-ERR CONFIG SET failed (possibly related to argument '{name}') - {error}\r\n"),
+                "{name} {value:?}"
+            );
+        }
+        assert_eq!(request(&mut stream, &encode(&[b"CONFIG", b"GET", b"save"])), b"*2\r\n$4\r\nsave\r\n$0\r\n\r\n");
+    }
+}
+
 /// CONFIG REWRITE writes what CONFIG SET and REPLICAOF changed into the
 /// config file the server started with, and the next start takes it up;
 /// without a config file it is Redis's error.

@@ -1370,8 +1370,34 @@ pub fn config_set(shared: &Shared, name: &str, value: &[u8]) -> CmdResult {
                 ))
             })?;
         }
-        "save" | "appendonly" | "appendfsync" | "databases" | "bind" | "port" | "dir" | "durability"
-        | "gc-space-amp" | "io-threads" => {
+        // What a write survives is fixed when the server starts: a setting
+        // that asks for what ScaledKV already does is accepted (scripts set
+        // `save ""` or `appendonly yes`), any other is refused, saying why.
+        "save" | "appendonly" | "appendfsync" => {
+            let failed =
+                |why: &str| err(format!("ERR CONFIG SET failed (possibly related to argument '{name}') - {why}"));
+            let asked = match name {
+                "save" if !valid_save_points(&text) => return Err(failed("Invalid save parameters")),
+                "save" => text.split_whitespace().collect::<Vec<_>>().join(" "),
+                "appendonly" => if yes_or_no()? { "yes" } else { "no" }.to_string(),
+                _ => match text.to_ascii_lowercase().as_str() {
+                    lower @ ("always" | "everysec" | "no") => lower.to_string(),
+                    _ => return Err(failed("argument(s) must be one of the following: everysec, always, no")),
+                },
+            };
+            let now = parameters(shared).into_iter().find(|(key, _)| *key == name).map(|(_, value)| value);
+            if now.as_deref() != Some(asked.as_str()) {
+                return Err(failed(&match name {
+                    "save" => "ScaledKV takes no snapshots: every write is in its log, so save stays \"\"".to_string(),
+                    _ => format!(
+                        "{name} is {} while the server runs: --durability {} chose it when it started",
+                        now.unwrap_or_default(),
+                        shared.config.durability
+                    ),
+                }));
+            }
+        }
+        "databases" | "bind" | "port" | "dir" | "durability" | "gc-space-amp" | "io-threads" => {
             return Err(err(format!(
                 "ERR CONFIG SET failed (possibly related to argument '{name}') - can't set immutable config"
             )))
@@ -1379,6 +1405,15 @@ pub fn config_set(shared: &Shared, name: &str, value: &[u8]) -> CmdResult {
         _ => return Err(err(format!("ERR Unknown option or number of arguments for CONFIG SET - '{name}'"))),
     }
     Ok(())
+}
+
+/// Redis's `save` syntax: empty, or pairs of seconds (at least 1) and
+/// changes.
+fn valid_save_points(text: &str) -> bool {
+    let words: Vec<&str> = text.split_whitespace().collect();
+    let least = |at: usize| if at.is_multiple_of(2) { 1 } else { 0 };
+    words.len().is_multiple_of(2)
+        && words.iter().enumerate().all(|(at, word)| word.parse::<i64>().is_ok_and(|n| n >= least(at)))
 }
 
 fn flag_names(command: &Command) -> Vec<&'static str> {
