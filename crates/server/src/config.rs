@@ -133,6 +133,17 @@ pub struct Cli {
     /// Write the listening port here once ready (for scripts and tests).
     #[arg(long = "port-file")]
     pub port_file: Option<PathBuf>,
+    /// Redis's persistence settings, taken where they ask for what
+    /// ScaledKV does (`--save ""`; `--appendonly yes --appendfsync always`
+    /// in `sync` and `pmem` modes, `no` in `buffered`), so redis-server's
+    /// command lines work; any other value stops the server saying why:
+    /// `--durability` decides what a write survives.
+    #[arg(long = "save")]
+    pub save: Option<String>,
+    #[arg(long = "appendonly")]
+    pub appendonly: Option<String>,
+    #[arg(long = "appendfsync")]
+    pub appendfsync: Option<String>,
 }
 
 /// The TOML file: the same names as the flags.
@@ -169,6 +180,9 @@ struct FileConfig {
     slowlog_log_slower_than: Option<i64>,
     slowlog_max_len: Option<usize>,
     latency_monitor_threshold: Option<u64>,
+    save: Option<String>,
+    appendonly: Option<String>,
+    appendfsync: Option<String>,
     // File only: settings CONFIG SET changes and CONFIG REWRITE writes,
     // applied at start as CONFIG SET applies them (`Config::settings`).
     masteruser: Option<String>,
@@ -314,7 +328,17 @@ impl Config {
             Some(path) => load_file(path)?,
             None => FileConfig::default(),
         };
-        let settings = file.settings();
+        let mut settings = file.settings();
+        // Checked at start as CONFIG SET checks them.
+        for (name, flag, in_file) in [
+            ("save", &cli.save, &file.save),
+            ("appendonly", &cli.appendonly, &file.appendonly),
+            ("appendfsync", &cli.appendfsync, &file.appendfsync),
+        ] {
+            if let Some(value) = flag.as_ref().or(in_file.as_ref()) {
+                settings.push((name, value.clone()));
+            }
+        }
         let defaults = Config::default();
         let durability = match (cli.durability, file.durability) {
             (Some(d), _) => d,
@@ -635,6 +659,16 @@ mod tests {
         let expected = [("repl-backlog-size", "4mb"), ("dbfilename", "x.rdb"), ("lfu-log-factor", "7")]
             .map(|(n, v)| (n, v.into()));
         assert_eq!(config.settings, expected);
+    }
+
+    #[test]
+    fn redis_persistence_settings_come_from_the_flag_or_the_file_to_be_checked_at_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("scaledkv.toml");
+        std::fs::write(&path, "save = \"\"\nappendonly = \"no\"\n").unwrap();
+        let cli = Cli { config: Some(path), appendonly: Some("yes".into()), ..Cli::default() };
+        let expected = [("save", ""), ("appendonly", "yes")].map(|(n, v)| (n, v.into()));
+        assert_eq!(Config::from_cli(cli).unwrap().settings, expected);
     }
 
     #[test]

@@ -348,7 +348,7 @@ pub async fn run(config: Config, db: Db) -> Result<(), String> {
     *shared.replication.masterauth.lock() = shared.config.masterauth.clone();
     for (name, value) in &shared.config.settings {
         crate::commands::config_set(&shared, name, value.as_bytes())
-            .map_err(|e| format!("{name} {value:?} in the config file: {}", e.text()))?;
+            .map_err(|e| format!("{name} {value:?} (flag or config file): {}", e.text()))?;
     }
     shared.replication.load_position(&shared.db).map_err(|e| format!("cannot read the replication position: {e}"))?;
     match shared.config.replicaof.clone() {

@@ -520,7 +520,8 @@ fn config_get_reports_the_gc_space_budget_and_set_refuses_it() {
 /// What a write survives is fixed at start: CONFIG SET of save,
 /// appendonly and appendfsync takes what ScaledKV already does (scripts
 /// send `save ""`, `appendonly yes`) and refuses anything else, saying why,
-/// with Redis's errors for values Redis refuses too.
+/// with Redis's errors for values Redis refuses too; so do the flags of
+/// these names at start.
 #[test]
 fn config_set_of_persistence_accepts_what_is_already_true() {
     for (durability, appendonly, appendfsync) in [("sync", "yes", "always"), ("buffered", "no", "no")] {
@@ -561,6 +562,20 @@ fn config_set_of_persistence_accepts_what_is_already_true() {
         }
         assert_eq!(request(&mut stream, &encode(&[b"CONFIG", b"GET", b"save"])), b"*2\r\n$4\r\nsave\r\n$0\r\n\r\n");
     }
+    // redis-server's own flags at start: what is true is taken, the rest
+    // stops the server saying why.
+    let (_dir, server) = start(&["--save", "", "--appendonly", "yes", "--appendfsync", "always"]);
+    let mut stream = server.connect();
+    assert_eq!(request(&mut stream, &encode(&[b"PING"])), b"+PONG\r\n");
+    let dir = tempfile::tempdir().unwrap();
+    let refused = std::process::Command::new(env!("CARGO_BIN_EXE_scaledkv-server"))
+        .args(["--port", "0", "--save", "", "--appendonly", "no", "--dir"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("appendonly is yes while the server runs: --durability sync"), "{stderr}");
 }
 
 /// CONFIG REWRITE writes what CONFIG SET and REPLICAOF changed into the
