@@ -49,6 +49,7 @@ const SCRIPTS: &[&str] = &[
     "SET a abc | LCS a missing | LCS missing1 missing2 | LCS missing a LEN | LCS a missing IDX | LCS a | LCS a a IDX WITHMATCHLEN | LCS a a",
     "MSET a ABCBDAB b BDCABA | LCS a b | LCS b a | LCS a b IDX WITHMATCHLEN | LCS b a IDX | MSET c aaaa d aa | LCS c d IDX | LCS d c IDX WITHMATCHLEN",
     // The table's bound: (600 + 1)^2 cells of 4 bytes exceed 1 MiB, 401 x 601 do not.
+    "CONFIG SET maxmemory-policy allkeys-lru timeout notanumber | CONFIG GET maxmemory-policy | CONFIG SET timeout 5 timeout 6 | CONFIG SET slave-priority 5 replica-priority 6 | CONFIG GET slave-priority | CONFIG SET lua-time-limit 5 busy-reply-threshold 6 | CONFIG GET lua-time-limit | CONFIG SET nosuch 1 timeout 1 | CONFIG SET timeout 1 nosuch 1 | CONFIG GET timeout | CONFIG SET timeout 7 slowlog-max-len 9 | CONFIG GET timeout | CONFIG GET slowlog-max-len | CONFIG SET timeout 8 maxmemory-policy bogus | CONFIG GET timeout | CONFIG SET notify-keyspace-events KEA lfu-log-factor -1 | CONFIG GET notify-keyspace-events | CONFIG SET requirepass secret maxmemory x | PING | CONFIG SET slowlog-max-len 128 timeout 0 replica-priority 100 busy-reply-threshold 5000",
     "CONFIG SET proto-max-bulk-len 1048576 | SETRANGE a 599 x | SETRANGE b 599 y | LCS a b LEN | SETRANGE c 400 x | LCS a c LEN | CONFIG SET proto-max-bulk-len 16777215",
     // Bitmaps.
     "SETBIT b 7 1 | GETBIT b 7 | GETBIT b 6 | GET b | SETBIT b 7 0 | SETBIT b 100 1 | STRLEN b | GETBIT b 100 | GETBIT b 1000 | GETBIT missing 3",

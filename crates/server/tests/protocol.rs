@@ -517,6 +517,26 @@ fn config_get_reports_the_gc_space_budget_and_set_refuses_it() {
     );
 }
 
+/// Every parameter CONFIG GET gives takes its own value back through
+/// CONFIG SET (or is immutable): what an all-or-none CONFIG SET relies on
+/// to put back the ones it set before a refused value.
+#[test]
+fn every_parameter_takes_back_the_value_config_get_gives() {
+    let (_dir, server) = start(&["--maxmemory", "64mb", "--requirepass", "pw"]);
+    let mut con =
+        redis::Client::open(format!("redis://:pw@127.0.0.1:{}/", server.port)).unwrap().get_connection().unwrap();
+    let all: Vec<String> = redis::cmd("CONFIG").arg("GET").arg("*").query(&mut con).unwrap();
+    assert!(all.len() > 60, "{all:?}");
+    for pair in all.chunks(2) {
+        let result = redis::cmd("CONFIG").arg("SET").arg(&pair[0]).arg(&pair[1]).query::<()>(&mut con);
+        if let Err(error) = result {
+            assert!(error.to_string().contains("can't set immutable config"), "{} {:?}: {error}", pair[0], pair[1]);
+        }
+    }
+    let again: Vec<String> = redis::cmd("CONFIG").arg("GET").arg("*").query(&mut con).unwrap();
+    assert_eq!(again, all);
+}
+
 /// What a write survives is fixed at start: CONFIG SET of save,
 /// appendonly and appendfsync takes what ScaledKV already does (scripts
 /// send `save ""`, `appendonly yes`) and refuses anything else, saying why,

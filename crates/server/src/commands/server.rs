@@ -1081,6 +1081,7 @@ fn parameters(shared: &Shared) -> Vec<(&'static str, String)> {
         ("masterauth", shared.replication.masterauth.lock().clone().unwrap_or_default()),
         ("masteruser", shared.replication.masteruser.lock().clone().unwrap_or_default()),
         ("replica-read-only", "yes".into()),
+        ("slave-read-only", "yes".into()),
         ("replica-priority", shared.replication.priority.load(Ordering::Relaxed).to_string()),
         ("slave-priority", shared.replication.priority.load(Ordering::Relaxed).to_string()),
         ("repl-backlog-size", shared.master.backlog_bytes.load(Ordering::Relaxed).to_string()),
@@ -1193,9 +1194,11 @@ pub fn config(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
             }
         }
         "set" if args.len() >= 4 && args.len().is_multiple_of(2) => {
-            for pair in args[2..].chunks(2) {
-                config_set(ctx.shared, &String::from_utf8_lossy(&pair[0]).to_ascii_lowercase(), &pair[1])?;
-            }
+            let pairs: Vec<(String, &Bytes)> = args[2..]
+                .chunks(2)
+                .map(|pair| (String::from_utf8_lossy(&pair[0]).to_ascii_lowercase(), &pair[1]))
+                .collect();
+            config_set_all(ctx.shared, &pairs)?;
             ctx.out.ok();
         }
         "help" if args.len() == 2 => ctx.out.help(&[
@@ -1230,6 +1233,38 @@ pub fn config(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
         }
         "get" | "set" | "resetstat" | "rewrite" | "help" => return Err(subcommand_arity("config", &sub)),
         _ => return Err(unknown_subcommand("config", &args[1])),
+    }
+    Ok(())
+}
+
+/// CONFIG SET of several parameters, all or none as in Redis 7: an
+/// unknown name or one given twice (its other name is another parameter
+/// to Redis) sets nothing, and a value refused puts back those set
+/// before it.
+fn config_set_all(shared: &Shared, pairs: &[(String, &Bytes)]) -> CmdResult {
+    let before = parameters(shared);
+    for (at, (name, _)) in pairs.iter().enumerate() {
+        if !before.iter().any(|(known, _)| known == name) {
+            return Err(err(format!("ERR Unknown option or number of arguments for CONFIG SET - '{name}'")));
+        }
+        if pairs[..at].iter().any(|(earlier, _)| earlier == name) {
+            return Err(err(format!(
+                "ERR CONFIG SET failed (possibly related to argument '{name}') - duplicate parameter"
+            )));
+        }
+    }
+    for (at, (name, value)) in pairs.iter().enumerate() {
+        if let Err(refused) = config_set(shared, name, value) {
+            for (name, _) in &pairs[..at] {
+                let old = before.iter().find(|(known, _)| known == name).map(|(_, old)| old.as_bytes());
+                // What CONFIG GET gives, CONFIG SET takes (a protocol test
+                // sets every parameter to its own value).
+                if let Err(e) = config_set(shared, name, old.unwrap_or_default()) {
+                    tracing::error!(name, error = e.text(), "CONFIG SET could not put a parameter back");
+                }
+            }
+            return Err(refused);
+        }
     }
     Ok(())
 }
@@ -1395,6 +1430,14 @@ pub fn config_set(shared: &Shared, name: &str, value: &[u8]) -> CmdResult {
                         shared.config.durability
                     ),
                 }));
+            }
+        }
+        "replica-read-only" | "slave-read-only" => {
+            if !yes_or_no()? {
+                return Err(err(format!(
+                    "ERR CONFIG SET failed (possibly related to argument '{name}') - ScaledKV's replicas are always \
+                     read-only"
+                )));
             }
         }
         "databases" | "bind" | "port" | "dir" | "durability" | "gc-space-amp" | "io-threads" => {
