@@ -49,6 +49,7 @@ pub mod pause;
 pub mod pending;
 pub mod pqsort;
 pub mod pubsub;
+pub mod rates;
 pub mod rdb_import;
 pub mod rdb_save;
 pub mod rdb_sync;

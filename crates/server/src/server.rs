@@ -129,6 +129,8 @@ pub struct Shared {
     pub master: Arc<crate::master::Master>,
     /// MIGRATE's connections to other servers (`crate::migrate`).
     pub migrate: crate::migrate::Sockets,
+    /// INFO's `instantaneous_*` rates (`crate::rates`).
+    pub rates: crate::rates::Rates,
 }
 
 impl Shared {
@@ -304,6 +306,7 @@ pub async fn run(config: Config, db: Db) -> Result<(), String> {
         saves: Default::default(),
         master: Default::default(),
         migrate: Default::default(),
+        rates: Default::default(),
         db,
         locks: KeyLocks::default(),
         stats: ServerStats::default(),
@@ -345,6 +348,7 @@ pub async fn run(config: Config, db: Db) -> Result<(), String> {
     }
     tokio::spawn(crate::memory::sample_peak(shared.clone()));
     tokio::spawn(crate::migrate::close_idle_sockets(shared.clone()));
+    tokio::spawn(crate::rates::sample(shared.clone()));
     *shared.replication.masterauth.lock() = shared.config.masterauth.clone();
     for (name, value) in &shared.config.settings {
         crate::commands::config_set(&shared, name, value.as_bytes())

@@ -201,6 +201,13 @@ fn other_clients(me: &mut TcpStream) -> Vec<String> {
     ids.filter(|id| *id != mine).map(str::to_string).collect()
 }
 
+/// INFO's `migrate_cached_sockets`.
+fn cached_sockets(con: &mut TcpStream) -> u64 {
+    let info = send(con, &["INFO", "stats"]);
+    let line = info.lines().find_map(|line| line.strip_prefix("migrate_cached_sockets:"));
+    line.expect("INFO stats has migrate_cached_sockets").trim().parse().unwrap()
+}
+
 #[test]
 fn migrate_keeps_its_connection_tries_a_stale_one_again_and_closes_it_when_idle() {
     let (a_dir, b_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
@@ -218,6 +225,7 @@ fn migrate_keeps_its_connection_tries_a_stale_one_again_and_closes_it_when_idle(
     assert_eq!(first.len(), 1, "one connection from the source: {first:?}");
     assert_eq!(migrate(&mut a_con, "k1"), "+OK\r\n");
     assert_eq!(other_clients(&mut b_con), first, "the same connection again");
+    assert_eq!(cached_sockets(&mut a_con), 1);
 
     // The target restarts: the kept connection is dead, and a new one
     // takes the keys.
@@ -235,6 +243,7 @@ fn migrate_keeps_its_connection_tries_a_stale_one_again_and_closes_it_when_idle(
         assert!(Instant::now() < deadline, "MIGRATE's connection still open after 20 s idle");
         std::thread::sleep(Duration::from_millis(200));
     }
+    assert_eq!(cached_sockets(&mut a_con), 0);
     // A port where no Redis server answers (this one answers as a web
     // server would): an error, the key kept; Redis would take the line
     // for success and delete it.

@@ -517,6 +517,50 @@ fn config_get_reports_the_gc_space_budget_and_set_refuses_it() {
     );
 }
 
+/// INFO's `instantaneous_*` rates rise while commands come in and fall
+/// back to zero once they stop, as Redis's.
+#[test]
+fn instantaneous_rates_follow_the_load() {
+    let (_dir, server) = start(&[]);
+    let mut info_con = server.connect();
+    let mut rates = || {
+        let info = String::from_utf8(request(&mut info_con, &encode(&[b"INFO", b"stats"]))).unwrap();
+        let field = |name: &str| -> f64 {
+            let line = info.lines().find_map(|line| line.strip_prefix(name)).unwrap_or_else(|| panic!("{name}"));
+            line.trim().parse().unwrap()
+        };
+        [field("instantaneous_ops_per_sec:"), field("instantaneous_input_kbps:"), field("instantaneous_output_kbps:")]
+    };
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let load = {
+        let (stop, mut stream) = (stop.clone(), server.connect());
+        std::thread::spawn(move || {
+            let batch = encode(&[b"SET", b"k", b"v"]).repeat(100);
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                stream.write_all(&batch).unwrap();
+                let mut replies = 0;
+                let mut buf = [0u8; 4096];
+                while replies < 500 {
+                    replies += stream.read(&mut buf).unwrap();
+                }
+            }
+        })
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while rates().contains(&0.0) {
+        assert!(std::time::Instant::now() < deadline, "no rate rose under load: {:?}", rates());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    load.join().unwrap();
+    // INFO's own requests keep the input and output rates just above zero.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while rates()[0] > 20.0 {
+        assert!(std::time::Instant::now() < deadline, "the rate stayed up once idle: {:?}", rates());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
 /// Every parameter CONFIG GET gives takes its own value back through
 /// CONFIG SET (or is immutable): what an all-or-none CONFIG SET relies on
 /// to put back the ones it set before a refused value.

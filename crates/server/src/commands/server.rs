@@ -853,20 +853,26 @@ pub fn info_text(ctx: &Ctx<'_>, sections: &[String]) -> String {
     }
     if wanted("stats") {
         let (tracking_keys, tracking_items, tracking_prefixes) = shared.tracking.counts();
+        let rates = shared.rates.per_second();
         let _ = write!(
             text,
-            "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\n\
-             total_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nrejected_connections:{}\r\n\
+            "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\ninstantaneous_ops_per_sec:{}\r\n\
+             total_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\ninstantaneous_input_kbps:{:.2}\r\n\
+             instantaneous_output_kbps:{:.2}\r\nrejected_connections:{}\r\n\
              expired_keys:{}\r\nevicted_keys:{}\r\nevicted_bytes:{}\r\nevict_second_chances:{}\r\n\
              evict_stalled_writes:{}\r\nssd_demoted_segments:{}\r\nssd_demoted_bytes:{}\r\nssd_reads:{}\r\n\
              keyspace_hits:{}\r\nkeyspace_misses:{}\r\npubsub_channels:{}\r\n\
-             pubsub_patterns:{}\r\npubsubshard_channels:{}\r\ntracking_total_keys:{}\r\ntracking_total_items:{}\r\n\
+             pubsub_patterns:{}\r\npubsubshard_channels:{}\r\nmigrate_cached_sockets:{}\r\n\
+             tracking_total_keys:{}\r\ntracking_total_items:{}\r\n\
              tracking_total_prefixes:{}\r\ntotal_error_replies:{}\r\nscript_reruns_with_every_lock:{}\r\n\
              sync_full:{}\r\nsync_partial_ok:{}\r\nsync_partial_err:{}\r\n\r\n",
             s.connections_received.load(Ordering::Relaxed),
             s.commands.load(Ordering::Relaxed),
+            rates.commands,
             s.net_input_bytes.load(Ordering::Relaxed),
             s.net_output_bytes.load(Ordering::Relaxed),
+            rates.input_bytes as f64 / 1024.0,
+            rates.output_bytes as f64 / 1024.0,
             s.rejected_connections.load(Ordering::Relaxed),
             s.expired_keys.load(Ordering::Relaxed),
             stats.evicted_keys,
@@ -881,6 +887,7 @@ pub fn info_text(ctx: &Ctx<'_>, sections: &[String]) -> String {
             shared.pubsub.count(crate::pubsub::Class::Channel),
             shared.pubsub.count(crate::pubsub::Class::Pattern),
             shared.pubsub.count(crate::pubsub::Class::Shard),
+            shared.migrate.len(),
             tracking_keys,
             tracking_items,
             tracking_prefixes,
