@@ -138,6 +138,11 @@ pub struct Cli {
     /// in `sync` and `pmem` modes, `no` in `buffered`), so redis-server's
     /// command lines work; any other value stops the server saying why:
     /// `--durability` decides what a write survives.
+    /// How much the server logs, by Redis's names: debug, verbose,
+    /// notice (default), warning. `RUST_LOG`, where set, wins at start;
+    /// CONFIG SET loglevel changes it.
+    #[arg(long = "loglevel")]
+    pub loglevel: Option<String>,
     #[arg(long = "save")]
     pub save: Option<String>,
     #[arg(long = "appendonly")]
@@ -180,6 +185,7 @@ struct FileConfig {
     slowlog_log_slower_than: Option<i64>,
     slowlog_max_len: Option<usize>,
     latency_monitor_threshold: Option<u64>,
+    loglevel: Option<String>,
     save: Option<String>,
     appendonly: Option<String>,
     appendfsync: Option<String>,
@@ -273,6 +279,8 @@ pub struct Config {
     pub slowlog_max_len: usize,
     /// The latency monitor's `latency-monitor-threshold` (ms) at start.
     pub latency_monitor_threshold: u64,
+    /// Redis's `loglevel` at start (`crate::loglevel`).
+    pub loglevel: &'static str,
     /// The config file's settings that have no flag, by CONFIG SET's
     /// names: the server applies them as it starts, through CONFIG SET's
     /// own checks.
@@ -317,6 +325,7 @@ impl Default for Config {
             slowlog_log_slower_than: 10_000,
             slowlog_max_len: 128,
             latency_monitor_threshold: 0,
+            loglevel: crate::loglevel::DEFAULT,
             settings: Vec::new(),
         }
     }
@@ -327,6 +336,11 @@ impl Config {
         let file = match &cli.config {
             Some(path) => load_file(path)?,
             None => FileConfig::default(),
+        };
+        let loglevel = match cli.loglevel.as_ref().or(file.loglevel.as_ref()) {
+            None => crate::loglevel::DEFAULT,
+            Some(text) => crate::loglevel::parse(text)
+                .ok_or_else(|| format!("loglevel {text:?}: must be one of {}", crate::loglevel::LEVELS.join(", ")))?,
         };
         let mut settings = file.settings();
         // Checked at start as CONFIG SET checks them.
@@ -395,6 +409,7 @@ impl Config {
                 .latency_monitor_threshold
                 .or(file.latency_monitor_threshold)
                 .unwrap_or(defaults.latency_monitor_threshold),
+            loglevel,
             memory: Arc::new(MemoryLimit::new(maxmemory, &policy, ssd_dir.is_some().then_some(ssd_size))?),
             ssd_dir,
             bind: cli.bind.or(file.bind).unwrap_or(defaults.bind),
@@ -659,6 +674,15 @@ mod tests {
         let expected = [("repl-backlog-size", "4mb"), ("dbfilename", "x.rdb"), ("lfu-log-factor", "7")]
             .map(|(n, v)| (n, v.into()));
         assert_eq!(config.settings, expected);
+    }
+
+    #[test]
+    fn the_log_level_is_one_of_redis_names() {
+        let level = |text: &str| Config::from_cli(Cli { loglevel: Some(text.into()), ..Cli::default() });
+        assert_eq!(level("Verbose").unwrap().loglevel, "verbose");
+        assert_eq!(Config::from_cli(Cli::default()).unwrap().loglevel, "notice");
+        let error = level("loud").unwrap_err();
+        assert!(error.contains("debug, verbose, notice, warning"), "{error}");
     }
 
     #[test]

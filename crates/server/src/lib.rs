@@ -37,6 +37,7 @@ pub mod histogram;
 pub mod io_threads;
 pub mod keyspace;
 pub mod latency;
+pub mod loglevel;
 pub mod master;
 pub mod maxmemory;
 pub mod memcache;

@@ -13,12 +13,6 @@ use clap::Parser;
 use scaledkv_server::{Cli, Config};
 
 fn main() -> std::process::ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".parse().expect("filter")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
     let config = match Config::from_cli(Cli::parse()) {
         Ok(config) => config,
         Err(error) => {
@@ -26,6 +20,7 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::from(2);
         }
     };
+    scaledkv_server::loglevel::init(config.loglevel);
     scaledkv_server::memory::note_startup();
     let db = match scaledkv_server::server::open(&config) {
         Ok(db) => db,

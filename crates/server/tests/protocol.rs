@@ -561,6 +561,55 @@ fn instantaneous_rates_follow_the_load() {
     }
 }
 
+/// `--loglevel` and CONFIG SET loglevel choose what the server logs, by
+/// Redis's names: at `warning` the start's and SHUTDOWN's notices are not
+/// written, at `notice` they are.
+#[test]
+fn the_log_level_is_chosen_by_flag_and_by_config_set() {
+    // What the server wrote to stderr, started with `flags`, once `then`
+    // has run on a connection and SHUTDOWN has stopped it.
+    let run = |flags: &[&str], then: &dyn Fn(&mut TcpStream)| -> String {
+        let dir = tempfile::tempdir().unwrap();
+        let port_file = dir.path().join("port");
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_scaledkv-server"))
+            .args(["--port", "0", "--dir"])
+            .arg(dir.path().join("db"))
+            .arg("--port-file")
+            .arg(&port_file)
+            .args(flags)
+            .env_remove("RUST_LOG")
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        let port: u16 = loop {
+            if let Some(port) = std::fs::read_to_string(&port_file).ok().and_then(|p| p.trim().parse().ok()) {
+                break port;
+            }
+            assert!(std::time::Instant::now() < deadline, "the server did not start");
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        then(&mut stream);
+        stream.write_all(&encode(&[b"SHUTDOWN"])).unwrap();
+        let output = child.wait_with_output().unwrap();
+        String::from_utf8_lossy(&output.stderr).into_owned()
+    };
+    let quiet_then_loud = run(&["--loglevel", "WARNING"], &|stream| {
+        let level = request(stream, &encode(&[b"CONFIG", b"GET", b"loglevel"]));
+        assert_eq!(level, b"*2\r\n$8\r\nloglevel\r\n$7\r\nwarning\r\n");
+        assert_eq!(request(stream, &encode(&[b"CONFIG", b"SET", b"loglevel", b"notice"])), b"+OK\r\n");
+    });
+    assert!(!quiet_then_loud.contains("ready to accept connections"), "{quiet_then_loud}");
+    assert!(quiet_then_loud.contains("SHUTDOWN requested"), "{quiet_then_loud}");
+    let loud_then_quiet = run(&[], &|stream| {
+        assert_eq!(request(stream, &encode(&[b"CONFIG", b"SET", b"loglevel", b"warning"])), b"+OK\r\n");
+    });
+    assert!(loud_then_quiet.contains("ready to accept connections"), "{loud_then_quiet}");
+    assert!(!loud_then_quiet.contains("SHUTDOWN requested"), "{loud_then_quiet}");
+}
+
 /// Every parameter CONFIG GET gives takes its own value back through
 /// CONFIG SET (or is immutable): what an all-or-none CONFIG SET relies on
 /// to put back the ones it set before a refused value.

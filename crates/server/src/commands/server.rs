@@ -1118,6 +1118,7 @@ fn parameters(shared: &Shared) -> Vec<(&'static str, String)> {
         ("slowlog-log-slower-than", shared.slowlog.slower_than().to_string()),
         ("slowlog-max-len", shared.slowlog.max_len().to_string()),
         ("latency-monitor-threshold", shared.latency.threshold().to_string()),
+        ("loglevel", crate::loglevel::current().into()),
         ("latency-tracking", if crate::commandstats::tracking() { "yes" } else { "no" }.into()),
         // DUMP's LZF compression of strings past 20 bytes.
         ("rdbcompression", if super::dump::compression() { "yes" } else { "no" }.into()),
@@ -1165,6 +1166,7 @@ fn rewritten(shared: &Shared) -> Vec<Rewritten> {
         ("slowlog-log-slower-than", Integer, defaults.slowlog_log_slower_than.to_string()),
         ("slowlog-max-len", Integer, defaults.slowlog_max_len.to_string()),
         ("latency-monitor-threshold", Integer, defaults.latency_monitor_threshold.to_string()),
+        ("loglevel", Text, crate::loglevel::DEFAULT.into()),
         ("repl-backlog-size", Text, crate::master::DEFAULT_BACKLOG_BYTES.to_string()),
         ("tracking-table-max-keys", Integer, crate::tracking::DEFAULT_MAX_KEYS.to_string()),
         ("latency-tracking", Text, "yes".into()),
@@ -1323,6 +1325,13 @@ pub fn config_set(shared: &Shared, name: &str, value: &[u8]) -> CmdResult {
         "latency-monitor-threshold" => shared.latency.set_threshold(signed(0)? as u64),
         "tracking-table-max-keys" => shared.tracking.max_keys.store(signed(0)? as usize, Ordering::Relaxed),
         "latency-tracking" => crate::commandstats::set_tracking(yes_or_no()?),
+        "loglevel" => crate::loglevel::set(crate::loglevel::parse(&text).ok_or_else(|| {
+            err(format!(
+                "ERR CONFIG SET failed (possibly related to argument '{name}') - argument(s) must be one of the \
+                 following: {}",
+                crate::loglevel::LEVELS.join(", ")
+            ))
+        })?),
         "rdbcompression" => super::dump::set_compression(yes_or_no()?),
         "dbfilename" => {
             if !crate::rdb_save::valid_name(&text) {
