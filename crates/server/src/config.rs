@@ -149,6 +149,11 @@ pub struct Cli {
     pub appendonly: Option<String>,
     #[arg(long = "appendfsync")]
     pub appendfsync: Option<String>,
+    /// Redis's `protected-mode`: taken as `no`, what ScaledKV is (it
+    /// serves whoever reaches the address it binds; `--requirepass`
+    /// guards it); `yes` stops the server saying so.
+    #[arg(long = "protected-mode")]
+    pub protected_mode: Option<String>,
 }
 
 /// The TOML file: the same names as the flags.
@@ -189,6 +194,7 @@ struct FileConfig {
     save: Option<String>,
     appendonly: Option<String>,
     appendfsync: Option<String>,
+    protected_mode: Option<String>,
     // File only: settings CONFIG SET changes and CONFIG REWRITE writes,
     // applied at start as CONFIG SET applies them (`Config::settings`).
     masteruser: Option<String>,
@@ -348,6 +354,7 @@ impl Config {
             ("save", &cli.save, &file.save),
             ("appendonly", &cli.appendonly, &file.appendonly),
             ("appendfsync", &cli.appendfsync, &file.appendfsync),
+            ("protected-mode", &cli.protected_mode, &file.protected_mode),
         ] {
             if let Some(value) = flag.as_ref().or(in_file.as_ref()) {
                 settings.push((name, value.clone()));

@@ -658,6 +658,9 @@ fn config_set_of_persistence_accepts_what_is_already_true() {
         );
         assert!(set("appendfsync", "everysec").contains("appendfsync is"), "{durability}");
         assert!(set("save", "900 1").contains("ScaledKV takes no snapshots"), "{durability}");
+        assert_eq!(set("protected-mode", "no"), "+OK\r\n");
+        assert!(set("protected-mode", "yes").contains("ScaledKV has no protected mode"), "{durability}");
+        assert!(set("replica-read-only", "no").contains("always read-only"), "{durability}");
         // Redis's own errors first.
         for (name, value, error) in [
             ("save", "900", "Invalid save parameters"),
@@ -677,7 +680,8 @@ fn config_set_of_persistence_accepts_what_is_already_true() {
     }
     // redis-server's own flags at start: what is true is taken, the rest
     // stops the server saying why.
-    let (_dir, server) = start(&["--save", "", "--appendonly", "yes", "--appendfsync", "always"]);
+    let (_dir, server) =
+        start(&["--save", "", "--appendonly", "yes", "--appendfsync", "always", "--protected-mode", "no"]);
     let mut stream = server.connect();
     assert_eq!(request(&mut stream, &encode(&[b"PING"])), b"+PONG\r\n");
     let dir = tempfile::tempdir().unwrap();

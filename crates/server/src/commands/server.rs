@@ -1089,6 +1089,7 @@ fn parameters(shared: &Shared) -> Vec<(&'static str, String)> {
         ("masteruser", shared.replication.masteruser.lock().clone().unwrap_or_default()),
         ("replica-read-only", "yes".into()),
         ("slave-read-only", "yes".into()),
+        ("protected-mode", "no".into()),
         ("replica-priority", shared.replication.priority.load(Ordering::Relaxed).to_string()),
         ("slave-priority", shared.replication.priority.load(Ordering::Relaxed).to_string()),
         ("repl-backlog-size", shared.master.backlog_bytes.load(Ordering::Relaxed).to_string()),
@@ -1421,39 +1422,36 @@ pub fn config_set(shared: &Shared, name: &str, value: &[u8]) -> CmdResult {
                 ))
             })?;
         }
-        // What a write survives is fixed when the server starts: a setting
-        // that asks for what ScaledKV already does is accepted (scripts set
-        // `save ""` or `appendonly yes`), any other is refused, saying why.
-        "save" | "appendonly" | "appendfsync" => {
+        // Redis settings whose value ScaledKV fixes (what a write survives,
+        // read-only replicas, no protected mode): one asking for what
+        // ScaledKV already does is taken (scripts set `save ""` or
+        // `appendonly yes`), any other refused, saying why.
+        "save" | "appendonly" | "appendfsync" | "replica-read-only" | "slave-read-only" | "protected-mode" => {
             let failed =
                 |why: &str| err(format!("ERR CONFIG SET failed (possibly related to argument '{name}') - {why}"));
             let asked = match name {
                 "save" if !valid_save_points(&text) => return Err(failed("Invalid save parameters")),
                 "save" => text.split_whitespace().collect::<Vec<_>>().join(" "),
-                "appendonly" => if yes_or_no()? { "yes" } else { "no" }.to_string(),
-                _ => match text.to_ascii_lowercase().as_str() {
+                "appendfsync" => match text.to_ascii_lowercase().as_str() {
                     lower @ ("always" | "everysec" | "no") => lower.to_string(),
                     _ => return Err(failed("argument(s) must be one of the following: everysec, always, no")),
                 },
+                _ => if yes_or_no()? { "yes" } else { "no" }.to_string(),
             };
             let now = parameters(shared).into_iter().find(|(key, _)| *key == name).map(|(_, value)| value);
             if now.as_deref() != Some(asked.as_str()) {
                 return Err(failed(&match name {
                     "save" => "ScaledKV takes no snapshots: every write is in its log, so save stays \"\"".to_string(),
+                    "replica-read-only" | "slave-read-only" => "ScaledKV's replicas are always read-only".to_string(),
+                    "protected-mode" => "ScaledKV has no protected mode: it serves whoever reaches the address it \
+                                         binds (127.0.0.1 unless --bind says otherwise); --requirepass guards it"
+                        .to_string(),
                     _ => format!(
                         "{name} is {} while the server runs: --durability {} chose it when it started",
                         now.unwrap_or_default(),
                         shared.config.durability
                     ),
                 }));
-            }
-        }
-        "replica-read-only" | "slave-read-only" => {
-            if !yes_or_no()? {
-                return Err(err(format!(
-                    "ERR CONFIG SET failed (possibly related to argument '{name}') - ScaledKV's replicas are always \
-                     read-only"
-                )));
             }
         }
         "databases" | "bind" | "port" | "dir" | "durability" | "gc-space-amp" | "io-threads" => {
