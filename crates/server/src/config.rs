@@ -133,20 +133,22 @@ pub struct Cli {
     /// Write the listening port here once ready (for scripts and tests).
     #[arg(long = "port-file")]
     pub port_file: Option<PathBuf>,
-    /// Redis's persistence settings, taken where they ask for what
-    /// ScaledKV does (`--save ""`; `--appendonly yes --appendfsync always`
-    /// in `sync` and `pmem` modes, `no` in `buffered`), so redis-server's
-    /// command lines work; any other value stops the server saying why:
-    /// `--durability` decides what a write survives.
     /// How much the server logs, by Redis's names: debug, verbose,
     /// notice (default), warning. `RUST_LOG`, where set, wins at start;
     /// CONFIG SET loglevel changes it.
     #[arg(long = "loglevel")]
     pub loglevel: Option<String>,
+    /// Redis's persistence settings, taken where they ask for what
+    /// ScaledKV does (`--save ""`; `--appendonly yes --appendfsync always`
+    /// in `sync` and `pmem` modes, `no` in `buffered`), so redis-server's
+    /// command lines work; any other value stops the server saying why:
+    /// `--durability` decides what a write survives.
     #[arg(long = "save")]
     pub save: Option<String>,
+    /// Redis's `appendonly`: as `--save`.
     #[arg(long = "appendonly")]
     pub appendonly: Option<String>,
+    /// Redis's `appendfsync`: as `--save`.
     #[arg(long = "appendfsync")]
     pub appendfsync: Option<String>,
     /// Redis's `protected-mode`: taken as `no`, what ScaledKV is (it
@@ -287,9 +289,10 @@ pub struct Config {
     pub latency_monitor_threshold: u64,
     /// Redis's `loglevel` at start (`crate::loglevel`).
     pub loglevel: &'static str,
-    /// The config file's settings that have no flag, by CONFIG SET's
-    /// names: the server applies them as it starts, through CONFIG SET's
-    /// own checks.
+    /// Settings by CONFIG SET's names that the server applies as it
+    /// starts, through CONFIG SET's own checks: the config file's that
+    /// have no flag, and Redis's that ScaledKV fixes (`save`,
+    /// `appendonly`, `appendfsync`, `protected-mode`) from flag or file.
     pub settings: Vec<(&'static str, String)>,
 }
 
