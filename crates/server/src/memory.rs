@@ -5,7 +5,7 @@
 //! does it every turn) and on every report.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 use std::time::Duration;
 
 /// Resident memory before the database opened (Redis's
@@ -35,17 +35,8 @@ pub fn peak() -> u64 {
     PEAK.load(Ordering::Relaxed)
 }
 
-/// Keeps the peak current between reports.
-pub async fn sample_peak(shared: Arc<crate::server::Shared>) {
-    let mut shutdown = shared.shutdown.subscribe();
-    loop {
-        used();
-        tokio::select! {
-            _ = tokio::time::sleep(Duration::from_millis(100)) => {}
-            _ = shutdown.changed() => return,
-        }
-    }
-}
+/// How often the peak is sampled between reports (`server::every`).
+pub const SAMPLE_EVERY: Duration = Duration::from_millis(100);
 
 pub fn resident_bytes() -> u64 {
     let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();

@@ -22,6 +22,7 @@ use parking_lot::Mutex;
 use crate::resp::request::put_request;
 
 const IDLE_CLOSE: Duration = Duration::from_secs(10);
+pub const CLOSE_IDLE_EVERY: Duration = Duration::from_secs(1);
 const MAX_CACHED: usize = 64;
 /// Replies here are one status or error line; a longer one is cut.
 const MAX_REPLY_BYTES: u64 = 4096;
@@ -40,7 +41,8 @@ struct Link {
 }
 
 impl Sockets {
-    /// Closes the connections unused for 10 s (called once a second).
+    /// Closes the connections unused for 10 s (called every
+    /// `CLOSE_IDLE_EVERY`, as Redis's cron does).
     pub fn close_idle(&self) {
         self.cached.lock().retain(|_, link| link.used.elapsed() < IDLE_CLOSE);
     }
@@ -69,19 +71,6 @@ impl Sockets {
             }
         }
         cached.insert(name, link);
-    }
-}
-
-/// Closes MIGRATE's connections left unused for 10 s, once a second
-/// until shutdown (Redis's cron does it).
-pub async fn close_idle_sockets(shared: std::sync::Arc<crate::server::Shared>) {
-    let mut shutdown = shared.shutdown.subscribe();
-    loop {
-        shared.migrate.close_idle();
-        tokio::select! {
-            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
-            _ = shutdown.changed() => return,
-        }
     }
 }
 

@@ -2,13 +2,12 @@
 //! a sample of how fast a counter grew, per second; the rate is the mean
 //! of the last 16 samples (so 1.6 s after a change it shows in full).
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
 const SAMPLES: usize = 16;
-const PERIOD: Duration = Duration::from_millis(100);
+pub const PERIOD: Duration = Duration::from_millis(100);
 
 /// The counters sampled: commands processed, bytes in, bytes out.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -69,23 +68,16 @@ impl Rates {
     }
 }
 
-/// Samples the server's counters every 100 ms until shutdown.
-pub async fn sample(shared: Arc<crate::server::Shared>) {
+/// Samples the server's counters (every `PERIOD`, `server::every`).
+pub fn sample(shared: &crate::server::Shared) {
     use std::sync::atomic::Ordering::Relaxed;
-    let mut shutdown = shared.shutdown.subscribe();
-    loop {
-        let stats = &shared.stats;
-        let counters = Counters {
-            commands: stats.commands.load(Relaxed),
-            input_bytes: stats.net_input_bytes.load(Relaxed),
-            output_bytes: stats.net_output_bytes.load(Relaxed),
-        };
-        shared.rates.sample(Instant::now(), counters);
-        tokio::select! {
-            _ = tokio::time::sleep(PERIOD) => {}
-            _ = shutdown.changed() => return,
-        }
-    }
+    let stats = &shared.stats;
+    let counters = Counters {
+        commands: stats.commands.load(Relaxed),
+        input_bytes: stats.net_input_bytes.load(Relaxed),
+        output_bytes: stats.net_output_bytes.load(Relaxed),
+    };
+    shared.rates.sample(Instant::now(), counters);
 }
 
 #[cfg(test)]

@@ -240,6 +240,19 @@ pub fn default_io_threads() -> usize {
     (cores / 2).max(1)
 }
 
+/// Runs `tick` now and every `period` after, until shutdown: the server's
+/// periodic chores, as Redis's cron runs them.
+async fn every(shared: Arc<Shared>, period: Duration, tick: impl Fn(&Shared)) {
+    let mut shutdown = shared.shutdown.subscribe();
+    loop {
+        tick(&shared);
+        tokio::select! {
+            _ = tokio::time::sleep(period) => {}
+            _ = shutdown.changed() => return,
+        }
+    }
+}
+
 /// Serves `db` until SIGTERM, SIGINT or SHUTDOWN. On the way out every
 /// acknowledged write is already durable; the engine then writes an index
 /// checkpoint so the next start is fast.
@@ -346,9 +359,12 @@ pub async fn run(config: Config, db: Db) -> Result<(), String> {
         tracing::info!(bind = %shared.config.bind, port, "memcached protocol ready");
         tokio::spawn(crate::memcache::delayed_flushes(shared.clone()));
     }
-    tokio::spawn(crate::memory::sample_peak(shared.clone()));
-    tokio::spawn(crate::migrate::close_idle_sockets(shared.clone()));
-    tokio::spawn(crate::rates::sample(shared.clone()));
+    // The peak memory kept current between reports.
+    tokio::spawn(every(shared.clone(), crate::memory::SAMPLE_EVERY, |_| {
+        crate::memory::used();
+    }));
+    tokio::spawn(every(shared.clone(), crate::migrate::CLOSE_IDLE_EVERY, |shared| shared.migrate.close_idle()));
+    tokio::spawn(every(shared.clone(), crate::rates::PERIOD, crate::rates::sample));
     *shared.replication.masterauth.lock() = shared.config.masterauth.clone();
     for (name, value) in &shared.config.settings {
         crate::commands::config_set(&shared, name, value.as_bytes())
