@@ -104,7 +104,6 @@ fn parse(text: &str) -> Table {
         let [name, arity, flags, categories, keys, key_range, tips] = columns[..] else {
             panic!("a bad line in redis_commands.tsv: {line}")
         };
-        let list = |text: &str| text.split(',').filter(|s| !s.is_empty()).map(str::to_string).collect::<Vec<_>>();
         let key_range = match key_range.split(',').map(|n| n.parse().expect("a number")).collect::<Vec<i64>>()[..] {
             [first, last, step] => (first, last, step),
             _ => panic!("first,last,step in {line}"),
@@ -140,18 +139,15 @@ fn parse(text: &str) -> Table {
     Table { specs, by_name }
 }
 
+/// A comma-separated column's items.
+fn list(text: &str) -> Vec<String> {
+    text.split(',').filter(|item| !item.is_empty()).map(str::to_string).collect()
+}
+
 fn key_spec(text: &str) -> KeySpec {
     let mut parts = text.split('/');
     let (flags, begin, find) = (parts.next().unwrap(), parts.next().unwrap(), parts.next().unwrap());
     let notes = parts.next().map(unescape);
-    let has = |flag: &str| flags.split(',').any(|f| f.eq_ignore_ascii_case(flag));
-    let mut uses = 0;
-    if has("access") {
-        uses |= ACCESS;
-    }
-    if has("insert") || has("delete") || has("update") {
-        uses |= WRITES;
-    }
     let numbers = |s: &str| -> Vec<i64> { s.split(',').map(|n| n.parse().expect("a number")).collect() };
     let begin = match begin.split_at(1) {
         ("i", pos) => Begin::Index(pos.parse().expect("index")),
@@ -172,8 +168,9 @@ fn key_spec(text: &str) -> KeySpec {
         },
         _ => Find::Unknown,
     };
-    let flags = flags.split(',').filter(|f| !f.is_empty()).map(str::to_string).collect();
-    KeySpec { uses, not_key: has("not_key"), begin, find, flags, notes }
+    let flags = list(flags);
+    let uses = uses_of(flags.iter().map(String::as_str));
+    KeySpec { uses, not_key: flags.iter().any(|flag| flag == "not_key"), begin, find, flags, notes }
 }
 
 /// A note's text: the generator writes `%`, `/`, `;`, tabs and newlines
@@ -249,7 +246,7 @@ impl Table {
     pub fn keys(&self, id: usize, args: &[Bytes]) -> Vec<(usize, u8)> {
         let flags = |origin: KeyOrigin| match origin {
             KeyOrigin::Spec(at) => self.specs[id].keys[at].uses,
-            KeyOrigin::Fixed(flags) => uses_of(flags),
+            KeyOrigin::Fixed(flags) => uses_of(flags.iter().copied()),
         };
         self.key_origins(id, args).into_iter().map(|(at, origin)| (at, flags(origin))).collect()
     }
@@ -449,10 +446,10 @@ enum KeyOrigin {
 }
 
 /// `ACCESS` and `WRITES` of a key with these flags.
-fn uses_of(flags: &[&str]) -> u8 {
+fn uses_of<'a>(flags: impl IntoIterator<Item = &'a str>) -> u8 {
     let mut uses = 0;
     for flag in flags {
-        match *flag {
+        match flag {
             "access" => uses |= ACCESS,
             "insert" | "delete" | "update" => uses |= WRITES,
             _ => {}

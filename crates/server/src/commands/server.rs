@@ -1581,10 +1581,11 @@ fn command_getkeys(ctx: &mut Ctx<'_>, args: &[Bytes], with_flags: bool) -> CmdRe
 }
 
 /// What a COMMAND INFO or DOCS argument names: one of ScaledKV's
-/// commands, or a subcommand of one (`config|get`) by Redis's table.
+/// commands, or a subcommand of one (`config|get`) by its id in Redis's
+/// table.
 enum Named {
     Command(&'static Command),
-    Sub(String),
+    Sub(usize),
 }
 
 fn named(name: &[u8]) -> Option<Named> {
@@ -1593,8 +1594,7 @@ fn named(name: &[u8]) -> Option<Named> {
     }
     let fullname = std::str::from_utf8(name).ok()?.to_ascii_lowercase();
     lookup(fullname.split_once('|')?.0.as_bytes())?;
-    super::redis_commands::TABLE.id(&fullname)?;
-    Some(Named::Sub(fullname))
+    super::redis_commands::TABLE.id(&fullname).map(Named::Sub)
 }
 
 pub fn command(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
@@ -1642,7 +1642,7 @@ pub fn command(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
             for name in &args[2..] {
                 match named(name) {
                     Some(Named::Command(command)) => command_info(ctx, command),
-                    Some(Named::Sub(fullname)) => table.write_info(table.id(&fullname).expect("named"), ctx.out),
+                    Some(Named::Sub(id)) => table.write_info(id, ctx.out),
                     None => ctx.out.null(),
                 }
             }
@@ -1657,7 +1657,7 @@ pub fn command(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
             for command in commands {
                 let fullname = match &command {
                     Named::Command(command) => command.name,
-                    Named::Sub(fullname) => fullname,
+                    Named::Sub(id) => &super::redis_commands::TABLE.specs[*id].fullname,
                 };
                 ctx.out.bulk(fullname.as_bytes());
                 match (super::redis_docs::of(fullname), command) {
