@@ -352,6 +352,9 @@ impl ConnState {
 
 pub async fn serve(shared: Arc<Shared>, mut stream: TcpStream, addr: SocketAddr) {
     let _ = stream.set_nodelay(true);
+    if let Ok(secs) = shared.redis_params.value("tcp-keepalive").parse() {
+        keep_alive(&stream, secs);
+    }
     let local = stream.local_addr().unwrap_or(addr);
     let id = shared.next_client_id.fetch_add(1, Ordering::Relaxed);
     let mut conn = ConnState::register(&shared, id, addr, local);
@@ -764,4 +767,29 @@ pub async fn refuse(mut stream: TcpStream, wire: crate::io_threads::Wire) {
 
 pub fn idle(limit_secs: u64) -> Option<Duration> {
     (limit_secs > 0).then(|| Duration::from_secs(limit_secs))
+}
+
+/// TCP keepalive probes after `secs` idle seconds, as Redis's
+/// `tcp-keepalive` (0: none): then every third of that, and the peer is
+/// given up after three unanswered, as Redis's `anetKeepAlive`.
+fn keep_alive(stream: &TcpStream, secs: i32) {
+    use std::os::fd::AsRawFd;
+    if secs <= 0 {
+        return;
+    }
+    let fd = stream.as_raw_fd();
+    let set = |level: i32, option: i32, value: i32| {
+        // SAFETY: `fd` is this open socket's; the option's value is an
+        // int that outlives the call.
+        let done = unsafe {
+            libc::setsockopt(fd, level, option, (&value as *const i32).cast(), std::mem::size_of::<i32>() as u32)
+        };
+        if done != 0 {
+            tracing::debug!(option, error = %std::io::Error::last_os_error(), "keepalive option not set");
+        }
+    };
+    set(libc::SOL_SOCKET, libc::SO_KEEPALIVE, 1);
+    set(libc::IPPROTO_TCP, libc::TCP_KEEPIDLE, secs);
+    set(libc::IPPROTO_TCP, libc::TCP_KEEPINTVL, (secs / 3).max(1));
+    set(libc::IPPROTO_TCP, libc::TCP_KEEPCNT, 3);
 }

@@ -124,6 +124,9 @@ pub struct Shared {
     pub graceful: crate::shutdown::Graceful,
     /// SAVE and BGSAVE's RDB files (`crate::rdb_save`).
     pub saves: crate::rdb_save::Saves,
+    /// Redis's parameters ScaledKV does not implement, as CONFIG SET, the
+    /// command line or redis.conf left them (`crate::redis_configs`).
+    pub redis_params: crate::redis_configs::Store,
     /// Replicas of this server and the stream of writes they follow
     /// (`crate::master`).
     pub master: Arc<crate::master::Master>,
@@ -317,6 +320,7 @@ pub async fn run(config: Config, db: Db) -> Result<(), String> {
         failover: Default::default(),
         graceful: Default::default(),
         saves: Default::default(),
+        redis_params: Default::default(),
         master: Default::default(),
         migrate: Default::default(),
         rates: Default::default(),
@@ -367,7 +371,7 @@ pub async fn run(config: Config, db: Db) -> Result<(), String> {
     tokio::spawn(every(shared.clone(), crate::rates::PERIOD, crate::rates::sample));
     *shared.replication.masterauth.lock() = shared.config.masterauth.clone();
     for (name, value) in &shared.config.settings {
-        crate::commands::config_set(&shared, name, value.as_bytes())
+        crate::commands::config_set_at_start(&shared, name, value.as_bytes())
             .map_err(|e| format!("{name} {value:?} (flag or config file): {}", e.text()))?;
     }
     shared.replication.load_position(&shared.db).map_err(|e| format!("cannot read the replication position: {e}"))?;
@@ -438,8 +442,8 @@ async fn accept_until_shutdown(
             accepted = listener.accept() => (accepted, Wire::Resp),
             accepted = memcached_accept() => (accepted, Wire::Memcached),
             // Once the replicas caught up (`crate::shutdown`).
-            _ = terminate.recv() => { tracing::info!("SIGTERM received"); shared.graceful.request(shared); continue; }
-            _ = interrupt.recv() => { tracing::info!("SIGINT received"); shared.graceful.request(shared); continue; }
+            _ = terminate.recv() => { on_signal(shared, "SIGTERM", "shutdown-on-sigterm"); continue; }
+            _ = interrupt.recv() => { on_signal(shared, "SIGINT", "shutdown-on-sigint"); continue; }
             _ = shutdown.changed() => { tracing::info!("SHUTDOWN received"); break; }
         };
         match accepted {
@@ -463,6 +467,19 @@ async fn accept_until_shutdown(
         }
     }
     shared.request_shutdown();
+}
+
+/// SIGTERM or SIGINT: shut down once the replicas caught up
+/// (`crate::shutdown`), or at once where Redis's `shutdown-on-sigterm`
+/// (`-sigint`) says `now`. ScaledKV's data needs no save at shutdown, so
+/// `save` and `nosave` change nothing, nor does `force` (no save to fail).
+fn on_signal(shared: &Shared, signal: &str, setting: &str) {
+    let choices = shared.redis_params.value(setting);
+    tracing::info!(signal, setting = %choices, "shutdown asked for");
+    match choices.split_whitespace().any(|choice| choice == "now") {
+        true => shared.request_shutdown(),
+        false => shared.graceful.request(shared),
+    }
 }
 
 fn signal(kind: tokio::signal::unix::SignalKind) -> tokio::signal::unix::Signal {

@@ -44,7 +44,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 pub use keys::Cursors;
-pub use server::{clear_all, config_set, cpu_seconds, REDIS_VERSION};
+pub use server::{clear_all, config_set, config_set_at_start, cpu_seconds, REDIS_VERSION};
 pub use streams::read_keys as stream_read_keys;
 pub use tx::exec;
 

@@ -1073,8 +1073,21 @@ pub fn cpu_seconds() -> (f64, f64) {
     (secs(usage.ru_utime), secs(usage.ru_stime))
 }
 
-/// CONFIG GET/SET parameters: name, current value.
+/// CONFIG GET/SET parameters: name, current value. Those ScaledKV
+/// implements, then the rest of Redis's (`crate::redis_configs`).
 fn parameters(shared: &Shared) -> Vec<(&'static str, String)> {
+    let mut params = own_parameters(shared);
+    let others: Vec<_> = crate::redis_configs::TABLE
+        .iter()
+        .filter(|param| !params.iter().any(|(own, _)| *own == param.name))
+        .map(|param| (param.name.as_str(), shared.redis_params.get(param)))
+        .collect();
+    params.extend(others);
+    params
+}
+
+/// The parameters ScaledKV implements: name, current value.
+fn own_parameters(shared: &Shared) -> Vec<(&'static str, String)> {
     let config = &shared.config;
     let dir = std::fs::canonicalize(&config.dir).unwrap_or_else(|_| config.dir.clone());
     let durable = config.durability != Durability::Buffered;
@@ -1459,9 +1472,33 @@ pub fn config_set(shared: &Shared, name: &str, value: &[u8]) -> CmdResult {
                 "ERR CONFIG SET failed (possibly related to argument '{name}') - can't set immutable config"
             )))
         }
-        _ => return Err(err(format!("ERR Unknown option or number of arguments for CONFIG SET - '{name}'"))),
+        _ => {
+            let Some(param) = crate::redis_configs::find(name) else {
+                return Err(err(format!("ERR Unknown option or number of arguments for CONFIG SET - '{name}'")));
+            };
+            let failed =
+                |why: &str| err(format!("ERR CONFIG SET failed (possibly related to argument '{name}') - {why}"));
+            if param.immutable {
+                return Err(failed("can't set immutable config"));
+            }
+            shared.redis_params.set(param, &text).map_err(|why| failed(&why))?;
+        }
     }
     Ok(())
+}
+
+/// As `config_set`, for a setting of the command line or a config file
+/// as the server starts: Redis's parameters CONFIG SET may not change
+/// (`daemonize`, `tcp-backlog` ...) are set here too.
+pub fn config_set_at_start(shared: &Shared, name: &str, value: &[u8]) -> CmdResult {
+    let own = own_parameters(shared).iter().any(|(own, _)| *own == name);
+    match crate::redis_configs::find(name).filter(|param| param.immutable && !own) {
+        Some(param) => {
+            let text = String::from_utf8_lossy(value);
+            shared.redis_params.set(param, &text).map_err(|why| err(format!("ERR {why}")))
+        }
+        None => config_set(shared, name, value),
+    }
 }
 
 /// Redis's `save` syntax: empty, or pairs of seconds (at least 1) and
