@@ -15,6 +15,12 @@ pub const DEFAULT_DIR: &str = "scaledkv-data/server";
 #[derive(Parser, Debug, Default)]
 #[command(
     name = "scaledkv-server",
+    // A later flag wins, as a later line of a redis.conf does
+    // (`crate::redis_conf` puts the file's before the command line's).
+    args_override_self = true,
+    override_usage = "scaledkv-server [/path/to/redis.conf] [OPTIONS] [--<redis-parameter> <value>...]",
+    after_help = "As redis-server, a redis.conf may come first (`-` reads it from stdin), and any of Redis's \
+                  parameters may follow as `--name value` (`--hz 20`); see the README.",
     version,
     about = "ScaledKV: a Redis- and memcached-protocol server whose every write is durable"
 )]
@@ -250,6 +256,8 @@ pub struct Config {
     pub metrics_port: Option<u16>,
     pub port_file: Option<PathBuf>,
     pub config_file: Option<PathBuf>,
+    /// `config_file` is a redis.conf (`crate::redis_conf`), not TOML.
+    pub redis_conf: bool,
     /// I/O threads; `None`: `server::default_io_threads`.
     pub threads: Option<usize>,
     /// The engine's hash table for point lookups (`Options::point_index`):
@@ -317,6 +325,7 @@ impl Default for Config {
             metrics_port: None,
             port_file: None,
             config_file: None,
+            redis_conf: false,
             threads: None,
             point_index: true,
             gc_space_amp: Options::default().gc_space_amp,
@@ -436,6 +445,7 @@ impl Config {
             port_file: cli.port_file,
             // Absolute, as INFO shows it and CONFIG REWRITE writes it.
             config_file: cli.config.map(|path| std::fs::canonicalize(&path).unwrap_or(path)),
+            redis_conf: false,
             settings,
             threads: cli.threads.or(file.threads).filter(|&n| n > 0),
             point_index: file.point_index.unwrap_or(defaults.point_index),
@@ -474,6 +484,30 @@ impl Config {
                 config.memcached_item_size_max
             ));
         }
+        Ok(config)
+    }
+
+    /// The server's configuration from its command line as redis-server
+    /// takes it (`crate::redis_conf`): a redis.conf first, Redis's
+    /// parameters as `--name value`, and ScaledKV's flags. Clap's own
+    /// answers (`--help`, `--version`, a malformed flag) exit here, as
+    /// clap does.
+    pub fn from_args(args: Vec<std::ffi::OsString>) -> Result<Config, String> {
+        use clap::CommandFactory;
+        let mut flags: Vec<String> =
+            Cli::command().get_arguments().filter_map(|arg| arg.get_long()).map(str::to_string).collect();
+        flags.extend(["help", "version"].map(String::from));
+        let line = crate::redis_conf::command_line(args, &flags)?;
+        let cli = Cli::try_parse_from(&line.args).unwrap_or_else(|e| e.exit());
+        if line.file.is_some() && cli.config.is_some() {
+            return Err("give a redis.conf or a TOML file (--config), not both".into());
+        }
+        let mut config = Config::from_cli(cli)?;
+        if let Some(path) = line.file {
+            config.config_file = Some(std::fs::canonicalize(&path).unwrap_or(path));
+            config.redis_conf = true;
+        }
+        config.settings.extend(line.settings);
         Ok(config)
     }
 
@@ -538,7 +572,7 @@ pub struct Rewritten {
 /// directory synced): a crash leaves one or the other. A file removed
 /// since the start is written anew.
 pub fn rewrite(path: &Path, settings: &[Rewritten]) -> std::io::Result<()> {
-    use std::io::{Error, ErrorKind, Write};
+    use std::io::{Error, ErrorKind};
     let text = match std::fs::read_to_string(path) {
         Err(e) if e.kind() == ErrorKind::NotFound => String::new(),
         read => read?,
@@ -579,6 +613,13 @@ pub fn rewrite(path: &Path, settings: &[Rewritten]) -> std::io::Result<()> {
     // Read back as the server's start reads it: a file it could not
     // start from is not written.
     toml::from_str::<FileConfig>(&text).map_err(|e| Error::new(ErrorKind::InvalidData, e.to_string()))?;
+    replace_file(path, &text)
+}
+
+/// Replaces the file at `path` with `text` whole: written beside it,
+/// synced, renamed over it, the directory synced.
+pub fn replace_file(path: &Path, text: &str) -> std::io::Result<()> {
+    use std::io::Write;
     let mut temp = path.as_os_str().to_owned();
     temp.push(".rewrite");
     let temp = PathBuf::from(temp);

@@ -54,6 +54,7 @@ pub mod rates;
 pub mod rdb_import;
 pub mod rdb_save;
 pub mod rdb_sync;
+pub mod redis_conf;
 pub mod redis_configs;
 pub mod replica;
 pub mod resp;

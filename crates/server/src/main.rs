@@ -9,11 +9,10 @@
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-use clap::Parser;
-use scaledkv_server::{Cli, Config};
+use scaledkv_server::Config;
 
 fn main() -> std::process::ExitCode {
-    let config = match Config::from_cli(Cli::parse()) {
+    let config = match Config::from_args(std::env::args_os().collect()) {
         Ok(config) => config,
         Err(error) => {
             eprintln!("scaledkv-server: {error}");

@@ -431,7 +431,7 @@ mod tests {
     }
 
     #[test]
-    fn inert_parameters_take_any_valid_value_and_fixed_ones_only_their_own() {
+    fn kept_parameters_take_any_valid_value_and_fixed_ones_only_their_own() {
         let store = Store::default();
         let hz = find("hz").unwrap();
         assert_eq!(store.get(hz), "10");

@@ -1199,6 +1199,21 @@ fn rewritten(shared: &Shared) -> Vec<Rewritten> {
     settings
 }
 
+/// What CONFIG REWRITE writes to a redis.conf: `rewritten`'s settings,
+/// then every one of Redis's parameters ScaledKV keeps without
+/// implementing (`crate::redis_configs`; a TOML file has no place for them).
+fn rewritten_redis_conf(shared: &Shared) -> Vec<Rewritten> {
+    let mut settings = rewritten(shared);
+    let own = own_parameters(shared);
+    for param in crate::redis_configs::TABLE.iter() {
+        if param.alias.is_none() && !param.immutable && !own.iter().any(|(name, _)| *name == param.name) {
+            let (now, default) = (Some(shared.redis_params.get(param)), Some(param.default.clone()));
+            settings.push(Rewritten { key: param.name.as_str(), kind: crate::config::Kind::Text, now, default });
+        }
+    }
+    settings
+}
+
 pub fn config(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
     let sub = String::from_utf8_lossy(&args[1]).to_ascii_lowercase();
     match sub.as_str() {
@@ -1249,8 +1264,11 @@ pub fn config(ctx: &mut Ctx<'_>, args: &[Bytes]) -> CmdResult {
             let Some(path) = &ctx.shared.config.config_file else {
                 return Err(err("ERR The server is running without a config file"));
             };
-            crate::config::rewrite(path, &rewritten(ctx.shared))
-                .map_err(|e| err(format!("ERR Rewriting config file: {e}")))?;
+            let written = match ctx.shared.config.redis_conf {
+                true => crate::redis_conf::rewrite(path, &rewritten_redis_conf(ctx.shared)),
+                false => crate::config::rewrite(path, &rewritten(ctx.shared)),
+            };
+            written.map_err(|e| err(format!("ERR Rewriting config file: {e}")))?;
             tracing::info!(path = %path.display(), "CONFIG REWRITE executed with success");
             ctx.out.ok();
         }
@@ -1491,6 +1509,12 @@ pub fn config_set(shared: &Shared, name: &str, value: &[u8]) -> CmdResult {
 /// as the server starts: Redis's parameters CONFIG SET may not change
 /// (`daemonize`, `tcp-backlog` ...) are set here too.
 pub fn config_set_at_start(shared: &Shared, name: &str, value: &[u8]) -> CmdResult {
+    if name == "databases" {
+        return match value {
+            b"1" => Ok(()),
+            _ => Err(err("ERR ScaledKV has one database (SELECT 0): databases stays 1")),
+        };
+    }
     let own = own_parameters(shared).iter().any(|(own, _)| *own == name);
     match crate::redis_configs::find(name).filter(|param| param.immutable && !own) {
         Some(param) => {

@@ -24,9 +24,20 @@ impl Server {
     /// As `start`, on `port` (0: a free one): a server restarted where
     /// others know it to be.
     pub fn start_at(dir: &Path, port: u16, extra: &[&str]) -> Server {
+        Self::launch(None, dir, port, extra)
+    }
+
+    /// As `start`, reading the redis.conf `conf` first, as redis-server
+    /// takes one.
+    pub fn start_with_redis_conf(conf: &Path, dir: &Path, extra: &[&str]) -> Server {
+        Self::launch(Some(conf), dir, 0, extra)
+    }
+
+    fn launch(conf: Option<&Path>, dir: &Path, port: u16, extra: &[&str]) -> Server {
         let port_file = dir.with_extension("port");
         let _ = std::fs::remove_file(&port_file);
         let child = Command::new(env!("CARGO_BIN_EXE_scaledkv-server"))
+            .args(conf)
             .arg("--dir")
             .arg(dir)
             .args(["--port", &port.to_string(), "--port-file"])
