@@ -144,6 +144,18 @@ pub struct Cli {
     /// CONFIG SET loglevel changes it.
     #[arg(long = "loglevel")]
     pub loglevel: Option<String>,
+    /// Log to this file (appended to) instead of stderr, as Redis's
+    /// `logfile` ("" is stderr).
+    #[arg(long = "logfile")]
+    pub logfile: Option<PathBuf>,
+    /// Write the server's process id here once it runs, and remove it at
+    /// shutdown, as Redis's `pidfile`.
+    #[arg(long = "pidfile")]
+    pub pidfile: Option<PathBuf>,
+    /// `yes`: detach from the terminal and run in the background, as
+    /// Redis's `daemonize` (logs then go to `--logfile`, else nowhere).
+    #[arg(long = "daemonize")]
+    pub daemonize: Option<String>,
     /// Redis's persistence settings, taken where they ask for what
     /// ScaledKV does (`--save ""`; `--appendonly yes --appendfsync always`
     /// in `sync` and `pmem` modes, `no` in `buffered`), so redis-server's
@@ -157,9 +169,10 @@ pub struct Cli {
     /// Redis's `appendfsync`: as `--save`.
     #[arg(long = "appendfsync")]
     pub appendfsync: Option<String>,
-    /// Redis's `protected-mode`: taken as `no`, what ScaledKV is (it
-    /// serves whoever reaches the address it binds; `--requirepass`
-    /// guards it); `yes` stops the server saying so.
+    /// Redis's `protected-mode` (default `no`, unlike Redis: ScaledKV
+    /// binds 127.0.0.1 unless told otherwise): `yes` serves only loopback
+    /// clients while the `default` user has no password. CONFIG SET
+    /// changes it.
     #[arg(long = "protected-mode")]
     pub protected_mode: Option<String>,
 }
@@ -199,6 +212,9 @@ struct FileConfig {
     slowlog_max_len: Option<usize>,
     latency_monitor_threshold: Option<u64>,
     loglevel: Option<String>,
+    logfile: Option<PathBuf>,
+    pidfile: Option<PathBuf>,
+    daemonize: Option<String>,
     save: Option<String>,
     appendonly: Option<String>,
     appendfsync: Option<String>,
@@ -297,10 +313,16 @@ pub struct Config {
     pub latency_monitor_threshold: u64,
     /// Redis's `loglevel` at start (`crate::loglevel`).
     pub loglevel: &'static str,
+    /// Redis's `logfile` (None: stderr), `pidfile` and `daemonize`
+    /// (`crate::process`).
+    pub logfile: Option<PathBuf>,
+    pub pidfile: Option<PathBuf>,
+    pub daemonize: bool,
     /// Settings by CONFIG SET's names that the server applies as it
     /// starts, through CONFIG SET's own checks: the config file's that
-    /// have no flag, and Redis's that ScaledKV fixes (`save`,
-    /// `appendonly`, `appendfsync`, `protected-mode`) from flag or file.
+    /// have no flag, Redis's that ScaledKV fixes (`save`, `appendonly`,
+    /// `appendfsync`) and `protected-mode` from flag or file, and Redis's
+    /// others from a redis.conf or `--name value` (`crate::redis_conf`).
     pub settings: Vec<(&'static str, String)>,
 }
 
@@ -344,6 +366,9 @@ impl Default for Config {
             slowlog_max_len: 128,
             latency_monitor_threshold: 0,
             loglevel: crate::loglevel::DEFAULT,
+            logfile: None,
+            pidfile: None,
+            daemonize: false,
             settings: Vec::new(),
         }
     }
@@ -413,7 +438,17 @@ impl Config {
             }
             None => defaults.script_memory_limit,
         };
+        let daemonize = match cli.daemonize.or(file.daemonize).map(|text| text.to_ascii_lowercase()).as_deref() {
+            None | Some("no") => false,
+            Some("yes") => true,
+            Some(other) => return Err(format!("daemonize {other:?}: must be yes or no")),
+        };
+        // "" is unset, as in Redis.
+        let path = |path: Option<PathBuf>| path.filter(|path| !path.as_os_str().is_empty());
         let config = Config {
+            logfile: path(cli.logfile.or(file.logfile)),
+            pidfile: path(cli.pidfile.or(file.pidfile)),
+            daemonize,
             busy_reply_threshold_ms: cli
                 .busy_reply_threshold
                 .or(file.busy_reply_threshold)

@@ -765,6 +765,22 @@ pub async fn refuse(mut stream: TcpStream, wire: crate::io_threads::Wire) {
     let _ = stream.write_all(message).await;
 }
 
+/// Redis 7.0's refusal of a client protected mode keeps out.
+pub async fn refuse_protected(mut stream: TcpStream) {
+    const DENIED: &str = "-DENIED Redis is running in protected mode because protected mode is enabled and no \
+        password is set for the default user. In this mode connections are only accepted from the loopback \
+        interface. If you want to connect from external computers to Redis you may adopt one of the following \
+        solutions: 1) Just disable protected mode sending the command 'CONFIG SET protected-mode no' from the \
+        loopback interface by connecting to Redis from the same host the server is running, however MAKE SURE \
+        Redis is not publicly accessible from internet if you do so. Use CONFIG REWRITE to make this change \
+        permanent. 2) Alternatively you can just disable the protected mode by editing the Redis configuration \
+        file, and setting the protected mode option to 'no', and then restarting the server. 3) If you started \
+        the server manually just for testing, restart it with the '--protected-mode no' option. 4) Setup a an \
+        authentication password for the default user. NOTE: You only need to do one of the above things in \
+        order for the server to start accepting connections from the outside.\r\n";
+    let _ = stream.write_all(DENIED.as_bytes()).await;
+}
+
 pub fn idle(limit_secs: u64) -> Option<Duration> {
     (limit_secs > 0).then(|| Duration::from_secs(limit_secs))
 }

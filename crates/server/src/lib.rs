@@ -49,6 +49,7 @@ pub mod notify;
 pub mod pause;
 pub mod pending;
 pub mod pqsort;
+pub mod process;
 pub mod pubsub;
 pub mod rates;
 pub mod rdb_import;

@@ -6,7 +6,7 @@
 use std::sync::OnceLock;
 
 use parking_lot::Mutex;
-use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::layer::{Layer, SubscriberExt};
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{reload, EnvFilter, Registry};
 
@@ -32,13 +32,18 @@ fn filter(level: &str) -> EnvFilter {
     })
 }
 
-/// Logs to stderr from here on, at `level` unless `RUST_LOG` says.
-pub fn init(level: &'static str) {
+/// Logs to stderr, or to `file` (Redis's `logfile`, without colours),
+/// from here on, at `level` unless `RUST_LOG` says.
+pub fn init(level: &'static str, file: Option<std::fs::File>) {
     let (layer, handle) = reload::Layer::new(EnvFilter::try_from_default_env().unwrap_or_else(|_| filter(level)));
-    tracing_subscriber::registry()
-        .with(layer)
-        .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr))
-        .init();
+    let output = match file {
+        Some(file) => {
+            let file = std::sync::Arc::new(file);
+            tracing_subscriber::fmt::layer().with_ansi(false).with_writer(file).boxed()
+        }
+        None => tracing_subscriber::fmt::layer().with_writer(std::io::stderr).boxed(),
+    };
+    tracing_subscriber::registry().with(layer).with(output).init();
     let _ = FILTER.set(handle);
     *CURRENT.lock() = level;
 }

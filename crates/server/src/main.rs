@@ -19,7 +19,28 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::from(2);
         }
     };
-    scaledkv_server::loglevel::init(config.loglevel);
+    // Before any thread starts: the fork keeps only this one.
+    if config.daemonize {
+        if let Err(error) = scaledkv_server::process::daemonize() {
+            eprintln!("scaledkv-server: {error}");
+            return std::process::ExitCode::FAILURE;
+        }
+    }
+    let log = match config.logfile.as_deref().map(scaledkv_server::process::open_log).transpose() {
+        Ok(log) => log,
+        Err(error) => {
+            eprintln!("scaledkv-server: {error}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    scaledkv_server::loglevel::init(config.loglevel, log);
+    let _pid_file = match config.pidfile.as_deref().map(scaledkv_server::process::PidFile::create).transpose() {
+        Ok(pid_file) => pid_file,
+        Err(error) => {
+            tracing::error!("{error}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
     scaledkv_server::memory::note_startup();
     let db = match scaledkv_server::server::open(&config) {
         Ok(db) => db,

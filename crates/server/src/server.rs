@@ -1,7 +1,7 @@
 //! The shared server state, the listeners and shutdown.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -53,6 +53,9 @@ pub struct Shared {
     /// restart from a pause by it.
     pub run_id: String,
     pub port: AtomicU64,
+    /// Redis's `protected-mode` (off unless set): while the `default` user
+    /// has no password, only loopback clients are served (`denied`).
+    pub protected_mode: AtomicBool,
     /// Settings CONFIG SET may change.
     password: RwLock<Option<String>>,
     maxclients: AtomicUsize,
@@ -320,6 +323,7 @@ pub async fn run(config: Config, db: Db) -> Result<(), String> {
         failover: Default::default(),
         graceful: Default::default(),
         saves: Default::default(),
+        protected_mode: AtomicBool::new(false),
         redis_params: Default::default(),
         master: Default::default(),
         migrate: Default::default(),
@@ -451,6 +455,11 @@ async fn accept_until_shutdown(
                 shared.stats.connections_received.fetch_add(1, Ordering::Relaxed);
                 // Counted here, not in the task, so a burst of connects
                 // cannot overshoot the limit.
+                if wire == Wire::Resp && denied(shared, addr) {
+                    shared.stats.rejected_connections.fetch_add(1, Ordering::Relaxed);
+                    tokio::spawn(conn::refuse_protected(stream));
+                    continue;
+                }
                 if shared.connected.fetch_add(1, Ordering::AcqRel) >= shared.maxclients() {
                     shared.connected.fetch_sub(1, Ordering::AcqRel);
                     shared.stats.rejected_connections.fetch_add(1, Ordering::Relaxed);
@@ -469,6 +478,16 @@ async fn accept_until_shutdown(
     shared.request_shutdown();
 }
 
+/// Protected mode refuses a client: it is on, the `default` user has no
+/// password, and the client is not on this host's loopback interface.
+fn denied(shared: &Shared, addr: std::net::SocketAddr) -> bool {
+    keeps_out(shared.protected_mode.load(Ordering::Relaxed), shared.users.default_nopass(), addr.ip())
+}
+
+fn keeps_out(protected: bool, nopass: bool, client: std::net::IpAddr) -> bool {
+    protected && nopass && !client.to_canonical().is_loopback()
+}
+
 /// SIGTERM or SIGINT: shut down once the replicas caught up
 /// (`crate::shutdown`), or at once where Redis's `shutdown-on-sigterm`
 /// (`-sigint`) says `now`. ScaledKV's data needs no save at shutdown, so
@@ -484,4 +503,22 @@ fn on_signal(shared: &Shared, signal: &str, setting: &str) {
 
 fn signal(kind: tokio::signal::unix::SignalKind) -> tokio::signal::unix::Signal {
     tokio::signal::unix::signal(kind).expect("install a signal handler")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::keeps_out;
+
+    #[test]
+    fn protected_mode_keeps_out_other_hosts_while_the_default_user_has_no_password() {
+        let ip = |text: &str| text.parse().unwrap();
+        for loopback in ["127.0.0.1", "127.8.9.10", "::1", "::ffff:127.0.0.1"] {
+            assert!(!keeps_out(true, true, ip(loopback)), "{loopback}");
+        }
+        for other in ["10.0.0.5", "192.168.1.2", "::ffff:10.0.0.5", "2001:db8::1"] {
+            assert!(keeps_out(true, true, ip(other)), "{other}");
+            assert!(!keeps_out(true, false, ip(other)), "{other} with a password");
+            assert!(!keeps_out(false, true, ip(other)), "{other} with protected mode off");
+        }
+    }
 }

@@ -658,8 +658,6 @@ fn config_set_of_persistence_accepts_what_is_already_true() {
         );
         assert!(set("appendfsync", "everysec").contains("appendfsync is"), "{durability}");
         assert!(set("save", "900 1").contains("ScaledKV takes no snapshots"), "{durability}");
-        assert_eq!(set("protected-mode", "no"), "+OK\r\n");
-        assert!(set("protected-mode", "yes").contains("ScaledKV has no protected mode"), "{durability}");
         assert!(set("replica-read-only", "no").contains("always read-only"), "{durability}");
         // Redis's own errors first.
         for (name, value, error) in [
@@ -693,6 +691,23 @@ fn config_set_of_persistence_accepts_what_is_already_true() {
     assert!(!refused.status.success());
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert!(stderr.contains("appendonly is yes while the server runs: --durability sync"), "{stderr}");
+}
+
+/// Protected mode, as Redis's: on, it still serves loopback clients (a
+/// client from another host, with no password set, gets Redis's DENIED:
+/// `server::tests`); CONFIG SET turns it on and off.
+#[test]
+fn protected_mode_serves_loopback_clients_and_is_set_by_config_set() {
+    let (_dir, server) = start(&["--protected-mode", "yes"]);
+    let mut con = client(&server);
+    let mode: Vec<String> = redis::cmd("CONFIG").arg("GET").arg("protected-mode").query(&mut con).unwrap();
+    assert_eq!(mode, ["protected-mode", "yes"]);
+    assert_eq!(redis::cmd("PING").query::<String>(&mut client(&server)).unwrap(), "PONG");
+    let _: () = redis::cmd("CONFIG").arg("SET").arg("protected-mode").arg("no").query(&mut con).unwrap();
+    let mode: Vec<String> = redis::cmd("CONFIG").arg("GET").arg("protected-mode").query(&mut con).unwrap();
+    assert_eq!(mode, ["protected-mode", "no"]);
+    let error = redis::cmd("CONFIG").arg("SET").arg("protected-mode").arg("maybe").query::<()>(&mut con).unwrap_err();
+    assert!(error.to_string().contains("argument must be 'yes' or 'no'"), "{error}");
 }
 
 /// CONFIG REWRITE writes what CONFIG SET and REPLICAOF changed into the
@@ -848,6 +863,67 @@ fn a_redis_conf_configures_the_server_and_config_rewrite_keeps_it() {
         }
         Err(_) => eprintln!("NOTICE: redis-server not found; not reading the rewritten redis.conf with it"),
     }
+}
+
+/// `--daemonize yes` (or the redis.conf line) detaches the server: the
+/// command returns at once with success, the server's id is in the pid
+/// file while it runs, its log in the log file; SHUTDOWN removes the pid
+/// file.
+#[test]
+fn a_daemonized_server_writes_its_pid_file_and_log_file() {
+    struct Kill(Option<i32>);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            if let Some(pid) = self.0 {
+                // SAFETY: a signal to the daemon this test started.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (pid_path, log_path, port_path) =
+        (dir.path().join("server.pid"), dir.path().join("server.log"), dir.path().join("port"));
+    let conf = dir.path().join("redis.conf");
+    std::fs::write(&conf, format!("daemonize yes\npidfile {}\n", pid_path.display())).unwrap();
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_scaledkv-server"))
+        .arg(&conf)
+        .args(["--port", "0", "--logfile"])
+        .arg(&log_path)
+        .arg("--port-file")
+        .arg(&port_path)
+        .arg("--dir")
+        .arg(dir.path().join("data"))
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let port: u16 = loop {
+        if let Some(port) = std::fs::read_to_string(&port_path).ok().and_then(|p| p.trim().parse().ok()) {
+            break port;
+        }
+        assert!(std::time::Instant::now() < deadline, "the daemon did not start");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let pid: i32 = std::fs::read_to_string(&pid_path).unwrap().trim().parse().unwrap();
+    let mut daemon = Kill(Some(pid));
+    let mut con = redis::Client::open(format!("redis://127.0.0.1:{port}/")).unwrap().get_connection().unwrap();
+    let info: String = redis::cmd("INFO").arg("server").query(&mut con).unwrap();
+    assert!(info.contains(&format!("process_id:{pid}\r\n")), "{info}");
+    let settings: Vec<String> = redis::cmd("CONFIG").arg("GET").arg("daemonize").query(&mut con).unwrap();
+    assert_eq!(settings, ["daemonize", "yes"]);
+    let _ = redis::cmd("SHUTDOWN").query::<()>(&mut con);
+    while pid_path.exists() {
+        assert!(std::time::Instant::now() < deadline, "the pid file stayed");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // SAFETY: signal 0 only asks whether the process exists.
+    while unsafe { libc::kill(pid, 0) } == 0 {
+        assert!(std::time::Instant::now() < deadline, "the daemon did not exit");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    daemon.0 = None;
+    let log = std::fs::read_to_string(&log_path).unwrap();
+    assert!(log.contains("ready to accept connections") && !log.contains("\x1b["), "{log}");
 }
 
 /// What a redis.conf asks that ScaledKV does not do stops the start,

@@ -1102,7 +1102,7 @@ fn own_parameters(shared: &Shared) -> Vec<(&'static str, String)> {
         ("masteruser", shared.replication.masteruser.lock().clone().unwrap_or_default()),
         ("replica-read-only", "yes".into()),
         ("slave-read-only", "yes".into()),
-        ("protected-mode", "no".into()),
+        ("protected-mode", if shared.protected_mode.load(Ordering::Relaxed) { "yes" } else { "no" }.into()),
         ("replica-priority", shared.replication.priority.load(Ordering::Relaxed).to_string()),
         ("slave-priority", shared.replication.priority.load(Ordering::Relaxed).to_string()),
         ("repl-backlog-size", shared.master.backlog_bytes.load(Ordering::Relaxed).to_string()),
@@ -1133,12 +1133,20 @@ fn own_parameters(shared: &Shared) -> Vec<(&'static str, String)> {
         ("slowlog-max-len", shared.slowlog.max_len().to_string()),
         ("latency-monitor-threshold", shared.latency.threshold().to_string()),
         ("loglevel", crate::loglevel::current().into()),
+        ("logfile", path_text(&config.logfile)),
+        ("pidfile", path_text(&config.pidfile)),
+        ("daemonize", if config.daemonize { "yes" } else { "no" }.into()),
         ("latency-tracking", if crate::commandstats::tracking() { "yes" } else { "no" }.into()),
         // DUMP's LZF compression of strings past 20 bytes.
         ("rdbcompression", if super::dump::compression() { "yes" } else { "no" }.into()),
         ("tracking-table-max-keys", shared.tracking.max_keys.load(Ordering::Relaxed).to_string()),
         ("client-output-buffer-limit", output_limits()),
     ]
+}
+
+/// A path setting as CONFIG GET gives it ("" when unset).
+fn path_text(path: &Option<std::path::PathBuf>) -> String {
+    path.as_ref().map(|path| path.display().to_string()).unwrap_or_default()
 }
 
 /// `client-output-buffer-limit` as Redis gives it: each class's hard and
@@ -1454,10 +1462,11 @@ pub fn config_set(shared: &Shared, name: &str, value: &[u8]) -> CmdResult {
             })?;
         }
         // Redis settings whose value ScaledKV fixes (what a write survives,
-        // read-only replicas, no protected mode): one asking for what
+        // read-only replicas): one asking for what
         // ScaledKV already does is taken (scripts set `save ""` or
         // `appendonly yes`), any other refused, saying why.
-        "save" | "appendonly" | "appendfsync" | "replica-read-only" | "slave-read-only" | "protected-mode" => {
+        "protected-mode" => shared.protected_mode.store(yes_or_no()?, Ordering::Relaxed),
+        "save" | "appendonly" | "appendfsync" | "replica-read-only" | "slave-read-only" => {
             let failed =
                 |why: &str| err(format!("ERR CONFIG SET failed (possibly related to argument '{name}') - {why}"));
             let asked = match name {
@@ -1474,9 +1483,6 @@ pub fn config_set(shared: &Shared, name: &str, value: &[u8]) -> CmdResult {
                 return Err(failed(&match name {
                     "save" => "ScaledKV takes no snapshots: every write is in its log, so save stays \"\"".to_string(),
                     "replica-read-only" | "slave-read-only" => "ScaledKV's replicas are always read-only".to_string(),
-                    "protected-mode" => "ScaledKV has no protected mode: it serves whoever reaches the address it \
-                                         binds (127.0.0.1 unless --bind says otherwise); --requirepass guards it"
-                        .to_string(),
                     _ => format!(
                         "{name} is {} while the server runs: --durability {} chose it when it started",
                         now.unwrap_or_default(),
@@ -1485,7 +1491,8 @@ pub fn config_set(shared: &Shared, name: &str, value: &[u8]) -> CmdResult {
                 }));
             }
         }
-        "databases" | "bind" | "port" | "dir" | "durability" | "gc-space-amp" | "io-threads" => {
+        "databases" | "bind" | "port" | "dir" | "durability" | "gc-space-amp" | "io-threads" | "logfile"
+        | "pidfile" | "daemonize" => {
             return Err(err(format!(
                 "ERR CONFIG SET failed (possibly related to argument '{name}') - can't set immutable config"
             )))
