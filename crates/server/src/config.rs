@@ -147,11 +147,11 @@ pub struct Cli {
     /// Log to this file (appended to) instead of stderr, as Redis's
     /// `logfile` ("" is stderr).
     #[arg(long = "logfile")]
-    pub logfile: Option<PathBuf>,
+    pub logfile: Option<String>,
     /// Write the server's process id here once it runs, and remove it at
     /// shutdown, as Redis's `pidfile`.
     #[arg(long = "pidfile")]
-    pub pidfile: Option<PathBuf>,
+    pub pidfile: Option<String>,
     /// `yes`: detach from the terminal and run in the background, as
     /// Redis's `daemonize` (logs then go to `--logfile`, else nowhere).
     #[arg(long = "daemonize")]
@@ -212,8 +212,8 @@ struct FileConfig {
     slowlog_max_len: Option<usize>,
     latency_monitor_threshold: Option<u64>,
     loglevel: Option<String>,
-    logfile: Option<PathBuf>,
-    pidfile: Option<PathBuf>,
+    logfile: Option<String>,
+    pidfile: Option<String>,
     daemonize: Option<String>,
     save: Option<String>,
     appendonly: Option<String>,
@@ -444,7 +444,7 @@ impl Config {
             Some(other) => return Err(format!("daemonize {other:?}: must be yes or no")),
         };
         // "" is unset, as in Redis.
-        let path = |path: Option<PathBuf>| path.filter(|path| !path.as_os_str().is_empty());
+        let path = |path: Option<String>| path.filter(|path| !path.is_empty()).map(PathBuf::from);
         let config = Config {
             logfile: path(cli.logfile.or(file.logfile)),
             pidfile: path(cli.pidfile.or(file.pidfile)),

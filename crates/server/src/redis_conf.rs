@@ -172,6 +172,12 @@ fn as_flags(directives: &[Directive], flags: &[String]) -> Result<(Vec<String>, 
             None => return Err(bad("Bad directive or wrong number of arguments")),
         }
     }
+    // A later line wins: only the last of a name is applied (an earlier
+    // one ScaledKV refuses would stop the start).
+    let mut seen = std::collections::HashSet::new();
+    settings.reverse();
+    settings.retain(|(name, _)| seen.insert(*name));
+    settings.reverse();
     if let Some(points) = save {
         args.extend(["--save".to_string(), points.join(" ")]);
     }
@@ -487,7 +493,7 @@ mod tests {
                 "7001",
             ]
         );
-        assert_eq!(parsed.settings, [("hz", "20".into()), ("activerehashing", "no".into()), ("hz", "30".into())]);
+        assert_eq!(parsed.settings, [("activerehashing", "no".into()), ("hz", "30".into())]);
         assert_eq!(parsed.file.as_deref(), Some(conf.as_path()));
     }
 
