@@ -48,6 +48,40 @@ pub fn set_tracking(on: bool) {
     TRACKING.store(on, Ordering::Relaxed);
 }
 
+/// Redis's `latency-tracking-info-percentiles`: the percentiles INFO
+/// latencystats gives (None: Redis's default, p50, p99, p99.9).
+static PERCENTILES: Mutex<Option<Vec<f64>>> = Mutex::new(None);
+
+pub fn percentiles() -> Vec<f64> {
+    PERCENTILES.lock().clone().unwrap_or_else(|| vec![50.0, 99.0, 99.9])
+}
+
+/// Sets the percentiles from their text (space-separated numbers from 0
+/// to 100; none is a choice too), or gives Redis's reason for refusing it.
+pub fn set_percentiles(text: &str) -> Result<(), &'static str> {
+    let mut chosen = Vec::new();
+    for word in text.split_whitespace() {
+        let p: f64 = word
+            .parse()
+            .ok()
+            .filter(|p: &f64| p.is_finite())
+            .ok_or("Invalid latency-tracking-info-percentiles parameters")?;
+        if !(0.0..=100.0).contains(&p) {
+            return Err("latency-tracking-info-percentiles parameters should sit between [0.0,100.0]");
+        }
+        chosen.push(p);
+    }
+    *PERCENTILES.lock() = Some(chosen);
+    Ok(())
+}
+
+/// A percentile as Redis writes it (`%f` without its trailing zeros):
+/// 50, 99.9.
+pub fn percentile_text(p: f64) -> String {
+    let text = format!("{p:.6}");
+    text.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
 /// A thread's own counts.
 struct Local {
     counts: Arc<Counts>,

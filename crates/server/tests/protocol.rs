@@ -748,6 +748,8 @@ fn config_rewrite_keeps_what_config_set_changed_across_a_restart() {
         ("lfu-decay-time", "3"),
         ("replica-priority", "0"),
         ("shutdown-timeout", "3"),
+        ("acllog-max-len", "5"),
+        ("latency-tracking-info-percentiles", "90 99.99"),
     ];
     let get = |con: &mut redis::Connection, name: &str| -> String {
         let pair: Vec<String> = redis::cmd("CONFIG").arg("GET").arg(name).query(con).unwrap();
@@ -782,6 +784,31 @@ fn config_rewrite_keeps_what_config_set_changed_across_a_restart() {
     let _: () = redis::cmd("REPLICAOF").arg("NO").arg("ONE").query(&mut con).unwrap();
     let _: () = redis::cmd("CONFIG").arg("REWRITE").query(&mut con).unwrap();
     assert!(!std::fs::read_to_string(&file).unwrap().contains("replicaof"));
+}
+
+/// `acllog-max-len` bounds ACL LOG, `latency-tracking-info-percentiles`
+/// chooses INFO latencystats' percentiles, as in Redis.
+#[test]
+fn acl_log_length_and_latency_percentiles_are_settings() {
+    let (_dir, server) = start(&[]);
+    let mut con = client(&server);
+    let _: () = redis::cmd("CONFIG").arg("SET").arg("acllog-max-len").arg("2").query(&mut con).unwrap();
+    for user in ["a", "b", "c"] {
+        assert!(redis::cmd("AUTH").arg(user).arg("wrong").query::<()>(&mut con).is_err());
+    }
+    let log: Vec<redis::Value> = redis::cmd("ACL").arg("LOG").query(&mut con).unwrap();
+    assert_eq!(log.len(), 2);
+    let _: () = redis::cmd("SET").arg("k").arg("v").query(&mut con).unwrap();
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("latency-tracking-info-percentiles")
+        .arg("90 99.99")
+        .query(&mut con)
+        .unwrap();
+    let info: String = redis::cmd("INFO").arg("latencystats").query(&mut con).unwrap();
+    let line = info.lines().find(|line| line.starts_with("latency_percentiles_usec_set:")).unwrap();
+    let labels: Vec<&str> = line.split(':').nth(1).unwrap().split(',').map(|p| p.split('=').next().unwrap()).collect();
+    assert_eq!(labels, ["p90", "p99.99"], "{line}");
 }
 
 /// A redis.conf given first, as redis-server takes one, and Redis's

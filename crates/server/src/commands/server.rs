@@ -934,6 +934,7 @@ pub fn info_text(ctx: &Ctx<'_>, sections: &[String]) -> String {
     }
     if all || sections.iter().any(|s| s == "latencystats") {
         text.push_str("# Latencystats\r\n");
+        let percentiles = crate::commandstats::percentiles();
         for (index, counts) in crate::commandstats::commands() {
             let (Some(command), Some(histogram)) = (super::by_index(index), crate::commandstats::histogram(index))
             else {
@@ -943,14 +944,11 @@ pub fn info_text(ctx: &Ctx<'_>, sections: &[String]) -> String {
                 continue;
             }
             let at = |p: f64| crate::histogram::percentile(&histogram, p) as f64 / 1000.0;
-            let _ = write!(
-                text,
-                "latency_percentiles_usec_{}:p50={:.3},p99={:.3},p99.9={:.3}\r\n",
-                command.name,
-                at(50.0),
-                at(99.0),
-                at(99.9)
-            );
+            let values: Vec<String> = percentiles
+                .iter()
+                .map(|&p| format!("p{}={:.3}", crate::commandstats::percentile_text(p), at(p)))
+                .collect();
+            let _ = write!(text, "latency_percentiles_usec_{}:{}\r\n", command.name, values.join(","));
         }
         text.push_str("\r\n");
     }
@@ -1137,6 +1135,11 @@ fn own_parameters(shared: &Shared) -> Vec<(&'static str, String)> {
         ("pidfile", path_text(&config.pidfile)),
         ("daemonize", if config.daemonize { "yes" } else { "no" }.into()),
         ("latency-tracking", if crate::commandstats::tracking() { "yes" } else { "no" }.into()),
+        ("latency-tracking-info-percentiles", {
+            let percentiles = crate::commandstats::percentiles();
+            percentiles.iter().map(|&p| crate::commandstats::percentile_text(p)).collect::<Vec<_>>().join(" ")
+        }),
+        ("acllog-max-len", shared.acl_log.max_len().to_string()),
         // DUMP's LZF compression of strings past 20 bytes.
         ("rdbcompression", if super::dump::compression() { "yes" } else { "no" }.into()),
         ("tracking-table-max-keys", shared.tracking.max_keys.load(Ordering::Relaxed).to_string()),
@@ -1192,6 +1195,8 @@ fn rewritten(shared: &Shared) -> Vec<Rewritten> {
         ("repl-backlog-size", Text, crate::master::DEFAULT_BACKLOG_BYTES.to_string()),
         ("tracking-table-max-keys", Integer, crate::tracking::DEFAULT_MAX_KEYS.to_string()),
         ("latency-tracking", Text, "yes".into()),
+        ("latency-tracking-info-percentiles", Text, "50 99 99.9".into()),
+        ("acllog-max-len", Integer, crate::commands::acl::LOG_MAX.to_string()),
         ("rdbcompression", Text, "yes".into()),
         ("dbfilename", Text, crate::rdb_save::DEFAULT_DBFILENAME.into()),
         ("lfu-log-factor", Integer, lfu.log_factor.to_string()),
@@ -1365,6 +1370,9 @@ pub fn config_set(shared: &Shared, name: &str, value: &[u8]) -> CmdResult {
         "latency-monitor-threshold" => shared.latency.set_threshold(signed(0)? as u64),
         "tracking-table-max-keys" => shared.tracking.max_keys.store(signed(0)? as usize, Ordering::Relaxed),
         "latency-tracking" => crate::commandstats::set_tracking(yes_or_no()?),
+        "latency-tracking-info-percentiles" => crate::commandstats::set_percentiles(&text)
+            .map_err(|why| err(format!("ERR CONFIG SET failed (possibly related to argument '{name}') - {why}")))?,
+        "acllog-max-len" => shared.acl_log.set_max_len(signed(0)? as usize),
         "loglevel" => crate::loglevel::set(crate::loglevel::parse(&text).ok_or_else(|| {
             err(format!(
                 "ERR CONFIG SET failed (possibly related to argument '{name}') - argument(s) must be one of the \

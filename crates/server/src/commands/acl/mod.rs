@@ -13,7 +13,7 @@
 mod selector;
 
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -28,7 +28,7 @@ use selector::Refusal;
 pub use selector::Selector;
 
 /// Redis's `acllog-max-len` default.
-const LOG_MAX: usize = 128;
+pub const LOG_MAX: usize = 128;
 
 /// A failed authentication or a refused command, as Redis's ACL LOG
 /// shows it.
@@ -44,13 +44,30 @@ struct Entry {
     client_info: String,
 }
 
-#[derive(Default)]
 pub struct AclLog {
     /// Newest first.
     entries: Mutex<VecDeque<Entry>>,
+    /// Redis's `acllog-max-len`: the most entries kept.
+    max_len: AtomicUsize,
+}
+
+impl Default for AclLog {
+    fn default() -> Self {
+        AclLog { entries: Mutex::default(), max_len: AtomicUsize::new(LOG_MAX) }
+    }
 }
 
 impl AclLog {
+    pub fn max_len(&self) -> usize {
+        self.max_len.load(Ordering::Relaxed)
+    }
+
+    /// `acllog-max-len`: the log keeps its newest `n` entries from the
+    /// next one on, as Redis trims it.
+    pub fn set_max_len(&self, n: usize) {
+        self.max_len.store(n, Ordering::Relaxed);
+    }
+
     /// Notes a failed AUTH (`object`: the command as sent) for
     /// `username`: a repeat of one of the newest entries within a minute
     /// counts there, as in Redis.
@@ -86,7 +103,7 @@ impl AclLog {
             return;
         }
         entries.push_front(Entry { count: 1, reason, context, object, username, created: now, client_info });
-        entries.truncate(LOG_MAX);
+        entries.truncate(self.max_len());
     }
 }
 
