@@ -180,8 +180,10 @@ const KEPT: &[&str] = &[
     // (`crate::server`); ScaledKV's data needs no save at shutdown.
     "shutdown-on-sigterm",
     "shutdown-on-sigint",
-    // Probes of idle clients' connections (`crate::conn`).
+    // Probes of idle clients' connections (`crate::conn`), the listen
+    // queue's length (`crate::server`).
     "tcp-keepalive",
+    "tcp-backlog",
     // The process's looks and crash report.
     "always-show-logo",
     "set-proc-title",

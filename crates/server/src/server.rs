@@ -263,7 +263,8 @@ async fn every(shared: Arc<Shared>, period: Duration, tick: impl Fn(&Shared)) {
 /// acknowledged write is already durable; the engine then writes an index
 /// checkpoint so the next start is fast.
 pub async fn run(config: Config, db: Db) -> Result<(), String> {
-    let listener = TcpListener::bind((config.bind.as_str(), config.port))
+    let backlog = listen_backlog(&config)?;
+    let listener = listen(&config.bind, config.port, backlog)
         .await
         .map_err(|e| format!("cannot listen on {}:{}: {e}", config.bind, config.port))?;
     let port = listener.local_addr().map_err(|e| e.to_string())?.port();
@@ -285,7 +286,7 @@ pub async fn run(config: Config, db: Db) -> Result<(), String> {
     };
     let memcached = match config.memcached_port {
         Some(port) => Some(
-            TcpListener::bind((config.bind.as_str(), port))
+            listen(&config.bind, port, backlog)
                 .await
                 .map_err(|e| format!("cannot listen for memcached on {}:{port}: {e}", config.bind))?,
         ),
@@ -476,6 +477,32 @@ async fn accept_until_shutdown(
         }
     }
     shared.request_shutdown();
+}
+
+/// Redis's `tcp-backlog` (511 unless the command line or a redis.conf
+/// sets it): the queue of connections the kernel holds until accepted.
+fn listen_backlog(config: &Config) -> Result<u32, String> {
+    let param = crate::redis_configs::find("tcp-backlog").expect("one of Redis's parameters");
+    let chosen = config.settings.iter().rev().find(|(name, _)| *name == "tcp-backlog");
+    let text = chosen.map_or(param.default.as_str(), |(_, value)| value.as_str());
+    let checked = param.check(text).map_err(|why| format!("tcp-backlog {text:?}: {why}"))?;
+    Ok(checked.parse().expect("an int the table bounds"))
+}
+
+/// A listener on `host`'s first address that takes one, with `backlog`.
+async fn listen(host: &str, port: u16, backlog: u32) -> std::io::Result<TcpListener> {
+    let mut refused = None;
+    for addr in tokio::net::lookup_host((host, port)).await? {
+        let socket = if addr.is_ipv4() { tokio::net::TcpSocket::new_v4()? } else { tokio::net::TcpSocket::new_v6()? };
+        // As TcpListener::bind: a restart binds while the last one's
+        // connections linger in TIME_WAIT.
+        socket.set_reuseaddr(true)?;
+        match socket.bind(addr) {
+            Ok(()) => return socket.listen(backlog),
+            Err(error) => refused = Some(error),
+        }
+    }
+    Err(refused.unwrap_or_else(|| std::io::Error::new(std::io::ErrorKind::NotFound, "the address resolves to nothing")))
 }
 
 /// Protected mode refuses a client: it is on, the `default` user has no

@@ -1469,11 +1469,11 @@ pub fn config_set(shared: &Shared, name: &str, value: &[u8]) -> CmdResult {
                 ))
             })?;
         }
-        // Redis settings whose value ScaledKV fixes (what a write survives,
-        // read-only replicas): one asking for what
-        // ScaledKV already does is taken (scripts set `save ""` or
-        // `appendonly yes`), any other refused, saying why.
         "protected-mode" => shared.protected_mode.store(yes_or_no()?, Ordering::Relaxed),
+        // Redis settings whose value ScaledKV fixes (what a write survives,
+        // read-only replicas): one asking for what ScaledKV already does
+        // is taken (scripts set `save ""` or `appendonly yes`), any other
+        // refused, saying why.
         "save" | "appendonly" | "appendfsync" | "replica-read-only" | "slave-read-only" => {
             let failed =
                 |why: &str| err(format!("ERR CONFIG SET failed (possibly related to argument '{name}') - {why}"));
@@ -1522,7 +1522,7 @@ pub fn config_set(shared: &Shared, name: &str, value: &[u8]) -> CmdResult {
 
 /// As `config_set`, for a setting of the command line or a config file
 /// as the server starts: Redis's parameters CONFIG SET may not change
-/// (`daemonize`, `tcp-backlog` ...) are set here too.
+/// (`tcp-backlog`, `unixsocket` ...) are set here too.
 pub fn config_set_at_start(shared: &Shared, name: &str, value: &[u8]) -> CmdResult {
     if name == "databases" {
         return match value {
