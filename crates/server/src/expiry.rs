@@ -24,8 +24,12 @@ use crate::server::Shared;
 
 /// Keys dropped (or examined by the pass) per step.
 const STEP_KEYS: usize = 1000;
-/// Pause between steps when few keys were due.
-const PAUSE: Duration = Duration::from_millis(100);
+/// Pause between steps when few keys were due: a tick of Redis's `hz`
+/// (10 a second unless set; Redis keeps it within 1 to 500).
+fn pause(shared: &Shared) -> Duration {
+    let hz: u64 = shared.redis_params.value("hz").parse().unwrap_or(10);
+    Duration::from_millis(1000 / hz.clamp(1, 500))
+}
 /// Steps between two steps of the pass once it has been over every key.
 const SLOW_PASS_EVERY: u32 = 10;
 
@@ -280,7 +284,7 @@ pub async fn active_expiry(shared: Arc<Shared>) {
             // Written again with a later time meanwhile (noted already),
             // or by a path that noted nothing.
             KeyExpiry::At(at) => shared.volatile.set(key, Some(at)),
-            KeyExpiry::Busy => shared.volatile.set(key, Some(now + PAUSE.as_millis() as u64)),
+            KeyExpiry::Busy => shared.volatile.set(key, Some(now + pause(&shared).as_millis() as u64)),
             KeyExpiry::Never => {}
         });
         let complete = shared.volatile.complete.load(Ordering::Relaxed);
@@ -328,7 +332,7 @@ pub async fn active_expiry(shared: Arc<Shared>) {
             continue;
         }
         tokio::select! {
-            _ = tokio::time::sleep(PAUSE) => {}
+            _ = tokio::time::sleep(pause(&shared)) => {}
             _ = shutdown.changed() => return,
         }
     }

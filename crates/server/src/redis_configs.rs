@@ -109,8 +109,8 @@ pub enum Role {
 /// Redis's knobs for machinery ScaledKV does not have; see the module's
 /// comment. Every other parameter ScaledKV does not implement is `Fixed`.
 const KEPT: &[&str] = &[
-    // Active defragmentation, rehashing and expiry effort, the event
-    // loop's rate, jemalloc, lazy freeing: ScaledKV's log and index have
+    // Active defragmentation, rehashing and expiry effort, jemalloc,
+    // lazy freeing: ScaledKV's log and index have
     // their own background work (GC, the merger, active expiry).
     "activedefrag",
     "active-defrag-cycle-max",
@@ -121,7 +121,6 @@ const KEPT: &[&str] = &[
     "active-defrag-threshold-upper",
     "activerehashing",
     "active-expire-effort",
-    "hz",
     "dynamic-hz",
     "jemalloc-bg-thread",
     "lazyfree-lazy-eviction",
@@ -180,8 +179,10 @@ const KEPT: &[&str] = &[
     // (`crate::server`); ScaledKV's data needs no save at shutdown.
     "shutdown-on-sigterm",
     "shutdown-on-sigint",
-    // Probes of idle clients' connections (`crate::conn`), the listen
-    // queue's length (`crate::server`).
+    // The active expiry's rate (`crate::expiry`), probes of idle
+    // clients' connections (`crate::conn`), the listen queue's length
+    // (`crate::server`).
+    "hz",
     "tcp-keepalive",
     "tcp-backlog",
     // The process's looks and crash report.
