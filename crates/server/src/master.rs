@@ -55,7 +55,7 @@
 //! this one go on from it.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -109,6 +109,11 @@ pub struct Master {
     end: watch::Sender<u64>,
     /// `repl-backlog-size`.
     pub backlog_bytes: AtomicUsize,
+    /// Redis's `min-replicas-to-write` and `min-replicas-max-lag` (0: no
+    /// such rule): writes are refused while fewer online replicas than
+    /// the first acknowledged within the second's seconds.
+    pub min_replicas_to_write: AtomicU64,
+    pub min_replicas_max_lag: AtomicU64,
     /// Clients in WAIT, woken by acknowledgements.
     waiting: Mutex<Vec<Arc<ClientInfo>>>,
     drainer: Mutex<Option<std::thread::JoinHandle<()>>>,
@@ -272,6 +277,8 @@ impl Default for Master {
             draining: Mutex::new(()),
             end: watch::Sender::new(0),
             backlog_bytes: AtomicUsize::new(DEFAULT_BACKLOG_BYTES),
+            min_replicas_to_write: AtomicU64::new(0),
+            min_replicas_max_lag: AtomicU64::new(10),
             waiting: Mutex::new(Vec::new()),
             drainer: Mutex::new(None),
             stop: AtomicBool::new(false),
@@ -1501,6 +1508,31 @@ impl Master {
         self.stream.lock().replicas.len()
     }
 
+    /// Online replicas that acknowledged within `max_lag_secs` seconds
+    /// (Redis's good replicas).
+    fn good_replicas(&self, max_lag_secs: u64) -> usize {
+        let stream = self.stream.lock();
+        let online = stream.replicas.iter().filter(|r| r.online.load(Ordering::Acquire));
+        online.filter(|r| r.acked_at.lock().elapsed().as_secs() <= max_lag_secs).count()
+    }
+
+    /// The good replicas INFO shows, while `min-replicas-to-write` rules.
+    fn good_replicas_rule(&self) -> Option<usize> {
+        let (to_write, max_lag) = self.min_replicas();
+        (to_write > 0 && max_lag > 0).then(|| self.good_replicas(max_lag))
+    }
+
+    fn min_replicas(&self) -> (u64, u64) {
+        (self.min_replicas_to_write.load(Ordering::Relaxed), self.min_replicas_max_lag.load(Ordering::Relaxed))
+    }
+
+    /// Whether a master (not `following` one) refuses writes for want of
+    /// good replicas, as Redis's `min-replicas-to-write`.
+    pub fn refuses_writes(&self, following: bool) -> bool {
+        let (to_write, max_lag) = self.min_replicas();
+        to_write > 0 && max_lag > 0 && !following && (self.good_replicas(max_lag) as u64) < to_write
+    }
+
     /// `master_repl_offset`: the stream's end.
     pub fn offset(&self) -> u64 {
         self.stream.lock().end()
@@ -1579,6 +1611,11 @@ impl Master {
         use std::fmt::Write;
         let stream = self.stream.lock();
         let mut text = format!("connected_slaves:{}\r\n", stream.replicas.len());
+        drop(stream);
+        if let Some(good) = self.good_replicas_rule() {
+            let _ = write!(text, "min_slaves_good_slaves:{good}\r\n");
+        }
+        let stream = self.stream.lock();
         for (i, replica) in stream.replicas.iter().enumerate() {
             let state = if replica.online.load(Ordering::Acquire) { "online" } else { "wait_bgsave" };
             let _ = write!(

@@ -172,7 +172,6 @@ const KEPT: &[&str] = &[
     "repl-timeout",
     "replica-ignore-maxmemory",
     "replica-ignore-disk-write-errors",
-    "min-replicas-max-lag",
     "propagation-error-behavior",
     "sanitize-dump-payload",
     // What SIGTERM and SIGINT do: `now` skips the wait for replicas
@@ -366,7 +365,6 @@ fn fixed_reason(param: &Param) -> String {
         "cluster-enabled" => "ScaledKV has no cluster mode (twemproxy shards it: see the README)",
         "tls-port" => "ScaledKV serves no TLS",
         "unixsocket" => "ScaledKV listens on TCP only",
-        "min-replicas-to-write" => "ScaledKV does not refuse writes for want of replicas",
         "maxmemory-clients" => "ScaledKV does not evict clients",
         "supervised" => "ScaledKV does not talk to upstart or systemd (run it as a simple service)",
         "syslog-enabled" => "ScaledKV logs to stderr or its logfile",
@@ -399,7 +397,7 @@ mod tests {
         }
         assert_eq!(find("slave-lazy-flush").unwrap().canonical().name, "replica-lazy-flush");
         assert_eq!(find("slave-lazy-flush").unwrap().role(), Role::Kept);
-        assert_eq!(find("min-slaves-to-write").unwrap().role(), Role::Fixed);
+        assert_eq!(find("slave-serve-stale-data").unwrap().role(), Role::Fixed);
     }
 
     #[test]
@@ -443,10 +441,10 @@ mod tests {
         let older = find("hash-max-ziplist-entries").unwrap();
         store.set(older, "7").unwrap();
         assert_eq!(store.get(find("hash-max-listpack-entries").unwrap()), "7");
-        let fixed = find("min-replicas-to-write").unwrap();
+        let fixed = find("replica-announce-port").unwrap();
         store.set(fixed, "0").unwrap();
         let refused = store.set(fixed, "1").unwrap_err();
-        assert!(refused.contains("min-replicas-to-write stays 0"), "{refused}");
+        assert!(refused.contains("replica-announce-port: it stays 0"), "{refused}");
         assert_eq!(store.get(fixed), "0");
         assert_eq!(store.set(fixed, "x").unwrap_err(), "argument couldn't be parsed into an integer");
     }

@@ -749,6 +749,8 @@ fn config_rewrite_keeps_what_config_set_changed_across_a_restart() {
         ("replica-priority", "0"),
         ("shutdown-timeout", "3"),
         ("acllog-max-len", "5"),
+        ("min-replicas-to-write", "0"),
+        ("min-replicas-max-lag", "30"),
         ("latency-tracking-info-percentiles", "90 99.99"),
     ];
     let get = |con: &mut redis::Connection, name: &str| -> String {
@@ -979,7 +981,7 @@ fn a_redis_conf_asking_for_what_scaledkv_lacks_stops_the_start() {
     let conf = dir.path().join("redis.conf");
     for (text, expected) in [
         ("port 0\ndatabases 16\n", "ScaledKV has one database"),
-        ("port 0\nmin-replicas-to-write 1\n", "min-replicas-to-write stays 0"),
+        ("port 0\nreplica-announce-port 7000\n", "replica-announce-port: it stays 0"),
         ("port 0\nhz x\n", "argument couldn't be parsed into an integer"),
         ("port 0\nnosuch 1\n", "line 2: 'nosuch 1': Bad directive or wrong number of arguments"),
         ("port 0\nappendonly no\n", "appendonly is yes while the server runs"),

@@ -1050,6 +1050,50 @@ fn wait_counts_only_the_replicas_that_acknowledged_in_time() {
     assert!(info.contains("connected_slaves:1") && info.contains("state=online"), "{info}");
 }
 
+/// `min-replicas-to-write`, as Redis's: a master refuses writes (and
+/// transactions and scripts that write) with NOREPLICAS while fewer
+/// online replicas than it asks acknowledged within
+/// `min-replicas-max-lag` seconds; reads go on. A stopped replica stops
+/// counting once its lag passes the limit, and counts again when it
+/// comes back.
+#[test]
+fn min_replicas_to_write_refuses_writes_without_enough_good_replicas() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("master"), &[]);
+    let mut master = connect(server.port);
+    let set = |con: &mut Connection| redis::cmd("SET").arg("k").arg("v").query::<()>(con);
+    let refused = |con: &mut Connection| set(con).is_err_and(|e| e.to_string().contains("Not enough good replicas"));
+    run(&mut master, &["CONFIG", "SET", "min-replicas-to-write", "1", "min-replicas-max-lag", "1"]);
+    assert!(refused(&mut master));
+    assert_eq!(run(&mut master, &["GET", "k"]), Value::Nil);
+    assert_eq!(info_field(&mut master, "replication", "min_slaves_good_slaves").as_deref(), Some("0"));
+    let follow = format!("127.0.0.1 {}", server.port);
+    let replica_server = Server::start(&dir.path().join("replica"), &["--replicaof", &follow]);
+    let mut replica = connect(replica_server.port);
+    wait_link_up(&mut replica);
+    let until = |con: &mut Connection, want_refused: bool, what: &str| {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while refused(con) != want_refused {
+            assert!(Instant::now() < deadline, "{what}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    until(&mut master, false, "writes stayed refused with a good replica");
+    assert_eq!(info_field(&mut master, "replication", "min_slaves_good_slaves").as_deref(), Some("1"));
+    let pid = replica_server.pid() as i32;
+    // SAFETY: signalling our own child by its PID.
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    until(&mut master, true, "a stopped replica still counted");
+    let exec: Result<(), _> = redis::pipe().atomic().set("k", "w").query(&mut master);
+    assert!(exec.is_err_and(|e| e.to_string().contains("Not enough good replicas")));
+    let script = redis::cmd("EVAL").arg("return redis.call('set','k','x')").arg(0).query::<()>(&mut master);
+    assert!(script.is_err_and(|e| e.to_string().contains("Not enough good replicas")));
+    // SAFETY: as above.
+    unsafe { libc::kill(pid, libc::SIGCONT) };
+    until(&mut master, false, "the replica back did not count again");
+    run(&mut master, &["CONFIG", "SET", "min-replicas-to-write", "0"]);
+}
+
 /// A ScaledKV replica of a ScaledKV master SIGKILLed while the master
 /// takes writes resumes from the backlog (a partial resync) and catches
 /// up; the master SIGKILLed keeps every write it acknowledged, and its

@@ -97,6 +97,9 @@ pub const READ_ONLY_MEMCACHED: &str = "SERVER_ERROR read only replica";
 
 /// The refusal of a write on a read-only replica, in a connection's
 /// protocol.
+/// Redis's refusal of a write while `min-replicas-to-write` is not met.
+pub const NO_REPLICAS_ERROR: &str = "NOREPLICAS Not enough good replicas to write.";
+
 fn read_only_error(memcached: bool) -> &'static str {
     if memcached {
         READ_ONLY_MEMCACHED
@@ -1349,6 +1352,16 @@ pub async fn run_command<'s>(
         let error = match command.group {
             "memcached" => "SERVER_ERROR out of memory storing object",
             _ => crate::maxmemory::OOM_ERROR,
+        };
+        return reject(conn, out, command, args, error);
+    }
+    // `min-replicas-to-write`: EXEC counts as a write if it holds one.
+    let writes = command.has(WRITE)
+        || (command.name == "exec" && conn.multi.as_ref().is_some_and(|q| q.iter().any(|(c, _)| c.has(WRITE))));
+    if writes && !conn.master_link && shared.master.refuses_writes(shared.replication.following()) {
+        let error = match command.group {
+            "memcached" => "SERVER_ERROR not enough good replicas to write",
+            _ => NO_REPLICAS_ERROR,
         };
         return reject(conn, out, command, args, error);
     }

@@ -221,6 +221,9 @@ fn run_script<'s>(
             if shared.replication.read_only() && !conn.master_link {
                 return Err(CallError::Error(super::READ_ONLY_ERROR.into()));
             }
+            if !conn.master_link && shared.master.refuses_writes(shared.replication.following()) {
+                return Err(CallError::Error(super::NO_REPLICAS_ERROR.into()));
+            }
             if !invocation.allow_oom && shared.config.memory.refuses(command.name, &shared.db) {
                 return Err(CallError::Error(crate::maxmemory::OOM_ERROR.into()));
             }

@@ -1140,6 +1140,10 @@ fn own_parameters(shared: &Shared) -> Vec<(&'static str, String)> {
             percentiles.iter().map(|&p| crate::commandstats::percentile_text(p)).collect::<Vec<_>>().join(" ")
         }),
         ("acllog-max-len", shared.acl_log.max_len().to_string()),
+        ("min-replicas-to-write", shared.master.min_replicas_to_write.load(Ordering::Relaxed).to_string()),
+        ("min-slaves-to-write", shared.master.min_replicas_to_write.load(Ordering::Relaxed).to_string()),
+        ("min-replicas-max-lag", shared.master.min_replicas_max_lag.load(Ordering::Relaxed).to_string()),
+        ("min-slaves-max-lag", shared.master.min_replicas_max_lag.load(Ordering::Relaxed).to_string()),
         // DUMP's LZF compression of strings past 20 bytes.
         ("rdbcompression", if super::dump::compression() { "yes" } else { "no" }.into()),
         ("tracking-table-max-keys", shared.tracking.max_keys.load(Ordering::Relaxed).to_string()),
@@ -1197,6 +1201,8 @@ fn rewritten(shared: &Shared) -> Vec<Rewritten> {
         ("latency-tracking", Text, "yes".into()),
         ("latency-tracking-info-percentiles", Text, "50 99 99.9".into()),
         ("acllog-max-len", Integer, crate::commands::acl::LOG_MAX.to_string()),
+        ("min-replicas-to-write", Integer, "0".into()),
+        ("min-replicas-max-lag", Integer, "10".into()),
         ("rdbcompression", Text, "yes".into()),
         ("dbfilename", Text, crate::rdb_save::DEFAULT_DBFILENAME.into()),
         ("lfu-log-factor", Integer, lfu.log_factor.to_string()),
@@ -1373,6 +1379,12 @@ pub fn config_set(shared: &Shared, name: &str, value: &[u8]) -> CmdResult {
         "latency-tracking-info-percentiles" => crate::commandstats::set_percentiles(&text)
             .map_err(|why| err(format!("ERR CONFIG SET failed (possibly related to argument '{name}') - {why}")))?,
         "acllog-max-len" => shared.acl_log.set_max_len(signed(0)? as usize),
+        "min-replicas-to-write" | "min-slaves-to-write" => {
+            shared.master.min_replicas_to_write.store(u64::from(int_config()?), Ordering::Relaxed)
+        }
+        "min-replicas-max-lag" | "min-slaves-max-lag" => {
+            shared.master.min_replicas_max_lag.store(u64::from(int_config()?), Ordering::Relaxed)
+        }
         "loglevel" => crate::loglevel::set(crate::loglevel::parse(&text).ok_or_else(|| {
             err(format!(
                 "ERR CONFIG SET failed (possibly related to argument '{name}') - argument(s) must be one of the \
