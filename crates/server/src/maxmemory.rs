@@ -333,10 +333,11 @@ pub fn segment_bytes(maxmemory: u64, default: usize) -> usize {
     ((maxmemory / 32) as usize).clamp(1 << 20, default) / step * step
 }
 
-/// Parses Redis's memory notation: bytes, or a number with `k`, `kb`,
-/// `m`, `mb`, `g`, `gb` (`k` is 1000, `kb` 1024), any case.
+/// Parses Redis's memory notation as its `memtoull` does: digits, then
+/// nothing, `b`, `k` (1000), `kb` (1024), `m`, `mb`, `g` or `gb`, in any
+/// case; no digits at all are 0, as `strtoull` makes them.
 pub fn parse_bytes(text: &str) -> Option<u64> {
-    let lower = text.trim().to_ascii_lowercase();
+    let lower = text.to_ascii_lowercase();
     let digits = lower.find(|c: char| !c.is_ascii_digit()).unwrap_or(lower.len());
     let (number, unit) = lower.split_at(digits);
     let scale: u64 = match unit {
@@ -349,7 +350,8 @@ pub fn parse_bytes(text: &str) -> Option<u64> {
         "gb" => 1024 * 1024 * 1024,
         _ => return None,
     };
-    number.parse::<u64>().ok()?.checked_mul(scale)
+    let n: u64 = if number.is_empty() { 0 } else { number.parse().ok()? };
+    n.checked_mul(scale)
 }
 
 /// Redis 7's commands flagged `denyoom` (those that may add data) among
@@ -380,7 +382,9 @@ mod tests {
         for (text, bytes) in cases {
             assert_eq!(parse_bytes(text), Some(bytes), "{text}");
         }
-        for bad in ["", "mb", "1tb", "-1", "1.5mb", "99999999999999999999gb"] {
+        // No digits are 0 to Redis too (CONFIG SET maxmemory "" or "mb").
+        assert_eq!((parse_bytes(""), parse_bytes("mb")), (Some(0), Some(0)));
+        for bad in [" 1mb", "1tb", "-1", "1.5mb", "99999999999999999999gb"] {
             assert_eq!(parse_bytes(bad), None, "{bad:?}");
         }
     }

@@ -204,7 +204,7 @@ fn as_flags(directives: &[Directive], flags: &[String]) -> Result<(Vec<String>, 
 /// flags of sizes in bytes take numbers only.
 fn flag_value(flag: &str, value: &str) -> String {
     match flag {
-        "proto-max-bulk-len" => crate::redis_configs::memory_value(value).map(|n| n.to_string()),
+        "proto-max-bulk-len" => crate::maxmemory::parse_bytes(value).map(|n| n.to_string()),
         _ => None,
     }
     .unwrap_or_else(|| value.to_string())
@@ -353,80 +353,12 @@ fn conf_value(key: &str, value: &str) -> String {
     quoted
 }
 
-/// Redis's `sdssplitargs`: words split on white space, "double quotes"
-/// with `\n \r \t \b \a \xHH` and `\"` escapes, 'single quotes' with
-/// `\'`; a closing quote must end its word. `None`: unbalanced quotes.
+/// A line's words as Redis's `sdssplitargs` splits them (quotes and
+/// escapes: `resp::request::split_args`, which inline commands use);
+/// `None`: unbalanced quotes.
 pub fn split(line: &str) -> Option<Vec<String>> {
-    let bytes = line.as_bytes();
-    let mut words = Vec::new();
-    let mut at = 0;
-    loop {
-        while at < bytes.len() && bytes[at].is_ascii_whitespace() {
-            at += 1;
-        }
-        if at == bytes.len() {
-            return Some(words);
-        }
-        let mut word = Vec::new();
-        let quote = match bytes[at] {
-            q @ (b'"' | b'\'') => {
-                at += 1;
-                Some(q)
-            }
-            _ => None,
-        };
-        loop {
-            let Some(&byte) = bytes.get(at) else {
-                // The line ended inside quotes.
-                if quote.is_some() {
-                    return None;
-                }
-                break;
-            };
-            match quote {
-                None if byte.is_ascii_whitespace() => break,
-                None => word.push(byte),
-                Some(q) if byte == q => {
-                    // The closing quote ends the word.
-                    if bytes.get(at + 1).is_some_and(|next| !next.is_ascii_whitespace()) {
-                        return None;
-                    }
-                    at += 1;
-                    break;
-                }
-                Some(b'"') if byte == b'\\' && at + 1 < bytes.len() => {
-                    let hex = |from: usize| {
-                        let digits = bytes.get(from..from + 2)?;
-                        u8::from_str_radix(std::str::from_utf8(digits).ok()?, 16).ok()
-                    };
-                    match (bytes[at + 1], hex(at + 2)) {
-                        (b'x', Some(value)) if bytes[at + 2].is_ascii_hexdigit() => {
-                            word.push(value);
-                            at += 3;
-                        }
-                        (escaped, _) => {
-                            word.push(match escaped {
-                                b'n' => b'\n',
-                                b'r' => b'\r',
-                                b't' => b'\t',
-                                b'b' => 8,
-                                b'a' => 7,
-                                other => other,
-                            });
-                            at += 1;
-                        }
-                    }
-                }
-                Some(b'\'') if byte == b'\\' && bytes.get(at + 1) == Some(&b'\'') => {
-                    word.push(b'\'');
-                    at += 1;
-                }
-                Some(_) => word.push(byte),
-            }
-            at += 1;
-        }
-        words.push(String::from_utf8_lossy(&word).into_owned());
-    }
+    let words = crate::resp::request::split_args(line.as_bytes())?;
+    Some(words.into_iter().map(|word| String::from_utf8_lossy(&word).into_owned()).collect())
 }
 
 #[cfg(test)]

@@ -268,7 +268,7 @@ impl Param {
                         _ => Err("argument must be a memory or percent value".into()),
                     };
                 }
-                let n = memory_value(text).ok_or(match percent {
+                let n = crate::maxmemory::parse_bytes(text).ok_or(match percent {
                     true => "argument must be a memory or percent value",
                     false => "argument must be a memory value",
                 })?;
@@ -303,26 +303,6 @@ fn parse_ll(text: &str) -> Option<i128> {
     let canonical = digits == "0" && digits.len() == text.len() || !digits.starts_with('0');
     let n: i128 = text.parse().ok().filter(|_| plain && canonical)?;
     i64::try_from(n).ok().map(i128::from)
-}
-
-/// Redis's `memtoull`: digits, then nothing, `b`, `k` (1000), `kb`
-/// (1024), `m`, `mb`, `g` or `gb`, in any case.
-pub fn memory_value(text: &str) -> Option<u64> {
-    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
-    let (digits, unit) = text.split_at(split);
-    let unit: u64 = match unit.to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
-        "k" => 1000,
-        "kb" => 1024,
-        "m" => 1000 * 1000,
-        "mb" => 1024 * 1024,
-        "g" => 1000 * 1000 * 1000,
-        "gb" => 1024 * 1024 * 1024,
-        _ => return None,
-    };
-    // strtoull of no digits is 0, as in Redis.
-    let n: u64 = if digits.is_empty() { 0 } else { digits.parse().ok()? };
-    n.checked_mul(unit)
 }
 
 /// The values of the Redis parameters ScaledKV does not implement, by
