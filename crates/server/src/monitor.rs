@@ -60,29 +60,10 @@ fn line(source: &dyn std::fmt::Display, args: &[Bytes], at: std::time::SystemTim
     let secret = crate::slowlog::secret_positions(args);
     for (i, arg) in args.iter().enumerate() {
         line.push(b' ');
-        quote(&mut line, if secret.contains(&i) { b"(redacted)" } else { arg });
+        crate::resp::request::repr(&mut line, if secret.contains(&i) { b"(redacted)" } else { arg });
     }
     line.extend_from_slice(b"\r\n");
     line
-}
-
-/// Redis's `sdscatrepr`: in double quotes, `\\` `\"` `\n` `\r` `\t` `\a`
-/// `\b` escaped, other unprintable bytes as `\xHH`.
-fn quote(out: &mut Vec<u8>, arg: &[u8]) {
-    out.push(b'"');
-    for &b in arg {
-        match b {
-            b'\\' | b'"' => out.extend_from_slice(&[b'\\', b]),
-            b'\n' => out.extend_from_slice(b"\\n"),
-            b'\r' => out.extend_from_slice(b"\\r"),
-            b'\t' => out.extend_from_slice(b"\\t"),
-            7 => out.extend_from_slice(b"\\a"),
-            8 => out.extend_from_slice(b"\\b"),
-            b if b.is_ascii_graphic() || b == b' ' => out.push(b),
-            b => out.extend_from_slice(format!("\\x{b:02x}").as_bytes()),
-        }
-    }
-    out.push(b'"');
 }
 
 #[cfg(test)]

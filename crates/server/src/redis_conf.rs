@@ -325,8 +325,8 @@ fn older_name(key: &str) -> Option<&'static str> {
 }
 
 /// A value as a redis.conf line holds it: the words of a setting of
-/// several arguments as they are, any other value quoted (Redis's
-/// escapes) unless it is one plain word.
+/// several arguments as they are, any other value quoted as Redis's
+/// CONFIG REWRITE quotes it (`sdscatrepr`) unless it is one plain word.
 fn conf_value(key: &str, value: &str) -> String {
     let plain =
         |word: &str| !word.is_empty() && word.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.:/*@%+=,".contains(&b));
@@ -337,20 +337,9 @@ fn conf_value(key: &str, value: &str) -> String {
     {
         return value.to_string();
     }
-    let mut quoted = String::from('"');
-    for byte in value.bytes() {
-        match byte {
-            b'\\' => quoted.push_str("\\\\"),
-            b'"' => quoted.push_str("\\\""),
-            b'\n' => quoted.push_str("\\n"),
-            b'\r' => quoted.push_str("\\r"),
-            b'\t' => quoted.push_str("\\t"),
-            0x20..=0x7e => quoted.push(byte as char),
-            other => quoted.push_str(&format!("\\x{other:02x}")),
-        }
-    }
-    quoted.push('"');
-    quoted
+    let mut quoted = Vec::new();
+    crate::resp::request::repr(&mut quoted, value.as_bytes());
+    String::from_utf8(quoted).expect("repr writes ASCII")
 }
 
 /// A line's words as Redis's `sdssplitargs` splits them (quotes and

@@ -160,6 +160,26 @@ pub fn put_request(out: &mut Vec<u8>, args: &[&[u8]]) {
     }
 }
 
+/// Redis's `sdscatrepr` (MONITOR's arguments, CONFIG REWRITE's values):
+/// in double quotes, `\\` `\"` `\n` `\r` `\t` `\a` `\b` escaped, other
+/// unprintable bytes as `\xHH`; `split_args` reads it back.
+pub fn repr(out: &mut Vec<u8>, arg: &[u8]) {
+    out.push(b'"');
+    for &b in arg {
+        match b {
+            b'\\' | b'"' => out.extend_from_slice(&[b'\\', b]),
+            b'\n' => out.extend_from_slice(b"\\n"),
+            b'\r' => out.extend_from_slice(b"\\r"),
+            b'\t' => out.extend_from_slice(b"\\t"),
+            7 => out.extend_from_slice(b"\\a"),
+            8 => out.extend_from_slice(b"\\b"),
+            b if b.is_ascii_graphic() || b == b' ' => out.push(b),
+            b => out.extend_from_slice(format!("\\x{b:02x}").as_bytes()),
+        }
+    }
+    out.push(b'"');
+}
+
 /// Redis's `sdssplitargs`: words separated by spaces; "double quotes" with
 /// \n \r \t \b \a \\ \" and \xHH escapes; 'single quotes' with \' only. A
 /// closing quote must be followed by a space or the end. `None` when
