@@ -46,6 +46,10 @@ pub type Settings = Vec<(&'static str, String)>;
 const RENAMED: &[(&str, &str)] =
     &[("io-threads", "threads"), ("slaveof", "replicaof"), ("lua-time-limit", "busy-reply-threshold")];
 
+/// Flags Redis takes several words for (`--save 900 1`, `--bind
+/// 127.0.0.1 -::1`): read from the command line as directives.
+const SEVERAL: &[&str] = &["save", "bind", "client-output-buffer-limit"];
+
 /// Directives ScaledKV refuses, and why.
 const REFUSED: &[(&str, &str)] = &[
     ("rename-command", "ScaledKV does not rename commands (ACL rules can forbid them: see ACL SETUSER)"),
@@ -85,9 +89,8 @@ pub fn command_line(args: Vec<OsString>, flags: &[String]) -> Result<CommandLine
     while at < rest.len() {
         let arg = rest[at].to_string_lossy().into_owned();
         let name = arg.strip_prefix("--").map(|name| name.split('=').next().unwrap_or(name).to_string());
-        match name.filter(|name| {
-            !name.is_empty() && !flags.contains(name) && !flag_of(name).is_some_and(|f| flags.contains(&f))
-        }) {
+        let directive = |name: &String| !name.is_empty() && (!flags.contains(name) || SEVERAL.contains(&name.as_str()));
+        match name.filter(directive) {
             Some(name) => {
                 let mut values = Vec::new();
                 at += 1;
@@ -151,10 +154,16 @@ fn as_flags(directives: &[Directive], flags: &[String]) -> Result<(Vec<String>, 
             "save" => {
                 // `save ""` forgets the lines before; each other line adds
                 // a point.
+                // One argument of several words (`--save "900 1"`) is
+                // split, as Redis splits its settings of several words.
                 let points = save.get_or_insert_with(Vec::new);
-                match directive.args.as_slice() {
-                    [only] if only.is_empty() => points.clear(),
-                    [seconds, changes] => points.extend([seconds.clone(), changes.clone()]),
+                let words: Vec<String> = match directive.args.as_slice() {
+                    [only] => only.split_whitespace().map(str::to_string).collect(),
+                    args => args.to_vec(),
+                };
+                match words.len() {
+                    0 => points.clear(),
+                    n if n % 2 == 0 => points.extend(words),
                     _ => return Err(bad("Invalid save parameters")),
                 }
                 continue;
@@ -475,5 +484,38 @@ mod tests {
         let parsed = line(&["scaledkv-server", "--port", "7000", "--dir", "d"]).unwrap();
         assert_eq!(parsed.args, ["scaledkv-server", "--port", "7000", "--dir", "d"].map(OsString::from));
         assert!(parsed.file.is_none() && parsed.settings.is_empty());
+        // Redis's names for ScaledKV's flags and its flags of several
+        // words, as redis-server takes them.
+        let parsed = line(&[
+            "scaledkv-server",
+            "--io-threads",
+            "2",
+            "--slaveof",
+            "10.0.0.1",
+            "6379",
+            "--save",
+            "900",
+            "1",
+            "--bind",
+            "127.0.0.1",
+            "-::1",
+        ])
+        .unwrap();
+        let expected = [
+            "scaledkv-server",
+            "--threads",
+            "2",
+            "--replicaof",
+            "10.0.0.1 6379",
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "900 1",
+        ];
+        assert_eq!(parsed.args, expected.map(OsString::from));
+        let parsed = line(&["scaledkv-server", "--save", ""]).unwrap();
+        assert_eq!(parsed.args, ["scaledkv-server", "--save", ""].map(OsString::from));
+        let parsed = line(&["scaledkv-server", "--save", "900 1 300 10"]).unwrap();
+        assert_eq!(parsed.args, ["scaledkv-server", "--save", "900 1 300 10"].map(OsString::from));
     }
 }
