@@ -2106,6 +2106,12 @@ fn failover_hands_over_to_a_replica_without_losing_a_write() {
     change_db0(&mut heir, 1);
     wait_link_up(&mut other);
     assert_eq!(run(&mut other, &["REPLICAOF", "127.0.0.1", &port]), Value::Okay);
+    // Its link may still read "up" from before REPLICAOF moved it: the
+    // heir's counts tell when it synced.
+    wait_until("the other replica syncs with the heir", || {
+        let mut synced = |field| info_field(&mut heir, "stats", field).and_then(|n| n.parse::<u64>().ok()).unwrap_or(0);
+        synced("sync_partial_ok") + synced("sync_full") >= 2
+    });
     wait_link_up(&mut other);
     assert_eq!(info_field(&mut heir, "stats", "sync_partial_ok").as_deref(), Some("2"), "the other replica went on");
     assert_eq!(info_field(&mut heir, "stats", "sync_full").as_deref(), Some("0"));
