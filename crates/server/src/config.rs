@@ -541,7 +541,13 @@ impl Config {
             Cli::command().get_arguments().filter_map(|arg| arg.get_long()).map(str::to_string).collect();
         flags.extend(["help", "version"].map(String::from));
         let line = crate::redis_conf::command_line(args, &flags)?;
-        let cli = Cli::try_parse_from(&line.args).unwrap_or_else(|e| e.exit());
+        let cli = Cli::try_parse_from(&line.args).unwrap_or_else(|e| {
+            // The flag clap names may be a line of the file.
+            if let Some(file) = &line.file {
+                eprintln!("scaledkv-server: with the directives of {} as flags:", file.display());
+            }
+            e.exit()
+        });
         if line.file.is_some() && cli.config.is_some() {
             return Err("give a redis.conf or a TOML file (--config), not both".into());
         }
