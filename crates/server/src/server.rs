@@ -454,13 +454,13 @@ async fn accept_until_shutdown(
         match accepted {
             Ok((stream, addr)) => {
                 shared.stats.connections_received.fetch_add(1, Ordering::Relaxed);
-                // Counted here, not in the task, so a burst of connects
-                // cannot overshoot the limit.
                 if wire == Wire::Resp && denied(shared, addr) {
                     shared.stats.rejected_connections.fetch_add(1, Ordering::Relaxed);
                     tokio::spawn(conn::refuse_protected(stream));
                     continue;
                 }
+                // Counted here, not in the task, so a burst of connects
+                // cannot overshoot the limit.
                 if shared.connected.fetch_add(1, Ordering::AcqRel) >= shared.maxclients() {
                     shared.connected.fetch_sub(1, Ordering::AcqRel);
                     shared.stats.rejected_connections.fetch_add(1, Ordering::Relaxed);

@@ -95,11 +95,11 @@ pub const READ_ONLY_ERROR: &str = "READONLY You can't write against a read only 
 /// memcached's words for it.
 pub const READ_ONLY_MEMCACHED: &str = "SERVER_ERROR read only replica";
 
-/// The refusal of a write on a read-only replica, in a connection's
-/// protocol.
 /// Redis's refusal of a write while `min-replicas-to-write` is not met.
 pub const NO_REPLICAS_ERROR: &str = "NOREPLICAS Not enough good replicas to write.";
 
+/// The refusal of a write on a read-only replica, in a connection's
+/// protocol.
 fn read_only_error(memcached: bool) -> &'static str {
     if memcached {
         READ_ONLY_MEMCACHED
