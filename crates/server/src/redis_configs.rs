@@ -12,10 +12,11 @@
 //!   encodings' sizes, its AOF's rewrites, active defrag, cluster and TLS
 //!   settings while both are off): they change nothing a client can see
 //!   but the value itself (OBJECT ENCODING keeps to Redis's default
-//!   sizes). A few are read where they matter (`shutdown-on-sigterm`).
-//! - `Fixed`: a behaviour ScaledKV does not have (min-replicas-to-write,
-//!   a Unix socket, TLS, cluster mode ...): only the value ScaledKV
-//!   behaves as (Redis's default) is taken, any other refused saying so.
+//!   sizes). A few are read where they matter (`hz`, `tcp-keepalive`,
+//!   `tcp-backlog`, `shutdown-on-sigterm`: see `KEPT`).
+//! - `Fixed`: a behaviour ScaledKV does not have (a Unix socket, TLS,
+//!   cluster mode ...): only the value ScaledKV behaves as (Redis's
+//!   default) is taken, any other refused saying so.
 
 use std::collections::BTreeMap;
 use std::sync::LazyLock;
