@@ -274,6 +274,7 @@ pub async fn active_expiry(shared: Arc<Shared>) {
             }
         };
         let now = scaledkv::now_ms();
+        let pause = pause(&shared);
         let due = shared.volatile.due(now, STEP_KEYS);
         let mut dropped = 0;
         shared.db.expire_keys(&due, |key, found| match found {
@@ -284,7 +285,7 @@ pub async fn active_expiry(shared: Arc<Shared>) {
             // Written again with a later time meanwhile (noted already),
             // or by a path that noted nothing.
             KeyExpiry::At(at) => shared.volatile.set(key, Some(at)),
-            KeyExpiry::Busy => shared.volatile.set(key, Some(now + pause(&shared).as_millis() as u64)),
+            KeyExpiry::Busy => shared.volatile.set(key, Some(now + pause.as_millis() as u64)),
             KeyExpiry::Never => {}
         });
         let complete = shared.volatile.complete.load(Ordering::Relaxed);
@@ -332,7 +333,7 @@ pub async fn active_expiry(shared: Arc<Shared>) {
             continue;
         }
         tokio::select! {
-            _ = tokio::time::sleep(pause(&shared)) => {}
+            _ = tokio::time::sleep(pause) => {}
             _ = shutdown.changed() => return,
         }
     }

@@ -1609,13 +1609,13 @@ impl Master {
     /// follows a master, the master's).
     pub fn info(&self, failover: crate::failover::Phase, relaying: bool) -> String {
         use std::fmt::Write;
+        // Counted before the stream's lock, which counting takes.
+        let good = self.good_replicas_rule();
         let stream = self.stream.lock();
         let mut text = format!("connected_slaves:{}\r\n", stream.replicas.len());
-        drop(stream);
-        if let Some(good) = self.good_replicas_rule() {
+        if let Some(good) = good {
             let _ = write!(text, "min_slaves_good_slaves:{good}\r\n");
         }
-        let stream = self.stream.lock();
         for (i, replica) in stream.replicas.iter().enumerate() {
             let state = if replica.online.load(Ordering::Acquire) { "online" } else { "wait_bgsave" };
             let _ = write!(

@@ -508,7 +508,8 @@ async fn listen(host: &str, port: u16, backlog: u32) -> std::io::Result<TcpListe
 /// Protected mode refuses a client: it is on, the `default` user has no
 /// password, and the client is not on this host's loopback interface.
 fn denied(shared: &Shared, addr: std::net::SocketAddr) -> bool {
-    keeps_out(shared.protected_mode.load(Ordering::Relaxed), shared.users.default_nopass(), addr.ip())
+    // The users' lock only while protected mode is on.
+    shared.protected_mode.load(Ordering::Relaxed) && keeps_out(true, shared.users.default_nopass(), addr.ip())
 }
 
 fn keeps_out(protected: bool, nopass: bool, client: std::net::IpAddr) -> bool {

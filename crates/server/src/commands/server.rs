@@ -1172,7 +1172,7 @@ fn format_output_limits(replica: (usize, usize, u64), pubsub: (usize, usize, u64
 /// now (CONFIG GET's text) and its default.
 fn rewritten(shared: &Shared) -> Vec<Rewritten> {
     use crate::config::Kind::{Integer, Text};
-    let now = parameters(shared);
+    let now = own_parameters(shared);
     let defaults = crate::config::Config::default();
     let lfu = scaledkv::Lfu::default();
     let default_limits = format_output_limits(crate::pubsub::REPLICA_DEFAULT, crate::pubsub::PUBSUB_DEFAULT);
@@ -1498,7 +1498,7 @@ pub fn config_set(shared: &Shared, name: &str, value: &[u8]) -> CmdResult {
                 },
                 _ => if yes_or_no()? { "yes" } else { "no" }.to_string(),
             };
-            let now = parameters(shared).into_iter().find(|(key, _)| *key == name).map(|(_, value)| value);
+            let now = own_parameters(shared).into_iter().find(|(key, _)| *key == name).map(|(_, value)| value);
             if now.as_deref() != Some(asked.as_str()) {
                 return Err(failed(&match name {
                     "save" => "ScaledKV takes no snapshots: every write is in its log, so save stays \"\"".to_string(),
