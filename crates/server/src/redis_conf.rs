@@ -291,17 +291,21 @@ pub fn rewrite(path: &Path, settings: &[crate::config::Rewritten]) -> std::io::R
         read => read?,
     };
     let mut lines: Vec<Option<String>> = text.lines().map(|line| Some(line.to_string())).collect();
-    let name_of = |line: &str| {
-        let line = line.trim();
-        (!line.starts_with('#')).then(|| split(line)).flatten()?.first().map(|name| name.to_ascii_lowercase())
-    };
+    // Each line's directive, split once for all the settings.
+    let directive_of: Vec<Option<String>> = text
+        .lines()
+        .map(|line| {
+            let line = line.trim();
+            (!line.starts_with('#')).then(|| split(line)).flatten()?.first().map(|name| name.to_ascii_lowercase())
+        })
+        .collect();
     let mut appended = Vec::new();
     for setting in settings {
         let written = setting.now.as_ref().map(|now| format!("{} {}", setting.key, conf_value(setting.key, now)));
         let names: Vec<&str> = std::iter::once(setting.key).chain(older_name(setting.key)).collect();
         let mut first = true;
-        for line in lines.iter_mut() {
-            if line.as_deref().and_then(name_of).is_some_and(|name| names.contains(&name.as_str())) {
+        for (line, directive) in lines.iter_mut().zip(&directive_of) {
+            if directive.as_deref().is_some_and(|name| names.contains(&name)) {
                 *line = if first { written.clone() } else { None };
                 first = false;
             }
