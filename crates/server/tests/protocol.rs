@@ -1512,7 +1512,7 @@ fn client_kill_and_unblock() {
     let mut victim = server.connect();
     let id = id_of(&mut victim);
     victim.write_all(&encode(&[b"BLPOP", b"never", b"0"])).unwrap();
-    wait_for_blocked_clients(&mut admin, 1);
+    server.wait_for_blocked_clients(1);
     let listed = String::from_utf8(request(&mut admin, &encode(&[b"CLIENT", b"LIST"]))).unwrap();
     let line = listed.lines().find(|l| l.contains(&format!("id={id} "))).expect("listed");
     assert!(line.contains("flags=b"), "{line}");
@@ -1523,11 +1523,11 @@ fn client_kill_and_unblock() {
     let id = id_of(&mut waiter);
     assert_eq!(request(&mut admin, &encode(&[b"CLIENT", b"UNBLOCK", id.as_bytes()])), b":0\r\n");
     waiter.write_all(&encode(&[b"BRPOP", b"never", b"0"])).unwrap();
-    wait_for_blocked_clients(&mut admin, 1);
+    server.wait_for_blocked_clients(1);
     assert_eq!(request(&mut admin, &encode(&[b"CLIENT", b"UNBLOCK", id.as_bytes()])), b":1\r\n");
     assert_eq!(read_reply(&mut waiter), b"*-1\r\n");
     waiter.write_all(&encode(&[b"BZPOPMIN", b"never", b"0"])).unwrap();
-    wait_for_blocked_clients(&mut admin, 1);
+    server.wait_for_blocked_clients(1);
     assert_eq!(request(&mut admin, &encode(&[b"CLIENT", b"UNBLOCK", id.as_bytes(), b"ERROR"])), b":1\r\n");
     assert_eq!(read_reply(&mut waiter), b"-UNBLOCKED client unblocked via CLIENT UNBLOCK\r\n");
     assert_eq!(request(&mut waiter, &encode(&[b"PING"])), b"+PONG\r\n", "still connected");
@@ -1536,19 +1536,6 @@ fn client_kill_and_unblock() {
     assert_eq!(request(&mut admin, &encode(&[b"CLIENT", b"KILL", b"ID", me.as_bytes()])), b":0\r\n");
     assert_eq!(request(&mut admin, &encode(&[b"CLIENT", b"KILL", b"ID", me.as_bytes(), b"SKIPME", b"no"])), b":1\r\n");
     assert!(closed(&mut admin), "killed itself");
-}
-
-/// Waits until INFO counts `want` blocked clients.
-fn wait_for_blocked_clients(stream: &mut TcpStream, want: usize) {
-    let line = format!("blocked_clients:{want}\r\n");
-    for _ in 0..1000 {
-        let info = request(stream, &encode(&[b"INFO", b"clients"]));
-        if String::from_utf8_lossy(&info).contains(&line) {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(2));
-    }
-    panic!("never saw {line:?}");
 }
 
 /// A push wakes the first client blocked on its key at once, and that
@@ -1575,7 +1562,7 @@ fn a_push_wakes_the_blocked_clients_at_once() {
         // order the push serves them in is the scheduler's, not theirs.
         for (k, waiter) in waiters.iter_mut().enumerate() {
             waiter.write_all(&encode(&[b"BLPOP", b"q", b"5"])).unwrap();
-            wait_for_blocked_clients(&mut pusher, idle.len() + k + 1);
+            server.wait_for_blocked_clients(idle.len() + k + 1);
         }
         let pushed = Instant::now();
         assert_eq!(request(&mut pusher, &encode(&[b"RPUSH", b"q", b"x", b"y"])), b":2\r\n");

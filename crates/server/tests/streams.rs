@@ -92,6 +92,7 @@ fn xread_block_waits_for_the_next_xadd_and_times_out() {
         (read_entries(&reply), started.elapsed())
     });
     std::thread::sleep(Duration::from_millis(300));
+    server.wait_for_blocked_clients(1);
     cmd(&mut writer, &["XADD", "other", "1-0", "f", "v"]);
     cmd(&mut writer, &["XADD", "s", "2-0", "new", "y"]);
     let (got, waited) = reader.join().unwrap();
@@ -102,7 +103,7 @@ fn xread_block_waits_for_the_next_xadd_and_times_out() {
         let mut con = client(port).unwrap();
         cmd(&mut con, &["XREAD", "BLOCK", "5000", "STREAMS", "a", "b", "$", "$"])
     });
-    std::thread::sleep(Duration::from_millis(200));
+    server.wait_for_blocked_clients(1);
     cmd(&mut writer, &["XADD", "b", "7-7", "k", "v"]);
     let reply = reader.join().unwrap();
     assert_eq!(text(&items(&items(&reply)[0])[0]), "b");
@@ -132,7 +133,7 @@ fn a_restored_stream_wakes_a_blocked_reader() {
         let mut con = client(port).unwrap();
         cmd(&mut con, &["XREAD", "BLOCK", "10000", "STREAMS", "copy", "$"])
     });
-    std::thread::sleep(Duration::from_millis(300));
+    server.wait_for_blocked_clients(1);
     let restored: String = redis::cmd("RESTORE").arg("copy").arg(0).arg(payload).query(&mut writer).unwrap();
     assert_eq!(restored, "OK");
     let reply = reader.join().unwrap();
@@ -159,7 +160,7 @@ fn blocked_consumers_of_a_group_get_each_entry_once() {
             })
         })
         .collect();
-    std::thread::sleep(Duration::from_millis(300));
+    server.wait_for_blocked_clients(3);
     for n in 1..=3 {
         cmd(&mut writer, &["XADD", "jobs", &format!("{n}-0"), "job", &n.to_string()]);
     }
@@ -184,7 +185,7 @@ fn blocked_consumers_of_a_group_get_each_entry_once() {
             .arg(&["GROUP", "workers", "late", "BLOCK", "0", "STREAMS", "jobs", ">"])
             .query::<Value>(&mut con)
     });
-    std::thread::sleep(Duration::from_millis(300));
+    server.wait_for_blocked_clients(1);
     assert_eq!(cmd(&mut writer, &["XGROUP", "DESTROY", "jobs", "workers"]), Value::Int(1));
     let error = waiting.join().unwrap().expect_err("NOGROUP");
     assert!(error.to_string().contains("NOGROUP"), "{error}");

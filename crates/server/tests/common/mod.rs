@@ -72,6 +72,22 @@ impl Server {
         stream
     }
 
+    /// Waits until INFO counts `want` blocked clients: a test that pushes
+    /// to or unblocks a waiting client must know it waits, not guess by
+    /// sleeping (the CI's load outlasts any guess).
+    pub fn wait_for_blocked_clients(&self, want: usize) {
+        let mut stream = self.connect();
+        let line = format!("blocked_clients:{want}\r\n");
+        for _ in 0..2000 {
+            let info = request(&mut stream, &encode(&[b"INFO", b"clients"]));
+            if String::from_utf8_lossy(&info).contains(&line) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        panic!("never saw {line:?}");
+    }
+
     pub fn pid(&self) -> u32 {
         self.child.as_ref().expect("running").id()
     }
