@@ -156,6 +156,14 @@ pub struct Cli {
     /// Redis's `daemonize` (logs then go to `--logfile`, else nowhere).
     #[arg(long = "daemonize")]
     pub daemonize: Option<String>,
+    /// Also serve RESP on a Unix socket at this path, as Redis's
+    /// `unixsocket` (with `--port 0`, only there).
+    #[arg(long = "unixsocket")]
+    pub unixsocket: Option<String>,
+    /// The Unix socket file's mode, in octal as Redis's `unixsocketperm`
+    /// (`700`; default 0: the umask's).
+    #[arg(long = "unixsocketperm")]
+    pub unixsocketperm: Option<String>,
     /// Redis's persistence settings, taken where they ask for what
     /// ScaledKV does (`--save ""`; `--appendonly yes --appendfsync always`
     /// in `sync` and `pmem` modes, `no` in `buffered`), so redis-server's
@@ -215,6 +223,8 @@ struct FileConfig {
     logfile: Option<String>,
     pidfile: Option<String>,
     daemonize: Option<String>,
+    unixsocket: Option<String>,
+    unixsocketperm: Option<String>,
     save: Option<String>,
     appendonly: Option<String>,
     appendfsync: Option<String>,
@@ -326,6 +336,10 @@ pub struct Config {
     pub logfile: Option<PathBuf>,
     pub pidfile: Option<PathBuf>,
     pub daemonize: bool,
+    /// Redis's `unixsocket` (None: none) and `unixsocketperm` (0: the
+    /// umask's mode).
+    pub unixsocket: Option<PathBuf>,
+    pub unixsocketperm: u32,
     /// Settings by CONFIG SET's names that the server applies as it
     /// starts, through CONFIG SET's own checks: the config file's that
     /// have no flag, Redis's that ScaledKV fixes (`save`, `appendonly`,
@@ -377,6 +391,8 @@ impl Default for Config {
             logfile: None,
             pidfile: None,
             daemonize: false,
+            unixsocket: None,
+            unixsocketperm: 0,
             settings: Vec::new(),
         }
     }
@@ -453,7 +469,15 @@ impl Config {
         };
         // "" is unset, as in Redis.
         let path = |path: Option<String>| path.filter(|path| !path.is_empty()).map(PathBuf::from);
+        let unixsocketperm = match cli.unixsocketperm.or(file.unixsocketperm) {
+            Some(text) => {
+                parse_mode(&text).ok_or_else(|| format!("unixsocketperm {text:?}: not a mode in octal up to 777"))?
+            }
+            None => 0,
+        };
         let config = Config {
+            unixsocket: path(cli.unixsocket.or(file.unixsocket)),
+            unixsocketperm,
             logfile: path(cli.logfile.or(file.logfile)),
             pidfile: path(cli.pidfile.or(file.pidfile)),
             daemonize,
@@ -684,6 +708,11 @@ pub fn replace_file(path: &Path, text: &str) -> std::io::Result<()> {
 fn load_file(path: &Path) -> Result<FileConfig, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// A file mode in octal, as Redis's `unixsocketperm` reads it (0 to 777).
+pub fn parse_mode(text: &str) -> Option<u32> {
+    u32::from_str_radix(text, 8).ok().filter(|&mode| mode <= 0o777)
 }
 
 /// `replicaof`'s "host port".

@@ -1,7 +1,6 @@
 //! One client connection: read what the client sent, run every complete
 //! command in it (a pipeline), send the replies in one write.
 
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -10,6 +9,8 @@ use bytes::{Bytes, BytesMut};
 use parking_lot::Mutex;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+
+use crate::socket::{Peer, Stream};
 
 use crate::commands::{self, Command};
 use crate::keyspace::Stripe;
@@ -42,8 +43,8 @@ fn is_get(args: &[Bytes]) -> bool {
 /// What CLIENT LIST and INFO show about a connection.
 pub struct ClientInfo {
     pub id: u64,
-    pub addr: SocketAddr,
-    pub local: SocketAddr,
+    pub addr: Peer,
+    pub local: Peer,
     pub name: Mutex<Option<String>>,
     pub created: Instant,
     last_active_ms: AtomicU64,
@@ -97,7 +98,7 @@ impl ClientInfo {
         (self.addr.to_string(), self.name.lock().clone().unwrap_or_default())
     }
 
-    pub fn new(id: u64, addr: SocketAddr, local: SocketAddr) -> ClientInfo {
+    pub fn new(id: u64, addr: Peer, local: Peer) -> ClientInfo {
         ClientInfo {
             id,
             addr,
@@ -197,6 +198,9 @@ impl ClientInfo {
             }
             None => -1,
         };
+        if self.addr.is_unix() {
+            flags.push('U');
+        }
         if flags.is_empty() {
             flags.push('N');
         }
@@ -350,12 +354,13 @@ impl ConnState {
     }
 }
 
-pub async fn serve(shared: Arc<Shared>, mut stream: TcpStream, addr: SocketAddr) {
-    let _ = stream.set_nodelay(true);
-    if let Ok(secs) = shared.redis_params.value("tcp-keepalive").parse() {
-        keep_alive(&stream, secs);
+pub async fn serve(shared: Arc<Shared>, mut stream: Stream, addr: Peer, local: Peer) {
+    if let Some(tcp) = stream.tcp() {
+        let _ = tcp.set_nodelay(true);
+        if let Ok(secs) = shared.redis_params.value("tcp-keepalive").parse() {
+            keep_alive(tcp, secs);
+        }
     }
-    let local = stream.local_addr().unwrap_or(addr);
     let id = shared.next_client_id.fetch_add(1, Ordering::Relaxed);
     let mut conn = ConnState::register(&shared, id, addr, local);
     let mut ended = run(&shared, &mut stream, &mut conn).await;
@@ -373,7 +378,7 @@ pub async fn serve(shared: Arc<Shared>, mut stream: TcpStream, addr: SocketAddr)
 
 impl ConnState {
     /// A new connection's state, listed in CLIENT LIST.
-    pub fn register(shared: &Shared, id: u64, addr: SocketAddr, local: SocketAddr) -> ConnState {
+    pub fn register(shared: &Shared, id: u64, addr: Peer, local: Peer) -> ConnState {
         let state = ConnState::detached(id, addr, local);
         shared.clients.lock().insert(id, state.info.clone());
         ConnState { authenticated: shared.users.default_open(), ..state }
@@ -381,7 +386,7 @@ impl ConnState {
 
     /// A state no connection has and CLIENT LIST does not show (the one
     /// an RDB export reads through); not authenticated.
-    pub fn detached(id: u64, addr: SocketAddr, local: SocketAddr) -> ConnState {
+    pub fn detached(id: u64, addr: Peer, local: Peer) -> ConnState {
         ConnState {
             info: Arc::new(ClientInfo::new(id, addr, local)),
             authenticated: false,
@@ -435,7 +440,7 @@ impl ConnState {
 /// hangs up while it waits takes nothing: false, and the connection ends.
 async fn wait_blocked<'s>(
     shared: &'s Shared,
-    stream: &mut TcpStream,
+    stream: &mut Stream,
     conn: &mut ConnState,
     out: &mut Out,
     run: &mut commands::Run<'s>,
@@ -496,7 +501,7 @@ impl Drop for InLine<'_, '_> {
 
 async fn wait_in_line<'s>(
     shared: &'s Shared,
-    stream: &mut TcpStream,
+    stream: &mut Stream,
     conn: &mut ConnState,
     out: &mut Out,
     run: &mut commands::Run<'s>,
@@ -559,7 +564,7 @@ async fn wait_in_line<'s>(
 /// pushes wake it).
 const POLL_BLOCKED: std::time::Duration = std::time::Duration::from_millis(100);
 
-async fn run(shared: &Shared, stream: &mut TcpStream, conn: &mut ConnState) -> std::io::Result<()> {
+async fn run(shared: &Shared, stream: &mut Stream, conn: &mut ConnState) -> std::io::Result<()> {
     let mut input = BytesMut::with_capacity(READ_CHUNK);
     let mut out = Out::new(Protocol::Resp2);
     let mut shutdown = shared.shutdown.subscribe();
@@ -694,11 +699,7 @@ async fn run(shared: &Shared, stream: &mut TcpStream, conn: &mut ConnState) -> s
 
 /// Reads what the client sent into `input`: an error once `idle` passes
 /// without a byte (the `timeout` setting).
-pub async fn read_within(
-    stream: &mut TcpStream,
-    input: &mut BytesMut,
-    idle: Option<Duration>,
-) -> std::io::Result<usize> {
+pub async fn read_within(stream: &mut Stream, input: &mut BytesMut, idle: Option<Duration>) -> std::io::Result<usize> {
     match idle {
         Some(limit) => tokio::time::timeout(limit, stream.read_buf(input))
             .await
@@ -708,7 +709,7 @@ pub async fn read_within(
 }
 
 /// Sends the replies in `out` and empties it.
-pub async fn write_out(shared: &Shared, stream: &mut TcpStream, out: &mut Out) -> std::io::Result<()> {
+pub async fn write_out(shared: &Shared, stream: &mut Stream, out: &mut Out) -> std::io::Result<()> {
     shared.stats.net_output_bytes.fetch_add(out.buf.len() as u64, Ordering::Relaxed);
     stream.write_all(&out.buf).await?;
     out.buf.clear();
@@ -723,7 +724,7 @@ pub async fn write_out(shared: &Shared, stream: &mut TcpStream, out: &mut Out) -
 /// comes while the mailbox holds it. False if closed.
 async fn write_to_subscriber(
     shared: &Shared,
-    stream: &mut TcpStream,
+    stream: &mut Stream,
     conn: &ConnState,
     out: &mut Out,
 ) -> std::io::Result<bool> {
@@ -757,7 +758,7 @@ async fn write_to_subscriber(
 
 /// Refuses a connection over `maxclients` with Redis's message (memcached's
 /// on its port).
-pub async fn refuse(mut stream: TcpStream, wire: crate::io_threads::Wire) {
+pub async fn refuse(mut stream: Stream, wire: crate::io_threads::Wire) {
     let message: &[u8] = match wire {
         crate::io_threads::Wire::Resp => b"-ERR max number of clients reached\r\n",
         crate::io_threads::Wire::Memcached => b"ERROR Too many open connections\r\n",
@@ -766,7 +767,7 @@ pub async fn refuse(mut stream: TcpStream, wire: crate::io_threads::Wire) {
 }
 
 /// Redis 7.0's refusal of a client protected mode keeps out.
-pub async fn refuse_protected(mut stream: TcpStream) {
+pub async fn refuse_protected(mut stream: Stream) {
     const DENIED: &str = "-DENIED Redis is running in protected mode because protected mode is enabled and no \
         password is set for the default user. In this mode connections are only accepted from the loopback \
         interface. If you want to connect from external computers to Redis you may adopt one of the following \

@@ -15,15 +15,14 @@
 //! to move a thread's other connections elsewhere while a write collects a
 //! piece of GC (`commands::commit`).
 
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use tokio::net::TcpStream;
 use tokio::runtime::Runtime;
 
 use crate::conn;
 use crate::server::Shared;
+use crate::socket::{Peer, Stream};
 
 struct IoThread {
     /// Taken when the thread stops (`Drop`).
@@ -73,7 +72,7 @@ impl IoThreads {
 
     /// Hands `stream` (accepted on another runtime) to the least loaded
     /// thread, which serves it until it closes.
-    pub fn serve(&self, shared: Arc<Shared>, stream: TcpStream, addr: SocketAddr, wire: Wire) {
+    pub fn serve(&self, shared: Arc<Shared>, stream: Stream, (addr, local): (Peer, Peer), wire: Wire) {
         let thread = self.threads.iter().min_by_key(|t| t.connections.load(Ordering::Relaxed)).expect("one thread");
         // The socket leaves the accepting runtime's poller here and joins
         // the chosen thread's in `from_std`, on that thread.
@@ -89,10 +88,10 @@ impl IoThreads {
         connections.fetch_add(1, Ordering::Relaxed);
         let runtime = thread.runtime.as_ref().expect("running until dropped");
         runtime.spawn(async move {
-            match TcpStream::from_std(stream) {
+            match stream.into_tokio() {
                 Ok(stream) => match wire {
-                    Wire::Resp => conn::serve(shared, stream, addr).await,
-                    Wire::Memcached => crate::memcache::serve(shared, stream, addr).await,
+                    Wire::Resp => conn::serve(shared, stream, addr, local).await,
+                    Wire::Memcached => crate::memcache::serve(shared, stream, addr, local).await,
                 },
                 Err(error) => {
                     tracing::warn!(%error, %addr, "cannot register the connection");

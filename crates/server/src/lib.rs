@@ -63,6 +63,7 @@ pub mod script;
 pub mod server;
 pub mod shutdown;
 pub mod slowlog;
+pub mod socket;
 pub mod stream;
 pub mod tracking;
 pub mod waiters;

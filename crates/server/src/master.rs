@@ -54,7 +54,6 @@
 //! new history's start (`promote`): the master's other replicas behind
 //! this one go on from it.
 
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -62,7 +61,6 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use parking_lot::{Condvar, Mutex};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 use tokio::sync::watch;
 
 use crate::conn::{ClientInfo, ConnState};
@@ -72,6 +70,7 @@ use crate::rdb_sync::{random_hex, until_killed};
 use crate::resp::request::put_request;
 use crate::resp::{Out, Protocol};
 use crate::server::Shared;
+use crate::socket::{self, Peer};
 
 /// Redis's `repl-backlog-size` default.
 pub const DEFAULT_BACKLOG_BYTES: usize = 1 << 20;
@@ -1385,7 +1384,7 @@ impl Master {
             }
         }
         if let Some(snapshot) = snapshot.filter(|_| read(&keys)) {
-            let mut conn = ConnState::detached(0, local(), local());
+            let mut conn = ConnState::detached(0, Peer::LOOPBACK, Peer::LOOPBACK);
             conn.authenticated = true;
             let mut out = Out::new(Protocol::Resp2);
             let mut writes = Writes::new(false);
@@ -1542,10 +1541,8 @@ impl Master {
     /// it is online, and the offset it acknowledged.
     pub fn replica_ack(&self, host: &str, port: u16) -> Option<(bool, i64)> {
         let stream = self.stream.lock();
-        let replica = stream
-            .replicas
-            .iter()
-            .find(|r| r.port == port && r.client.addr.ip().to_string().eq_ignore_ascii_case(host))?;
+        let replica =
+            stream.replicas.iter().find(|r| r.port == port && r.client.addr.host().eq_ignore_ascii_case(host))?;
         Some((replica.online.load(Ordering::Acquire), replica.acked.load(Ordering::Acquire)))
     }
 
@@ -1563,7 +1560,7 @@ impl Master {
             .replicas
             .iter()
             .find(|r| r.online.load(Ordering::Acquire) && r.acked.load(Ordering::Acquire) >= offset as i64)
-            .map(|r| (r.client.addr.ip().to_string(), r.port))
+            .map(|r| (r.client.addr.host(), r.port))
     }
 
     /// Adds `client` to those woken by acknowledgements (WAIT).
@@ -1599,7 +1596,7 @@ impl Master {
             .replicas
             .iter()
             .filter(|r| r.online.load(Ordering::Acquire))
-            .map(|r| (r.client.addr.ip().to_string(), r.port, r.acked.load(Ordering::Acquire).max(0)))
+            .map(|r| (r.client.addr.host(), r.port, r.acked.load(Ordering::Acquire).max(0)))
             .collect();
         (stream.end(), replicas)
     }
@@ -1621,7 +1618,7 @@ impl Master {
             let _ = write!(
                 text,
                 "slave{i}:ip={},port={},state={state},offset={},lag={}\r\n",
-                replica.client.addr.ip(),
+                replica.client.addr.host(),
                 replica.port,
                 replica.acked.load(Ordering::Acquire).max(0),
                 replica.acked_at.lock().elapsed().as_secs(),
@@ -1775,10 +1772,6 @@ impl Transactions {
     }
 }
 
-fn local() -> SocketAddr {
-    SocketAddr::from(([127, 0, 0, 1], 0))
-}
-
 /// The file, in the data directory, where a master stopped cleanly keeps
 /// its replication history for the next start.
 const HISTORY_FILE: &str = "replication-history";
@@ -1869,7 +1862,7 @@ pub struct Psync {
 pub async fn serve(
     shared: Arc<Shared>,
     client: &Arc<ClientInfo>,
-    stream: &mut TcpStream,
+    stream: &mut socket::Stream,
     psync: Psync,
 ) -> std::io::Result<()> {
     let master = shared.master.clone();
@@ -1902,7 +1895,7 @@ pub async fn serve(
 async fn serve_registered(
     shared: &Arc<Shared>,
     replica: &Arc<Replica>,
-    stream: &mut TcpStream,
+    stream: &mut socket::Stream,
     psync: Psync,
 ) -> std::io::Result<()> {
     let master = &shared.master;
@@ -1945,7 +1938,7 @@ async fn serve_registered(
 async fn full_sync(
     shared: &Arc<Shared>,
     replica: &Arc<Replica>,
-    stream: &mut TcpStream,
+    stream: &mut socket::Stream,
     psync: bool,
 ) -> std::io::Result<Option<u64>> {
     let (pieces, arriving) = tokio::sync::mpsc::channel::<Vec<u8>>(2);
@@ -2005,14 +1998,14 @@ async fn full_sync(
 async fn follow(
     shared: &Shared,
     replica: &Replica,
-    stream: &mut TcpStream,
+    stream: &mut socket::Stream,
     mut from: u64,
     after_file: bool,
 ) -> std::io::Result<()> {
     let master = &shared.master;
     let mut ends = master.end.subscribe();
     let mut shutdown = shared.shutdown.subscribe();
-    let (mut reader, mut writer) = stream.split();
+    let (mut reader, mut writer) = tokio::io::split(stream);
     let mut input = BytesMut::with_capacity(4096);
     let client = &replica.client;
     loop {

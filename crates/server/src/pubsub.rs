@@ -514,7 +514,11 @@ mod tests {
     use super::*;
 
     fn client(id: u64) -> Arc<ClientInfo> {
-        Arc::new(ClientInfo::new(id, "127.0.0.1:1".parse().unwrap(), "127.0.0.1:2".parse().unwrap()))
+        Arc::new(ClientInfo::new(
+            id,
+            crate::socket::Peer::Tcp("127.0.0.1:1".parse().unwrap()),
+            crate::socket::Peer::Tcp("127.0.0.1:2".parse().unwrap()),
+        ))
     }
 
     /// A client subscribed to `channel`, and its connection's subscriptions.

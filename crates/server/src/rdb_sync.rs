@@ -16,13 +16,13 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use tokio::io::AsyncWriteExt;
-use tokio::net::TcpStream;
 
 use crate::commands::args::{eq, parse_i64};
 use crate::commands::dump::export::Exported;
 use crate::commands::{err, CmdError, CmdResult, Ctx};
 use crate::conn::ClientInfo;
 use crate::server::Shared;
+use crate::socket::Stream;
 
 /// The export's pieces: large enough that a write to the socket is cheap
 /// per byte, small enough that a few in flight cost little memory.
@@ -153,7 +153,7 @@ fn take_over(ctx: &mut Ctx<'_>, replid: &[u8]) -> Result<(), CmdError> {
 pub async fn send(
     shared: Arc<Shared>,
     client: &ClientInfo,
-    stream: &mut TcpStream,
+    stream: &mut Stream,
     transfer: Transfer,
 ) -> std::io::Result<()> {
     let mark = random_hex();
@@ -190,7 +190,7 @@ pub async fn send(
 pub(crate) async fn forward_file(
     shared: &Shared,
     client: &ClientInfo,
-    stream: &mut TcpStream,
+    stream: &mut Stream,
     mut arriving: tokio::sync::mpsc::Receiver<Vec<u8>>,
     job: tokio::task::JoinHandle<Result<Option<Exported>, CmdError>>,
     mark: &str,

@@ -195,7 +195,6 @@ const KEPT: &[&str] = &[
     "syslog-ident",
     "syslog-facility",
     "oom-score-adj-values",
-    "unixsocketperm",
     // Cluster settings do nothing while cluster-enabled is no, nor TLS
     // settings while tls-port is 0, in Redis too.
     "cluster-allow-pubsubshard-when-down",
@@ -345,7 +344,6 @@ fn fixed_reason(param: &Param) -> String {
     let why = match name {
         "cluster-enabled" => "ScaledKV has no cluster mode (twemproxy shards it: see the README)",
         "tls-port" => "ScaledKV serves no TLS",
-        "unixsocket" => "ScaledKV listens on TCP only",
         "maxmemory-clients" => "ScaledKV does not evict clients",
         "supervised" => "ScaledKV does not talk to upstart or systemd (run it as a simple service)",
         "syslog-enabled" => "ScaledKV logs to stderr or its logfile",

@@ -59,6 +59,7 @@ use crate::commands::dump::rdb::{Item, RdbFile};
 use crate::conn::ConnState;
 use crate::resp::{Out, Protocol};
 use crate::server::Shared;
+use crate::socket::Peer;
 
 /// Redis's `repl-timeout`: a link silent this long is broken (the master
 /// pings every 10 s).
@@ -645,7 +646,7 @@ impl<'s> Link<'s> {
         // No replica of this one takes a snapshot half way through.
         let _committing = shared.master.committing().await;
         let failed_before = shared.replication.status.lock().failed;
-        let mut runner = Runner::new(shared, self.stream.peer_addr()?, self.stream.local_addr()?);
+        let mut runner = Runner::new(shared, Peer::Tcp(self.stream.peer_addr()?), Peer::Tcp(self.stream.local_addr()?));
         // The stored position goes before the old data (FLUSHALL keeps the
         // server's settings): a restart in the middle syncs in full.
         forget_position(shared).map_err(|error| Ended::Failed(format!("cannot forget the old position: {error}")))?;
@@ -686,7 +687,7 @@ impl<'s> Link<'s> {
     /// Runs the master's command stream until the link ends.
     async fn follow(&mut self) -> Linked<()> {
         let shared = self.shared;
-        let mut runner = Runner::new(shared, self.stream.peer_addr()?, self.stream.local_addr()?);
+        let mut runner = Runner::new(shared, Peer::Tcp(self.stream.peer_addr()?), Peer::Tcp(self.stream.local_addr()?));
         let limits = crate::resp::Limits {
             max_bulk_bytes: usize::MAX,
             max_args: usize::MAX,
@@ -859,7 +860,7 @@ pub(crate) struct Runner<'s> {
 }
 
 impl<'s> Runner<'s> {
-    pub(crate) fn new(shared: &'s Shared, master: std::net::SocketAddr, local: std::net::SocketAddr) -> Runner<'s> {
+    pub(crate) fn new(shared: &'s Shared, master: Peer, local: Peer) -> Runner<'s> {
         let id = shared.next_client_id.fetch_add(1, Ordering::Relaxed);
         // Unregistering counts it out.
         shared.connected.fetch_add(1, Ordering::AcqRel);
@@ -881,8 +882,7 @@ impl<'s> Runner<'s> {
     /// A runner for `--import-rdb` (`crate::rdb_import`): listed as the
     /// master's link while it runs, its failures not counted as the link's.
     pub(crate) fn for_import(shared: &'s Shared) -> Runner<'s> {
-        let here = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
-        let mut runner = Runner::new(shared, here, here);
+        let mut runner = Runner::new(shared, Peer::LOOPBACK, Peer::LOOPBACK);
         runner.counted = false;
         runner
     }

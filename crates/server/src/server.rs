@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Mutex, RwLock};
 use scaledkv::Db;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::watch;
 
 use crate::commands::Cursors;
@@ -16,6 +16,7 @@ use crate::config::Config;
 use crate::conn::{self, ClientInfo};
 use crate::io_threads::{IoThreads, Wire};
 use crate::keyspace::KeyLocks;
+use crate::socket::{Peer, Stream};
 
 #[derive(Default)]
 pub struct ServerStats {
@@ -264,10 +265,24 @@ async fn every(shared: Arc<Shared>, period: Duration, tick: impl Fn(&Shared)) {
 /// checkpoint so the next start is fast.
 pub async fn run(config: Config, db: Db) -> Result<(), String> {
     let backlog = listen_backlog(&config)?;
-    let listener = listen(&config.bind, config.port, backlog)
-        .await
-        .map_err(|e| format!("cannot listen on {}:{}: {e}", config.bind, config.port))?;
-    let port = listener.local_addr().map_err(|e| e.to_string())?.port();
+    let unix = match &config.unixsocket {
+        Some(path) => Some(listen_unix(path, config.unixsocketperm, backlog)?),
+        None => None,
+    };
+    // As Redis's `port 0` beside a `unixsocket`: no TCP port (without
+    // one, ScaledKV's 0 picks a free port).
+    let listener = match (config.port, &unix) {
+        (0, Some(_)) => None,
+        _ => Some(
+            listen(&config.bind, config.port, backlog)
+                .await
+                .map_err(|e| format!("cannot listen on {}:{}: {e}", config.bind, config.port))?,
+        ),
+    };
+    let port = match &listener {
+        Some(listener) => listener.local_addr().map_err(|e| e.to_string())?.port(),
+        None => 0,
+    };
     let (shutdown, _) = watch::channel(false);
     let commit_thread = db.persist_waits_for_device().then(CommitSignal::default);
     // Before the server's own writes move the engine's sequence number.
@@ -391,7 +406,12 @@ pub async fn run(config: Config, db: Db) -> Result<(), String> {
     tokio::spawn(crate::shutdown::supervise(shared.clone()));
     shared.saves.saved_seq.store(shared.db.stats().last_seq, Ordering::Relaxed);
     tokio::spawn(crate::rdb_save::background_saves(shared.clone()));
-    tracing::info!(bind = %shared.config.bind, port, "ready to accept connections");
+    match &unix {
+        Some((_, path)) => {
+            tracing::info!(bind = %shared.config.bind, port, unixsocket = path, "ready to accept connections")
+        }
+        None => tracing::info!(bind = %shared.config.bind, port, "ready to accept connections"),
+    }
     if let Some(path) = &shared.config.port_file {
         std::fs::write(path, port.to_string()).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     }
@@ -409,7 +429,12 @@ pub async fn run(config: Config, db: Db) -> Result<(), String> {
         crate::rdb_import::import(&shared, &path).await?;
     }
     let io = IoThreads::start(shared.config.io_threads()).map_err(|e| format!("cannot start the I/O threads: {e}"))?;
-    accept_until_shutdown(&shared, listener, memcached, &io).await;
+    let listeners = Listeners { resp: listener, unix, memcached };
+    accept_until_shutdown(&shared, &listeners, &io).await;
+    if let Some((_, path)) = listeners.unix {
+        tracing::info!(path, "removing the unix socket file");
+        let _ = std::fs::remove_file(path);
+    }
     // Let connections finish the command they are running.
     let deadline = Instant::now() + Duration::from_secs(5);
     while shared.connected.load(Ordering::Acquire) > 0 && Instant::now() < deadline {
@@ -427,34 +452,48 @@ pub async fn run(config: Config, db: Db) -> Result<(), String> {
     Ok(())
 }
 
-async fn accept_until_shutdown(
-    shared: &Arc<Shared>,
-    listener: TcpListener,
+/// The sockets clients connect to.
+struct Listeners {
+    /// RESP over TCP: none with a Unix socket and port 0.
+    resp: Option<TcpListener>,
+    /// RESP over a Unix socket (`unixsocket`), and its path.
+    unix: Option<(UnixListener, &'static str)>,
     memcached: Option<TcpListener>,
-    io: &IoThreads,
-) {
+}
+
+/// A connection accepted on `listener` (never, without one), with its
+/// peer and local addresses.
+async fn accept_tcp(listener: &Option<TcpListener>) -> std::io::Result<(Stream, (Peer, Peer))> {
+    let Some(listener) = listener else { return std::future::pending().await };
+    let (stream, addr) = listener.accept().await?;
+    let local = stream.local_addr().unwrap_or(addr);
+    Ok((Stream::Tcp(stream), (Peer::Tcp(addr), Peer::Tcp(local))))
+}
+
+async fn accept_unix(listener: &Option<(UnixListener, &'static str)>) -> std::io::Result<(Stream, (Peer, Peer))> {
+    let Some((listener, path)) = listener else { return std::future::pending().await };
+    let (stream, _) = listener.accept().await?;
+    Ok((Stream::Unix(stream), (Peer::Unix(path), Peer::Unix(path))))
+}
+
+async fn accept_until_shutdown(shared: &Arc<Shared>, listeners: &Listeners, io: &IoThreads) {
     let mut shutdown = shared.shutdown.subscribe();
     let mut terminate = signal(tokio::signal::unix::SignalKind::terminate());
     let mut interrupt = signal(tokio::signal::unix::SignalKind::interrupt());
-    let memcached_accept = || async {
-        match &memcached {
-            Some(listener) => listener.accept().await,
-            None => std::future::pending().await,
-        }
-    };
     loop {
         let (accepted, wire) = tokio::select! {
-            accepted = listener.accept() => (accepted, Wire::Resp),
-            accepted = memcached_accept() => (accepted, Wire::Memcached),
+            accepted = accept_tcp(&listeners.resp) => (accepted, Wire::Resp),
+            accepted = accept_unix(&listeners.unix) => (accepted, Wire::Resp),
+            accepted = accept_tcp(&listeners.memcached) => (accepted, Wire::Memcached),
             // Once the replicas caught up (`crate::shutdown`).
             _ = terminate.recv() => { on_signal(shared, "SIGTERM", "shutdown-on-sigterm"); continue; }
             _ = interrupt.recv() => { on_signal(shared, "SIGINT", "shutdown-on-sigint"); continue; }
             _ = shutdown.changed() => { tracing::info!("SHUTDOWN received"); break; }
         };
         match accepted {
-            Ok((stream, addr)) => {
+            Ok((stream, peers)) => {
                 shared.stats.connections_received.fetch_add(1, Ordering::Relaxed);
-                if wire == Wire::Resp && denied(shared, addr) {
+                if wire == Wire::Resp && denied(shared, peers.0) {
                     shared.stats.rejected_connections.fetch_add(1, Ordering::Relaxed);
                     tokio::spawn(conn::refuse_protected(stream));
                     continue;
@@ -467,7 +506,7 @@ async fn accept_until_shutdown(
                     tokio::spawn(conn::refuse(stream, wire));
                     continue;
                 }
-                io.serve(shared.clone(), stream, addr, wire);
+                io.serve(shared.clone(), stream, peers, wire);
             }
             Err(error) => {
                 // Out of file descriptors and the like: back off, keep serving.
@@ -505,9 +544,41 @@ async fn listen(host: &str, port: u16, backlog: u32) -> std::io::Result<TcpListe
     Err(refused.unwrap_or_else(|| std::io::Error::new(std::io::ErrorKind::NotFound, "the address resolves to nothing")))
 }
 
+/// A listener on the Unix socket at `path`, its file's mode `perm` (0:
+/// the umask's). A socket file left by a server that stopped without
+/// removing it is replaced, as Redis replaces it; one a server still
+/// listens on, or a file that is not a socket, stops the start.
+fn listen_unix(path: &std::path::Path, perm: u32, backlog: u32) -> Result<(UnixListener, &'static str), String> {
+    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+    let shown = path.display();
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        if !meta.file_type().is_socket() {
+            return Err(format!("unixsocket {shown}: the file exists and is not a socket"));
+        }
+        if std::os::unix::net::UnixStream::connect(path).is_ok() {
+            return Err(format!("unixsocket {shown}: another server listens on it"));
+        }
+        std::fs::remove_file(path).map_err(|e| format!("unixsocket {shown}: cannot remove the old socket: {e}"))?;
+    }
+    let listener = tokio::net::UnixSocket::new_stream()
+        .and_then(|socket| {
+            socket.bind(path)?;
+            socket.listen(backlog)
+        })
+        .map_err(|e| format!("cannot listen on the unix socket {shown}: {e}"))?;
+    if perm != 0 {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(perm))
+            .map_err(|e| format!("unixsocketperm {perm:o} on {shown}: {e}"))?;
+    }
+    // Once per server: CLIENT LIST shows it for every client of the socket.
+    Ok((listener, Box::leak(shown.to_string().into_boxed_str())))
+}
+
 /// Protected mode refuses a client: it is on, the `default` user has no
 /// password, and the client is not on this host's loopback interface.
-fn denied(shared: &Shared, addr: std::net::SocketAddr) -> bool {
+fn denied(shared: &Shared, peer: Peer) -> bool {
+    // Clients on this host's Unix socket are served, as in Redis.
+    let Peer::Tcp(addr) = peer else { return false };
     // The users' lock only while protected mode is on.
     shared.protected_mode.load(Ordering::Relaxed) && keeps_out(true, shared.users.default_nopass(), addr.ip())
 }

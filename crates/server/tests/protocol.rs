@@ -999,6 +999,83 @@ fn a_redis_conf_asking_for_what_scaledkv_lacks_stops_the_start() {
     }
 }
 
+/// Redis's `unixsocket`: RESP on a Unix socket beside TCP, or alone with
+/// port 0; clients listed as Redis lists them; the file's mode from
+/// `unixsocketperm`; removed at shutdown, a stale one replaced at start,
+/// one a server still listens on refused.
+#[test]
+fn a_unix_socket_serves_clients_beside_tcp_or_alone() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::net::UnixStream;
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("db");
+    let path = dir.path().join("scaledkv.sock");
+    let shown = path.to_str().unwrap();
+    let connect = || {
+        let stream = UnixStream::connect(&path).expect("the socket takes clients");
+        stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        stream
+    };
+    let ask = |stream: &mut UnixStream, args: &[&[u8]]| String::from_utf8(request(stream, &encode(args))).unwrap();
+    let port = common::free_port();
+    let mut server = Server::start_at(&data, port, &["--unixsocket", shown, "--unixsocketperm", "700"]);
+    assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o700);
+    let mut unix = connect();
+    assert_eq!(ask(&mut unix, &[b"SET", b"k", b"over the socket"]), "+OK\r\n");
+    let mut tcp = server.connect();
+    assert_eq!(request(&mut tcp, &encode(&[b"GET", b"k"])), b"$15\r\nover the socket\r\n");
+    let info = ask(&mut unix, &[b"CLIENT", b"INFO"]);
+    assert!(info.contains(&format!(" addr={shown}:0 laddr={shown}:0 ")), "{info}");
+    assert!(info.contains(" flags=U "), "{info}");
+    let info = String::from_utf8(request(&mut tcp, &encode(&[b"CLIENT", b"INFO"]))).unwrap();
+    assert!(info.contains(" flags=N "), "a TCP client: {info}");
+    let got = ask(&mut unix, &[b"CONFIG", b"GET", b"unixsocket*"]);
+    let expected =
+        format!("*4\r\n$10\r\nunixsocket\r\n${}\r\n{shown}\r\n$14\r\nunixsocketperm\r\n$3\r\n700\r\n", shown.len());
+    assert_eq!(got, expected);
+    assert_eq!(
+        ask(&mut unix, &[b"CONFIG", b"SET", b"unixsocketperm", b"777"]),
+        "-ERR CONFIG SET failed (possibly related to argument 'unixsocketperm') - can't set immutable config\r\n"
+    );
+    // Through a client library's unix:// address.
+    let mut con = redis::Client::open(format!("unix://{shown}")).unwrap().get_connection().unwrap();
+    let value: String = con.get("k").unwrap();
+    assert_eq!(value, "over the socket");
+    drop((unix, tcp, con));
+    // A second server on a socket that is in use does not start.
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_scaledkv-server"))
+        .args(["--port", "0", "--unixsocket", shown, "--dir"])
+        .arg(dir.path().join("other"))
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("another server listens on it"));
+    assert!(server.terminate());
+    assert!(!path.exists(), "removed at shutdown");
+    // Port 0 beside a socket: the socket alone, as Redis's `port 0`. A
+    // socket file a killed server left is replaced.
+    let mut server = Server::start(&data, &["--unixsocket", shown]);
+    server.kill();
+    assert!(path.exists(), "a killed server leaves its socket file");
+    let server = Server::start(&data, &["--unixsocket", shown]);
+    assert_eq!(server.port, 0, "no TCP port");
+    let mut unix = connect();
+    assert_eq!(ask(&mut unix, &[b"GET", b"k"]), "$15\r\nover the socket\r\n", "kept across restarts");
+    assert!(ask(&mut unix, &[b"INFO", b"server"]).contains("\r\ntcp_port:0\r\n"));
+    // A file that is not a socket is left alone.
+    drop((unix, server));
+    std::fs::remove_file(&path).unwrap();
+    std::fs::write(&path, "not a socket").unwrap();
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_scaledkv-server"))
+        .args(["--port", "0", "--unixsocket", shown, "--dir"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("is not a socket"));
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), "not a socket");
+}
+
 /// A setting in the config file that CONFIG SET would refuse stops the
 /// start with CONFIG SET's reason.
 #[test]

@@ -411,9 +411,9 @@ fn no_script_or_argument_crashes_the_server() {
             let mut words: Vec<&[u8]> = vec![b"EVAL", &body, &numkeys];
             words.extend(rest.iter().map(Vec::as_slice));
             let mut stream = stream.borrow_mut();
-            let reply = request(&mut stream, &encode(&words));
+            let reply = request(&mut *stream, &encode(&words));
             prop_assert!(!reply.is_empty());
-            prop_assert_eq!(request(&mut stream, b"PING\r\n"), b"+PONG\r\n".to_vec());
+            prop_assert_eq!(request(&mut *stream, b"PING\r\n"), b"+PONG\r\n".to_vec());
             Ok(())
         })
         .unwrap();

@@ -1134,6 +1134,8 @@ fn own_parameters(shared: &Shared) -> Vec<(&'static str, String)> {
         ("logfile", path_text(&config.logfile)),
         ("pidfile", path_text(&config.pidfile)),
         ("daemonize", if config.daemonize { "yes" } else { "no" }.into()),
+        ("unixsocket", path_text(&config.unixsocket)),
+        ("unixsocketperm", format!("{:o}", config.unixsocketperm)),
         ("latency-tracking", if crate::commandstats::tracking() { "yes" } else { "no" }.into()),
         ("latency-tracking-info-percentiles", {
             let percentiles = crate::commandstats::percentiles();
@@ -1512,7 +1514,7 @@ pub fn config_set(shared: &Shared, name: &str, value: &[u8]) -> CmdResult {
             }
         }
         "databases" | "bind" | "port" | "dir" | "durability" | "gc-space-amp" | "io-threads" | "logfile"
-        | "pidfile" | "daemonize" => {
+        | "pidfile" | "daemonize" | "unixsocket" | "unixsocketperm" => {
             return Err(err(format!(
                 "ERR CONFIG SET failed (possibly related to argument '{name}') - can't set immutable config"
             )))

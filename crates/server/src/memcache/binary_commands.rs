@@ -14,7 +14,6 @@
 //! `-S` does.
 
 use bytes::Bytes;
-use tokio::net::TcpStream;
 
 use super::binary::{self, failure, op, respond, success, Frame, Parser, Status, Tag};
 use super::commands::{
@@ -29,6 +28,7 @@ use crate::keyspace::TYPE_STRING;
 use crate::notify::{GENERIC, STRING};
 use crate::resp::Out;
 use crate::server::Shared;
+use crate::socket::Stream;
 
 const ONE: (i32, i32, i32) = (1, 1, 1);
 
@@ -82,7 +82,7 @@ fn command_of(tag: &Tag) -> Option<&'static Command> {
 /// protocol, or the server shuts down.
 pub(super) async fn serve<'s>(
     shared: &'s Shared,
-    stream: &mut TcpStream,
+    stream: &mut Stream,
     conn: &mut ConnState,
     io: &mut Io<'s>,
 ) -> std::io::Result<()> {

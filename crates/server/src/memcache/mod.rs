@@ -20,18 +20,17 @@ pub mod commands;
 pub mod meta;
 pub mod request;
 
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use tokio::io::AsyncWriteExt;
-use tokio::net::TcpStream;
 
 use crate::conn::ConnState;
 use crate::resp::{Out, Protocol};
 use crate::server::Shared;
+use crate::socket::{Peer, Stream};
 use request::{Parser, Request};
 
 /// What the memcached side of the server keeps.
@@ -57,9 +56,10 @@ const READ_CHUNK: usize = 16 * 1024;
 
 /// Serves one memcached connection until it quits, closes or breaks the
 /// protocol beyond repair, or the server shuts down.
-pub async fn serve(shared: Arc<Shared>, mut stream: TcpStream, addr: SocketAddr) {
-    let _ = stream.set_nodelay(true);
-    let local = stream.local_addr().unwrap_or(addr);
+pub async fn serve(shared: Arc<Shared>, mut stream: Stream, addr: Peer, local: Peer) {
+    if let Some(tcp) = stream.tcp() {
+        let _ = tcp.set_nodelay(true);
+    }
     let id = shared.next_client_id.fetch_add(1, Ordering::Relaxed);
     let mut conn = ConnState::register(&shared, id, addr, local);
     conn.authenticated = open(&shared);
@@ -88,7 +88,7 @@ impl<'s> Io<'s> {
     pub async fn settle_and_read(
         &mut self,
         shared: &'s Shared,
-        stream: &mut TcpStream,
+        stream: &mut Stream,
         conn: &mut ConnState,
     ) -> std::io::Result<bool> {
         loop {
@@ -127,13 +127,13 @@ impl<'s> Io<'s> {
     }
 
     /// Commits the run and sends every reply: before the connection closes.
-    pub async fn finish(&mut self, shared: &'s Shared, stream: &mut TcpStream) -> std::io::Result<()> {
+    pub async fn finish(&mut self, shared: &'s Shared, stream: &mut Stream) -> std::io::Result<()> {
         self.run.commit(shared, &mut self.out).await;
         stream.write_all(&self.out.buf).await
     }
 
     /// Sends the replies so far once they pile up (the run committed first).
-    pub async fn flush_if_full(&mut self, shared: &'s Shared, stream: &mut TcpStream) -> std::io::Result<()> {
+    pub async fn flush_if_full(&mut self, shared: &'s Shared, stream: &mut Stream) -> std::io::Result<()> {
         if self.out.len() >= OUT_FLUSH_BYTES {
             self.run.commit(shared, &mut self.out).await;
             crate::conn::write_out(shared, stream, &mut self.out).await?;
@@ -142,7 +142,7 @@ impl<'s> Io<'s> {
     }
 }
 
-async fn run(shared: &Shared, stream: &mut TcpStream, conn: &mut ConnState) -> std::io::Result<()> {
+async fn run(shared: &Shared, stream: &mut Stream, conn: &mut ConnState) -> std::io::Result<()> {
     let mut out = Out::new(Protocol::Resp2);
     out.memcached = true;
     let mut io = Io {
@@ -164,7 +164,7 @@ async fn run(shared: &Shared, stream: &mut TcpStream, conn: &mut ConnState) -> s
 /// The text protocol's requests until the connection ends.
 async fn serve_text<'s>(
     shared: &'s Shared,
-    stream: &mut TcpStream,
+    stream: &mut Stream,
     conn: &mut ConnState,
     io: &mut Io<'s>,
 ) -> std::io::Result<()> {

@@ -242,8 +242,9 @@ pub fn encode(args: &[&[u8]]) -> Vec<u8> {
     out
 }
 
-/// Sends raw bytes and reads one complete reply.
-pub fn request(stream: &mut TcpStream, bytes: &[u8]) -> Vec<u8> {
+/// Sends raw bytes and reads one complete reply (over TCP or a Unix
+/// socket).
+pub fn request<S: Read + Write>(stream: &mut S, bytes: &[u8]) -> Vec<u8> {
     stream.write_all(bytes).unwrap();
     read_reply(stream)
 }
@@ -264,18 +265,18 @@ pub fn set_keys(stream: &mut TcpStream, count: usize) {
 }
 
 /// Reads exactly one RESP2/RESP3 reply (nested aggregates included).
-pub fn read_reply(stream: &mut TcpStream) -> Vec<u8> {
+pub fn read_reply<S: Read>(stream: &mut S) -> Vec<u8> {
     try_read_reply(stream).expect("connection closed mid-reply")
 }
 
 /// Like `read_reply`; `None` when the connection ends first.
-pub fn try_read_reply(stream: &mut TcpStream) -> Option<Vec<u8>> {
+pub fn try_read_reply<S: Read>(stream: &mut S) -> Option<Vec<u8>> {
     let mut reply = Vec::new();
     read_value(stream, &mut reply)?;
     Some(reply)
 }
 
-fn read_line(stream: &mut TcpStream, out: &mut Vec<u8>) -> Option<Vec<u8>> {
+fn read_line<S: Read>(stream: &mut S, out: &mut Vec<u8>) -> Option<Vec<u8>> {
     let start = out.len();
     let mut byte = [0u8; 1];
     loop {
@@ -289,7 +290,7 @@ fn read_line(stream: &mut TcpStream, out: &mut Vec<u8>) -> Option<Vec<u8>> {
     }
 }
 
-fn read_value(stream: &mut TcpStream, out: &mut Vec<u8>) -> Option<()> {
+fn read_value<S: Read>(stream: &mut S, out: &mut Vec<u8>) -> Option<()> {
     let line = read_line(stream, out)?;
     let (kind, rest) = (line[0], std::str::from_utf8(&line[1..]).unwrap().to_string());
     match kind {
@@ -450,9 +451,9 @@ where
             let mut args: Vec<&[u8]> = vec![name.as_bytes()];
             args.extend(words.iter().map(Vec::as_slice));
             let mut stream = stream.borrow_mut();
-            let reply = request(&mut stream, &encode(&args));
+            let reply = request(&mut *stream, &encode(&args));
             prop_assert!(!reply.is_empty());
-            prop_assert_eq!(request(&mut stream, b"PING\r\n"), b"+PONG\r\n".to_vec());
+            prop_assert_eq!(request(&mut *stream, b"PING\r\n"), b"+PONG\r\n".to_vec());
             Ok(())
         })
         .unwrap();

@@ -47,7 +47,7 @@ pub fn export(
     file.header();
     file.exported.seq = snapshot.seq();
     let libraries = shared.functions.current();
-    let mut conn = ConnState::detached(0, local(), local());
+    let mut conn = ConnState::detached(0, crate::socket::Peer::LOOPBACK, crate::socket::Peer::LOOPBACK);
     conn.authenticated = true;
     let mut out = Out::new(Protocol::Resp2);
     let mut writes = Writes::new(false);
@@ -100,10 +100,6 @@ fn keys_after(shared: &Shared, after: Option<&[u8]>) -> Vec<Vec<u8>> {
         keys.len() < KEYS_PER_WALK
     });
     keys
-}
-
-fn local() -> std::net::SocketAddr {
-    std::net::SocketAddr::from(([127, 0, 0, 1], 0))
 }
 
 struct Writer {
