@@ -16,6 +16,9 @@ Then the original research's experiment: `redis-benchmark -t set -r 100000
 -n N` for N = 1e3 .. 1e6, durable ScaledKV vs Redis with RDB snapshots and
 with AOF (always).
 
+UNIX_SOCKET=1 runs redis-benchmark over each server's Unix socket
+(`--unixsocket`, `redis-benchmark -s`) instead of TCP.
+
 Every process started here is stopped by its PID. Results are printed and
 appended to bench-results/redis-<timestamp>.md as each table completes.
 """
@@ -41,6 +44,7 @@ SERIES = [int(n) for n in os.environ.get("SERIES", "1000 10000 100000" if QUICK 
 # Set SERIES="" to skip the original experiment.
 CLIENTS = 50
 VALUE = 1024
+UNIX_SOCKET = os.environ.get("UNIX_SOCKET") == "1"
 SERVER = os.path.join(REPO, "target/release/scaledkv-server")
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -139,6 +143,9 @@ class Server:
         shutil.rmtree(self.dir, ignore_errors=True)
         os.makedirs(self.dir)
         self.port = free_port()
+        # Both servers take the same flag; TCP stays on for wait_ready.
+        self.socket = os.path.join(self.dir, "server.sock") if UNIX_SOCKET else None
+        unix = ["--unixsocket", self.socket] if self.socket else []
         if config.startswith("scaledkv"):
             binary = BASELINE if config == "scaledkv-base" else SERVER
             cmd = [binary, "--port", str(self.port), "--dir", self.dir, "--durability", "sync"] + CONFIGS[config]
@@ -147,6 +154,7 @@ class Server:
             cmd = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir]
             cmd += CONFIGS[config]
             env = os.environ
+        cmd += unix
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
         wait_ready(self.port, self.proc)
 
@@ -176,7 +184,9 @@ def run_benchmark(server, n, args):
     """One redis-benchmark run of n requests against `server`: req/s, p50
     and p99 in ms, and the server's CPU µs per request."""
     before = server.cpu_seconds()
-    out = subprocess.run(["redis-benchmark", "-p", str(server.port), "-n", str(n), "--csv"] + args,
+    socket_path = getattr(server, "socket", None)
+    target = ["-s", socket_path] if socket_path else ["-p", str(server.port)]
+    out = subprocess.run(["redis-benchmark"] + target + ["-n", str(n), "--csv"] + args,
                          capture_output=True, text=True, check=True)
     cpu = server.cpu_seconds() - before
     row = out.stdout.strip().splitlines()[-1].replace('"', "").split(",")
@@ -275,7 +285,8 @@ def main_tables():
                                   f"cpu {result['cpu_us']:.2f} us/req", flush=True)
                     finally:
                         server.stop()
-            emit(f"\n### {medium}, -P {pipeline}: -t set,get -n {N} -r {N} -c {CLIENTS} -d {VALUE}, "
+            over = ", over Unix sockets" if UNIX_SOCKET else ""
+            emit(f"\n### {medium}, -P {pipeline}: -t set,get -n {N} -r {N} -c {CLIENTS} -d {VALUE}{over}, "
                  f"median of {REPEATS}\n")
             emit(f"Host CPU steal during these runs: {hoststeal.percent_since(steal_from):.1f}%\n")
             emit("| server | test | req/s | p50 ms | p99 ms | server CPU µs/req | vs redis-none | vs redis-always |")
