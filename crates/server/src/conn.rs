@@ -10,13 +10,12 @@ use parking_lot::Mutex;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::socket::{Peer, Stream};
-
 use crate::commands::{self, Command};
 use crate::keyspace::Stripe;
 use crate::pubsub::{Class, Mailbox, Subscriptions};
 use crate::resp::{self, Out, Protocol};
 use crate::server::Shared;
+use crate::socket::{Peer, Stream};
 
 /// Flush replies early when this much is pending, so a long pipeline of
 /// large GETs does not hold everything in memory.
@@ -761,6 +760,8 @@ async fn write_to_subscriber(
 pub async fn refuse(mut stream: Stream, wire: crate::io_threads::Wire) {
     let message: &[u8] = match wire {
         crate::io_threads::Wire::Resp => b"-ERR max number of clients reached\r\n",
+        // Plain text would be garbage inside TLS: closed without a word.
+        crate::io_threads::Wire::RespTls => return,
         crate::io_threads::Wire::Memcached => b"ERROR Too many open connections\r\n",
     };
     let _ = stream.write_all(message).await;

@@ -51,6 +51,8 @@ pub struct IoThreads {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Wire {
     Resp,
+    /// RESP after a TLS handshake, which the I/O thread runs.
+    RespTls,
     Memcached,
 }
 
@@ -91,6 +93,10 @@ impl IoThreads {
             match stream.into_tokio() {
                 Ok(stream) => match wire {
                     Wire::Resp => conn::serve(shared, stream, addr, local).await,
+                    Wire::RespTls => match shake_hands(&shared, stream, addr).await {
+                        Some(stream) => conn::serve(shared, stream, addr, local).await,
+                        None => drop(shared.connected.fetch_sub(1, Ordering::AcqRel)),
+                    },
                     Wire::Memcached => crate::memcache::serve(shared, stream, addr, local).await,
                 },
                 Err(error) => {
@@ -106,6 +112,19 @@ impl IoThreads {
     /// they had their chance to finish (`server::run`).
     pub fn stop(self) {
         drop(self);
+    }
+}
+
+/// A TLS client's handshake with the context serving now; None (the
+/// connection closes) when it fails.
+async fn shake_hands(shared: &Shared, stream: Stream, addr: Peer) -> Option<Stream> {
+    let (Stream::Tcp(tcp), Some(acceptor)) = (stream, shared.tls.acceptor()) else { return None };
+    match crate::tls::handshake(acceptor, tcp).await {
+        Ok(tls) => Some(Stream::Tls(Box::new(tls))),
+        Err(error) => {
+            tracing::debug!(%addr, %error, "TLS handshake failed");
+            None
+        }
     }
 }
 

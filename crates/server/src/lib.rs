@@ -65,6 +65,7 @@ pub mod shutdown;
 pub mod slowlog;
 pub mod socket;
 pub mod stream;
+pub mod tls;
 pub mod tracking;
 pub mod waiters;
 pub mod write_gate;

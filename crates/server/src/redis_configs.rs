@@ -195,8 +195,13 @@ const KEPT: &[&str] = &[
     "syslog-ident",
     "syslog-facility",
     "oom-score-adj-values",
-    // Cluster settings do nothing while cluster-enabled is no, nor TLS
-    // settings while tls-port is 0, in Redis too.
+    // TLS (`crate::tls`): the port, read at start; the context's settings,
+    // read at start and whenever CONFIG SET changes one; the client
+    // certificate for connections ScaledKV would make over TLS, which it
+    // makes none of (tls-replication is no), and the cluster's.
+    "tls-port",
+    // Cluster settings do nothing while cluster-enabled is no, in Redis
+    // too.
     "cluster-allow-pubsubshard-when-down",
     "cluster-allow-reads-when-down",
     "cluster-allow-replica-migration",
@@ -218,18 +223,12 @@ const KEPT: &[&str] = &[
     "tls-ca-cert-dir",
     "tls-ca-cert-file",
     "tls-cert-file",
-    "tls-ciphers",
-    "tls-ciphersuites",
     "tls-client-cert-file",
     "tls-client-key-file",
-    "tls-client-key-file-pass",
     "tls-cluster",
-    "tls-dh-params-file",
     "tls-key-file",
-    "tls-key-file-pass",
     "tls-prefer-server-ciphers",
     "tls-protocols",
-    "tls-replication",
     "tls-session-cache-size",
     "tls-session-cache-timeout",
     "tls-session-caching",
@@ -343,7 +342,12 @@ fn fixed_reason(param: &Param) -> String {
     let name = param.name.as_str();
     let why = match name {
         "cluster-enabled" => "ScaledKV has no cluster mode (twemproxy shards it: see the README)",
-        "tls-port" => "ScaledKV serves no TLS",
+        "tls-ciphers" | "tls-ciphersuites" => {
+            "ScaledKV's TLS (rustls) offers its own suites and reads no OpenSSL cipher lists"
+        }
+        "tls-dh-params-file" => "ScaledKV's TLS (rustls) has no DHE key exchange",
+        "tls-key-file-pass" | "tls-client-key-file-pass" => "ScaledKV reads only unencrypted PEM keys",
+        "tls-replication" => "ScaledKV's links to a master and MIGRATE's connections are plain TCP",
         "maxmemory-clients" => "ScaledKV does not evict clients",
         "supervised" => "ScaledKV does not talk to upstart or systemd (run it as a simple service)",
         "syslog-enabled" => "ScaledKV logs to stderr or its logfile",

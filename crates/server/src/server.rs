@@ -94,6 +94,8 @@ pub struct Shared {
     pub pending: Arc<crate::pending::Pending>,
     /// Blocked clients in line per key (`crate::waiters`).
     pub waiters: crate::waiters::Waiters,
+    /// The context TLS clients are accepted with (`tls-port`).
+    pub tls: crate::tls::Tls,
     /// Who listens to which channel (`crate::pubsub`).
     pub pubsub: crate::pubsub::PubSub,
     /// Client-side caching: who may have cached which keys.
@@ -269,10 +271,19 @@ pub async fn run(config: Config, db: Db) -> Result<(), String> {
         Some(path) => Some(listen_unix(path, config.unixsocketperm, backlog)?),
         None => None,
     };
-    // As Redis's `port 0` beside a `unixsocket`: no TCP port (without
-    // one, ScaledKV's 0 picks a free port).
-    let listener = match (config.port, &unix) {
-        (0, Some(_)) => None,
+    let tls_port = tls_port(&config)?;
+    let tls = match tls_port {
+        0 => None,
+        port => Some(
+            listen(&config.bind, port, backlog)
+                .await
+                .map_err(|e| format!("cannot listen for TLS on {}:{port}: {e}", config.bind))?,
+        ),
+    };
+    // As Redis's `port 0` beside a `unixsocket` or a `tls-port`: no plain
+    // TCP port (without either, ScaledKV's 0 picks a free port).
+    let listener = match (config.port, unix.is_some() || tls.is_some()) {
+        (0, true) => None,
         _ => Some(
             listen(&config.bind, config.port, backlog)
                 .await
@@ -322,6 +333,7 @@ pub async fn run(config: Config, db: Db) -> Result<(), String> {
         pick_fences: Default::default(),
         pending: Default::default(),
         waiters: crate::waiters::Waiters::default(),
+        tls: Default::default(),
         pubsub: Default::default(),
         tracking: Default::default(),
         notify_flags: std::sync::atomic::AtomicU32::new(config.notify_keyspace_events),
@@ -394,6 +406,9 @@ pub async fn run(config: Config, db: Db) -> Result<(), String> {
         crate::commands::config_set_at_start(&shared, name, value.as_bytes())
             .map_err(|e| format!("{name} {value:?} (flag or config file): {}", e.text()))?;
     }
+    if tls.is_some() {
+        shared.tls.configure(&shared.redis_params).map_err(|e| format!("Failed to configure TLS: {e}"))?;
+    }
     shared.replication.load_position(&shared.db).map_err(|e| format!("cannot read the replication position: {e}"))?;
     match shared.config.replicaof.clone() {
         Some(master) => drop(shared.replication.follow(master)),
@@ -406,12 +421,8 @@ pub async fn run(config: Config, db: Db) -> Result<(), String> {
     tokio::spawn(crate::shutdown::supervise(shared.clone()));
     shared.saves.saved_seq.store(shared.db.stats().last_seq, Ordering::Relaxed);
     tokio::spawn(crate::rdb_save::background_saves(shared.clone()));
-    match &unix {
-        Some((_, path)) => {
-            tracing::info!(bind = %shared.config.bind, port, unixsocket = path, "ready to accept connections")
-        }
-        None => tracing::info!(bind = %shared.config.bind, port, "ready to accept connections"),
-    }
+    let unixsocket = unix.as_ref().map_or("", |(_, path)| path);
+    tracing::info!(bind = %shared.config.bind, port, tls_port, unixsocket, "ready to accept connections");
     if let Some(path) = &shared.config.port_file {
         std::fs::write(path, port.to_string()).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     }
@@ -429,7 +440,7 @@ pub async fn run(config: Config, db: Db) -> Result<(), String> {
         crate::rdb_import::import(&shared, &path).await?;
     }
     let io = IoThreads::start(shared.config.io_threads()).map_err(|e| format!("cannot start the I/O threads: {e}"))?;
-    let listeners = Listeners { resp: listener, unix, memcached };
+    let listeners = Listeners { resp: listener, unix, tls, memcached };
     accept_until_shutdown(&shared, &listeners, &io).await;
     if let Some((_, path)) = listeners.unix {
         tracing::info!(path, "removing the unix socket file");
@@ -458,6 +469,8 @@ struct Listeners {
     resp: Option<TcpListener>,
     /// RESP over a Unix socket (`unixsocket`), and its path.
     unix: Option<(UnixListener, &'static str)>,
+    /// RESP over TLS (`tls-port`; `crate::tls`).
+    tls: Option<TcpListener>,
     memcached: Option<TcpListener>,
 }
 
@@ -484,6 +497,7 @@ async fn accept_until_shutdown(shared: &Arc<Shared>, listeners: &Listeners, io: 
         let (accepted, wire) = tokio::select! {
             accepted = accept_tcp(&listeners.resp) => (accepted, Wire::Resp),
             accepted = accept_unix(&listeners.unix) => (accepted, Wire::Resp),
+            accepted = accept_tcp(&listeners.tls) => (accepted, Wire::RespTls),
             accepted = accept_tcp(&listeners.memcached) => (accepted, Wire::Memcached),
             // Once the replicas caught up (`crate::shutdown`).
             _ = terminate.recv() => { on_signal(shared, "SIGTERM", "shutdown-on-sigterm"); continue; }
@@ -493,9 +507,12 @@ async fn accept_until_shutdown(shared: &Arc<Shared>, listeners: &Listeners, io: 
         match accepted {
             Ok((stream, peers)) => {
                 shared.stats.connections_received.fetch_add(1, Ordering::Relaxed);
-                if wire == Wire::Resp && denied(shared, peers.0) {
+                if wire != Wire::Memcached && denied(shared, peers.0) {
                     shared.stats.rejected_connections.fetch_add(1, Ordering::Relaxed);
-                    tokio::spawn(conn::refuse_protected(stream));
+                    // Plain text would be garbage inside TLS: closed.
+                    if wire == Wire::Resp {
+                        tokio::spawn(conn::refuse_protected(stream));
+                    }
                     continue;
                 }
                 // Counted here, not in the task, so a burst of connects
@@ -516,6 +533,16 @@ async fn accept_until_shutdown(shared: &Arc<Shared>, listeners: &Listeners, io: 
         }
     }
     shared.request_shutdown();
+}
+
+/// Redis's `tls-port` as the command line or a redis.conf sets it (0:
+/// none); CONFIG SET cannot move it.
+fn tls_port(config: &Config) -> Result<u16, String> {
+    let chosen = config.settings.iter().rev().find(|(name, _)| *name == "tls-port");
+    let Some((_, text)) = chosen else { return Ok(0) };
+    let param = crate::redis_configs::find("tls-port").expect("one of Redis's parameters");
+    let checked = param.check(text).map_err(|why| format!("tls-port {text:?}: {why}"))?;
+    Ok(checked.parse().expect("a port the table bounds"))
 }
 
 /// Redis's `tcp-backlog` (511 unless the command line or a redis.conf

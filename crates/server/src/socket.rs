@@ -1,5 +1,5 @@
-//! A client's connection, over TCP or a Unix socket (Redis's
-//! `unixsocket`), and where it comes from.
+//! A client's connection, over TCP, TLS (`crate::tls`) or a Unix socket
+//! (Redis's `unixsocket`), and where it comes from.
 //!
 //! One enum, not a generic connection type: the code that serves a
 //! connection (`conn`, `memcache`, `master`, `rdb_sync`) is written once,
@@ -18,6 +18,8 @@ use tokio::net::{TcpStream, UnixStream};
 
 pub enum Stream {
     Tcp(TcpStream),
+    /// Boxed: rustls's state is some kilobytes, the others a descriptor.
+    Tls(Box<tokio_rustls::server::TlsStream<TcpStream>>),
     Unix(UnixStream),
 }
 
@@ -66,18 +68,22 @@ impl Peer {
 }
 
 impl Stream {
+    /// The TCP socket under it, for socket options.
     pub fn tcp(&self) -> Option<&TcpStream> {
         match self {
             Stream::Tcp(stream) => Some(stream),
+            Stream::Tls(stream) => Some(stream.get_ref().0),
             Stream::Unix(_) => None,
         }
     }
 
     /// Reads into `buf` without taking the bytes from the socket; 0 when
-    /// the client hung up.
+    /// the client hung up. Under TLS it peeks the records as they came
+    /// (any byte is "it sent more", none a hang-up).
     pub async fn peek(&self, buf: &mut [u8]) -> io::Result<usize> {
         match self {
             Stream::Tcp(stream) => stream.peek(buf).await,
+            Stream::Tls(stream) => stream.get_ref().0.peek(buf).await,
             // tokio's UnixStream has no peek: wait until readable, then
             // recv(2) with MSG_PEEK, as TcpStream::peek does.
             Stream::Unix(stream) => loop {
@@ -102,11 +108,13 @@ impl Stream {
     }
 
     /// The socket as the standard library's, to move it to another
-    /// runtime (`io_threads`).
+    /// runtime (`io_threads`): before a TLS handshake, which that runtime
+    /// runs.
     pub fn into_std(self) -> io::Result<StdStream> {
         Ok(match self {
             Stream::Tcp(stream) => StdStream::Tcp(stream.into_std()?),
             Stream::Unix(stream) => StdStream::Unix(stream.into_std()?),
+            Stream::Tls(_) => return Err(io::Error::other("a TLS stream stays on the runtime that shook hands")),
         })
     }
 }
@@ -131,6 +139,7 @@ impl AsyncRead for Stream {
     fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
             Stream::Tcp(stream) => Pin::new(stream).poll_read(cx, buf),
+            Stream::Tls(stream) => Pin::new(stream.as_mut()).poll_read(cx, buf),
             Stream::Unix(stream) => Pin::new(stream).poll_read(cx, buf),
         }
     }
@@ -140,6 +149,7 @@ impl AsyncWrite for Stream {
     fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
         match self.get_mut() {
             Stream::Tcp(stream) => Pin::new(stream).poll_write(cx, buf),
+            Stream::Tls(stream) => Pin::new(stream.as_mut()).poll_write(cx, buf),
             Stream::Unix(stream) => Pin::new(stream).poll_write(cx, buf),
         }
     }
@@ -151,6 +161,7 @@ impl AsyncWrite for Stream {
     ) -> Poll<io::Result<usize>> {
         match self.get_mut() {
             Stream::Tcp(stream) => Pin::new(stream).poll_write_vectored(cx, bufs),
+            Stream::Tls(stream) => Pin::new(stream.as_mut()).poll_write_vectored(cx, bufs),
             Stream::Unix(stream) => Pin::new(stream).poll_write_vectored(cx, bufs),
         }
     }
@@ -162,6 +173,7 @@ impl AsyncWrite for Stream {
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
             Stream::Tcp(stream) => Pin::new(stream).poll_flush(cx),
+            Stream::Tls(stream) => Pin::new(stream.as_mut()).poll_flush(cx),
             Stream::Unix(stream) => Pin::new(stream).poll_flush(cx),
         }
     }
@@ -169,6 +181,7 @@ impl AsyncWrite for Stream {
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
             Stream::Tcp(stream) => Pin::new(stream).poll_shutdown(cx),
+            Stream::Tls(stream) => Pin::new(stream.as_mut()).poll_shutdown(cx),
             Stream::Unix(stream) => Pin::new(stream).poll_shutdown(cx),
         }
     }

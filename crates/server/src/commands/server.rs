@@ -1528,7 +1528,25 @@ pub fn config_set(shared: &Shared, name: &str, value: &[u8]) -> CmdResult {
             if param.immutable {
                 return Err(failed("can't set immutable config"));
             }
+            let canonical = param.canonical();
+            if canonical.name == "tls-port" {
+                let asked = param.check(&text).map_err(|why| failed(&why))?;
+                if asked != shared.redis_params.get(canonical) {
+                    return Err(failed("ScaledKV listens on its tls-port from the start: restart it to move the port"));
+                }
+                return Ok(());
+            }
+            let old = shared.redis_params.get(canonical);
             shared.redis_params.set(param, &text).map_err(|why| failed(&why))?;
+            // A certificate renewed, clients' authentication changed: new
+            // clients get the new context, or nothing changes.
+            if crate::tls::CONTEXT_SETTINGS.contains(&canonical.name.as_str()) && shared.tls.enabled() {
+                if let Err(why) = shared.tls.configure(&shared.redis_params) {
+                    shared.redis_params.set(canonical, &old).expect("the value it had");
+                    tracing::warn!(setting = name, %why, "TLS configuration not changed");
+                    return Err(failed(&format!("Unable to update TLS configuration: {why}")));
+                }
+            }
         }
     }
     Ok(())
@@ -1545,7 +1563,8 @@ pub fn config_set_at_start(shared: &Shared, name: &str, value: &[u8]) -> CmdResu
         };
     }
     let own = own_parameters(shared).iter().any(|(own, _)| *own == name);
-    match crate::redis_configs::find(name).filter(|param| param.immutable && !own) {
+    // tls-port too: CONFIG SET may not move it, the start sets it.
+    match crate::redis_configs::find(name).filter(|param| (param.immutable || param.name == "tls-port") && !own) {
         Some(param) => {
             let text = String::from_utf8_lossy(value);
             shared.redis_params.set(param, &text).map_err(|why| err(format!("ERR {why}")))

@@ -1,0 +1,216 @@
+//! Redis's TLS: RESP on `tls-port`, with the certificate, key and client
+//! authentication Redis's `tls-*` settings name (rustls, PEM files).
+//!
+//! The context is built when the server starts and again when CONFIG SET
+//! changes one of its settings (a renewed certificate is loaded without a
+//! restart, as in Redis); a context that does not build leaves the old one
+//! serving and the setting as it was. rustls has no OpenSSL cipher strings
+//! and no DHE: `tls-ciphers`, `tls-ciphersuites` and `tls-dh-params-file`
+//! keep their defaults (`crate::redis_configs`).
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::RwLock;
+use rustls::server::{NoServerSessionStorage, ServerSessionMemoryCache, WebPkiClientVerifier};
+use rustls::{RootCertStore, ServerConfig, SupportedProtocolVersion};
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+use tokio::net::TcpStream;
+use tokio_rustls::server::TlsStream;
+use tokio_rustls::TlsAcceptor;
+
+use crate::redis_configs::Store;
+
+/// The settings a context is built from: CONFIG SET of one rebuilds it.
+pub const CONTEXT_SETTINGS: [&str; 9] = [
+    "tls-cert-file",
+    "tls-key-file",
+    "tls-ca-cert-file",
+    "tls-ca-cert-dir",
+    "tls-auth-clients",
+    "tls-protocols",
+    "tls-prefer-server-ciphers",
+    "tls-session-caching",
+    "tls-session-cache-size",
+];
+
+/// How long a client has to finish its handshake.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The context TLS clients are accepted with (None: no `tls-port`).
+#[derive(Default)]
+pub struct Tls {
+    acceptor: RwLock<Option<TlsAcceptor>>,
+}
+
+impl Tls {
+    pub fn acceptor(&self) -> Option<TlsAcceptor> {
+        self.acceptor.read().clone()
+    }
+
+    /// Builds the context from `params` and serves new clients with it;
+    /// on an error the old one stays.
+    pub fn configure(&self, params: &Store) -> Result<(), String> {
+        let config = server_config(&|name| params.value(name))?;
+        *self.acceptor.write() = Some(TlsAcceptor::from(Arc::new(config)));
+        Ok(())
+    }
+
+    pub fn enabled(&self) -> bool {
+        self.acceptor.read().is_some()
+    }
+}
+
+/// A client's handshake, on the I/O thread that then serves it.
+pub async fn handshake(acceptor: TlsAcceptor, stream: TcpStream) -> std::io::Result<TlsStream<TcpStream>> {
+    match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+        Ok(done) => done,
+        Err(_) => Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "TLS handshake timed out")),
+    }
+}
+
+/// rustls's configuration as Redis's settings (`value` gives each one's
+/// text) ask for it.
+fn server_config(value: &dyn Fn(&str) -> String) -> Result<ServerConfig, String> {
+    let (cert_file, key_file) = (value("tls-cert-file"), value("tls-key-file"));
+    if cert_file.is_empty() || key_file.is_empty() {
+        return Err("tls-cert-file and tls-key-file must name the server's certificate and key".into());
+    }
+    let certs = read_certs(Path::new(&cert_file))?;
+    let key = PrivateKeyDer::from_pem_file(&key_file)
+        .map_err(|e| format!("tls-key-file {key_file}: no private key read: {e}"))?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = ServerConfig::builder_with_provider(provider.clone())
+        .with_protocol_versions(&protocols(&value("tls-protocols"))?)
+        .map_err(|e| e.to_string())?;
+    let auth = value("tls-auth-clients");
+    let builder = match auth.as_str() {
+        "no" => builder.with_no_client_auth(),
+        _ => {
+            let roots = client_roots(&value("tls-ca-cert-file"), &value("tls-ca-cert-dir"))?;
+            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider);
+            let verifier = match auth.as_str() {
+                "optional" => verifier.allow_unauthenticated(),
+                _ => verifier,
+            };
+            builder.with_client_cert_verifier(verifier.build().map_err(|e| e.to_string())?)
+        }
+    };
+    let mut config = builder
+        .with_single_cert(certs, key)
+        .map_err(|e| format!("tls-cert-file {cert_file} with tls-key-file {key_file}: {e}"))?;
+    config.ignore_client_order = value("tls-prefer-server-ciphers") == "yes";
+    config.session_storage = match value("tls-session-caching").as_str() {
+        "no" => Arc::new(NoServerSessionStorage {}),
+        _ => ServerSessionMemoryCache::new(value("tls-session-cache-size").parse().unwrap_or(20480).max(1)),
+    };
+    Ok(config)
+}
+
+fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
+    let shown = path.display();
+    let certs = CertificateDer::pem_file_iter(path)
+        .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+        .map_err(|e| format!("{shown}: {e}"))?;
+    match certs.is_empty() {
+        true => Err(format!("{shown}: no certificate in it")),
+        false => Ok(certs),
+    }
+}
+
+/// The CAs client certificates must chain to: those of the file and of
+/// every file in the directory (as OpenSSL's hashed directory holds them).
+fn client_roots(file: &str, dir: &str) -> Result<RootCertStore, String> {
+    if file.is_empty() && dir.is_empty() {
+        // Redis's words for it.
+        return Err("Either tls-ca-cert-file or tls-ca-cert-dir must be specified when tls-cluster, \
+                    tls-replication or tls-auth-clients are enabled!"
+            .into());
+    }
+    let mut paths = Vec::new();
+    if !file.is_empty() {
+        paths.push(std::path::PathBuf::from(file));
+    }
+    if !dir.is_empty() {
+        let entries = std::fs::read_dir(dir).map_err(|e| format!("tls-ca-cert-dir {dir}: {e}"))?;
+        for entry in entries {
+            let path = entry.map_err(|e| format!("tls-ca-cert-dir {dir}: {e}"))?.path();
+            if path.is_file() {
+                paths.push(path);
+            }
+        }
+    }
+    let mut roots = RootCertStore::empty();
+    for path in paths {
+        for cert in read_certs(&path)? {
+            roots.add(cert).map_err(|e| format!("{}: {e}", path.display()))?;
+        }
+    }
+    Ok(roots)
+}
+
+/// `tls-protocols` (empty: TLSv1.2 and TLSv1.3, as Redis's default).
+fn protocols(text: &str) -> Result<Vec<&'static SupportedProtocolVersion>, String> {
+    if text.trim().is_empty() {
+        return Ok(vec![&rustls::version::TLS12, &rustls::version::TLS13]);
+    }
+    text.split_whitespace()
+        .map(|name| match name.to_ascii_lowercase().as_str() {
+            "tlsv1.2" => Ok(&rustls::version::TLS12),
+            "tlsv1.3" => Ok(&rustls::version::TLS13),
+            "tlsv1" | "tlsv1.1" => {
+                Err(format!("tls-protocols: ScaledKV's TLS (rustls) offers only TLSv1.2 and TLSv1.3, not {name}"))
+            }
+            _ => Err(format!("tls-protocols: {name} is not a protocol (TLSv1.2, TLSv1.3)")),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn protocols_read_as_redis_names_them() {
+        assert_eq!(protocols("").unwrap().len(), 2);
+        let only = protocols("TLSv1.3").unwrap();
+        assert!(only.len() == 1 && only[0].version == rustls::ProtocolVersion::TLSv1_3);
+        assert!(protocols("tlsv1.2 TLSv1.3").is_ok());
+        assert!(protocols("TLSv1.1").unwrap_err().contains("only TLSv1.2 and TLSv1.3"));
+        assert!(protocols("SSLv3").unwrap_err().contains("not a protocol"));
+    }
+
+    #[test]
+    fn a_context_needs_a_certificate_a_key_and_for_client_auth_a_ca() {
+        let dir = tempfile::tempdir().unwrap();
+        let issued = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+        let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
+        std::fs::write(&cert, issued.cert.pem()).unwrap();
+        std::fs::write(&key, issued.key_pair.serialize_pem()).unwrap();
+        let settings = |pairs: &[(&str, String)]| {
+            let pairs: Vec<(String, String)> = pairs.iter().map(|(k, v)| (k.to_string(), v.clone())).collect();
+            move |name: &str| {
+                let default = crate::redis_configs::find(name).unwrap().default.clone();
+                pairs.iter().find(|(k, _)| k == name).map_or(default, |(_, v)| v.clone())
+            }
+        };
+        let path = |p: &std::path::Path| p.display().to_string();
+        let error = server_config(&settings(&[])).unwrap_err();
+        assert!(error.contains("tls-cert-file and tls-key-file"), "{error}");
+        let files = [("tls-cert-file", path(&cert)), ("tls-key-file", path(&key))];
+        let error = server_config(&settings(&files)).unwrap_err();
+        assert!(error.contains("tls-ca-cert-file or tls-ca-cert-dir must be specified"), "{error}");
+        let no_auth = [files[0].clone(), files[1].clone(), ("tls-auth-clients", "no".into())];
+        server_config(&settings(&no_auth)).unwrap();
+        let with_ca = [files[0].clone(), files[1].clone(), ("tls-ca-cert-file", path(&cert))];
+        server_config(&settings(&with_ca)).unwrap();
+        let with_dir = [files[0].clone(), files[1].clone(), ("tls-ca-cert-dir", path(dir.path()))];
+        // The directory holds the key too: not a certificate, refused.
+        assert!(server_config(&settings(&with_dir)).unwrap_err().contains("no certificate"));
+        std::fs::write(&key, "not a key").unwrap();
+        let error = server_config(&settings(&no_auth)).unwrap_err();
+        assert!(error.contains("no private key"), "{error}");
+    }
+}
