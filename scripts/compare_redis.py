@@ -17,7 +17,9 @@ Then the original research's experiment: `redis-benchmark -t set -r 100000
 with AOF (always).
 
 UNIX_SOCKET=1 runs redis-benchmark over each server's Unix socket
-(`--unixsocket`, `redis-benchmark -s`) instead of TCP.
+(`--unixsocket`, `redis-benchmark -s`) instead of TCP; TLS=1 over TLS
+(`--tls-port` with a CA, server and client certificates openssl makes
+here; `redis-benchmark --tls`).
 
 Every process started here is stopped by its PID. Results are printed and
 appended to bench-results/redis-<timestamp>.md as each table completes.
@@ -45,6 +47,28 @@ SERIES = [int(n) for n in os.environ.get("SERIES", "1000 10000 100000" if QUICK 
 CLIENTS = 50
 VALUE = 1024
 UNIX_SOCKET = os.environ.get("UNIX_SOCKET") == "1"
+TLS = os.environ.get("TLS") == "1"
+_CERTS = {}
+
+
+def tls_certs():
+    """A CA and the server's and client's certificates it signed (PEM
+    files, made once per run with openssl): {name: path}."""
+    if not _CERTS:
+        d = os.path.join(REPO, "bench-results", "tls-certs")
+        os.makedirs(d, exist_ok=True)
+        run = lambda *args: subprocess.run(args, cwd=d, check=True, capture_output=True)
+        run("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem",
+            "-days", "2", "-subj", "/CN=bench-ca")
+        for name in ("server", "client"):
+            run("openssl", "req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.csr",
+                "-subj", f"/CN={name}")
+            with open(os.path.join(d, "san.ext"), "w") as f:
+                f.write("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+            run("openssl", "x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+                "-CAcreateserial", "-out", f"{name}.pem", "-days", "2", "-extfile", "san.ext")
+        _CERTS.update({n: os.path.join(d, n) for n in ("ca.pem", "server.pem", "server.key", "client.pem", "client.key")})
+    return _CERTS
 SERVER = os.path.join(REPO, "target/release/scaledkv-server")
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -155,6 +179,12 @@ class Server:
             cmd += CONFIGS[config]
             env = os.environ
         cmd += unix
+        self.tls_port = None
+        if TLS:
+            certs = tls_certs()
+            self.tls_port = free_port()
+            cmd += ["--tls-port", str(self.tls_port), "--tls-cert-file", certs["server.pem"],
+                    "--tls-key-file", certs["server.key"], "--tls-ca-cert-file", certs["ca.pem"]]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
         wait_ready(self.port, self.proc)
 
@@ -186,6 +216,10 @@ def run_benchmark(server, n, args):
     before = server.cpu_seconds()
     socket_path = getattr(server, "socket", None)
     target = ["-s", socket_path] if socket_path else ["-p", str(server.port)]
+    if getattr(server, "tls_port", None):
+        certs = tls_certs()
+        target = ["-p", str(server.tls_port), "--tls", "--cacert", certs["ca.pem"], "--cert", certs["client.pem"],
+                  "--key", certs["client.key"]]
     out = subprocess.run(["redis-benchmark"] + target + ["-n", str(n), "--csv"] + args,
                          capture_output=True, text=True, check=True)
     cpu = server.cpu_seconds() - before
@@ -285,7 +319,7 @@ def main_tables():
                                   f"cpu {result['cpu_us']:.2f} us/req", flush=True)
                     finally:
                         server.stop()
-            over = ", over Unix sockets" if UNIX_SOCKET else ""
+            over = ", over Unix sockets" if UNIX_SOCKET else ", over TLS" if TLS else ""
             emit(f"\n### {medium}, -P {pipeline}: -t set,get -n {N} -r {N} -c {CLIENTS} -d {VALUE}{over}, "
                  f"median of {REPEATS}\n")
             emit(f"Host CPU steal during these runs: {hoststeal.percent_since(steal_from):.1f}%\n")
