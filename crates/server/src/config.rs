@@ -90,6 +90,14 @@ pub struct Cli {
     /// tells which).
     #[arg(long = "memcached-port")]
     pub memcached_port: Option<u16>,
+    /// Also serve the memcached protocols on a Unix socket at this path,
+    /// as memcached's -s (off by default; the TCP port stays as
+    /// --memcached-port says).
+    #[arg(long = "memcached-unixsocket")]
+    pub memcached_unixsocket: Option<String>,
+    /// That socket file's mode, in octal as memcached's -a (default 700).
+    #[arg(long = "memcached-unixsocketperm")]
+    pub memcached_unixsocketperm: Option<String>,
     /// Largest memcached item, key and value, in bytes (default 1 MiB, as
     /// memcached's -I).
     #[arg(long = "memcached-item-size-max")]
@@ -209,6 +217,8 @@ struct FileConfig {
     masterauth: Option<String>,
     import_rdb: Option<PathBuf>,
     memcached_port: Option<u16>,
+    memcached_unixsocket: Option<String>,
+    memcached_unixsocketperm: Option<String>,
     memcached_item_size_max: Option<usize>,
     maxmemory: Option<String>,
     maxmemory_policy: Option<String>,
@@ -311,6 +321,10 @@ pub struct Config {
     pub import_rdb: Option<PathBuf>,
     /// The memcached protocol's port (None: off; `crate::memcache`).
     pub memcached_port: Option<u16>,
+    /// Its Unix socket (None: none) and that file's mode, as memcached's
+    /// -s and -a.
+    pub memcached_unixsocket: Option<PathBuf>,
+    pub memcached_unixsocketperm: u32,
     /// The largest memcached item (key, value and memcached's per-item
     /// overhead, `memcache::request::ITEM_OVERHEAD`).
     pub memcached_item_size_max: usize,
@@ -348,6 +362,9 @@ pub struct Config {
     pub settings: Vec<(&'static str, String)>,
 }
 
+/// Redis's pid file for a daemon that names none.
+pub const DEFAULT_PIDFILE: &str = "/var/run/redis.pid";
+
 /// memcached's default largest item (`-I 1m`).
 pub const DEFAULT_MEMCACHED_ITEM_SIZE_MAX: usize = 1 << 20;
 
@@ -379,6 +396,8 @@ impl Default for Config {
             masterauth: None,
             import_rdb: None,
             memcached_port: None,
+            memcached_unixsocket: None,
+            memcached_unixsocketperm: 0o700,
             memcached_item_size_max: DEFAULT_MEMCACHED_ITEM_SIZE_MAX,
             memory: Arc::default(),
             ssd_dir: None,
@@ -475,11 +494,19 @@ impl Config {
             }
             None => 0,
         };
+        let memcached_unixsocketperm = match cli.memcached_unixsocketperm.or(file.memcached_unixsocketperm) {
+            Some(text) => parse_mode(&text)
+                .ok_or_else(|| format!("memcached-unixsocketperm {text:?}: not a mode in octal up to 777"))?,
+            None => defaults.memcached_unixsocketperm,
+        };
         let config = Config {
             unixsocket: path(cli.unixsocket.or(file.unixsocket)),
             unixsocketperm,
+            memcached_unixsocket: path(cli.memcached_unixsocket.or(file.memcached_unixsocket)),
+            memcached_unixsocketperm,
             logfile: path(cli.logfile.or(file.logfile)),
-            pidfile: path(cli.pidfile.or(file.pidfile)),
+            // A daemon writes one even when none is named, as Redis's.
+            pidfile: path(cli.pidfile.or(file.pidfile)).or_else(|| daemonize.then(|| PathBuf::from(DEFAULT_PIDFILE))),
             daemonize,
             busy_reply_threshold_ms: cli
                 .busy_reply_threshold
@@ -725,6 +752,17 @@ fn parse_master(text: &str) -> Option<crate::replica::Master> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_daemon_without_a_pidfile_gets_redis_default_one() {
+        let daemon = |pidfile: Option<&str>| {
+            let cli = Cli { daemonize: Some("yes".into()), pidfile: pidfile.map(String::from), ..Cli::default() };
+            Config::from_cli(cli).unwrap().pidfile
+        };
+        assert_eq!(daemon(None), Some(PathBuf::from("/var/run/redis.pid")));
+        assert_eq!(daemon(Some("/tmp/x.pid")), Some(PathBuf::from("/tmp/x.pid")));
+        assert_eq!(Config::from_cli(Cli::default()).unwrap().pidfile, None, "not a daemon: none");
+    }
 
     #[test]
     fn replicaof_is_a_host_and_a_port() {

@@ -34,11 +34,13 @@ fn main() -> std::process::ExitCode {
         }
     };
     scaledkv_server::loglevel::init(config.loglevel, log);
+    // One that cannot be written is a warning, as in Redis: the server
+    // serves without it.
     let _pid_file = match config.pidfile.as_deref().map(scaledkv_server::process::PidFile::create).transpose() {
         Ok(pid_file) => pid_file,
         Err(error) => {
-            tracing::error!("{error}");
-            return std::process::ExitCode::FAILURE;
+            tracing::warn!("{error}");
+            None
         }
     };
     scaledkv_server::memory::note_startup();
