@@ -268,7 +268,7 @@ async fn every(shared: Arc<Shared>, period: Duration, tick: impl Fn(&Shared)) {
 pub async fn run(config: Config, db: Db) -> Result<(), String> {
     let backlog = listen_backlog(&config)?;
     let unix = match &config.unixsocket {
-        Some(path) => Some(listen_unix(path, config.unixsocketperm, backlog)?),
+        Some(path) => Some(listen_unix(path, config.unixsocketperm, backlog, "unixsocket")?),
         None => None,
     };
     let tls_port = tls_port(&config)?;
@@ -300,14 +300,19 @@ pub async fn run(config: Config, db: Db) -> Result<(), String> {
     let master = config.replicaof.is_none() && config.import_rdb.is_none();
     let history = crate::master::History::take(&config.dir, db.stats().last_seq, master);
     let mut reserved_entries = crate::keyspace::prepare(&db)?;
-    // The CAS clock's epoch key exists once the memcached port was on.
-    let cas = match config.memcached_port {
-        Some(_) => {
+    // The CAS clock's epoch key exists once the memcached protocol was on.
+    let memcached_on = config.memcached_port.is_some() || config.memcached_unixsocket.is_some();
+    let cas = match memcached_on {
+        true => {
             let (cas, created) = crate::memcache::cas::CasClock::open(&db)
                 .map_err(|e| format!("cannot start the memcached CAS clock: {e}"))?;
             reserved_entries += created as u64;
             Some(cas)
         }
+        false => None,
+    };
+    let memcached_unix = match &config.memcached_unixsocket {
+        Some(path) => Some(listen_unix(path, config.memcached_unixsocketperm, backlog, "memcached-unixsocket")?),
         None => None,
     };
     let memcached = match config.memcached_port {
@@ -393,6 +398,11 @@ pub async fn run(config: Config, db: Db) -> Result<(), String> {
         let port = listener.local_addr().map_err(|e| e.to_string())?.port();
         shared.memcached.port.store(port, Ordering::Relaxed);
         tracing::info!(bind = %shared.config.bind, port, "memcached protocol ready");
+    }
+    if let Some((_, path)) = &memcached_unix {
+        tracing::info!(path, "memcached protocol ready on a unix socket");
+    }
+    if memcached_on {
         tokio::spawn(crate::memcache::delayed_flushes(shared.clone()));
     }
     // The peak memory kept current between reports.
@@ -440,9 +450,9 @@ pub async fn run(config: Config, db: Db) -> Result<(), String> {
         crate::rdb_import::import(&shared, &path).await?;
     }
     let io = IoThreads::start(shared.config.io_threads()).map_err(|e| format!("cannot start the I/O threads: {e}"))?;
-    let listeners = Listeners { resp: listener, unix, tls, memcached };
+    let listeners = Listeners { resp: listener, unix, tls, memcached, memcached_unix };
     accept_until_shutdown(&shared, &listeners, &io).await;
-    if let Some((_, path)) = listeners.unix {
+    for (_, path) in [listeners.unix, listeners.memcached_unix].into_iter().flatten() {
         tracing::info!(path, "removing the unix socket file");
         let _ = std::fs::remove_file(path);
     }
@@ -472,6 +482,8 @@ struct Listeners {
     /// RESP over TLS (`tls-port`; `crate::tls`).
     tls: Option<TcpListener>,
     memcached: Option<TcpListener>,
+    /// memcached's protocols on a Unix socket (`--memcached-unixsocket`).
+    memcached_unix: Option<(UnixListener, &'static str)>,
 }
 
 /// A connection accepted on `listener` (never, without one), with its
@@ -499,6 +511,7 @@ async fn accept_until_shutdown(shared: &Arc<Shared>, listeners: &Listeners, io: 
             accepted = accept_unix(&listeners.unix) => (accepted, Wire::Resp),
             accepted = accept_tcp(&listeners.tls) => (accepted, Wire::RespTls),
             accepted = accept_tcp(&listeners.memcached) => (accepted, Wire::Memcached),
+            accepted = accept_unix(&listeners.memcached_unix) => (accepted, Wire::Memcached),
             // Once the replicas caught up (`crate::shutdown`).
             _ = terminate.recv() => { on_signal(shared, "SIGTERM", "shutdown-on-sigterm"); continue; }
             _ = interrupt.recv() => { on_signal(shared, "SIGINT", "shutdown-on-sigint"); continue; }
@@ -575,17 +588,22 @@ async fn listen(host: &str, port: u16, backlog: u32) -> std::io::Result<TcpListe
 /// the umask's). A socket file left by a server that stopped without
 /// removing it is replaced, as Redis replaces it; one a server still
 /// listens on, or a file that is not a socket, stops the start.
-fn listen_unix(path: &std::path::Path, perm: u32, backlog: u32) -> Result<(UnixListener, &'static str), String> {
+fn listen_unix(
+    path: &std::path::Path,
+    perm: u32,
+    backlog: u32,
+    setting: &str,
+) -> Result<(UnixListener, &'static str), String> {
     use std::os::unix::fs::{FileTypeExt, PermissionsExt};
     let shown = path.display();
     if let Ok(meta) = std::fs::symlink_metadata(path) {
         if !meta.file_type().is_socket() {
-            return Err(format!("unixsocket {shown}: the file exists and is not a socket"));
+            return Err(format!("{setting} {shown}: the file exists and is not a socket"));
         }
         if std::os::unix::net::UnixStream::connect(path).is_ok() {
-            return Err(format!("unixsocket {shown}: another server listens on it"));
+            return Err(format!("{setting} {shown}: another server listens on it"));
         }
-        std::fs::remove_file(path).map_err(|e| format!("unixsocket {shown}: cannot remove the old socket: {e}"))?;
+        std::fs::remove_file(path).map_err(|e| format!("{setting} {shown}: cannot remove the old socket: {e}"))?;
     }
     let listener = tokio::net::UnixSocket::new_stream()
         .and_then(|socket| {
@@ -595,7 +613,7 @@ fn listen_unix(path: &std::path::Path, perm: u32, backlog: u32) -> Result<(UnixL
         .map_err(|e| format!("cannot listen on the unix socket {shown}: {e}"))?;
     if perm != 0 {
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(perm))
-            .map_err(|e| format!("unixsocketperm {perm:o} on {shown}: {e}"))?;
+            .map_err(|e| format!("{setting}perm {perm:o} on {shown}: {e}"))?;
     }
     // Once per server: CLIENT LIST shows it for every client of the socket.
     Ok((listener, Box::leak(shown.to_string().into_boxed_str())))

@@ -393,6 +393,29 @@ fn a_multi_get_reply_is_bounded() {
     assert_eq!(send(&mut mc, fewer.as_bytes(), b"END\r\n").matches("VALUE big").count(), 200);
 }
 
+/// memcached's `-s`: the protocols on a Unix socket, its file's mode as
+/// `-a` says (700 by default), named by `stats settings`; one keyspace
+/// with the Redis port.
+#[test]
+fn the_memcached_protocols_on_a_unix_socket() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("memcached.sock");
+    let server = common::Server::start(&dir.path().join("db"), &["--memcached-unixsocket", path.to_str().unwrap()]);
+    assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o700);
+    let mut unix = std::os::unix::net::UnixStream::connect(&path).unwrap();
+    unix.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    unix.write_all(b"set k 0 0 2\r\nhi\r\nget k\r\n").unwrap();
+    assert_eq!(read_memcached_until(&mut unix, b"END\r\n").unwrap(), b"STORED\r\nVALUE k 0 2\r\nhi\r\nEND\r\n");
+    unix.write_all(b"stats settings\r\n").unwrap();
+    let settings = String::from_utf8(read_memcached_until(&mut unix, b"END\r\n").unwrap()).unwrap();
+    assert!(settings.contains(&format!("STAT domain_socket {}\r\n", path.display())), "{settings}");
+    assert!(settings.contains("STAT umask 700\r\n"), "{settings}");
+    let mut redis = server.connect();
+    assert_eq!(request(&mut redis, &encode(&[b"GET", b"k"])), b"$2\r\nhi\r\n");
+    drop((unix, server));
+}
+
 /// Garbage, long lines and a client that hangs up mid-value: errors or a
 /// closed connection for that client, and the server serves the next.
 #[test]

@@ -734,6 +734,8 @@ pub(super) fn settings(shared: &Shared) -> Vec<(&'static str, String)> {
         ("maxconns", shared.maxclients().to_string()),
         ("tcpport", shared.memcached.port.load(Ordering::Relaxed).to_string()),
         ("udpport", "0".into()),
+        ("domain_socket", config.memcached_unixsocket.as_ref().map_or("NULL".into(), |p| p.display().to_string())),
+        ("umask", format!("{:o}", config.memcached_unixsocketperm)),
         ("inter", config.bind.clone()),
         ("evictions", if shared.config.memory.cache_capacity() > 0 { "on" } else { "off" }.into()),
         ("cas_enabled", "yes".into()),

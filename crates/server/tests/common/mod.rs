@@ -418,7 +418,7 @@ impl Drop for MemcachedServer {
 
 /// Reads memcached replies until they end with `end` (None if the
 /// connection closes first).
-pub fn read_memcached_until(stream: &mut TcpStream, end: &[u8]) -> Option<Vec<u8>> {
+pub fn read_memcached_until<S: Read>(stream: &mut S, end: &[u8]) -> Option<Vec<u8>> {
     let mut out = Vec::new();
     let mut buf = [0u8; 64 * 1024];
     while !out.ends_with(end) {
