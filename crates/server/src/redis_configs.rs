@@ -195,11 +195,12 @@ const KEPT: &[&str] = &[
     "syslog-ident",
     "syslog-facility",
     "oom-score-adj-values",
-    // TLS (`crate::tls`): the port, read at start; the context's settings,
-    // read at start and whenever CONFIG SET changes one; the client
-    // certificate for connections ScaledKV would make over TLS, which it
-    // makes none of (tls-replication is no), and the cluster's.
+    // TLS (`crate::tls`): the port, read at start; whether the link to a
+    // master speaks it; the contexts' settings, read at start and whenever
+    // CONFIG SET changes one (the client certificate's too, for that link),
+    // and the cluster's.
     "tls-port",
+    "tls-replication",
     // Cluster settings do nothing while cluster-enabled is no, in Redis
     // too.
     "cluster-allow-pubsubshard-when-down",
@@ -347,7 +348,6 @@ fn fixed_reason(param: &Param) -> String {
         }
         "tls-dh-params-file" => "ScaledKV's TLS (rustls) has no DHE key exchange",
         "tls-key-file-pass" | "tls-client-key-file-pass" => "ScaledKV reads only unencrypted PEM keys",
-        "tls-replication" => "ScaledKV's links to a master and MIGRATE's connections are plain TCP",
         "maxmemory-clients" => "ScaledKV does not evict clients",
         "supervised" => "ScaledKV does not talk to upstart or systemd (run it as a simple service)",
         "syslog-enabled" => "ScaledKV logs to stderr or its logfile",

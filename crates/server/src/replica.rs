@@ -59,7 +59,7 @@ use crate::commands::dump::rdb::{Item, RdbFile};
 use crate::conn::ConnState;
 use crate::resp::{Out, Protocol};
 use crate::server::Shared;
-use crate::socket::Peer;
+use crate::socket::{Peer, Stream};
 
 /// Redis's `repl-timeout`: a link silent this long is broken (the master
 /// pings every 10 s).
@@ -446,6 +446,20 @@ async fn link(shared: &Shared, master: &Master, mut stops: Stops) -> Ended {
         _ = stops.wait() => return Ended::Stopped,
     };
     let _ = stream.set_nodelay(true);
+    // Redis's `tls-replication yes`: the link speaks TLS.
+    let stream = match shared.tls.connector() {
+        None => Stream::Tcp(stream),
+        Some(connector) => {
+            let shaken = tokio::select! {
+                shaken = crate::tls::connect(connector, &master.host, stream) => shaken,
+                _ = stops.wait() => return Ended::Stopped,
+            };
+            match shaken {
+                Ok(tls) => Stream::TlsClient(Box::new(tls)),
+                Err(error) => return Ended::Failed(format!("TLS handshake with the master failed: {error}")),
+            }
+        }
+    };
     let mut link = Link { shared, stream, input: BytesMut::with_capacity(READ_BYTES), stops };
     match link.run().await {
         Ok(()) => Ended::Stopped,
@@ -455,12 +469,19 @@ async fn link(shared: &Shared, master: &Master, mut stops: Stops) -> Ended {
 
 struct Link<'s> {
     shared: &'s Shared,
-    stream: TcpStream,
+    stream: Stream,
     input: BytesMut,
     stops: Stops,
 }
 
 impl<'s> Link<'s> {
+    /// The master's address and this end's, for the link's line in CLIENT
+    /// LIST.
+    fn peers(&self) -> std::io::Result<(Peer, Peer)> {
+        let tcp = self.stream.tcp().expect("a link to a master is TCP underneath");
+        Ok((Peer::Tcp(tcp.peer_addr()?), Peer::Tcp(tcp.local_addr()?)))
+    }
+
     async fn run(&mut self) -> Linked<()> {
         let replication = &self.shared.replication;
         replication.set_state("handshake");
@@ -646,7 +667,8 @@ impl<'s> Link<'s> {
         // No replica of this one takes a snapshot half way through.
         let _committing = shared.master.committing().await;
         let failed_before = shared.replication.status.lock().failed;
-        let mut runner = Runner::new(shared, Peer::Tcp(self.stream.peer_addr()?), Peer::Tcp(self.stream.local_addr()?));
+        let (master, local) = self.peers()?;
+        let mut runner = Runner::new(shared, master, local);
         // The stored position goes before the old data (FLUSHALL keeps the
         // server's settings): a restart in the middle syncs in full.
         forget_position(shared).map_err(|error| Ended::Failed(format!("cannot forget the old position: {error}")))?;
@@ -687,7 +709,8 @@ impl<'s> Link<'s> {
     /// Runs the master's command stream until the link ends.
     async fn follow(&mut self) -> Linked<()> {
         let shared = self.shared;
-        let mut runner = Runner::new(shared, Peer::Tcp(self.stream.peer_addr()?), Peer::Tcp(self.stream.local_addr()?));
+        let (master, local) = self.peers()?;
+        let mut runner = Runner::new(shared, master, local);
         let limits = crate::resp::Limits {
             max_bulk_bytes: usize::MAX,
             max_args: usize::MAX,

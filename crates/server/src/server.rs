@@ -416,8 +416,11 @@ pub async fn run(config: Config, db: Db) -> Result<(), String> {
         crate::commands::config_set_at_start(&shared, name, value.as_bytes())
             .map_err(|e| format!("{name} {value:?} (flag or config file): {}", e.text()))?;
     }
-    if tls.is_some() {
-        shared.tls.configure(&shared.redis_params).map_err(|e| format!("Failed to configure TLS: {e}"))?;
+    if tls.is_some() || shared.redis_params.value("tls-replication") == "yes" {
+        shared
+            .tls
+            .configure(&shared.redis_params, tls.is_some())
+            .map_err(|e| format!("Failed to configure TLS: {e}"))?;
     }
     shared.replication.load_position(&shared.db).map_err(|e| format!("cannot read the replication position: {e}"))?;
     match shared.config.replicaof.clone() {

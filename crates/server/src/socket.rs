@@ -20,6 +20,8 @@ pub enum Stream {
     Tcp(TcpStream),
     /// Boxed: rustls's state is some kilobytes, the others a descriptor.
     Tls(Box<tokio_rustls::server::TlsStream<TcpStream>>),
+    /// This server's link to a master over TLS (`tls-replication`).
+    TlsClient(Box<crate::tls::ClientTls>),
     Unix(UnixStream),
 }
 
@@ -73,6 +75,7 @@ impl Stream {
         match self {
             Stream::Tcp(stream) => Some(stream),
             Stream::Tls(stream) => Some(stream.get_ref().0),
+            Stream::TlsClient(stream) => Some(stream.get_ref().0),
             Stream::Unix(_) => None,
         }
     }
@@ -84,6 +87,7 @@ impl Stream {
         match self {
             Stream::Tcp(stream) => stream.peek(buf).await,
             Stream::Tls(stream) => stream.get_ref().0.peek(buf).await,
+            Stream::TlsClient(stream) => stream.get_ref().0.peek(buf).await,
             // tokio's UnixStream has no peek: wait until readable, then
             // recv(2) with MSG_PEEK, as TcpStream::peek does.
             Stream::Unix(stream) => loop {
@@ -114,7 +118,9 @@ impl Stream {
         Ok(match self {
             Stream::Tcp(stream) => StdStream::Tcp(stream.into_std()?),
             Stream::Unix(stream) => StdStream::Unix(stream.into_std()?),
-            Stream::Tls(_) => return Err(io::Error::other("a TLS stream stays on the runtime that shook hands")),
+            Stream::Tls(_) | Stream::TlsClient(_) => {
+                return Err(io::Error::other("a TLS stream stays on the runtime that shook hands"))
+            }
         })
     }
 }
@@ -140,6 +146,7 @@ impl AsyncRead for Stream {
         match self.get_mut() {
             Stream::Tcp(stream) => Pin::new(stream).poll_read(cx, buf),
             Stream::Tls(stream) => Pin::new(stream.as_mut()).poll_read(cx, buf),
+            Stream::TlsClient(stream) => Pin::new(stream.as_mut()).poll_read(cx, buf),
             Stream::Unix(stream) => Pin::new(stream).poll_read(cx, buf),
         }
     }
@@ -150,6 +157,7 @@ impl AsyncWrite for Stream {
         match self.get_mut() {
             Stream::Tcp(stream) => Pin::new(stream).poll_write(cx, buf),
             Stream::Tls(stream) => Pin::new(stream.as_mut()).poll_write(cx, buf),
+            Stream::TlsClient(stream) => Pin::new(stream.as_mut()).poll_write(cx, buf),
             Stream::Unix(stream) => Pin::new(stream).poll_write(cx, buf),
         }
     }
@@ -162,6 +170,7 @@ impl AsyncWrite for Stream {
         match self.get_mut() {
             Stream::Tcp(stream) => Pin::new(stream).poll_write_vectored(cx, bufs),
             Stream::Tls(stream) => Pin::new(stream.as_mut()).poll_write_vectored(cx, bufs),
+            Stream::TlsClient(stream) => Pin::new(stream.as_mut()).poll_write_vectored(cx, bufs),
             Stream::Unix(stream) => Pin::new(stream).poll_write_vectored(cx, bufs),
         }
     }
@@ -174,6 +183,7 @@ impl AsyncWrite for Stream {
         match self.get_mut() {
             Stream::Tcp(stream) => Pin::new(stream).poll_flush(cx),
             Stream::Tls(stream) => Pin::new(stream.as_mut()).poll_flush(cx),
+            Stream::TlsClient(stream) => Pin::new(stream.as_mut()).poll_flush(cx),
             Stream::Unix(stream) => Pin::new(stream).poll_flush(cx),
         }
     }
@@ -182,6 +192,7 @@ impl AsyncWrite for Stream {
         match self.get_mut() {
             Stream::Tcp(stream) => Pin::new(stream).poll_shutdown(cx),
             Stream::Tls(stream) => Pin::new(stream.as_mut()).poll_shutdown(cx),
+            Stream::TlsClient(stream) => Pin::new(stream.as_mut()).poll_shutdown(cx),
             Stream::Unix(stream) => Pin::new(stream).poll_shutdown(cx),
         }
     }

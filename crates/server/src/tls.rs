@@ -1,30 +1,40 @@
 //! Redis's TLS: RESP on `tls-port`, with the certificate, key and client
-//! authentication Redis's `tls-*` settings name (rustls, PEM files).
+//! authentication Redis's `tls-*` settings name (rustls, PEM files), and
+//! the link to a master over TLS (`tls-replication`).
 //!
-//! The context is built when the server starts and again when CONFIG SET
-//! changes one of its settings (a renewed certificate is loaded without a
-//! restart, as in Redis); a context that does not build leaves the old one
-//! serving and the setting as it was. rustls has no OpenSSL cipher strings
-//! and no DHE: `tls-ciphers`, `tls-ciphersuites` and `tls-dh-params-file`
-//! keep their defaults (`crate::redis_configs`).
+//! The contexts are built when the server starts and again when CONFIG
+//! SET changes one of their settings (a renewed certificate is loaded
+//! without a restart, as in Redis); a context that does not build leaves
+//! the old one serving and the setting as it was. rustls has no OpenSSL
+//! cipher strings and no DHE: `tls-ciphers`, `tls-ciphersuites` and
+//! `tls-dh-params-file` keep their defaults (`crate::redis_configs`).
 
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::RwLock;
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::client::WebPkiServerVerifier;
 use rustls::server::{NoServerSessionStorage, ServerSessionMemoryCache, WebPkiClientVerifier};
-use rustls::{RootCertStore, ServerConfig, SupportedProtocolVersion};
+use rustls::{
+    CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore, ServerConfig, SignatureScheme,
+    SupportedProtocolVersion,
+};
 use rustls_pki_types::pem::PemObject;
-use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use tokio::net::TcpStream;
 use tokio_rustls::server::TlsStream;
-use tokio_rustls::TlsAcceptor;
+use tokio_rustls::{TlsAcceptor, TlsConnector};
+
+/// A link to a master over TLS.
+pub type ClientTls = tokio_rustls::client::TlsStream<TcpStream>;
 
 use crate::redis_configs::Store;
 
-/// The settings a context is built from: CONFIG SET of one rebuilds it.
-pub const CONTEXT_SETTINGS: [&str; 9] = [
+/// The settings the contexts are built from: CONFIG SET of one rebuilds
+/// them.
+pub const CONTEXT_SETTINGS: [&str; 12] = [
     "tls-cert-file",
     "tls-key-file",
     "tls-ca-cert-file",
@@ -34,15 +44,20 @@ pub const CONTEXT_SETTINGS: [&str; 9] = [
     "tls-prefer-server-ciphers",
     "tls-session-caching",
     "tls-session-cache-size",
+    "tls-replication",
+    "tls-client-cert-file",
+    "tls-client-key-file",
 ];
 
 /// How long a client has to finish its handshake.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The context TLS clients are accepted with (None: no `tls-port`).
+/// The contexts TLS clients are accepted with (None: no `tls-port`) and
+/// the link to a master connects with (None: `tls-replication no`).
 #[derive(Default)]
 pub struct Tls {
     acceptor: RwLock<Option<TlsAcceptor>>,
+    connector: RwLock<Option<TlsConnector>>,
 }
 
 impl Tls {
@@ -50,16 +65,32 @@ impl Tls {
         self.acceptor.read().clone()
     }
 
-    /// Builds the context from `params` and serves new clients with it;
-    /// on an error the old one stays.
-    pub fn configure(&self, params: &Store) -> Result<(), String> {
-        let config = server_config(&|name| params.value(name))?;
-        *self.acceptor.write() = Some(TlsAcceptor::from(Arc::new(config)));
+    pub fn connector(&self) -> Option<TlsConnector> {
+        self.connector.read().clone()
+    }
+
+    /// Builds the contexts from `params`, the server's if `serving` (a
+    /// `tls-port`), the link's if `tls-replication` is yes, and puts both
+    /// in use; on an error neither changes.
+    pub fn configure(&self, params: &Store, serving: bool) -> Result<(), String> {
+        let value = |name: &str| params.value(name);
+        let acceptor = match serving {
+            true => Some(TlsAcceptor::from(Arc::new(server_config(&value)?))),
+            false => None,
+        };
+        let connector = match value("tls-replication").as_str() {
+            "yes" => Some(TlsConnector::from(Arc::new(client_config(&value)?))),
+            _ => None,
+        };
+        *self.acceptor.write() = acceptor;
+        *self.connector.write() = connector;
         Ok(())
     }
 
+    /// Whether a context is in use, to be built again when its settings
+    /// change.
     pub fn enabled(&self) -> bool {
-        self.acceptor.read().is_some()
+        self.acceptor.read().is_some() || self.connector.read().is_some()
     }
 }
 
@@ -68,6 +99,89 @@ pub async fn handshake(acceptor: TlsAcceptor, stream: TcpStream) -> std::io::Res
     match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
         Ok(done) => done,
         Err(_) => Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "TLS handshake timed out")),
+    }
+}
+
+/// The link to a master at `host`, over TLS.
+pub async fn connect(connector: TlsConnector, host: &str, stream: TcpStream) -> std::io::Result<ClientTls> {
+    let name = ServerName::try_from(host.to_string())
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("{host}: {e}")))?;
+    match tokio::time::timeout(HANDSHAKE_TIMEOUT, connector.connect(name, stream)).await {
+        Ok(done) => done,
+        Err(_) => Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "TLS handshake timed out")),
+    }
+}
+
+/// The client side's configuration: the master's certificate must chain
+/// to the CAs of `tls-ca-cert-file` / `-dir`; the client certificate is
+/// `tls-client-cert-file`'s, else `tls-cert-file`'s, as Redis's.
+fn client_config(value: &dyn Fn(&str) -> String) -> Result<ClientConfig, String> {
+    let roots = client_roots(&value("tls-ca-cert-file"), &value("tls-ca-cert-dir"))?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let webpki = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+        .build()
+        .map_err(|e| e.to_string())?;
+    let builder = ClientConfig::builder_with_provider(provider)
+        .with_protocol_versions(&protocols(&value("tls-protocols"))?)
+        .map_err(|e| e.to_string())?
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(ChainOnly(webpki)));
+    let (cert_file, key_file) = match value("tls-client-cert-file") {
+        file if file.is_empty() => (value("tls-cert-file"), value("tls-key-file")),
+        file => (file, value("tls-client-key-file")),
+    };
+    if cert_file.is_empty() {
+        return Ok(builder.with_no_client_auth());
+    }
+    let certs = read_certs(Path::new(&cert_file))?;
+    let key = PrivateKeyDer::from_pem_file(&key_file)
+        .map_err(|e| format!("tls-client-key-file {key_file}: no private key read: {e}"))?;
+    builder.with_client_auth_cert(certs, key).map_err(|e| format!("{cert_file} with {key_file}: {e}"))
+}
+
+/// A master's certificate checked as Redis (OpenSSL without a host name
+/// set) checks it: the chain to a trusted CA, its dates and signatures,
+/// not the name the replica dialled.
+#[derive(Debug)]
+struct ChainOnly(Arc<WebPkiServerVerifier>);
+
+impl ServerCertVerifier for ChainOnly {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp: &[u8],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        match self.0.verify_server_cert(end_entity, intermediates, server_name, ocsp, now) {
+            Err(rustls::Error::InvalidCertificate(
+                CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
+            )) => Ok(ServerCertVerified::assertion()),
+            checked => checked,
+        }
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.0.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.0.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.supported_verify_schemes()
     }
 }
 

@@ -185,3 +185,66 @@ fn a_tls_port_alone_and_a_tls_port_without_a_ca() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("Failed to configure TLS: Either tls-ca-cert-file or tls-ca-cert-dir"), "{stderr}");
 }
+
+/// Polls `stream` until GET `key` gives `want` (10 s at most).
+fn wait_for_value(stream: &mut TcpStream, key: &[u8], want: &[u8]) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let got = request(stream, &encode(&[b"GET", key]));
+        if got == want {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "GET {key:?} stayed {:?}", String::from_utf8_lossy(&got));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// `tls-replication yes`: ScaledKV follows a Redis master on its TLS
+/// port, and a Redis replica follows ScaledKV's, each presenting its
+/// certificate; a full sync, then the command stream. Skipped with a
+/// notice without redis-server.
+#[test]
+fn replication_over_tls_both_ways() {
+    let dir = tempfile::tempdir().unwrap();
+    let certs = make_certs(dir.path());
+    let redis_tls = common::free_port().to_string();
+    let server_files = [
+        "--tls-cert-file",
+        path(&certs.server_cert),
+        "--tls-key-file",
+        path(&certs.server_key),
+        "--tls-ca-cert-file",
+        path(&certs.ca),
+    ];
+    let mut extra = vec!["--tls-port", &redis_tls];
+    extra.extend(server_files);
+    let Some(redis) = common::RedisServer::start_with(&extra) else { return };
+    let mut on_redis = TcpStream::connect(("127.0.0.1", redis.port)).unwrap();
+    on_redis.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    assert_eq!(request(&mut on_redis, &encode(&[b"SET", b"before", b"full sync"])), b"+OK\r\n");
+    // ScaledKV, a replica over TLS.
+    let master = format!("127.0.0.1 {redis_tls}");
+    let mut args = vec!["--tls-replication", "yes", "--replicaof", &master];
+    args.extend(server_files);
+    let replica = Server::start(&dir.path().join("replica"), &args);
+    let mut on_replica = replica.connect();
+    wait_for_value(&mut on_replica, b"before", b"$9\r\nfull sync\r\n");
+    assert_eq!(request(&mut on_redis, &encode(&[b"SET", b"after", b"streamed"])), b"+OK\r\n");
+    wait_for_value(&mut on_replica, b"after", b"$8\r\nstreamed\r\n");
+    drop((replica, redis));
+    // A Redis replica of ScaledKV over TLS.
+    let tls_port = common::free_port().to_string();
+    let mut args = vec!["--tls-port", tls_port.as_str()];
+    args.extend(server_files);
+    let master = Server::start_at(&dir.path().join("master"), common::free_port(), &args);
+    let mut on_master = master.connect();
+    assert_eq!(request(&mut on_master, &encode(&[b"SET", b"before", b"full sync"])), b"+OK\r\n");
+    let mut extra = vec!["--tls-replication", "yes", "--replicaof", "127.0.0.1", &tls_port, "--tls-port", "0"];
+    extra.extend(server_files);
+    let redis = common::RedisServer::start_with(&extra).expect("it ran above");
+    let mut on_redis = TcpStream::connect(("127.0.0.1", redis.port)).unwrap();
+    on_redis.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    wait_for_value(&mut on_redis, b"before", b"$9\r\nfull sync\r\n");
+    assert_eq!(request(&mut on_master, &encode(&[b"SET", b"after", b"streamed"])), b"+OK\r\n");
+    wait_for_value(&mut on_redis, b"after", b"$8\r\nstreamed\r\n");
+}

@@ -1538,10 +1538,13 @@ pub fn config_set(shared: &Shared, name: &str, value: &[u8]) -> CmdResult {
             }
             let old = shared.redis_params.get(canonical);
             shared.redis_params.set(param, &text).map_err(|why| failed(&why))?;
-            // A certificate renewed, clients' authentication changed: new
-            // clients get the new context, or nothing changes.
-            if crate::tls::CONTEXT_SETTINGS.contains(&canonical.name.as_str()) && shared.tls.enabled() {
-                if let Err(why) = shared.tls.configure(&shared.redis_params) {
+            // A certificate renewed, clients' authentication changed, the
+            // link to a master to speak TLS: new clients and links get the
+            // new contexts, or nothing changes.
+            let tls = shared.tls.enabled() || shared.redis_params.value("tls-replication") == "yes";
+            if crate::tls::CONTEXT_SETTINGS.contains(&canonical.name.as_str()) && tls {
+                let serving = shared.tls.acceptor().is_some();
+                if let Err(why) = shared.tls.configure(&shared.redis_params, serving) {
                     shared.redis_params.set(canonical, &old).expect("the value it had");
                     tracing::warn!(setting = name, %why, "TLS configuration not changed");
                     return Err(failed(&format!("Unable to update TLS configuration: {why}")));
@@ -1563,8 +1566,13 @@ pub fn config_set_at_start(shared: &Shared, name: &str, value: &[u8]) -> CmdResu
         };
     }
     let own = own_parameters(shared).iter().any(|(own, _)| *own == name);
-    // tls-port too: CONFIG SET may not move it, the start sets it.
-    match crate::redis_configs::find(name).filter(|param| (param.immutable || param.name == "tls-port") && !own) {
+    // tls-port too: CONFIG SET may not move it, the start sets it; and the
+    // TLS contexts' settings, which the start builds once all are read.
+    let set_directly = |param: &crate::redis_configs::Param| {
+        param.name == "tls-port" || crate::tls::CONTEXT_SETTINGS.contains(&param.name.as_str())
+    };
+    match crate::redis_configs::find(name).filter(|param| (param.immutable || set_directly(param.canonical())) && !own)
+    {
         Some(param) => {
             let text = String::from_utf8_lossy(value);
             shared.redis_params.set(param, &text).map_err(|why| err(format!("ERR {why}")))
