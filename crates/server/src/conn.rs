@@ -440,6 +440,7 @@ impl ConnState {
 async fn wait_blocked<'s>(
     shared: &'s Shared,
     stream: &mut Stream,
+    input: &mut BytesMut,
     conn: &mut ConnState,
     out: &mut Out,
     run: &mut commands::Run<'s>,
@@ -456,7 +457,7 @@ async fn wait_blocked<'s>(
     // request for the next blocking command.
     conn.info.unblock.store(0, Ordering::Release);
     conn.info.blocked.store(true, Ordering::Release);
-    let waited = wait_in_line(shared, stream, conn, out, run, &line, deadline).await;
+    let waited = wait_in_line(shared, stream, input, conn, out, run, &line, deadline).await;
     conn.info.blocked.store(false, Ordering::Release);
     // A WAIT ended otherwise than by its own answer (CLIENT UNBLOCK, a
     // kill) leaves its target behind: the next WAIT takes its own.
@@ -498,9 +499,11 @@ impl Drop for InLine<'_, '_> {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn wait_in_line<'s>(
     shared: &'s Shared,
     stream: &mut Stream,
+    input: &mut BytesMut,
     conn: &mut ConnState,
     out: &mut Out,
     run: &mut commands::Run<'s>,
@@ -508,9 +511,12 @@ async fn wait_in_line<'s>(
     deadline: Option<tokio::time::Instant>,
 ) -> std::io::Result<bool> {
     let mut shutdown = shared.shutdown.subscribe();
-    // Once the client sends more while it waits, only its hanging up is
-    // left to notice, which a read would show: stop peeking then.
-    let mut peek = true;
+    // What the client sends while it waits is read into `input`, to run
+    // once it stops waiting, as Redis queues it: a read of nothing is its
+    // hanging up, seen even after more commands (a TLS client's
+    // close_notify comes before the end of its stream). Past a full read
+    // buffer's worth, reading stops until the wait ends.
+    let mut reading = true;
     loop {
         // Listening before looking again: a push that commits after the
         // look wakes this wait.
@@ -541,15 +547,18 @@ async fn wait_in_line<'s>(
             return Ok(true);
         }
         let wake = deadline.map_or(now + POLL_BLOCKED, |d| d.min(now + POLL_BLOCKED));
-        let mut probe = [0u8; 1];
         tokio::select! {
             _ = &mut pushed => {}
             _ = conn.info.wake.notified() => {}
             _ = tokio::time::sleep_until(wake) => {}
             _ = shutdown.changed() => return Ok(false),
-            peeked = stream.peek(&mut probe), if peek => match peeked {
+            // Cancel-safe: a read that did not complete took nothing.
+            read = stream.read_buf(input), if reading => match read {
                 Ok(0) | Err(_) => return Ok(false),
-                Ok(_) => peek = false,
+                Ok(n) => {
+                    shared.stats.net_input_bytes.fetch_add(n as u64, Ordering::Relaxed);
+                    reading = input.len() < READ_MAX;
+                }
             },
         }
         // A RESP3 subscriber gets its messages while it waits, as in Redis.
@@ -614,7 +623,8 @@ async fn run(shared: &Shared, stream: &mut Stream, conn: &mut ConnState) -> std:
                 // CLIENT REPLY SKIP silences the command after it.
                 conn.reply_skip = std::mem::take(&mut conn.reply_skip_next);
                 commands::execute(shared, conn, &mut out, args, &mut run).await;
-                if conn.blocked.is_some() && !wait_blocked(shared, stream, conn, &mut out, &mut run).await? {
+                if conn.blocked.is_some() && !wait_blocked(shared, stream, &mut input, conn, &mut out, &mut run).await?
+                {
                     return Ok(());
                 }
                 if conn.close || conn.transfer.is_some() || conn.replica_link.is_some() || *shutdown.borrow() {

@@ -9,11 +9,10 @@
 use std::fmt;
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
-use std::os::fd::AsRawFd;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpStream, UnixStream};
 
 pub enum Stream {
@@ -77,37 +76,6 @@ impl Stream {
             Stream::Tls(stream) => Some(stream.get_ref().0),
             Stream::TlsClient(stream) => Some(stream.get_ref().0),
             Stream::Unix(_) => None,
-        }
-    }
-
-    /// Reads into `buf` without taking the bytes from the socket; 0 when
-    /// the client hung up. Under TLS it peeks the records as they came
-    /// (any byte is "it sent more", none a hang-up).
-    pub async fn peek(&self, buf: &mut [u8]) -> io::Result<usize> {
-        match self {
-            Stream::Tcp(stream) => stream.peek(buf).await,
-            Stream::Tls(stream) => stream.get_ref().0.peek(buf).await,
-            Stream::TlsClient(stream) => stream.get_ref().0.peek(buf).await,
-            // tokio's UnixStream has no peek: wait until readable, then
-            // recv(2) with MSG_PEEK, as TcpStream::peek does.
-            Stream::Unix(stream) => loop {
-                stream.readable().await?;
-                let peeked = stream.try_io(Interest::READABLE, || {
-                    // SAFETY: the descriptor is this open socket's and
-                    // `buf` is writable for its length.
-                    let n =
-                        unsafe { libc::recv(stream.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), libc::MSG_PEEK) };
-                    if n < 0 {
-                        Err(io::Error::last_os_error())
-                    } else {
-                        Ok(n as usize)
-                    }
-                });
-                match peeked {
-                    Err(error) if error.kind() == io::ErrorKind::WouldBlock => continue,
-                    peeked => return peeked,
-                }
-            },
         }
     }
 
@@ -217,21 +185,18 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_unix_stream_peeks_reads_writes_and_sees_a_hang_up() {
+    async fn a_unix_stream_reads_writes_and_sees_a_hang_up() {
         let (server, mut client) = UnixStream::pair().unwrap();
         let mut server = Stream::Unix(server);
         client.write_all(b"PING").await.unwrap();
-        let mut probe = [0u8; 2];
-        assert_eq!(server.peek(&mut probe).await.unwrap(), 2);
-        assert_eq!(&probe, b"PI");
         let mut read = [0u8; 4];
         server.read_exact(&mut read).await.unwrap();
-        assert_eq!(&read, b"PING", "peeking took nothing");
+        assert_eq!(&read, b"PING");
         server.write_all(b"+PONG\r\n").await.unwrap();
         let mut reply = [0u8; 7];
         client.read_exact(&mut reply).await.unwrap();
         assert_eq!(&reply, b"+PONG\r\n");
         drop(client);
-        assert_eq!(server.peek(&mut probe).await.unwrap(), 0, "a hang-up peeks as 0 bytes");
+        assert_eq!(server.read(&mut read).await.unwrap(), 0, "a hang-up reads as 0 bytes");
     }
 }

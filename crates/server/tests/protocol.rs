@@ -282,6 +282,21 @@ fn blocking_pops_wait_for_a_push() {
     assert_eq!(request(&mut pusher, &encode(&[b"RPUSH", b"later", b"kept"])), b":1\r\n");
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(request(&mut pusher, &encode(&[b"LLEN", b"later"])), b":1\r\n");
+    // Also one that sent more commands before it hung up; and what a
+    // waiting client sends runs once its wait ends, in order.
+    let mut gone = server.connect();
+    gone.write_all(&[encode(&[b"BLPOP", b"later2", b"0"]), encode(&[b"PING"])].concat()).unwrap();
+    server.wait_for_blocked_clients(1);
+    drop(gone);
+    std::thread::sleep(Duration::from_millis(150));
+    assert_eq!(request(&mut pusher, &encode(&[b"RPUSH", b"later2", b"kept"])), b":1\r\n");
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(request(&mut pusher, &encode(&[b"LLEN", b"later2"])), b":1\r\n");
+    waiter.write_all(&[encode(&[b"BLPOP", b"later3", b"0"]), encode(&[b"ECHO", b"after"])].concat()).unwrap();
+    server.wait_for_blocked_clients(1);
+    assert_eq!(request(&mut pusher, &encode(&[b"RPUSH", b"later3", b"x"])), b":1\r\n");
+    assert_eq!(read_reply(&mut waiter), b"*2\r\n$6\r\nlater3\r\n$1\r\nx\r\n");
+    assert_eq!(read_reply(&mut waiter), b"$5\r\nafter\r\n");
 }
 
 /// Sets through the `redis` crate's typed API, in RESP2 and RESP3 (where

@@ -143,6 +143,18 @@ fn a_tls_port_serves_clients_with_certificates_and_config_set_reloads_them() {
     assert!(String::from_utf8(got).unwrap().contains(path(&certs.server_cert)));
     let mut again = tls_connect(tls_port, &certs, true);
     assert_eq!(try_request(&mut again, &[b"PING"]).unwrap(), b"+PONG\r\n", "still serving");
+    // A client that closes its TLS session politely while it waits in
+    // BLPOP (close_notify, then the end of the stream) takes nothing.
+    again.write_all(&encode(&[b"BLPOP", b"queue", b"0"])).unwrap();
+    again.flush().unwrap();
+    server.wait_for_blocked_clients(1);
+    again.conn.send_close_notify();
+    again.flush().unwrap();
+    drop(again);
+    std::thread::sleep(Duration::from_millis(150));
+    assert_eq!(request(&mut plain, &encode(&[b"RPUSH", b"queue", b"kept"])), b":1\r\n");
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(request(&mut plain, &encode(&[b"LLEN", b"queue"])), b":1\r\n");
     // What ScaledKV's TLS does not do is refused saying so.
     let error = set(&mut plain, "tls-port", &common::free_port().to_string());
     assert!(error.contains("restart it to move the port"), "{error}");
