@@ -551,24 +551,24 @@ async fn accept_until_shutdown(shared: &Arc<Shared>, listeners: &Listeners, io: 
     shared.request_shutdown();
 }
 
-/// Redis's `tls-port` as the command line or a redis.conf sets it (0:
-/// none); CONFIG SET cannot move it.
-fn tls_port(config: &Config) -> Result<u16, String> {
-    let chosen = config.settings.iter().rev().find(|(name, _)| *name == "tls-port");
-    let Some((_, text)) = chosen else { return Ok(0) };
-    let param = crate::redis_configs::find("tls-port").expect("one of Redis's parameters");
-    let checked = param.check(text).map_err(|why| format!("tls-port {text:?}: {why}"))?;
-    Ok(checked.parse().expect("a port the table bounds"))
+/// One of Redis's parameters read before the settings are applied, as
+/// the command line or a redis.conf set it (else its default), checked.
+fn setting_at_start(config: &Config, name: &str) -> Result<String, String> {
+    let param = crate::redis_configs::find(name).expect("one of Redis's parameters");
+    let chosen = config.settings.iter().rev().find(|(setting, _)| *setting == name);
+    let text = chosen.map_or(param.default.as_str(), |(_, value)| value.as_str());
+    param.check(text).map_err(|why| format!("{name} {text:?}: {why}"))
 }
 
-/// Redis's `tcp-backlog` (511 unless the command line or a redis.conf
-/// sets it): the queue of connections the kernel holds until accepted.
+/// Redis's `tls-port` (0: none); CONFIG SET cannot move it.
+fn tls_port(config: &Config) -> Result<u16, String> {
+    Ok(setting_at_start(config, "tls-port")?.parse().expect("a port the table bounds"))
+}
+
+/// Redis's `tcp-backlog` (511): the queue of connections the kernel
+/// holds until accepted.
 fn listen_backlog(config: &Config) -> Result<u32, String> {
-    let param = crate::redis_configs::find("tcp-backlog").expect("one of Redis's parameters");
-    let chosen = config.settings.iter().rev().find(|(name, _)| *name == "tcp-backlog");
-    let text = chosen.map_or(param.default.as_str(), |(_, value)| value.as_str());
-    let checked = param.check(text).map_err(|why| format!("tcp-backlog {text:?}: {why}"))?;
-    Ok(checked.parse().expect("an int the table bounds"))
+    Ok(setting_at_start(config, "tcp-backlog")?.parse().expect("an int the table bounds"))
 }
 
 /// A listener on `host`'s first address that takes one, with `backlog`.

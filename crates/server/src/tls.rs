@@ -27,10 +27,10 @@ use tokio::net::TcpStream;
 use tokio_rustls::server::TlsStream;
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 
+use crate::redis_configs::Store;
+
 /// A link to a master over TLS.
 pub type ClientTls = tokio_rustls::client::TlsStream<TcpStream>;
-
-use crate::redis_configs::Store;
 
 /// The settings the contexts are built from: CONFIG SET of one rebuilds
 /// them.
@@ -96,27 +96,28 @@ impl Tls {
 
 /// A client's handshake, on the I/O thread that then serves it.
 pub async fn handshake(acceptor: TlsAcceptor, stream: TcpStream) -> std::io::Result<TlsStream<TcpStream>> {
-    match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
-        Ok(done) => done,
-        Err(_) => Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "TLS handshake timed out")),
-    }
+    in_time(acceptor.accept(stream)).await
 }
 
 /// The link to a master at `host`, over TLS.
 pub async fn connect(connector: TlsConnector, host: &str, stream: TcpStream) -> std::io::Result<ClientTls> {
     let name = ServerName::try_from(host.to_string())
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("{host}: {e}")))?;
-    match tokio::time::timeout(HANDSHAKE_TIMEOUT, connector.connect(name, stream)).await {
-        Ok(done) => done,
-        Err(_) => Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "TLS handshake timed out")),
-    }
+    in_time(connector.connect(name, stream)).await
+}
+
+/// A handshake, or an error once `HANDSHAKE_TIMEOUT` passes.
+async fn in_time<T>(handshake: impl std::future::Future<Output = std::io::Result<T>>) -> std::io::Result<T> {
+    tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake)
+        .await
+        .unwrap_or_else(|_| Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "TLS handshake timed out")))
 }
 
 /// The client side's configuration: the master's certificate must chain
 /// to the CAs of `tls-ca-cert-file` / `-dir`; the client certificate is
 /// `tls-client-cert-file`'s, else `tls-cert-file`'s, as Redis's.
 fn client_config(value: &dyn Fn(&str) -> String) -> Result<ClientConfig, String> {
-    let roots = client_roots(&value("tls-ca-cert-file"), &value("tls-ca-cert-dir"))?;
+    let roots = trusted_roots(&value("tls-ca-cert-file"), &value("tls-ca-cert-dir"))?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let webpki = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider.clone())
         .build()
@@ -203,7 +204,7 @@ fn server_config(value: &dyn Fn(&str) -> String) -> Result<ServerConfig, String>
     let builder = match auth.as_str() {
         "no" => builder.with_no_client_auth(),
         _ => {
-            let roots = client_roots(&value("tls-ca-cert-file"), &value("tls-ca-cert-dir"))?;
+            let roots = trusted_roots(&value("tls-ca-cert-file"), &value("tls-ca-cert-dir"))?;
             let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider);
             let verifier = match auth.as_str() {
                 "optional" => verifier.allow_unauthenticated(),
@@ -234,9 +235,10 @@ fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
     }
 }
 
-/// The CAs client certificates must chain to: those of the file and of
-/// every file in the directory (as OpenSSL's hashed directory holds them).
-fn client_roots(file: &str, dir: &str) -> Result<RootCertStore, String> {
+/// The CAs certificates must chain to (clients', and a master's): those
+/// of the file and of every file in the directory (as OpenSSL's hashed
+/// directory holds them).
+fn trusted_roots(file: &str, dir: &str) -> Result<RootCertStore, String> {
     if file.is_empty() && dir.is_empty() {
         // Redis's words for it.
         return Err("Either tls-ca-cert-file or tls-ca-cert-dir must be specified when tls-cluster, \
