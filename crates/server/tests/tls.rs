@@ -100,10 +100,10 @@ fn try_request(stream: &mut TlsClient, args: &[&[u8]]) -> Option<Vec<u8>> {
     Some(reply)
 }
 
-fn tls_settings<'a>(tls_port: &'a str, certs: &'a Certs) -> Vec<&'a str> {
-    vec![
-        "--tls-port",
-        tls_port,
+/// The server's certificate, key and CA as flags (ScaledKV's and
+/// redis-server's alike).
+fn certificate_files(certs: &Certs) -> [&str; 6] {
+    [
         "--tls-cert-file",
         path(&certs.server_cert),
         "--tls-key-file",
@@ -111,6 +111,12 @@ fn tls_settings<'a>(tls_port: &'a str, certs: &'a Certs) -> Vec<&'a str> {
         "--tls-ca-cert-file",
         path(&certs.ca),
     ]
+}
+
+fn tls_settings<'a>(tls_port: &'a str, certs: &'a Certs) -> Vec<&'a str> {
+    let mut settings = vec!["--tls-port", tls_port];
+    settings.extend(certificate_files(certs));
+    settings
 }
 
 #[test]
@@ -220,17 +226,8 @@ fn replication_over_tls_both_ways() {
     let dir = tempfile::tempdir().unwrap();
     let certs = make_certs(dir.path());
     let redis_tls = common::free_port().to_string();
-    let server_files = [
-        "--tls-cert-file",
-        path(&certs.server_cert),
-        "--tls-key-file",
-        path(&certs.server_key),
-        "--tls-ca-cert-file",
-        path(&certs.ca),
-    ];
-    let mut extra = vec!["--tls-port", &redis_tls];
-    extra.extend(server_files);
-    let Some(redis) = common::RedisServer::start_with(&extra) else { return };
+    let server_files = certificate_files(&certs);
+    let Some(redis) = common::RedisServer::start_with(&tls_settings(&redis_tls, &certs)) else { return };
     let mut on_redis = TcpStream::connect(("127.0.0.1", redis.port)).unwrap();
     on_redis.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     assert_eq!(request(&mut on_redis, &encode(&[b"SET", b"before", b"full sync"])), b"+OK\r\n");
@@ -246,9 +243,7 @@ fn replication_over_tls_both_ways() {
     drop((replica, redis));
     // A Redis replica of ScaledKV over TLS.
     let tls_port = common::free_port().to_string();
-    let mut args = vec!["--tls-port", tls_port.as_str()];
-    args.extend(server_files);
-    let master = Server::start_at(&dir.path().join("master"), common::free_port(), &args);
+    let master = Server::start_at(&dir.path().join("master"), common::free_port(), &tls_settings(&tls_port, &certs));
     let mut on_master = master.connect();
     assert_eq!(request(&mut on_master, &encode(&[b"SET", b"before", b"full sync"])), b"+OK\r\n");
     let mut extra = vec!["--tls-replication", "yes", "--replicaof", "127.0.0.1", &tls_port, "--tls-port", "0"];
