@@ -98,6 +98,11 @@ pub struct Cli {
     /// That socket file's mode, in octal as memcached's -a (default 700).
     #[arg(long = "memcached-unixsocketperm")]
     pub memcached_unixsocketperm: Option<String>,
+    /// `yes`: the memcached port speaks TLS (memcached's -Z), with the
+    /// certificate, key and client authentication of Redis's `tls-*`
+    /// settings (default `no`).
+    #[arg(long = "memcached-tls")]
+    pub memcached_tls: Option<String>,
     /// Largest memcached item, key and value, in bytes (default 1 MiB, as
     /// memcached's -I).
     #[arg(long = "memcached-item-size-max")]
@@ -219,6 +224,7 @@ struct FileConfig {
     memcached_port: Option<u16>,
     memcached_unixsocket: Option<String>,
     memcached_unixsocketperm: Option<String>,
+    memcached_tls: Option<String>,
     memcached_item_size_max: Option<usize>,
     maxmemory: Option<String>,
     maxmemory_policy: Option<String>,
@@ -325,6 +331,8 @@ pub struct Config {
     /// -s and -a.
     pub memcached_unixsocket: Option<PathBuf>,
     pub memcached_unixsocketperm: u32,
+    /// The memcached port speaks TLS (`crate::tls`'s context).
+    pub memcached_tls: bool,
     /// The largest memcached item (key, value and memcached's per-item
     /// overhead, `memcache::request::ITEM_OVERHEAD`).
     pub memcached_item_size_max: usize,
@@ -398,6 +406,7 @@ impl Default for Config {
             memcached_port: None,
             memcached_unixsocket: None,
             memcached_unixsocketperm: 0o700,
+            memcached_tls: false,
             memcached_item_size_max: DEFAULT_MEMCACHED_ITEM_SIZE_MAX,
             memory: Arc::default(),
             ssd_dir: None,
@@ -499,7 +508,16 @@ impl Config {
                 .ok_or_else(|| format!("memcached-unixsocketperm {text:?}: not a mode in octal up to 777"))?,
             None => defaults.memcached_unixsocketperm,
         };
+        let memcached_tls = match cli.memcached_tls.or(file.memcached_tls).map(|t| t.to_ascii_lowercase()).as_deref() {
+            None | Some("no") => false,
+            Some("yes") => true,
+            Some(other) => return Err(format!("memcached-tls {other:?}: must be yes or no")),
+        };
+        if memcached_tls && cli.memcached_port.or(file.memcached_port).is_none() {
+            return Err("memcached-tls: no memcached-port to speak TLS on".into());
+        }
         let config = Config {
+            memcached_tls,
             unixsocket: path(cli.unixsocket.or(file.unixsocket)),
             unixsocketperm,
             memcached_unixsocket: path(cli.memcached_unixsocket.or(file.memcached_unixsocket)),

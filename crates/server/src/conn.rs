@@ -770,8 +770,8 @@ async fn write_to_subscriber(
 pub async fn refuse(mut stream: Stream, wire: crate::io_threads::Wire) {
     let message: &[u8] = match wire {
         crate::io_threads::Wire::Resp => b"-ERR max number of clients reached\r\n",
-        // Plain text would be garbage inside TLS: closed without a word.
-        crate::io_threads::Wire::RespTls => return,
+        // Before a handshake nothing can be said: closed, as Redis does.
+        crate::io_threads::Wire::RespTls | crate::io_threads::Wire::MemcachedTls => return,
         crate::io_threads::Wire::Memcached => b"ERROR Too many open connections\r\n",
     };
     let _ = stream.write_all(message).await;

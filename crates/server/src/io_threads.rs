@@ -54,6 +54,8 @@ pub enum Wire {
     /// RESP after a TLS handshake, which the I/O thread runs.
     RespTls,
     Memcached,
+    /// memcached's protocols after a TLS handshake (`--memcached-tls`).
+    MemcachedTls,
 }
 
 impl IoThreads {
@@ -98,6 +100,10 @@ impl IoThreads {
                         None => drop(shared.connected.fetch_sub(1, Ordering::AcqRel)),
                     },
                     Wire::Memcached => crate::memcache::serve(shared, stream, addr, local).await,
+                    Wire::MemcachedTls => match shake_hands(&shared, stream, addr).await {
+                        Some(stream) => crate::memcache::serve(shared, stream, addr, local).await,
+                        None => drop(shared.connected.fetch_sub(1, Ordering::AcqRel)),
+                    },
                 },
                 Err(error) => {
                     tracing::warn!(%error, %addr, "cannot register the connection");

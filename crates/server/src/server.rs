@@ -416,11 +416,9 @@ pub async fn run(config: Config, db: Db) -> Result<(), String> {
         crate::commands::config_set_at_start(&shared, name, value.as_bytes())
             .map_err(|e| format!("{name} {value:?} (flag or config file): {}", e.text()))?;
     }
-    if tls.is_some() || shared.redis_params.value("tls-replication") == "yes" {
-        shared
-            .tls
-            .configure(&shared.redis_params, tls.is_some())
-            .map_err(|e| format!("Failed to configure TLS: {e}"))?;
+    let serving_tls = tls.is_some() || shared.config.memcached_tls;
+    if serving_tls || shared.redis_params.value("tls-replication") == "yes" {
+        shared.tls.configure(&shared.redis_params, serving_tls).map_err(|e| format!("Failed to configure TLS: {e}"))?;
     }
     shared.replication.load_position(&shared.db).map_err(|e| format!("cannot read the replication position: {e}"))?;
     match shared.config.replicaof.clone() {
@@ -508,12 +506,13 @@ async fn accept_until_shutdown(shared: &Arc<Shared>, listeners: &Listeners, io: 
     let mut shutdown = shared.shutdown.subscribe();
     let mut terminate = signal(tokio::signal::unix::SignalKind::terminate());
     let mut interrupt = signal(tokio::signal::unix::SignalKind::interrupt());
+    let memcached_wire = if shared.config.memcached_tls { Wire::MemcachedTls } else { Wire::Memcached };
     loop {
         let (accepted, wire) = tokio::select! {
             accepted = accept_tcp(&listeners.resp) => (accepted, Wire::Resp),
             accepted = accept_unix(&listeners.unix) => (accepted, Wire::Resp),
             accepted = accept_tcp(&listeners.tls) => (accepted, Wire::RespTls),
-            accepted = accept_tcp(&listeners.memcached) => (accepted, Wire::Memcached),
+            accepted = accept_tcp(&listeners.memcached) => (accepted, memcached_wire),
             accepted = accept_unix(&listeners.memcached_unix) => (accepted, Wire::Memcached),
             // Once the replicas caught up (`crate::shutdown`).
             _ = terminate.recv() => { on_signal(shared, "SIGTERM", "shutdown-on-sigterm"); continue; }
@@ -523,7 +522,7 @@ async fn accept_until_shutdown(shared: &Arc<Shared>, listeners: &Listeners, io: 
         match accepted {
             Ok((stream, peers)) => {
                 shared.stats.connections_received.fetch_add(1, Ordering::Relaxed);
-                if wire != Wire::Memcached && denied(shared, peers.0) {
+                if matches!(wire, Wire::Resp | Wire::RespTls) && denied(shared, peers.0) {
                     shared.stats.rejected_connections.fetch_add(1, Ordering::Relaxed);
                     // Plain text would be garbage inside TLS: closed.
                     if wire == Wire::Resp {

@@ -1,4 +1,5 @@
-//! Redis's TLS: RESP on `tls-port`, with the certificate, key and client
+//! Redis's TLS: RESP on `tls-port` (and memcached's protocols with
+//! `--memcached-tls`), with the certificate, key and client
 //! authentication Redis's `tls-*` settings name (rustls, PEM files), and
 //! the link to a master over TLS (`tls-replication`).
 //!
@@ -52,8 +53,9 @@ pub const CONTEXT_SETTINGS: [&str; 12] = [
 /// How long a client has to finish its handshake.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The contexts TLS clients are accepted with (None: no `tls-port`) and
-/// the link to a master connects with (None: `tls-replication no`).
+/// The contexts TLS clients are accepted with (None: no `tls-port` nor
+/// `--memcached-tls`) and the link to a master connects with (None:
+/// `tls-replication no`).
 #[derive(Default)]
 pub struct Tls {
     acceptor: RwLock<Option<TlsAcceptor>>,
@@ -70,7 +72,7 @@ impl Tls {
     }
 
     /// Builds the contexts from `params`, the server's if `serving` (a
-    /// `tls-port`), the link's if `tls-replication` is yes, and puts both
+    /// `tls-port`, or memcached's port over TLS), the link's if `tls-replication` is yes, and puts both
     /// in use; on an error neither changes.
     pub fn configure(&self, params: &Store, serving: bool) -> Result<(), String> {
         let value = |name: &str| params.value(name);

@@ -255,3 +255,39 @@ fn replication_over_tls_both_ways() {
     assert_eq!(request(&mut on_master, &encode(&[b"SET", b"after", b"streamed"])), b"+OK\r\n");
     wait_for_value(&mut on_redis, b"after", b"$8\r\nstreamed\r\n");
 }
+
+/// `--memcached-tls yes`: memcached's port speaks TLS with the context of
+/// Redis's settings (here no client certificate, memcached's default),
+/// and `stats settings` says so as memcached does.
+#[test]
+fn the_memcached_port_over_tls() {
+    let dir = tempfile::tempdir().unwrap();
+    let certs = make_certs(dir.path());
+    let mut args = vec!["--memcached-port", "0", "--memcached-tls", "yes", "--tls-auth-clients", "no"];
+    args.extend(certificate_files(&certs));
+    let server = Server::start_at(&dir.path().join("db"), common::free_port(), &args);
+    let port = common::memcached_port(&server, None);
+    let mut client = tls_connect(port, &certs, false);
+    client.write_all(b"set k 0 0 2\r\nhi\r\nget k\r\n").unwrap();
+    let got = common::read_memcached_until(&mut client, b"END\r\n").unwrap();
+    assert_eq!(got, b"STORED\r\nVALUE k 0 2\r\nhi\r\nEND\r\n");
+    client.write_all(b"stats settings\r\n").unwrap();
+    let settings = String::from_utf8(common::read_memcached_until(&mut client, b"END\r\n").unwrap()).unwrap();
+    assert!(settings.contains("STAT ssl_enabled yes\r\n"), "{settings}");
+    assert!(settings.contains("STAT ssl_verify_mode 0\r\n"), "{settings}");
+    assert!(settings.contains(&format!("STAT ssl_chain_cert {}\r\n", path(&certs.server_cert))), "{settings}");
+    // Plain text on that port gets nothing back but a closed connection.
+    let mut plain = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    plain.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    plain.write_all(b"get k\r\n").unwrap();
+    let mut buf = [0u8; 64];
+    assert!(!matches!(plain.read(&mut buf), Ok(n) if n > 0 && buf[..n].starts_with(b"VALUE")));
+    // Without a port to speak it on, the start stops.
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_scaledkv-server"))
+        .args(["--port", "0", "--memcached-tls", "yes", "--dir"])
+        .arg(dir.path().join("other"))
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("no memcached-port"));
+}

@@ -729,13 +729,14 @@ pub(super) fn general(shared: &Shared) -> Vec<(&'static str, String)> {
 /// `stats settings`.
 pub(super) fn settings(shared: &Shared) -> Vec<(&'static str, String)> {
     let config = &shared.config;
-    vec![
+    let mut settings = vec![
         ("maxbytes", shared.config.memory.maxmemory().to_string()),
         ("maxconns", shared.maxclients().to_string()),
         ("tcpport", shared.memcached.port.load(Ordering::Relaxed).to_string()),
         ("udpport", "0".into()),
         ("domain_socket", config.memcached_unixsocket.as_ref().map_or("NULL".into(), |p| p.display().to_string())),
         ("umask", format!("{:o}", config.memcached_unixsocketperm)),
+        ("ssl_enabled", if config.memcached_tls { "yes" } else { "no" }.into()),
         ("inter", config.bind.clone()),
         ("evictions", if shared.config.memory.cache_capacity() > 0 { "on" } else { "off" }.into()),
         ("cas_enabled", "yes".into()),
@@ -746,7 +747,26 @@ pub(super) fn settings(shared: &Shared) -> Vec<(&'static str, String)> {
         ("auth_enabled_ascii", if crate::memcache::open(shared) { "no" } else { "yes" }.into()),
         ("item_size_max", config.memcached_item_size_max.to_string()),
         ("idle_timeout", shared.timeout_secs().to_string()),
-    ]
+    ];
+    if config.memcached_tls {
+        // From Redis's settings, which make the context (`crate::tls`).
+        let param = |name: &str| match shared.redis_params.value(name) {
+            value if value.is_empty() => "NULL".to_string(),
+            value => value,
+        };
+        let verify = match shared.redis_params.value("tls-auth-clients").as_str() {
+            "no" => "0",
+            "optional" => "1",
+            _ => "2",
+        };
+        settings.extend([
+            ("ssl_chain_cert", param("tls-cert-file")),
+            ("ssl_key", param("tls-key-file")),
+            ("ssl_verify_mode", verify.into()),
+            ("ssl_ca_cert", param("tls-ca-cert-file")),
+        ]);
+    }
+    settings
 }
 
 #[cfg(test)]
