@@ -261,6 +261,20 @@ struct FileConfig {
     lfu_decay_time: Option<u32>,
     replica_priority: Option<u32>,
     shutdown_timeout: Option<u32>,
+    // TLS (`crate::tls`), by Redis's names.
+    tls_port: Option<u16>,
+    tls_cert_file: Option<String>,
+    tls_key_file: Option<String>,
+    tls_ca_cert_file: Option<String>,
+    tls_ca_cert_dir: Option<String>,
+    tls_auth_clients: Option<String>,
+    tls_protocols: Option<String>,
+    tls_prefer_server_ciphers: Option<String>,
+    tls_session_caching: Option<String>,
+    tls_session_cache_size: Option<u64>,
+    tls_replication: Option<String>,
+    tls_client_cert_file: Option<String>,
+    tls_client_key_file: Option<String>,
 }
 
 impl FileConfig {
@@ -283,6 +297,19 @@ impl FileConfig {
             ("lfu-decay-time", number(self.lfu_decay_time.map(u64::from))),
             ("replica-priority", number(self.replica_priority.map(u64::from))),
             ("shutdown-timeout", number(self.shutdown_timeout.map(u64::from))),
+            ("tls-port", number(self.tls_port.map(u64::from))),
+            ("tls-cert-file", text(&self.tls_cert_file)),
+            ("tls-key-file", text(&self.tls_key_file)),
+            ("tls-ca-cert-file", text(&self.tls_ca_cert_file)),
+            ("tls-ca-cert-dir", text(&self.tls_ca_cert_dir)),
+            ("tls-auth-clients", text(&self.tls_auth_clients)),
+            ("tls-protocols", text(&self.tls_protocols)),
+            ("tls-prefer-server-ciphers", text(&self.tls_prefer_server_ciphers)),
+            ("tls-session-caching", text(&self.tls_session_caching)),
+            ("tls-session-cache-size", number(self.tls_session_cache_size)),
+            ("tls-replication", text(&self.tls_replication)),
+            ("tls-client-cert-file", text(&self.tls_client_cert_file)),
+            ("tls-client-key-file", text(&self.tls_client_key_file)),
         ]
         .into_iter()
         .filter_map(|(name, value)| Some((name, value?)))

@@ -291,3 +291,37 @@ fn the_memcached_port_over_tls() {
     assert!(!output.status.success());
     assert!(String::from_utf8_lossy(&output.stderr).contains("no memcached-port"));
 }
+
+/// TLS's settings in the TOML file, by Redis's names; CONFIG REWRITE
+/// keeps what CONFIG SET changed across a restart.
+#[test]
+fn tls_settings_in_the_toml_file_and_config_rewrite() {
+    let dir = tempfile::tempdir().unwrap();
+    let certs = make_certs(dir.path());
+    let tls_port = common::free_port();
+    let file = dir.path().join("scaledkv.toml");
+    let toml = format!(
+        "tls-port = {tls_port}\ntls-cert-file = {:?}\ntls-key-file = {:?}\ntls-ca-cert-file = {:?}\n",
+        path(&certs.server_cert),
+        path(&certs.server_key),
+        path(&certs.ca)
+    );
+    std::fs::write(&file, toml).unwrap();
+    let data = dir.path().join("db");
+    let mut server = Server::start_at(&data, common::free_port(), &["--config", path(&file)]);
+    let mut client = tls_connect(tls_port, &certs, true);
+    assert_eq!(try_request(&mut client, &[b"PING"]).unwrap(), b"+PONG\r\n");
+    let mut plain = server.connect();
+    let set = encode(&[b"CONFIG", b"SET", b"tls-auth-clients", b"optional"]);
+    assert_eq!(request(&mut plain, &set), b"+OK\r\n");
+    assert_eq!(request(&mut plain, &encode(&[b"CONFIG", b"REWRITE"])), b"+OK\r\n");
+    let written = std::fs::read_to_string(&file).unwrap();
+    assert!(written.contains("tls-auth-clients = \"optional\""), "{written}");
+    assert!(written.contains(&format!("tls-port = {tls_port}")), "{written}");
+    drop(plain);
+    assert!(server.terminate());
+    let server = Server::start_at(&data, common::free_port(), &["--config", path(&file)]);
+    let mut anonymous = tls_connect(tls_port, &certs, false);
+    assert_eq!(try_request(&mut anonymous, &[b"PING"]).unwrap(), b"+PONG\r\n", "optional after the restart");
+    drop(server);
+}

@@ -1217,6 +1217,14 @@ fn rewritten(shared: &Shared) -> Vec<Rewritten> {
         let unset = |text: String| Some(text).filter(|text| !text.is_empty());
         settings.push(Rewritten { key, kind, now: unset(value), default: unset(default) });
     }
+    // TLS's, by Redis's names (`crate::tls`), which the TOML file takes too.
+    for key in std::iter::once("tls-port").chain(crate::tls::CONTEXT_SETTINGS) {
+        let param = crate::redis_configs::find(key).expect("one of Redis's parameters");
+        let kind = if matches!(key, "tls-port" | "tls-session-cache-size") { Integer } else { Text };
+        let unset = |text: String| Some(text).filter(|text| !text.is_empty());
+        let (now, default) = (unset(shared.redis_params.get(param)), unset(param.default.clone()));
+        settings.push(Rewritten { key, kind, now, default });
+    }
     settings
 }
 
@@ -1227,7 +1235,8 @@ fn rewritten_redis_conf(shared: &Shared) -> Vec<Rewritten> {
     let mut settings = rewritten(shared);
     let own = own_parameters(shared);
     for param in crate::redis_configs::TABLE.iter() {
-        if param.alias.is_none() && !param.immutable && !own.iter().any(|(name, _)| *name == param.name) {
+        let written = settings.iter().any(|setting| setting.key == param.name);
+        if param.alias.is_none() && !param.immutable && !written && !own.iter().any(|(name, _)| *name == param.name) {
             let (now, default) = (Some(shared.redis_params.get(param)), Some(param.default.clone()));
             settings.push(Rewritten { key: param.name.as_str(), kind: crate::config::Kind::Text, now, default });
         }
