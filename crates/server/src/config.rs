@@ -517,29 +517,16 @@ impl Config {
             }
             None => defaults.script_memory_limit,
         };
-        let daemonize = match cli.daemonize.or(file.daemonize).map(|text| text.to_ascii_lowercase()).as_deref() {
-            None | Some("no") => false,
-            Some("yes") => true,
-            Some(other) => return Err(format!("daemonize {other:?}: must be yes or no")),
-        };
+        let daemonize = yes_or_no("daemonize", cli.daemonize.or(file.daemonize))?;
         // "" is unset, as in Redis.
         let path = |path: Option<String>| path.filter(|path| !path.is_empty()).map(PathBuf::from);
-        let unixsocketperm = match cli.unixsocketperm.or(file.unixsocketperm) {
-            Some(text) => {
-                parse_mode(&text).ok_or_else(|| format!("unixsocketperm {text:?}: not a mode in octal up to 777"))?
-            }
-            None => 0,
-        };
-        let memcached_unixsocketperm = match cli.memcached_unixsocketperm.or(file.memcached_unixsocketperm) {
-            Some(text) => parse_mode(&text)
-                .ok_or_else(|| format!("memcached-unixsocketperm {text:?}: not a mode in octal up to 777"))?,
-            None => defaults.memcached_unixsocketperm,
-        };
-        let memcached_tls = match cli.memcached_tls.or(file.memcached_tls).map(|t| t.to_ascii_lowercase()).as_deref() {
-            None | Some("no") => false,
-            Some("yes") => true,
-            Some(other) => return Err(format!("memcached-tls {other:?}: must be yes or no")),
-        };
+        let unixsocketperm = mode("unixsocketperm", cli.unixsocketperm.or(file.unixsocketperm), 0)?;
+        let memcached_unixsocketperm = mode(
+            "memcached-unixsocketperm",
+            cli.memcached_unixsocketperm.or(file.memcached_unixsocketperm),
+            defaults.memcached_unixsocketperm,
+        )?;
+        let memcached_tls = yes_or_no("memcached-tls", cli.memcached_tls.or(file.memcached_tls))?;
         if memcached_tls && cli.memcached_port.or(file.memcached_port).is_none() {
             return Err("memcached-tls: no memcached-port to speak TLS on".into());
         }
@@ -782,9 +769,21 @@ fn load_file(path: &Path) -> Result<FileConfig, String> {
     toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
 }
 
-/// A file mode in octal, as Redis's `unixsocketperm` reads it (0 to 777).
-pub fn parse_mode(text: &str) -> Option<u32> {
-    u32::from_str_radix(text, 8).ok().filter(|&mode| mode <= 0o777)
+/// The setting `name`'s `yes` or `no` (None: no).
+fn yes_or_no(name: &str, text: Option<String>) -> Result<bool, String> {
+    match text.map(|text| text.to_ascii_lowercase()).as_deref() {
+        None | Some("no") => Ok(false),
+        Some("yes") => Ok(true),
+        Some(other) => Err(format!("{name} {other:?}: must be yes or no")),
+    }
+}
+
+/// The setting `name`'s file mode, in octal as Redis's `unixsocketperm`
+/// and memcached's -a read it (0 to 777; None: `default`).
+fn mode(name: &str, text: Option<String>, default: u32) -> Result<u32, String> {
+    let Some(text) = text else { return Ok(default) };
+    let mode = u32::from_str_radix(&text, 8).ok().filter(|&mode| mode <= 0o777);
+    mode.ok_or_else(|| format!("{name} {text:?}: not a mode in octal up to 777"))
 }
 
 /// `replicaof`'s "host port".
@@ -797,6 +796,18 @@ fn parse_master(text: &str) -> Option<crate::replica::Master> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn modes_are_octal_and_switches_yes_or_no() {
+        assert_eq!(mode("m", Some("770".into()), 0), Ok(0o770));
+        assert_eq!(mode("m", None, 0o700), Ok(0o700));
+        for bad in ["8", "1000", "x", ""] {
+            assert!(mode("m", Some(bad.into()), 0).unwrap_err().contains("not a mode"), "{bad:?}");
+        }
+        assert_eq!(yes_or_no("s", Some("YES".into())), Ok(true));
+        assert_eq!(yes_or_no("s", None), Ok(false));
+        assert!(yes_or_no("s", Some("1".into())).unwrap_err().contains("must be yes or no"));
+    }
 
     #[test]
     fn a_daemon_without_a_pidfile_gets_redis_default_one() {

@@ -92,23 +92,23 @@ impl IoThreads {
         connections.fetch_add(1, Ordering::Relaxed);
         let runtime = thread.runtime.as_ref().expect("running until dropped");
         runtime.spawn(async move {
-            match stream.into_tokio() {
-                Ok(stream) => match wire {
-                    Wire::Resp => conn::serve(shared, stream, addr, local).await,
-                    Wire::RespTls => match shake_hands(&shared, stream, addr).await {
-                        Some(stream) => conn::serve(shared, stream, addr, local).await,
-                        None => drop(shared.connected.fetch_sub(1, Ordering::AcqRel)),
-                    },
-                    Wire::Memcached => crate::memcache::serve(shared, stream, addr, local).await,
-                    Wire::MemcachedTls => match shake_hands(&shared, stream, addr).await {
-                        Some(stream) => crate::memcache::serve(shared, stream, addr, local).await,
-                        None => drop(shared.connected.fetch_sub(1, Ordering::AcqRel)),
-                    },
-                },
+            let stream = match stream.into_tokio() {
+                Ok(stream) if matches!(wire, Wire::RespTls | Wire::MemcachedTls) => {
+                    shake_hands(&shared, stream, addr).await
+                }
+                Ok(stream) => Some(stream),
                 Err(error) => {
                     tracing::warn!(%error, %addr, "cannot register the connection");
-                    shared.connected.fetch_sub(1, Ordering::AcqRel);
+                    None
                 }
+            };
+            match (stream, wire) {
+                (Some(stream), Wire::Resp | Wire::RespTls) => conn::serve(shared, stream, addr, local).await,
+                (Some(stream), Wire::Memcached | Wire::MemcachedTls) => {
+                    crate::memcache::serve(shared, stream, addr, local).await
+                }
+                // Counted in when accepted, never served.
+                (None, _) => drop(shared.connected.fetch_sub(1, Ordering::AcqRel)),
             }
             connections.fetch_sub(1, Ordering::Relaxed);
         });
