@@ -9,13 +9,13 @@
 //! timeout, ...). Of the rest, each is one of two `Role`s:
 //! - `Kept`: any valid value is taken and CONFIG GET gives it back. Most
 //!   are knobs of Redis's own machinery that ScaledKV does not have (its
-//!   encodings' sizes, its AOF's rewrites, active defrag, cluster and TLS
-//!   settings while both are off): they change nothing a client can see
+//!   encodings' sizes, its AOF's rewrites, active defrag, cluster
+//!   settings while it is off): they change nothing a client can see
 //!   but the value itself (OBJECT ENCODING keeps to Redis's default
-//!   sizes). A few are read where they matter (`hz`, `tcp-keepalive`,
-//!   `tcp-backlog`, `shutdown-on-sigterm`: see `KEPT`).
-//! - `Fixed`: a behaviour ScaledKV does not have (a Unix socket, TLS,
-//!   cluster mode ...): only the value ScaledKV behaves as (Redis's
+//!   sizes). Some are read where they matter (`hz`, `tcp-keepalive`,
+//!   `tcp-backlog`, `shutdown-on-sigterm`, TLS's: see `KEPT`).
+//! - `Fixed`: a behaviour ScaledKV does not have (cluster mode, OpenSSL
+//!   cipher lists ...): only the value ScaledKV behaves as (Redis's
 //!   default) is taken, any other refused saying so.
 
 use std::collections::BTreeMap;

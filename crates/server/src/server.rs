@@ -94,7 +94,8 @@ pub struct Shared {
     pub pending: Arc<crate::pending::Pending>,
     /// Blocked clients in line per key (`crate::waiters`).
     pub waiters: crate::waiters::Waiters,
-    /// The context TLS clients are accepted with (`tls-port`).
+    /// The TLS contexts: clients' (`tls-port`, `--memcached-tls`) and the
+    /// link to a master's (`tls-replication`).
     pub tls: crate::tls::Tls,
     /// Who listens to which channel (`crate::pubsub`).
     pub pubsub: crate::pubsub::PubSub,
@@ -416,10 +417,9 @@ pub async fn run(config: Config, db: Db) -> Result<(), String> {
         crate::commands::config_set_at_start(&shared, name, value.as_bytes())
             .map_err(|e| format!("{name} {value:?} (flag or config file): {}", e.text()))?;
     }
+    // The contexts asked for (none without TLS), once all settings are in.
     let serving_tls = tls.is_some() || shared.config.memcached_tls;
-    if serving_tls || shared.redis_params.value("tls-replication") == "yes" {
-        shared.tls.configure(&shared.redis_params, serving_tls).map_err(|e| format!("Failed to configure TLS: {e}"))?;
-    }
+    shared.tls.configure(&shared.redis_params, serving_tls).map_err(|e| format!("Failed to configure TLS: {e}"))?;
     shared.replication.load_position(&shared.db).map_err(|e| format!("cannot read the replication position: {e}"))?;
     match shared.config.replicaof.clone() {
         Some(master) => drop(shared.replication.follow(master)),

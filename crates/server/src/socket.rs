@@ -60,10 +60,19 @@ impl Peer {
     }
 
     /// How MONITOR names the client (`127.0.0.1:5000`, `unix:/path`).
-    pub fn monitor_source(&self) -> String {
-        match self {
-            Peer::Tcp(addr) => addr.to_string(),
-            Peer::Unix(path) => format!("unix:{path}"),
+    pub fn monitor_source(self) -> MonitorSource {
+        MonitorSource(self)
+    }
+}
+
+/// A client as MONITOR names it: written only once a monitor listens.
+pub struct MonitorSource(Peer);
+
+impl fmt::Display for MonitorSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Peer::Tcp(addr) => write!(f, "{addr}"),
+            Peer::Unix(path) => write!(f, "unix:{path}"),
         }
     }
 }
@@ -175,12 +184,12 @@ mod tests {
     fn peers_read_as_redis_writes_them() {
         let tcp = Peer::Tcp("127.0.0.1:5000".parse().unwrap());
         assert_eq!(
-            (tcp.to_string(), tcp.host(), tcp.monitor_source()),
+            (tcp.to_string(), tcp.host(), tcp.monitor_source().to_string()),
             ("127.0.0.1:5000".into(), "127.0.0.1".into(), "127.0.0.1:5000".into())
         );
         let unix = Peer::Unix("/tmp/redis.sock");
         assert_eq!(unix.to_string(), "/tmp/redis.sock:0");
-        assert_eq!(unix.monitor_source(), "unix:/tmp/redis.sock");
+        assert_eq!(unix.monitor_source().to_string(), "unix:/tmp/redis.sock");
         assert!(unix.is_unix() && !tcp.is_unix());
     }
 

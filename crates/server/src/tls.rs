@@ -88,12 +88,6 @@ impl Tls {
         *self.connector.write() = connector;
         Ok(())
     }
-
-    /// Whether a context is in use, to be built again when its settings
-    /// change.
-    pub fn enabled(&self) -> bool {
-        self.acceptor.read().is_some() || self.connector.read().is_some()
-    }
 }
 
 /// A client's handshake, on the I/O thread that then serves it.

@@ -1179,6 +1179,8 @@ fn rewritten(shared: &Shared) -> Vec<Rewritten> {
     let lfu = scaledkv::Lfu::default();
     let default_limits = format_output_limits(crate::pubsub::REPLICA_DEFAULT, crate::pubsub::PUBSUB_DEFAULT);
     let replicaof = shared.replication.master().map(|master| format!("{} {}", master.host, master.port));
+    // Empty is unset.
+    let unset = |text: String| Some(text).filter(|text| !text.is_empty());
     let mut settings = vec![Rewritten { key: "replicaof", kind: Text, now: replicaof, default: None }];
     for (key, kind, default) in [
         // Empty is unset for these three.
@@ -1214,14 +1216,12 @@ fn rewritten(shared: &Shared) -> Vec<Rewritten> {
     ] {
         let value = now.iter().find(|(name, _)| *name == key).map(|(_, value)| value.clone());
         let value = value.unwrap_or_else(|| panic!("`{key}` is not a CONFIG GET parameter"));
-        let unset = |text: String| Some(text).filter(|text| !text.is_empty());
         settings.push(Rewritten { key, kind, now: unset(value), default: unset(default) });
     }
     // TLS's, by Redis's names (`crate::tls`), which the TOML file takes too.
     for key in std::iter::once("tls-port").chain(crate::tls::CONTEXT_SETTINGS) {
         let param = crate::redis_configs::find(key).expect("one of Redis's parameters");
-        let kind = if matches!(key, "tls-port" | "tls-session-cache-size") { Integer } else { Text };
-        let unset = |text: String| Some(text).filter(|text| !text.is_empty());
+        let kind = if matches!(param.kind, crate::redis_configs::Kind::Int { .. }) { Integer } else { Text };
         let (now, default) = (unset(shared.redis_params.get(param)), unset(param.default.clone()));
         settings.push(Rewritten { key, kind, now, default });
     }
@@ -1549,9 +1549,9 @@ pub fn config_set(shared: &Shared, name: &str, value: &[u8]) -> CmdResult {
             shared.redis_params.set(param, &text).map_err(|why| failed(&why))?;
             // A certificate renewed, clients' authentication changed, the
             // link to a master to speak TLS: new clients and links get the
-            // new contexts, or nothing changes.
-            let tls = shared.tls.enabled() || shared.redis_params.value("tls-replication") == "yes";
-            if crate::tls::CONTEXT_SETTINGS.contains(&canonical.name.as_str()) && tls {
+            // new contexts (none where nothing asks for one), or nothing
+            // changes.
+            if crate::tls::CONTEXT_SETTINGS.contains(&canonical.name.as_str()) {
                 let serving = shared.tls.acceptor().is_some();
                 if let Err(why) = shared.tls.configure(&shared.redis_params, serving) {
                     shared.redis_params.set(canonical, &old).expect("the value it had");
